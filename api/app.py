@@ -1,0 +1,44 @@
+"""The Sanic app factory of an api pod."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse
+
+from api.auth import check_api_key, load_api_keys
+from api.errors import install_error_handler
+from api.fleet import Fleet
+from api.routes.native import native
+from api.settings import ApiSettings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
+    app = Sanic(name)
+    app.config.REQUEST_TIMEOUT = settings.timeout
+    app.config.RESPONSE_TIMEOUT = settings.timeout
+    app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.NOISY_EXCEPTIONS = False
+    app.ctx.settings = settings
+    app.ctx.started_at = time.time()
+    api_keys = load_api_keys(settings.api_key, settings.api_key_file)
+
+    @app.before_server_start
+    async def connect(app: Sanic) -> None:
+        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout))
+
+    @app.after_server_stop
+    async def disconnect(app: Sanic) -> None:
+        await app.ctx.fleet.close()
+
+    @app.on_request
+    async def authenticate(request: Request) -> HTTPResponse | None:
+        return check_api_key(request, api_keys)
+
+    app.blueprint(native, url_prefix=settings.api_prefix or None)
+    install_error_handler(app)
+    return app

@@ -1,0 +1,152 @@
+"""llama-server's native endpoints: health, models, completion, tokenize, detokenize."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from api.errors import sse_error
+from api.fleet import Fleet
+from api.render import completion_json, model_card, partial_json
+from api.settings import ApiSettings
+from api.sse import open_stream, sse_data
+from api.wire.body import parse_body
+from api.wire.native import CompletionRequest, DetokenizeRequest, TokenizeRequest
+from scheduler.client import JobEvents
+from scheduler.errors import LlamaqError, Unavailable
+from scheduler.jobs import CompletionJob
+from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
+
+native = Blueprint("native")
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
+
+
+def route(methods: list[str], *paths: str) -> Callable[[Handler], Handler]:
+    """Register a handler under several paths (llama-server has many aliases)."""
+
+    def register(handler: Handler) -> Handler:
+        for path in paths:
+            native.add_route(handler, path, methods=methods,
+                             name=f"{handler.__name__}{path.replace('/', '_').replace('.', '_')}")
+        return handler
+
+    return register
+
+
+def _fleet(request: Request) -> Fleet:
+    fleet: Fleet = request.app.ctx.fleet
+    return fleet
+
+
+def _model_id(request: Request) -> str:
+    settings: ApiSettings = request.app.ctx.settings
+    return settings.model_id()
+
+
+@route(["GET"], "/health", "/v1/health")
+async def health(request: Request) -> HTTPResponse:
+    if not await _fleet(request).registry.live_workers(_model_id(request)):
+        raise Unavailable("Loading model")
+    return json({"status": "ok"})
+
+
+@route(["GET"], "/models", "/v1/models")
+async def models(request: Request) -> HTTPResponse:
+    model_id = _model_id(request)
+    workers = await _fleet(request).registry.live_workers(model_id)
+    worker = workers[0] if workers else None
+    card = model_card(model_id, int(request.app.ctx.started_at),
+                      worker.meta if worker else None, worker.n_ctx_slot if worker else None)
+    return json({"object": "list", "data": [card]})
+
+
+@route(["POST"], "/tokenize")
+async def tokenize(request: Request) -> HTTPResponse:
+    job = parse_body(request, TokenizeRequest).to_job(_model_id(request))
+    result = await _fleet(request).jobs.run(job)
+    assert isinstance(result, TokenizeResult)
+    return json(result.model_dump(exclude={"result_kind"}))
+
+
+@route(["POST"], "/detokenize")
+async def detokenize(request: Request) -> HTTPResponse:
+    job = parse_body(request, DetokenizeRequest).to_job(_model_id(request))
+    result = await _fleet(request).jobs.run(job)
+    assert isinstance(result, DetokenizeResult)
+    return json({"content": result.content})
+
+
+@route(["POST"], "/completion", "/completions")
+async def completion(request: Request) -> HTTPResponse | None:
+    body = parse_body(request, CompletionRequest)
+    jobs = body.to_jobs(_model_id(request))
+    if body.stream:
+        await _stream(request, jobs)
+        return None
+    results = await asyncio.gather(*(_fleet(request).jobs.run(job) for job in jobs))
+    rendered = [completion_json(r, i) for i, r in enumerate(results)
+                if isinstance(r, CompletionResult)]
+    return json(rendered[0] if len(rendered) == 1 else rendered)
+
+
+async def _stream(request: Request, jobs: list[CompletionJob]) -> None:
+    """SSE: one `data:` event per token, then the final one. An error before the first event
+    is a plain JSON error response; after it, an error event in the stream."""
+    async with contextlib.AsyncExitStack() as stack:
+        streams = [await stack.enter_async_context(_fleet(request).jobs.submit(job))
+                   for job in jobs]
+        merged = _merge(streams)
+        first = await anext(merged)  # raises the job's error before any byte is sent
+        response = await open_stream(request)
+        multiple = len(jobs) > 1
+        try:
+            item: tuple[int, object] | None = first
+            while item is not None:
+                index, event = item
+                if isinstance(event, FinalEvent):
+                    assert isinstance(event.result, CompletionResult)
+                    await response.send(sse_data(completion_json(event.result, index)))
+                else:
+                    await response.send(sse_data(partial_json(event,  # type: ignore[arg-type]
+                                                              index if multiple else None)))
+                item = await anext(merged, None)
+        except LlamaqError as error:
+            await response.send(sse_error(error))
+        await response.eof()
+
+
+async def _merge(streams: list[JobEvents]) -> AsyncIterator[tuple[int, object]]:
+    """Events of several jobs as they come, tagged with the job's index."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue[tuple[int, object] | BaseException | None] = asyncio.Queue()
+
+    async def pump(index: int, events: JobEvents) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event))
+            await queue.put(None)
+        except LlamaqError as error:
+            await queue.put(error)
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()

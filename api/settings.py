@@ -1,0 +1,136 @@
+"""Settings of an api pod: llama-server's HTTP, auth and chat-template flags, plus ours."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scheduler.config import CommonSettings, flag
+
+REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
+ON_OFF_AUTO = ("on", "off", "auto")
+
+
+class ApiSettings(CommonSettings):
+    """llamaq api pod: serves the llama-server HTTP API and submits jobs to workers."""
+
+    prog: ClassVar[str] = "llamaq-api"
+
+    # listening
+    host: str = flag("127.0.0.1", "--host", env="LLAMA_ARG_HOST",
+                     help="IP addresses to listen on, comma-separated, or UNIX socket paths "
+                     "ending in .sock")
+    port: int = flag(9931, "--port", env="LLAMA_ARG_PORT", help="port to listen")
+    reuse_port: bool = flag(False, "--reuse-port", env="LLAMA_ARG_REUSE_PORT",
+                            help="allow multiple sockets to bind to the same port")
+    timeout: int = flag(3600, "-to", "--timeout", env="LLAMA_ARG_TIMEOUT",
+                        help="server read/write timeout in seconds")
+    sse_ping_interval: int = flag(30, "--sse-ping-interval", env="LLAMA_ARG_SSE_PING_INTERVAL",
+                                  help="server SSE ping interval in seconds (-1 = disabled)")
+    threads_http: int = flag(-1, "--threads-http", env="LLAMA_ARG_THREADS_HTTP",
+                             help="number of threads used to process HTTP requests")
+    api_prefix: str = flag("", "--api-prefix", env="LLAMA_ARG_API_PREFIX",
+                           help="prefix path the server serves from, without the trailing slash")
+    path: str = flag("", "--path", env="LLAMA_ARG_STATIC_PATH",
+                     help="path to serve static files from")
+    media_path: str | None = flag(None, "--media-path",
+                                  help="directory for loading local media files via file:// URLs")
+    ssl_key_file: str | None = flag(None, "--ssl-key-file", env="LLAMA_ARG_SSL_KEY_FILE",
+                                    help="path to file a PEM-encoded SSL private key")
+    ssl_cert_file: str | None = flag(None, "--ssl-cert-file", env="LLAMA_ARG_SSL_CERT_FILE",
+                                     help="path to file a PEM-encoded SSL certificate")
+    # auth and CORS
+    api_key: list[str] = flag([], "--api-key", env="LLAMA_API_KEY",
+                              help="API keys for authentication, comma-separated")
+    api_key_file: str | None = flag(None, "--api-key-file", env="LLAMA_ARG_API_KEY_FILE",
+                                    help="path to file containing API keys, one per line; "
+                                    "lines starting with a hash are comments")
+    cors_origins: list[str] = flag(["*"], "--cors-origins", env="LLAMA_ARG_CORS_ORIGINS",
+                                   help="comma-separated list of allowed origins for CORS "
+                                   "('localhost': reflect the Origin only if it is localhost)")
+    cors_methods: list[str] = flag(["GET", "POST", "DELETE", "OPTIONS"], "--cors-methods",
+                                   env="LLAMA_ARG_CORS_METHODS",
+                                   help="comma-separated list of allowed methods for CORS")
+    cors_headers: list[str] = flag(["*"], "--cors-headers", env="LLAMA_ARG_CORS_HEADERS",
+                                   help="comma-separated list of allowed headers for CORS")
+    cors_credentials: bool = flag(True, "--cors-credentials", env="LLAMA_ARG_CORS_CREDENTIALS",
+                                  negative=("--no-cors-credentials",),
+                                  help="whether to allow credentials for CORS")
+    # endpoints
+    metrics: bool = flag(False, "--metrics", env="LLAMA_ARG_ENDPOINT_METRICS",
+                         help="enable prometheus compatible metrics endpoint")
+    props: bool = flag(False, "--props", env="LLAMA_ARG_ENDPOINT_PROPS",
+                       help="enable changing global properties via POST /props")
+    slots: bool = flag(True, "--slots", env="LLAMA_ARG_ENDPOINT_SLOTS", negative=("--no-slots",),
+                       help="expose slots monitoring endpoint")
+    ui: bool = flag(True, "--ui", "--webui", env="LLAMA_ARG_UI",
+                    negative=("--no-ui", "--no-webui"), help="whether to enable the Web UI")
+    ui_config: str | None = flag(None, "--ui-config", "--webui-config", env="LLAMA_ARG_UI_CONFIG",
+                                 help="JSON that provides default UI settings")
+    ui_config_file: str | None = flag(None, "--ui-config-file", "--webui-config-file",
+                                      env="LLAMA_ARG_UI_CONFIG_FILE",
+                                      help="JSON file that provides default UI settings")
+    ui_mcp_proxy: bool = flag(False, "--ui-mcp-proxy", "--webui-mcp-proxy",
+                              env="LLAMA_ARG_UI_MCP_PROXY",
+                              negative=("--no-ui-mcp-proxy", "--no-webui-mcp-proxy"),
+                              help="experimental: whether to enable MCP CORS proxy")
+    tools: list[str] = flag([], "--tools", env="LLAMA_ARG_TOOLS",
+                            help="experimental: built-in tools to enable, comma-separated, "
+                            "or 'all'")
+    tools_runtime: str | None = flag(None, "--tools-runtime", env="LLAMA_ARG_TOOLS_RUNTIME",
+                                     help="experimental: run tools in a separate runtime")
+    mcp_servers_config: str | None = flag(None, "--mcp-servers-config",
+                                          env="LLAMA_ARG_MCP_SERVERS_CONFIG",
+                                          help="experimental: path to JSON file with MCP server "
+                                          "definitions")
+    mcp_servers_json: str | None = flag(None, "--mcp-servers-json",
+                                        env="LLAMA_ARG_MCP_SERVERS_JSON",
+                                        help="experimental: inline JSON with MCP server "
+                                        "definitions")
+    agent: bool = flag(False, "-ag", "--agent", env="LLAMA_ARG_AGENT",
+                       negative=("-no-ag", "--no-agent"),
+                       help="whether to enable CORS proxy and all built-in tools")
+    # chat templates and reasoning
+    jinja: bool = flag(True, "--jinja", env="LLAMA_ARG_JINJA", negative=("--no-jinja",),
+                       help="whether to use jinja template engine for chat")
+    chat_template: str | None = flag(None, "--chat-template", env="LLAMA_ARG_CHAT_TEMPLATE",
+                                     help="set custom jinja chat template (none: the model's)")
+    chat_template_file: str | None = flag(None, "--chat-template-file",
+                                          env="LLAMA_ARG_CHAT_TEMPLATE_FILE",
+                                          help="set custom jinja chat template file")
+    chat_template_kwargs: str | None = flag(None, "--chat-template-kwargs",
+                                            env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
+                                            help="additional params for the json template "
+                                            "parser, a JSON object string")
+    skip_chat_parsing: bool = flag(False, "--skip-chat-parsing",
+                                   env="LLAMA_ARG_SKIP_CHAT_PARSING",
+                                   negative=("--no-skip-chat-parsing",),
+                                   help="force a pure content parser, even with a Jinja template")
+    prefill_assistant: bool = flag(True, "--prefill-assistant",
+                                   env="LLAMA_ARG_PREFILL_ASSISTANT",
+                                   negative=("--no-prefill-assistant",),
+                                   help="whether to prefill the assistant's response if the last "
+                                   "message is an assistant message")
+    reasoning_format: str = flag("auto", "--reasoning-format", env="LLAMA_ARG_THINK",
+                                 choices=REASONING_FORMATS,
+                                 help="whether thought tags are allowed and/or extracted from the "
+                                 "response, and in which format they are returned")
+    reasoning: str = flag("auto", "-rea", "--reasoning", env="LLAMA_ARG_REASONING",
+                          choices=ON_OFF_AUTO,
+                          help="use reasoning/thinking in the chat (auto: detect from template)")
+    reasoning_effort: str = flag("default", "--reasoning-effort",
+                                 env="LLAMA_ARG_REASONING_EFFORT",
+                                 help="reasoning effort level given to the chat template")
+    reasoning_budget: int = flag(-1, "--reasoning-budget", env="LLAMA_ARG_THINK_BUDGET",
+                                 help="token budget for thinking: -1 unrestricted, "
+                                 "0 immediate end, N>0 budget")
+    reasoning_budget_message: str | None = flag(None, "--reasoning-budget-message",
+                                                env="LLAMA_ARG_THINK_BUDGET_MESSAGE",
+                                                help="message injected before the end-of-"
+                                                "thinking tag when the budget is exhausted")
+    reasoning_preserve: bool = flag(True, "--reasoning-preserve",
+                                    env="LLAMA_ARG_REASONING_PRESERVE",
+                                    negative=("--no-reasoning-preserve",),
+                                    help="preserve reasoning trace in the full history")
+    # ours
+    workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
+                        help="number of Sanic worker processes")

@@ -1,0 +1,23 @@
+"""Server-sent events framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sanic import Request
+from sanic.response import HTTPResponse
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse_data(payload: dict[str, Any] | str) -> str:
+    body = payload if isinstance(payload, str) else json.dumps(
+        payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {body}\n\n"
+
+
+async def open_stream(request: Request) -> HTTPResponse:
+    response = await request.respond(content_type="text/event-stream", headers=SSE_HEADERS)
+    assert response is not None
+    return response

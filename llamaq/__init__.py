@@ -1,0 +1,1 @@
+"""The `llamaq` command: one entry point for every process of the fleet."""

@@ -1,0 +1,3 @@
+from llamaq.cli import main
+
+main()

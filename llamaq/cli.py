@@ -1,0 +1,40 @@
+"""`llamaq up | api | worker | scheduler`: each takes the llama-server flags that concern it."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: llamaq {up,api,worker,scheduler} [flags]
+
+  up         everything on this machine: Redis (started if none answers), one worker, the api
+  api        a stateless api pod (Sanic)
+  worker     a worker: loads the model and runs completions in slots
+  scheduler  fleet housekeeping (registry pruning)
+
+`llamaq COMMAND --help` lists that command's flags with their environment variables."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return
+    command, rest = args[0], args[1:]
+    if command == "api":
+        from llamaq.processes import run_api
+
+        run_api(rest)
+    elif command == "worker":
+        from llamaq.processes import run_worker
+
+        run_worker(rest)
+    elif command == "scheduler":
+        from llamaq.processes import run_scheduler
+
+        run_scheduler(rest)
+    elif command == "up":
+        from llamaq.up import run_up
+
+        run_up(rest)
+    else:
+        sys.exit(f"llamaq: unknown command {command!r}\n\n{USAGE}")

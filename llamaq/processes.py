@@ -1,0 +1,71 @@
+"""Entry points of the single-role processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from api.settings import ApiSettings
+from llamaq.logs import setup_logging
+from scheduler.config import CommonSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url_of(settings: CommonSettings) -> str:
+    return settings.redis_url or DEFAULT_REDIS_URL
+
+
+def run_api(argv: list[str]) -> None:
+    from sanic import Sanic
+    from sanic.worker.loader import AppLoader
+
+    from api.app import create_app
+
+    settings = ApiSettings.from_args(argv)
+    setup_logging(settings.log_verbosity, settings.log_file, "api")
+    loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
+    app = loader.load()
+    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
+                access_log=settings.log_verbosity >= 4, motd=False,
+                single_process=settings.workers <= 1)
+    if settings.workers <= 1:
+        Sanic.serve_single(primary=app)
+    else:
+        Sanic.serve(primary=app, app_loader=loader)
+
+
+def run_worker(argv: list[str]) -> None:
+    from worker.runtime import WorkerRuntime
+    from worker.settings import WorkerSettings
+
+    settings = WorkerSettings.from_args(argv)
+    setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    runtime = WorkerRuntime(settings)
+    _run_until_signal(runtime.run(redis_url_of(settings)))
+
+
+def run_scheduler(argv: list[str]) -> None:
+    from scheduler.housekeeping import run_housekeeping
+
+    settings = CommonSettings.from_args(argv)
+    setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def _run_until_signal(main: object) -> None:
+    """Run a coroutine; SIGTERM/SIGINT cancel it so that its `finally` blocks clean up."""
+
+    async def runner() -> None:
+        task = asyncio.ensure_future(main)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(runner())

@@ -1,0 +1,92 @@
+"""The one error hierarchy of llamaq.
+
+Each error class declares its HTTP status and the spec's error `type`. Workers send errors as
+`ErrorInfo` inside error events; the api turns them back into these classes and renders them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+
+class ErrorInfo(BaseModel):
+    """An error as it crosses Redis and as the spec renders it (`{"error": {...}}`)."""
+
+    code: int
+    message: str
+    type: str
+    extra: dict[str, int | str] = Field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "type": self.type, **self.extra}
+
+
+class LlamaqError(Exception):
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+
+    def __init__(self, message: str, **extra: int | str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+    def to_info(self) -> ErrorInfo:
+        return ErrorInfo(
+            code=self.status, message=self.message, type=self.error_type, extra=self.extra
+        )
+
+
+class InvalidRequest(LlamaqError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class ExceedContextSize(LlamaqError):
+    status = 400
+    error_type = "exceed_context_size_error"
+
+
+class AuthenticationFailed(LlamaqError):
+    status = 401
+    error_type = "authentication_error"
+
+
+class NotFound(LlamaqError):
+    status = 404
+    error_type = "not_found_error"
+
+
+class NotSupported(LlamaqError):
+    status = 501
+    error_type = "not_supported_error"
+
+
+class Unavailable(LlamaqError):
+    status = 503
+    error_type = "unavailable_error"
+
+
+class ServerError(LlamaqError):
+    status = 500
+    error_type = "server_error"
+
+
+_BY_TYPE: dict[str, type[LlamaqError]] = {
+    cls.error_type: cls
+    for cls in (
+        InvalidRequest,
+        ExceedContextSize,
+        AuthenticationFailed,
+        NotFound,
+        NotSupported,
+        Unavailable,
+        ServerError,
+    )
+}
+
+
+def error_from_info(info: ErrorInfo) -> LlamaqError:
+    """Rebuild the typed error a worker reported."""
+    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)

@@ -1,0 +1,87 @@
+"""The job contract between api and worker: what a worker is asked to do, as pydantic models.
+
+Fields left `None` take the worker's server-wide default (its flags), so the api never needs to
+know them; the worker reports the values it used in `generation_settings`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PromptPiece = int | str
+"""A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = None
+    dynatemp_range: float | None = None
+    dynatemp_exponent: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    top_n_sigma: float | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    repeat_last_n: int | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: list[str] | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    seed: int | None = None
+    ignore_eos: bool | None = None
+    min_keep: int | None = None
+    samplers: list[str] | None = None
+
+
+class CompletionJob(BaseModel):
+    kind: Literal["completion"] = "completion"
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    prompt: list[PromptPiece] | str
+    stream: bool = False
+    n_predict: int | None = None
+    stop: list[str] = Field(default_factory=list)
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    cache_prompt: bool | None = None
+    return_tokens: bool = False
+    id_slot: int = -1
+    n_keep: int | None = None
+    t_max_predict_ms: int = 0
+    timings_per_token: bool = False
+
+
+class TokenizeJob(BaseModel):
+    kind: Literal["tokenize"] = "tokenize"
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeJob(BaseModel):
+    kind: Literal["detokenize"] = "detokenize"
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    tokens: list[int]
+
+
+Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob, Field(discriminator="kind")]

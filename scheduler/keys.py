@@ -1,0 +1,49 @@
+"""Every Redis key, queue and channel name llamaq uses, in one place."""
+
+from __future__ import annotations
+
+PREFIX = "llamaq"
+
+# Worker registry: a sorted set per model (member = worker id, score = last heartbeat, unix s)
+# and one JSON document per worker that expires when its heartbeats stop.
+HEARTBEAT_TTL_S = 10
+HEARTBEAT_EVERY_S = 2.0
+
+
+def model_workers(model_id: str) -> str:
+    return f"{PREFIX}:model:{model_id}:workers"
+
+
+def worker_info(worker_id: str) -> str:
+    return f"{PREFIX}:worker:{worker_id}"
+
+
+def slot_queue(model_id: str) -> str:
+    """arq queue of jobs that need a slot (completions)."""
+    return f"{PREFIX}:queue:{model_id}:slot"
+
+
+def utility_queue(model_id: str) -> str:
+    """arq queue of quick jobs that need only the vocabulary (tokenize, detokenize)."""
+    return f"{PREFIX}:queue:{model_id}:utility"
+
+
+def wake_channel(queue_name: str) -> str:
+    """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
+    return f"{queue_name}:wake"
+
+
+def job_events(job_id: str) -> str:
+    """Pub/sub channel carrying one job's events, in order, with sequence numbers."""
+    return f"{PREFIX}:job:{job_id}:events"
+
+
+def job_cancel(job_id: str) -> str:
+    """Flag set when nobody waits for the job any more (checked when a worker takes the job)."""
+    return f"{PREFIX}:job:{job_id}:cancel"
+
+
+CANCEL_CHANNEL = f"{PREFIX}:cancel"
+"""Pub/sub channel of cancelled job ids; every worker listens and frees the slot."""
+
+CANCEL_TTL_S = 3600

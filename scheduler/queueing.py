@@ -1,0 +1,35 @@
+"""How jobs travel through arq: the queue a job goes to, and JSON (never pickle) on the wire."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from arq.connections import RedisSettings
+
+from scheduler import keys
+from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
+
+SLOT_FUNCTIONS = ("completion",)
+UTILITY_FUNCTIONS = ("tokenize", "detokenize")
+
+
+def queue_for(job: CompletionJob | TokenizeJob | DetokenizeJob) -> str:
+    """Completions need a slot; tokenize/detokenize need only the vocabulary and must not wait
+    behind generations, so they have a queue of their own."""
+    if job.kind in SLOT_FUNCTIONS:
+        return keys.slot_queue(job.model)
+    return keys.utility_queue(job.model)
+
+
+def serialize_job(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def deserialize_job(data: bytes) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(data)
+    return decoded
+
+
+def redis_settings(redis_url: str) -> RedisSettings:
+    return RedisSettings.from_dsn(redis_url)

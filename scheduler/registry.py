@@ -1,0 +1,67 @@
+"""The worker registry: which workers serve which model, with heartbeats and model metadata."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+from redis.asyncio import Redis
+
+from scheduler import keys
+
+
+class ModelMeta(BaseModel):
+    """What the api needs to know of a model without its weights (published by its workers)."""
+
+    vocab_type: int
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_params: int
+    size: int
+    chat_template: str | None = None
+    bos_token: str = ""
+    eos_token: str = ""
+    output_modalities: list[str] = ["text"]
+
+
+class WorkerInfo(BaseModel):
+    worker_id: str
+    model_id: str
+    model_path: str
+    n_slots: int
+    n_ctx_slot: int
+    meta: ModelMeta
+    started_at: float
+
+
+class Registry:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def heartbeat(self, info: WorkerInfo) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+            pipe.zadd(keys.model_workers(info.model_id), {info.worker_id: time.time()})
+            await pipe.execute()
+
+    async def remove(self, info: WorkerInfo) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(keys.worker_info(info.worker_id))
+            pipe.zrem(keys.model_workers(info.model_id), info.worker_id)
+            await pipe.execute()
+
+    async def live_workers(self, model_id: str) -> list[WorkerInfo]:
+        """Workers of the model whose last heartbeat is recent; stale entries are dropped."""
+        workers_key = keys.model_workers(model_id)
+        cutoff = time.time() - keys.HEARTBEAT_TTL_S
+        await self._redis.zremrangebyscore(workers_key, "-inf", cutoff)
+        worker_ids = await self._redis.zrange(workers_key, 0, -1)
+        if not worker_ids:
+            return []
+        documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
+        return [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

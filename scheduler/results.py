@@ -1,0 +1,105 @@
+"""What a worker sends back: results and the events that carry them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from scheduler.errors import ErrorInfo
+
+
+class Timings(BaseModel):
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    prompt_per_token_ms: float = 0.0
+    prompt_per_second: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    predicted_per_token_ms: float = 0.0
+    predicted_per_second: float = 0.0
+
+
+class GenerationSettings(BaseModel):
+    """The parameters a slot actually used (the spec's `generation_settings`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    n_predict: int
+    seed: int
+    temperature: float
+    stop: list[str]
+    stream: bool
+
+
+class CompletionResult(BaseModel):
+    result_kind: Literal["completion"] = "completion"
+    index: int = 0
+    content: str
+    tokens: list[int]
+    id_slot: int
+    model: str
+    prompt: str
+    stop_type: Literal["none", "eos", "limit", "word"]
+    stopping_word: str
+    truncated: bool
+    has_new_line: bool
+    tokens_predicted: int
+    tokens_evaluated: int
+    tokens_cached: int
+    generation_settings: GenerationSettings
+    timings: Timings
+
+
+class TokenPiece(BaseModel):
+    id: int
+    piece: str | list[int]
+
+
+class TokenizeResult(BaseModel):
+    result_kind: Literal["tokenize"] = "tokenize"
+    tokens: list[int] | list[TokenPiece]
+
+
+class DetokenizeResult(BaseModel):
+    result_kind: Literal["detokenize"] = "detokenize"
+    content: str
+
+
+Result = Annotated[
+    CompletionResult | TokenizeResult | DetokenizeResult, Field(discriminator="result_kind")
+]
+
+
+class TokenEvent(BaseModel):
+    """Text that became final during one decode step (may be empty while a stop word is open)."""
+
+    kind: Literal["token"] = "token"
+    content: str
+    tokens: list[int]
+    timings: Timings | None = None
+
+
+class FinalEvent(BaseModel):
+    kind: Literal["final"] = "final"
+    result: Result
+
+
+class ErrorEvent(BaseModel):
+    kind: Literal["error"] = "error"
+    error: ErrorInfo
+
+
+Event = Annotated[TokenEvent | FinalEvent | ErrorEvent, Field(discriminator="kind")]
+
+
+class EventEnvelope(BaseModel):
+    """One message on a job's channel; `seq` counts from 0 per job so gaps are detectable."""
+
+    job_id: str
+    seq: int
+    event: Event
+
+
+ENVELOPE = TypeAdapter(EventEnvelope)

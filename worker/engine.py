@@ -1,0 +1,362 @@
+"""The slot engine: one thread, one llama_context, N slots decoded together (continuous batching).
+
+Requests join and leave between two decode steps. Each step builds one llama_batch with one token
+per generating slot and prompt chunks of slots in prefill, decodes it, samples every slot that
+needs a token, and hands the step's events to the sink in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import llama_cpp as lc
+
+from scheduler.errors import (
+    ExceedContextSize,
+    InvalidRequest,
+    LlamaqError,
+    ServerError,
+    Unavailable,
+)
+from scheduler.jobs import CompletionJob
+from scheduler.results import (
+    CompletionResult,
+    ErrorEvent,
+    FinalEvent,
+    GenerationSettings,
+    Timings,
+    TokenEvent,
+)
+from worker.model import LoadedModel
+from worker.sampling import SamplerChain, SamplerConfig
+from worker.slots import SlotCache, pick_slot, reusable_prefix
+from worker.textstream import TextStream
+
+log = logging.getLogger(__name__)
+
+JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent]
+EventSink = Callable[[list[JobEvent]], None]
+"""Called from the engine thread once per step with that step's events, in order."""
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """Server-wide settings a request falls back on."""
+
+    sampling: SamplerConfig
+    n_predict: int
+    n_keep: int
+    cache_prompt: bool
+    special: bool
+    model_alias: str
+
+
+@dataclass
+class Request:
+    """A validated completion, ready for a slot."""
+
+    job: CompletionJob
+    prompt_tokens: list[int]
+    sampling: SamplerConfig
+    n_predict: int
+    cache_prompt: bool
+    cancelled: bool = False
+
+
+@dataclass
+class Active:
+    """A request while it holds a slot (touched by the engine thread only)."""
+
+    request: Request
+    slot: SlotCache
+    sampler: SamplerChain
+    text: TextStream
+    n_cached: int
+    t_start: float
+    prompt_done: int = 0
+    next_token: int = -1
+    batch_index: int = -1
+    generated: list[int] = field(default_factory=list)
+    t_prompt_done: float = 0.0
+    has_new_line: bool = False
+    truncated: bool = False
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prompt_done < len(self.request.prompt_tokens)
+
+
+class Engine:
+    def __init__(self, model: LoadedModel, defaults: EngineDefaults, sink: EventSink) -> None:
+        self.model = model
+        self.defaults = defaults
+        self._sink = sink
+        self.slots = [SlotCache(i) for i in range(model.plan.n_slots)]
+        self._active: dict[int, Active] = {}
+        self._waiting: deque[Request] = deque()
+        self._cancelled: set[str] = set()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._batch = lc.llama_batch_init(model.plan.n_batch, 0, 1)
+        self._thread = threading.Thread(target=self._run, name="llamaq-engine", daemon=True)
+
+    # -- called from other threads -------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+        lc.llama_batch_free(self._batch)
+
+    def prepare(self, job: CompletionJob) -> Request:
+        """Tokenize and validate; raises the request's error before it takes a slot."""
+        vocab = self.model.vocab
+        tokens = vocab.tokenize_prompt(job.prompt)
+        if not tokens:
+            raise InvalidRequest("The prompt is empty")
+        bad = [t for t in tokens if not vocab.valid(t)]
+        if bad:
+            raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
+        n_ctx = self.model.n_ctx_slot
+        if len(tokens) >= n_ctx:
+            raise ExceedContextSize(
+                f"the request exceeds the available context size ({len(tokens)} tokens, "
+                f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
+        if job.id_slot >= len(self.slots):
+            raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
+        n_predict = self.defaults.n_predict if job.n_predict is None else job.n_predict
+        cache_prompt = self.defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
+        return Request(job, tokens, self.defaults.sampling.with_request(job.sampling), n_predict,
+                       cache_prompt)
+
+    def submit(self, request: Request) -> None:
+        with self._wake:
+            self._waiting.append(request)
+            self._wake.notify()
+
+    def cancel(self, job_id: str) -> None:
+        with self._wake:
+            self._cancelled.add(job_id)
+            self._wake.notify()
+
+    def busy_slots(self) -> int:
+        return len(self._active)
+
+    # -- the engine thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stopping and not self._active and not self._waiting:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                cancelled, self._cancelled = self._cancelled, set()
+                events: list[JobEvent] = []
+                admitted = self._admit_waiting(cancelled, events)
+            for active in admitted:
+                self._active[active.slot.slot_id] = active
+            self._drop_cancelled(cancelled, events)
+            if self._active:
+                self._step(events)
+            if events:
+                self._sink(events)
+
+    def _admit_waiting(self, cancelled: set[str], events: list[JobEvent]) -> list[Active]:
+        admitted: list[Active] = []
+        still_waiting: deque[Request] = deque()
+        while self._waiting:
+            request = self._waiting.popleft()
+            if request.job.job_id in cancelled:
+                events.append((request.job.job_id, _cancelled_event()))
+                continue
+            slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
+            if slot is None:
+                still_waiting.append(request)
+                continue
+            slot.busy = True
+            admitted.append(self._start(request, slot))
+        self._waiting = still_waiting
+        return admitted
+
+    def _start(self, request: Request, slot: SlotCache) -> Active:
+        n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
+        if not lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, n_reuse, -1):
+            lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, -1, -1)
+            n_reuse = 0
+        del slot.tokens[n_reuse:]
+        sampler = SamplerChain(request.sampling, lc.llama_model_get_vocab(self.model.model),
+                               self.model.vocab.n_tokens)
+        for token in request.prompt_tokens:
+            sampler.accept(token)
+        log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
+                  slot.slot_id, len(request.prompt_tokens), n_reuse)
+        return Active(request, slot, sampler, TextStream(request.job.stop), n_cached=n_reuse,
+                      t_start=time.perf_counter(), prompt_done=n_reuse)
+
+    def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
+        for slot_id, active in list(self._active.items()):
+            if active.request.job.job_id in cancelled:
+                log.info("job %s: cancelled, slot %d freed", active.request.job.job_id, slot_id)
+                events.append((active.request.job.job_id, _cancelled_event()))
+                self._release(active)
+
+    def _step(self, events: list[JobEvent]) -> None:
+        batch = self._batch
+        n = 0
+        for active in self._active.values():
+            active.batch_index = -1
+            if not active.prefilling:
+                n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
+        budget = self.model.plan.n_batch - n
+        for active in self._active.values():
+            if budget <= 0:
+                break
+            if active.prefilling:
+                prompt = active.request.prompt_tokens
+                end = min(len(prompt), active.prompt_done + budget)
+                for pos in range(active.prompt_done, end):
+                    n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
+                budget -= end - active.prompt_done
+                active.prompt_done = end
+        batch.n_tokens = n
+        rc = lc.llama_decode(self.model.ctx, batch)
+        if rc != 0:
+            self._fail_all(ServerError(f"llama_decode failed with status {rc}"), events)
+            return
+        now = time.perf_counter()
+        for active in list(self._active.values()):
+            if active.batch_index < 0:
+                continue
+            if not active.t_prompt_done:
+                active.t_prompt_done = now
+            token = active.sampler.sample(self.model.ctx, active.batch_index)
+            self._on_token(active, token, now, events)
+
+    def _add(self, n: int, token: int, pos: int, active: Active, logits: bool) -> int:
+        batch = self._batch
+        batch.token[n] = token
+        batch.pos[n] = pos
+        batch.n_seq_id[n] = 1
+        batch.seq_id[n][0] = active.slot.slot_id
+        batch.logits[n] = logits
+        active.slot.tokens.append(token)
+        if logits:
+            active.batch_index = n
+        return n + 1
+
+    def _on_token(self, active: Active, token: int, now: float, events: list[JobEvent]) -> None:
+        request = active.request
+        active.generated.append(token)
+        active.next_token = token
+        stop_type = "none"
+        if self.model.vocab.is_eog(token) and not request.sampling.ignore_eos:
+            stop_type = "eos"
+            piece = b""
+        else:
+            piece = self.model.vocab.piece(token, self.defaults.special)
+        content = active.text.push(piece)
+        if "\n" in content:
+            active.has_new_line = True
+        if active.text.stopping_word:
+            stop_type = "word"
+        elif stop_type == "none":
+            stop_type = self._limit_reached(active, now)
+        if stop_type != "none":
+            content += active.text.finish()
+        if request.job.stream:
+            timings = self._timings(active, now) if request.job.timings_per_token else None
+            events.append((request.job.job_id, TokenEvent(content=content, tokens=[token],
+                                                          timings=timings)))
+        if stop_type != "none":
+            events.append((request.job.job_id, FinalEvent(result=self._result(
+                active, stop_type, now))))  # type: ignore[arg-type]
+            self._release(active)
+
+    def _limit_reached(self, active: Active, now: float) -> str:
+        request = active.request
+        if 0 <= request.n_predict <= len(active.generated):
+            return "limit"
+        if len(active.slot.tokens) + 1 >= self.model.n_ctx_slot:
+            active.truncated = True
+            return "limit"
+        limit_ms = request.job.t_max_predict_ms
+        if limit_ms > 0 and active.has_new_line and (now - active.t_prompt_done) * 1000 > limit_ms:
+            return "limit"
+        return "none"
+
+    def _result(self, active: Active, stop_type: str, now: float) -> CompletionResult:
+        request = active.request
+        job = request.job
+        stream = job.stream
+        return CompletionResult(
+            content="" if stream else active.text.text,
+            tokens=[] if stream or not job.return_tokens else active.generated,
+            id_slot=active.slot.slot_id,
+            model=self.defaults.model_alias,
+            prompt=self.model.vocab.detokenize(request.prompt_tokens),
+            stop_type=stop_type,  # type: ignore[arg-type]
+            stopping_word=active.text.stopping_word,
+            truncated=active.truncated,
+            has_new_line=active.has_new_line,
+            tokens_predicted=len(active.generated),
+            tokens_evaluated=len(request.prompt_tokens),
+            tokens_cached=len(active.slot.tokens),
+            generation_settings=self._settings(request),
+            timings=self._timings(active, now),
+        )
+
+    def _settings(self, request: Request) -> GenerationSettings:
+        s = request.sampling
+        return GenerationSettings(
+            n_predict=request.n_predict, seed=s.seed, temperature=s.temperature,
+            stop=request.job.stop, stream=request.job.stream,
+            **s.model_dump(exclude={"seed", "temperature"}),
+            max_tokens=request.n_predict, n_keep=self.defaults.n_keep, n_probs=0,
+            n_ctx=self.model.n_ctx_slot, model=self.defaults.model_alias,
+            timings_per_token=request.job.timings_per_token,
+        )
+
+    def _timings(self, active: Active, now: float) -> Timings:
+        prompt_n = len(active.request.prompt_tokens) - active.n_cached
+        prompt_ms = ((active.t_prompt_done or now) - active.t_start) * 1000
+        predicted_n = len(active.generated)
+        predicted_ms = (now - active.t_prompt_done) * 1000 if active.t_prompt_done else 0.0
+        return Timings(
+            cache_n=active.n_cached,
+            prompt_n=prompt_n,
+            prompt_ms=prompt_ms,
+            prompt_per_token_ms=prompt_ms / prompt_n if prompt_n else 0.0,
+            prompt_per_second=prompt_n * 1000 / prompt_ms if prompt_ms else 0.0,
+            predicted_n=predicted_n,
+            predicted_ms=predicted_ms,
+            predicted_per_token_ms=predicted_ms / predicted_n if predicted_n else 0.0,
+            predicted_per_second=predicted_n * 1000 / predicted_ms if predicted_ms else 0.0,
+        )
+
+    def _release(self, active: Active) -> None:
+        active.sampler.free()
+        active.slot.busy = False
+        active.slot.last_used = time.monotonic()
+        del self._active[active.slot.slot_id]
+
+    def _fail_all(self, error: LlamaqError, events: list[JobEvent]) -> None:
+        log.error("decode failed, failing %d requests: %s", len(self._active), error)
+        for active in list(self._active.values()):
+            events.append((active.request.job.job_id, ErrorEvent(error=error.to_info())))
+            lc.llama_memory_seq_rm(self.model.memory, active.slot.slot_id, -1, -1)
+            active.slot.tokens.clear()
+            self._release(active)
+
+
+def _cancelled_event() -> ErrorEvent:
+    return ErrorEvent(error=Unavailable("the request was cancelled").to_info())

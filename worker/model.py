@@ -1,0 +1,122 @@
+"""Loading a GGUF model and creating the one llama_context that all slots share."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lc
+
+from scheduler.registry import ModelMeta
+from worker.llama_logs import route_llama_logs
+from worker.vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+               "iq4_nl": 20, "bf16": 30}
+FLASH_ATTN = {"auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+              "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
+class ModelLoadError(RuntimeError):
+    """The model or its context could not be created (a start-up failure, not a request error)."""
+
+
+@dataclass(frozen=True)
+class ContextPlan:
+    """How the shared context is laid out: llama-server's rules for slots and KV."""
+
+    n_ctx: int
+    n_slots: int
+    kv_unified: bool
+    n_batch: int
+    n_ubatch: int
+    n_threads: int
+    n_threads_batch: int
+    swa_full: bool
+    flash_attn: str
+    cache_type_k: str
+    cache_type_v: str
+
+
+class LoadedModel:
+    def __init__(self, path: Path, plan: ContextPlan, n_gpu_layers: int | None, use_mmap: bool):
+        route_llama_logs()
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        if n_gpu_layers is not None:
+            mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_mmap = use_mmap
+        self.path = path
+        self.model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise ModelLoadError(f"failed to load model from {path}")
+        self.vocab = Vocab(lc.llama_model_get_vocab(self.model))
+        self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+        self.ctx = lc.llama_init_from_model(self.model, self._context_params(plan))
+        if not self.ctx:
+            raise ModelLoadError(f"failed to create a context for {path} ({plan})")
+        self.memory = lc.llama_get_memory(self.ctx)
+        self.plan = plan
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train)
+        log.info("model %s loaded: n_ctx=%d, slots=%d, n_ctx_slot=%d, kv_unified=%s", path,
+                 self.n_ctx, plan.n_slots, self.n_ctx_slot, plan.kv_unified)
+
+    def _context_params(self, plan: ContextPlan) -> lc.llama_context_params:
+        params = lc.llama_context_default_params()
+        params.n_ctx = plan.n_ctx
+        params.n_batch = plan.n_batch
+        params.n_ubatch = min(plan.n_ubatch, plan.n_batch)
+        params.n_seq_max = plan.n_slots
+        params.n_threads = plan.n_threads
+        params.n_threads_batch = plan.n_threads_batch
+        params.swa_full = plan.swa_full
+        params.kv_unified = plan.kv_unified
+        params.flash_attn_type = FLASH_ATTN[plan.flash_attn]
+        params.type_k = CACHE_TYPES[plan.cache_type_k]
+        params.type_v = CACHE_TYPES[plan.cache_type_v]
+        params.no_perf = True
+        params.embeddings = False
+        return params
+
+    def meta_value(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def meta(self) -> ModelMeta:
+        template = lc.llama_model_chat_template(self.model, None)
+        vocab = self.vocab
+        return ModelMeta(
+            vocab_type=lc.llama_vocab_type(lc.llama_model_get_vocab(self.model)),
+            n_vocab=vocab.n_tokens,
+            n_ctx_train=self.n_ctx_train,
+            n_embd=lc.llama_model_n_embd(self.model),
+            n_params=lc.llama_model_n_params(self.model),
+            size=lc.llama_model_size(self.model),
+            chat_template=template.decode("utf-8", errors="replace") if template else None,
+            bos_token=vocab.text_of(vocab.bos) if vocab.bos >= 0 else "",
+            eos_token=vocab.text_of(vocab.eos) if vocab.eos >= 0 else "",
+        )
+
+    def close(self) -> None:
+        if self.ctx:
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            lc.llama_model_free(self.model)
+            self.model = None
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)

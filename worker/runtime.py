@@ -1,0 +1,246 @@
+"""A worker process: loads the model, runs the engine, takes jobs from arq, publishes events,
+keeps its registry entry alive and listens for cancellations and wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from arq.connections import ArqRedis, create_pool
+from arq.worker import func
+from redis.asyncio import Redis
+
+from scheduler import keys
+from scheduler.errors import LlamaqError, ServerError
+from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
+from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.registry import Registry, WorkerInfo
+from scheduler.results import (
+    DetokenizeResult,
+    ErrorEvent,
+    FinalEvent,
+    TokenizeResult,
+    TokenPiece,
+)
+from storage import ModelFiles, default_model_path, open_store
+from worker.arq_worker import WakeableWorker
+from worker.engine import Engine, EngineDefaults
+from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.publisher import EventPublisher
+from worker.sampling import DEFAULT_SEED, SamplerConfig, normalize_samplers
+from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+JOB_TIMEOUT_S = 7 * 24 * 3600
+"""Generations are bounded by n_predict, the context and cancellation, not by arq's timer."""
+
+
+class WorkerRuntime:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.model_id = settings.model_id()
+        self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
+        self.redis: Redis | None = None
+        self.engine: Engine | None = None
+        self.publisher: EventPublisher | None = None
+
+    # -- start and stop -----------------------------------------------------------------
+
+    async def run(self, redis_url: str) -> None:
+        self.redis = Redis.from_url(redis_url)
+        pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+                                 job_deserializer=deserialize_job)
+        model = await asyncio.to_thread(self._load_model)
+        self.publisher = EventPublisher(self.redis)
+        self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
+        self.engine.start()
+        slot_worker = self._arq_worker(pool, keys.slot_queue(self.model_id),
+                                       [func(_completion, name="completion")],
+                                       max_jobs=model.plan.n_slots)
+        utility_worker = self._arq_worker(pool, keys.utility_queue(self.model_id),
+                                          [func(_tokenize, name="tokenize"),
+                                           func(_detokenize, name="detokenize")], max_jobs=8)
+        info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
+                          model_path=str(model.path), n_slots=model.plan.n_slots,
+                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(), started_at=time.time())
+        registry = Registry(self.redis)
+        tasks = [
+            asyncio.create_task(self.publisher.run()),
+            asyncio.create_task(self._listen(slot_worker, utility_worker)),
+            asyncio.create_task(slot_worker.main()),
+            asyncio.create_task(utility_worker.main()),
+        ]
+        log.info("worker %s serves %s on queue %s", self.worker_id, self.model_id,
+                 slot_worker.queue_name)
+        try:
+            while True:
+                await registry.heartbeat(info)
+                await asyncio.sleep(keys.HEARTBEAT_EVERY_S)
+        finally:
+            with contextlib.suppress(Exception):
+                await registry.remove(info)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.engine.stop()
+            model.close()
+            await pool.aclose()
+            await self.redis.aclose()
+
+    def _load_model(self) -> LoadedModel:
+        s = self.settings
+        n_slots = 4 if s.n_parallel < 0 else s.n_parallel
+        threads = default_threads() if s.threads < 1 else s.threads
+        plan = ContextPlan(
+            n_ctx=s.ctx_size, n_slots=n_slots,
+            kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
+            n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
+            n_threads_batch=s.threads_batch or threads,
+            # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
+            swa_full=s.swa_full or s.cache_prompt,
+            flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
+        )
+        ngl = None if s.n_gpu_layers == "auto" else (-1 if s.n_gpu_layers == "all"
+                                                     else int(s.n_gpu_layers))
+        return LoadedModel(self._model_path(), plan, ngl, use_mmap="mmap" in s.load_mode
+                           or s.load_mode == "auto")
+
+    def _model_path(self) -> Path:
+        s = self.settings
+        cache_dir = Path(s.cache_dir)
+        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir)
+        if s.model:
+            return files.resolve(s.model)
+        if s.hf_repo:
+            return files.from_hf(s.hf_repo, s.hf_file, s.hf_token)
+        return default_model_path(cache_dir)
+
+    def _defaults(self) -> EngineDefaults:
+        s = self.settings
+        sampling = SamplerConfig(
+            temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
+            top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
+            top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
+            xtc_threshold=s.xtc_threshold, repeat_last_n=s.repeat_last_n,
+            repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
+            dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
+            dry_penalty_last_n=s.dry_penalty_last_n,
+            dry_sequence_breakers=s.dry_sequence_breaker or ["\n", ":", '"', "*"],
+            mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
+            seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
+            samplers=normalize_samplers(s.samplers),
+        )
+        return EngineDefaults(sampling=sampling, n_predict=s.n_predict, n_keep=s.keep,
+                              cache_prompt=s.cache_prompt, special=s.special,
+                              model_alias=self.model_id)
+
+    def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
+                    max_jobs: int) -> WakeableWorker:
+        return WakeableWorker(
+            functions, queue_name=queue, redis_pool=pool, max_jobs=max_jobs,
+            job_timeout=JOB_TIMEOUT_S, max_tries=1, keep_result=0, poll_delay=self.settings.poll_delay,
+            handle_signals=False, ctx={"runtime": self}, job_serializer=serialize_job,
+            job_deserializer=deserialize_job, log_results=False,
+        )
+
+    async def _listen(self, *workers: WakeableWorker) -> None:
+        """Wake-ups for our queues and cancellations, on one pub/sub connection."""
+        assert self.redis is not None and self.engine is not None
+        by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(keys.CANCEL_CHANNEL, *by_channel)
+        async for message in pubsub.listen():
+            channel = message["channel"].decode()
+            if channel == keys.CANCEL_CHANNEL:
+                self.engine.cancel(message["data"].decode())
+            elif channel in by_channel:
+                by_channel[channel].wake.set()
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    async def completion(self, job: CompletionJob) -> None:
+        assert self.engine is not None and self.publisher is not None and self.redis is not None
+        if await self.redis.exists(keys.job_cancel(job.job_id)):
+            log.info("job %s: cancelled before it started", job.job_id)
+            return
+        try:
+            request = self.engine.prepare(job)
+        except LlamaqError as error:
+            self.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+            return
+        done = self.publisher.expect(job.job_id)
+        self.engine.submit(request)
+        try:
+            await done
+        except asyncio.CancelledError:
+            self.engine.cancel(job.job_id)
+            raise
+
+    def tokenize(self, job: TokenizeJob) -> None:
+        vocab = self._engine().model.vocab
+        ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
+        tokens: list[int] | list[TokenPiece] = ids
+        if job.with_pieces:
+            tokens = [TokenPiece(id=t, piece=_piece_json(vocab.piece(t, True))) for t in ids]
+        self._final(job.job_id, TokenizeResult(tokens=tokens))
+
+    def detokenize(self, job: DetokenizeJob) -> None:
+        vocab = self._engine().model.vocab
+        self._final(job.job_id, DetokenizeResult(content=vocab.detokenize(
+            [t for t in job.tokens if vocab.valid(t)])))
+
+    def _final(self, job_id: str, result: TokenizeResult | DetokenizeResult) -> None:
+        assert self.publisher is not None
+        self.publisher.publish([(job_id, FinalEvent(result=result))])
+
+    def _engine(self) -> Engine:
+        assert self.engine is not None
+        return self.engine
+
+    def fail(self, job_id: str, error: Exception) -> None:
+        assert self.publisher is not None
+        log.exception("job %s: failed", job_id, exc_info=error)
+        info = ServerError(f"internal error: {error}").to_info()
+        self.publisher.publish([(job_id, ErrorEvent(error=info))])
+
+
+def _piece_json(piece: bytes) -> str | list[int]:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)
+
+
+async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
+    runtime: WorkerRuntime = ctx["runtime"]
+    job_id = str(payload.get("job_id", "?"))
+    try:
+        if kind == "completion":
+            await runtime.completion(CompletionJob.model_validate(payload))
+        elif kind == "tokenize":
+            runtime.tokenize(TokenizeJob.model_validate(payload))
+        else:
+            runtime.detokenize(DetokenizeJob.model_validate(payload))
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # a bug must still end the job for its client
+        runtime.fail(job_id, error)
+
+
+async def _completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    await _run_job(ctx, payload, "completion")
+
+
+async def _tokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    await _run_job(ctx, payload, "tokenize")
+
+
+async def _detokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    await _run_job(ctx, payload, "detokenize")

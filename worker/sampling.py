@@ -1,0 +1,159 @@
+"""Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import llama_cpp as lc
+from pydantic import BaseModel
+
+from scheduler.errors import InvalidRequest
+from scheduler.jobs import SamplingParams
+
+DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+SAMPLER_NAMES = {
+    "penalties": "penalties",
+    "dry": "dry",
+    "top_n_sigma": "top_n_sigma",
+    "top_k": "top_k",
+    "typ_p": "typ_p",
+    "typical_p": "typ_p",
+    "typ": "typ_p",
+    "top_p": "top_p",
+    "nucleus": "top_p",
+    "min_p": "min_p",
+    "xtc": "xtc",
+    "temperature": "temperature",
+    "temp": "temperature",
+}
+
+
+class SamplerConfig(BaseModel):
+    """Fully resolved sampling settings of one request (server defaults + request overrides)."""
+
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    repeat_last_n: int = 64
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: list[str] = ["\n", ":", '"', "*"]
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    seed: int = DEFAULT_SEED
+    ignore_eos: bool = False
+    min_keep: int = 0
+    samplers: list[str] = [
+        "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+        "temperature",
+    ]
+
+    def with_request(self, request: SamplingParams) -> SamplerConfig:
+        overrides = request.model_dump(exclude_none=True)
+        if "samplers" in overrides:
+            overrides["samplers"] = normalize_samplers(overrides["samplers"])
+        if overrides.get("seed", 0) < 0:
+            overrides["seed"] = DEFAULT_SEED
+        if overrides.get("mirostat", 0) not in (0, 1, 2):
+            raise InvalidRequest("mirostat must be 0, 1 or 2")
+        return self.model_copy(update=overrides)
+
+
+def normalize_samplers(names: list[str]) -> list[str]:
+    """Known sampler names (and aliases) in the order given; unknown names are skipped, as
+    llama-server does."""
+    return [SAMPLER_NAMES[n.lower()] for n in names if n.lower() in SAMPLER_NAMES]
+
+
+class SamplerChain:
+    """A llama_sampler chain owned by one slot for one request."""
+
+    def __init__(self, config: SamplerConfig, vocab: lc.llama_vocab_p, n_vocab: int) -> None:
+        params = lc.llama_sampler_chain_default_params()
+        params.no_perf = True
+        self._chain = lc.llama_sampler_chain_init(params)
+        self._vocab = vocab
+        for sampler in self._samplers(config, n_vocab):
+            lc.llama_sampler_chain_add(self._chain, sampler)
+
+    def _samplers(self, c: SamplerConfig, n_vocab: int) -> list[lc.llama_sampler_p]:
+        out = [self._suppressed_tokens(n_vocab)] if self._has_suppressed() else []
+        if c.mirostat == 1:
+            return [*out, lc.llama_sampler_init_temp(c.temperature),
+                    lc.llama_sampler_init_mirostat(n_vocab, c.seed, c.mirostat_tau,
+                                                   c.mirostat_eta, 100)]
+        if c.mirostat == 2:
+            return [*out, lc.llama_sampler_init_temp(c.temperature),
+                    lc.llama_sampler_init_mirostat_v2(c.seed, c.mirostat_tau, c.mirostat_eta)]
+        for name in c.samplers:
+            out.append(self._one(name, c, n_vocab))
+        out.append(lc.llama_sampler_init_dist(c.seed))
+        return out
+
+    def _one(self, name: str, c: SamplerConfig, n_vocab: int) -> lc.llama_sampler_p:
+        match name:
+            case "penalties":
+                return lc.llama_sampler_init_penalties(
+                    n_vocab, c.repeat_last_n, c.repeat_penalty, c.frequency_penalty, c.presence_penalty)
+            case "dry":
+                breakers = [b.encode() for b in c.dry_sequence_breakers]
+                arr = (ctypes.c_char_p * len(breakers))(*breakers)
+                return lc.llama_sampler_init_dry(
+                    self._vocab, c.dry_multiplier, c.dry_base, c.dry_allowed_length,
+                    c.dry_penalty_last_n, arr, len(breakers))
+            case "top_n_sigma":
+                return lc.llama_sampler_init_top_n_sigma(c.top_n_sigma)
+            case "top_k":
+                return lc.llama_sampler_init_top_k(c.top_k)
+            case "typ_p":
+                return lc.llama_sampler_init_typical(c.typical_p, c.min_keep)
+            case "top_p":
+                return lc.llama_sampler_init_top_p(c.top_p, c.min_keep)
+            case "min_p":
+                return lc.llama_sampler_init_min_p(c.min_p, c.min_keep)
+            case "xtc":
+                return lc.llama_sampler_init_xtc(c.xtc_probability, c.xtc_threshold, c.min_keep,
+                                                 c.seed)
+            case _:
+                return lc.llama_sampler_init_temp_ext(c.temperature, c.dynatemp_range,
+                                                      c.dynatemp_exponent)
+
+    def _has_suppressed(self) -> bool:
+        count = ctypes.c_int32(0)
+        lc.llama_vocab_get_suppress_tokens(self._vocab, ctypes.byref(count))
+        return count.value > 0
+
+    def _suppressed_tokens(self, n_vocab: int) -> lc.llama_sampler_p:
+        count = ctypes.c_int32(0)
+        tokens = lc.llama_vocab_get_suppress_tokens(self._vocab, ctypes.byref(count))
+        biases = (lc.llama_logit_bias * count.value)()
+        for i in range(count.value):
+            biases[i].token = tokens[i]
+            biases[i].bias = -math.inf
+        return lc.llama_sampler_init_logit_bias(n_vocab, count.value, biases)
+
+    def accept(self, token: int) -> None:
+        lc.llama_sampler_accept(self._chain, token)
+
+    def sample(self, ctx: lc.llama_context_p, batch_index: int) -> int:
+        """Sample from the logits at `batch_index` of the last decode (and accept the token)."""
+        return int(lc.llama_sampler_sample(self._chain, ctx, batch_index))
+
+    def free(self) -> None:
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None

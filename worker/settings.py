@@ -1,0 +1,340 @@
+"""Settings of a worker: llama-server's model, context, slot and sampling flags, plus ours."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scheduler.config import CommonSettings, flag
+
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+ON_OFF_AUTO = ("on", "off", "auto")
+DEFAULT_SAMPLERS = (
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+)
+
+
+class WorkerSettings(CommonSettings):
+    """llamaq worker: one engine (model, context, slots) fed by arq jobs."""
+
+    prog: ClassVar[str] = "llamaq-worker"
+
+    # CPU
+    threads: int = flag(-1, "-t", "--threads", env="LLAMA_ARG_THREADS",
+                        help="number of CPU threads to use during generation")
+    threads_batch: int | None = flag(None, "-tb", "--threads-batch",
+                                     help="number of threads to use during batch and prompt "
+                                     "processing (none: same as --threads)")
+    # context and batching
+    ctx_size: int = flag(0, "-c", "--ctx-size", env="LLAMA_ARG_CTX_SIZE",
+                         help="size of the prompt context (0 = loaded from model)")
+    n_predict: int = flag(-1, "-n", "--predict", "--n-predict", env="LLAMA_ARG_N_PREDICT",
+                          help="number of tokens to predict (-1 = infinity)")
+    batch_size: int = flag(2048, "-b", "--batch-size", env="LLAMA_ARG_BATCH",
+                           help="logical maximum batch size")
+    ubatch_size: int = flag(512, "-ub", "--ubatch-size", env="LLAMA_ARG_UBATCH",
+                            help="physical maximum batch size")
+    keep: int = flag(0, "--keep", help="number of tokens to keep from the initial prompt "
+                     "(-1 = all)")
+    swa_full: bool = flag(False, "--swa-full", env="LLAMA_ARG_SWA_FULL",
+                          help="use full-size SWA cache")
+    flash_attn: str = flag("auto", "-fa", "--flash-attn", env="LLAMA_ARG_FLASH_ATTN",
+                           choices=ON_OFF_AUTO, help="set Flash Attention use")
+    perf: bool = flag(False, "--perf", env="LLAMA_ARG_PERF", negative=("--no-perf",),
+                      help="whether to enable internal libllama performance timings")
+    escape: bool = flag(True, "-e", "--escape", negative=("--no-escape",),
+                        help="whether to process escapes sequences (\\n, \\r, \\t, ', \", \\)")
+    # RoPE / YaRN
+    rope_scaling: str | None = flag(None, "--rope-scaling", env="LLAMA_ARG_ROPE_SCALING_TYPE",
+                                    choices=("none", "linear", "yarn"),
+                                    help="RoPE frequency scaling method (none: the model's, "
+                                    "else linear)")
+    rope_scale: float | None = flag(None, "--rope-scale", env="LLAMA_ARG_ROPE_SCALE",
+                                    help="RoPE context scaling factor, expands context by N")
+    rope_freq_base: float | None = flag(None, "--rope-freq-base", env="LLAMA_ARG_ROPE_FREQ_BASE",
+                                        help="RoPE base frequency (none: loaded from model)")
+    rope_freq_scale: float | None = flag(None, "--rope-freq-scale",
+                                         env="LLAMA_ARG_ROPE_FREQ_SCALE",
+                                         help="RoPE frequency scaling factor, expands context "
+                                         "by 1/N")
+    yarn_orig_ctx: int = flag(0, "--yarn-orig-ctx", env="LLAMA_ARG_YARN_ORIG_CTX",
+                              help="YaRN: original context size of model (0 = training context)")
+    yarn_ext_factor: float = flag(-1.0, "--yarn-ext-factor", env="LLAMA_ARG_YARN_EXT_FACTOR",
+                                  help="YaRN: extrapolation mix factor (0.0 = full "
+                                  "interpolation)")
+    yarn_attn_factor: float = flag(-1.0, "--yarn-attn-factor", env="LLAMA_ARG_YARN_ATTN_FACTOR",
+                                   help="YaRN: scale sqrt(t) or attention magnitude")
+    yarn_beta_slow: float = flag(-1.0, "--yarn-beta-slow", env="LLAMA_ARG_YARN_BETA_SLOW",
+                                 help="YaRN: high correction dim or alpha")
+    yarn_beta_fast: float = flag(-1.0, "--yarn-beta-fast", env="LLAMA_ARG_YARN_BETA_FAST",
+                                 help="YaRN: low correction dim or beta")
+    # KV cache and memory
+    kv_offload: bool = flag(True, "-kvo", "--kv-offload", env="LLAMA_ARG_KV_OFFLOAD",
+                            negative=("-nkvo", "--no-kv-offload"),
+                            help="whether to enable KV cache offloading")
+    repack: bool = flag(True, "--repack", env="LLAMA_ARG_REPACK",
+                        negative=("-nr", "--no-repack"),
+                        help="whether to enable weight repacking")
+    no_host: bool = flag(False, "--no-host", env="LLAMA_ARG_NO_HOST",
+                         help="bypass host buffer allowing extra buffers to be used")
+    cache_type_k: str = flag("f16", "-ctk", "--cache-type-k", env="LLAMA_ARG_CACHE_TYPE_K",
+                             choices=CACHE_TYPES, help="KV cache data type for K")
+    cache_type_v: str = flag("f16", "-ctv", "--cache-type-v", env="LLAMA_ARG_CACHE_TYPE_V",
+                             choices=CACHE_TYPES, help="KV cache data type for V")
+    load_mode: str = flag("auto", "-lm", "--load-mode", env="LLAMA_ARG_LOAD_MODE",
+                          choices=("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
+                          help="model loading mode")
+    lazy_mode: str = flag("auto", "-lzm", "--lazy-mode", env="LLAMA_ARG_LAZY_MODE",
+                          choices=ON_OFF_AUTO,
+                          help="on-demand reading of certain tensors (e.g. per-layer embeddings)")
+    numa: str | None = flag(None, "--numa", env="LLAMA_ARG_NUMA",
+                            choices=("distribute", "isolate", "numactl"),
+                            help="attempt optimizations that help on some NUMA systems")
+    check_tensors: bool = flag(False, "--check-tensors",
+                               help="check model tensor data for invalid values")
+    override_kv: list[str] = flag([], "--override-kv",
+                                  help="override model metadata: KEY=TYPE:VALUE,... "
+                                  "(types: int, float, bool, str)")
+    # devices
+    device: list[str] = flag([], "-dev", "--device", env="LLAMA_ARG_DEVICE",
+                             help="comma-separated list of devices to use for offloading "
+                             "(none = don't offload)")
+    rpc: list[str] = flag([], "--rpc", env="LLAMA_ARG_RPC",
+                          help="comma-separated list of RPC servers (host:port)")
+    override_tensor: list[str] = flag([], "-ot", "--override-tensor",
+                                      env="LLAMA_ARG_OVERRIDE_TENSOR",
+                                      help="override tensor buffer type: "
+                                      "<tensor name pattern>=<buffer type>,...")
+    cpu_moe: bool = flag(False, "-cmoe", "--cpu-moe", env="LLAMA_ARG_CPU_MOE",
+                         help="keep all Mixture of Experts (MoE) weights in the CPU")
+    n_cpu_moe: int = flag(0, "-ncmoe", "--n-cpu-moe", env="LLAMA_ARG_N_CPU_MOE",
+                          help="keep the MoE weights of the first N layers in the CPU")
+    moe_cache_mib: int = flag(0, "--moe-cache-mib", env="LLAMA_ARG_MOE_CACHE_MIB",
+                              help="GPU cache size in MiB for the MoE experts kept in the CPU "
+                              "(0 = disabled)")
+    n_cpu_ffn: int = flag(0, "-ncffn", "--n-cpu-ffn", env="LLAMA_ARG_N_CPU_FFN",
+                          help="keep the dense FFN weights of the first N layers in the CPU")
+    n_gpu_layers: str = flag("auto", "-ngl", "--gpu-layers", "--n-gpu-layers",
+                             env="LLAMA_ARG_N_GPU_LAYERS",
+                             help="max. number of layers to store in VRAM: a number, 'auto' "
+                             "or 'all'")
+    split_mode: str = flag("layer", "-sm", "--split-mode", env="LLAMA_ARG_SPLIT_MODE",
+                           choices=("none", "layer", "row", "tensor"),
+                           help="how to split the model across multiple GPUs")
+    tensor_split: list[float] = flag([], "-ts", "--tensor-split", env="LLAMA_ARG_TENSOR_SPLIT",
+                                     help="fraction of the model to offload to each GPU, "
+                                     "comma-separated proportions, e.g. 3,1")
+    main_gpu: int = flag(0, "-mg", "--main-gpu", env="LLAMA_ARG_MAIN_GPU",
+                         help="the GPU to use for the model (split-mode none) or for "
+                         "intermediate results and KV (split-mode row)")
+    fit: str = flag("on", "-fit", "--fit", env="LLAMA_ARG_FIT", choices=("on", "off"),
+                    help="whether to adjust unset arguments to fit in device memory")
+    fit_target: list[int] = flag([1024], "-fitt", "--fit-target", env="LLAMA_ARG_FIT_TARGET",
+                                 help="target margin in MiB per device for --fit, "
+                                 "comma-separated; a single value is broadcast")
+    fit_ctx: int = flag(4096, "-fitc", "--fit-ctx", env="LLAMA_ARG_FIT_CTX",
+                        help="minimum ctx size that can be set by --fit")
+    op_offload: bool = flag(True, "--op-offload", negative=("--no-op-offload",),
+                            help="whether to offload host tensor operations to device")
+    # adapters
+    lora: list[str] = flag([], "--lora", help="path to LoRA adapter(s), comma-separated")
+    lora_scaled: list[str] = flag([], "--lora-scaled",
+                                  help="LoRA adapter(s) with user defined scaling, FNAME:SCALE,...")
+    lora_init_without_apply: bool = flag(False, "--lora-init-without-apply",
+                                         help="load LoRA adapters without applying them "
+                                         "(apply later via POST /lora-adapters)")
+    control_vector: list[str] = flag([], "--control-vector",
+                                     help="add control vector(s), comma-separated")
+    control_vector_scaled: list[str] = flag([], "--control-vector-scaled",
+                                            help="add control vector(s) with user defined "
+                                            "scaling, FNAME:SCALE,...")
+    # multimodal
+    mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
+                              help="path to a multimodal projector file")
+    mmproj_url: str | None = flag(None, "-mmu", "--mmproj-url", env="LLAMA_ARG_MMPROJ_URL",
+                                  help="URL to a multimodal projector file")
+    mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
+                             negative=("--no-mmproj", "--no-mmproj-auto"),
+                             help="whether to use multimodal projector file (if available)")
+    mmproj_offload: bool = flag(True, "--mmproj-offload", env="LLAMA_ARG_MMPROJ_OFFLOAD",
+                                negative=("--no-mmproj-offload",),
+                                help="whether to enable GPU offloading for multimodal projector")
+    mmproj_device: str | None = flag(None, "-mmdev", "--mmproj-device", env="MTMD_BACKEND_DEVICE",
+                                     help="device to use for multimodal projector (none: "
+                                     "follows --device)")
+    image_min_tokens: int | None = flag(None, "--image-min-tokens",
+                                        env="LLAMA_ARG_IMAGE_MIN_TOKENS",
+                                        help="minimum number of tokens each image can take "
+                                        "(none: read from model)")
+    image_max_tokens: int | None = flag(None, "--image-max-tokens",
+                                        env="LLAMA_ARG_IMAGE_MAX_TOKENS",
+                                        help="maximum number of tokens each image can take "
+                                        "(none: read from model)")
+    mtmd_batch_max_tokens: int = flag(1024, "--mtmd-batch-max-tokens",
+                                      env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
+                                      help="maximum number of image tokens per batch when "
+                                      "encoding images")
+    video_fps: float = flag(4.0, "--video-fps", env="LLAMA_ARG_VIDEO_FPS",
+                            help="target video frame rate")
+    video_timestamp_interval: int = flag(5000, "--video-timestamp-interval",
+                                         env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL",
+                                         help="interval in milliseconds between text timestamps")
+    video_ffmpeg_dir: str | None = flag(None, "--video-ffmpeg-dir",
+                                        env="LLAMA_ARG_VIDEO_FFMPEG_DIR",
+                                        help="directory containing ffmpeg and ffprobe "
+                                        "(none: search in PATH)")
+    # slots and prompt cache
+    n_parallel: int = flag(-1, "-np", "--parallel", env="LLAMA_ARG_N_PARALLEL",
+                           help="number of server slots (-1 = auto)")
+    cont_batching: bool = flag(True, "-cb", "--cont-batching", env="LLAMA_ARG_CONT_BATCHING",
+                               negative=("-nocb", "--no-cont-batching"),
+                               help="whether to enable continuous batching")
+    kv_unified: bool | None = flag(None, "-kvu", "--kv-unified", env="LLAMA_ARG_KV_UNIFIED",
+                                   negative=("-no-kvu", "--no-kv-unified"),
+                                   help="use single unified KV buffer shared across all "
+                                   "sequences (none: enabled if number of slots is auto)")
+    kv_unified_per_slot: int | None = flag(None, "--kv-unified-per-slot",
+                                           env="LLAMA_ARG_KV_UNIFIED_PER_SLOT",
+                                           help="context limit per parallel slot")
+    cache_prompt: bool = flag(True, "--cache-prompt", env="LLAMA_ARG_CACHE_PROMPT",
+                              negative=("--no-cache-prompt",),
+                              help="whether to enable prompt caching")
+    cache_reuse: int = flag(0, "--cache-reuse", env="LLAMA_ARG_CACHE_REUSE",
+                            help="min chunk size to attempt reusing from the cache via KV "
+                            "shifting")
+    ctx_checkpoints: int = flag(32, "-ctxcp", "--ctx-checkpoints", "--swa-checkpoints",
+                                env="LLAMA_ARG_CTX_CHECKPOINTS",
+                                help="max number of context checkpoints to create per slot")
+    checkpoint_min_step: int = flag(8192, "-cms", "--checkpoint-min-step",
+                                    env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
+                                    help="minimum spacing between context checkpoints in tokens "
+                                    "(0 = no minimum)")
+    cache_ram: int = flag(8192, "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM",
+                          help="maximum cache size in MiB (-1 = no limit, 0 = disable)")
+    cache_idle_slots: bool = flag(True, "--cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS",
+                                  negative=("--no-cache-idle-slots",),
+                                  help="save idle slots to the prompt cache on new task")
+    context_shift: bool = flag(False, "--context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
+                               negative=("--no-context-shift",),
+                               help="whether to use context shift on infinite text generation")
+    slot_save_path: str | None = flag(None, "--slot-save-path", env="LLAMA_ARG_SLOT_SAVE_PATH",
+                                      help="path to save slot kv cache")
+    slot_prompt_similarity: float = flag(0.10, "-sps", "--slot-prompt-similarity",
+                                         help="how much the prompt of a request must match the "
+                                         "prompt of a slot to use that slot (0.0 = disabled)")
+    special: bool = flag(False, "-sp", "--special", help="special tokens output enabled")
+    warmup: bool = flag(True, "--warmup", negative=("--no-warmup",),
+                        help="whether to perform warmup with an empty run")
+    spm_infill: bool = flag(False, "--spm-infill",
+                            help="use Suffix/Prefix/Middle pattern for infill")
+    sleep_idle_seconds: int = flag(-1, "--sleep-idle-seconds",
+                                   help="seconds of idleness after which the server sleeps "
+                                   "(-1 = disabled)")
+    # embeddings and rerank
+    embedding: bool = flag(False, "--embedding", "--embeddings", env="LLAMA_ARG_EMBEDDINGS",
+                           help="restrict to only support embedding use case")
+    reranking: bool = flag(False, "--rerank", "--reranking", env="LLAMA_ARG_RERANKING",
+                           help="enable reranking endpoint on server")
+    pooling: str | None = flag(None, "--pooling", env="LLAMA_ARG_POOLING",
+                               choices=("none", "mean", "cls", "last", "rank"),
+                               help="pooling type for embeddings (none: model default)")
+    embd_normalize: int = flag(2, "--embd-normalize",
+                               help="normalisation for embeddings (-1 none, 0 max absolute "
+                               "int16, 1 taxicab, 2 euclidean, >2 p-norm)")
+    # sampling
+    samplers: list[str] = flag(list(DEFAULT_SAMPLERS), "--samplers", sep=";",
+                               help="samplers used for generation in order, separated by ';'")
+    seed: int = flag(-1, "-s", "--seed", help="RNG seed (-1 = random seed)")
+    sampling_seq: str = flag("edskypmxt", "--sampler-seq", "--sampling-seq",
+                             help="simplified sequence for samplers that will be used")
+    ignore_eos: bool = flag(False, "--ignore-eos",
+                            help="ignore end of stream token and continue generating")
+    temp: float = flag(0.80, "--temp", "--temperature", env="LLAMA_ARG_TEMPERATURE",
+                       help="temperature")
+    top_k: int = flag(40, "--top-k", env="LLAMA_ARG_TOP_K", help="top-k sampling (0 = disabled)")
+    top_p: float = flag(0.95, "--top-p", env="LLAMA_ARG_TOP_P",
+                        help="top-p sampling (1.0 = disabled)")
+    min_p: float = flag(0.05, "--min-p", env="LLAMA_ARG_MIN_P",
+                        help="min-p sampling (0.0 = disabled)")
+    top_n_sigma: float = flag(-1.0, "--top-nsigma", "--top-n-sigma",
+                              help="top-n-sigma sampling (-1.0 = disabled)")
+    xtc_probability: float = flag(0.0, "--xtc-probability",
+                                  help="xtc probability (0.0 = disabled)")
+    xtc_threshold: float = flag(0.10, "--xtc-threshold", help="xtc threshold (1.0 = disabled)")
+    typical_p: float = flag(1.0, "--typical", "--typical-p",
+                            help="locally typical sampling, parameter p (1.0 = disabled)")
+    repeat_last_n: int = flag(64, "--repeat-last-n",
+                              help="last n tokens to consider for penalize (0 = disabled)")
+    repeat_penalty: float = flag(1.0, "--repeat-penalty", env="LLAMA_ARG_REPEAT_PENALTY",
+                                 help="penalize repeat sequence of tokens (1.0 = disabled)")
+    presence_penalty: float = flag(0.0, "--presence-penalty", env="LLAMA_ARG_PRESENCE_PENALTY",
+                                   help="repeat alpha presence penalty (0.0 = disabled)")
+    frequency_penalty: float = flag(0.0, "--frequency-penalty",
+                                    env="LLAMA_ARG_FREQUENCY_PENALTY",
+                                    help="repeat alpha frequency penalty (0.0 = disabled)")
+    dry_multiplier: float = flag(0.0, "--dry-multiplier",
+                                 help="DRY sampling multiplier (0.0 = disabled)")
+    dry_base: float = flag(1.75, "--dry-base", help="DRY sampling base value")
+    dry_allowed_length: int = flag(2, "--dry-allowed-length",
+                                   help="allowed length for DRY sampling")
+    dry_penalty_last_n: int = flag(64, "--dry-penalty-last-n",
+                                   help="DRY penalty for the last n tokens (0 = disable)")
+    dry_sequence_breaker: list[str] = flag([], "--dry-sequence-breaker", sep=None,
+                                           help="add sequence breaker for DRY sampling, one per "
+                                           "flag, clearing the default breakers ('\\n', ':', "
+                                           "'\"', '*'); 'none' for no breakers")
+    adaptive_target: float = flag(-1.0, "--adaptive-target",
+                                  help="adaptive-p: select tokens near this probability "
+                                  "(negative = disabled)")
+    adaptive_decay: float = flag(0.90, "--adaptive-decay",
+                                 help="adaptive-p: decay rate for target adaptation over time")
+    dynatemp_range: float = flag(0.0, "--dynatemp-range",
+                                 help="dynamic temperature range (0.0 = disabled)")
+    dynatemp_exp: float = flag(1.0, "--dynatemp-exp", help="dynamic temperature exponent")
+    mirostat: int = flag(0, "--mirostat", choices=(0, 1, 2),
+                         help="use Mirostat sampling (0 = disabled, 1 = Mirostat, "
+                         "2 = Mirostat 2.0)")
+    mirostat_lr: float = flag(0.10, "--mirostat-lr", help="Mirostat learning rate, parameter eta")
+    mirostat_ent: float = flag(5.0, "--mirostat-ent",
+                               help="Mirostat target entropy, parameter tau")
+    logit_bias: list[str] = flag([], "-l", "--logit-bias",
+                                 help="modify the likelihood of a token: TOKEN_ID(+/-)BIAS, "
+                                 "e.g. 15043+1")
+    grammar: str | None = flag(None, "--grammar",
+                               help="BNF-like grammar to constrain generations")
+    grammar_file: str | None = flag(None, "--grammar-file", help="file to read grammar from")
+    json_schema: str | None = flag(None, "-j", "--json-schema",
+                                   help="JSON schema to constrain generations")
+    json_schema_file: str | None = flag(None, "-jf", "--json-schema-file",
+                                        help="file containing a JSON schema to constrain "
+                                        "generations")
+    backend_sampling: bool = flag(False, "-bs", "--backend-sampling",
+                                  env="LLAMA_ARG_BACKEND_SAMPLING",
+                                  help="enable backend sampling (experimental)")
+    # speculative decoding
+    spec_type: list[str] = flag([], "--spec-type", env="LLAMA_ARG_SPEC_TYPE",
+                                help="comma-separated list of types of speculative decoding "
+                                "(none, draft-simple, ngram-simple, ...)")
+    spec_draft_model: str | None = flag(None, "--spec-draft-model", "-md", "--model-draft",
+                                        env="LLAMA_ARG_SPEC_DRAFT_MODEL",
+                                        help="draft model for speculative decoding")
+    spec_draft_hf: str | None = flag(None, "--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft",
+                                     env="LLAMA_ARG_SPEC_DRAFT_HF_REPO",
+                                     help="same as --hf-repo, but for the draft model")
+    spec_draft_ngl: str = flag("auto", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft",
+                               "--n-gpu-layers-draft", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+                               help="max. number of draft model layers to store in VRAM")
+    spec_draft_n_max: int = flag(3, "--spec-draft-n-max", env="LLAMA_ARG_SPEC_DRAFT_N_MAX",
+                                 help="number of tokens to draft for speculative decoding")
+    spec_draft_n_min: int = flag(0, "--spec-draft-n-min", env="LLAMA_ARG_SPEC_DRAFT_N_MIN",
+                                 help="minimum number of draft tokens to use")
+    spec_draft_p_split: float = flag(0.10, "--spec-draft-p-split", "--draft-p-split",
+                                     env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
+                                     help="speculative decoding split probability")
+    spec_draft_p_min: float = flag(0.0, "--spec-draft-p-min", "--draft-p-min",
+                                   env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
+                                   help="minimum speculative decoding probability (greedy)")
+    # ours
+    worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
+                                 help="worker id in the registry (none: generated)")
+    poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
+                             help="arq fallback poll interval in seconds")

@@ -1,0 +1,43 @@
+"""Slot bookkeeping as plain state: which slot a request gets and how much cache it can reuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SlotCache:
+    """The tokens whose KV a slot (one llama sequence) currently holds."""
+
+    slot_id: int
+    tokens: list[int] = field(default_factory=list)
+    last_used: float = 0.0
+    busy: bool = False
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCache | None:
+    """The requested slot if it is idle; else the idle slot sharing the longest prefix with the
+    prompt, the least recently used one among equals. None when none is idle."""
+    if id_slot >= 0:
+        slot = slots[id_slot]
+        return None if slot.busy else slot
+    idle = [s for s in slots if not s.busy]
+    if not idle:
+        return None
+    return max(idle, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
+
+
+def reusable_prefix(cached: list[int], prompt: list[int], cache_prompt: bool) -> int:
+    """How many prompt tokens need no decode. At least one token is always decoded, since the
+    last prompt token's logits are needed to sample."""
+    if not cache_prompt:
+        return 0
+    return min(common_prefix(cached, prompt), len(prompt) - 1)

@@ -1,0 +1,66 @@
+"""The model's vocabulary: tokenize, pieces, detokenize. Read-only, safe from any thread."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp as lc
+
+from scheduler.jobs import PromptPiece
+
+
+class Vocab:
+    def __init__(self, vocab: lc.llama_vocab_p) -> None:
+        self._vocab = vocab
+        self.n_tokens = lc.llama_vocab_n_tokens(vocab)
+        self.bos = lc.llama_vocab_bos(vocab)
+        self.eos = lc.llama_vocab_eos(vocab)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode()
+        capacity = len(data) + 2
+        buf = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special,
+                              parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special,
+                                  parse_special)
+        return list(buf[:n])
+
+    def tokenize_prompt(self, prompt: str | list[PromptPiece]) -> list[int]:
+        """Strings and token ids, as llama-server mixes them: BOS (when the model wants one)
+        only if the prompt starts with a string; special tokens are parsed."""
+        pieces = [prompt] if isinstance(prompt, str) else prompt
+        tokens: list[int] = []
+        for i, piece in enumerate(pieces):
+            if isinstance(piece, str):
+                tokens.extend(self.tokenize(piece, add_special=i == 0, parse_special=True))
+            else:
+                tokens.append(piece)
+        return tokens
+
+    def piece(self, token: int, special: bool) -> bytes:
+        """The bytes of one token (its UTF-8 may be incomplete)."""
+        buf = self._piece_buf
+        n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int], special: bool = True) -> str:
+        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    def valid(self, token: int) -> bool:
+        return 0 <= token < self.n_tokens
+
+    def text_of(self, token: int) -> str:
+        text = lc.llama_vocab_get_text(self._vocab, token)
+        return text.decode("utf-8", errors="replace") if text else ""
