@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 from api.settings import ApiSettings
 from llamaq.logs import setup_logging
@@ -57,11 +59,11 @@ def run_scheduler(argv: list[str]) -> None:
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
 
 
-def _run_until_signal(main: object) -> None:
+def _run_until_signal(main: Coroutine[Any, Any, None]) -> None:
     """Run a coroutine; SIGTERM/SIGINT cancel it so that its `finally` blocks clean up."""
 
     async def runner() -> None:
-        task = asyncio.ensure_future(main)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(main)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, Union, get_args, get_origin
 
-from storage.models import DEFAULT_MODEL_FILE
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
+
+from storage.models import DEFAULT_MODEL_FILE
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})

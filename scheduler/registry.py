@@ -41,7 +41,8 @@ class Registry:
 
     async def heartbeat(self, info: WorkerInfo) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+            pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(),
+                     ex=keys.HEARTBEAT_TTL_S)
             pipe.zadd(keys.model_workers(info.model_id), {info.worker_id: time.time()})
             await pipe.execute()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from scheduler.errors import ErrorInfo
 
@@ -22,15 +22,45 @@ class Timings(BaseModel):
 
 
 class GenerationSettings(BaseModel):
-    """The parameters a slot actually used (the spec's `generation_settings`)."""
-
-    model_config = ConfigDict(extra="allow")
+    """The parameters a slot actually used (the spec's `generation_settings`), in
+    llama-server's order."""
 
     n_predict: int
     seed: int
     temperature: float
+    dynatemp_range: float
+    dynatemp_exponent: float
+    top_k: int
+    top_p: float
+    min_p: float
+    top_n_sigma: float
+    xtc_probability: float
+    xtc_threshold: float
+    typical_p: float
+    repeat_last_n: int
+    repeat_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    dry_multiplier: float
+    dry_base: float
+    dry_allowed_length: int
+    dry_penalty_last_n: int
+    dry_sequence_breakers: list[str]
+    mirostat: int
+    mirostat_tau: float
+    mirostat_eta: float
     stop: list[str]
+    max_tokens: int
+    n_keep: int
+    n_discard: int = 0
+    ignore_eos: bool
     stream: bool
+    n_probs: int = 0
+    min_keep: int
+    samplers: list[str]
+    timings_per_token: bool
+    n_ctx: int
+    model: str
 
 
 class CompletionResult(BaseModel):

@@ -316,14 +316,11 @@ class Engine:
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
-        s = request.sampling
         return GenerationSettings(
-            n_predict=request.n_predict, seed=s.seed, temperature=s.temperature,
-            stop=request.job.stop, stream=request.job.stream,
-            **s.model_dump(exclude={"seed", "temperature"}),
-            max_tokens=request.n_predict, n_keep=self.defaults.n_keep, n_probs=0,
-            n_ctx=self.model.n_ctx_slot, model=self.defaults.model_alias,
-            timings_per_token=request.job.timings_per_token,
+            **request.sampling.model_dump(), n_predict=request.n_predict,
+            stop=request.job.stop, stream=request.job.stream, max_tokens=request.n_predict,
+            n_keep=self.defaults.n_keep, n_ctx=self.model.n_ctx_slot,
+            model=self.defaults.model_alias, timings_per_token=request.job.timings_per_token,
         )
 
     def _timings(self, active: Active, now: float) -> Timings:

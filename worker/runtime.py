@@ -145,7 +145,8 @@ class WorkerRuntime:
                     max_jobs: int) -> WakeableWorker:
         return WakeableWorker(
             functions, queue_name=queue, redis_pool=pool, max_jobs=max_jobs,
-            job_timeout=JOB_TIMEOUT_S, max_tries=1, keep_result=0, poll_delay=self.settings.poll_delay,
+            job_timeout=JOB_TIMEOUT_S, max_tries=1, keep_result=0,
+            poll_delay=self.settings.poll_delay,
             handle_signals=False, ctx={"runtime": self}, job_serializer=serialize_job,
             job_deserializer=deserialize_job, log_results=False,
         )

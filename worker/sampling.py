@@ -108,7 +108,8 @@ class SamplerChain:
         match name:
             case "penalties":
                 return lc.llama_sampler_init_penalties(
-                    n_vocab, c.repeat_last_n, c.repeat_penalty, c.frequency_penalty, c.presence_penalty)
+                    n_vocab, c.repeat_last_n, c.repeat_penalty, c.frequency_penalty,
+                    c.presence_penalty)
             case "dry":
                 breakers = [b.encode() for b in c.dry_sequence_breakers]
                 arr = (ctypes.c_char_p * len(breakers))(*breakers)

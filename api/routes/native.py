@@ -31,7 +31,8 @@ def route(methods: list[str], *paths: str) -> Callable[[Handler], Handler]:
 
     def register(handler: Handler) -> Handler:
         for path in paths:
-            native.add_route(handler, path, methods=methods,
+            native.add_route(handler, path,  # type: ignore[arg-type]
+                             methods=methods,
                              name=f"{handler.__name__}{path.replace('/', '_').replace('.', '_')}")
         return handler
 

@@ -1,0 +1,379 @@
+"""Streaming benchmark: llamaq vs llama-server built from the same llama.cpp.
+
+    .venv/bin/python bench/streaming.py [--only llamaq|llama-server] [--concurrency 1,4,8]
+                                        [--n-predict 128] [--repeats 1]
+
+Runs one system at a time (start, measure, stop, then the other), with the same model and the
+same -np/-c/-t/-b/-ub. For each concurrency N, N streaming clients POST /completion at once and
+read the SSE events; we report the aggregate generated tokens/s (all tokens / wall time of the
+round) and the median time to first token. A "late arrival" round starts 7 long generations and
+an 8th one a second later: continuous batching should give it its first token long before the 7
+others finish. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from storage import default_model_path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+SYSTEMS = ("llama-server", "llamaq")
+DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-server"
+# About 30 tokens with the Gemma 3 tokenizer. Each request gets its own prefix (round and
+# client number), so no two requests share a prompt prefix; cache_prompt is off as well.
+PROMPT = ("Write a long story about a lighthouse keeper who finds a strange glowing bottle on "
+          "the beach one stormy night, and what happens next in the village.")
+ROUND_TIMEOUT_S = 180.0
+LATE_DELAY_S = 1.0
+
+
+@dataclass
+class Stream:
+    """What one streaming client saw."""
+
+    start: float
+    first_token: float | None = None
+    end: float | None = None
+    tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.start
+
+
+@dataclass
+class Round:
+    concurrency: int
+    streams: list[Stream]
+    wall_s: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.streams)
+
+    @property
+    def errors(self) -> list[str]:
+        return [s.error for s in self.streams if s.error]
+
+
+@dataclass
+class Late:
+    ttft_s: float | None
+    first_of_others_done_s: float | None
+    joined: bool
+    errors: list[str]
+
+
+@dataclass
+class Result:
+    system: str
+    rounds: dict[int, list[Round]] = field(default_factory=dict)
+    late: Late | None = None
+    failure: str | None = None
+
+    def tok_s(self, n: int) -> float | None:
+        rounds = [r for r in self.rounds.get(n, []) if not r.errors]
+        if not rounds:
+            return None
+        return sum(r.tokens for r in rounds) / sum(r.wall_s for r in rounds)
+
+    def ttft_ms(self, n: int) -> float | None:
+        ttfts = [s.ttft for r in self.rounds.get(n, []) for s in r.streams if s.ttft is not None]
+        return statistics.median(ttfts) * 1000 if ttfts else None
+
+    def errors(self, n: int) -> list[str]:
+        return [e for r in self.rounds.get(n, []) for e in r.errors]
+
+
+# ---------------------------------------------------------------- clients
+
+
+def body(prompt: str, n_predict: int, seed: int) -> dict[str, object]:
+    return {"prompt": prompt, "n_predict": n_predict, "stream": True, "ignore_eos": True,
+            "temperature": 0.8, "seed": seed, "cache_prompt": False}
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, object]) -> Stream:
+    result = Stream(start=time.perf_counter())
+    streamed = 0
+    predicted: int | None = None
+    try:
+        async with client.stream("POST", url + "/completion", json=payload) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                result.error = f"HTTP {response.status_code}: {text[:200]}"
+                return result
+            async for line in response.aiter_lines():
+                if line.startswith("error:"):
+                    result.error = line[:200]
+                    break
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    result.error = json.dumps(event["error"])[:200]
+                    break
+                tokens = event.get("tokens") or []
+                if (tokens or event.get("content")) and result.first_token is None:
+                    result.first_token = time.perf_counter()
+                streamed += len(tokens)
+                if event.get("stop"):
+                    predicted = event.get("tokens_predicted")
+                    break
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"[:200]
+    result.end = time.perf_counter()
+    result.tokens = predicted if isinstance(predicted, int) else streamed
+    return result
+
+
+async def run_round(url: str, concurrency: int, n_predict: int, tag: str) -> Round:
+    async with httpx.AsyncClient(timeout=None) as client:
+        start = time.perf_counter()
+        tasks = [stream_one(client, url, body(f"[{tag} client {i}] {PROMPT}", n_predict, i))
+                 for i in range(concurrency)]
+        streams = await asyncio.wait_for(asyncio.gather(*tasks), ROUND_TIMEOUT_S)
+        return Round(concurrency, list(streams), time.perf_counter() - start)
+
+
+async def run_late(url: str, n_predict: int) -> Late:
+    async with httpx.AsyncClient(timeout=None) as client:
+        long = [asyncio.create_task(stream_one(client, url, body(f"[late long {i}] {PROMPT}",
+                                                                   2 * n_predict, i)))
+                for i in range(7)]
+        await asyncio.sleep(LATE_DELAY_S)
+        late = asyncio.create_task(stream_one(client, url, body(f"[late 8] {PROMPT}",
+                                                                n_predict, 7)))
+        others = await asyncio.wait_for(asyncio.gather(*long), ROUND_TIMEOUT_S)
+        mine = await asyncio.wait_for(late, ROUND_TIMEOUT_S)
+    ends = [s.end for s in others if s.end is not None and not s.error]
+    first_done = min(ends) if ends else None
+    joined = (mine.first_token is not None and first_done is not None
+              and mine.first_token < first_done)
+    return Late(ttft_s=mine.ttft,
+                first_of_others_done_s=None if first_done is None else first_done - mine.start,
+                joined=joined,
+                errors=[s.error for s in [*others, mine] if s.error])
+
+
+async def measure(result: Result, url: str, concurrency: list[int], n_predict: int,
+                  repeats: int) -> None:
+    warm = await run_round(url, 1, n_predict, "warm-up")
+    if warm.errors:
+        raise RuntimeError(f"warm-up failed: {warm.errors[0]}")
+    for n in concurrency:
+        for r in range(repeats):
+            done = await run_round(url, n, n_predict, f"c{n} r{r}")
+            result.rounds.setdefault(n, []).append(done)
+            print(f"  {result.system}: c={n} round {r}: {done.tokens} tokens in "
+                  f"{done.wall_s:.2f} s = {done.tokens / done.wall_s:.1f} tok/s"
+                  + (f", errors: {done.errors}" if done.errors else ""), flush=True)
+    result.late = await run_late(url, n_predict)
+    print(f"  {result.system}: late arrival: ttft {fmt_s(result.late.ttft_s)}, first of the 7 "
+          f"done at {fmt_s(result.late.first_of_others_done_s)}, joined: {result.late.joined}",
+          flush=True)
+
+
+# ---------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def command(system: str, binary: Path, model: Path, port: int, shared: list[str]) -> list[str]:
+    if system == "llama-server":
+        return [str(binary), "-m", str(model), *shared, "--host", "127.0.0.1",
+                "--port", str(port)]
+    return [str(REPO / ".venv" / "bin" / "llamaq"), "up", "-m", str(model), *shared,
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+@contextmanager
+def running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"}  # private Redis
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+        try:
+            yield process
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            print(f"  pid {process.pid} ignored SIGTERM for 30 s: killing its group", flush=True)
+    with suppress(ProcessLookupError):  # what is left of its group (llamaq's worker, api, Redis)
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if process.poll() is not None:
+            raise RuntimeError(f"exited with code {process.returncode} before /health was 200")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return time.monotonic() - start
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"/health not 200 after {timeout_s:.0f} s")
+
+
+def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) -> Result:
+    result = Result(system)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    shared = ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
+              "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
+    cmd = command(system, args.llama_server, model, port, shared)
+    print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
+    with running(cmd, log) as process:
+        try:
+            ready = wait_healthy(url, process, args.start_timeout)
+            print(f"  {system}: healthy after {ready:.1f} s", flush=True)
+            asyncio.run(measure(result, url, args.concurrency, args.n_predict, args.repeats))
+        except (RuntimeError, TimeoutError) as exc:
+            result.failure = f"{type(exc).__name__}: {exc}"
+            print(f"  {system}: FAILED: {result.failure}", flush=True)
+    return result
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def fmt_s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} s"
+
+
+def ratio(ours: float | None, theirs: float | None) -> str:
+    return "—" if ours is None or theirs is None or theirs == 0 else f"{ours / theirs:.2f}"
+
+
+def report(results: dict[str, Result], args: argparse.Namespace, model: Path) -> str:
+    both = len(results) == 2
+    ref, ours = results.get("llama-server"), results.get("llamaq")
+    names = [s for s in SYSTEMS if s in results]
+    head = ["metric", *names, *(["llamaq / llama-server"] if both else [])]
+    rows: list[list[str]] = []
+
+    def row(label: str, values: dict[str, float | None], digits: int = 1) -> None:
+        cells = [fmt(values[s], digits) for s in names]
+        rows.append([label, *cells, *([ratio(values["llamaq"], values["llama-server"])]
+                                       if both else [])])
+
+    for n in args.concurrency:
+        row(f"c={n} tokens/s (aggregate)", {s: results[s].tok_s(n) for s in names})
+        row(f"c={n} TTFT median (ms)", {s: results[s].ttft_ms(n) for s in names}, 0)
+    row("late 8th: TTFT (ms)", {s: None if results[s].late is None or results[s].late.ttft_s
+                                is None else results[s].late.ttft_s * 1000 for s in names}, 0)
+    rows.append(["late 8th: first token before any of the 7 finished",
+                 *["—" if results[s].late is None else ("yes" if results[s].late.joined
+                                                        else "no") for s in names],
+                 *([""] if both else [])])
+    lines = [
+        f"# Streaming benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        "",
+        f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
+        f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
+        f" temperature 0.8, seed = client index, cache_prompt false, distinct prompts;"
+        f" {args.repeats} round(s) per concurrency after 1 warm-up request; late arrival: 7 x"
+        f" n_predict {2 * args.n_predict}, 8th after {LATE_DELAY_S:.0f} s; {os.cpu_count()} CPUs.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+    notes = []
+    for s in names:
+        r = results[s]
+        if r.failure:
+            notes.append(f"- {s} failed: {r.failure}")
+        for n in args.concurrency:
+            if r.errors(n):
+                notes.append(f"- {s} c={n}: {len(r.errors(n))} errors, first: {r.errors(n)[0]}")
+        if r.late and r.late.errors:
+            notes.append(f"- {s} late arrival: errors: {r.late.errors[0]}")
+    if ref and ours:
+        lines += ["", "Ratios: tokens/s above 1 means llamaq is faster; TTFT above 1 means "
+                      "llamaq is slower to first token."]
+    return "\n".join([*lines, *([""] if notes else []), *notes]) + "\n"
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=SYSTEMS, help="bench one system only")
+    parser.add_argument("--concurrency", default="1,4,8",
+                        type=lambda s: [int(x) for x in s.split(",") if x],
+                        help="comma-separated client counts (default: 1,4,8)")
+    parser.add_argument("--n-predict", type=int, default=128, help="tokens per request")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds per concurrency")
+    parser.add_argument("-np", "--parallel", type=int, default=8, help="slots (both systems)")
+    parser.add_argument("-c", "--ctx-size", type=int, default=8192)
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("-b", "--batch-size", type=int, default=2048)
+    parser.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    parser.add_argument("--llama-server", type=Path,
+                        default=Path(os.environ.get("LLAMA_SERVER_BIN", DEFAULT_LLAMA_SERVER)),
+                        help="llama-server binary (bench/build_llama_server.sh builds it)")
+    parser.add_argument("--model", type=Path, help="GGUF (default: Gemma 3 270M Q4_K_M)")
+    parser.add_argument("--start-timeout", type=float, default=120.0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    systems = [args.only] if args.only else list(SYSTEMS)
+    if "llama-server" in systems and not args.llama_server.is_file():
+        sys.exit(f"no llama-server at {args.llama_server}: run bench/build_llama_server.sh")
+    model = args.model or default_model_path(REPO / ".llamaq" / "cache")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = {s: bench_system(s, args, model, RESULTS / f"streaming-{stamp}-{s}.log")
+               for s in systems}
+    text = report(results, args, model)
+    out = RESULTS / f"streaming-{stamp}.md"
+    out.write_text(text)
+    print("\n" + text + f"\nwritten to {out}")
+    return 1 if any(r.failure for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

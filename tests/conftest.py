@@ -1,0 +1,54 @@
+"""Shared fixtures: a real Redis on a free port, the Gemma 3 270M model, a running fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage import default_model_path
+from tests.processes import Fleet, start_redis
+
+WORKER_FLAGS = ("-c", "4096", "-np", "4", "-t", "2")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process, url = start_redis(tmp_path_factory.mktemp("redis"))
+    yield url
+    process.terminate()
+    process.wait()
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """The default model, written once per machine from the PyPI package."""
+    return default_model_path(Path.home() / ".cache" / "llamaq-tests")
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fleet")
+
+
+def make_fleet(redis_url: str, workdir: Path, model: Path, alias: str) -> Fleet:
+    common = ["-m", str(model), "--alias", alias, "--store-url", str(workdir / "store"),
+              "--cache-dir", str(workdir / "cache")]
+    return Fleet(redis_url, workdir, common, logs=workdir / f"logs-{alias}")
+
+
+@pytest.fixture(scope="session")
+def fleet(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[Fleet]:
+    """One api and one worker serving Gemma 3 270M as `gemma`."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    fleet.add_worker(*WORKER_FLAGS)
+    url = fleet.add_api()
+    fleet.wait_healthy(url)
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture(scope="session")
+def api(fleet: Fleet) -> str:
+    return fleet.api_urls[0]

@@ -1,0 +1,62 @@
+"""Several api and worker processes against one Redis; health follows the workers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import WORKER_FLAGS, make_fleet
+from tests.processes import wait_until
+
+UNAVAILABLE = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+
+
+def test_two_apis_two_workers(redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-fleet")
+    try:
+        first_api = fleet.add_api()
+        second_api = fleet.add_api()
+        response = httpx.get(f"{first_api}/health")
+        assert response.status_code == 503 and response.json() == UNAVAILABLE
+        assert httpx.get(f"{first_api}/v1/models").json()["data"][0]["meta"] is None
+
+        workers = [fleet.add_worker(*WORKER_FLAGS), fleet.add_worker(*WORKER_FLAGS)]
+        fleet.wait_healthy(first_api)
+        fleet.wait_healthy(second_api)
+
+        def complete(i: int) -> dict[str, object]:
+            api = (first_api, second_api)[i % 2]
+            body = {"prompt": f"Story number {i}:", "n_predict": 8, "seed": i}
+            response = httpx.post(f"{api}/completion", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            return dict(response.json())
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(complete, range(12)))
+        assert all(r["tokens_predicted"] == 8 for r in results)
+
+        for worker in workers:
+            fleet.stop_process(worker)
+        wait_until(lambda: httpx.get(f"{second_api}/health").status_code == 503,
+                   what="health to turn 503 when the last worker is gone")
+        assert httpx.get(f"{second_api}/health").json() == UNAVAILABLE
+    finally:
+        fleet.stop()
+
+
+def test_api_key(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--api-key", "sekrit,other")
+        assert httpx.get(f"{url}/health").status_code == 200  # public
+        denied = httpx.post(f"{url}/tokenize", json={"content": "hi"})
+        assert denied.status_code == 401
+        assert denied.json() == {"error": {"code": 401, "message": "Invalid API Key",
+                                           "type": "authentication_error"}}
+        for headers in ({"Authorization": "Bearer sekrit"}, {"x-api-key": "other"}):
+            ok = httpx.post(f"{url}/tokenize", json={"content": "hi"}, headers=headers)
+            assert ok.status_code == 200
+    finally:
+        fleet.stop()

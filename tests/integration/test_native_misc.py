@@ -1,0 +1,77 @@
+"""/health, /models, /tokenize and /detokenize through the real fleet."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+
+def test_health_ok(api: str) -> None:
+    for path in ("/health", "/v1/health"):
+        response = httpx.get(f"{api}{path}")
+        assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/models"])
+def test_models_list_the_model_with_its_metadata(api: str, path: str) -> None:
+    body = httpx.get(f"{api}{path}").json()
+    assert body["object"] == "list"
+    (card,) = body["data"]
+    assert card["id"] == "gemma" and card["object"] == "model"
+    assert card["owned_by"] == "llamacpp" and isinstance(card["created"], int)
+    assert card["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
+    meta = card["meta"]
+    assert meta["n_vocab"] == 262144 and meta["n_ctx_train"] == 32768
+    assert meta["n_params"] > 0 and meta["size"] > 0 and meta["n_embd"] == 640
+
+
+def test_tokenize_detokenize_round_trip(api: str) -> None:
+    text = "Hello world, ça va? 你好"
+    tokens = httpx.post(f"{api}/tokenize", json={"content": text}).json()["tokens"]
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert httpx.post(f"{api}/detokenize", json={"tokens": tokens}).json() == {"content": text}
+
+
+def test_tokenize_add_special_adds_bos(api: str) -> None:
+    plain = httpx.post(f"{api}/tokenize", json={"content": "Hi"}).json()["tokens"]
+    special = httpx.post(f"{api}/tokenize", json={"content": "Hi", "add_special": True}).json()
+    assert special["tokens"] == [2, *plain]  # Gemma's <bos> is token 2
+
+
+def test_tokenize_parse_special(api: str) -> None:
+    parsed = httpx.post(f"{api}/tokenize", json={"content": "<bos>"}).json()["tokens"]
+    literal = httpx.post(f"{api}/tokenize",
+                         json={"content": "<bos>", "parse_special": False}).json()["tokens"]
+    assert parsed == [2] and literal != [2]
+
+
+def test_tokenize_with_pieces(api: str) -> None:
+    body = httpx.post(f"{api}/tokenize", json={"content": "Hello world",
+                                               "with_pieces": True}).json()
+    assert body["tokens"] == [{"id": 9259, "piece": "Hello"}, {"id": 1902, "piece": " world"}]
+
+
+def test_pieces_that_are_not_valid_utf8_are_byte_lists(api: str) -> None:
+    # A character outside Gemma's vocabulary falls back to one token per UTF-8 byte.
+    text = "\U0001fae8"
+    body = httpx.post(f"{api}/tokenize", json={"content": text, "with_pieces": True}).json()
+    pieces = [t["piece"] for t in body["tokens"]]
+    byte_pieces = [p for p in pieces if isinstance(p, list)]
+    assert byte_pieces, pieces
+    assert bytes(b for p in byte_pieces for b in p) == text.encode()
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/tokenize", {}),
+        ("/tokenize", {"content": 5}),
+        ("/tokenize", {"content": "x", "with_pieces": "yes"}),
+        ("/detokenize", {"tokens": "abc"}),
+        ("/detokenize", {"tokens": [1, "a"]}),
+    ],
+)
+def test_bad_tokenize_bodies_are_400(api: str, path: str, body: dict[str, object]) -> None:
+    response = httpx.post(f"{api}{path}", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
