@@ -11,6 +11,7 @@ from sanic.response import HTTPResponse
 from api.auth import check_api_key, load_api_keys
 from api.errors import install_error_handler
 from api.fleet import Fleet
+from api.routes.monitor import monitor
 from api.routes.native import native
 from api.settings import ApiSettings
 
@@ -39,6 +40,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def authenticate(request: Request) -> HTTPResponse | None:
         return check_api_key(request, api_keys)
 
-    app.blueprint(native, url_prefix=settings.api_prefix or None)
+    for blueprint in (native, monitor):
+        app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     install_error_handler(app)
     return app

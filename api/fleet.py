@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
@@ -10,7 +11,9 @@ from redis.asyncio import Redis
 from scheduler.client import JobClient
 from scheduler.hub import EventHub
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
-from scheduler.registry import Registry
+from scheduler.registry import Registry, WorkerInfo
+
+WORKERS_CACHE_S = 0.5
 
 
 @dataclass
@@ -20,6 +23,7 @@ class Fleet:
     hub: EventHub
     jobs: JobClient
     registry: Registry
+    _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
 
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float) -> Fleet:
@@ -29,6 +33,16 @@ class Fleet:
         hub = EventHub(redis)
         await hub.start()
         return cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis))
+
+    async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
+        """The model's live workers in registry order (cached for a moment: it is read for
+        every response that shows a slot id)."""
+        cached = self._workers.get(model_id)
+        if not fresh and cached is not None and time.monotonic() - cached[0] < WORKERS_CACHE_S:
+            return cached[1]
+        workers = await self.registry.live_workers(model_id)
+        self._workers[model_id] = (time.monotonic(), workers)
+        return workers
 
     async def close(self) -> None:
         await self.hub.close()

@@ -12,9 +12,11 @@ FINAL_ORDER = ("index", "content", "tokens", "id_slot", "stop", "model", "tokens
                "stop_type", "stopping_word", "tokens_cached", "timings")
 
 
-def completion_json(result: CompletionResult, index: int = 0) -> dict[str, Any]:
-    data = result.model_dump(exclude={"result_kind"})
+def completion_json(result: CompletionResult, index: int = 0,
+                    slot_offset: int = 0) -> dict[str, Any]:
+    data = result.model_dump(exclude={"result_kind", "worker_id"})
     data["index"] = index
+    data["id_slot"] = result.id_slot + slot_offset
     data["stop"] = True
     return {key: data[key] for key in FINAL_ORDER}
 

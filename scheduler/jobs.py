@@ -62,6 +62,8 @@ class CompletionJob(BaseModel):
     cache_prompt: bool | None = None
     return_tokens: bool = False
     id_slot: int = -1
+    worker_id: str | None = None
+    """Set with id_slot: the worker that holds that slot (id_slot is then worker-local)."""
     n_keep: int | None = None
     t_max_predict_ms: int = 0
     timings_per_token: bool = False

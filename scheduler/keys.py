@@ -18,6 +18,16 @@ def worker_info(worker_id: str) -> str:
     return f"{PREFIX}:worker:{worker_id}"
 
 
+def worker_slots(worker_id: str) -> str:
+    """JSON list of the worker's slot states, rewritten when a slot changes."""
+    return f"{PREFIX}:worker:{worker_id}:slots"
+
+
+def worker_queue(model_id: str, worker_id: str) -> str:
+    """arq queue of jobs for one worker (requests that name a slot with `id_slot`)."""
+    return f"{PREFIX}:queue:{model_id}:worker:{worker_id}"
+
+
 def slot_queue(model_id: str) -> str:
     """arq queue of jobs that need a slot (completions)."""
     return f"{PREFIX}:queue:{model_id}:slot"

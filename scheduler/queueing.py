@@ -17,6 +17,8 @@ UTILITY_FUNCTIONS = ("tokenize", "detokenize")
 def queue_for(job: CompletionJob | TokenizeJob | DetokenizeJob) -> str:
     """Completions need a slot; tokenize/detokenize need only the vocabulary and must not wait
     behind generations, so they have a queue of their own."""
+    if isinstance(job, CompletionJob) and job.worker_id:
+        return keys.worker_queue(job.model, job.worker_id)
     if job.kind in SLOT_FUNCTIONS:
         return keys.slot_queue(job.model)
     return keys.utility_queue(job.model)

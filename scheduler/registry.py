@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from redis.asyncio import Redis
 
 from scheduler import keys
+from scheduler.results import GenerationSettings
 
 
 class ModelMeta(BaseModel):
@@ -25,6 +26,28 @@ class ModelMeta(BaseModel):
     output_modalities: list[str] = ["text"]
 
 
+class NextToken(BaseModel):
+    has_next_token: bool
+    has_new_line: bool
+    n_remain: int
+    n_decoded: int
+
+
+class SlotState(BaseModel):
+    """One slot as `/slots` shows it; `id` is the worker-local slot id."""
+
+    id: int
+    n_ctx: int
+    speculative: bool = False
+    is_processing: bool
+    id_task: int | None = None
+    n_prompt_tokens: int | None = None
+    n_prompt_tokens_processed: int | None = None
+    n_prompt_tokens_cache: int | None = None
+    params: GenerationSettings | None = None
+    next_token: list[NextToken] | None = None
+
+
 class WorkerInfo(BaseModel):
     worker_id: str
     model_id: str
@@ -32,6 +55,7 @@ class WorkerInfo(BaseModel):
     n_slots: int
     n_ctx_slot: int
     meta: ModelMeta
+    default_settings: GenerationSettings
     started_at: float
 
 
@@ -52,6 +76,14 @@ class Registry:
             pipe.zrem(keys.model_workers(info.model_id), info.worker_id)
             await pipe.execute()
 
+    async def publish_slots(self, worker_id: str, slots: list[SlotState]) -> None:
+        body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
+        await self._redis.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
+
+    async def slots(self, worker_id: str) -> list[SlotState]:
+        body = await self._redis.get(keys.worker_slots(worker_id))
+        return [] if body is None else _SLOTS.validate_json(body)
+
     async def live_workers(self, model_id: str) -> list[WorkerInfo]:
         """Workers of the model whose last heartbeat is recent; stale entries are dropped."""
         workers_key = keys.model_workers(model_id)
@@ -61,8 +93,12 @@ class Registry:
         if not worker_ids:
             return []
         documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
-        return [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
+        workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
+        return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+_SLOTS = TypeAdapter(list[SlotState])

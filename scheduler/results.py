@@ -66,6 +66,7 @@ class GenerationSettings(BaseModel):
 class CompletionResult(BaseModel):
     result_kind: Literal["completion"] = "completion"
     index: int = 0
+    worker_id: str
     content: str
     tokens: list[int]
     id_slot: int

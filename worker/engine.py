@@ -24,6 +24,7 @@ from scheduler.errors import (
     Unavailable,
 )
 from scheduler.jobs import CompletionJob
+from scheduler.registry import NextToken, SlotState
 from scheduler.results import (
     CompletionResult,
     ErrorEvent,
@@ -54,6 +55,7 @@ class EngineDefaults:
     cache_prompt: bool
     special: bool
     model_alias: str
+    worker_id: str
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Active:
     slot: SlotCache
     sampler: SamplerChain
     text: TextStream
+    task_no: int
     n_cached: int
     t_start: float
     prompt_done: int = 0
@@ -98,6 +101,10 @@ class Engine:
         self._sink = sink
         self.slots = [SlotCache(i) for i in range(model.plan.n_slots)]
         self._active: dict[int, Active] = {}
+        self._previous: dict[int, Active] = {}
+        self._tasks_started = 0
+        self.slots_changed = True
+        """Set when a slot starts or ends a request; the runtime clears it after reporting."""
         self._waiting: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._wake = threading.Condition()
@@ -184,11 +191,13 @@ class Engine:
                 still_waiting.append(request)
                 continue
             slot.busy = True
-            admitted.append(self._start(request, slot))
+            self.slots_changed = True
+            self._tasks_started += 1
+            admitted.append(self._start(request, slot, self._tasks_started))
         self._waiting = still_waiting
         return admitted
 
-    def _start(self, request: Request, slot: SlotCache) -> Active:
+    def _start(self, request: Request, slot: SlotCache, task_no: int) -> Active:
         n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
         if not lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, n_reuse, -1):
             lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, -1, -1)
@@ -200,8 +209,8 @@ class Engine:
             sampler.accept(token)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
-        return Active(request, slot, sampler, TextStream(request.job.stop), n_cached=n_reuse,
-                      t_start=time.perf_counter(), prompt_done=n_reuse)
+        return Active(request, slot, sampler, TextStream(request.job.stop), task_no,
+                      n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse)
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):
@@ -299,6 +308,7 @@ class Engine:
         job = request.job
         stream = job.stream
         return CompletionResult(
+            worker_id=self.defaults.worker_id,
             content="" if stream else active.text.text,
             tokens=[] if stream or not job.return_tokens else active.generated,
             id_slot=active.slot.slot_id,
@@ -316,12 +326,42 @@ class Engine:
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
+        return self.generation_settings(request.sampling, request.n_predict, request.job.stop,
+                                        request.job.stream, request.job.timings_per_token)
+
+    def generation_settings(self, sampling: SamplerConfig, n_predict: int, stop: list[str],
+                            stream: bool, timings_per_token: bool) -> GenerationSettings:
         return GenerationSettings(
-            **request.sampling.model_dump(), n_predict=request.n_predict,
-            stop=request.job.stop, stream=request.job.stream, max_tokens=request.n_predict,
-            n_keep=self.defaults.n_keep, n_ctx=self.model.n_ctx_slot,
-            model=self.defaults.model_alias, timings_per_token=request.job.timings_per_token,
+            **sampling.model_dump(), n_predict=n_predict, stop=stop, stream=stream,
+            max_tokens=n_predict, n_keep=self.defaults.n_keep, n_ctx=self.model.n_ctx_slot,
+            model=self.defaults.model_alias, timings_per_token=timings_per_token,
         )
+
+    def default_settings(self) -> GenerationSettings:
+        d = self.defaults
+        return self.generation_settings(d.sampling, d.n_predict, [], False, False)
+
+    def slot_states(self) -> list[SlotState]:
+        """A snapshot for /slots (read from another thread: only plain attribute reads)."""
+        states = []
+        for slot in self.slots:
+            active = self._active.get(slot.slot_id) or self._previous.get(slot.slot_id)
+            state = SlotState(id=slot.slot_id, n_ctx=self.model.n_ctx_slot,
+                              is_processing=slot.slot_id in self._active)
+            if active is not None:
+                request = active.request
+                n_predict = request.n_predict
+                state.id_task = active.task_no
+                state.n_prompt_tokens = len(request.prompt_tokens)
+                state.n_prompt_tokens_processed = len(request.prompt_tokens) - active.n_cached
+                state.n_prompt_tokens_cache = active.n_cached
+                state.params = self._settings(request)
+                state.next_token = [NextToken(
+                    has_next_token=state.is_processing, has_new_line=active.has_new_line,
+                    n_remain=-1 if n_predict < 0 else n_predict - len(active.generated),
+                    n_decoded=len(active.generated))]
+            states.append(state)
+        return states
 
     def _timings(self, active: Active, now: float) -> Timings:
         prompt_n = len(active.request.prompt_tokens) - active.n_cached
@@ -341,6 +381,8 @@ class Engine:
         )
 
     def _release(self, active: Active) -> None:
+        self._previous[active.slot.slot_id] = active
+        self.slots_changed = True
         active.sampler.free()
         active.slot.busy = False
         active.slot.last_used = time.monotonic()

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 JOB_TIMEOUT_S = 7 * 24 * 3600
 """Generations are bounded by n_predict, the context and cancellation, not by arq's timer."""
+SLOT_REPORT_EVERY_S = 0.1
 
 
 class WorkerRuntime:
@@ -60,28 +61,31 @@ class WorkerRuntime:
         self.publisher = EventPublisher(self.redis)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        slot_worker = self._arq_worker(pool, keys.slot_queue(self.model_id),
-                                       [func(_completion, name="completion")],
-                                       max_jobs=model.plan.n_slots)
+        completion = [func(_completion, name="completion")]
+        slot_workers = [
+            self._arq_worker(pool, keys.slot_queue(self.model_id), completion, model.plan.n_slots),
+            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
+                             model.plan.n_slots),
+        ]
         utility_worker = self._arq_worker(pool, keys.utility_queue(self.model_id),
                                           [func(_tokenize, name="tokenize"),
                                            func(_detokenize, name="detokenize")], max_jobs=8)
+        arq_workers = [*slot_workers, utility_worker]
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
-                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(), started_at=time.time())
+                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
+                          default_settings=self.engine.default_settings(),
+                          started_at=time.time())
         registry = Registry(self.redis)
         tasks = [
             asyncio.create_task(self.publisher.run()),
-            asyncio.create_task(self._listen(slot_worker, utility_worker)),
-            asyncio.create_task(slot_worker.main()),
-            asyncio.create_task(utility_worker.main()),
+            asyncio.create_task(self._listen(*arq_workers)),
+            *(asyncio.create_task(w.main()) for w in arq_workers),
         ]
-        log.info("worker %s serves %s on queue %s", self.worker_id, self.model_id,
-                 slot_worker.queue_name)
+        log.info("worker %s serves %s with %d slots", self.worker_id, self.model_id,
+                 model.plan.n_slots)
         try:
-            while True:
-                await registry.heartbeat(info)
-                await asyncio.sleep(keys.HEARTBEAT_EVERY_S)
+            await self._report(registry, info)
         finally:
             with contextlib.suppress(Exception):
                 await registry.remove(info)
@@ -92,6 +96,20 @@ class WorkerRuntime:
             model.close()
             await pool.aclose()
             await self.redis.aclose()
+
+    async def _report(self, registry: Registry, info: WorkerInfo) -> None:
+        """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
+        assert self.engine is not None
+        next_heartbeat = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_heartbeat or self.engine.slots_changed:
+                self.engine.slots_changed = False
+                await registry.publish_slots(self.worker_id, self.engine.slot_states())
+            if now >= next_heartbeat:
+                await registry.heartbeat(info)
+                next_heartbeat = now + keys.HEARTBEAT_EVERY_S
+            await asyncio.sleep(SLOT_REPORT_EVERY_S)
 
     def _load_model(self) -> LoadedModel:
         s = self.settings
@@ -139,7 +157,7 @@ class WorkerRuntime:
         )
         return EngineDefaults(sampling=sampling, n_predict=s.n_predict, n_keep=s.keep,
                               cache_prompt=s.cache_prompt, special=s.special,
-                              model_alias=self.model_id)
+                              model_alias=self.model_id, worker_id=self.worker_id)
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:

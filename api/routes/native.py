@@ -21,6 +21,7 @@ from scheduler.client import JobEvents
 from scheduler.errors import LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
+from scheduler.slot_ids import locate_slot, slot_offset
 
 native = Blueprint("native")
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
@@ -51,7 +52,7 @@ def _model_id(request: Request) -> str:
 
 @route(["GET"], "/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
-    if not await _fleet(request).registry.live_workers(_model_id(request)):
+    if not await _fleet(request).workers(_model_id(request), fresh=True):
         raise Unavailable("Loading model")
     return json({"status": "ok"})
 
@@ -59,7 +60,7 @@ async def health(request: Request) -> HTTPResponse:
 @route(["GET"], "/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
     model_id = _model_id(request)
-    workers = await _fleet(request).registry.live_workers(model_id)
+    workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
     card = model_card(model_id, int(request.app.ctx.started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None)
@@ -86,13 +87,27 @@ async def detokenize(request: Request) -> HTTPResponse:
 async def completion(request: Request) -> HTTPResponse | None:
     body = parse_body(request, CompletionRequest)
     jobs = body.to_jobs(_model_id(request))
+    if body.id_slot >= 0:
+        await _route_to_slot(request, jobs, body.id_slot)
     if body.stream:
         await _stream(request, jobs)
         return None
     results = await asyncio.gather(*(_fleet(request).jobs.run(job) for job in jobs))
-    rendered = [completion_json(r, i) for i, r in enumerate(results)
+    rendered = [await _render(request, r, i) for i, r in enumerate(results)
                 if isinstance(r, CompletionResult)]
     return json(rendered[0] if len(rendered) == 1 else rendered)
+
+
+async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int) -> None:
+    worker, local_id = locate_slot(await _fleet(request).workers(_model_id(request)), id_slot)
+    for job in jobs:
+        job.worker_id = worker.worker_id
+        job.id_slot = local_id
+
+
+async def _render(request: Request, result: CompletionResult, index: int) -> dict[str, Any]:
+    workers = await _fleet(request).workers(_model_id(request))
+    return completion_json(result, index, slot_offset(workers, result.worker_id))
 
 
 async def _stream(request: Request, jobs: list[CompletionJob]) -> None:
@@ -111,7 +126,7 @@ async def _stream(request: Request, jobs: list[CompletionJob]) -> None:
                 index, event = item
                 if isinstance(event, FinalEvent):
                     assert isinstance(event.result, CompletionResult)
-                    await response.send(sse_data(completion_json(event.result, index)))
+                    await response.send(sse_data(await _render(request, event.result, index)))
                 else:
                     await response.send(sse_data(partial_json(event,  # type: ignore[arg-type]
                                                               index if multiple else None)))

@@ -1,0 +1,65 @@
+"""Fleet-wide /slots and /props."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from api.fleet import Fleet
+from api.settings import ApiSettings
+from scheduler.errors import NotSupported, Unavailable
+from scheduler.registry import NextToken, SlotState
+
+monitor = Blueprint("monitor")
+BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"
+
+
+@monitor.get("/slots", name="slots")
+async def slots(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.slots:
+        raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
+    fleet: Fleet = request.app.ctx.fleet
+    states: list[dict[str, Any]] = []
+    for worker in await fleet.workers(settings.model_id(), fresh=True):
+        offset = len(states)
+        for state in await fleet.registry.slots(worker.worker_id):
+            states.append(_slot_json(state, offset))
+    if request.args.get("fail_on_no_slot") and not any(not s["is_processing"] for s in states):
+        raise Unavailable("no slot available")
+    return json(states)
+
+
+@monitor.get("/props", name="props")
+async def props(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    fleet: Fleet = request.app.ctx.fleet
+    workers = await fleet.workers(settings.model_id(), fresh=True)
+    if not workers:
+        raise Unavailable("Loading model")
+    first = workers[0]
+    default = SlotState(id=0, n_ctx=first.n_ctx_slot, is_processing=False, id_task=-1,
+                        params=first.default_settings,
+                        next_token=[NextToken(has_next_token=True, has_new_line=False,
+                                              n_remain=-1, n_decoded=0)])
+    default_json = _slot_json(default, 0)
+    default_json["prompt"] = ""
+    return json({
+        "default_generation_settings": default_json,
+        "total_slots": sum(w.n_slots for w in workers),
+        "model_alias": settings.model_id(),
+        "model_path": first.model_path,
+        "chat_template": first.meta.chat_template or "",
+        "chat_template_caps": {},
+        "modalities": {"vision": False, "audio": False},
+        "build_info": BUILD_INFO,
+        "is_sleeping": False,
+    })
+
+
+def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
+    data = state.model_dump(exclude_none=True)
+    data["id"] = state.id + offset
+    return data
