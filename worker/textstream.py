@@ -23,12 +23,13 @@ class TextStream:
             return ""
         start = max(0, len(self.text) - self._max_stop)
         self.text += added
-        for stop in self._stops:
-            at = self.text.find(stop, start)
-            if at != -1:
-                self.text = self.text[:at]
-                self.stopping_word = stop
-                return self._take(len(self.text))
+        found = [(at, i) for i, stop in enumerate(self._stops)
+                 if (at := self.text.find(stop, start)) != -1]
+        if found:
+            at, i = min(found)  # the earliest in the text; the first listed on a tie
+            self.text = self.text[:at]
+            self.stopping_word = self._stops[i]
+            return self._take(len(self.text))
         return self._take(len(self.text) - self._partial_stop_len())
 
     def finish(self) -> str:

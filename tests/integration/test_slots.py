@@ -21,7 +21,8 @@ def test_props(api: str) -> None:
     assert body["total_slots"] == 4
     assert body["model_path"].endswith(".gguf")
     settings = body["default_generation_settings"]
-    assert settings["n_ctx"] == 1024  # -c 4096 over -np 4, not unified and settings["is_processing"] is False
+    assert settings["n_ctx"] == 1024  # -c 4096 over -np 4: not unified
+    assert settings["is_processing"] is False
     params = settings["params"]
     assert params["temperature"] == 0.8 and params["top_k"] == 40 and params["n_predict"] == -1
     assert params["repeat_penalty"] == 1.0

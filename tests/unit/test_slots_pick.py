@@ -1,0 +1,89 @@
+"""Slot choice and prompt-cache reuse as plain state."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.slots import SlotCache, common_prefix, pick_slot, reusable_prefix
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([], [], 0),
+        ([], [1, 2], 0),
+        ([1, 2, 3], [1, 2, 3], 3),
+        ([1, 2, 3], [1, 2], 2),
+        ([1, 2], [1, 2, 3], 2),
+        ([1, 2, 3], [1, 9, 3], 1),
+        ([5, 2, 3], [1, 2, 3], 0),
+    ],
+)
+def test_common_prefix(a: list[int], b: list[int], expected: int) -> None:
+    assert common_prefix(a, b) == expected
+    assert common_prefix(b, a) == expected
+
+
+def slots(*caches: list[int], busy: tuple[int, ...] = (),
+          last_used: tuple[float, ...] = ()) -> list[SlotCache]:
+    used = last_used or tuple(0.0 for _ in caches)
+    return [SlotCache(slot_id=i, tokens=list(t), last_used=used[i], busy=i in busy)
+            for i, t in enumerate(caches)]
+
+
+def test_requested_slot_is_given_when_idle() -> None:
+    pool = slots([1, 2, 3], [9])
+    assert pick_slot(pool, [1, 2, 3], id_slot=1) is pool[1]
+
+
+def test_requested_slot_busy_gives_none_even_if_others_are_idle() -> None:
+    pool = slots([1, 2, 3], [9], busy=(1,))
+    assert pick_slot(pool, [1, 2, 3], id_slot=1) is None
+
+
+def test_longest_common_prefix_wins() -> None:
+    pool = slots([1, 9], [1, 2, 3, 9], [1, 2, 9], last_used=(0.0, 5.0, 1.0))
+    assert pick_slot(pool, [1, 2, 3, 4], id_slot=-1) is pool[1]
+
+
+def test_busy_slot_is_skipped_despite_longer_prefix() -> None:
+    pool = slots([1, 2, 3], [1], busy=(0,))
+    assert pick_slot(pool, [1, 2, 3], id_slot=-1) is pool[1]
+
+
+def test_ties_go_to_the_least_recently_used() -> None:
+    pool = slots([1, 2], [1, 2], [1, 2], last_used=(30.0, 10.0, 20.0))
+    assert pick_slot(pool, [1, 2, 7], id_slot=-1) is pool[1]
+
+
+def test_no_match_anywhere_picks_least_recently_used() -> None:
+    pool = slots([], [4], [5], last_used=(3.0, 1.0, 2.0))
+    assert pick_slot(pool, [1, 2], id_slot=-1) is pool[1]
+
+
+def test_all_busy_gives_none() -> None:
+    pool = slots([1], [1, 2], busy=(0, 1))
+    assert pick_slot(pool, [1, 2], id_slot=-1) is None
+
+
+def test_pick_does_not_change_the_slots() -> None:
+    pool = slots([1, 2], [3])
+    before = [(s.tokens[:], s.busy, s.last_used) for s in pool]
+    pick_slot(pool, [1, 2], id_slot=-1)
+    assert [(s.tokens, s.busy, s.last_used) for s in pool] == before
+
+
+def test_reuse_is_zero_without_cache_prompt() -> None:
+    assert reusable_prefix([1, 2, 3], [1, 2, 3, 4], cache_prompt=False) == 0
+
+
+def test_reuse_is_the_common_prefix() -> None:
+    assert reusable_prefix([1, 2, 3, 9], [1, 2, 3, 4, 5], cache_prompt=True) == 3
+    assert reusable_prefix([], [1, 2], cache_prompt=True) == 0
+    assert reusable_prefix([7, 8], [1, 2], cache_prompt=True) == 0
+
+
+def test_full_match_keeps_one_token_to_decode() -> None:
+    assert reusable_prefix([1, 2, 3], [1, 2, 3], cache_prompt=True) == 2
+    assert reusable_prefix([1, 2, 3, 4, 5], [1, 2, 3], cache_prompt=True) == 2
+    assert reusable_prefix([1], [1], cache_prompt=True) == 0
