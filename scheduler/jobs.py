@@ -19,6 +19,13 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+class LogitBias(BaseModel):
+    """A bias for a token id, or for every token of a string; `bias` None bans the token."""
+
+    token: int | str
+    bias: float | None
+
+
 class SamplingParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,6 +74,13 @@ class CompletionJob(BaseModel):
     n_keep: int | None = None
     t_max_predict_ms: int = 0
     timings_per_token: bool = False
+    return_progress: bool = False
+    n_probs: int = 0
+    post_sampling_probs: bool = False
+    grammar: str | None = None
+    """GBNF text; `json_schema` (JSON text of a schema) is converted to GBNF by the worker."""
+    json_schema: str | None = None
+    logit_bias: list[LogitBias] = Field(default_factory=list)
 
 
 class TokenizeJob(BaseModel):
