@@ -2,32 +2,75 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 from scheduler.registry import ModelMeta
-from scheduler.results import CompletionResult, TokenEvent
+from scheduler.results import CompletionResult, TokenEvent, TokenProbs
 
 FINAL_ORDER = ("index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted",
                "tokens_evaluated", "generation_settings", "prompt", "has_new_line", "truncated",
                "stop_type", "stopping_word", "tokens_cached", "timings")
 
 
-def completion_json(result: CompletionResult, index: int = 0,
-                    slot_offset: int = 0) -> dict[str, Any]:
-    data = result.model_dump(exclude={"result_kind", "worker_id"})
+def completion_json(result: CompletionResult, index: int = 0, slot_offset: int = 0,
+                    response_fields: list[str] | None = None) -> dict[str, Any]:
+    data = result.model_dump(exclude={"result_kind", "worker_id", "probs",
+                                      "post_sampling_probs"})
     data["index"] = index
     data["id_slot"] = result.id_slot + slot_offset
     data["stop"] = True
-    return {key: data[key] for key in FINAL_ORDER}
+    out = {key: data[key] for key in FINAL_ORDER}
+    if result.probs:
+        out["completion_probabilities"] = probs_json(result.probs, result.post_sampling_probs)
+    return select_fields(out, response_fields) if response_fields else out
 
 
-def partial_json(event: TokenEvent, index: int | None = None) -> dict[str, Any]:
-    """A streamed token: only content, tokens and stop (plus timings when asked for)."""
+def select_fields(data: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """`response_fields`: keep the named fields; `a/b` takes `b` out of `a`, named `a/b`.
+    Missing fields are left out without an error."""
+    selected: dict[str, Any] = {}
+    for path in paths:
+        value: Any = data
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            selected[path] = value
+    return selected
+
+
+def probs_json(probs: list[TokenProbs], post_sampling: bool) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities entries."""
+    key, top_key = ("prob", "top_probs") if post_sampling else ("logprob", "top_logprobs")
+
+    def value(p: float) -> float:
+        return p if post_sampling else _logprob(p)
+
+    return [{"id": t.id, "token": t.token, "bytes": t.bytes, key: value(t.p),
+             top_key: [{"id": c.id, "token": c.token, "bytes": c.bytes, key: value(c.p)}
+                       for c in t.top]} for t in probs]
+
+
+def _logprob(p: float) -> float:
+    return math.log(p) if p > 0 else -sys.float_info.max
+
+
+def partial_json(event: TokenEvent, index: int | None = None,
+                 post_sampling: bool = False) -> dict[str, Any]:
+    """A streamed token: only content, tokens and stop (plus timings, probabilities and
+    prompt progress when asked for)."""
     data: dict[str, Any] = {"content": event.content, "tokens": event.tokens, "stop": False}
     if index is not None:
         data["index"] = index
     if event.timings is not None:
         data["timings"] = event.timings.model_dump()
+    if event.probs:
+        data["completion_probabilities"] = probs_json(event.probs, post_sampling)
+    if event.progress is not None:
+        data["prompt_progress"] = event.progress.model_dump()
     return data
 
 

@@ -63,6 +63,24 @@ class GenerationSettings(BaseModel):
     model: str
 
 
+class Candidate(BaseModel):
+    id: int
+    token: str
+    bytes: list[int]
+    p: float
+
+
+class TokenProbs(BaseModel):
+    """One generated token with its probability and the most probable candidates; rendered
+    as logprob/top_logprobs, or prob/top_probs with post_sampling_probs."""
+
+    id: int
+    token: str
+    bytes: list[int]
+    p: float
+    top: list[Candidate]
+
+
 class CompletionResult(BaseModel):
     result_kind: Literal["completion"] = "completion"
     index: int = 0
@@ -81,6 +99,8 @@ class CompletionResult(BaseModel):
     tokens_cached: int
     generation_settings: GenerationSettings
     timings: Timings
+    probs: list[TokenProbs] = Field(default_factory=list)
+    post_sampling_probs: bool = False
 
 
 class TokenPiece(BaseModel):
@@ -103,6 +123,13 @@ Result = Annotated[
 ]
 
 
+class PromptProgress(BaseModel):
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+
 class TokenEvent(BaseModel):
     """Text that became final during one decode step (may be empty while a stop word is open)."""
 
@@ -110,6 +137,8 @@ class TokenEvent(BaseModel):
     content: str
     tokens: list[int]
     timings: Timings | None = None
+    probs: list[TokenProbs] = Field(default_factory=list)
+    progress: PromptProgress | None = None
 
 
 class FinalEvent(BaseModel):

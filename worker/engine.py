@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import llama_cpp as lc
+import numpy as np
 
 from scheduler.errors import (
-    ExceedContextSize,
-    InvalidRequest,
     LlamaqError,
     ServerError,
     Unavailable,
@@ -26,15 +25,19 @@ from scheduler.errors import (
 from scheduler.jobs import CompletionJob
 from scheduler.registry import NextToken, SlotState
 from scheduler.results import (
+    Candidate,
     CompletionResult,
     ErrorEvent,
     FinalEvent,
     GenerationSettings,
+    PromptProgress,
     Timings,
     TokenEvent,
+    TokenProbs,
 )
 from worker.model import LoadedModel
-from worker.sampling import SamplerChain, SamplerConfig
+from worker.requests import EngineDefaults, Request, prepare_request
+from worker.sampling import SamplerConfig, token_probabilities
 from worker.slots import SlotCache, pick_slot, reusable_prefix
 from worker.textstream import TextStream
 
@@ -45,38 +48,12 @@ EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
 
-@dataclass(frozen=True)
-class EngineDefaults:
-    """Server-wide settings a request falls back on."""
-
-    sampling: SamplerConfig
-    n_predict: int
-    n_keep: int
-    cache_prompt: bool
-    special: bool
-    model_alias: str
-    worker_id: str
-
-
-@dataclass
-class Request:
-    """A validated completion, ready for a slot."""
-
-    job: CompletionJob
-    prompt_tokens: list[int]
-    sampling: SamplerConfig
-    n_predict: int
-    cache_prompt: bool
-    cancelled: bool = False
-
-
 @dataclass
 class Active:
     """A request while it holds a slot (touched by the engine thread only)."""
 
     request: Request
     slot: SlotCache
-    sampler: SamplerChain
     text: TextStream
     task_no: int
     n_cached: int
@@ -88,6 +65,8 @@ class Active:
     t_prompt_done: float = 0.0
     has_new_line: bool = False
     truncated: bool = False
+    prefilled_now: bool = False
+    probs: list[TokenProbs] = field(default_factory=list)
 
     @property
     def prefilling(self) -> bool:
@@ -125,25 +104,7 @@ class Engine:
         lc.llama_batch_free(self._batch)
 
     def prepare(self, job: CompletionJob) -> Request:
-        """Tokenize and validate; raises the request's error before it takes a slot."""
-        vocab = self.model.vocab
-        tokens = vocab.tokenize_prompt(job.prompt)
-        if not tokens:
-            raise InvalidRequest("The prompt is empty")
-        bad = [t for t in tokens if not vocab.valid(t)]
-        if bad:
-            raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
-        n_ctx = self.model.n_ctx_slot
-        if len(tokens) >= n_ctx:
-            raise ExceedContextSize(
-                f"the request exceeds the available context size ({len(tokens)} tokens, "
-                f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
-        if job.id_slot >= len(self.slots):
-            raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
-        n_predict = self.defaults.n_predict if job.n_predict is None else job.n_predict
-        cache_prompt = self.defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
-        return Request(job, tokens, self.defaults.sampling.with_request(job.sampling), n_predict,
-                       cache_prompt)
+        return prepare_request(job, self.model, self.defaults, len(self.slots))
 
     def submit(self, request: Request) -> None:
         with self._wake:
@@ -184,6 +145,7 @@ class Engine:
         while self._waiting:
             request = self._waiting.popleft()
             if request.job.job_id in cancelled:
+                request.sampler.free()
                 events.append((request.job.job_id, _cancelled_event()))
                 continue
             slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
@@ -203,13 +165,9 @@ class Engine:
             lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, -1, -1)
             n_reuse = 0
         del slot.tokens[n_reuse:]
-        sampler = SamplerChain(request.sampling, lc.llama_model_get_vocab(self.model.model),
-                               self.model.vocab.n_tokens)
-        for token in request.prompt_tokens:
-            sampler.accept(token)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
-        return Active(request, slot, sampler, TextStream(request.job.stop), task_no,
+        return Active(request, slot, TextStream(request.job.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse)
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
@@ -224,6 +182,7 @@ class Engine:
         n = 0
         for active in self._active.values():
             active.batch_index = -1
+            active.prefilled_now = False
             if not active.prefilling:
                 n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
         budget = self.model.plan.n_batch - n
@@ -237,6 +196,7 @@ class Engine:
                     n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
                 budget -= end - active.prompt_done
                 active.prompt_done = end
+                active.prefilled_now = True
         batch.n_tokens = n
         rc = lc.llama_decode(self.model.ctx, batch)
         if rc != 0:
@@ -244,12 +204,46 @@ class Engine:
             return
         now = time.perf_counter()
         for active in list(self._active.values()):
+            job = active.request.job
+            if active.prefilled_now and job.return_progress and job.stream:
+                events.append((job.job_id, self._progress(active, now)))
             if active.batch_index < 0:
                 continue
             if not active.t_prompt_done:
                 active.t_prompt_done = now
-            token = active.sampler.sample(self.model.ctx, active.batch_index)
-            self._on_token(active, token, now, events)
+            if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
+                self._finish(active, "limit", now, events)
+                continue
+            token, probs = self._sample(active)
+            self._on_token(active, token, probs, now, events)
+
+    def _sample(self, active: Active) -> tuple[int, TokenProbs | None]:
+        """The next token, and its probabilities when the request asked for n_probs."""
+        job = active.request.job
+        ctx, index = self.model.ctx, active.batch_index
+        post = job.n_probs > 0 and job.post_sampling_probs
+        token, candidates = active.request.sampler.sample(ctx, index, with_candidates=post)
+        if job.n_probs <= 0:
+            return token, None
+        if not post:
+            probs = token_probabilities(ctx, index, self.model.vocab.n_tokens)
+            top_ids = np.argsort(-probs)[: job.n_probs]
+            candidates = [(int(t), float(probs[t])) for t in top_ids]
+            chosen = float(probs[token])
+        else:
+            chosen = next((p for t, p in candidates if t == token), 0.0)
+            candidates = [(t, p) for t, p in candidates[: job.n_probs] if p > 0.0]
+        top = [self._candidate(t, p) for t, p in candidates]
+        return token, TokenProbs(id=token, token="", bytes=[], p=chosen, top=top)
+
+    def _candidate(self, token: int, p: float) -> Candidate:
+        piece = self.model.vocab.piece(token, self.defaults.special)
+        return Candidate(id=token, token=valid_utf8_prefix(piece), bytes=list(piece), p=p)
+
+    def _progress(self, active: Active, now: float) -> TokenEvent:
+        return TokenEvent(content="", tokens=[], progress=PromptProgress(
+            total=len(active.request.prompt_tokens), cache=active.n_cached,
+            processed=active.prompt_done, time_ms=(now - active.t_start) * 1000))
 
     def _add(self, n: int, token: int, pos: int, active: Active, logits: bool) -> int:
         batch = self._batch
@@ -263,7 +257,8 @@ class Engine:
             active.batch_index = n
         return n + 1
 
-    def _on_token(self, active: Active, token: int, now: float, events: list[JobEvent]) -> None:
+    def _on_token(self, active: Active, token: int, probs: TokenProbs | None, now: float,
+                  events: list[JobEvent]) -> None:
         request = active.request
         active.generated.append(token)
         active.next_token = token
@@ -282,14 +277,23 @@ class Engine:
             stop_type = self._limit_reached(active, now)
         if stop_type != "none":
             content += active.text.finish()
+        if probs is not None:
+            probs.token = content
+            probs.bytes = list(content.encode())
+            active.probs.append(probs)
         if request.job.stream:
             timings = self._timings(active, now) if request.job.timings_per_token else None
-            events.append((request.job.job_id, TokenEvent(content=content, tokens=[token],
-                                                          timings=timings)))
+            events.append((request.job.job_id, TokenEvent(
+                content=content, tokens=[token], timings=timings,
+                probs=[probs] if probs is not None else [])))
         if stop_type != "none":
-            events.append((request.job.job_id, FinalEvent(result=self._result(
-                active, stop_type, now))))  # type: ignore[arg-type]
-            self._release(active)
+            self._finish(active, stop_type, now, events)
+
+    def _finish(self, active: Active, stop_type: str, now: float,
+                events: list[JobEvent]) -> None:
+        result = self._result(active, stop_type, now)
+        events.append((active.request.job.job_id, FinalEvent(result=result)))
+        self._release(active)
 
     def _limit_reached(self, active: Active, now: float) -> str:
         request = active.request
@@ -323,6 +327,8 @@ class Engine:
             tokens_cached=len(active.slot.tokens),
             generation_settings=self._settings(request),
             timings=self._timings(active, now),
+            probs=[] if stream else active.probs,
+            post_sampling_probs=job.post_sampling_probs,
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
@@ -383,7 +389,7 @@ class Engine:
     def _release(self, active: Active) -> None:
         self._previous[active.slot.slot_id] = active
         self.slots_changed = True
-        active.sampler.free()
+        active.request.sampler.free()
         active.slot.busy = False
         active.slot.last_used = time.monotonic()
         del self._active[active.slot.slot_id]
@@ -399,3 +405,13 @@ class Engine:
 
 def _cancelled_event() -> ErrorEvent:
     return ErrorEvent(error=Unavailable("the request was cancelled").to_info())
+
+
+def valid_utf8_prefix(data: bytes) -> str:
+    """The longest prefix of `data` that is whole UTF-8 (llama-server's validate_utf8)."""
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="ignore")

@@ -29,9 +29,10 @@ from scheduler.results import (
 )
 from storage import ModelFiles, default_model_path, open_store
 from worker.arq_worker import WakeableWorker
-from worker.engine import Engine, EngineDefaults
+from worker.engine import Engine
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.publisher import EventPublisher
+from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, SamplerConfig, normalize_samplers
 from worker.settings import WorkerSettings
 

@@ -6,6 +6,7 @@ import ctypes
 import math
 
 import llama_cpp as lc
+import numpy as np
 from pydantic import BaseModel
 
 from scheduler.errors import InvalidRequest
@@ -80,18 +81,28 @@ def normalize_samplers(names: list[str]) -> list[str]:
 
 
 class SamplerChain:
-    """A llama_sampler chain owned by one slot for one request."""
+    """A slot's samplers for one request: the llama_sampler chain, plus an optional grammar
+    applied before it (grammar-first, so every sampled token is valid)."""
 
-    def __init__(self, config: SamplerConfig, vocab: lc.llama_vocab_p, n_vocab: int) -> None:
+    def __init__(self, config: SamplerConfig, vocab: lc.llama_vocab_p, n_vocab: int,
+                 biases: list[tuple[int, float]], grammar: str | None) -> None:
+        self._vocab = vocab
+        self._n_vocab = n_vocab
+        self._grammar = None
+        if grammar:
+            self._grammar = lc.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+            if not self._grammar:
+                raise InvalidRequest("Failed to parse grammar")
         params = lc.llama_sampler_chain_default_params()
         params.no_perf = True
         self._chain = lc.llama_sampler_chain_init(params)
-        self._vocab = vocab
-        for sampler in self._samplers(config, n_vocab):
+        for sampler in self._samplers(config, n_vocab, biases + self._suppressed()):
             lc.llama_sampler_chain_add(self._chain, sampler)
+        self._candidates: np.ndarray | None = None
 
-    def _samplers(self, c: SamplerConfig, n_vocab: int) -> list[lc.llama_sampler_p]:
-        out = [self._suppressed_tokens(n_vocab)] if self._has_suppressed() else []
+    def _samplers(self, c: SamplerConfig, n_vocab: int,
+                  biases: list[tuple[int, float]]) -> list[lc.llama_sampler_p]:
+        out = [_logit_bias(n_vocab, biases)] if biases else []
         if c.mirostat == 1:
             return [*out, lc.llama_sampler_init_temp(c.temperature),
                     lc.llama_sampler_init_mirostat(n_vocab, c.seed, c.mirostat_tau,
@@ -133,28 +144,76 @@ class SamplerChain:
                 return lc.llama_sampler_init_temp_ext(c.temperature, c.dynatemp_range,
                                                       c.dynatemp_exponent)
 
-    def _has_suppressed(self) -> bool:
-        count = ctypes.c_int32(0)
-        lc.llama_vocab_get_suppress_tokens(self._vocab, ctypes.byref(count))
-        return count.value > 0
-
-    def _suppressed_tokens(self, n_vocab: int) -> lc.llama_sampler_p:
+    def _suppressed(self) -> list[tuple[int, float]]:
+        """The model's suppress tokens (gguf tokenizer.ggml.suppress_tokens) are banned."""
         count = ctypes.c_int32(0)
         tokens = lc.llama_vocab_get_suppress_tokens(self._vocab, ctypes.byref(count))
-        biases = (lc.llama_logit_bias * count.value)()
-        for i in range(count.value):
-            biases[i].token = tokens[i]
-            biases[i].bias = -math.inf
-        return lc.llama_sampler_init_logit_bias(n_vocab, count.value, biases)
+        return [(tokens[i], -math.inf) for i in range(count.value)]
 
-    def accept(self, token: int) -> None:
+    def accept_prompt(self, tokens: list[int]) -> None:
+        """Prompt tokens feed the penalties, not the grammar (as llama-server does)."""
+        for token in tokens:
+            lc.llama_sampler_accept(self._chain, token)
+
+    def sample(self, ctx: lc.llama_context_p, batch_index: int,
+               with_candidates: bool) -> tuple[int, list[tuple[int, float]]]:
+        """Sample from the logits at `batch_index` of the last decode and accept the token.
+        With `with_candidates`, also the candidates left after the samplers, most probable
+        first, as (token, probability)."""
+        if self._grammar is None and not with_candidates:
+            return int(lc.llama_sampler_sample(self._chain, ctx, batch_index)), []
+        cur = self._candidates_from(ctx, batch_index)
+        if self._grammar is not None:
+            lc.llama_sampler_apply(self._grammar, ctypes.byref(cur))
+        lc.llama_sampler_apply(self._chain, ctypes.byref(cur))
+        token = int(cur.data[cur.selected].id)
         lc.llama_sampler_accept(self._chain, token)
+        if self._grammar is not None:
+            lc.llama_sampler_accept(self._grammar, token)
+        if not with_candidates:
+            return token, []
+        n = int(cur.size)
+        view = np.ctypeslib.as_array(ctypes.cast(cur.data, ctypes.POINTER(ctypes.c_uint8)),
+                                     shape=(n * CANDIDATE.itemsize,)).view(CANDIDATE)
+        order = np.argsort(-view["p"], kind="stable")
+        return token, [(int(view["id"][i]), float(view["p"][i])) for i in order]
 
-    def sample(self, ctx: lc.llama_context_p, batch_index: int) -> int:
-        """Sample from the logits at `batch_index` of the last decode (and accept the token)."""
-        return int(lc.llama_sampler_sample(self._chain, ctx, batch_index))
+    def _candidates_from(self, ctx: lc.llama_context_p,
+                         batch_index: int) -> lc.llama_token_data_array:
+        if self._candidates is None:
+            self._candidates = np.zeros(self._n_vocab, dtype=CANDIDATE)
+        candidates = self._candidates
+        candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)
+        logits = lc.llama_get_logits_ith(ctx, batch_index)
+        candidates["logit"] = np.ctypeslib.as_array(logits, shape=(self._n_vocab,))
+        candidates["p"] = 0.0
+        return lc.llama_token_data_array(
+            data=candidates.ctypes.data_as(lc.llama_token_data_p), size=self._n_vocab,
+            selected=-1, sorted=False)
 
     def free(self) -> None:
-        if self._chain is not None:
-            lc.llama_sampler_free(self._chain)
-            self._chain = None
+        for sampler in (self._chain, self._grammar):
+            if sampler is not None:
+                lc.llama_sampler_free(sampler)
+        self._chain = self._grammar = None
+
+
+CANDIDATE = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+def _logit_bias(n_vocab: int, biases: list[tuple[int, float]]) -> lc.llama_sampler_p:
+    array = (lc.llama_logit_bias * len(biases))()
+    for i, (token, bias) in enumerate(biases):
+        array[i] = lc.llama_logit_bias(token, bias)
+    return lc.llama_sampler_init_logit_bias(n_vocab, len(biases), array)
+
+
+def token_probabilities(ctx: lc.llama_context_p, batch_index: int,
+                        n_vocab: int) -> np.ndarray:
+    """Softmax of the raw logits at `batch_index` (llama-server's pre-sampling probabilities)."""
+    logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, batch_index),
+                                   shape=(n_vocab,)).astype(np.float64)
+    logits -= logits.max()
+    probs = np.exp(logits)
+    probs /= probs.sum()
+    return probs

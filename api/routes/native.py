@@ -18,7 +18,7 @@ from api.sse import open_stream, sse_data
 from api.wire.body import parse_body
 from api.wire.native import CompletionRequest, DetokenizeRequest, TokenizeRequest
 from scheduler.client import JobEvents
-from scheduler.errors import LlamaqError, Unavailable
+from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
 from scheduler.slot_ids import locate_slot, slot_offset
@@ -87,15 +87,24 @@ async def detokenize(request: Request) -> HTTPResponse:
 async def completion(request: Request) -> HTTPResponse | None:
     body = parse_body(request, CompletionRequest)
     jobs = body.to_jobs(_model_id(request))
+    if body.n_cmpl > 1:
+        await _check_n_cmpl(request, body.n_cmpl)
     if body.id_slot >= 0:
         await _route_to_slot(request, jobs, body.id_slot)
     if body.stream:
-        await _stream(request, jobs)
+        await _stream(request, jobs, body.response_fields)
         return None
     results = await asyncio.gather(*(_fleet(request).jobs.run(job) for job in jobs))
-    rendered = [await _render(request, r, i) for i, r in enumerate(results)
-                if isinstance(r, CompletionResult)]
+    rendered = [await _render(request, r, i, body.response_fields)
+                for i, r in enumerate(results) if isinstance(r, CompletionResult)]
     return json(rendered[0] if len(rendered) == 1 else rendered)
+
+
+async def _check_n_cmpl(request: Request, n_cmpl: int) -> None:
+    workers = await _fleet(request).workers(_model_id(request))
+    n_slots = max((w.n_slots for w in workers), default=0)
+    if n_cmpl > n_slots:
+        raise InvalidRequest(f"n_cmpl ({n_cmpl}) exceeds the number of slots ({n_slots})")
 
 
 async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int) -> None:
@@ -105,12 +114,15 @@ async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: i
         job.id_slot = local_id
 
 
-async def _render(request: Request, result: CompletionResult, index: int) -> dict[str, Any]:
+async def _render(request: Request, result: CompletionResult, index: int,
+                  response_fields: list[str] | None = None) -> dict[str, Any]:
     workers = await _fleet(request).workers(_model_id(request))
-    return completion_json(result, index, slot_offset(workers, result.worker_id))
+    return completion_json(result, index, slot_offset(workers, result.worker_id),
+                           response_fields)
 
 
-async def _stream(request: Request, jobs: list[CompletionJob]) -> None:
+async def _stream(request: Request, jobs: list[CompletionJob],
+                  response_fields: list[str]) -> None:
     """SSE: one `data:` event per token, then the final one. An error before the first event
     is a plain JSON error response; after it, an error event in the stream."""
     async with contextlib.AsyncExitStack() as stack:
@@ -126,10 +138,12 @@ async def _stream(request: Request, jobs: list[CompletionJob]) -> None:
                 index, event = item
                 if isinstance(event, FinalEvent):
                     assert isinstance(event.result, CompletionResult)
-                    await response.send(sse_data(await _render(request, event.result, index)))
+                    await response.send(sse_data(
+                        await _render(request, event.result, index, response_fields)))
                 else:
-                    await response.send(sse_data(partial_json(event,  # type: ignore[arg-type]
-                                                              index if multiple else None)))
+                    await response.send(sse_data(partial_json(
+                        event, index if multiple else None,  # type: ignore[arg-type]
+                        jobs[index].post_sampling_probs)))
                 item = await anext(merged, None)
         except LlamaqError as error:
             await response.send(sse_error(error))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scheduler.errors import InvalidRequest, NotSupported
-from scheduler.jobs import CompletionJob, DetokenizeJob, PromptPiece, SamplingParams, TokenizeJob
+from scheduler.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    LogitBias,
+    PromptPiece,
+    SamplingParams,
+    TokenizeJob,
+)
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
 
@@ -38,6 +46,14 @@ class CompletionRequest(BaseModel):
     n_keep: int | None = None
     t_max_predict_ms: int = 0
     timings_per_token: bool = False
+    return_progress: bool = False
+    n_probs: int = Field(default=0, ge=0)
+    post_sampling_probs: bool = False
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
+    logit_bias: list[LogitBias] = Field(default_factory=list)
+    response_fields: list[str] = Field(default_factory=list)
+    n_cmpl: int = Field(default=1, ge=1)
 
     temperature: float | None = None
     dynatemp_range: float | None = None
@@ -66,6 +82,11 @@ class CompletionRequest(BaseModel):
     min_keep: int | None = None
     samplers: list[str] | None = None
 
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _logit_bias(cls, value: Any) -> Any:
+        return parse_logit_bias(value)
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_as_list(cls, value: Any) -> Any:
@@ -85,18 +106,43 @@ class CompletionRequest(BaseModel):
         return [_plain(self.prompt)]  # type: ignore[arg-type]
 
     def to_jobs(self, model: str) -> list[CompletionJob]:
+        """One job per prompt and completion (`n_cmpl`), in the order results are returned."""
         sampling = SamplingParams(**{f: getattr(self, f) for f in SAMPLING_FIELDS})
-        jobs = []
+        json_schema = None if self.json_schema is None else json.dumps(self.json_schema)
+        jobs: list[CompletionJob] = []
         for prompt in self.prompts():
             if not prompt:
                 raise InvalidRequest("The prompt is empty")
-            jobs.append(CompletionJob(
+            jobs.extend(CompletionJob(
                 model=model, prompt=prompt, stream=self.stream, n_predict=self.n_predict,
                 stop=self.stop, sampling=sampling, cache_prompt=self.cache_prompt,
                 return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
                 t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
-            ))
+                return_progress=self.return_progress, n_probs=self.n_probs,
+                post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
+                json_schema=json_schema, logit_bias=self.logit_bias,
+            ) for _ in range(self.n_cmpl))
         return jobs
+
+
+def parse_logit_bias(value: Any) -> Any:
+    """llama-server's forms: [[token or string, bias or false], ...] or the OpenAI map
+    {"token id or string": bias or false}."""
+    if isinstance(value, dict):
+        value = [[int(k) if k.lstrip("-").isdigit() else k, v] for k, v in value.items()]
+    if not isinstance(value, list):
+        return value
+    parsed = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise ValueError("each logit_bias entry must be [token or string, bias or false]")
+        token, bias = item
+        if bias is False:
+            bias = None
+        elif isinstance(bias, bool) or not isinstance(bias, int | float):
+            raise ValueError("a logit bias must be a number or false")
+        parsed.append({"token": token, "bias": bias})
+    return parsed
 
 
 def _plain(prompt: SinglePrompt) -> str | list[PromptPiece]:

@@ -1,0 +1,94 @@
+"""Turning a completion job into a Request a slot can run: tokens, limits, sampler chain."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import llama_cpp as lc
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from scheduler.errors import ExceedContextSize, InvalidRequest
+from scheduler.jobs import CompletionJob, LogitBias
+from worker.model import LoadedModel
+from worker.sampling import SamplerChain, SamplerConfig
+from worker.vocab import Vocab
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """Server-wide settings a request falls back on (the worker's flags)."""
+
+    sampling: SamplerConfig
+    n_predict: int
+    n_keep: int
+    cache_prompt: bool
+    special: bool
+    model_alias: str
+    worker_id: str
+    grammar: str | None = None
+    logit_bias: list[LogitBias] = field(default_factory=list)
+
+
+@dataclass
+class Request:
+    """A validated completion, ready for a slot. Owns its sampler chain."""
+
+    job: CompletionJob
+    prompt_tokens: list[int]
+    sampling: SamplerConfig
+    sampler: SamplerChain
+    n_predict: int
+    cache_prompt: bool
+    cancelled: bool = False
+
+
+def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
+                    n_slots: int) -> Request:
+    """Tokenize and validate; raises the request's error before it takes a slot."""
+    vocab = model.vocab
+    tokens = vocab.tokenize_prompt(job.prompt)
+    if not tokens:
+        raise InvalidRequest("The prompt is empty")
+    bad = [t for t in tokens if not vocab.valid(t)]
+    if bad:
+        raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
+    n_ctx = model.n_ctx_slot
+    if len(tokens) >= n_ctx:
+        raise ExceedContextSize(
+            f"the request exceeds the available context size ({len(tokens)} tokens, "
+            f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
+    if job.id_slot >= n_slots:
+        raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
+    sampling = defaults.sampling.with_request(job.sampling)
+    sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
+                           token_biases(job.logit_bias or defaults.logit_bias, vocab),
+                           grammar_of(job, defaults))
+    sampler.accept_prompt(tokens)
+    n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
+    cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
+    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt)
+
+
+def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
+    if job.grammar:
+        return job.grammar
+    if job.json_schema is not None:
+        try:
+            return str(json_schema_to_gbnf(job.json_schema))
+        except (ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
+            raise InvalidRequest(f"Failed to convert the JSON schema to a grammar: {exc}") from None
+    return defaults.grammar
+
+
+def token_biases(biases: list[LogitBias], vocab: Vocab) -> list[tuple[int, float]]:
+    """Token ids as given (out-of-range ids are ignored, as llama-server does); a string biases
+    every token it tokenizes to; `None` bans."""
+    out: list[tuple[int, float]] = []
+    for bias in biases:
+        value = float("-inf") if bias.bias is None else bias.bias
+        if isinstance(bias.token, str):
+            out.extend((t, value) for t in vocab.tokenize(bias.token, False, False))
+        elif vocab.valid(bias.token):
+            out.append((bias.token, value))
+    return out
