@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from arq.connections import ArqRedis
@@ -27,10 +28,12 @@ class JobEvents:
 
     An error event is raised as the typed error the worker reported."""
 
-    def __init__(self, job_id: str, queue: asyncio.Queue[EventEnvelope], timeout_s: float) -> None:
+    def __init__(self, job_id: str, queue: asyncio.Queue[EventEnvelope], timeout_s: float,
+                 redis: Redis) -> None:
         self.job_id = job_id
         self._queue = queue
         self._timeout_s = timeout_s
+        self._redis = redis
         self._next_seq = 0
         self.finished = False
 
@@ -40,11 +43,7 @@ class JobEvents:
     async def __anext__(self) -> TokenEvent | FinalEvent:
         if self.finished:
             raise StopAsyncIteration
-        try:
-            envelope = await asyncio.wait_for(self._queue.get(), self._timeout_s)
-        except TimeoutError:
-            self.finished = True
-            raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s") from None
+        envelope = await self._next_envelope()
         if envelope.seq != self._next_seq:
             log.warning("job %s: event %d arrived, %d expected", self.job_id, envelope.seq,
                         self._next_seq)
@@ -56,6 +55,29 @@ class JobEvents:
         if isinstance(event, FinalEvent):
             self.finished = True
         return event
+
+    async def _next_envelope(self) -> EventEnvelope:
+        """The next event; a silent job is checked on every few seconds: if the worker that
+        took it stopped, waiting longer would hang the client forever."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
+            try:
+                return await asyncio.wait_for(self._queue.get(), max(wait, 0.0))
+            except TimeoutError:
+                pass
+            if time.monotonic() >= deadline:
+                self.finished = True
+                raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
+            if await self._owner_died():
+                self.finished = True
+                raise Unavailable("the worker running this request stopped")
+
+    async def _owner_died(self) -> bool:
+        owner = await self._redis.get(keys.job_owner(self.job_id))
+        if owner is None:
+            return False  # still queued
+        return not await self._redis.exists(keys.worker_info(owner.decode()))
 
     async def result(self) -> Result:
         async for event in self:
@@ -80,7 +102,7 @@ class JobClient:
                 job.kind, job.model_dump(mode="json"), _job_id=job.job_id, _queue_name=queue_name
             )
             await self._redis.publish(keys.wake_channel(queue_name), b"1")
-            events = JobEvents(job.job_id, queue, self._timeout_s)
+            events = JobEvents(job.job_id, queue, self._timeout_s, self._redis)
             try:
                 yield events
             finally:

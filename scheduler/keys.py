@@ -48,6 +48,11 @@ def job_events(job_id: str) -> str:
     return f"{PREFIX}:job:{job_id}:events"
 
 
+def job_owner(job_id: str) -> str:
+    """Id of the worker that took the job (so a waiting api can tell when that worker died)."""
+    return f"{PREFIX}:job:{job_id}:owner"
+
+
 def job_cancel(job_id: str) -> str:
     """Flag set when nobody waits for the job any more (checked when a worker takes the job)."""
     return f"{PREFIX}:job:{job_id}:cancel"
@@ -57,3 +62,6 @@ CANCEL_CHANNEL = f"{PREFIX}:cancel"
 """Pub/sub channel of cancelled job ids; every worker listens and frees the slot."""
 
 CANCEL_TTL_S = 3600
+JOB_OWNER_TTL_S = 24 * 3600
+OWNER_CHECK_EVERY_S = 3.0
+"""How long an api waits on a silent job before it checks that the job's worker is alive."""

@@ -187,7 +187,11 @@ class WorkerRuntime:
 
     async def completion(self, job: CompletionJob) -> None:
         assert self.engine is not None and self.publisher is not None and self.redis is not None
-        if await self.redis.exists(keys.job_cancel(job.job_id)):
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.job_cancel(job.job_id))
+            pipe.set(keys.job_owner(job.job_id), self.worker_id, ex=keys.JOB_OWNER_TTL_S)
+            cancelled, _ = await pipe.execute()
+        if cancelled:
             log.info("job %s: cancelled before it started", job.job_id)
             return
         try:
@@ -202,6 +206,8 @@ class WorkerRuntime:
         except asyncio.CancelledError:
             self.engine.cancel(job.job_id)
             raise
+        finally:
+            await self.redis.delete(keys.job_owner(job.job_id))
 
     def tokenize(self, job: TokenizeJob) -> None:
         vocab = self._engine().model.vocab

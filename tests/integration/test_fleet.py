@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import time
 from pathlib import Path
 
 import httpx
@@ -58,5 +60,31 @@ def test_api_key(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> N
         for headers in ({"Authorization": "Bearer sekrit"}, {"x-api-key": "other"}):
             ok = httpx.post(f"{url}/tokenize", json={"content": "hi"}, headers=headers)
             assert ok.status_code == 200
+    finally:
+        fleet.stop()
+
+
+def test_a_dying_worker_ends_the_stream_with_an_error(redis_url: str, workdir: Path,
+                                                      gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-crash")
+    try:
+        worker = fleet.add_worker(*WORKER_FLAGS)
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        body = {"prompt": "A long story:", "n_predict": 100000, "ignore_eos": True,
+                "stream": True}
+        started = 0.0
+        last = ""
+        with httpx.stream("POST", f"{api}/completion", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if not line:
+                    continue
+                last = line
+                if not started:
+                    started = time.monotonic()
+                    worker.kill()  # no clean shutdown: the registry entry just expires
+        error = json.loads(last.removeprefix("data: "))["error"]
+        assert error["type"] == "unavailable_error"
+        assert time.monotonic() - started < 30
     finally:
         fleet.stop()
