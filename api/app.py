@@ -9,16 +9,19 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
 from api.auth import check_api_key, load_api_keys
+from api.chat.templates import validate_chat_template_setting
 from api.errors import install_error_handler
 from api.fleet import Fleet
 from api.routes.monitor import monitor
 from api.routes.native import native
+from api.routes.templates import templates
 from api.settings import ApiSettings
 
 log = logging.getLogger(__name__)
 
 
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
+    validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
     app = Sanic(name)
     app.config.REQUEST_TIMEOUT = settings.timeout
     app.config.RESPONSE_TIMEOUT = settings.timeout
@@ -40,7 +43,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def authenticate(request: Request) -> HTTPResponse | None:
         return check_api_key(request, api_keys)
 
-    for blueprint in (native, monitor):
+    for blueprint in (native, monitor, templates):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     install_error_handler(app)
     return app

@@ -57,6 +57,19 @@ class SamplingParams(BaseModel):
     samplers: list[str] | None = None
 
 
+class ExtraContext(BaseModel):
+    text: str
+    filename: str = "tmp"
+
+
+class InfillParts(BaseModel):
+    """/infill: the prompt goes between prefix and suffix, in the model's FIM format."""
+
+    input_prefix: str | list[PromptPiece]
+    input_suffix: str | list[PromptPiece]
+    input_extra: list[ExtraContext] = Field(default_factory=list)
+
+
 class CompletionJob(BaseModel):
     kind: Literal["completion"] = "completion"
     job_id: str = Field(default_factory=new_job_id)
@@ -81,6 +94,7 @@ class CompletionJob(BaseModel):
     """GBNF text; `json_schema` (JSON text of a schema) is converted to GBNF by the worker."""
     json_schema: str | None = None
     logit_bias: list[LogitBias] = Field(default_factory=list)
+    infill: InfillParts | None = None
 
 
 class TokenizeJob(BaseModel):

@@ -142,7 +142,7 @@ class Engine:
     def _admit_waiting(self, cancelled: set[str], events: list[JobEvent]) -> list[Active]:
         admitted: list[Active] = []
         still_waiting: deque[Request] = deque()
-        while self._waiting:
+        while self._waiting and (self.defaults.cont_batching or not self._active):
             request = self._waiting.popleft()
             if request.job.job_id in cancelled:
                 request.sampler.free()
@@ -156,6 +156,7 @@ class Engine:
             self.slots_changed = True
             self._tasks_started += 1
             admitted.append(self._start(request, slot, self._tasks_started))
+        still_waiting.extend(self._waiting)  # left when continuous batching is off
         self._waiting = still_waiting
         return admitted
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,29 +42,35 @@ class ContextPlan:
     flash_attn: str
     cache_type_k: str
     cache_type_v: str
+    n_ctx_slot_cap: int | None = None
+    """--kv-unified-per-slot: the most context one slot may use."""
 
 
 class LoadedModel:
-    def __init__(self, path: Path, plan: ContextPlan, n_gpu_layers: int | None, use_mmap: bool):
+    def __init__(self, path: Path, plan: ContextPlan,
+                 tune_model: Callable[[lc.llama_model_params], None] = lambda _: None,
+                 tune_context: Callable[[lc.llama_context_params], None] = lambda _: None):
+        """`tune_model` / `tune_context` set the flags that pass straight through to llama.cpp."""
         route_llama_logs()
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
-        if n_gpu_layers is not None:
-            mparams.n_gpu_layers = n_gpu_layers
-        mparams.use_mmap = use_mmap
+        tune_model(mparams)
         self.path = path
         self.model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise ModelLoadError(f"failed to load model from {path}")
         self.vocab = Vocab(lc.llama_model_get_vocab(self.model))
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
-        self.ctx = lc.llama_init_from_model(self.model, self._context_params(plan))
+        cparams = self._context_params(plan)
+        tune_context(cparams)
+        self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise ModelLoadError(f"failed to create a context for {path} ({plan})")
         self.memory = lc.llama_get_memory(self.ctx)
         self.plan = plan
         self.n_ctx = lc.llama_n_ctx(self.ctx)
-        self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train)
+        self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,
+                              plan.n_ctx_slot_cap or self.n_ctx_train)
         log.info("model %s loaded: n_ctx=%d, slots=%d, n_ctx_slot=%d, kv_unified=%s", path,
                  self.n_ctx, plan.n_slots, self.n_ctx_slot, plan.kv_unified)
 

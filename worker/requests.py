@@ -10,6 +10,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.errors import ExceedContextSize, InvalidRequest
 from scheduler.jobs import CompletionJob, LogitBias
+from worker.infill import infill_tokens
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, SamplerConfig
 from worker.vocab import Vocab
@@ -28,6 +29,8 @@ class EngineDefaults:
     worker_id: str
     grammar: str | None = None
     logit_bias: list[LogitBias] = field(default_factory=list)
+    cont_batching: bool = True
+    spm_infill: bool = False
 
 
 @dataclass
@@ -47,7 +50,14 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
                     n_slots: int) -> Request:
     """Tokenize and validate; raises the request's error before it takes a slot."""
     vocab = model.vocab
-    tokens = vocab.tokenize_prompt(job.prompt)
+    n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
+    if job.infill is not None:
+        prompt = vocab.tokenize_prompt(job.prompt) if job.prompt else []
+        tokens = infill_tokens(vocab, job.infill, prompt[1:] if prompt[:1] == [vocab.bos]
+                               else prompt, model.plan.n_batch, n_predict, model.n_ctx_slot,
+                               defaults.spm_infill)
+    else:
+        tokens = vocab.tokenize_prompt(job.prompt)
     if not tokens:
         raise InvalidRequest("The prompt is empty")
     bad = [t for t in tokens if not vocab.valid(t)]
@@ -65,7 +75,6 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
                            token_biases(job.logit_bias or defaults.logit_bias, vocab),
                            grammar_of(job, defaults))
     sampler.accept_prompt(tokens)
-    n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     return Request(job, tokens, sampling, sampler, n_predict, cache_prompt)
 

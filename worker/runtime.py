@@ -13,6 +13,7 @@ from typing import Any
 
 from arq.connections import ArqRedis, create_pool
 from arq.worker import func
+from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 
 from scheduler import keys
@@ -28,6 +29,7 @@ from scheduler.results import (
     TokenPiece,
 )
 from storage import ModelFiles, default_model_path, open_store
+from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
 from worker.model import ContextPlan, LoadedModel, default_threads
@@ -55,6 +57,7 @@ class WorkerRuntime:
     # -- start and stop -----------------------------------------------------------------
 
     async def run(self, redis_url: str) -> None:
+        flags.check_supported(self.settings)
         self.redis = Redis.from_url(redis_url)
         pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
@@ -124,11 +127,10 @@ class WorkerRuntime:
             # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
             swa_full=s.swa_full or s.cache_prompt,
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
+            n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        ngl = None if s.n_gpu_layers == "auto" else (-1 if s.n_gpu_layers == "all"
-                                                     else int(s.n_gpu_layers))
-        return LoadedModel(self._model_path(), plan, ngl, use_mmap="mmap" in s.load_mode
-                           or s.load_mode == "auto")
+        return LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
+                           lambda p: flags.tune_context(p, s))
 
     def _model_path(self) -> Path:
         s = self.settings
@@ -154,11 +156,16 @@ class WorkerRuntime:
             dry_sequence_breakers=s.dry_sequence_breaker or ["\n", ":", '"', "*"],
             mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
             seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
-            samplers=normalize_samplers(s.samplers),
+            samplers=normalize_samplers(flags.sampler_names(s)),
         )
+        grammar, schema = flags.default_grammar(s)
+        if schema and not grammar:
+            grammar = str(json_schema_to_gbnf(schema))
         return EngineDefaults(sampling=sampling, n_predict=s.n_predict, n_keep=s.keep,
                               cache_prompt=s.cache_prompt, special=s.special,
-                              model_alias=self.model_id, worker_id=self.worker_id)
+                              model_alias=self.model_id, worker_id=self.worker_id,
+                              grammar=grammar, logit_bias=flags.default_logit_bias(s),
+                              cont_batching=s.cont_batching, spm_infill=s.spm_infill)
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:

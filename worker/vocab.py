@@ -55,6 +55,15 @@ class Vocab:
     def detokenize(self, tokens: list[int], special: bool = True) -> str:
         return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
 
+    def fim_tokens(self) -> dict[str, int]:
+        """The model's fill-in-the-middle tokens that exist (pre, suf, mid, rep, sep)."""
+        found = {
+            "pre": lc.llama_vocab_fim_pre(self._vocab), "suf": lc.llama_vocab_fim_suf(self._vocab),
+            "mid": lc.llama_vocab_fim_mid(self._vocab), "rep": lc.llama_vocab_fim_rep(self._vocab),
+            "sep": lc.llama_vocab_fim_sep(self._vocab),
+        }
+        return {name: token for name, token in found.items() if token >= 0}
+
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self._vocab, token))
 

@@ -16,7 +16,12 @@ from api.render import completion_json, model_card, partial_json
 from api.settings import ApiSettings
 from api.sse import open_stream, sse_data
 from api.wire.body import parse_body
-from api.wire.native import CompletionRequest, DetokenizeRequest, TokenizeRequest
+from api.wire.native import (
+    CompletionRequest,
+    DetokenizeRequest,
+    InfillRequest,
+    TokenizeRequest,
+)
 from scheduler.client import JobEvents
 from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
@@ -85,7 +90,15 @@ async def detokenize(request: Request) -> HTTPResponse:
 
 @route(["POST"], "/completion", "/completions")
 async def completion(request: Request) -> HTTPResponse | None:
-    body = parse_body(request, CompletionRequest)
+    return await _complete(request, parse_body(request, CompletionRequest))
+
+
+@route(["POST"], "/infill")
+async def infill(request: Request) -> HTTPResponse | None:
+    return await _complete(request, parse_body(request, InfillRequest))
+
+
+async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse | None:
     jobs = body.to_jobs(_model_id(request))
     if body.n_cmpl > 1:
         await _check_n_cmpl(request, body.n_cmpl)

@@ -11,6 +11,8 @@ from scheduler.errors import InvalidRequest, NotSupported
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
+    ExtraContext,
+    InfillParts,
     LogitBias,
     PromptPiece,
     SamplingParams,
@@ -18,6 +20,8 @@ from scheduler.jobs import (
 )
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
+SAMPLER_CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
+                 "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
 
 
 class PromptObject(BaseModel):
@@ -87,6 +91,14 @@ class CompletionRequest(BaseModel):
     def _logit_bias(cls, value: Any) -> Any:
         return parse_logit_bias(value)
 
+    @field_validator("samplers", mode="before")
+    @classmethod
+    def _samplers_from_chars(cls, value: Any) -> Any:
+        """A string is the one-letter form (`--sampling-seq`), e.g. "kypmxt"."""
+        if isinstance(value, str):
+            return [SAMPLER_CHARS[c] for c in value if c in SAMPLER_CHARS]
+        return value
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_as_list(cls, value: Any) -> Any:
@@ -107,22 +119,25 @@ class CompletionRequest(BaseModel):
 
     def to_jobs(self, model: str) -> list[CompletionJob]:
         """One job per prompt and completion (`n_cmpl`), in the order results are returned."""
-        sampling = SamplingParams(**{f: getattr(self, f) for f in SAMPLING_FIELDS})
-        json_schema = None if self.json_schema is None else json.dumps(self.json_schema)
         jobs: list[CompletionJob] = []
         for prompt in self.prompts():
             if not prompt:
                 raise InvalidRequest("The prompt is empty")
-            jobs.extend(CompletionJob(
-                model=model, prompt=prompt, stream=self.stream, n_predict=self.n_predict,
-                stop=self.stop, sampling=sampling, cache_prompt=self.cache_prompt,
-                return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
-                t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
-                return_progress=self.return_progress, n_probs=self.n_probs,
-                post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
-                json_schema=json_schema, logit_bias=self.logit_bias,
-            ) for _ in range(self.n_cmpl))
+            jobs.extend(self.job(model, prompt) for _ in range(self.n_cmpl))
         return jobs
+
+    def job(self, model: str, prompt: str | list[PromptPiece]) -> CompletionJob:
+        sampling = SamplingParams(**{f: getattr(self, f) for f in SAMPLING_FIELDS})
+        return CompletionJob(
+            model=model, prompt=prompt, stream=self.stream, n_predict=self.n_predict,
+            stop=self.stop, sampling=sampling, cache_prompt=self.cache_prompt,
+            return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
+            t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
+            return_progress=self.return_progress, n_probs=self.n_probs,
+            post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
+            json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
+            logit_bias=self.logit_bias,
+        )
 
 
 def parse_logit_bias(value: Any) -> Any:
@@ -174,3 +189,20 @@ class DetokenizeRequest(BaseModel):
 
     def to_job(self, model: str) -> DetokenizeJob:
         return DetokenizeJob(model=model, tokens=self.tokens)
+
+
+class InfillRequest(CompletionRequest):
+    """POST /infill: every /completion option, plus the code around the gap."""
+
+    prompt: str = ""  # type: ignore[assignment]
+    input_prefix: str | list[PromptPiece]
+    input_suffix: str | list[PromptPiece]
+    input_extra: list[ExtraContext] = Field(default_factory=list)
+
+    def to_jobs(self, model: str) -> list[CompletionJob]:
+        infill = InfillParts(input_prefix=self.input_prefix, input_suffix=self.input_suffix,
+                             input_extra=self.input_extra)
+        jobs = [self.job(model, self.prompt) for _ in range(self.n_cmpl)]
+        for job in jobs:
+            job.infill = infill
+        return jobs

@@ -149,3 +149,22 @@ def test_unknown_route_is_a_404_in_the_spec_format(api: str) -> None:
     response = httpx.get(f"{api}/nope")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_infill_needs_fim_tokens(api: str) -> None:
+    response = httpx.post(f"{api}/infill", json={"input_prefix": "def add(a, b):\n",
+                                                 "input_suffix": "\n"}, timeout=60)
+    assert response.status_code == 501
+    error = response.json()["error"]
+    assert error["type"] == "not_supported_error"
+    assert error["message"].startswith("Infill is not supported by this model")
+
+
+def test_infill_requires_prefix_and_suffix(api: str) -> None:
+    response = httpx.post(f"{api}/infill", json={"input_prefix": "x"}, timeout=60)
+    assert response.status_code == 400
+
+
+def test_samplers_as_letters(api: str) -> None:
+    body = complete(api, {"prompt": "Hi", "n_predict": 2, "samplers": "kt"}).json()
+    assert body["generation_settings"]["samplers"] == ["top_k", "temperature"]

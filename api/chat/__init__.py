@@ -1,0 +1,1 @@
+"""Chat: templates, messages and output parsing for the OpenAI and Anthropic APIs."""

@@ -1,0 +1,401 @@
+"""OpenAI chat input: messages, content parts, tools and tool_choice, and their validation.
+
+The pydantic models describe the wire shapes (a wire model may embed them); the `validate_*`
+functions take the request's values (models or plain JSON) and return what the chat template
+and the tool grammar need, raising `InvalidRequest` (400) with llama-server's wording where it
+has one, and `NotSupported` (501) for media the model cannot take (no multimodal projector).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from scheduler.errors import InvalidRequest, NotSupported
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+
+_MMPROJ_HINT = (
+    "hint: if this is unexpected, you may need to provide the mmproj "
+    "(--mmproj, a multimodal projector)"
+)
+_MEDIA_KINDS = {
+    "image_url": "image",
+    "input_image": "image",
+    "input_audio": "audio",
+    "input_video": "video",
+    "video_url": "video",
+    "file": "file",
+}
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Wire):
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(_Wire):
+    url: str
+    detail: str | None = None
+
+
+class ImageUrlPart(_Wire):
+    type: Literal["image_url"]
+    image_url: ImageUrl | str
+
+
+class InputAudio(_Wire):
+    data: str
+    format: str | None = None
+
+
+class InputAudioPart(_Wire):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+class InputVideoPart(_Wire):
+    type: Literal["input_video", "video_url"]
+    input_video: dict[str, Any] | None = None
+    video_url: dict[str, Any] | str | None = None
+
+
+class FilePart(_Wire):
+    type: Literal["file"]
+    file: dict[str, Any]
+
+
+ContentPart = Annotated[
+    TextPart | ImageUrlPart | InputAudioPart | InputVideoPart | FilePart,
+    Field(discriminator="type"),
+]
+
+
+class FunctionCallIn(_Wire):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(_Wire):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
+class ChatMessageIn(_Wire):
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDef(_Wire):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Wire):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Wire):
+    name: str
+
+
+class NamedToolChoice(_Wire):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoiceIn = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """A checked tool_choice: `mode` "required" with a `name` means that function must be called."""
+
+    mode: Literal["auto", "none", "required"] = "auto"
+    name: str | None = None
+
+
+def _dump(value: Any) -> str:
+    def plain(obj: Any) -> Any:
+        return obj.model_dump(exclude_unset=True) if isinstance(obj, BaseModel) else str(obj)
+
+    return json.dumps(value, ensure_ascii=False, default=plain)
+
+
+def _errors(exc: ValidationError, where: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        parts.append(f"{where}{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _not_supported(kind: str) -> NotSupported:
+    if kind == "file":
+        return NotSupported("file input is not supported by this server")
+    return NotSupported(f"{kind} input is not supported - {_MMPROJ_HINT}")
+
+
+# messages
+
+
+def _check_raw_message(index: int, raw: Any) -> None:
+    """llama-server's checks on a message as JSON, before the model sees it."""
+    if not isinstance(raw, Mapping):
+        raise InvalidRequest(f"Expected 'message' to be an object, got {_dump(raw)}")
+    if "role" not in raw:
+        raise InvalidRequest(f"Missing 'role' in message: {_dump(raw)}")
+    role = raw["role"]
+    if role not in ROLES:
+        raise InvalidRequest(
+            f"Invalid role {_dump(role)} in messages[{index}]: expected one of {', '.join(ROLES)}"
+        )
+    content = raw.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise InvalidRequest("Expected 'content' to be a string or an array")
+    for number, part in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(part, Mapping) or "type" not in part:
+            raise InvalidRequest(f"Missing content part type: {_dump(part)}")
+        kind = part["type"]
+        if kind in _MEDIA_KINDS:
+            raise _not_supported(_MEDIA_KINDS[kind])
+        if kind != "text":
+            raise InvalidRequest(f"Unsupported content part type: {_dump(kind)}")
+        if not isinstance(part.get("text"), str):
+            raise InvalidRequest(
+                f"messages[{index}].content[{number}]: a text part needs a string 'text'"
+            )
+
+
+def _to_model(index: int, message: ChatMessageIn | Mapping[str, Any]) -> ChatMessageIn:
+    if isinstance(message, ChatMessageIn):
+        return message
+    _check_raw_message(index, message)
+    try:
+        return ChatMessageIn.model_validate(message)
+    except ValidationError as exc:
+        raise InvalidRequest(_errors(exc, f"messages[{index}]")) from None
+
+
+def _content_text(message: ChatMessageIn) -> str:
+    """Content as one string: text parts joined with newlines, as llama.cpp does."""
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if not isinstance(part, TextPart):
+            raise _not_supported(_MEDIA_KINDS[part.type])
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def _tool_call_dict(call: ToolCallIn) -> dict[str, Any]:
+    arguments = call.function.arguments
+    out: dict[str, Any] = {
+        "type": "function",
+        "function": {
+            "name": call.function.name,
+            "arguments": arguments if isinstance(arguments, str) else _dump(arguments),
+        },
+    }
+    if call.id:
+        out["id"] = call.id
+    return out
+
+
+def _check_message(index: int, message: ChatMessageIn, content_given: bool) -> None:
+    role = message.role
+    if role == "assistant":
+        if message.content is None and not message.tool_calls:
+            raise InvalidRequest("Assistant message must contain either 'content' or 'tool_calls'!")
+        return
+    if not content_given or message.content is None:
+        raise InvalidRequest(
+            f"All non-assistant messages must contain 'content' (messages[{index}], role '{role}')"
+        )
+    if message.tool_calls:
+        raise InvalidRequest(
+            f"messages[{index}]: only assistant messages may have 'tool_calls', not '{role}'"
+        )
+    if role == "tool" and not message.tool_call_id:
+        raise InvalidRequest(f"messages[{index}]: a 'tool' message must have a 'tool_call_id'")
+
+
+def validate_messages(messages: Any) -> list[dict[str, Any]]:
+    """Check the request's messages; return them as plain dicts for the chat template.
+
+    Each dict has `role` and `content` (a string: text parts joined with "\\n"; "" for an
+    assistant message that only calls tools), and, when given, `name`, `tool_call_id`,
+    `reasoning_content` and `tool_calls` (OpenAI shape, `arguments` as JSON text).
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidRequest("Expected 'messages' to be an array")
+    if not messages:
+        raise InvalidRequest("'messages' must contain at least one message")
+    out = []
+    for index, raw in enumerate(messages):
+        message = _to_model(index, raw)
+        given = message.model_fields_set if isinstance(raw, ChatMessageIn) else set(raw)
+        _check_message(index, message, "content" in given)
+        item: dict[str, Any] = {"role": message.role, "content": _content_text(message)}
+        if message.name is not None:
+            item["name"] = message.name
+        if message.tool_calls:
+            item["tool_calls"] = [_tool_call_dict(call) for call in message.tool_calls]
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+        if message.reasoning_content is not None:
+            item["reasoning_content"] = message.reasoning_content
+        out.append(item)
+    return out
+
+
+def arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of validated messages whose tool-call `arguments` are objects, not JSON text —
+    for templates that iterate them (`tool_call.arguments|items`, `|tojson`)."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not calls:
+            out.append(message)
+            continue
+        converted = []
+        for call in calls:
+            arguments = call["function"]["arguments"]
+            try:
+                parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+            except ValueError:
+                parsed = arguments
+            converted.append({**call, "function": {**call["function"], "arguments": parsed}})
+        out.append({**message, "tool_calls": converted})
+    return out
+
+
+# tools and tool_choice
+
+
+def _check_parameters(name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """A tool's parameters must be an object schema; absent or {} means no parameters."""
+    if not parameters:
+        return {"type": "object", "properties": {}}
+    kind = parameters.get("type", "object")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "object" not in kinds:
+        raise InvalidRequest(
+            f"Invalid tool '{name}': 'parameters' must be a JSON schema of type 'object', "
+            f"got type {_dump(kind)}"
+        )
+    if not isinstance(parameters.get("properties", {}), dict):
+        raise InvalidRequest(f"Invalid tool '{name}': 'parameters.properties' must be an object")
+    required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise InvalidRequest(
+            f"Invalid tool '{name}': 'parameters.required' must be an array of strings"
+        )
+    return parameters
+
+
+def _to_tool(index: int, raw: Tool | Mapping[str, Any]) -> Tool:
+    if isinstance(raw, Tool):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InvalidRequest(f"Failed to parse tools: expected an object, got {_dump(raw)}")
+    if "type" not in raw:
+        raise InvalidRequest(f"Failed to parse tools: Missing tool type: {_dump(raw)}")
+    if raw["type"] != "function":
+        raise InvalidRequest(f"Failed to parse tools: Unsupported tool type: {_dump(raw)}")
+    if "function" not in raw:
+        raise InvalidRequest(f"Failed to parse tools: Missing tool function: {_dump(raw)}")
+    function = raw["function"]
+    if (
+        isinstance(function, Mapping)
+        and "parameters" in function
+        and not isinstance(function["parameters"], Mapping | None)
+    ):
+        name = function.get("name")
+        raise InvalidRequest(
+            f"Invalid tool '{name}': 'parameters' must be a JSON schema object, "
+            f"got {_dump(function['parameters'])}"
+        )
+    try:
+        return Tool.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidRequest(_errors(exc, f"tools[{index}]")) from None
+
+
+def validate_tools(tools: Any) -> list[dict[str, Any]]:
+    """Check `tools`; return them as OpenAI tool dicts for the template and the grammar
+    (`parameters` always an object schema, `description` always a string)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, Sequence) or isinstance(tools, str | bytes):
+        raise InvalidRequest(f"Expected 'tools' to be an array, got {_dump(tools)}")
+    out = []
+    seen: set[str] = set()
+    for index, raw in enumerate(tools):
+        tool = _to_tool(index, raw)
+        name = tool.function.name
+        if not name.strip():
+            raise InvalidRequest(f"tools[{index}]: the function name must not be empty")
+        if name in seen:
+            raise InvalidRequest(f"tools[{index}]: duplicate function name '{name}'")
+        seen.add(name)
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": tool.function.description or "",
+                    "parameters": _check_parameters(name, tool.function.parameters),
+                },
+            }
+        )
+    return out
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [tool["function"]["name"] for tool in tools]
+
+
+def validate_tool_choice(tool_choice: Any, tools: Sequence[Mapping[str, Any]]) -> ToolChoice:
+    """Check `tool_choice` against the validated `tools` (from `validate_tools`)."""
+    if tool_choice is None:
+        return ToolChoice("auto")
+    if isinstance(tool_choice, NamedToolChoice):
+        name: Any = tool_choice.function.name
+    elif isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICE_MODES:
+            raise InvalidRequest(f"Invalid tool_choice: {tool_choice}")
+        if tool_choice == "required" and not tools:
+            raise InvalidRequest("tool_choice 'required' needs at least one tool in 'tools'")
+        return ToolChoice(tool_choice)  # type: ignore[arg-type]
+    elif isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function":
+        function = tool_choice.get("function")
+        # the Responses API names the function at the top level
+        name = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
+    else:
+        raise InvalidRequest(f"Invalid tool_choice: {_dump(tool_choice)}")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"Invalid tool_choice: no function name in {_dump(tool_choice)}")
+    if name not in tool_names(tools):
+        raise InvalidRequest(f"Invalid tool_choice: tool '{name}' is not in 'tools'")
+    return ToolChoice("required", name)

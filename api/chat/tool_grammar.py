@@ -1,0 +1,95 @@
+"""Constraining the output to a tool call when `tool_choice` demands one.
+
+The constraint is llama.cpp's "generic" tool-call format (common/chat.cpp, for templates without
+native tool support): a JSON object `{"tool_call": {"name", "arguments"}}`, or with parallel calls
+`{"tool_calls": [{"name", "arguments"}, ...]}`. It is produced as a JSON schema (the worker turns
+`job.json_schema` into a grammar), together with the system-prompt line llama.cpp adds so the
+model knows the format. `ChatOutputParser` reads this format back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from api.chat.messages import ToolChoice, validate_tool_choice
+
+GENERIC_TOOL_HINT = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
+    "reply to the user's request"
+)
+GENERIC_TOOL_HINT_REQUIRED = "Respond in JSON format with `tool_call` (a request to call tools)"
+GENERIC_TOOL_HINT_PARALLEL = "Respond in JSON format with `tool_calls` (a list of tool calls)"
+
+
+def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    function = tool.get("function", tool)
+    return function if isinstance(function, Mapping) else {}
+
+
+def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+    function = _function(tool)
+    parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "const": function["name"]},
+            "arguments": parameters,
+        },
+        "required": ["name", "arguments"],
+    }
+    if function.get("description"):
+        schema["description"] = function["description"]
+    return schema
+
+
+def tool_call_schema(
+    tools: Sequence[Mapping[str, Any]], *, parallel_tool_calls: bool
+) -> dict[str, Any]:
+    """The generic format's schema for a call to one of `tools` (validated tool dicts)."""
+    calls = [_call_schema(tool) for tool in tools]
+    one = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    if parallel_tool_calls:
+        return {
+            "type": "object",
+            "properties": {"tool_calls": {"type": "array", "items": one, "minItems": 1}},
+            "required": ["tool_calls"],
+        }
+    return {"type": "object", "properties": {"tool_call": one}, "required": ["tool_call"]}
+
+
+def tool_call_grammar(
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: ToolChoice | str | Mapping[str, Any] | None,
+    parallel_tool_calls: bool,
+) -> tuple[str | None, str | None]:
+    """(JSON schema as JSON text, system-prompt line) forcing a tool call, or (None, None).
+
+    A constraint is needed when `tool_choice` is "required" (any of `tools`) or names a function
+    (only that one). `tools` are the dicts `validate_tools` returns. Put the schema in
+    `CompletionJob.json_schema` and add the line to the system prompt with `add_system_hint`.
+    """
+    choice = (
+        tool_choice
+        if isinstance(tool_choice, ToolChoice)
+        else validate_tool_choice(tool_choice, tools)
+    )
+    if choice.mode != "required" or not tools:
+        return None, None
+    if choice.name is not None:
+        tools = [tool for tool in tools if _function(tool).get("name") == choice.name]
+    schema = tool_call_schema(tools, parallel_tool_calls=parallel_tool_calls)
+    hint = GENERIC_TOOL_HINT_PARALLEL if parallel_tool_calls else GENERIC_TOOL_HINT_REQUIRED
+    return json.dumps(schema, ensure_ascii=False), hint
+
+
+def add_system_hint(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """Messages with `hint` appended to the first system message (or a new one in front), as
+    llama.cpp's `add_system` does."""
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        existing = first.get("content") or ""
+        content = f"{existing}\n\n{hint}" if existing else hint
+        return [{**first, "content": content}, *messages[1:]]
+    return [{"role": "system", "content": hint}, *messages]
