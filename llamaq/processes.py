@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
@@ -28,8 +29,14 @@ def run_api(argv: list[str]) -> None:
 
     from api.app import create_app
 
+    from api.chat.templates import validate_chat_template_setting
+
     settings = ApiSettings.from_args(argv)
     setup_logging(settings.log_verbosity, settings.log_file, "api")
+    try:
+        validate_chat_template_setting(settings)
+    except ValueError as exc:
+        sys.exit(f"llamaq api: {exc}")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
     app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
