@@ -163,10 +163,15 @@ class SamplerChain:
         if self._grammar is None and not with_candidates:
             return int(lc.llama_sampler_sample(self._chain, ctx, batch_index)), []
         cur = self._candidates_from(ctx, batch_index)
-        if self._grammar is not None:
-            lc.llama_sampler_apply(self._grammar, ctypes.byref(cur))
         lc.llama_sampler_apply(self._chain, ctypes.byref(cur))
         token = int(cur.data[cur.selected].id)
+        if self._grammar is not None and not self._grammar_allows(token):
+            # Rejection sampling, as llama.cpp does: the grammar pass over the whole
+            # vocabulary is costly, so it only runs when the free choice is not allowed.
+            cur = self._candidates_from(ctx, batch_index)
+            lc.llama_sampler_apply(self._grammar, ctypes.byref(cur))
+            lc.llama_sampler_apply(self._chain, ctypes.byref(cur))
+            token = int(cur.data[cur.selected].id)
         lc.llama_sampler_accept(self._chain, token)
         if self._grammar is not None:
             lc.llama_sampler_accept(self._grammar, token)
@@ -177,6 +182,13 @@ class SamplerChain:
                                      shape=(n * CANDIDATE.itemsize,)).view(CANDIDATE)
         order = np.argsort(-view["p"], kind="stable")
         return token, [(int(view["id"][i]), float(view["p"][i])) for i in order]
+
+    def _grammar_allows(self, token: int) -> bool:
+        single = lc.llama_token_data(token, 1.0, 0.0)
+        array = lc.llama_token_data_array(data=ctypes.pointer(single), size=1, selected=-1,
+                                          sorted=False)
+        lc.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        return bool(math.isfinite(single.logit))
 
     def _candidates_from(self, ctx: lc.llama_context_p,
                          batch_index: int) -> lc.llama_token_data_array:
