@@ -12,8 +12,10 @@ from api.auth import check_api_key, load_api_keys
 from api.chat.templates import validate_chat_template_setting
 from api.errors import install_error_handler
 from api.fleet import Fleet
+from api.routes.anthropic import anthropic
 from api.routes.monitor import monitor
 from api.routes.native import native
+from api.routes.openai import openai
 from api.routes.templates import templates
 from api.settings import ApiSettings
 
@@ -43,7 +45,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def authenticate(request: Request) -> HTTPResponse | None:
         return check_api_key(request, api_keys)
 
-    for blueprint in (native, monitor, templates):
+    for blueprint in (native, monitor, openai, templates, anthropic):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     install_error_handler(app)
     return app

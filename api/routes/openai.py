@@ -1,0 +1,75 @@
+"""llama-server's OpenAI-compatible endpoints: /v1/completions here; chat completions, token
+counting and control in openai_chat.py, the Responses API in openai_responses.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from api.render_openai import (
+    Envelope,
+    logprobs_json,
+    random_id,
+    text_chunk_json,
+    text_completion_json,
+    text_final_chunk_json,
+)
+from api.routes.openai_chat import (
+    chat_completions,
+    chat_input_tokens,
+    control,
+    responses_input_tokens,
+)
+from api.routes.openai_jobs import OpenAIContext
+from api.routes.openai_responses import responses
+from api.sse import sse_data
+from api.wire.body import parse_body
+from api.wire.openai import OpenAICompletionRequest
+from scheduler.results import CompletionResult, FinalEvent, TokenEvent
+
+openai = Blueprint("openai")
+
+
+async def completions(request: Request) -> HTTPResponse | None:
+    context = OpenAIContext.of(request)
+    body = parse_body(request, OpenAICompletionRequest)
+    jobs = body.to_jobs(context.model_id)
+    await context.prepare(jobs, body.id_slot, body.choices)
+    envelope = Envelope(random_id("cmpl-"), context.model_id)
+    if not body.stream:
+        results = await context.run(jobs)
+        return json(text_completion_json(envelope, results, body.choices))
+
+    def render(index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
+        if isinstance(event, FinalEvent):
+            assert isinstance(event.result, CompletionResult)
+            return [sse_data(text_final_chunk_json(envelope, index, event.result))]
+        chunk = text_chunk_json(envelope, index, event.content,
+                                logprobs_json(event.probs, jobs[index].post_sampling_probs))
+        if event.progress is not None:
+            chunk["prompt_progress"] = event.progress.model_dump()
+        return [sse_data(chunk)]
+
+    await context.stream(jobs, render)
+    return None
+
+
+def _register() -> None:
+    routes = {
+        completions: ("/v1/completions",),
+        chat_completions: ("/v1/chat/completions", "/chat/completions"),
+        control: ("/v1/chat/completions/control",),
+        chat_input_tokens: ("/v1/chat/completions/input_tokens",
+                            "/chat/completions/input_tokens"),
+        responses: ("/v1/responses", "/responses"),
+        responses_input_tokens: ("/v1/responses/input_tokens", "/responses/input_tokens"),
+    }
+    for handler, paths in routes.items():
+        for path in paths:
+            name = f"openai{path.replace('/', '_')}"
+            openai.add_route(handler, path, methods=["POST"], name=name)  # type: ignore[arg-type]
+
+
+_register()

@@ -1,0 +1,264 @@
+"""/v1/chat/completions: messages → chat template → jobs → output parsing (content, reasoning,
+tool calls) → chat.completion objects or chunks. Also its token counting and control
+endpoints; the Responses API (openai_responses.py) runs on the same plan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from sanic import Request
+from sanic.response import HTTPResponse, json
+
+from api.chat.messages import (
+    ToolChoice,
+    tool_names,
+    validate_messages,
+    validate_tool_choice,
+    validate_tools,
+)
+from api.chat.parsing import ChatMessage, ChatOutputParser, prompt_opens_thinking
+from api.chat.templates import ChatTemplate, template_kwargs
+from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.errors import validation_message
+from api.render_openai import (
+    ROLE_DELTA,
+    Envelope,
+    chat_chunk_json,
+    chat_completion_json,
+    chat_usage_chunk_json,
+    delta_json,
+    finish_reason,
+    logprobs_json,
+    random_id,
+    timings_json,
+)
+from api.routes.openai_jobs import OpenAIContext
+from api.sse import sse_data
+from api.wire.body import json_body, parse_body
+from api.wire.openai import ChatCompletionRequest, ControlRequest, responses_to_chat
+from scheduler.errors import InvalidRequest
+from scheduler.jobs import CompletionJob, TokenizeJob
+from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChatPlan:
+    """A chat request made ready to run: its rendered prompt and how to read the output."""
+
+    body: ChatCompletionRequest
+    template: ChatTemplate
+    prompt: str
+    tools: list[dict[str, Any]]
+    tool_choice: ToolChoice
+    tool_schema: str | None
+    reasoning_format: str
+    parse_tools: bool
+
+    def jobs(self, model_id: str) -> list[CompletionJob]:
+        return self.body.chat_jobs(model_id, self.prompt, self.tool_schema)
+
+    def parser(self) -> ChatOutputParser:
+        return ChatOutputParser(
+            reasoning_format=self.reasoning_format, tools=self.parse_tools,
+            template_source=self.template.source,
+            thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
+            tool_names=tool_names(self.tools) if self.parse_tools else None)
+
+    def parse(self, text: str) -> ChatMessage:
+        parser = self.parser()
+        parser.feed(text)
+        return parser.finish()
+
+
+async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> ChatPlan:
+    """Check the messages and tools, render the template (llama-server's
+    oaicompat_chat_params_parse)."""
+    settings = context.settings
+    workers = await context.workers()
+    messages = validate_messages(body.messages)
+    tools = validate_tools(body.tools)
+    choice = validate_tool_choice(body.tool_choice, tools)
+    if not settings.jinja:
+        if tools:
+            raise InvalidRequest("tools param requires --jinja flag")
+        if choice.mode != "auto":
+            raise InvalidRequest("tool_choice param requires --jinja flag")
+    parse_tools = bool(tools) and choice.mode != "none"
+    schema, hint = tool_call_grammar(tools, choice, bool(body.parallel_tool_calls))
+    if hint:
+        messages = add_system_hint(messages, hint)
+    continue_final = body.continue_final_message
+    if continue_final is None and not settings.prefill_assistant:
+        continue_final = False
+    template = ChatTemplate.for_model(settings, workers[0].meta)
+    prompt = template.render(
+        messages, tools=tools or None, add_generation_prompt=body.add_generation_prompt,
+        extra_context=template_kwargs(settings, body.chat_template_kwargs,
+                                      body.reasoning_effort),
+        continue_final_message=continue_final)
+    log.debug("chat prompt: %s template, %d characters, tools %d (%s)", template.name,
+              len(prompt), len(tools), choice.mode)
+    reasoning_format = body.reasoning_format or settings.reasoning_format
+    if settings.skip_chat_parsing:
+        reasoning_format, parse_tools = "none", False
+    return ChatPlan(body, template, prompt, tools, choice, schema, reasoning_format, parse_tools)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_as(model: type[Model], data: dict[str, Any]) -> Model:
+    """A body built by conversion (Responses → chat), checked like a parsed one."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(validation_message(exc)) from None
+
+
+# live completions, for /v1/chat/completions/control
+
+
+@dataclass
+class LiveCompletions:
+    """The chat completions this api process is serving: id → reasoning_control armed."""
+
+    armed: dict[str, bool] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def track(self, completion_id: str, reasoning_control: bool) -> Iterator[None]:
+        self.armed[completion_id] = reasoning_control
+        try:
+            yield
+        finally:
+            self.armed.pop(completion_id, None)
+
+
+def live_completions(request: Request) -> LiveCompletions:
+    live: LiveCompletions | None = getattr(request.app.ctx, "openai_live", None)
+    if live is None:
+        live = request.app.ctx.openai_live = LiveCompletions()
+    return live
+
+
+async def control(request: Request) -> HTTPResponse:
+    """Acts on a running completion. An unknown or finished id is a no-op answered with
+    success false. Forcing the end of reasoning needs engine support that is not there yet,
+    and only completions served by this api process are known."""
+    body = parse_body(request, ControlRequest)
+    armed = live_completions(request).armed.get(body.id)
+    if armed is None:
+        return json({"success": False, "message": "no active completion for this id"})
+    if not armed:
+        return json({"success": False,
+                     "message": "reasoning control not enabled for this completion"})
+    return json({"success": False,
+                 "message": "reasoning control is not supported by this server's engine yet"})
+
+
+# /v1/chat/completions
+
+
+async def chat_completions(request: Request) -> HTTPResponse | None:
+    context = OpenAIContext.of(request)
+    body = parse_body(request, ChatCompletionRequest)
+    plan = await plan_chat(context, body)
+    jobs = plan.jobs(context.model_id)
+    await context.prepare(jobs, body.id_slot, body.choices)
+    envelope = Envelope(random_id("chatcmpl-"), context.model_id)
+    with live_completions(request).track(envelope.id, body.reasoning_control):
+        if not body.stream:
+            results = await context.run(jobs)
+            choices = [(i, result, plan.parse(result.content)) for i, result in
+                       enumerate(results)]
+            return json(chat_completion_json(envelope, choices))
+        stream = ChatStream(plan, envelope, jobs)
+        await context.stream(jobs, stream.render, stream.end)
+        return None
+
+
+class ChatStream:
+    """chat.completion.chunk events of the choices: a role chunk first, then a chunk per parsed
+    delta (logprobs on the last one of a token), a finish chunk per choice, and with
+    `stream_options.include_usage` a last chunk with usage and no choices."""
+
+    def __init__(self, plan: ChatPlan, envelope: Envelope, jobs: list[CompletionJob]) -> None:
+        self.envelope = envelope
+        self.include_usage = plan.body.include_usage
+        self.post_sampling = [job.post_sampling_probs for job in jobs]
+        self.parsers = [plan.parser() for _ in jobs]
+        self.started = [False] * len(jobs)
+        self.results: dict[int, CompletionResult] = {}
+
+    def render(self, index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
+        chunks = []
+        if not self.started[index]:
+            self.started[index] = True
+            chunks.append(chat_chunk_json(self.envelope, index, dict(ROLE_DELTA)))
+        parser = self.parsers[index]
+        if isinstance(event, FinalEvent):
+            assert isinstance(event.result, CompletionResult)
+            result = event.result
+            deltas = parser.feed(result.content) + parser.flush()
+            chunks.extend(self._deltas(index, deltas))
+            message = parser.finish()
+            finish = chat_chunk_json(self.envelope, index, {},
+                                     finish_reason(result, bool(message.tool_calls)))
+            if not self.include_usage:
+                finish["timings"] = timings_json(result)
+            chunks.append(finish)
+            self.results[index] = result
+        else:
+            delta_chunks = self._deltas(index, parser.feed(event.content))
+            if delta_chunks and event.probs:
+                delta_chunks[-1]["choices"][0]["logprobs"] = logprobs_json(
+                    event.probs, self.post_sampling[index])
+            chunks.extend(delta_chunks)
+            if event.progress is not None:
+                if not chunks:
+                    chunks.append(chat_chunk_json(self.envelope, index, {}))
+                chunks[-1]["prompt_progress"] = event.progress.model_dump()
+            if event.timings is not None and chunks:
+                chunks[-1]["timings"] = event.timings.model_dump()
+        return [sse_data(chunk) for chunk in chunks]
+
+    def _deltas(self, index: int, deltas: Iterable[Any]) -> list[dict[str, Any]]:
+        rendered = (delta_json(delta) for delta in deltas)
+        return [chat_chunk_json(self.envelope, index, delta) for delta in rendered if delta]
+
+    def end(self) -> Iterable[str]:
+        if not self.include_usage or not self.results:
+            return []
+        results = [self.results[i] for i in sorted(self.results)]
+        chunk = chat_usage_chunk_json(self.envelope, results)
+        chunk["timings"] = timings_json(results[0])
+        return [sse_data(chunk)]
+
+
+# token counting
+
+
+async def count_prompt_tokens(context: OpenAIContext, body: ChatCompletionRequest
+                              ) -> HTTPResponse:
+    plan = await plan_chat(context, body)
+    job = TokenizeJob(model=context.model_id, content=plan.prompt, add_special=True,
+                      parse_special=True)
+    result = await context.fleet.jobs.run(job)
+    assert isinstance(result, TokenizeResult)
+    return json({"object": "response.input_tokens", "input_tokens": len(result.tokens)})
+
+
+async def chat_input_tokens(request: Request) -> HTTPResponse:
+    return await count_prompt_tokens(OpenAIContext.of(request),
+                                     parse_body(request, ChatCompletionRequest))
+
+
+async def responses_input_tokens(request: Request) -> HTTPResponse:
+    body = validate_as(ChatCompletionRequest, responses_to_chat(json_body(request)))
+    return await count_prompt_tokens(OpenAIContext.of(request), body)

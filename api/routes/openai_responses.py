@@ -1,0 +1,54 @@
+"""/v1/responses: the Responses API, converted to a chat completion (as llama-server does) and
+answered as a `response` object or a stream of Responses events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sanic import Request
+from sanic.response import HTTPResponse, json
+
+from api.render_openai import Envelope, ResponseEvents, random_id, response_json, sse_event
+from api.routes.openai_chat import plan_chat, validate_as
+from api.routes.openai_jobs import OpenAIContext
+from api.wire.body import json_body
+from api.wire.openai import ChatCompletionRequest, responses_to_chat
+from scheduler.errors import InvalidRequest
+from scheduler.results import CompletionResult, FinalEvent, TokenEvent
+
+
+async def responses(request: Request) -> HTTPResponse | None:
+    context = OpenAIContext.of(request)
+    body = validate_as(ChatCompletionRequest, responses_to_chat(json_body(request)))
+    if body.choices != 1:
+        raise InvalidRequest("the Responses API makes one answer per request")
+    plan = await plan_chat(context, body)
+    jobs = plan.jobs(context.model_id)
+    await context.prepare(jobs, body.id_slot, 1)
+    envelope = Envelope(random_id("resp_"), context.model_id)
+    if not body.stream:
+        (result,) = await context.run(jobs)
+        return json(response_json(envelope, plan.parse(result.content), [result]))
+
+    events = ResponseEvents(envelope)
+    parser = plan.parser()
+    started = False
+
+    def render(index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
+        nonlocal started
+        out = []
+        if not started:
+            started = True
+            out.extend(events.start())
+        if isinstance(event, FinalEvent):
+            assert isinstance(event.result, CompletionResult)
+            for delta in parser.feed(event.result.content) + parser.flush():
+                out.extend(events.delta(delta))
+            out.extend(events.finish(parser.finish(), [event.result]))
+        else:
+            for delta in parser.feed(event.content):
+                out.extend(events.delta(delta))
+        return [sse_event(item) for item in out]
+
+    await context.stream(jobs, render, terminator="")
+    return None
