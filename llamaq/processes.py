@@ -28,7 +28,6 @@ def run_api(argv: list[str]) -> None:
     from sanic.worker.loader import AppLoader
 
     from api.app import create_app
-
     from api.chat.templates import validate_chat_template_setting
 
     settings = ApiSettings.from_args(argv)
