@@ -12,7 +12,7 @@ from arq.connections import ArqRedis
 from redis.asyncio import Redis
 
 from scheduler import keys
-from scheduler.errors import Unavailable, error_from_info
+from scheduler.errors import LlamaqError, Unavailable, error_from_info
 from scheduler.hub import EventHub
 from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
 from scheduler.queueing import queue_for
@@ -84,6 +84,43 @@ class JobEvents:
             if isinstance(event, FinalEvent):
                 return event.result
         raise Unavailable(f"job {self.job_id} ended without a result")
+
+
+ChoiceEvent = tuple[int, TokenEvent | FinalEvent]
+"""An event of one of several jobs run together, with the job's index."""
+
+
+async def merge_events(streams: list[JobEvents]) -> AsyncIterator[ChoiceEvent]:
+    """Events of several jobs as they come, tagged with the job's index; a job's error is
+    raised (and the other jobs are left, which cancels them)."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue[ChoiceEvent | LlamaqError | None] = asyncio.Queue()
+
+    async def pump(index: int, events: JobEvents) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event))
+            await queue.put(None)
+        except LlamaqError as error:
+            await queue.put(error)
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, LlamaqError):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class JobClient:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sanic import Blueprint, Request
@@ -22,7 +22,7 @@ from api.wire.native import (
     InfillRequest,
     TokenizeRequest,
 )
-from scheduler.client import JobEvents
+from scheduler.client import ChoiceEvent, merge_events
 from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
@@ -141,12 +141,12 @@ async def _stream(request: Request, jobs: list[CompletionJob],
     async with contextlib.AsyncExitStack() as stack:
         streams = [await stack.enter_async_context(_fleet(request).jobs.submit(job))
                    for job in jobs]
-        merged = _merge(streams)
+        merged = merge_events(streams)
         first = await anext(merged)  # raises the job's error before any byte is sent
         response = await open_stream(request)
         multiple = len(jobs) > 1
         try:
-            item: tuple[int, object] | None = first
+            item: ChoiceEvent | None = first
             while item is not None:
                 index, event = item
                 if isinstance(event, FinalEvent):
@@ -161,35 +161,3 @@ async def _stream(request: Request, jobs: list[CompletionJob],
         except LlamaqError as error:
             await response.send(sse_error(error))
         await response.eof()
-
-
-async def _merge(streams: list[JobEvents]) -> AsyncIterator[tuple[int, object]]:
-    """Events of several jobs as they come, tagged with the job's index."""
-    if len(streams) == 1:
-        async for event in streams[0]:
-            yield 0, event
-        return
-    queue: asyncio.Queue[tuple[int, object] | BaseException | None] = asyncio.Queue()
-
-    async def pump(index: int, events: JobEvents) -> None:
-        try:
-            async for event in events:
-                await queue.put((index, event))
-            await queue.put(None)
-        except LlamaqError as error:
-            await queue.put(error)
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(streams)
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-    finally:
-        for task in tasks:
-            task.cancel()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sanic import Request
@@ -14,7 +14,7 @@ from api.errors import sse_error
 from api.fleet import Fleet
 from api.settings import ApiSettings
 from api.sse import open_stream
-from scheduler.client import JobEvents
+from scheduler.client import ChoiceEvent, merge_events
 from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import WorkerInfo
@@ -23,7 +23,6 @@ from scheduler.slot_ids import locate_slot
 
 DONE = "data: [DONE]\n\n"
 
-ChoiceEvent = tuple[int, TokenEvent | FinalEvent]
 """An event of the job of choice `index`."""
 
 
@@ -96,34 +95,3 @@ class OpenAIContext:
             await response.eof()
 
 
-async def merge_events(streams: list[JobEvents]) -> AsyncIterator[ChoiceEvent]:
-    """Events of several jobs as they come, tagged with the job's index; a job's error is
-    raised (and the other jobs are left, which cancels them)."""
-    if len(streams) == 1:
-        async for event in streams[0]:
-            yield 0, event
-        return
-    queue: asyncio.Queue[ChoiceEvent | LlamaqError | None] = asyncio.Queue()
-
-    async def pump(index: int, events: JobEvents) -> None:
-        try:
-            async for event in events:
-                await queue.put((index, event))
-            await queue.put(None)
-        except LlamaqError as error:
-            await queue.put(error)
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(streams)
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-            elif isinstance(item, LlamaqError):
-                raise item
-            else:
-                yield item
-    finally:
-        for task in tasks:
-            task.cancel()
