@@ -1,7 +1,7 @@
 """Streaming benchmark: llamaq vs llama-server built from the same llama.cpp.
 
     .venv/bin/python bench/streaming.py [--only llamaq|llama-server] [--concurrency 1,4,8]
-                                        [--n-predict 128] [--repeats 1]
+                                        [--n-predict 128] [--repeats 2]
 
 Runs one system at a time (start, measure, stop, then the other), with the same model and the
 same -np/-c/-t/-b/-ub. For each concurrency N, N streaming clients POST /completion at once and
@@ -40,7 +40,7 @@ DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-
 # client number), so no two requests share a prompt prefix; cache_prompt is off as well.
 PROMPT = ("Write a long story about a lighthouse keeper who finds a strange glowing bottle on "
           "the beach one stormy night, and what happens next in the village.")
-ROUND_TIMEOUT_S = 180.0
+ROUND_TIMEOUT_S = 120.0
 LATE_DELAY_S = 1.0
 
 
@@ -88,19 +88,30 @@ class Result:
     rounds: dict[int, list[Round]] = field(default_factory=dict)
     late: Late | None = None
     failure: str | None = None
+    load: str = ""
+
+    def best(self, n: int) -> Round | None:
+        """The round with the most tokens/s: noise from other work only ever slows down."""
+        rounds = self.rounds.get(n, [])  # with errors or timeouts too: see the notes
+        return max(rounds, key=lambda r: r.tokens / r.wall_s) if rounds else None
 
     def tok_s(self, n: int) -> float | None:
-        rounds = [r for r in self.rounds.get(n, []) if not r.errors]
-        if not rounds:
-            return None
-        return sum(r.tokens for r in rounds) / sum(r.wall_s for r in rounds)
+        best = self.best(n)
+        return None if best is None else best.tokens / best.wall_s
 
     def ttft_ms(self, n: int) -> float | None:
-        ttfts = [s.ttft for r in self.rounds.get(n, []) for s in r.streams if s.ttft is not None]
+        best = self.best(n)
+        ttfts = [] if best is None else [s.ttft for s in best.streams if s.ttft is not None]
         return statistics.median(ttfts) * 1000 if ttfts else None
 
     def errors(self, n: int) -> list[str]:
         return [e for r in self.rounds.get(n, []) for e in r.errors]
+
+    def late_ttft_ms(self) -> float | None:
+        return None if self.late is None or self.late.ttft_s is None else self.late.ttft_s * 1000
+
+    def late_joined(self) -> str:
+        return "—" if self.late is None else ("yes" if self.late.joined else "no")
 
 
 # ---------------------------------------------------------------- clients
@@ -111,16 +122,16 @@ def body(prompt: str, n_predict: int, seed: int) -> dict[str, object]:
             "temperature": 0.8, "seed": seed, "cache_prompt": False}
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, object]) -> Stream:
-    result = Stream(start=time.perf_counter())
-    streamed = 0
+async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, object],
+                     result: Stream) -> None:
+    """Fill `result` as the stream goes, so a round that times out still shows what it got."""
     predicted: int | None = None
     try:
         async with client.stream("POST", url + "/completion", json=payload) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")
                 result.error = f"HTTP {response.status_code}: {text[:200]}"
-                return result
+                return
             async for line in response.aiter_lines():
                 if line.startswith("error:"):
                     result.error = line[:200]
@@ -137,44 +148,60 @@ async def stream_one(client: httpx.AsyncClient, url: str, payload: dict[str, obj
                 tokens = event.get("tokens") or []
                 if (tokens or event.get("content")) and result.first_token is None:
                     result.first_token = time.perf_counter()
-                streamed += len(tokens)
+                result.tokens += len(tokens)
                 if event.get("stop"):
                     predicted = event.get("tokens_predicted")
                     break
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"[:200]
-    result.end = time.perf_counter()
-    result.tokens = predicted if isinstance(predicted, int) else streamed
-    return result
+    finally:
+        result.end = time.perf_counter()
+    if isinstance(predicted, int):
+        result.tokens = predicted
+
+
+async def gather_streams(url: str, requests: list[tuple[float, dict[str, object]]]
+                         ) -> tuple[list[Stream], float]:
+    """Send each request after its delay (s); returns the streams (in order) and the wall time.
+    Streams still running after ROUND_TIMEOUT_S are cancelled and marked, keeping what came."""
+    streams = [Stream(start=0.0) for _ in requests]
+    async with httpx.AsyncClient(timeout=None) as client:
+
+        async def one(stream: Stream, delay: float, payload: dict[str, object]) -> None:
+            await asyncio.sleep(delay)
+            stream.start = time.perf_counter()
+            await stream_one(client, url, payload, stream)
+
+        start = time.perf_counter()
+        tasks = {asyncio.create_task(one(s, d, p)): s
+                 for s, (d, p) in zip(streams, requests, strict=True)}
+        _, pending = await asyncio.wait(tasks, timeout=ROUND_TIMEOUT_S)
+        for task in pending:
+            task.cancel()
+            tasks[task].error = f"timed out after {ROUND_TIMEOUT_S:.0f} s"
+        await asyncio.gather(*pending, return_exceptions=True)
+        return streams, time.perf_counter() - start
 
 
 async def run_round(url: str, concurrency: int, n_predict: int, tag: str) -> Round:
-    async with httpx.AsyncClient(timeout=None) as client:
-        start = time.perf_counter()
-        tasks = [stream_one(client, url, body(f"[{tag} client {i}] {PROMPT}", n_predict, i))
-                 for i in range(concurrency)]
-        streams = await asyncio.wait_for(asyncio.gather(*tasks), ROUND_TIMEOUT_S)
-        return Round(concurrency, list(streams), time.perf_counter() - start)
+    streams, wall = await gather_streams(url, [
+        (0.0, body(f"[{tag} client {i}] {PROMPT}", n_predict, i)) for i in range(concurrency)])
+    return Round(concurrency, streams, wall)
 
 
 async def run_late(url: str, n_predict: int) -> Late:
-    async with httpx.AsyncClient(timeout=None) as client:
-        long = [asyncio.create_task(stream_one(client, url, body(f"[late long {i}] {PROMPT}",
-                                                                   2 * n_predict, i)))
-                for i in range(7)]
-        await asyncio.sleep(LATE_DELAY_S)
-        late = asyncio.create_task(stream_one(client, url, body(f"[late 8] {PROMPT}",
-                                                                n_predict, 7)))
-        others = await asyncio.wait_for(asyncio.gather(*long), ROUND_TIMEOUT_S)
-        mine = await asyncio.wait_for(late, ROUND_TIMEOUT_S)
+    requests = [(0.0, body(f"[late long {i}] {PROMPT}", 2 * n_predict, i)) for i in range(7)]
+    requests.append((LATE_DELAY_S, body(f"[late 8] {PROMPT}", n_predict, 7)))
+    streams, _ = await gather_streams(url, requests)
+    *others, mine = streams
     ends = [s.end for s in others if s.end is not None and not s.error]
     first_done = min(ends) if ends else None
-    joined = (mine.first_token is not None and first_done is not None
-              and mine.first_token < first_done)
+    joined = (mine.first_token is not None
+              and (first_done is None or mine.first_token < first_done))
     return Late(ttft_s=mine.ttft,
                 first_of_others_done_s=None if first_done is None else first_done - mine.start,
                 joined=joined,
-                errors=[s.error for s in [*others, mine] if s.error])
+                errors=[s.error for s in streams if s.error])
 
 
 async def measure(result: Result, url: str, concurrency: list[int], n_predict: int,
@@ -257,6 +284,7 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
               "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
     cmd = command(system, args.llama_server, model, port, shared)
     print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
+    load_before = os.getloadavg()[0]
     with running(cmd, log) as process:
         try:
             ready = wait_healthy(url, process, args.start_timeout)
@@ -265,6 +293,7 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
         except (RuntimeError, TimeoutError) as exc:
             result.failure = f"{type(exc).__name__}: {exc}"
             print(f"  {system}: FAILED: {result.failure}", flush=True)
+    result.load = f"{load_before:.1f} → {os.getloadavg()[0]:.1f}"
     return result
 
 
@@ -298,26 +327,27 @@ def report(results: dict[str, Result], args: argparse.Namespace, model: Path) ->
     for n in args.concurrency:
         row(f"c={n} tokens/s (aggregate)", {s: results[s].tok_s(n) for s in names})
         row(f"c={n} TTFT median (ms)", {s: results[s].ttft_ms(n) for s in names}, 0)
-    row("late 8th: TTFT (ms)", {s: None if results[s].late is None or results[s].late.ttft_s
-                                is None else results[s].late.ttft_s * 1000 for s in names}, 0)
+    row("late 8th: TTFT (ms)", {s: results[s].late_ttft_ms() for s in names}, 0)
     rows.append(["late 8th: first token before any of the 7 finished",
-                 *["—" if results[s].late is None else ("yes" if results[s].late.joined
-                                                        else "no") for s in names],
-                 *([""] if both else [])])
+                 *[results[s].late_joined() for s in names], *([""] if both else [])])
     lines = [
         f"# Streaming benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}",
         "",
         f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
         f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
         f" temperature 0.8, seed = client index, cache_prompt false, distinct prompts;"
-        f" {args.repeats} round(s) per concurrency after 1 warm-up request; late arrival: 7 x"
+        f" best of {args.repeats} round(s) per concurrency after 1 warm-up request;"
+        f" late arrival: 7 x"
         f" n_predict {2 * args.n_predict}, 8th after {LATE_DELAY_S:.0f} s; {os.cpu_count()} CPUs.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
         *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+        "1-minute load average before → after each system's run: "
+        + ", ".join(f"{s} {results[s].load}" for s in names) + ".",
     ]
-    notes = []
+    notes: list[str] = []
     for s in names:
         r = results[s]
         if r.failure:
@@ -344,7 +374,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         type=lambda s: [int(x) for x in s.split(",") if x],
                         help="comma-separated client counts (default: 1,4,8)")
     parser.add_argument("--n-predict", type=int, default=128, help="tokens per request")
-    parser.add_argument("--repeats", type=int, default=1, help="rounds per concurrency")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="rounds per concurrency; the best one is reported (default: 2)")
     parser.add_argument("-np", "--parallel", type=int, default=8, help="slots (both systems)")
     parser.add_argument("-c", "--ctx-size", type=int, default=8192)
     parser.add_argument("-t", "--threads", type=int, default=2)
