@@ -302,11 +302,30 @@ class Engine:
             return "limit"
         if len(active.slot.tokens) + 1 >= self.model.n_ctx_slot:
             active.truncated = True
-            return "limit"
+            if not (self.defaults.context_shift and self._shift_context(active)):
+                return "limit"
         limit_ms = request.job.t_max_predict_ms
         if limit_ms > 0 and active.has_new_line and (now - active.t_prompt_done) * 1000 > limit_ms:
             return "limit"
         return "none"
+
+    def _shift_context(self, active: Active) -> bool:
+        """--context-shift: keep the first n_keep tokens, drop half of the rest, move the
+        remainder back (llama-server's rule). False when the cache cannot shift."""
+        memory, seq = self.model.memory, active.slot.slot_id
+        if not lc.llama_memory_can_shift(memory):
+            return False
+        tokens = active.slot.tokens
+        n_keep = active.request.n_keep
+        n_keep = len(active.request.prompt_tokens) if n_keep < 0 else n_keep
+        n_keep = min(n_keep, self.model.n_ctx_slot - 4)
+        n_discard = (len(tokens) - n_keep) // 2
+        lc.llama_memory_seq_rm(memory, seq, n_keep, n_keep + n_discard)
+        lc.llama_memory_seq_add(memory, seq, n_keep + n_discard, len(tokens), -n_discard)
+        del tokens[n_keep : n_keep + n_discard]
+        log.debug("job %s: context shift, %d tokens dropped", active.request.job.job_id,
+                  n_discard)
+        return True
 
     def _result(self, active: Active, stop_type: str, now: float) -> CompletionResult:
         request = active.request
@@ -334,19 +353,21 @@ class Engine:
 
     def _settings(self, request: Request) -> GenerationSettings:
         return self.generation_settings(request.sampling, request.n_predict, request.job.stop,
-                                        request.job.stream, request.job.timings_per_token)
+                                        request.job.stream, request.job.timings_per_token,
+                                        request.n_keep)
 
     def generation_settings(self, sampling: SamplerConfig, n_predict: int, stop: list[str],
-                            stream: bool, timings_per_token: bool) -> GenerationSettings:
+                            stream: bool, timings_per_token: bool,
+                            n_keep: int) -> GenerationSettings:
         return GenerationSettings(
             **sampling.model_dump(), n_predict=n_predict, stop=stop, stream=stream,
-            max_tokens=n_predict, n_keep=self.defaults.n_keep, n_ctx=self.model.n_ctx_slot,
+            max_tokens=n_predict, n_keep=n_keep, n_ctx=self.model.n_ctx_slot,
             model=self.defaults.model_alias, timings_per_token=timings_per_token,
         )
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
-        return self.generation_settings(d.sampling, d.n_predict, [], False, False)
+        return self.generation_settings(d.sampling, d.n_predict, [], False, False, d.n_keep)
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads)."""

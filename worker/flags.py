@@ -24,7 +24,7 @@ UNSUPPORTED = {
     "lora": "--lora", "lora_scaled": "--lora-scaled", "control_vector": "--control-vector",
     "control_vector_scaled": "--control-vector-scaled", "mmproj": "-mm/--mmproj",
     "mmproj_url": "-mmu/--mmproj-url", "cache_reuse": "--cache-reuse",
-    "context_shift": "--context-shift", "sleep_idle_seconds": "--sleep-idle-seconds",
+"sleep_idle_seconds": "--sleep-idle-seconds",
     "embedding": "--embedding", "reranking": "--rerank", "pooling": "--pooling",
     "backend_sampling": "-bs/--backend-sampling", "spec_type": "--spec-type",
     "spec_draft_model": "--spec-draft-model", "spec_draft_hf": "--spec-draft-hf",

@@ -30,6 +30,7 @@ class EngineDefaults:
     grammar: str | None = None
     logit_bias: list[LogitBias] = field(default_factory=list)
     cont_batching: bool = True
+    context_shift: bool = False
     spm_infill: bool = False
 
 
@@ -43,7 +44,7 @@ class Request:
     sampler: SamplerChain
     n_predict: int
     cache_prompt: bool
-    cancelled: bool = False
+    n_keep: int = 0
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -76,7 +77,8 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
                            grammar_of(job, defaults))
     sampler.accept_prompt(tokens)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
-    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt)
+    n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
+    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

@@ -88,3 +88,19 @@ def test_a_dying_worker_ends_the_stream_with_an_error(redis_url: str, workdir: P
         assert time.monotonic() - started < 30
     finally:
         fleet.stop()
+
+
+def test_context_shift(redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-shift")
+    try:
+        fleet.add_worker("-c", "128", "-np", "1", "-t", "2", "--context-shift")
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        body = {"prompt": "Once upon a time", "n_predict": 600, "ignore_eos": True,
+                "n_keep": 4}
+        shifted = httpx.post(f"{api}/completion", json=body, timeout=300).json()
+        assert shifted["tokens_predicted"] == 600 and shifted["stop_type"] == "limit"
+        assert shifted["truncated"] is True
+        assert shifted["generation_settings"]["n_ctx"] < 600  # so the context had to shift
+    finally:
+        fleet.stop()

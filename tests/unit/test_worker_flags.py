@@ -22,7 +22,7 @@ def test_defaults_are_supported() -> None:
 
 
 @pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--embedding"], ["--cache-reuse", "64"],
-                                  ["--context-shift"], ["-ot", "exps=CPU"]])
+["-ot", "exps=CPU"]])
 def test_unbuilt_features_are_refused(argv: list[str]) -> None:
     with pytest.raises(UnsupportedFlag, match="not supported"):
         check_supported(settings(*argv))
