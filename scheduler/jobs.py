@@ -85,6 +85,7 @@ class CompletionJob(BaseModel):
     worker_id: str | None = None
     """Set with id_slot: the worker that holds that slot (id_slot is then worker-local)."""
     n_keep: int | None = None
+    n_cache_reuse: int | None = None
     t_max_predict_ms: int = 0
     timings_per_token: bool = False
     return_progress: bool = False

@@ -38,7 +38,7 @@ from scheduler.results import (
 from worker.model import LoadedModel
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.sampling import SamplerConfig, token_probabilities
-from worker.slots import SlotCache, pick_slot, reusable_prefix
+from worker.slots import SlotCache, pick_slot, reusable_prefix, reuse_chunks
 from worker.textstream import TextStream
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,9 @@ class Engine:
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> Active:
         n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
+        if request.cache_reuse > 0 and request.cache_prompt:
+            n_reuse = self._reuse_chunks(slot, request.prompt_tokens, n_reuse,
+                                         request.cache_reuse)
         if not lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, n_reuse, -1):
             lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, -1, -1)
             n_reuse = 0
@@ -170,6 +173,20 @@ class Engine:
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         return Active(request, slot, TextStream(request.job.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse)
+
+    def _reuse_chunks(self, slot: SlotCache, prompt: list[int], n_past: int,
+                      min_chunk: int) -> int:
+        """Shift reusable chunks of the slot's cache to their place in the new prompt
+        (llama-server's n_cache_reuse); returns how many prompt tokens are now cached."""
+        memory, seq = self.model.memory, slot.slot_id
+        if not lc.llama_memory_can_shift(memory):
+            return n_past
+        for head_c, head_p, n in reuse_chunks(slot.tokens, prompt, n_past, min_chunk):
+            lc.llama_memory_seq_rm(memory, seq, head_p, head_c)
+            lc.llama_memory_seq_add(memory, seq, head_c, head_c + n, head_p - head_c)
+            slot.tokens[head_p : head_p + n] = prompt[head_p : head_p + n]
+            n_past = head_p + n
+        return n_past
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):

@@ -23,7 +23,7 @@ UNSUPPORTED = {
     "n_cpu_moe": "-ncmoe/--n-cpu-moe", "n_cpu_ffn": "-ncffn/--n-cpu-ffn",
     "lora": "--lora", "lora_scaled": "--lora-scaled", "control_vector": "--control-vector",
     "control_vector_scaled": "--control-vector-scaled", "mmproj": "-mm/--mmproj",
-    "mmproj_url": "-mmu/--mmproj-url", "cache_reuse": "--cache-reuse",
+    "mmproj_url": "-mmu/--mmproj-url",
 "sleep_idle_seconds": "--sleep-idle-seconds",
     "embedding": "--embedding", "reranking": "--rerank", "pooling": "--pooling",
     "backend_sampling": "-bs/--backend-sampling", "spec_type": "--spec-type",

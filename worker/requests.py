@@ -31,6 +31,7 @@ class EngineDefaults:
     logit_bias: list[LogitBias] = field(default_factory=list)
     cont_batching: bool = True
     context_shift: bool = False
+    cache_reuse: int = 0
     spm_infill: bool = False
 
 
@@ -45,6 +46,7 @@ class Request:
     n_predict: int
     cache_prompt: bool
     n_keep: int = 0
+    cache_reuse: int = 0
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -78,7 +80,8 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     sampler.accept_prompt(tokens)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
-    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep)
+    cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
+    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

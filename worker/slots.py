@@ -41,3 +41,26 @@ def reusable_prefix(cached: list[int], prompt: list[int], cache_prompt: bool) ->
     if not cache_prompt:
         return 0
     return min(common_prefix(cached, prompt), len(prompt) - 1)
+
+
+def reuse_chunks(cached: list[int], prompt: list[int], n_past: int,
+                 min_chunk: int) -> list[tuple[int, int, int]]:
+    """--cache-reuse: after the common prefix, chunks of at least `min_chunk` tokens of the
+    cache that the prompt repeats further on, as (cache start, prompt start, length). Moving
+    each chunk's KV to its prompt position (a shift) saves decoding it again. Chunks are in
+    order and contiguous in the prompt from `n_past` on; the last prompt token is left out."""
+    chunks = []
+    head_c = head_p = n_past
+    end_p = len(prompt) - 1
+    while head_c < len(cached) and head_p < end_p:
+        n = 0
+        while (head_c + n < len(cached) and head_p + n < end_p
+               and cached[head_c + n] == prompt[head_p + n]):
+            n += 1
+        if n >= min_chunk:
+            chunks.append((head_c, head_p, n))
+            head_c += n
+            head_p += n
+        else:
+            head_c += 1
+    return chunks

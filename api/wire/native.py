@@ -58,6 +58,7 @@ class CompletionRequest(BaseModel):
     logit_bias: list[LogitBias] = Field(default_factory=list)
     response_fields: list[str] = Field(default_factory=list)
     n_cmpl: int = Field(default=1, ge=1)
+    n_cache_reuse: int | None = Field(default=None, ge=0)
 
     temperature: float | None = None
     dynatemp_range: float | None = None
@@ -132,6 +133,7 @@ class CompletionRequest(BaseModel):
             model=model, prompt=prompt, stream=self.stream, n_predict=self.n_predict,
             stop=self.stop, sampling=sampling, cache_prompt=self.cache_prompt,
             return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
+            n_cache_reuse=self.n_cache_reuse,
             t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
             return_progress=self.return_progress, n_probs=self.n_probs,
             post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,

@@ -82,3 +82,12 @@ def test_disconnected_stream_frees_its_slot(api: str) -> None:
         wait_until(lambda: slots(api)[3]["is_processing"], what="slot 3 busy")
     wait_until(lambda: not slots(api)[3]["is_processing"], timeout=10,
                what="slot 3 freed after the client went away")
+
+
+def test_cache_reuse_shifts_a_moved_block(api: str) -> None:
+    story = " ".join(f"word{i}" for i in range(60))
+    first = {"prompt": f"Intro one two. {story}", "n_predict": 1, "id_slot": 1}
+    httpx.post(f"{api}/completion", json=first, timeout=60)
+    second = {"prompt": f"Intro. {story}", "n_predict": 1, "id_slot": 1, "n_cache_reuse": 8}
+    body = httpx.post(f"{api}/completion", json=second, timeout=60).json()
+    assert body["timings"]["cache_n"] > body["tokens_evaluated"] // 2, body["timings"]

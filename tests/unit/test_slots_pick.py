@@ -87,3 +87,30 @@ def test_full_match_keeps_one_token_to_decode() -> None:
     assert reusable_prefix([1, 2, 3], [1, 2, 3], cache_prompt=True) == 2
     assert reusable_prefix([1, 2, 3, 4, 5], [1, 2, 3], cache_prompt=True) == 2
     assert reusable_prefix([1], [1], cache_prompt=True) == 0
+
+
+def test_reuse_chunks_moves_a_repeated_block() -> None:
+    from worker.slots import reuse_chunks
+
+    # The cache had a 2-token block (9, 9) the new prompt dropped: the rest moves back by 2.
+    cached = [1, 2, 9, 9, 10, 11, 12, 13, 14, 99]
+    prompt = [1, 2, 10, 11, 12, 13, 14, 50]
+    assert reuse_chunks(cached, prompt, 2, 3) == [(4, 2, 5)]
+
+
+def test_reuse_needs_the_next_prompt_token_in_the_cache() -> None:
+    from worker.slots import reuse_chunks
+
+    cached = [1, 2, 3, 10, 11, 12, 13, 14, 99]
+    prompt = [1, 2, 7, 10, 11, 12, 13, 14, 50]
+    assert reuse_chunks(cached, prompt, 2, 3) == []
+
+
+def test_reuse_chunks_skips_short_matches_and_keeps_the_last_token() -> None:
+    from worker.slots import reuse_chunks
+
+    cached = [5, 9, 9, 20, 21, 22, 23]
+    prompt = [5, 20, 21, 22, 23, 8]
+    assert reuse_chunks(cached, prompt, 1, 3) == [(3, 1, 4)]
+    assert reuse_chunks(cached, prompt, 1, 5) == []
+    assert reuse_chunks([5, 20, 21], [5, 20, 21], 1, 1) == [(1, 1, 1)]

@@ -21,7 +21,7 @@ def test_defaults_are_supported() -> None:
     check_supported(settings())
 
 
-@pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--embedding"], ["--cache-reuse", "64"],
+@pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--embedding"],
 ["-ot", "exps=CPU"]])
 def test_unbuilt_features_are_refused(argv: list[str]) -> None:
     with pytest.raises(UnsupportedFlag, match="not supported"):
