@@ -87,6 +87,7 @@ class CompletionJob(BaseModel):
     n_keep: int | None = None
     n_cache_reuse: int | None = None
     t_max_predict_ms: int = 0
+    n_indent: int = 0
     timings_per_token: bool = False
     return_progress: bool = False
     n_probs: int = 0

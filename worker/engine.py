@@ -66,6 +66,7 @@ class Active:
     has_new_line: bool = False
     truncated: bool = False
     prefilled_now: bool = False
+    line_start: int = 0
     probs: list[TokenProbs] = field(default_factory=list)
 
     @property
@@ -293,6 +294,8 @@ class Engine:
             stop_type = "word"
         elif stop_type == "none":
             stop_type = self._limit_reached(active, now)
+        if stop_type == "none" and request.job.n_indent > 0 and self._under_indented(active):
+            stop_type = "limit"
         if stop_type != "none":
             content += active.text.finish()
         if probs is not None:
@@ -312,6 +315,22 @@ class Engine:
         result = self._result(active, stop_type, now)
         events.append((active.request.job.job_id, FinalEvent(result=result)))
         self._release(active)
+
+    def _under_indented(self, active: Active) -> bool:
+        """n_indent: a new line that starts with less indentation ends the completion, cut
+        before its first character (llama-server's rule for code completion)."""
+        text = active.text.text
+        if active.line_start > 0:
+            pos = active.line_start
+            while pos < len(text) and text[pos] in " \t":
+                pos += 1
+            if pos < len(text) and pos - active.line_start < active.request.job.n_indent:
+                active.text.text = text[:pos]
+                return True
+        newline = text.find("\n", active.line_start)
+        if newline != -1:
+            active.line_start = newline + 1
+        return False
 
     def _limit_reached(self, active: Active, now: float) -> str:
         request = active.request

@@ -100,8 +100,8 @@ async def infill(request: Request) -> HTTPResponse | None:
 
 async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse | None:
     jobs = body.to_jobs(_model_id(request))
-    if body.n_cmpl > 1:
-        await _check_n_cmpl(request, body.n_cmpl)
+    if body.n_cmpl > 1 and body.id_slot < 0:
+        await _keep_completions_together(request, jobs, body.n_cmpl)
     if body.id_slot >= 0:
         await _route_to_slot(request, jobs, body.id_slot)
     if body.stream:
@@ -113,11 +113,20 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     return json(rendered[0] if len(rendered) == 1 else rendered)
 
 
-async def _check_n_cmpl(request: Request, n_cmpl: int) -> None:
+async def _keep_completions_together(request: Request, jobs: list[CompletionJob],
+                                     n_cmpl: int) -> None:
+    """The n_cmpl completions of one prompt run on one worker (its queue), so they share its
+    prompt cache; more than that worker's slots is a 400, as in llama-server."""
     workers = await _fleet(request).workers(_model_id(request))
-    n_slots = max((w.n_slots for w in workers), default=0)
-    if n_cmpl > n_slots:
-        raise InvalidRequest(f"n_cmpl ({n_cmpl}) exceeds the number of slots ({n_slots})")
+    if not workers:
+        raise Unavailable("Loading model")
+    for group, first in enumerate(range(0, len(jobs), n_cmpl)):
+        worker = workers[group % len(workers)]
+        if n_cmpl > worker.n_slots:
+            raise InvalidRequest(
+                f"n_cmpl ({n_cmpl}) exceeds the number of slots ({worker.n_slots})")
+        for job in jobs[first : first + n_cmpl]:
+            job.worker_id = worker.worker_id
 
 
 async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int) -> None:

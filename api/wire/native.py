@@ -49,6 +49,7 @@ class CompletionRequest(BaseModel):
     id_slot: int = -1
     n_keep: int | None = None
     t_max_predict_ms: int = 0
+    n_indent: int = Field(default=0, ge=0)
     timings_per_token: bool = False
     return_progress: bool = False
     n_probs: int = Field(default=0, ge=0)
@@ -135,7 +136,7 @@ class CompletionRequest(BaseModel):
             return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
             n_cache_reuse=self.n_cache_reuse,
             t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
-            return_progress=self.return_progress, n_probs=self.n_probs,
+            n_indent=self.n_indent, return_progress=self.return_progress, n_probs=self.n_probs,
             post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             logit_bias=self.logit_bias,

@@ -132,3 +132,15 @@ def test_output_does_not_depend_on_batch_composition(api: str) -> None:
         for f in others:
             f.result()
     assert together == alone
+
+
+def test_n_indent_stops_at_a_less_indented_line(api: str) -> None:
+    body = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', **GREEDY, "n_predict": 60}
+    free = complete(api, body).json()["content"]
+    first, second = free.split("\n")[:2]
+    indent = len(second) - len(second.lstrip(" \t"))
+    assert second.strip() and indent < 8, free
+    cut = complete(api, {**body, "n_indent": 8}).json()
+    # Cut before the first character of the first line indented less than 8.
+    assert cut["content"] == free[: len(first) + 1 + indent]
+    assert cut["stop_type"] == "limit" and cut["tokens_predicted"] < 60
