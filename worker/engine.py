@@ -83,8 +83,8 @@ class Engine:
         self._active: dict[int, Active] = {}
         self._previous: dict[int, Active] = {}
         self._tasks_started = 0
-        self.slots_changed = True
-        """Set when a slot starts or ends a request; the runtime clears it after reporting."""
+        self.on_slots_changed: Callable[[], None] = lambda: None
+        """Called (from the engine thread) when a slot starts or ends a request."""
         self._waiting: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._wake = threading.Condition()
@@ -154,7 +154,7 @@ class Engine:
                 still_waiting.append(request)
                 continue
             slot.busy = True
-            self.slots_changed = True
+            self.on_slots_changed()
             self._tasks_started += 1
             admitted.append(self._start(request, slot, self._tasks_started))
         still_waiting.extend(self._waiting)  # left when continuous batching is off
@@ -446,7 +446,7 @@ class Engine:
 
     def _release(self, active: Active) -> None:
         self._previous[active.slot.slot_id] = active
-        self.slots_changed = True
+        self.on_slots_changed()
         active.request.sampler.free()
         active.slot.busy = False
         active.slot.last_used = time.monotonic()

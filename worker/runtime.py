@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 JOB_TIMEOUT_S = 7 * 24 * 3600
 """Generations are bounded by n_predict, the context and cancellation, not by arq's timer."""
-SLOT_REPORT_EVERY_S = 0.1
+SLOT_REPORT_MIN_GAP_S = 0.05
 
 
 class WorkerRuntime:
@@ -104,16 +104,23 @@ class WorkerRuntime:
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
         assert self.engine is not None
+        changed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(changed.set)
+
+        self.engine.on_slots_changed = notify
         next_heartbeat = 0.0
         while True:
-            now = time.monotonic()
-            if now >= next_heartbeat or self.engine.slots_changed:
-                self.engine.slots_changed = False
-                await registry.publish_slots(self.worker_id, self.engine.slot_states())
-            if now >= next_heartbeat:
+            changed.clear()
+            await registry.publish_slots(self.worker_id, self.engine.slot_states())
+            if time.monotonic() >= next_heartbeat:
                 await registry.heartbeat(info)
-                next_heartbeat = now + keys.HEARTBEAT_EVERY_S
-            await asyncio.sleep(SLOT_REPORT_EVERY_S)
+                next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
+            await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
     def _load_model(self) -> LoadedModel:
         s = self.settings
