@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -149,6 +150,34 @@ class JobClient:
     async def run(self, job: AnyJob) -> Result:
         async with self.submit(job) as events:
             return await events.result()
+
+    @contextlib.asynccontextmanager
+    async def controllable(self, completion_id: str, jobs: list[CompletionJob],
+                           armed: bool) -> AsyncIterator[None]:
+        """While a completion armed with reasoning_control runs, any api pod can end its
+        thinking block with `end_reasoning(completion_id)`."""
+        if not armed:
+            yield
+            return
+        key = keys.chat_completion(completion_id)
+        await self._redis.set(key, json.dumps([job.job_id for job in jobs]),
+                              ex=keys.CANCEL_TTL_S)
+        try:
+            yield
+        finally:
+            await asyncio.shield(self._redis.delete(key))
+
+    async def end_reasoning(self, completion_id: str) -> bool:
+        """Ask the workers to end the completion's thinking block; False if it is unknown,
+        finished or not armed."""
+        job_ids = await self._redis.get(keys.chat_completion(completion_id))
+        if job_ids is None:
+            return False
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in json.loads(job_ids):
+                pipe.publish(keys.CONTROL_CHANNEL, job_id)
+            await pipe.execute()
+        return True
 
     async def cancel(self, job_id: str) -> None:
         log.info("job %s: cancelled by the api", job_id)

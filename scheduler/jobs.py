@@ -70,6 +70,19 @@ class InfillParts(BaseModel):
     input_extra: list[ExtraContext] = Field(default_factory=list)
 
 
+class ReasoningSpec(BaseModel):
+    """The thinking block of a chat completion, for the reasoning budget and early end."""
+
+    start: str = "<think>"
+    end: str = "</think>"
+    budget: int = -1
+    """Tokens the block may take; -1 unlimited, 0 ends it at once."""
+    message: str = ""
+    """Injected before the end tag when the block is cut short."""
+    open_at_start: bool = False
+    """The prompt ends inside the block (the template opened it)."""
+
+
 class CompletionJob(BaseModel):
     kind: Literal["completion"] = "completion"
     job_id: str = Field(default_factory=new_job_id)
@@ -97,6 +110,7 @@ class CompletionJob(BaseModel):
     json_schema: str | None = None
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
+    reasoning: ReasoningSpec | None = None
 
 
 class TokenizeJob(BaseModel):

@@ -61,6 +61,15 @@ def job_cancel(job_id: str) -> str:
 CANCEL_CHANNEL = f"{PREFIX}:cancel"
 """Pub/sub channel of cancelled job ids; every worker listens and frees the slot."""
 
+CONTROL_CHANNEL = f"{PREFIX}:control:reasoning-end"
+"""Pub/sub channel of job ids whose thinking block must end now; every worker listens."""
+
+
+def chat_completion(completion_id: str) -> str:
+    """JSON list of the job ids of a live chat completion armed with reasoning_control."""
+    return f"{PREFIX}:chatcmpl:{completion_id}"
+
+
 CANCEL_TTL_S = 3600
 JOB_OWNER_TTL_S = 24 * 3600
 OWNER_CHECK_EVERY_S = 3.0

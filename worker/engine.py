@@ -36,6 +36,7 @@ from scheduler.results import (
     TokenProbs,
 )
 from worker.model import LoadedModel
+from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.sampling import SamplerConfig, token_probabilities
 from worker.slots import SlotCache, pick_slot, reusable_prefix, reuse_chunks
@@ -67,6 +68,7 @@ class Active:
     truncated: bool = False
     prefilled_now: bool = False
     line_start: int = 0
+    reasoning: ReasoningTracker | None = None
     probs: list[TokenProbs] = field(default_factory=list)
 
     @property
@@ -87,6 +89,7 @@ class Engine:
         """Called (from the engine thread) when a slot starts or ends a request."""
         self._waiting: deque[Request] = deque()
         self._cancelled: set[str] = set()
+        self._end_reasoning: set[str] = set()
         self._wake = threading.Condition()
         self._stopping = False
         self._batch = lc.llama_batch_init(model.plan.n_batch, 0, 1)
@@ -117,6 +120,12 @@ class Engine:
             self._cancelled.add(job_id)
             self._wake.notify()
 
+    def end_reasoning(self, job_id: str) -> None:
+        """/v1/chat/completions/control: force the end of the job's thinking block."""
+        with self._wake:
+            self._end_reasoning.add(job_id)
+            self._wake.notify()
+
     def busy_slots(self) -> int:
         return len(self._active)
 
@@ -130,11 +139,15 @@ class Engine:
                 if self._stopping:
                     return
                 cancelled, self._cancelled = self._cancelled, set()
+                end_reasoning, self._end_reasoning = self._end_reasoning, set()
                 events: list[JobEvent] = []
                 admitted = self._admit_waiting(cancelled, events)
             for active in admitted:
                 self._active[active.slot.slot_id] = active
             self._drop_cancelled(cancelled, events)
+            for active in self._active.values():
+                if active.reasoning is not None and active.request.job.job_id in end_reasoning:
+                    active.reasoning.request_end(self.model.vocab)
             if self._active:
                 self._step(events)
             if events:
@@ -172,8 +185,10 @@ class Engine:
         del slot.tokens[n_reuse:]
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
+        spec = request.job.reasoning
         return Active(request, slot, TextStream(request.job.stop), task_no,
-                      n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse)
+                      n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
+                      reasoning=ReasoningTracker.start(spec) if spec else None)
 
     def _reuse_chunks(self, slot: SlotCache, prompt: list[int], n_past: int,
                       min_chunk: int) -> int:
@@ -241,6 +256,10 @@ class Engine:
         job = active.request.job
         ctx, index = self.model.ctx, active.batch_index
         post = job.n_probs > 0 and job.post_sampling_probs
+        forced = active.reasoning.next_forced() if active.reasoning else None
+        if forced is not None:  # the end of a thinking block, cut short
+            active.request.sampler.accept_prompt([forced])
+            return forced, None
         token, candidates = active.request.sampler.sample(ctx, index, with_candidates=post)
         if job.n_probs <= 0:
             return token, None
@@ -288,6 +307,8 @@ class Engine:
         else:
             piece = self.model.vocab.piece(token, self.defaults.special)
         content = active.text.push(piece)
+        if active.reasoning is not None:
+            active.reasoning.after_token(active.text.text, self.model.vocab)
         if "\n" in content:
             active.has_new_line = True
         if active.text.stopping_word:

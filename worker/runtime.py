@@ -186,15 +186,17 @@ class WorkerRuntime:
         )
 
     async def _listen(self, *workers: WakeableWorker) -> None:
-        """Wake-ups for our queues and cancellations, on one pub/sub connection."""
+        """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
         assert self.redis is not None and self.engine is not None
         by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(keys.CANCEL_CHANNEL, *by_channel)
+        await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
         async for message in pubsub.listen():
             channel = message["channel"].decode()
             if channel == keys.CANCEL_CHANNEL:
                 self.engine.cancel(message["data"].decode())
+            elif channel == keys.CONTROL_CHANNEL:
+                self.engine.end_reasoning(message["data"].decode())
             elif channel in by_channel:
                 by_channel[channel].wake.set()
 

@@ -15,6 +15,7 @@ from sanic.response import json as json_response
 
 from api.chat.messages import validate_messages, validate_tools
 from api.chat.parsing import ChatOutputParser, prompt_opens_thinking
+from api.chat.reasoning import reasoning_spec
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.fleet import Fleet
@@ -57,6 +58,11 @@ async def messages(request: Request) -> HTTPResponse | None:
     prepared = await _prepare(request, body)
     settings = _settings(request)
     job = body.to_job(settings.model_id(), prepared.prompt, json_schema=prepared.json_schema)
+    budget = prepared.chat.reasoning_budget
+    job.reasoning = reasoning_spec(
+        prepared.template.source, prepared.prompt,
+        settings.reasoning_budget if budget is None else budget,
+        settings.reasoning_budget_message or "", armed=False)
     stream = MessageStream(new_message_id(), settings.model_id(), list(body.stop_sequences))
     parser = _parser(settings, prepared)
     if body.stream:

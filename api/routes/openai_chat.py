@@ -4,10 +4,9 @@ endpoints; the Responses API (openai_responses.py) runs on the same plan."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -22,6 +21,7 @@ from api.chat.messages import (
     validate_tools,
 )
 from api.chat.parsing import ChatMessage, ChatOutputParser, prompt_opens_thinking
+from api.chat.reasoning import reasoning_spec
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.errors import validation_message
@@ -42,7 +42,7 @@ from api.sse import sse_data
 from api.wire.body import json_body, parse_body
 from api.wire.openai import ChatCompletionRequest, ControlRequest, responses_to_chat
 from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, TokenizeJob
+from scheduler.jobs import CompletionJob, ReasoningSpec, TokenizeJob
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,13 @@ class ChatPlan:
     tool_schema: str | None
     reasoning_format: str
     parse_tools: bool
+    reasoning: ReasoningSpec | None = None
 
     def jobs(self, model_id: str) -> list[CompletionJob]:
-        return self.body.chat_jobs(model_id, self.prompt, self.tool_schema)
+        jobs = self.body.chat_jobs(model_id, self.prompt, self.tool_schema)
+        for job in jobs:
+            job.reasoning = self.reasoning
+        return jobs
 
     def parser(self) -> ChatOutputParser:
         return ChatOutputParser(
@@ -108,7 +112,12 @@ async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> Chat
     reasoning_format = body.reasoning_format or settings.reasoning_format
     if settings.skip_chat_parsing:
         reasoning_format, parse_tools = "none", False
-    return ChatPlan(body, template, prompt, tools, choice, schema, reasoning_format, parse_tools)
+    budget = next((b for b in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
+                   if b is not None), settings.reasoning_budget)
+    message = body.reasoning_budget_message or settings.reasoning_budget_message or ""
+    reasoning = reasoning_spec(template.source, prompt, budget, message, body.reasoning_control)
+    return ChatPlan(body, template, prompt, tools, choice, schema, reasoning_format, parse_tools,
+                    reasoning)
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -122,44 +131,17 @@ def validate_as(model: type[Model], data: dict[str, Any]) -> Model:
         raise InvalidRequest(validation_message(exc)) from None
 
 
-# live completions, for /v1/chat/completions/control
-
-
-@dataclass
-class LiveCompletions:
-    """The chat completions this api process is serving: id → reasoning_control armed."""
-
-    armed: dict[str, bool] = field(default_factory=dict)
-
-    @contextlib.contextmanager
-    def track(self, completion_id: str, reasoning_control: bool) -> Iterator[None]:
-        self.armed[completion_id] = reasoning_control
-        try:
-            yield
-        finally:
-            self.armed.pop(completion_id, None)
-
-
-def live_completions(request: Request) -> LiveCompletions:
-    live: LiveCompletions | None = getattr(request.app.ctx, "openai_live", None)
-    if live is None:
-        live = request.app.ctx.openai_live = LiveCompletions()
-    return live
+# /v1/chat/completions/control
 
 
 async def control(request: Request) -> HTTPResponse:
-    """Acts on a running completion. An unknown or finished id is a no-op answered with
-    success false. Forcing the end of reasoning needs engine support that is not there yet,
-    and only completions served by this api process are known."""
+    """Ends the thinking block of a running completion. An unknown or finished id (or one not
+    armed with reasoning_control) is a no-op answered with success false."""
     body = parse_body(request, ControlRequest)
-    armed = live_completions(request).armed.get(body.id)
-    if armed is None:
-        return json({"success": False, "message": "no active completion for this id"})
-    if not armed:
+    if not await OpenAIContext.of(request).fleet.jobs.end_reasoning(body.id):
         return json({"success": False,
-                     "message": "reasoning control not enabled for this completion"})
-    return json({"success": False,
-                 "message": "reasoning control is not supported by this server's engine yet"})
+                     "message": "no active completion with reasoning_control for this id"})
+    return json({"success": True})
 
 
 # /v1/chat/completions
@@ -172,7 +154,7 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
     envelope = Envelope(random_id("chatcmpl-"), context.model_id)
-    with live_completions(request).track(envelope.id, body.reasoning_control):
+    async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
         if not body.stream:
             results = await context.run(jobs)
             choices = [(i, result, plan.parse(result.content)) for i, result in
