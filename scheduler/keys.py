@@ -23,6 +23,11 @@ def worker_slots(worker_id: str) -> str:
     return f"{PREFIX}:worker:{worker_id}:slots"
 
 
+def worker_metrics(worker_id: str) -> str:
+    """JSON WorkerMetrics, rewritten with every request's end."""
+    return f"{PREFIX}:worker:{worker_id}:metrics"
+
+
 def worker_queue(model_id: str, worker_id: str) -> str:
     """arq queue of jobs for one worker (requests that name a slot with `id_slot`)."""
     return f"{PREFIX}:queue:{model_id}:worker:{worker_id}"

@@ -48,6 +48,21 @@ class SlotState(BaseModel):
     next_token: list[NextToken] | None = None
 
 
+class WorkerMetrics(BaseModel):
+    """A worker's counters since it started (summed over the fleet by /metrics)."""
+
+    prompt_tokens_total: int = 0
+    prompt_seconds_total: float = 0.0
+    tokens_predicted_total: int = 0
+    tokens_predicted_seconds_total: float = 0.0
+    n_decode_total: int = 0
+    n_busy_slots_total: int = 0
+    """Sum over decodes of the slots in each: divided by n_decode_total it is the average."""
+    n_tokens_max: int = 0
+    requests_processing: int = 0
+    requests_deferred: int = 0
+
+
 class WorkerInfo(BaseModel):
     worker_id: str
     model_id: str
@@ -79,6 +94,12 @@ class Registry:
     async def publish_slots(self, worker_id: str, slots: list[SlotState]) -> None:
         body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
         await self._redis.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
+
+    async def metrics(self, worker_ids: list[str]) -> list[WorkerMetrics]:
+        if not worker_ids:
+            return []
+        documents = await self._redis.mget([keys.worker_metrics(w) for w in worker_ids])
+        return [WorkerMetrics.model_validate_json(d) for d in documents if d is not None]
 
     async def slots(self, worker_id: str) -> list[SlotState]:
         body = await self._redis.get(keys.worker_slots(worker_id))

@@ -23,7 +23,7 @@ from scheduler.errors import (
     Unavailable,
 )
 from scheduler.jobs import CompletionJob
-from scheduler.registry import NextToken, SlotState
+from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from scheduler.results import (
     Candidate,
     CompletionResult,
@@ -85,6 +85,7 @@ class Engine:
         self._active: dict[int, Active] = {}
         self._previous: dict[int, Active] = {}
         self._tasks_started = 0
+        self.metrics = WorkerMetrics()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
         self._waiting: deque[Request] = deque()
@@ -233,6 +234,8 @@ class Engine:
                 active.prefilled_now = True
         batch.n_tokens = n
         rc = lc.llama_decode(self.model.ctx, batch)
+        self.metrics.n_decode_total += 1
+        self.metrics.n_busy_slots_total += len(self._active)
         if rc != 0:
             self._fail_all(ServerError(f"llama_decode failed with status {rc}"), events)
             return
@@ -334,8 +337,21 @@ class Engine:
     def _finish(self, active: Active, stop_type: str, now: float,
                 events: list[JobEvent]) -> None:
         result = self._result(active, stop_type, now)
+        self._count(result.timings, len(active.slot.tokens))
         events.append((active.request.job.job_id, FinalEvent(result=result)))
         self._release(active)
+
+    def _count(self, timings: Timings, n_tokens: int) -> None:
+        metrics = self.metrics
+        metrics.prompt_tokens_total += timings.prompt_n
+        metrics.prompt_seconds_total += timings.prompt_ms / 1000
+        metrics.tokens_predicted_total += timings.predicted_n
+        metrics.tokens_predicted_seconds_total += timings.predicted_ms / 1000
+        metrics.n_tokens_max = max(metrics.n_tokens_max, n_tokens)
+
+    def metrics_snapshot(self) -> WorkerMetrics:
+        return self.metrics.model_copy(update={"requests_processing": len(self._active),
+                                               "requests_deferred": len(self._waiting)})
 
     def _under_indented(self, active: Active) -> bool:
         """n_indent: a new line that starts with less indentation ends the completion, cut

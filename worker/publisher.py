@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from scheduler import keys
@@ -19,8 +21,12 @@ class EventPublisher:
     """Numbers each job's events and publishes them in order; resolves a job's future when its
     final or error event has gone out."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis,
+                 before_results: Callable[[Pipeline], None] = lambda _: None) -> None:
+        """`before_results` adds commands to the pipeline of a batch that ends jobs, ahead
+        of the events (so what it writes is there when the client gets its result)."""
         self._redis = redis
+        self._before_results = before_results
         self._loop = asyncio.get_running_loop()
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
@@ -47,6 +53,8 @@ class EventPublisher:
 
     async def _send(self, events: list[JobEvent]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
+            if any(event.kind in ("final", "error") for _, event in events):
+                self._before_results(pipe)
             for job_id, event in events:
                 seq = self._next_seq.get(job_id, 0)
                 self._next_seq[job_id] = seq + 1

@@ -15,6 +15,7 @@ from arq.connections import ArqRedis, create_pool
 from arq.worker import func
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from scheduler import keys
 from scheduler.errors import LlamaqError, ServerError
@@ -62,7 +63,7 @@ class WorkerRuntime:
         pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         model = await asyncio.to_thread(self._load_model)
-        self.publisher = EventPublisher(self.redis)
+        self.publisher = EventPublisher(self.redis, self._write_metrics)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
         completion = [func(_completion, name="completion")]
@@ -101,6 +102,11 @@ class WorkerRuntime:
             await pool.aclose()
             await self.redis.aclose()
 
+    def _write_metrics(self, pipe: Pipeline) -> None:
+        assert self.engine is not None
+        pipe.set(keys.worker_metrics(self.worker_id),
+                 self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
         assert self.engine is not None
@@ -115,6 +121,9 @@ class WorkerRuntime:
         while True:
             changed.clear()
             await registry.publish_slots(self.worker_id, self.engine.slot_states())
+            async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
+                self._write_metrics(pipe)
+                await pipe.execute()
             if time.monotonic() >= next_heartbeat:
                 await registry.heartbeat(info)
                 next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from sanic import Blueprint, Request
-from sanic.response import HTTPResponse, json
+from sanic.response import HTTPResponse, json, raw
 
 from api.fleet import Fleet
+from api.metrics import CONTENT_TYPE, render_metrics
 from api.settings import ApiSettings
 from scheduler.errors import NotSupported, Unavailable
 from scheduler.registry import NextToken, SlotState
@@ -30,6 +31,18 @@ async def slots(request: Request) -> HTTPResponse:
     if request.args.get("fail_on_no_slot") and not any(not s["is_processing"] for s in states):
         raise Unavailable("no slot available")
     return json(states)
+
+
+@monitor.get("/metrics", name="metrics")
+async def metrics(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.metrics:
+        raise NotSupported(
+            "This server does not support metrics endpoint. Start it with `--metrics`")
+    fleet: Fleet = request.app.ctx.fleet
+    workers = await fleet.workers(settings.model_id(), fresh=True)
+    counters = await fleet.registry.metrics([w.worker_id for w in workers])
+    return raw(render_metrics(counters), content_type=CONTENT_TYPE)
 
 
 @monitor.get("/props", name="props")

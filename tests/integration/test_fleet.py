@@ -104,3 +104,26 @@ def test_context_shift(redis_url: str, workdir: Path, gemma_path: Path) -> None:
         assert shifted["generation_settings"]["n_ctx"] < 600  # so the context had to shift
     finally:
         fleet.stop()
+
+
+def test_metrics(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> None:
+    assert httpx.get(f"{api}/metrics").status_code == 501  # off by default
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--metrics")
+
+        def value(text: str, name: str) -> float:
+            line = next(x for x in text.splitlines() if x.startswith(f"llamacpp:{name} "))
+            return float(line.split()[1])
+
+        before = httpx.get(f"{url}/metrics").text
+        httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 5}, timeout=60)
+        response = httpx.get(f"{url}/metrics")
+        assert response.headers["content-type"].startswith("text/plain")
+        after = response.text
+        grown = value(after, "tokens_predicted_total") - value(before, "tokens_predicted_total")
+        assert grown == 5
+        assert value(after, "n_decode_total") > value(before, "n_decode_total")
+        assert value(after, "requests_processing") == 0
+    finally:
+        fleet.stop()
