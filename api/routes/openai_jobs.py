@@ -23,8 +23,6 @@ from scheduler.slot_ids import locate_slot
 
 DONE = "data: [DONE]\n\n"
 
-"""An event of the job of choice `index`."""
-
 
 @dataclass
 class OpenAIContext:
