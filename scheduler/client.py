@@ -15,13 +15,13 @@ from redis.asyncio import Redis
 from scheduler import keys
 from scheduler.errors import LlamaqError, Unavailable, error_from_info
 from scheduler.hub import EventHub
-from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
+from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
 from scheduler.queueing import queue_for
 from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, TokenEvent
 
 log = logging.getLogger(__name__)
 
-AnyJob = CompletionJob | TokenizeJob | DetokenizeJob
+AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
 
 
 class JobEvents:

@@ -130,4 +130,18 @@ class DetokenizeJob(BaseModel):
     tokens: list[int]
 
 
-Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob, Field(discriminator="kind")]
+class SlotActionJob(BaseModel):
+    """POST /slots/{id}?action=save|restore|erase, on the worker that holds the slot."""
+
+    kind: Literal["slot_action"] = "slot_action"
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    worker_id: str
+    id_slot: int
+    """The worker-local slot id."""
+    action: Literal["save", "restore", "erase"]
+    filename: str = ""
+
+
+Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
+                Field(discriminator="kind")]

@@ -8,16 +8,16 @@ from typing import Any
 from arq.connections import RedisSettings
 
 from scheduler import keys
-from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
+from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
 
 SLOT_FUNCTIONS = ("completion",)
 UTILITY_FUNCTIONS = ("tokenize", "detokenize")
 
 
-def queue_for(job: CompletionJob | TokenizeJob | DetokenizeJob) -> str:
+def queue_for(job: CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob) -> str:
     """Completions need a slot; tokenize/detokenize need only the vocabulary and must not wait
     behind generations, so they have a queue of their own."""
-    if isinstance(job, CompletionJob) and job.worker_id:
+    if isinstance(job, CompletionJob | SlotActionJob) and job.worker_id:
         return keys.worker_queue(job.model, job.worker_id)
     if job.kind in SLOT_FUNCTIONS:
         return keys.slot_queue(job.model)

@@ -118,8 +118,21 @@ class DetokenizeResult(BaseModel):
     content: str
 
 
+class SlotActionResult(BaseModel):
+    """What a slot action did: tokens and bytes saved, restored or erased, and how long."""
+
+    result_kind: Literal["slot_action"] = "slot_action"
+    action: Literal["save", "restore", "erase"]
+    id_slot: int
+    filename: str = ""
+    n_tokens: int
+    n_bytes: int = 0
+    ms: float = 0.0
+
+
 Result = Annotated[
-    CompletionResult | TokenizeResult | DetokenizeResult, Field(discriminator="result_kind")
+    CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult,
+    Field(discriminator="result_kind"),
 ]
 
 

@@ -12,12 +12,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import llama_cpp as lc
 import numpy as np
 
 from scheduler.errors import (
+    InvalidRequest,
     LlamaqError,
     ServerError,
     Unavailable,
@@ -44,6 +47,7 @@ from worker.textstream import TextStream
 
 log = logging.getLogger(__name__)
 
+SlotResult = TypeVar("SlotResult")
 JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
@@ -91,6 +95,7 @@ class Engine:
         self._waiting: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._end_reasoning: set[str] = set()
+        self._slot_tasks: deque[tuple[int, Callable[[SlotCache], Any], Future[Any]]] = deque()
         self._wake = threading.Condition()
         self._stopping = False
         self._batch = lc.llama_batch_init(model.plan.n_batch, 0, 1)
@@ -127,6 +132,17 @@ class Engine:
             self._end_reasoning.add(job_id)
             self._wake.notify()
 
+    def run_on_slot(self, slot_id: int,
+                    action: Callable[[SlotCache], SlotResult]) -> Future[SlotResult]:
+        """Run `action` on the engine thread once the slot is idle (save, restore, erase)."""
+        if not 0 <= slot_id < len(self.slots):
+            raise InvalidRequest("Invalid slot ID")
+        future: Future[SlotResult] = Future()
+        with self._wake:
+            self._slot_tasks.append((slot_id, action, future))
+            self._wake.notify()
+        return future
+
     def busy_slots(self) -> int:
         return len(self._active)
 
@@ -135,7 +151,8 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self._active and not self._waiting:
+                while (not self._stopping and not self._active and not self._waiting
+                       and not self._slot_tasks):
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -145,6 +162,7 @@ class Engine:
                 admitted = self._admit_waiting(cancelled, events)
             for active in admitted:
                 self._active[active.slot.slot_id] = active
+            self._run_slot_tasks()
             self._drop_cancelled(cancelled, events)
             for active in self._active.values():
                 if active.reasoning is not None and active.request.job.job_id in end_reasoning:
@@ -153,6 +171,21 @@ class Engine:
                 self._step(events)
             if events:
                 self._sink(events)
+
+    def _run_slot_tasks(self) -> None:
+        """Slot actions whose slot is idle now; the others wait for it (as llama-server
+        defers them)."""
+        with self._wake:
+            ready = [t for t in self._slot_tasks if not self.slots[t[0]].busy]
+            for task in ready:
+                self._slot_tasks.remove(task)
+        for slot_id, action, future in ready:
+            try:
+                future.set_result(action(self.slots[slot_id]))
+            except Exception as error:  # handed to the waiting job, not lost
+                future.set_exception(error)
+        if ready:
+            self.on_slots_changed()
 
     def _admit_waiting(self, cancelled: set[str], events: list[JobEvent]) -> list[Active]:
         admitted: list[Active] = []

@@ -18,18 +18,34 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler import keys
-from scheduler.errors import LlamaqError, ServerError
-from scheduler.jobs import CompletionJob, DetokenizeJob, TokenizeJob
+from scheduler.errors import (
+    InvalidRequest,
+    LlamaqError,
+    NotSupported,
+    ServerError,
+    Unavailable,
+)
+from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 from scheduler.results import (
     DetokenizeResult,
     ErrorEvent,
     FinalEvent,
+    SlotActionResult,
     TokenizeResult,
     TokenPiece,
 )
-from storage import ModelFiles, default_model_path, open_store
+from storage import (
+    InvalidKey,
+    ModelFiles,
+    ObjectNotFound,
+    SlotSnapshotStore,
+    StorageError,
+    check_slot_name,
+    default_model_path,
+    open_store,
+)
 from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
@@ -38,6 +54,7 @@ from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, SamplerConfig, normalize_samplers
 from worker.settings import WorkerSettings
+from worker.snapshots import erase_slot, restore_slot, save_slot
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +86,8 @@ class WorkerRuntime:
         completion = [func(_completion, name="completion")]
         slot_workers = [
             self._arq_worker(pool, keys.slot_queue(self.model_id), completion, model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
+            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                             [*completion, func(_slot_action, name="slot_action")],
                              model.plan.n_slots),
         ]
         utility_worker = self._arq_worker(pool, keys.utility_queue(self.model_id),
@@ -235,6 +253,44 @@ class WorkerRuntime:
         finally:
             await self.redis.delete(keys.job_owner(job.job_id))
 
+    async def slot_action(self, job: SlotActionJob) -> None:
+        """Save a slot's KV to object storage, restore it (possibly saved by another worker),
+        or erase it; the engine runs it while the slot is idle."""
+        engine, model = self._engine(), self._engine().model
+        if not self.settings.slot_save_path:
+            raise NotSupported(
+                "This server does not support slots action. Start it with `--slot-save-path`")
+        snapshots = SlotSnapshotStore(open_store(self.settings.slot_save_path,
+                                                 self.settings.s3_endpoint_url))
+        if job.action != "erase":
+            try:
+                check_slot_name(job.filename)
+            except InvalidKey:
+                raise InvalidRequest("Invalid filename") from None
+        started = time.perf_counter()
+        if job.action == "save":
+            data, tokens = await asyncio.wrap_future(
+                engine.run_on_slot(job.id_slot, lambda slot: save_slot(model, slot)))
+            await asyncio.to_thread(snapshots.save, job.filename, data,
+                                    {"tokens": tokens, "model": self.model_id})
+            n_tokens, n_bytes = len(tokens), len(data)
+        elif job.action == "restore":
+            try:
+                data, meta = await asyncio.to_thread(snapshots.load, job.filename)
+            except ObjectNotFound:
+                raise InvalidRequest(f"no saved slot named {job.filename!r}") from None
+            tokens = [int(t) for t in meta.get("tokens", [])]
+            n_bytes = await asyncio.wrap_future(engine.run_on_slot(
+                job.id_slot, lambda slot: restore_slot(model, slot, data, tokens)))
+            n_tokens = len(tokens)
+        else:
+            n_tokens = await asyncio.wrap_future(
+                engine.run_on_slot(job.id_slot, lambda slot: erase_slot(model, slot)))
+            n_bytes = 0
+        self._final(job.job_id, SlotActionResult(
+            action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
+            n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
+
     def tokenize(self, job: TokenizeJob) -> None:
         vocab = self._engine().model.vocab
         ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
@@ -248,7 +304,8 @@ class WorkerRuntime:
         self._final(job.job_id, DetokenizeResult(content=vocab.detokenize(
             [t for t in job.tokens if vocab.valid(t)])))
 
-    def _final(self, job_id: str, result: TokenizeResult | DetokenizeResult) -> None:
+    def _final(self, job_id: str,
+               result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:
         assert self.publisher is not None
         self.publisher.publish([(job_id, FinalEvent(result=result))])
 
@@ -258,8 +315,11 @@ class WorkerRuntime:
 
     def fail(self, job_id: str, error: Exception) -> None:
         assert self.publisher is not None
-        log.exception("job %s: failed", job_id, exc_info=error)
-        info = ServerError(f"internal error: {error}").to_info()
+        if isinstance(error, LlamaqError):
+            info = error.to_info()
+        else:
+            log.exception("job %s: failed", job_id, exc_info=error)
+            info = ServerError(f"internal error: {error}").to_info()
         self.publisher.publish([(job_id, ErrorEvent(error=info))])
 
 
@@ -276,18 +336,28 @@ async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> N
     try:
         if kind == "completion":
             await runtime.completion(CompletionJob.model_validate(payload))
+        elif kind == "slot_action":
+            await runtime.slot_action(SlotActionJob.model_validate(payload))
         elif kind == "tokenize":
             runtime.tokenize(TokenizeJob.model_validate(payload))
         else:
             runtime.detokenize(DetokenizeJob.model_validate(payload))
     except asyncio.CancelledError:
         raise
+    except LlamaqError as error:
+        runtime.fail(job_id, error)
+    except StorageError as error:
+        runtime.fail(job_id, Unavailable(f"object storage: {error}"))
     except Exception as error:  # a bug must still end the job for its client
         runtime.fail(job_id, error)
 
 
 async def _completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     await _run_job(ctx, payload, "completion")
+
+
+async def _slot_action(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    await _run_job(ctx, payload, "slot_action")
 
 
 async def _tokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:

@@ -10,8 +10,12 @@ from sanic.response import HTTPResponse, json, raw
 from api.fleet import Fleet
 from api.metrics import CONTENT_TYPE, render_metrics
 from api.settings import ApiSettings
-from scheduler.errors import NotSupported, Unavailable
+from api.wire.body import json_body
+from scheduler.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.jobs import SlotActionJob
 from scheduler.registry import NextToken, SlotState
+from scheduler.results import SlotActionResult
+from scheduler.slot_ids import locate_slot
 
 monitor = Blueprint("monitor")
 BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"
@@ -43,6 +47,42 @@ async def metrics(request: Request) -> HTTPResponse:
     workers = await fleet.workers(settings.model_id(), fresh=True)
     counters = await fleet.registry.metrics([w.worker_id for w in workers])
     return raw(render_metrics(counters), content_type=CONTENT_TYPE)
+
+
+@monitor.post("/slots/<id_slot>", name="slot_action")
+async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
+    """save / restore / erase a slot's prompt cache, on the worker that holds the slot; saved
+    slots live in object storage, so any worker of the model can restore them."""
+    settings: ApiSettings = request.app.ctx.settings
+    fleet: Fleet = request.app.ctx.fleet
+    try:
+        slot_id = int(id_slot)
+    except ValueError:
+        raise InvalidRequest("Invalid slot ID") from None
+    action = request.args.get("action", "")
+    if action not in ("save", "restore", "erase"):
+        raise InvalidRequest("Invalid action")
+    filename: Any = ""
+    if action != "erase":
+        filename = json_body(request).get("filename")
+        if not isinstance(filename, str) or not filename:
+            raise InvalidRequest("Invalid filename")
+    worker, local_id = locate_slot(await fleet.workers(settings.model_id(), fresh=True), slot_id)
+    result = await fleet.jobs.run(SlotActionJob(
+        model=settings.model_id(), worker_id=worker.worker_id, id_slot=local_id,
+        action=action, filename=filename))  # type: ignore[arg-type]
+    assert isinstance(result, SlotActionResult)
+    return json(slot_action_json(result, slot_id))
+
+
+def slot_action_json(result: SlotActionResult, slot_id: int) -> dict[str, Any]:
+    if result.action == "erase":
+        return {"id_slot": slot_id, "n_erased": result.n_tokens}
+    if result.action == "save":
+        return {"id_slot": slot_id, "filename": result.filename, "n_saved": result.n_tokens,
+                "n_written": result.n_bytes, "timings": {"save_ms": result.ms}}
+    return {"id_slot": slot_id, "filename": result.filename, "n_restored": result.n_tokens,
+            "n_read": result.n_bytes, "timings": {"restore_ms": result.ms}}
 
 
 @monitor.get("/props", name="props")
