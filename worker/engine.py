@@ -48,6 +48,9 @@ from worker.textstream import TextStream
 log = logging.getLogger(__name__)
 
 SlotResult = TypeVar("SlotResult")
+SHARE_MIN_TOKENS = 16
+"""Copying another slot's cache (a whole KV stream when slots do not share one) pays off
+from about this many prompt tokens."""
 JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
@@ -197,7 +200,7 @@ class Engine:
                 events.append((request.job.job_id, _cancelled_event()))
                 continue
             slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
-            if slot is None:
+            if slot is None or self._twin_prefilling(request, admitted):
                 still_waiting.append(request)
                 continue
             slot.busy = True
@@ -208,8 +211,32 @@ class Engine:
         self._waiting = still_waiting
         return admitted
 
+    def _twin_prefilling(self, request: Request, admitted: list[Active]) -> bool:
+        """Another slot is evaluating this very prompt (n_cmpl, or the same request sent
+        twice): wait for it and copy its cache instead of evaluating the prompt again."""
+        if not request.cache_prompt:
+            return False
+        return any(a.prefilling and a.request.prompt_tokens == request.prompt_tokens
+                   for a in (*self._active.values(), *admitted))
+
+    def _share_prefix(self, slot: SlotCache, prompt: list[int], n_reuse: int) -> int:
+        """Copy another slot's cache when it holds more of the prompt than this slot does
+        (worth it from SHARE_MIN_TOKENS more tokens); returns the new reusable length."""
+        donors = [(reusable_prefix(s.tokens, prompt, True), s) for s in self.slots
+                  if s is not slot]
+        n_shared, donor = max(donors, key=lambda d: d[0], default=(0, slot))
+        if n_shared < n_reuse + SHARE_MIN_TOKENS:
+            return n_reuse
+        memory = self.model.memory
+        lc.llama_memory_seq_rm(memory, slot.slot_id, -1, -1)
+        lc.llama_memory_seq_cp(memory, donor.slot_id, slot.slot_id, -1, -1)
+        slot.tokens[:] = donor.tokens
+        return n_shared
+
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> Active:
         n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
+        if request.cache_prompt:
+            n_reuse = self._share_prefix(slot, request.prompt_tokens, n_reuse)
         if request.cache_reuse > 0 and request.cache_prompt:
             n_reuse = self._reuse_chunks(slot, request.prompt_tokens, n_reuse,
                                          request.cache_reuse)

@@ -144,3 +144,11 @@ def test_n_indent_stops_at_a_less_indented_line(api: str) -> None:
     # Cut before the first character of the first line indented less than 8.
     assert cut["content"] == free[: len(first) + 1 + indent]
     assert cut["stop_type"] == "limit" and cut["tokens_predicted"] < 60
+
+
+def test_n_cmpl_evaluates_the_prompt_once(api: str) -> None:
+    prompt = "A long shared prompt about the history of tea in many countries. " * 6
+    body = complete(api, {"prompt": prompt, "n_predict": 4, "n_cmpl": 3, "seed": 3}).json()
+    cached = sorted(b["timings"]["cache_n"] for b in body)
+    n_prompt = body[0]["tokens_evaluated"]
+    assert cached[1:] == [n_prompt - 1, n_prompt - 1], cached  # copied, not evaluated again
