@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from arq.connections import ArqRedis
 from redis.asyncio import Redis
@@ -15,13 +15,20 @@ from redis.asyncio import Redis
 from scheduler import keys
 from scheduler.errors import LlamaqError, Unavailable, error_from_info
 from scheduler.hub import EventHub
-from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
+from scheduler.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    SlotActionJob,
+    TokenizeJob,
+    new_job_id,
+)
 from scheduler.queueing import queue_for
 from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, TokenEvent
 
 log = logging.getLogger(__name__)
 
 AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
+Retry = Callable[[], Awaitable[tuple[str, asyncio.Queue[EventEnvelope]]]]
 
 
 class JobEvents:
@@ -30,11 +37,14 @@ class JobEvents:
     An error event is raised as the typed error the worker reported."""
 
     def __init__(self, job_id: str, queue: asyncio.Queue[EventEnvelope], timeout_s: float,
-                 redis: Redis) -> None:
+                 redis: Redis, retry: Retry | None = None) -> None:
+        """`retry` runs the job again under a new id (for a job whose worker died before it
+        sent anything); None when the job cannot go elsewhere."""
         self.job_id = job_id
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
+        self._retry = retry
         self._next_seq = 0
         self.finished = False
 
@@ -71,6 +81,12 @@ class JobEvents:
                 self.finished = True
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
             if await self._owner_died():
+                if self._retry is not None and self._next_seq == 0:
+                    log.warning("job %s: its worker stopped before answering; retrying",
+                                self.job_id)
+                    self.job_id, self._queue = await self._retry()
+                    self._retry = None  # once
+                    continue
                 self.finished = True
                 raise Unavailable("the worker running this request stopped")
 
@@ -134,18 +150,31 @@ class JobClient:
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """Run `job`; leaving the block before its last event cancels it on the worker."""
-        queue_name = queue_for(job)
-        async with self._hub.subscription(job.job_id) as queue:
-            await self._arq.enqueue_job(
-                job.kind, job.model_dump(mode="json"), _job_id=job.job_id, _queue_name=queue_name
-            )
-            await self._redis.publish(keys.wake_channel(queue_name), b"1")
-            events = JobEvents(job.job_id, queue, self._timeout_s, self._redis)
+        async with contextlib.AsyncExitStack() as subscriptions:
+
+            async def start(attempt: AnyJob) -> asyncio.Queue[EventEnvelope]:
+                queue = await subscriptions.enter_async_context(
+                    self._hub.subscription(attempt.job_id))
+                queue_name = queue_for(attempt)
+                await self._arq.enqueue_job(attempt.kind, attempt.model_dump(mode="json"),
+                                            _job_id=attempt.job_id, _queue_name=queue_name)
+                await self._redis.publish(keys.wake_channel(queue_name), b"1")
+                return queue
+
+            async def retry() -> tuple[str, asyncio.Queue[EventEnvelope]]:
+                nonlocal job
+                await self.cancel(job.job_id)  # a late pick-up of the old id must do nothing
+                job = job.model_copy(update={"job_id": new_job_id()})
+                return job.job_id, await start(job)
+
+            pinned = isinstance(job, CompletionJob | SlotActionJob) and job.worker_id
+            events = JobEvents(job.job_id, await start(job), self._timeout_s, self._redis,
+                               None if pinned else retry)
             try:
                 yield events
             finally:
                 if not events.finished:
-                    await asyncio.shield(self.cancel(job.job_id))
+                    await asyncio.shield(self.cancel(events.job_id))
 
     async def run(self, job: AnyJob) -> Result:
         async with self.submit(job) as events:

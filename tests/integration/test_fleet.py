@@ -127,3 +127,24 @@ def test_metrics(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> N
         assert value(after, "requests_processing") == 0
     finally:
         fleet.stop()
+
+
+def test_a_request_whose_worker_dies_before_answering_runs_elsewhere(
+        redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-retry")
+    try:
+        first = fleet.add_worker(*WORKER_FLAGS)
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        body = {"prompt": "A long story:", "n_predict": 300, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, f"{api}/completion", json=body, timeout=120)
+            wait_until(lambda: any(s["is_processing"] for s in httpx.get(f"{api}/slots").json()),
+                       what="the first worker busy")
+            first.kill()  # non-stream: nothing was sent yet, so the job can run again
+            fleet.add_worker(*WORKER_FLAGS)
+            response = pending.result()
+        assert response.status_code == 200, response.text
+        assert response.json()["tokens_predicted"] == 300
+    finally:
+        fleet.stop()
