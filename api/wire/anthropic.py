@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.chat.messages import ToolChoice as OpenAIToolChoice
+from api.wire.body import drop_nulls
 from scheduler.errors import NotSupported
 from scheduler.jobs import CompletionJob, SamplingParams
 
@@ -176,9 +177,7 @@ class MessagesRequest(_Block):
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
+        return drop_nulls(data)
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> MessagesRequest:

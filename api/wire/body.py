@@ -30,3 +30,10 @@ def parse_body(request: Request, model: type[Model]) -> Model:
         return model.model_validate(json_body(request))
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from None
+
+
+def drop_nulls(data: Any) -> Any:
+    """A field sent as null counts as absent (llama-server reads it that way)."""
+    if isinstance(data, dict):
+        return {key: value for key, value in data.items() if value is not None}
+    return data

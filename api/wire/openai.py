@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.wire.body import drop_nulls
 from api.wire.native import CompletionRequest
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob, PromptPiece
@@ -42,9 +43,7 @@ class OpenAIOptions(CompletionRequest):
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
+        return drop_nulls(data)
 
     @property
     def choices(self) -> int:
