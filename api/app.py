@@ -10,6 +10,7 @@ from sanic.response import HTTPResponse
 
 from api.auth import check_api_key, load_api_keys
 from api.chat.templates import validate_chat_template_setting
+from api.cors import add_allow_origin, preflight
 from api.errors import install_error_handler
 from api.fleet import Fleet
 from api.routes.anthropic import anthropic
@@ -43,7 +44,11 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.on_request
     async def authenticate(request: Request) -> HTTPResponse | None:
-        return check_api_key(request, api_keys)
+        return preflight(request, settings) or check_api_key(request, api_keys)
+
+    @app.on_response
+    async def cors(request: Request, response: HTTPResponse) -> None:
+        add_allow_origin(request, response, settings)
 
     for blueprint in (native, monitor, openai, templates, anthropic):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)

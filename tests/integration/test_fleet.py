@@ -148,3 +148,16 @@ def test_a_request_whose_worker_dies_before_answering_runs_elsewhere(
         assert response.json()["tokens_predicted"] == 300
     finally:
         fleet.stop()
+
+
+def test_cors(api: str) -> None:
+    origin = "http://example.test"
+    response = httpx.options(f"{api}/v1/chat/completions", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST"})
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == origin
+    assert response.headers["access-control-allow-credentials"] == "true"
+    assert "POST" in response.headers["access-control-allow-methods"]
+    assert response.headers["access-control-allow-headers"] == "*"
+    health = httpx.get(f"{api}/health", headers={"Origin": origin})
+    assert health.headers["access-control-allow-origin"] == origin
