@@ -14,6 +14,7 @@ from api.cors import add_allow_origin, preflight
 from api.errors import install_error_handler
 from api.fleet import Fleet
 from api.routes.anthropic import anthropic
+from api.routes.extras import extras
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
@@ -50,7 +51,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     install_error_handler(app)
     return app

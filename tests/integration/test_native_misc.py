@@ -75,3 +75,17 @@ def test_bad_tokenize_bodies_are_400(api: str, path: str, body: dict[str, object
     response = httpx.post(f"{api}{path}", json=body)
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path", ["/embedding", "/v1/embeddings", "/rerank", "/v1/rerank",
+                                  "/v1/systemone"])
+def test_features_not_built_answer_501(api: str, path: str) -> None:
+    response = httpx.post(f"{api}{path}", json={"input": "x"})
+    assert response.status_code == 501
+    assert response.json()["error"]["type"] == "not_supported_error"
+
+
+def test_lora_adapters_and_props_post(api: str) -> None:
+    assert httpx.get(f"{api}/lora-adapters").json() == []
+    assert httpx.post(f"{api}/lora-adapters", json=[{"id": 0, "scale": 1}]).status_code == 400
+    assert httpx.post(f"{api}/props", json={}).status_code == 501

@@ -1,0 +1,71 @@
+"""Endpoints of llama-server whose features this fleet does not have yet, answered the way
+llama-server answers when the feature is off: 501 with a message, never a 404 or a 500."""
+
+from __future__ import annotations
+
+import json as json_text
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from api.settings import ApiSettings
+from api.wire.body import json_body
+from scheduler.errors import InvalidRequest, NotSupported
+
+extras = Blueprint("extras")
+
+EMBEDDINGS = ("/embedding", "/embeddings", "/v1/embeddings")
+RERANK = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+
+
+async def embeddings(request: Request) -> HTTPResponse:
+    raise NotSupported("This server does not support embeddings. Start it with `--embeddings`")
+
+
+async def rerank(request: Request) -> HTTPResponse:
+    raise NotSupported("This server does not support reranking. Start it with `--reranking`")
+
+
+async def systemone(request: Request) -> HTTPResponse:
+    raise NotSupported("this model is not a decision model: /v1/systemone needs one")
+
+
+async def lora_adapters(request: Request) -> HTTPResponse:
+    """No LoRA adapter is loaded (workers refuse --lora for now): the list is empty."""
+    return json([])
+
+
+async def set_lora_adapters(request: Request) -> HTTPResponse:
+    body = json_body_list(request)
+    if body:
+        raise InvalidRequest("invalid adapter id: no LoRA adapter is loaded")
+    return json({"success": True})
+
+
+async def set_props(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.props:
+        raise NotSupported("This server does not support changing global properties. "
+                           "Start it with `--props`")
+    json_body(request)
+    return json({"success": True})
+
+
+def json_body_list(request: Request) -> list[object]:
+    try:
+        body = json_text.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("Request body must be an array") from None
+    if not isinstance(body, list):
+        raise InvalidRequest("Request body must be an array")
+    return body
+
+
+for path in EMBEDDINGS:
+    extras.add_route(embeddings, path, methods=["POST"], name=f"embeddings{path.replace('/', '_')}")
+for path in RERANK:
+    extras.add_route(rerank, path, methods=["POST"], name=f"rerank{path.replace('/', '_')}")
+extras.add_route(systemone, "/v1/systemone", methods=["POST"], name="systemone")
+extras.add_route(lora_adapters, "/lora-adapters", methods=["GET"], name="lora_adapters")
+extras.add_route(set_lora_adapters, "/lora-adapters", methods=["POST"], name="set_lora_adapters")
+extras.add_route(set_props, "/props", methods=["POST"], name="set_props")
