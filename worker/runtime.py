@@ -245,6 +245,8 @@ class WorkerRuntime:
             return
         done = self.publisher.expect(job.job_id)
         self.engine.submit(request)
+        if await self.redis.exists(keys.job_cancel(job.job_id)):
+            self.engine.cancel(job.job_id)  # cancelled while it was being prepared
         try:
             await done
         except asyncio.CancelledError:
