@@ -161,3 +161,23 @@ def test_cors(api: str) -> None:
     assert response.headers["access-control-allow-headers"] == "*"
     health = httpx.get(f"{api}/health", headers={"Origin": origin})
     assert health.headers["access-control-allow-origin"] == origin
+
+
+def test_output_does_not_depend_on_the_batch_size(redis_url: str, workdir: Path,
+                                                  gemma_path: Path, api: str) -> None:
+    """The same greedy request on a worker that evaluates the prompt 16 tokens at a time
+    (-b 16) and on the session's worker (-b 2048) gives the same text (llama.cpp's own
+    test_consistent_result_different_batch_size)."""
+    body = {"prompt": "The recipe for bread: first, take some flour and " * 3,
+            "temperature": 0.0, "n_predict": 24, "cache_prompt": False}
+    whole = httpx.post(f"{api}/completion", json=body, timeout=60).json()
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-b16")
+    try:
+        fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "-b", "16", "-ub", "16")
+        small = fleet.add_api()
+        fleet.wait_healthy(small)
+        chunked = httpx.post(f"{small}/completion", json=body, timeout=60).json()
+        assert chunked["tokens_evaluated"] > 16  # the prompt did take several batches
+        assert chunked["content"] == whole["content"]
+    finally:
+        fleet.stop()

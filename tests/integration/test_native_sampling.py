@@ -3,7 +3,6 @@ several completions, progress, determinism."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import math
 
@@ -117,21 +116,6 @@ def test_seeds(api: str) -> None:
     a = complete(api, {**base, "seed": 1}).json()["content"]
     assert complete(api, {**base, "seed": 1}).json()["content"] == a
     assert complete(api, {**base, "seed": 2}).json()["content"] != a
-
-
-def test_output_does_not_depend_on_batch_composition(api: str) -> None:
-    body = {"prompt": "The recipe for bread:", **GREEDY, "n_predict": 24}
-    alone = complete(api, body).json()["content"]
-
-    def other(i: int) -> None:
-        complete(api, {"prompt": f"Unrelated text {i}", "n_predict": 48, "ignore_eos": True})
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        others = [pool.submit(other, i) for i in range(3)]
-        together = pool.submit(complete, api, body).result().json()["content"]
-        for f in others:
-            f.result()
-    assert together == alone
 
 
 def test_n_indent_stops_at_a_less_indented_line(api: str) -> None:
