@@ -19,6 +19,15 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
+                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
+"""The one-letter sampler names of --sampling-seq (and of a `samplers` string)."""
+
+
+def samplers_from_letters(letters: str) -> list[str]:
+    return [SAMPLER_LETTERS[c] for c in letters if c in SAMPLER_LETTERS]
+
+
 class LogitBias(BaseModel):
     """A bias for a token id, or for every token of a string; `bias` None bans the token."""
 

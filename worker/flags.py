@@ -12,7 +12,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from scheduler.jobs import LogitBias
+from scheduler.jobs import LogitBias, samplers_from_letters
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -34,9 +34,6 @@ UNSUPPORTED = {
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2, "longrope": 3}
-SAMPLER_CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-                 "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
-"""The letters of --sampling-seq (the api's wire models accept the same letters)."""
 
 
 class UnsupportedFlag(SystemExit):
@@ -90,7 +87,7 @@ def sampler_names(settings: WorkerSettings) -> list[str]:
     """--samplers, or --sampling-seq when that one was changed from its default."""
     default_seq = WorkerSettings.model_fields["sampling_seq"].get_default()
     if settings.sampling_seq != default_seq:
-        return [SAMPLER_CHARS[c] for c in settings.sampling_seq if c in SAMPLER_CHARS]
+        return samplers_from_letters(settings.sampling_seq)
     return list(settings.samplers)
 
 

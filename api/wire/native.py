@@ -17,11 +17,10 @@ from scheduler.jobs import (
     PromptPiece,
     SamplingParams,
     TokenizeJob,
+    samplers_from_letters,
 )
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
-SAMPLER_CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-                 "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
 
 
 class PromptObject(BaseModel):
@@ -98,7 +97,7 @@ class CompletionRequest(BaseModel):
     def _samplers_from_chars(cls, value: Any) -> Any:
         """A string is the one-letter form (`--sampling-seq`), e.g. "kypmxt"."""
         if isinstance(value, str):
-            return [SAMPLER_CHARS[c] for c in value if c in SAMPLER_CHARS]
+            return samplers_from_letters(value)
         return value
 
     @field_validator("stop", mode="before")
