@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from sanic import Request, Sanic
@@ -20,8 +21,17 @@ from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.templates import templates
 from api.settings import ApiSettings
+from scheduler.supervise import exit_when_done
 
 log = logging.getLogger(__name__)
+
+EXIT_TASK_DIED = 70
+
+
+def _exit_for_restart() -> None:
+    """A background task the pod needs died: exit non-zero so that a supervisor restarts us."""
+    logging.shutdown()
+    os._exit(EXIT_TASK_DIED)
 
 
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
@@ -38,6 +48,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     @app.before_server_start
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout))
+        exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:

@@ -7,12 +7,13 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 from sanic import Request, Sanic
 from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler.errors import InvalidRequest, LlamaqError, NotFound, ServerError
+from scheduler.errors import InvalidRequest, LlamaqError, NotFound, RedisUnreachable, ServerError
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,8 @@ def error_body(error: LlamaqError) -> dict[str, Any]:
 
 
 def error_response(error: LlamaqError) -> HTTPResponse:
-    return json_response(error_body(error), status=error.status)
+    headers = {} if error.retry_after_s is None else {"Retry-After": str(error.retry_after_s)}
+    return json_response(error_body(error), status=error.status, headers=headers)
 
 
 def sse_error(error: LlamaqError) -> str:
@@ -45,6 +47,9 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
         return exc
     if isinstance(exc, ValidationError):
         return InvalidRequest(validation_message(exc))
+    if isinstance(exc, RedisError):
+        log.warning("Redis error: %r", exc)
+        return RedisUnreachable()
     if isinstance(exc, StorageError):
         return ServerError(f"storage error: {exc}")
     if isinstance(exc, SanicException):

@@ -9,8 +9,9 @@ from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
 from scheduler.client import JobClient
+from scheduler.connections import arq_settings, open_redis
 from scheduler.hub import EventHub
-from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
@@ -27,8 +28,8 @@ class Fleet:
 
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float) -> Fleet:
-        redis = Redis.from_url(redis_url)
-        arq = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+        redis = open_redis(redis_url)
+        arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)
         await hub.start()

@@ -26,6 +26,8 @@ class ErrorInfo(BaseModel):
 class LlamaqError(Exception):
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
+    retry_after_s: ClassVar[int | None] = None
+    """Sent as the `Retry-After` header of the error response when set."""
 
     def __init__(self, message: str, **extra: int | str) -> None:
         super().__init__(message)
@@ -66,6 +68,16 @@ class NotSupported(LlamaqError):
 class Unavailable(LlamaqError):
     status = 503
     error_type = "unavailable_error"
+
+
+class RedisUnreachable(Unavailable):
+    """Redis cannot be reached (down, restarting, failing over): worth a retry soon."""
+
+    retry_after_s = 5
+
+    def __init__(self, message: str = "the job queue (Redis) is unreachable; retry later",
+                 **extra: int | str) -> None:
+        super().__init__(message, **extra)
 
 
 class ServerError(LlamaqError):

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from arq import Worker
 from arq.connections import ArqRedis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+REDIS_RETRY_S = 1.0
 
 
 class WakeableWorker(Worker):
@@ -23,7 +29,12 @@ class WakeableWorker(Worker):
             await self.on_startup(self.ctx)
         while True:
             self.wake.clear()
-            await self._poll_iteration()
+            try:
+                await self._poll_iteration()
+            except RedisError as error:  # Redis away: wait for it, do not die
+                log.warning("queue %s: cannot poll Redis (%s); retrying", self.queue_name, error)
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_delay_s)
 

@@ -34,6 +34,7 @@ from scheduler.results import (
     FinalEvent,
     GenerationSettings,
     PromptProgress,
+    StartedEvent,
     Timings,
     TokenEvent,
     TokenProbs,
@@ -51,7 +52,7 @@ SlotResult = TypeVar("SlotResult")
 SHARE_MIN_TOKENS = 16
 """Copying another slot's cache (a whole KV stream when slots do not share one) pays off
 from about this many prompt tokens."""
-JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent]
+JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent | StartedEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
@@ -165,6 +166,9 @@ class Engine:
                 admitted = self._admit_waiting(cancelled, events)
             for active in admitted:
                 self._active[active.slot.slot_id] = active
+            if events:  # "started" goes out before the prompt is evaluated
+                self._sink(events)
+                events = []
             self._run_slot_tasks()
             self._drop_cancelled(cancelled, events)
             for active in self._active.values():
@@ -207,6 +211,7 @@ class Engine:
             self.on_slots_changed()
             self._tasks_started += 1
             admitted.append(self._start(request, slot, self._tasks_started))
+            events.append((request.job.job_id, StartedEvent()))
         still_waiting.extend(self._waiting)  # left when continuous batching is off
         self._waiting = still_waiting
         return admitted

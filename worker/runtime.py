@@ -16,8 +16,10 @@ from arq.worker import func
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
 
 from scheduler import keys
+from scheduler.connections import arq_settings, open_redis
 from scheduler.errors import (
     InvalidRequest,
     LlamaqError,
@@ -26,7 +28,7 @@ from scheduler.errors import (
     Unavailable,
 )
 from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
-from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 from scheduler.results import (
     DetokenizeResult,
@@ -36,6 +38,7 @@ from scheduler.results import (
     TokenizeResult,
     TokenPiece,
 )
+from scheduler.supervise import watch
 from storage import (
     InvalidKey,
     ModelFiles,
@@ -61,6 +64,7 @@ log = logging.getLogger(__name__)
 JOB_TIMEOUT_S = 7 * 24 * 3600
 """Generations are bounded by n_predict, the context and cancellation, not by arq's timer."""
 SLOT_REPORT_MIN_GAP_S = 0.05
+REDIS_RETRY_S = 1.0
 
 
 class WorkerRuntime:
@@ -76,11 +80,11 @@ class WorkerRuntime:
 
     async def run(self, redis_url: str) -> None:
         flags.check_supported(self.settings)
-        self.redis = Redis.from_url(redis_url)
-        pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+        self.redis = open_redis(redis_url)
+        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         model = await asyncio.to_thread(self._load_model)
-        self.publisher = EventPublisher(self.redis, self._write_metrics)
+        self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
         completion = [func(_completion, name="completion")]
@@ -100,15 +104,17 @@ class WorkerRuntime:
                           default_settings=self.engine.default_settings(),
                           started_at=time.time())
         registry = Registry(self.redis)
-        tasks = [
-            asyncio.create_task(self.publisher.run()),
-            asyncio.create_task(self._listen(*arq_workers)),
-            *(asyncio.create_task(w.main()) for w in arq_workers),
-        ]
+        named = {
+            "publisher": asyncio.create_task(self.publisher.run()),
+            "listener": asyncio.create_task(self._listen(*arq_workers)),
+            "report": asyncio.create_task(self._report(registry, info)),
+            **{f"arq {w.queue_name}": asyncio.create_task(w.main()) for w in arq_workers},
+        }
+        tasks = list(named.values())
         log.info("worker %s serves %s with %d slots", self.worker_id, self.model_id,
                  model.plan.n_slots)
         try:
-            await self._report(registry, info)
+            await watch(named)
         finally:
             with contextlib.suppress(Exception):
                 await registry.remove(info)
@@ -119,6 +125,11 @@ class WorkerRuntime:
             model.close()
             await pool.aclose()
             await self.redis.aclose()
+
+    def _lost(self, job_id: str) -> None:
+        """A job whose events Redis would not take: stop generating for nobody."""
+        if self.engine is not None:
+            self.engine.cancel(job_id)
 
     def _write_metrics(self, pipe: Pipeline) -> None:
         assert self.engine is not None
@@ -138,13 +149,19 @@ class WorkerRuntime:
         next_heartbeat = 0.0
         while True:
             changed.clear()
-            await registry.publish_slots(self.worker_id, self.engine.slot_states())
-            async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
-                self._write_metrics(pipe)
-                await pipe.execute()
-            if time.monotonic() >= next_heartbeat:
-                await registry.heartbeat(info)
-                next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            try:
+                await registry.publish_slots(self.worker_id, self.engine.slot_states())
+                async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
+                    self._write_metrics(pipe)
+                    await pipe.execute()
+                if time.monotonic() >= next_heartbeat:
+                    await registry.heartbeat(info)
+                    next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            except RedisError as error:  # Redis away: keep trying, the worker lives on
+                log.warning("cannot report to Redis (%s); retrying", error)
+                next_heartbeat = 0.0
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
@@ -217,15 +234,29 @@ class WorkerRuntime:
         assert self.redis is not None and self.engine is not None
         by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
-        async for message in pubsub.listen():
-            channel = message["channel"].decode()
-            if channel == keys.CANCEL_CHANNEL:
-                self.engine.cancel(message["data"].decode())
-            elif channel == keys.CONTROL_CHANNEL:
-                self.engine.end_reasoning(message["data"].decode())
-            elif channel in by_channel:
-                by_channel[channel].wake.set()
+        while True:
+            try:
+                await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
+                async for message in pubsub.listen():
+                    self._on_message(message, by_channel)
+            except RedisError as error:  # resubscribes when Redis answers again
+                log.warning("listener lost Redis (%s); reconnecting", error)
+                for worker in workers:
+                    worker.wake.set()  # jobs enqueued meanwhile announced nothing
+                await asyncio.sleep(REDIS_RETRY_S)
+
+    def _on_message(self, message: dict[str, Any],
+                    by_channel: dict[str, WakeableWorker]) -> None:
+        assert self.engine is not None
+        if message["type"] != "message":
+            return
+        channel = message["channel"].decode()
+        if channel == keys.CANCEL_CHANNEL:
+            self.engine.cancel(message["data"].decode())
+        elif channel == keys.CONTROL_CHANNEL:
+            self.engine.end_reasoning(message["data"].decode())
+        elif channel in by_channel:
+            by_channel[channel].wake.set()
 
     # -- jobs -----------------------------------------------------------------------------
 

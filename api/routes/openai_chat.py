@@ -34,7 +34,6 @@ from api.render_openai import (
     delta_json,
     finish_reason,
     logprobs_json,
-    random_id,
     timings_json,
 )
 from api.routes.openai_jobs import OpenAIContext
@@ -153,7 +152,7 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     plan = await plan_chat(context, body)
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
-    envelope = Envelope(random_id("chatcmpl-"), context.model_id)
+    envelope = await context.envelope("chatcmpl-", body.stream)
     async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
         if not body.stream:
             results = await context.run(jobs)
@@ -161,7 +160,8 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
                        enumerate(results)]
             return json(chat_completion_json(envelope, choices))
         stream = ChatStream(plan, envelope, jobs)
-        await context.stream(jobs, stream.render, stream.end)
+        await context.stream(jobs, stream.render, stream.end,
+                             ping_field=body.sse_ping_interval)
         return None
 
 
