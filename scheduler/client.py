@@ -92,8 +92,7 @@ class JobEvents:
             raise StopAsyncIteration
         try:
             envelope = await self._next_in_order()
-        except RedisError as error:
-            self.finished = True
+        except RedisError as error:  # not finished: leaving cancels the job once Redis is back
             log.warning("job %s: Redis error while waiting for events: %r", self.job_id, error)
             raise RedisUnreachable() from None
         self._next_seq = envelope.seq + 1
@@ -114,8 +113,7 @@ class JobEvents:
                 envelope = self._ready.popleft()
             else:
                 item = await self._next_item()
-                if isinstance(item, LlamaqError):
-                    self.finished = True
+                if isinstance(item, LlamaqError):  # from the hub: the job may still run
                     raise item
                 if isinstance(item, Resync):
                     self._ready.extend(await self._hub.read_log(self.job_id, self._next_seq))
@@ -137,7 +135,6 @@ class JobEvents:
     async def _recover_gap(self, arrived: EventEnvelope) -> None:
         missing = await self._hub.read_log(self.job_id, self._next_seq, arrived.seq - 1)
         if [e.seq for e in missing] != list(range(self._next_seq, arrived.seq)):
-            self.finished = True
             raise Unavailable(f"events {self._next_seq}..{arrived.seq - 1} of this request "
                               "were lost")
         log.info("job %s: recovered events %d..%d from the log", self.job_id, self._next_seq,

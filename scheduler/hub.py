@@ -126,8 +126,7 @@ class EventHub:
                     log.error("event hub lost Redis (%s); reconnecting", error)
                 if not failed and time.monotonic() - lost_at >= keys.HUB_GRACE_S:
                     failed = True
-                    self._fail_all(RedisUnreachable("lost the connection to the job queue "
-                                                    "(Redis)"))
+                    self._fail_all("lost the connection to the job queue (Redis)")
                 self._fail_confirmations()
                 await asyncio.sleep(RECONNECT_DELAY_S)
                 continue
@@ -141,12 +140,12 @@ class EventHub:
             if message is not None:
                 self._dispatch(message)
 
-    def _fail_all(self, error: LlamaqError) -> None:
+    def _fail_all(self, message: str) -> None:
         """Whatever was on its way may be lost (and the jobs may be gone with Redis's data), so
-        every waiting job ends now with a retryable error."""
-        log.error("event hub: ending %d waiting jobs: %s", len(self._queues), error.message)
+        every waiting job ends now with a retryable error (and is cancelled by its client)."""
+        log.error("event hub: ending %d waiting jobs: %s", len(self._queues), message)
         for queue in self._queues.values():
-            queue.put_nowait(error)
+            queue.put_nowait(RedisUnreachable(message))
 
     def _fail_confirmations(self) -> None:
         for future in self._confirmations.values():
@@ -168,8 +167,7 @@ class EventHub:
             epoch = await self._read_epoch()
             if epoch != self._epoch:
                 self._epoch = epoch
-                self._fail_all(RedisUnreachable("the job queue (Redis) restarted and lost "
-                                                "this request"))
+                self._fail_all("the job queue (Redis) restarted and lost this request")
             else:
                 for queue in self._queues.values():
                     queue.put_nowait(RESYNC)
