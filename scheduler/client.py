@@ -21,7 +21,14 @@ from scheduler.jobs import (
     SlotActionJob,
     TokenizeJob,
 )
-from scheduler.leases import Decision, count_failure, died_after, lapsed_run, waiting_jobs
+from scheduler.leases import (
+    Decision,
+    count_failure,
+    died_after,
+    forget_queued,
+    lapsed_run,
+    waiting_jobs,
+)
 from scheduler.queueing import queue_for
 from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, TokenEvent
 
@@ -101,6 +108,9 @@ class JobEvents:
             self._rerun_of = lapse.tries
             return
         await count_failure(self._redis, self._model_id, decision.value)
+        if self._pinned_worker:  # its queue dies with it
+            await forget_queued(self._redis, keys.worker_queue(self._model_id,
+                                                               self._pinned_worker), self.job_id)
         if decision is Decision.POISON:
             log.error("job %s: poison job: it was running when %d workers died; ending it",
                       self.job_id, lapse.tries)

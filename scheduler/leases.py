@@ -28,7 +28,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from redis.asyncio import Redis
 
 from scheduler import keys
@@ -198,6 +198,14 @@ async def lapsed_run(redis: Redis, job_id: str, pinned_worker: str | None) -> La
     if held or tries == 0:
         return None
     return Lapse(tries=tries, sent=sent)
+
+
+async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
+    """Take a job out of a queue nobody will poll again (the own queue of a dead worker)."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.zrem(queue_name, job_id)
+        pipe.delete(job_key_prefix + job_id, retry_key_prefix + job_id)
+        await pipe.execute()
 
 
 async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:

@@ -317,3 +317,34 @@ def test_llamaq_up_supervises_and_stops_whole(tmp_path: Path, gemma_path: Path) 
     up.wait()
     time.sleep(2)
     assert not [p for p in family if alive(p)]
+
+
+def test_big_tokenize_bodies_do_not_starve_the_worker(redis_url: str, workdir: Path,
+                                                      gemma_path: Path) -> None:
+    """Three streams run while large /tokenize (with pieces) and /detokenize bodies arrive over
+    and over: the worker keeps its leases, and all three finish on their worker."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-starve")
+    try:
+        fleet.add_worker("-c", "2048", "-np", "3", "-t", "1")
+        api = fleet.add_api("--metrics")
+        fleet.wait_healthy(api)
+        text = "The quick brown fox jumps over the lazy dog. " * 6000  # ~270 KB
+        tokens = httpx.post(f"{api}/tokenize", json={"content": text}, timeout=60).json()[
+            "tokens"]
+        body = {"prompt": "A story:", "n_predict": 120, "ignore_eos": True}
+        records, threads = start_streams(api, [body, body, body])
+
+        def hammer() -> None:
+            while any(t.is_alive() for t in threads):
+                httpx.post(f"{api}/tokenize", json={"content": text, "with_pieces": True},
+                           timeout=120)
+                httpx.post(f"{api}/detokenize", json={"tokens": tokens}, timeout=120)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            for future in [pool.submit(hammer) for _ in range(3)]:
+                future.result()
+        assert [r.outcome for r in records] == ["answered"] * 3, [r.error for r in records]
+        assert all(r.tokens == 120 for r in records)
+        assert metric(api, "llamaq:jobs_retried_total") == 0
+    finally:
+        fleet.stop()
