@@ -98,7 +98,7 @@ class Supervisor:
                 return False
             if now - child.started_at >= HEALTHY_AFTER_S:
                 child.backoff_s = BACKOFF_FIRST_S
-            log.error("%s died (%s); restarting it in %.0f s", child.name, exit_reason(code),
+            log.error("%s died (%s); restarting it in %.1f s", child.name, exit_reason(code),
                       child.backoff_s)
             child.restart_at = now + child.backoff_s
             child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
