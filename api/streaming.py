@@ -113,8 +113,9 @@ async def _job_events(fleet: Fleet, jobs: list[CompletionJob],
         if resume.have is None:
             streams = [await stack.enter_async_context(fleet.jobs.submit(job)) for job in jobs]
         else:
-            streams = [await stack.enter_async_context(fleet.jobs.attach(job_id))
-                       for job_id in resume.record.job_ids]
+            streams = [await stack.enter_async_context(
+                fleet.jobs.attach(job.model_copy(update={"job_id": job_id})))
+                for job, job_id in zip(jobs, resume.record.job_ids, strict=False)]
         yield streams
 
 

@@ -1,25 +1,26 @@
-"""Fault scenarios under load (not timed tests): each prints requests sent / answered /
-errored / lost (lost must be 0) and the p99 time from the fault to the error event.
+"""Fault benchmark (not a test): named scenarios run in a loop against a real fleet on
+127.0.0.1, each printing requests sent / answered / errored / lost (lost must be 0) and the p99
+time from the fault to a client's error event.
 
-    .venv/bin/python bench/faults.py redis-restart [--clients 8] [--outage 15] [--duration 40]
+    .venv/bin/python bench/faults.py [--scenario worker-sigkill] [--rounds 20]
+                                     [--np 8] [--streams 16]
+    .venv/bin/python bench/faults.py --scenario redis-restart --rounds 3 [--outage 15]
 
-A scenario is a function in SCENARIOS taking the parsed flags and returning a Tally; add new
-ones there (e.g. the worker SIGKILL loop).
+Scenarios live in SCENARIOS (name -> function); a scenario gets a running fleet and one round's
+parameters and returns what its clients saw.
 
-- redis-restart: one worker (-np 4) and one api pod on a Redis of their own; `--clients`
-  threads stream completions back to back; Redis is killed (its data with it) after 5 s and
-  started again `--outage` s later; the load goes on until `--duration`. Answered: a final
-  event; errored: an SSE error event or a 503 with Retry-After; lost: anything else (a
-  dropped connection, another status, no answer within 60 s). Processes that exited are
-  reported too (must be none).
+- worker-sigkill: streams on two workers; one is SIGKILLed mid-stream; a new one joins.
+- redis-restart: streams running; Redis is killed (its data with it) and started again empty
+  `--outage` seconds later; a request sent during the outage must get 503 with Retry-After;
+  every stream must end with its answer or an error event, and the fleet must serve again.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,11 +28,25 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-from storage import default_model_path
-from tests.processes import Fleet
-from tests.redis_server import RestartableRedis
+from storage import default_model_path  # noqa: E402
+from tests.faults import StreamRecord, slots_of, start_streams  # noqa: E402
+from tests.processes import Fleet, wait_until  # noqa: E402
+from tests.redis_server import RestartableRedis  # noqa: E402
+
+
+@dataclass
+class Bench:
+    """A fleet for one scenario: one api, workers with `np` slots each."""
+
+    fleet: Fleet
+    api: str
+    worker_flags: tuple[str, ...]
+    streams: int
+    redis: RestartableRedis
+    outage_s: float = 15.0
 
 
 @dataclass
@@ -41,119 +56,124 @@ class Tally:
     errored: int = 0
     lost: int = 0
     to_error_s: list[float] = field(default_factory=list)
-    exited: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, outcome: str) -> None:
-        with self.lock:
-            setattr(self, outcome, getattr(self, outcome) + 1)
+    def add(self, records: list[StreamRecord], fault_at: float) -> None:
+        for record in records:
+            self.sent += 1
+            outcome = record.outcome
+            if outcome == "answered":
+                self.answered += 1
+            elif outcome == "errored":
+                self.errored += 1
+                if record.ended_at is not None:
+                    self.to_error_s.append(record.ended_at - fault_at)
+            else:
+                self.lost += 1
 
-    def p99_to_error(self) -> float | None:
+    def p99(self) -> float:
         if not self.to_error_s:
-            return None
+            return 0.0
         ordered = sorted(self.to_error_s)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-    def report(self, name: str) -> str:
-        p99 = self.p99_to_error()
-        return (f"{name}: sent {self.sent}, answered {self.answered}, errored {self.errored}, "
-                f"lost {self.lost}; p99 time to the error event "
-                f"{'-' if p99 is None else f'{p99:.2f} s'}; processes exited: "
-                f"{', '.join(self.exited) or 'none'}")
+        return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def stream_once(url: str, tally: Tally, fault_at: list[float]) -> None:
-    """One streamed completion, counted by how it ended."""
-    body = {"prompt": "Tell a story:", "n_predict": 64, "ignore_eos": True, "stream": True}
-    with tally.lock:
-        tally.sent += 1
-    try:
-        with httpx.stream("POST", f"{url}/completion", json=body, timeout=60) as response:
-            if response.status_code == 503 and response.headers.get("Retry-After"):
-                tally.add("errored")
-                return
-            if response.status_code != 200:
-                tally.add("lost")
-                return
-            last = ""
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    last = line
-        if '"error"' in last:
-            if fault_at:
-                with tally.lock:
-                    tally.to_error_s.append(time.monotonic() - fault_at[0])
-            tally.add("errored")
-        elif '"stop":true' in last:
-            tally.add("answered")
-        else:
-            tally.add("lost")
-    except httpx.HTTPError:
-        tally.add("lost")
+def worker_sigkill(bench: Bench, round_no: int, tally: Tally) -> None:
+    """Streams on two workers; SIGKILL one mid-stream; a replacement joins for the next round."""
+    fleet = bench.fleet
+    workers = [p for p in fleet.processes if p.poll() is None and "worker" in str(p.args)]
+    bodies = [{"prompt": f"Round {round_no} story {i}:", "n_predict": 96, "ignore_eos": True,
+               "seed": i} for i in range(bench.streams)]
+    records, threads = start_streams(bench.api, bodies)
+    for record in records:
+        record.started.wait(120)
+    workers[0].kill()
+    fault_at = time.monotonic()
+    for thread in threads:
+        thread.join(300)
+    tally.add(records, fault_at)
+    fleet.add_worker(*bench.worker_flags)
 
 
-def redis_restart(args: argparse.Namespace) -> Tally:
-    tally = Tally()
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        redis = RestartableRedis(folder / "redis")
-        redis.start()
-        model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
-        fleet = Fleet(redis.url, folder, ["-m", str(model), "--alias", "gemma",
-                                          "--store-url", str(folder / "store"),
-                                          "--cache-dir", str(folder / "cache")], folder / "logs")
-        try:
-            fleet.add_worker("-c", "4096", "-np", "4", "-t", "2")
-            url = fleet.add_api()
-            fleet.wait_healthy(url, timeout=120)
-            fault_at: list[float] = []
-            start = time.monotonic()
-
-            def client() -> None:
-                while time.monotonic() - start < args.duration:
-                    stream_once(url, tally, fault_at)
-                    if fault_at and time.monotonic() - fault_at[0] < args.outage:
-                        time.sleep(0.5)  # a client told to retry later waits a little
-
-            threads = [threading.Thread(target=client) for _ in range(args.clients)]
-            for thread in threads:
-                thread.start()
-            time.sleep(5)
-            fault_at.append(time.monotonic())
-            redis.kill()
-            time.sleep(args.outage)
-            redis.start()
-            for thread in threads:
-                thread.join()
-            tally.exited = [f"pid {p.pid} (exit {p.returncode})" for p in fleet.processes
-                            if p.poll() is not None]
-        finally:
-            fleet.stop()
-            redis.kill()
-    return tally
+def redis_restart(bench: Bench, round_no: int, tally: Tally) -> None:
+    """Streams running; Redis killed (data lost) and back empty after `outage_s`."""
+    bodies = [{"prompt": f"Round {round_no} story {i}:", "n_predict": 96, "ignore_eos": True,
+               "seed": i} for i in range(bench.streams)]
+    records, threads = start_streams(bench.api, bodies)
+    for record in records:
+        record.started.wait(120)
+    bench.redis.kill()
+    fault_at = time.monotonic()
+    time.sleep(min(2.0, bench.outage_s))
+    refused = httpx.post(f"{bench.api}/completion", json={"prompt": "Hi", "n_predict": 4},
+                         timeout=60)
+    if refused.status_code != 503 or not refused.headers.get("Retry-After"):
+        tally.lost += 1  # a request during the outage must be refused with Retry-After
+        print(f"  during the outage: {refused.status_code} {refused.text[:200]}", flush=True)
+    for thread in threads:
+        thread.join(300)
+    tally.add(records, fault_at)
+    time.sleep(max(0.0, bench.outage_s - (time.monotonic() - fault_at)))
+    bench.redis.start()
+    alive = [p.poll() is None for p in bench.fleet.processes]
+    if not all(alive):
+        print(f"  {alive.count(False)} llamaq processes exited during the outage", flush=True)
+        tally.lost += alive.count(False)
 
 
-SCENARIOS: dict[str, Callable[[argparse.Namespace], Tally]] = {
+SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
+    "worker-sigkill": worker_sigkill,
     "redis-restart": redis_restart,
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float) -> Tally:
+    workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
+    redis = RestartableRedis(workdir / "redis")
+    redis.start()
+    redis_url = redis.url
+    model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
+    common = ["-m", str(model), "--alias", "bench-faults", "--store-url", str(workdir / "store"),
+              "--cache-dir", str(workdir / "cache")]
+    fleet = Fleet(redis_url, workdir, common, logs=workdir / "logs")
+    flags = ("-c", str(512 * n_slots), "-np", str(n_slots), "-t", "1")
+    tally = Tally()
+    try:
+        fleet.add_worker(*flags)
+        fleet.add_worker(*flags)
+        api = fleet.add_api()
+        bench = Bench(fleet, api, flags, streams, redis, outage_s)
+        for round_no in range(rounds):
+            wait_until(lambda: len(slots_of(api)) >= 2 * n_slots, timeout=120,
+                       what="two workers")
+            SCENARIOS[scenario](bench, round_no, tally)
+            started = time.monotonic()
+            response = httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 4},
+                                  timeout=60)
+            print(f"round {round_no + 1}/{rounds}: sent {tally.sent} answered {tally.answered}"
+                  f" errored {tally.errored} lost {tally.lost}; next request "
+                  f"{response.status_code} in {time.monotonic() - started:.2f} s", flush=True)
+    finally:
+        fleet.stop()
+        redis.kill()
+    return tally
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS),
-                        help=f"which to run: {', '.join(SCENARIOS)} (default: all)")
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--outage", type=float, default=15.0)
-    parser.add_argument("--duration", type=float, default=40.0)
-    args = parser.parse_args(argv)
-    failed = False
-    for name in args.scenarios:
-        tally = SCENARIOS[name](args)
-        print(tally.report(name), flush=True)
-        failed |= tally.lost > 0 or bool(tally.exited)
-    return 1 if failed else 0
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="worker-sigkill")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--np", type=int, default=8, dest="n_slots")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--outage", type=float, default=15.0,
+                        help="seconds Redis stays down (redis-restart)")
+    args = parser.parse_args()
+    tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage)
+    print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
+          f"{tally.errored}, lost {tally.lost}; p99 time to the error event "
+          f"{tally.p99():.2f} s")
+    sys.exit(1 if tally.lost else 0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

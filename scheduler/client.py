@@ -29,7 +29,14 @@ from scheduler.jobs import (
     DetokenizeJob,
     SlotActionJob,
     TokenizeJob,
-    new_job_id,
+)
+from scheduler.leases import (
+    Decision,
+    count_failure,
+    died_after,
+    forget_queued,
+    lapsed_run,
+    waiting_jobs,
 )
 from scheduler.queueing import queue_for
 from scheduler.results import (
@@ -45,7 +52,10 @@ from scheduler.streams import StreamRecords
 log = logging.getLogger(__name__)
 
 AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
-Retry = Callable[[], Awaitable[tuple[str, asyncio.Queue[HubItem]]]]
+QueueLimit = Callable[[str], Awaitable[int | None]]
+"""How many jobs of a model may wait for a slot (None: no bound)."""
+RETRY_AFTER_S = 5
+"""Retry-After of a 503 for a full queue."""
 
 
 class JobEvents:
@@ -53,21 +63,24 @@ class JobEvents:
 
     An error event is raised as the typed error the worker reported. Events missed on pub/sub
     (a gap in the sequence, a big event sent as a pointer, a final event that never came) are
-    read back from the job's event log."""
+    read back from the job's event log. While the job is silent, its lease is checked (see
+    scheduler/leases.py): a job whose worker died ends here with 503 (or 500 for a poison job)
+    unless it is due to run again on another worker."""
 
-    def __init__(self, job_id: str, queue: asyncio.Queue[HubItem], timeout_s: float,
-                 redis: Redis, hub: EventHub, retry: Retry | None = None,
-                 next_seq: int = 0) -> None:
-        """`retry` runs the job again under a new id (for a job whose worker died before it
-        sent anything); None when the job cannot go elsewhere. `next_seq`: the first event
-        wanted (a resumed stream starts past the events its client already has)."""
-        self.job_id = job_id
+    def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
+                 redis: Redis, hub: EventHub) -> None:
+        self.job_id = job.job_id
+        self._model_id = job.model
+        self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
+            else None
+        self._movable = job.kind == "completion" and not self._pinned_worker
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
         self._hub = hub
-        self._retry = retry
-        self._next_seq = next_seq
+        self._next_seq = 0
+        self._rerun_of = 0
+        """The run (tries) whose death already let the job go to another worker."""
         self._ready: deque[EventEnvelope] = deque()
         self.started = False
         """A slot took the job (its StartedEvent arrived)."""
@@ -153,13 +166,12 @@ class JobEvents:
             except TimeoutError:
                 pass
             if time.monotonic() >= deadline:
-                self.finished = True
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
             try:
                 missed = await self._read_missed()
                 if missed is not None:
                     return missed
-                await self._check_owner()
+                await self._check_worker()
             except RedisError:
                 continue  # Redis away: the hub decides when the outage ends the wait
 
@@ -172,23 +184,28 @@ class JobEvents:
         self._ready.extend(logged[1:])
         return logged[0]
 
-    async def _check_owner(self) -> None:
-        """Raise (or retry the job elsewhere) when the worker that took the job stopped."""
-        if await self._owner_died():
-            if self._retry is not None and self._next_seq == 0:
-                log.warning("job %s: its worker stopped before answering; retrying",
-                            self.job_id)
-                self.job_id, self._queue = await self._retry()
-                self._retry = None  # once
-                return
-            self.finished = True
-            raise Unavailable("the worker running this request stopped")
-
-    async def _owner_died(self) -> bool:
-        owner = await self._redis.get(keys.job_owner(self.job_id))
-        if owner is None:
-            return False  # still queued
-        return not await self._redis.exists(keys.worker_info(owner.decode()))
+    async def _check_worker(self) -> None:
+        """Raise if the job's worker died and the job may not run again."""
+        lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
+        if lapse is None or lapse.tries == self._rerun_of:
+            return
+        decision = died_after(lapse.tries, max(lapse.sent, self._next_seq), self._movable)
+        if decision is Decision.RUN:
+            log.warning("job %s: its worker died before it sent anything; it runs again on "
+                        "another worker", self.job_id)
+            self._rerun_of = lapse.tries
+            return
+        await count_failure(self._redis, self._model_id, decision.value)
+        if self._pinned_worker:  # its queue dies with it
+            await forget_queued(self._redis, keys.worker_queue(self._model_id,
+                                                               self._pinned_worker), self.job_id)
+        if decision is Decision.POISON:
+            log.error("job %s: poison job: it was running when %d workers died; ending it",
+                      self.job_id, lapse.tries)
+            raise ServerError("this request was running on two workers that stopped; it is "
+                              "not retried")
+        log.warning("job %s: its worker stopped", self.job_id)
+        raise Unavailable("the worker running this request stopped")
 
     async def result(self) -> Result:
         async for event in self:
@@ -238,11 +255,14 @@ async def merge_events(streams: list[JobEvents]) -> AsyncGenerator[ChoiceEvent, 
 
 
 class JobClient:
-    def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float) -> None:
+    def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
+                 queue_limit: QueueLimit | None = None) -> None:
+        """`queue_limit` says how many jobs of the model may wait (None: no bound)."""
         self._redis = redis
         self._arq = arq
         self._hub = hub
         self._timeout_s = timeout_s
+        self._queue_limit = queue_limit
         self._deferred_cancels: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         hub.on_reconnect.append(self._flush_deferred_cancels)
@@ -250,41 +270,42 @@ class JobClient:
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """Run `job`; leaving the block before its last event cancels it on the worker."""
-        async with contextlib.AsyncExitStack() as subscriptions:
-
-            async def start(attempt: AnyJob) -> asyncio.Queue[HubItem]:
-                queue = await subscriptions.enter_async_context(
-                    self._hub.subscription(attempt.job_id))
-                queue_name = queue_for(attempt)
-                await self._arq.enqueue_job(attempt.kind, attempt.model_dump(mode="json"),
-                                            _job_id=attempt.job_id, _queue_name=queue_name)
-                await self._redis.publish(keys.wake_channel(queue_name), b"1")
-                return queue
-
-            async def retry() -> tuple[str, asyncio.Queue[HubItem]]:
-                nonlocal job
-                await self.cancel(job.job_id)  # a late pick-up of the old id must do nothing
-                job = job.model_copy(update={"job_id": new_job_id()})
-                return job.job_id, await start(job)
-
-            pinned = isinstance(job, CompletionJob | SlotActionJob) and job.worker_id
-            events = JobEvents(job.job_id, await start(job), self._timeout_s, self._redis,
-                               self._hub, None if pinned else retry)
+        queue_name = queue_for(job)
+        if queue_name == keys.slot_queue(job.model):
+            await self._check_room(job.model, queue_name)
+        async with self._hub.subscription(job.job_id) as queue:
+            await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
+                                        _job_id=job.job_id, _queue_name=queue_name,
+                                        _expires=keys.JOB_TTL_S)
+            await self._redis.publish(keys.wake_channel(queue_name), b"1")
+            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
             try:
                 yield events
             finally:
                 if not events.finished and not events.handed_off:
                     await asyncio.shield(self.cancel(events.job_id))
 
+    async def _check_room(self, model_id: str, queue_name: str) -> None:
+        """Backpressure: past the bound, 503 with Retry-After at once instead of a wait."""
+        if self._queue_limit is None:
+            return
+        limit = await self._queue_limit(model_id)
+        if limit is None:
+            return
+        waiting, _ = await waiting_jobs(self._redis, queue_name)
+        if waiting >= limit:
+            raise Unavailable(f"the queue is full ({waiting} requests wait); retry later",
+                              retry_after_s=RETRY_AFTER_S)
+
     @contextlib.asynccontextmanager
-    async def attach(self, job_id: str) -> AsyncIterator[JobEvents]:
+    async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """The events of a job submitted earlier (maybe by another pod), from its first one:
         its log, then what comes live. 404 when its log was trimmed."""
-        async with self._hub.subscription(job_id) as queue:
-            logged = await self._hub.read_log(job_id, 0)
+        async with self._hub.subscription(job.job_id) as queue:
+            logged = await self._hub.read_log(job.job_id, 0)
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")
-            events = JobEvents(job_id, queue, self._timeout_s, self._redis, self._hub)
+            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
             events.prefill(logged)
             try:
                 yield events

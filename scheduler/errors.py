@@ -26,12 +26,13 @@ class ErrorInfo(BaseModel):
 class LlamaqError(Exception):
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
-    retry_after_s: ClassVar[int | None] = None
-    """Sent as the `Retry-After` header of the error response when set."""
 
-    def __init__(self, message: str, **extra: int | str) -> None:
+    def __init__(self, message: str, *, retry_after_s: int | None = None,
+                 **extra: int | str) -> None:
+        """`retry_after_s`: sent as the response's Retry-After header (not in the body)."""
         super().__init__(message)
         self.message = message
+        self.retry_after_s = retry_after_s
         self.extra = extra
 
     def to_info(self) -> ErrorInfo:
@@ -73,11 +74,11 @@ class Unavailable(LlamaqError):
 class RedisUnreachable(Unavailable):
     """Redis cannot be reached (down, restarting, failing over): worth a retry soon."""
 
-    retry_after_s = 5
+    RETRY_AFTER_S = 5
 
     def __init__(self, message: str = "the job queue (Redis) is unreachable; retry later",
                  **extra: int | str) -> None:
-        super().__init__(message, **extra)
+        super().__init__(message, retry_after_s=self.RETRY_AFTER_S, **extra)
 
 
 class ServerError(LlamaqError):
@@ -101,4 +102,4 @@ _BY_TYPE: dict[str, type[LlamaqError]] = {
 
 def error_from_info(info: ErrorInfo) -> LlamaqError:
     """Rebuild the typed error a worker reported."""
-    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)
+    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)  # type: ignore[arg-type]

@@ -66,8 +66,10 @@ class EventPublisher:
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
         self._done: dict[str, asyncio.Future[None]] = {}
+        self._dropped: set[str] = set()
+        """Jobs this worker sends nothing more for (see abandon)."""
         self._lost: set[str] = set()
-        """Jobs given up: their further events are dropped."""
+        """Jobs given up for lack of Redis: their further events are dropped."""
         self._owed: list[EventEnvelope] = []
         """Error events of given-up jobs, sent as soon as Redis takes writes again."""
 
@@ -83,6 +85,19 @@ class EventPublisher:
         self._done[job_id] = future
         return future
 
+    def resume(self, job_id: str, seq: int) -> None:
+        """The job's next event is number `seq` (a run on another worker sent the others)."""
+        self._next_seq[job_id] = seq
+
+    def abandon(self, job_id: str, reason: BaseException) -> None:
+        """This worker sends nothing more for the job (its lease went to another worker, or it
+        goes back to the queue); whoever awaits the job gets `reason`."""
+        self._dropped.add(job_id)
+        self._next_seq.pop(job_id, None)
+        future = self._done.pop(job_id, None)
+        if future is not None and not future.done():
+            future.set_exception(reason)
+
     async def run(self) -> None:
         while True:
             events = await self._pending.get()
@@ -91,7 +106,8 @@ class EventPublisher:
             await self._send(events)
 
     async def _send(self, events: list[JobEvent]) -> None:
-        envelopes = self._number([(j, e) for j, e in events if j not in self._lost])
+        envelopes = self._number([(j, e) for j, e in events
+                                  if j not in self._lost and j not in self._dropped])
         ends = any(e.event.kind in ("final", "error") for e in envelopes)
         if await self._write(self._owed + envelopes, ends):
             self._owed.clear()
@@ -121,8 +137,13 @@ class EventPublisher:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     if ends:
                         self._before_results(pipe)
+                    sent: dict[str, int] = {}
                     for envelope in envelopes:
                         add_event(pipe, envelope)
+                        sent[envelope.job_id] = envelope.seq + 1
+                    for job_id, n_sent in sent.items():  # a re-run must know what went out
+                        pipe.hset(keys.job_state(job_id), "sent", str(n_sent))
+                        pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
                 return True
@@ -155,6 +176,7 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._dropped.discard(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
             future.set_result(None)
