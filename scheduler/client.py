@@ -79,6 +79,8 @@ class JobEvents:
         self._redis = redis
         self._hub = hub
         self._next_seq = 0
+        self._shown = 0
+        """Events with output read (a "started" event is none): may the job run again?"""
         self._rerun_of = 0
         """The run (tries) whose death already let the job go to another worker."""
         self._ready: deque[EventEnvelope] = deque()
@@ -110,6 +112,8 @@ class JobEvents:
             raise RedisUnreachable() from None
         self._next_seq = envelope.seq + 1
         event = envelope.event
+        if not isinstance(event, StartedEvent):
+            self._shown += 1
         if isinstance(event, ErrorEvent):
             self.finished = True
             raise error_from_info(event.error)
@@ -189,7 +193,7 @@ class JobEvents:
         lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
         if lapse is None or lapse.tries == self._rerun_of:
             return
-        decision = died_after(lapse.tries, max(lapse.sent, self._next_seq), self._movable)
+        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
         if decision is Decision.RUN:
             log.warning("job %s: its worker died before it sent anything; it runs again on "
                         "another worker", self.job_id)

@@ -134,7 +134,10 @@ def died_after(tries: int, sent: int, movable: bool) -> Decision:
 class Start:
     tries: int
     sent: int
+    """Events with output the job's earlier runs sent (a "started" event is none)."""
     cancelled: bool
+    next_seq: int = 0
+    """The seq of the job's next event (earlier runs numbered theirs from 0)."""
 
 
 class Leases:
@@ -150,11 +153,12 @@ class Leases:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
-            pipe.hget(state, "sent")
+            pipe.hmget(state, ["sent", "seq"])
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, sent, _, _ = await pipe.execute()
-        return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled))
+            cancelled, tries, (sent, seq), _, _ = await pipe.execute()
+        return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
+                     next_seq=int(seq or sent or 0))
 
     async def hand_back(self, job_id: str) -> None:
         """The job goes back to the queue unstarted: this run does not count as a try."""

@@ -72,6 +72,8 @@ class EventPublisher:
         """Jobs given up for lack of Redis: their further events are dropped."""
         self._owed: list[EventEnvelope] = []
         """Error events of given-up jobs, sent as soon as Redis takes writes again."""
+        self._shown: dict[str, int] = {}
+        """Events with output (not "started") sent per running job."""
 
     def from_thread(self, events: list[JobEvent]) -> None:
         """The engine's sink: called from the engine thread."""
@@ -123,6 +125,8 @@ class EventPublisher:
         for job_id, event in events:
             seq = self._next_seq.get(job_id, 0)
             self._next_seq[job_id] = seq + 1
+            if event.kind != "started":  # "started" shows nothing: a re-run is still clean
+                self._shown[job_id] = self._shown.get(job_id, 0) + 1
             envelopes.append(EventEnvelope(job_id=job_id, seq=seq, event=event))
         return envelopes
 
@@ -137,12 +141,13 @@ class EventPublisher:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     if ends:
                         self._before_results(pipe)
-                    sent: dict[str, int] = {}
+                    next_seq: dict[str, int] = {}
                     for envelope in envelopes:
                         add_event(pipe, envelope)
-                        sent[envelope.job_id] = envelope.seq + 1
-                    for job_id, n_sent in sent.items():  # a re-run must know what went out
-                        pipe.hset(keys.job_state(job_id), "sent", str(n_sent))
+                        next_seq[envelope.job_id] = envelope.seq + 1
+                    for job_id, seq in next_seq.items():  # a re-run must know what went out
+                        pipe.hset(keys.job_state(job_id), mapping={
+                            "sent": str(self._shown.get(job_id, 0)), "seq": str(seq)})
                         pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
@@ -176,6 +181,7 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._shown.pop(job_id, None)
         self._dropped.discard(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
