@@ -343,13 +343,13 @@ def test_sentinel_failover_under_load(tmp_path: Path, gemma_path: Path) -> None:
         api = fleet.add_api()
         fleet.wait_healthy(api)
         outcomes: list[str] = []
-        stop = time.monotonic() + 25
+        stop = time.monotonic() + 30
 
         def load() -> None:
-            body = {**GREEDY, "n_predict": 16, "stream": True}
+            body = {**GREEDY, "n_predict": 4, "stream": True}
             while time.monotonic() < stop:
                 with httpx.stream("POST", f"{api}/completion", json=body,
-                                  timeout=60) as response:
+                                  timeout=120) as response:
                     if response.status_code == 503 and response.headers["Retry-After"]:
                         outcomes.append("refused")
                         time.sleep(0.5)
@@ -360,14 +360,14 @@ def test_sentinel_failover_under_load(tmp_path: Path, gemma_path: Path) -> None:
 
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             runs = [pool.submit(load) for _ in range(3)]
-            wait_until(lambda: outcomes.count("answered") >= 3, 60, what="load running")
+            wait_until(lambda: "answered" in outcomes, 120, what="load running")
             first_master = group.master_port()
             assert group.master is not None
             group.master.kill()
             wait_until(lambda: group.master_port() != first_master, 30, what="failover")
             failed_over = len(outcomes)
             for run in runs:
-                run.result(timeout=90)  # none hangs
+                run.result(timeout=240)  # none hangs
         assert "answered" in outcomes[failed_over:], outcomes
         response = httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 4},
                               timeout=60)
