@@ -46,6 +46,7 @@ def run_api(argv: list[str]) -> None:
                 single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
+        exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
 
@@ -76,6 +77,7 @@ def run_worker(argv: list[str]) -> None:
             await task
 
     asyncio.run(drain_on_signal())
+    exit_at_once()
 
 
 def run_scheduler(argv: list[str]) -> None:
@@ -85,6 +87,15 @@ def run_scheduler(argv: list[str]) -> None:
     setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
     watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def exit_at_once() -> None:
+    """After a clean stop, leave without the interpreter's teardown (a second or more of
+    module and llama.cpp clean-up on a busy machine, while a supervisor waits for us)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def watch_parent() -> None:
