@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
+from llamaq.logs import prepare_process
 from scheduler.config import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -31,14 +31,16 @@ def run_api(argv: list[str]) -> None:
     from api.chat.templates import validate_chat_template_setting
 
     settings = ApiSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "api")
+    prepare_process(settings, "api")
     try:
         validate_chat_template_setting(settings)
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
-    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
+    ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
+           if settings.ssl_cert_file and settings.ssl_key_file else None)
+    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers), ssl=ssl,
                 access_log=settings.log_verbosity >= 4, motd=False,
                 single_process=settings.workers <= 1)
     if settings.workers <= 1:
@@ -48,11 +50,13 @@ def run_api(argv: list[str]) -> None:
 
 
 def run_worker(argv: list[str]) -> None:
-    from worker.runtime import WorkerRuntime
     from worker.settings import WorkerSettings
 
-    settings = WorkerSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
+
+    from worker.runtime import WorkerRuntime
+
+    prepare_process(settings, "worker")
     runtime = WorkerRuntime(settings)
     _run_until_signal(runtime.run(redis_url_of(settings)))
 
@@ -61,7 +65,7 @@ def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
     settings = CommonSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    prepare_process(settings, "scheduler")
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
 
 

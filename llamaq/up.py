@@ -19,20 +19,27 @@ from pathlib import Path
 import redis
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
-from scheduler.config import select_args
+from llamaq.logs import prepare_process
+from scheduler.config import FlagError, split_args
+from storage.redact import redacted_url
 from worker.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
 
 
 def run_up(argv: list[str]) -> None:
-    if "-h" in argv or "--help" in argv:
+    if "-h" in argv or "--help" in argv or "--usage" in argv:
         _help()
         return
-    api_settings = ApiSettings.from_args(select_args(argv, ApiSettings, ROLES))
-    WorkerSettings.from_args(select_args(argv, WorkerSettings, ROLES))  # fail fast on bad flags
-    setup_logging(api_settings.log_verbosity, api_settings.log_file, "up")
+    try:
+        parts = split_args(argv, ROLES)
+    except FlagError as exc:
+        print(f"usage: llamaq up [api flags] [worker flags]\nllamaq up: error: {exc}",
+              file=sys.stderr)
+        sys.exit(2)
+    api_settings = ApiSettings.from_args(parts[ApiSettings])
+    WorkerSettings.from_args(parts[WorkerSettings])  # fail fast on bad flags
+    prepare_process(api_settings, "up")
     children: list[subprocess.Popen[bytes]] = []
     redis_url = api_settings.redis_url
     if not redis_url or not _answers(redis_url):
@@ -40,12 +47,11 @@ def run_up(argv: list[str]) -> None:
         children.append(redis_process)
     env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url}
     me = [sys.executable, "-m", "llamaq"]
-    children.append(subprocess.Popen([*me, "worker", *select_args(argv, WorkerSettings, ROLES)],
-                                     env=env))
-    children.append(subprocess.Popen([*me, "api", *select_args(argv, ApiSettings, ROLES)],
-                                     env=env))
-    print(f"llamaq: serving on http://{api_settings.host}:{api_settings.port} "
-          f"(Redis {redis_url}); Ctrl-C stops", flush=True)
+    children.append(subprocess.Popen([*me, "worker", *parts[WorkerSettings]], env=env))
+    children.append(subprocess.Popen([*me, "api", *parts[ApiSettings]], env=env))
+    scheme = "https" if api_settings.ssl_cert_file else "http"
+    print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
+          f"(Redis {redacted_url(redis_url)}); Ctrl-C stops", flush=True)
     _supervise(children)
 
 

@@ -46,6 +46,7 @@ from storage import (
     default_model_path,
     open_store,
 )
+from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
@@ -75,7 +76,6 @@ class WorkerRuntime:
     # -- start and stop -----------------------------------------------------------------
 
     async def run(self, redis_url: str) -> None:
-        flags.check_supported(self.settings)
         self.redis = Redis.from_url(redis_url)
         pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
@@ -163,13 +163,17 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        return LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                           lambda p: flags.tune_context(p, s))
+        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
+                            lambda p: flags.tune_context(p, s))
+        if s.warmup:
+            model.warmup()
+        return model
 
     def _model_path(self) -> Path:
         s = self.settings
         cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir)
+        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
+                           offline=s.offline)
         if s.model:
             return files.resolve(s.model)
         if s.hf_repo:
@@ -200,7 +204,8 @@ class WorkerRuntime:
                               model_alias=self.model_id, worker_id=self.worker_id,
                               grammar=grammar, logit_bias=flags.default_logit_bias(s),
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
-                              context_shift=s.context_shift, cache_reuse=s.cache_reuse)
+                              context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                              stop=list(s.reverse_prompt))
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
@@ -349,7 +354,8 @@ async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> N
     except LlamaqError as error:
         runtime.fail(job_id, error)
     except StorageError as error:
-        runtime.fail(job_id, Unavailable(f"object storage: {error}"))
+        log.debug("job %s: object storage: %s", job_id, error)
+        runtime.fail(job_id, Unavailable(f"object storage: {redact(str(error))}"))
     except Exception as error:  # a bug must still end the job for its client
         runtime.fail(job_id, error)
 
