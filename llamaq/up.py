@@ -31,6 +31,8 @@ def run_up(argv: list[str]) -> None:
     if "-h" in argv or "--help" in argv or "--usage" in argv:
         _help()
         return
+    if "--version" in argv:
+        ApiSettings.from_args(["--version"])
     try:
         parts = split_args(argv, ROLES)
     except FlagError as exc:

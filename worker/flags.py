@@ -99,3 +99,32 @@ def default_logit_bias(settings: WorkerSettings) -> list[LogitBias]:
         else:
             raise UnsupportedFlag(f"llamaq worker: bad --logit-bias {item!r}")
     return biases
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"',
+            ord("\\"): b"\\"}
+
+
+def process_escapes(text: str) -> str:
+    """-e/--escape (the default): \\n, \\r, \\t, \\', \\", \\\\ and \\xHH in -r and
+    --dry-sequence-breaker values, as llama.cpp's string_process_escapes reads them."""
+    raw, out, i = text.encode(), bytearray(), 0
+    while i < len(raw):
+        if raw[i] == ord("\\") and i + 1 < len(raw):
+            i += 1
+            code = raw[i]
+            if code in _ESCAPES:
+                out += _ESCAPES[code]
+            elif code == ord("x") and _is_hex(raw[i + 1:i + 3]):
+                out.append(int(raw[i + 1:i + 3], 16))
+                i += 2
+            else:
+                out += b"\\" + bytes([code])
+        else:
+            out.append(raw[i])
+        i += 1
+    return out.decode("utf-8", errors="replace")
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)

@@ -191,7 +191,8 @@ class WorkerRuntime:
             frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
             dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
             dry_penalty_last_n=s.dry_penalty_last_n,
-            dry_sequence_breakers=s.dry_sequence_breaker or ["\n", ":", '"', "*"],
+            dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
+                                   for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
             mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
             seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
             samplers=normalize_samplers(flags.sampler_names(s)),
@@ -205,7 +206,8 @@ class WorkerRuntime:
                               grammar=grammar, logit_bias=flags.default_logit_bias(s),
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
                               context_shift=s.context_shift, cache_reuse=s.cache_reuse,
-                              stop=list(s.reverse_prompt))
+                              stop=[flags.process_escapes(r) if s.escape else r
+                                    for r in s.reverse_prompt])
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:

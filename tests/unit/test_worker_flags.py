@@ -5,7 +5,13 @@ from __future__ import annotations
 import llama_cpp as lc
 import pytest
 
-from worker.flags import default_logit_bias, sampler_names, tune_context, tune_model
+from worker.flags import (
+    default_logit_bias,
+    process_escapes,
+    sampler_names,
+    tune_context,
+    tune_model,
+)
 from worker.settings import WorkerSettings
 
 
@@ -55,3 +61,12 @@ def test_sampling_seq_overrides_the_chain() -> None:
 def test_logit_bias_flag() -> None:
     biases = default_logit_bias(settings("-l", "15043+1", "-l", "2-inf"))
     assert [(b.token, b.bias) for b in biases] == [(15043, 1.0), (2, None)]
+
+
+@pytest.mark.parametrize(("raw", "text"), [
+    ("User:\\n", "User:\n"), ("a\\tb\\r", "a\tb\r"), ("q\\'\\\"\\\\", "q'\"\\"),
+    ("\\x41\\x42", "AB"), ("\\xe2\\x82\\xac", "€"), ("\\q", "\\q"), ("\\x4", "\\x4"),
+    ("end\\", "end\\"), ("plain", "plain"),
+])
+def test_escapes_as_llama_cpp_processes_them(raw: str, text: str) -> None:
+    assert process_escapes(raw) == text
