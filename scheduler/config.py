@@ -33,13 +33,11 @@ def flag(
     negative: tuple[str, ...] = (),
     choices: Iterable[Any] | None = None,
     sep: str | None = ",",
-    refuse: Mapping[str, str] | None = None,
 ) -> Any:
     """Declare a settings field read from ``names`` (flags), then ``env``, then ``default``.
 
     ``negative`` flags set a bool field to False; ``choices`` restricts the value (or each item
-    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag);
-    ``refuse`` maps values llama-server takes but llamaq does not to the reason why.
+    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag).
     """
     return Field(
         default=default,
@@ -50,7 +48,6 @@ def flag(
             "negative": list(negative),
             "choices": None if choices is None else list(choices),
             "sep": sep,
-            "refuse": dict(refuse or {}),
         },
     )
 
@@ -98,7 +95,6 @@ class Option:
     is_list: bool
     default: Any
     help: str
-    refuse: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_field(cls, name: str, info: FieldInfo) -> Option:
@@ -113,9 +109,6 @@ class Option:
         if kind not in (bool, int, float, str):
             raise TypeError(f"settings field {name!r}: unsupported type {info.annotation!r}")
         choices = extra["choices"]
-        refused = extra.get("refuse")
-        if not isinstance(refused, dict):
-            refused = {}
         return cls(
             name=name,
             flags=_names(extra["flags"]),
@@ -127,7 +120,6 @@ class Option:
             is_list=is_list,
             default=info.get_default(call_default_factory=True),
             help=info.description or "",
-            refuse=tuple((str(k), str(v)) for k, v in refused.items()),
         )
 
     @property
@@ -143,9 +135,6 @@ class Option:
         return [self._check(scalar(p)) for p in parts if p]
 
     def _check(self, value: Any) -> Any:
-        why = dict(self.refuse).get(str(value))
-        if why is not None:
-            raise argparse.ArgumentTypeError(f"{value!r} is not supported by llamaq: {why}")
         if self.choices is not None and value not in self.choices:
             allowed = ", ".join(str(c) for c in self.choices)
             raise argparse.ArgumentTypeError(f"invalid choice {value!r} (choose from {allowed})")
