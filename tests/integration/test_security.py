@@ -103,7 +103,7 @@ def test_https_with_a_self_signed_certificate(pods: Fleet, tmp_path: Path) -> No
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health")  # an untrusted certificate is refused by the client
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none",
-                           http_client=httpx.Client(verify=trusted))
+                           http_client=openai.DefaultHttpxClient(verify=trusted))
     reply = client.chat.completions.create(
         model="gemma", messages=[{"role": "user", "content": "Say hi"}], max_tokens=4,
         temperature=0)
