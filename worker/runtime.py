@@ -328,7 +328,7 @@ class WorkerRuntime:
             info = error.to_info()
         else:
             log.exception("job %s: failed", job_id, exc_info=error)
-            info = ServerError(f"internal error: {error}").to_info()
+            info = ServerError(f"internal error: {redact(str(error))}").to_info()
         self.publisher.publish([(job_id, ErrorEvent(error=info))])
 
 
