@@ -31,7 +31,7 @@ def setup_logging(verbosity: int, log_file: str | None, process: str, *, disable
 
 def prepare_process(settings: CommonSettings, process: str) -> None:
     """Logging from -lv/-v/--log-*, then the process priority from --prio."""
-    setup_logging(5 if settings.verbose else settings.log_verbosity, settings.log_file, process,
+    setup_logging(settings.verbosity(), settings.log_file, process,
                   disable=settings.log_disable, prefix=settings.log_prefix,
                   timestamps=settings.log_timestamps)
     set_priority(settings.prio)

@@ -44,7 +44,7 @@ def run_api(argv: list[str]) -> None:
     ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
            if settings.ssl_cert_file and settings.ssl_key_file else None)
     app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers), ssl=ssl,
-                access_log=settings.log_verbosity >= 4, motd=False,
+                access_log=settings.verbosity() >= 4, motd=False,
                 single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)

@@ -314,9 +314,9 @@ class CommonSettings(ProcessSettings):
                               "4 trace, 5 debug")
     log_file: str | None = flag(None, "--log-file", env="LLAMA_ARG_LOG_FILE",
                                 help="log to file")
-    log_disable: bool = flag(False, "--log-disable", help="log disable")
     verbose: bool = flag(False, "-v", "--verbose", "--log-verbose",
-                         help="set verbosity level to infinity (i.e. log all messages)")
+                         help="set verbosity level to infinity (log all messages)")
+    log_disable: bool = flag(False, "--log-disable", help="log disable")
     log_prefix: bool = flag(True, "--log-prefix", env="LLAMA_ARG_LOG_PREFIX",
                             negative=("--no-log-prefix",),
                             help="prefix in log messages (level and logger name)")
@@ -338,6 +338,10 @@ class CommonSettings(ProcessSettings):
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
                                 "closes its open streams")
+
+    def verbosity(self) -> int:
+        """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""
+        return 99 if self.verbose else self.log_verbosity
 
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or
