@@ -3,8 +3,11 @@ llamaq's own flags, with the roles that take each one."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 from api.settings import ApiSettings
-from scheduler.config import CommonSettings, ProcessSettings
+from scheduler.config import CommonSettings, FlagError, ProcessSettings, split_args
 from scheduler.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
 from worker.settings import WorkerSettings
 
@@ -25,6 +28,25 @@ def roles_of(flag: SpecFlag) -> str:
     if takers == ["api", "worker", "scheduler"]:
         return "every role"
     return ", ".join(takers) or "(being built on another branch)"
+
+
+def refuse_other_roles_flags(argv: Sequence[str], role: str) -> None:
+    """`llamaq api -c 4096`: exit 2 naming the role that takes the flag."""
+    roles = dict(ROLES)
+    try:
+        parts = split_args(argv, tuple(roles.values()))
+    except FlagError:
+        return  # unknown or refused: the role's own parser says so
+    mine = declared_names(roles[role])
+    for word in argv:
+        name = word.split("=", 1)[0]
+        takers = [other for other, settings in roles.items()
+                  if other != role and word in parts[settings] and name in
+                  declared_names(settings)]
+        if name.startswith("-") and takers and name not in mine:
+            print(f"llamaq {role}: error: {name} is a flag of `llamaq {takers[0]}` (or "
+                  "`llamaq up`), not of this role", file=sys.stderr)
+            sys.exit(2)
 
 
 def own_flags() -> list[tuple[str, str, str]]:

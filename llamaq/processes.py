@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from api.settings import ApiSettings
+from llamaq.flag_lists import refuse_other_roles_flags
 from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from scheduler.config import CommonSettings
@@ -32,6 +33,7 @@ def run_api(argv: list[str]) -> None:
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
 
+    refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
     prepare_process(settings, "api")
     watch_parent()
@@ -55,6 +57,7 @@ def run_api(argv: list[str]) -> None:
 def run_worker(argv: list[str]) -> None:
     from worker.settings import WorkerSettings
 
+    refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
 
     from worker.runtime import WorkerRuntime
@@ -85,6 +88,7 @@ def run_worker(argv: list[str]) -> None:
 def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
+    refuse_other_roles_flags(argv, "scheduler")
     settings = CommonSettings.from_args(argv)
     prepare_process(settings, "scheduler")
     watch_parent()

@@ -211,6 +211,13 @@ def _version() -> str:
         return "llamaq (not installed)"
 
 
+class _ExactParser(argparse.ArgumentParser):
+    """Matches option names exactly: `-c` is never read as a prefix of `-cl` or `-cms`."""
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        return []
+
+
 class ProcessSettings(BaseModel):
     """Base of every process's settings: flag over env over default."""
 
@@ -224,7 +231,7 @@ class ProcessSettings(BaseModel):
 
     @classmethod
     def build_parser(cls, prog: str) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(
+        parser = _ExactParser(
             prog=prog,
             usage="%(prog)s [options]",
             formatter_class=_HelpFormatter,

@@ -168,6 +168,8 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["api", "--tools", "all"],
     ["worker", "--cache-ram", "0"],
     ["scheduler", "--models-preset", "p.ini"],
+    ["api", "-c", "4096"],
+    ["worker", "--api-key", "k"],
 ])
 def test_every_role_exits_2_before_loading_anything(argv: list[str]) -> None:
     done = run_llamaq(*argv)
@@ -175,6 +177,18 @@ def test_every_role_exits_2_before_loading_anything(argv: list[str]) -> None:
     assert "serving on" not in done.stdout
     flag = next(a for a in argv[1:] if a not in ("-v", "--prio", "2"))
     assert flag in done.stderr
+
+
+def test_a_flag_of_another_role_is_named_as_such() -> None:
+    done = run_llamaq("api", "-c", "4096")
+    assert "-c is a flag of `llamaq worker`" in done.stderr
+
+
+def test_short_flags_are_not_prefixes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        ApiSettings.from_args(["-c", "4096"], environ={})
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: -c 4096" in err and "ambiguous" not in err
 
 
 def test_llamaq_flags_prints_the_three_lists() -> None:
