@@ -89,7 +89,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         if app.ctx.draining:
             return error_response(Unavailable("the server is shutting down",
                                               retry_after_s=1))
-        return preflight(request, settings) or check_api_key(request, api_keys)
+        return preflight(request, settings) or check_api_key(request, api_keys,
+                                                             settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:
