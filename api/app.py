@@ -60,7 +60,6 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
-    if ui is not None:
-        app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
+    app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     install_error_handler(app)
     return app

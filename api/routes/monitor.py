@@ -109,8 +109,8 @@ async def props(request: Request) -> HTTPResponse:
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
         "is_sleeping": False,
-        "webui": settings.ui,
-        "webui_settings": request.app.ctx.ui_settings,
+        "ui": settings.ui,
+        "ui_settings": request.app.ctx.ui_settings,
     })
 
 

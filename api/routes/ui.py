@@ -12,6 +12,20 @@ from api.settings import ApiSettings
 from api.ui.bundle import REVALIDATE, StaticFile, load_bundle, resolve_in, static_file
 from scheduler.errors import NotFound
 
+ISOLATION = {"Cross-Origin-Embedder-Policy": "require-corp",
+             "Cross-Origin-Opener-Policy": "same-origin"}
+"""Sent with the page, as llama-server sends them."""
+SW_REMOVE = static_file("sw.js", b"""\
+self.addEventListener('install', () => self.skipWaiting());
+self.addEventListener('activate', (e) => e.waitUntil((async () => {
+    await self.registration.unregister();
+    for (const key of await caches.keys()) await caches.delete(key);
+    for (const c of await self.clients.matchAll({ type: 'window' })) c.navigate(c.url);
+})()));
+""", REVALIDATE)
+"""With --no-ui or --path, a browser that used the built-in UI still has its service worker:
+its update check gets this one, which removes itself (as llama-server does)."""
+
 
 def is_public(request: Request) -> bool:
     """Whether the matched route serves the UI (no API key needed)."""
@@ -19,8 +33,10 @@ def is_public(request: Request) -> bool:
     return route is not None and bool(getattr(route.ctx, "ui_public", False))
 
 
-def send(request: Request, file: StaticFile) -> HTTPResponse:
+def send(request: Request, file: StaticFile, page: bool = False) -> HTTPResponse:
     headers = {"ETag": file.etag, "Cache-Control": file.cache_control, "Vary": "Accept-Encoding"}
+    if page:
+        headers.update(ISOLATION)
     if file.etag in {t.strip() for t in request.headers.get("if-none-match", "").split(",")}:
         return HTTPResponse(status=304, headers=headers)
     body = file.body
@@ -33,13 +49,19 @@ def send(request: Request, file: StaticFile) -> HTTPResponse:
     return raw(body, content_type=file.content_type, headers=headers)
 
 
-def ui_blueprint(settings: ApiSettings) -> Blueprint | None:
-    """The UI's routes for these settings: None with --no-ui (then `/` is a 404)."""
-    if not settings.ui:
-        return None
+def ui_blueprint(settings: ApiSettings) -> Blueprint:
+    """The UI's routes for these settings (with --no-ui only the removing sw.js: `/` is a 404).
+    """
     ui = Blueprint("ui", strict_slashes=True)
     prefix = settings.api_prefix.rstrip("/")
     methods = ["GET", "HEAD"]
+    if not settings.ui:
+        async def remove_worker(request: Request) -> HTTPResponse:
+            return send(request, SW_REMOVE)
+
+        ui.add_route(remove_worker, f"{prefix}/sw.js", methods=methods, name="ui_sw_remove",
+                     ctx_ui_public=True)
+        return ui
 
     if prefix:
         async def to_slash(request: Request) -> HTTPResponse:
@@ -56,6 +78,8 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint | None:
         async def from_folder(request: Request, rest: str = "") -> HTTPResponse:
             found = resolve_in(folder, rest)
             if found is None:
+                if rest == "sw.js":
+                    return send(request, SW_REMOVE)
                 raise NotFound("File Not Found")
             return send(request, static_file(found.name, found.read_bytes(), REVALIDATE))
 
@@ -67,8 +91,9 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint | None:
     bundle = load_bundle()
     for relative, file in bundle.items():
 
-        async def bundled(request: Request, file: StaticFile = file) -> HTTPResponse:
-            return send(request, file)
+        async def bundled(request: Request, file: StaticFile = file,
+                          page: bool = relative in ("", "index.html")) -> HTTPResponse:
+            return send(request, file, page)
 
         name = "ui_" + (relative or "index").replace("/", "_").replace(".", "_").replace("-", "_")
         ui.add_route(bundled, f"{prefix}/{relative}", methods=methods, name=name,

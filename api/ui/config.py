@@ -10,7 +10,7 @@ from api.settings import ApiSettings
 
 
 def ui_defaults(settings: ApiSettings) -> dict[str, Any]:
-    """The server's default UI preferences (`webui_settings` in /props); raises ValueError with
+    """The server's default UI preferences (`ui_settings` in /props); raises ValueError with
     the flag to fix when the JSON is unreadable or not an object. The file's keys come first,
     the inline JSON's override them."""
     merged: dict[str, Any] = {}

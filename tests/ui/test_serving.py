@@ -33,7 +33,10 @@ def test_page_and_assets_with_caching_headers(redis_url: str, workdir: Path,
         assert page.status_code == 200
         assert page.headers["content-type"] == "text/html; charset=utf-8"
         assert page.headers["cache-control"] == "no-cache"
+        assert page.headers["cross-origin-opener-policy"] == "same-origin"
+        assert page.headers["cross-origin-embedder-policy"] == "require-corp"
         assert '<div id="app">' in page.text
+        assert httpx.get(f"{url}/index.html").text == page.text
         assert "http" not in re.sub(r'xmlns="[^"]+"', "", page.text)  # nothing from a CDN
         for asset in _asset_paths(page.text):
             response = httpx.get(f"{url}/{asset}")
@@ -88,7 +91,8 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path) -
         off = fleet.add_api("--no-ui")
         response = httpx.get(f"{off}/")
         assert response.status_code == 404 and response.json() == NOT_FOUND
-        assert httpx.get(f"{off}/sw.js").status_code == 404
+        remover = httpx.get(f"{off}/sw.js")  # the old UI's service worker removes itself
+        assert remover.status_code == 200 and "unregister()" in remover.text
         old_name = fleet.add_api("--no-webui")
         assert httpx.get(f"{old_name}/").status_code == 404
 
@@ -109,19 +113,19 @@ def test_ui_config_defaults_in_props(redis_url: str, workdir: Path, gemma_path: 
                                      api: str, tmp_path: Path) -> None:
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
     try:
-        assert httpx.get(f"{api}/props").json()["webui_settings"] == {}
+        assert httpx.get(f"{api}/props").json()["ui_settings"] == {}
         inline = fleet.add_api("--ui-config", '{"temperature": 0.25, "top_k": 7}')
         props = httpx.get(f"{inline}/props").json()
-        assert props["webui"] is True
-        assert props["webui_settings"] == {"temperature": 0.25, "top_k": 7}
+        assert props["ui"] is True
+        assert props["ui_settings"] == {"temperature": 0.25, "top_k": 7}
 
         config = tmp_path / "ui.json"
         config.write_text(json.dumps({"systemMessage": "Be brief.", "top_k": 3}))
         both = fleet.add_api("--webui-config-file", str(config), "--webui-config", '{"top_k": 9}')
-        assert httpx.get(f"{both}/props").json()["webui_settings"] == {
+        assert httpx.get(f"{both}/props").json()["ui_settings"] == {
             "systemMessage": "Be brief.", "top_k": 9}
         off = fleet.add_api("--no-ui")
-        assert httpx.get(f"{off}/props").json()["webui"] is False
+        assert httpx.get(f"{off}/props").json()["ui"] is False
     finally:
         fleet.stop()
 
@@ -156,7 +160,8 @@ def test_path_serves_a_folder(redis_url: str, workdir: Path, gemma_path: Path,
         assert httpx.get(f"{url}/sub/").status_code == 404  # no index.html there
         assert httpx.get(f"{url}/../secret.txt").status_code == 404
         assert httpx.get(f"{url}/%2e%2e/secret.txt").status_code == 404
-        assert httpx.get(f"{url}/sw.js").json() == NOT_FOUND  # the bundle is not served
+        assert httpx.get(f"{url}/favicon.svg").json() == NOT_FOUND  # the bundle is not served
+        assert "unregister()" in httpx.get(f"{url}/sw.js").text
         assert httpx.get(f"{url}/health").status_code in (200, 503)  # API routes still win
         assert httpx.get(f"{url}/props").status_code == 401
     finally:

@@ -35,7 +35,7 @@ export function App() {
       // means "ask for it". A 503 only means no worker yet: built-in defaults then.
       try {
         const props = await getJson('props');
-        if (!cancelled) setServerSettings(props.webui_settings || {});
+        if (!cancelled) setServerSettings(props.ui_settings || {});
       } catch (error) {
         if (cancelled) return;
         if (error instanceof AuthError) {

@@ -54,6 +54,7 @@ export function Fleet({ onAuthError }) {
   useEffect(() => {
     let stopped = false;
     let timer;
+    let metricsOff = false; // a 501: the server runs without --metrics, ask no more
     async function tick() {
       try {
         const data = await getJson('fleet');
@@ -66,13 +67,15 @@ export function Fleet({ onAuthError }) {
         if (!stopped) setError(e.message);
       }
       try {
+        if (metricsOff) throw null;
         const text = await getText('metrics');
         if (!stopped) {
           setMetrics(parseMetrics(text));
           setMetricsNote('');
         }
       } catch (e) {
-        if (!stopped) {
+        if (e && e.status === 501) metricsOff = true;
+        if (!stopped && e) {
           setMetrics(null);
           setMetricsNote(`not available: ${e.message}`);
         }

@@ -17,6 +17,7 @@ export function KeyPrompt({ error, onSaved }) {
       <input
         type="password"
         name="api-key"
+        autocomplete="off"
         placeholder="API key"
         value={key}
         onInput={(e) => setKey(e.currentTarget.value)}

@@ -21,7 +21,9 @@ async function failure(response) {
   } catch {
     /* not JSON */
   }
-  return response.status === 401 ? new AuthError(message) : new Error(message);
+  const error = response.status === 401 ? new AuthError(message) : new Error(message);
+  error.status = response.status;
+  return error;
 }
 
 export async function getJson(path) {

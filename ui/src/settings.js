@@ -1,4 +1,4 @@
-// Chat settings: built-in defaults < the server's --ui-config (webui_settings in /props) < the
+// Chat settings: built-in defaults < the server's --ui-config (ui_settings in /props) < the
 // user's own changes (kept in the browser). Key names as llama-server's UI (settings-keys.ts).
 export const FIELDS = [
   { key: 'systemMessage', label: 'System prompt', type: 'text' },
