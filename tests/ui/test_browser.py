@@ -42,9 +42,21 @@ def _watch_answer(page: Page) -> None:
     }""")
 
 
-def _send(page: Page, text: str) -> None:
+def _finished(page: Page) -> int:
+    return int(page.locator(".chat-layout").get_attribute("data-finished") or 0)
+
+
+def _wait_answered(page: Page, before: int) -> None:
+    """Until the answer asked for after `before` answers has ended."""
+    expect(page.locator(".chat-layout")).to_have_attribute(
+        "data-finished", str(before + 1), timeout=120_000)
+
+
+def _send(page: Page, text: str) -> int:
+    before = _finished(page)
     page.fill("textarea[name=message]", text)
     page.get_by_role("button", name="Send").click()
+    return before
 
 
 def test_chat_streams_an_answer(page: Page, api: str, shot: Shot) -> None:
@@ -52,10 +64,10 @@ def test_chat_streams_an_answer(page: Page, api: str, shot: Shot) -> None:
     expect(page.get_by_label("Model")).to_have_value("gemma")
     _set_max_tokens(page, 24)
     _watch_answer(page)
-    _send(page, "Write a short poem about the sea.")
+    before = _send(page, "Write a short poem about the sea.")
     expect(page.locator(".message.user .content")).to_have_text(
         "Write a short poem about the sea.")
-    expect(page.locator(".message.assistant.streaming")).to_have_count(0, timeout=120_000)
+    _wait_answered(page, before)
     answer = page.locator(ANSWER).inner_text()
     assert answer.strip()
     lengths = sorted(set(page.evaluate("window.answerLengths")))
@@ -72,17 +84,21 @@ def test_chat_streams_an_answer(page: Page, api: str, shot: Shot) -> None:
         "Write a short poem about the sea.")
     expect(page.locator(ANSWER)).to_have_text(answer)
     stored = page.evaluate("localStorage.getItem('llamaq.conversations')")
-    assert json.loads(stored)[0]["messages"][1]["content"] == answer
+    kept = json.loads(stored)[0]["messages"]
+    assert [m["role"] for m in kept] == ["user", "assistant"] and kept[1]["content"].strip()
 
     # regenerate replaces the answer; edit resends the changed question
+    before = _finished(page)
     page.get_by_role("button", name="Regenerate").click()
-    expect(page.locator(".message.assistant.streaming")).to_have_count(0, timeout=120_000)
+    _wait_answered(page, before)
     expect(page.locator(".message")).to_have_count(2)
+    assert page.locator(ANSWER).inner_text().strip()
     page.locator(".message.user").get_by_role("button", name="Edit").click()
     page.fill(".message.user .edit textarea", "Name three colours.")
+    before = _finished(page)
     page.get_by_role("button", name="Save & send").click()
     expect(page.locator(".message.user .content")).to_have_text("Name three colours.")
-    expect(page.locator(".message.assistant.streaming")).to_have_count(0, timeout=120_000)
+    _wait_answered(page, before)
     expect(page.locator(".message")).to_have_count(2)
     assert page.locator(ANSWER).inner_text().strip()
     shot(page, "chat-edited")
@@ -137,8 +153,7 @@ def test_api_key_is_asked_once(redis_url: str, workdir: Path, gemma_path: Path, 
         page.get_by_role("button", name="Save key").click()
         expect(page.get_by_label("Model")).to_have_value("gemma")
         _set_max_tokens(page, 16)
-        _send(page, "Hello!")
-        expect(page.locator(".message.assistant.streaming")).to_have_count(0, timeout=120_000)
+        _wait_answered(page, _send(page, "Hello!"))
         assert page.locator(ANSWER).inner_text().strip()
         assert not page.locator(".message.assistant .error").count()
         page.reload()  # asked once: the key is kept
@@ -220,3 +235,52 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         shot(page, "fleet-two-workers")
     finally:
         fleet.stop()
+
+
+STORED = [{
+    "id": "c1", "title": "Markdown", "updated": 1, "messages": [
+        {"id": "m1", "role": "user", "content": "Show me **code**"},
+        {"id": "m2", "role": "assistant", "model": "gemma",
+         "reasoning": "The user wants a *code* sample.",
+         "content": "# Title\n\nSome **bold** and `inline`.\n\n```python\ndef f(x):\n"
+                    "    return 'hi'  # note\n```\n\n- one\n- two\n\n"
+                    "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>",
+         "timings": {"prompt_n": 12, "prompt_per_second": 345.6, "predicted_n": 30,
+                     "predicted_per_second": 42.1, "cache_n": 5}},
+    ]}]
+
+
+def test_markdown_code_reasoning_and_copy(page: Page, api: str, shot: Shot) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.goto(f"{api}/")
+    page.evaluate("c => localStorage.setItem('llamaq.conversations', JSON.stringify(c))", STORED)
+    page.reload()
+    answer = page.locator(ANSWER)
+    expect(answer.locator("h1")).to_have_text("Title")
+    expect(answer.locator("strong")).to_have_text("bold")
+    expect(answer.locator("li")).to_have_count(2)
+    expect(answer.locator("pre.code code .hljs-keyword").first).to_have_text("def")
+    expect(answer.locator("pre.code .hljs-comment")).to_have_text("# note")
+    expect(answer.locator(".code-lang")).to_have_text("python")
+    assert page.evaluate("window.pwned") is None  # model output runs no script
+    assert answer.locator("script").count() == 0
+    assert answer.locator("img").get_attribute("onerror") is None
+    # the user's text is shown as typed, not as Markdown
+    expect(page.locator(".message.user .content")).to_have_text("Show me **code**")
+
+    reasoning = page.locator(".message.assistant details.reasoning")
+    expect(reasoning).not_to_have_attribute("open", "")
+    expect(reasoning.locator(".markdown")).to_be_hidden()
+    reasoning.locator("summary").click()
+    expect(reasoning.locator(".markdown em")).to_have_text("code")
+
+    figures = page.locator(".message.assistant .figures")
+    expect(figures).to_contain_text("prompt 12 tok")
+    expect(figures.locator(".prompt-speed")).to_have_text("345.6 tok/s")
+    expect(figures.locator(".gen-speed")).to_have_text("42.1 tok/s")
+    expect(figures.locator(".cached")).to_have_text("cached 5")
+
+    page.locator(".message.assistant").get_by_role("button", name="Copy").click()
+    expect(page.locator(".message.assistant").get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == STORED[0]["messages"][1]["content"]
+    shot(page, "markdown-code-reasoning")

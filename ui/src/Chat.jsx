@@ -18,6 +18,7 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
   const [currentId, setCurrentId] = useState(() => conversations[0].id);
   const [draft, setDraft] = useState('');
   const [busy, setBusy] = useState(false);
+  const [finished, setFinished] = useState(0); // answers ended (done, stopped or failed)
   const [showSettings, setShowSettings] = useState(false);
   const controller = useRef(null);
   const bottom = useRef(null);
@@ -75,6 +76,7 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
     } finally {
       controller.current = null;
       setBusy(false);
+      setFinished((n) => n + 1);
     }
   }
 
@@ -106,7 +108,7 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
   };
 
   return (
-    <div class="chat-layout">
+    <div class="chat-layout" data-busy={busy ? 'true' : 'false'} data-finished={finished}>
       <aside class="sidebar">
         <button class="new-chat" onClick={newChat} disabled={busy}>
           + New chat
