@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -237,7 +238,7 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         fleet.stop()
 
 
-STORED = [{
+STORED: list[dict[str, Any]] = [{
     "id": "c1", "title": "Markdown", "updated": 1, "messages": [
         {"id": "m1", "role": "user", "content": "Show me **code**"},
         {"id": "m2", "role": "assistant", "model": "gemma",
