@@ -8,6 +8,7 @@ max tokens, so each test sets max tokens (small, or large where the answer must 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -224,16 +225,23 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True}
         with httpx.Client(timeout=120) as client, client.stream(
                 "POST", f"{plain}/completion", json={**body, "stream": True}) as response:
-            for _ in response.iter_lines():
-                break
+            next(response.iter_lines())  # (leaving a loop over it would close the stream)
             expect(page.locator(".slot.busy")).to_have_count(1)
+            expect(page.locator(".slot.busy")).to_contain_text("busy")
+            expect(page.locator("#queue-depth")).to_have_text("0")  # running is not waiting
             shot(page, "fleet-busy")
         expect(page.locator(".slot.busy")).to_have_count(0)
 
+        done = httpx.post(f"{plain}/completion", json={**body, "n_predict": 8}, timeout=120)
+        assert done.status_code == 200
         page.goto(f"{with_metrics}/#/fleet")
         expect(page.locator(".worker")).to_have_count(2)
-        expect(page.locator(".metrics .stat")).not_to_have_count(0)
         expect(page.locator(".metrics")).to_contain_text("gen tok/s")
+        generated = page.locator(".metrics .stat", has_text="tokens generated").locator(".value")
+        expect(generated).to_have_text(re.compile(r"^\d+$"))
+        assert int(generated.inner_text()) >= 8
+        speed = page.locator(".metrics .stat", has_text="gen tok/s").locator(".value")
+        expect(speed).not_to_have_text("0.0")
         shot(page, "fleet-two-workers")
     finally:
         fleet.stop()

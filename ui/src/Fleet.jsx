@@ -11,11 +11,11 @@ function age(seconds) {
 }
 
 function Slot({ slot }) {
-  const decoded = slot.next_token && slot.next_token[0] ? slot.next_token[0].n_decoded : 0;
+  const task = slot.id_task !== undefined && slot.id_task >= 0 ? ` · task ${slot.id_task}` : '';
   return (
     <div class={`slot ${slot.is_processing ? 'busy' : 'idle'}`} title={`slot ${slot.id}`}>
       <span class="slot-id">#{slot.id}</span>
-      <span>{slot.is_processing ? `busy · ${decoded} tok` : 'idle'}</span>
+      <span>{slot.is_processing ? `busy${task}` : 'idle'}</span>
     </div>
   );
 }
@@ -126,7 +126,7 @@ export function Fleet({ onAuthError }) {
               <span class="label">prompt tok/s (avg)</span>
             </div>
             <div class="stat">
-              <span class="value">{metrics.tokens_predicted}</span>
+              <span class="value">{metrics.tokens_predicted_total ?? metrics.tokens_predicted}</span>
               <span class="label">tokens generated</span>
             </div>
             <div class="stat">
