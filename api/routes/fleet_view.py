@@ -5,29 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from arq.constants import in_progress_key_prefix
-from redis.asyncio import Redis
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.settings import ApiSettings
-from scheduler import keys
 
 fleet_view = Blueprint("fleet_view")
-QUEUE_SCAN_MAX = 10_000
-"""Beyond this many jobs in the queue the count is the queue's length, running jobs included."""
-
-
-async def waiting_jobs(redis: Redis, queue: str) -> int:
-    """Jobs in an arq queue that no worker has taken yet (a taken job stays in the queue, with
-    an in-progress key, until it ends)."""
-    total = int(await redis.zcard(queue))
-    if not total or total > QUEUE_SCAN_MAX:
-        return total
-    job_ids = await redis.zrange(queue, 0, -1)
-    running = await redis.exists(*[in_progress_key_prefix + j.decode() for j in job_ids])
-    return total - int(running)
 
 
 @fleet_view.get("/fleet", name="fleet")
@@ -58,5 +42,6 @@ async def fleet_status(request: Request) -> HTTPResponse:
             "slots": slots,
             "metrics": counters[0].model_dump() if counters else None,
         })
-    queued = await waiting_jobs(fleet.redis, keys.slot_queue(model_id))
-    return json({"model": model_id, "workers": out, "queued": queued})
+    queue = await fleet.queue_stats(model_id, workers)
+    return json({"model": model_id, "workers": out, "queued": queue.depth,
+                 "oldest_queued_s": queue.oldest_s})

@@ -110,7 +110,10 @@ export function Fleet({ onAuthError }) {
         </div>
         <div class="stat">
           <span class="value" id="queue-depth">{fleet ? fleet.queued : '–'}</span>
-          <span class="label">queued jobs</span>
+          <span class="label">
+            queued jobs
+            {fleet && fleet.queued ? ` · oldest ${age(fleet.oldest_queued_s)}` : ''}
+          </span>
         </div>
       </section>
       <section class="metrics">
@@ -137,6 +140,18 @@ export function Fleet({ onAuthError }) {
               <span class="value">{metrics.requests_deferred}</span>
               <span class="label">deferred</span>
             </div>
+            {metrics.jobs_retried_total !== undefined && (
+              <div class="stat">
+                <span class="value">{metrics.jobs_retried_total}</span>
+                <span class="label">jobs retried</span>
+              </div>
+            )}
+            {metrics.jobs_failed_total !== undefined && (
+              <div class="stat">
+                <span class="value">{metrics.jobs_failed_total}</span>
+                <span class="label">jobs failed</span>
+              </div>
+            )}
           </div>
         ) : (
           <p class="note" id="metrics-note">{metricsNote || 'loading…'}</p>

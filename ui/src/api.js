@@ -70,13 +70,17 @@ export async function streamJson(path, body, signal, onEvent) {
   }
 }
 
-// Prometheus text to {name: value} (labels ignored: /metrics has none).
+// Prometheus text to {name: value}, the llamacpp: / llamaq: prefixes dropped; a labelled
+// series is summed under its bare name as well (jobs_failed_total{cause=...}).
 export function parseMetrics(text) {
   const values = {};
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;
-    const [name, value] = line.trim().split(/\s+/);
-    values[name.replace(/^llamacpp:/, '')] = Number(value);
+    const match = line.trim().match(/^(?:llamacpp:|llamaq:)?([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/);
+    if (!match) continue;
+    const [, name, labels, value] = match;
+    if (labels) values[name] = (values[name] || 0) + Number(value);
+    else values[name] = Number(value);
   }
   return values;
 }
