@@ -225,12 +225,14 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True}
         with httpx.Client(timeout=120) as client, client.stream(
                 "POST", f"{plain}/completion", json={**body, "stream": True}) as response:
-            next(response.iter_lines())  # (leaving a loop over it would close the stream)
-            expect(page.locator(".slot.busy")).to_have_count(1)
+            lines = response.iter_lines()  # (leaving a for loop over it closes the stream)
+            while '"content"' not in next(lines):
+                pass  # until the first token: the slot is busy then
+            expect(page.locator(".slot.busy")).to_have_count(1, timeout=30_000)
             expect(page.locator(".slot.busy")).to_contain_text("busy")
             expect(page.locator("#queue-depth")).to_have_text("0")  # running is not waiting
             shot(page, "fleet-busy")
-        expect(page.locator(".slot.busy")).to_have_count(0)
+        expect(page.locator(".slot.busy")).to_have_count(0, timeout=30_000)
 
         done = httpx.post(f"{plain}/completion", json={**body, "n_predict": 8}, timeout=120)
         assert done.status_code == 200
