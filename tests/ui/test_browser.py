@@ -133,6 +133,7 @@ def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: 
         while _busy_slots(url) and time.monotonic() - stopped_at < 5:
             time.sleep(0.02)
         freed_after = time.monotonic() - stopped_at
+        print(f"slot idle in /slots {freed_after:.3f} s after Stop")
         assert freed_after < 1.0, f"the slot stayed busy {freed_after:.2f} s after Stop"
         expect(page.locator(".message.assistant .note")).to_have_text("stopped")
         expect(page.get_by_role("button", name="Send")).to_be_visible()
