@@ -8,12 +8,16 @@ const outDir = resolve(__dirname, '../api/ui_dist');
 
 // _app/version.json as llama-server's UI has it: the build's version, for cache busting.
 function versionFile() {
+  let dir = outDir;
   return {
     name: 'llamaq-version',
+    configResolved(config) {
+      dir = resolve(config.root, config.build.outDir);
+    },
     writeBundle() {
-      mkdirSync(resolve(outDir, '_app'), { recursive: true });
+      mkdirSync(resolve(dir, '_app'), { recursive: true });
       const version = { version: String(Date.now()) };
-      writeFileSync(resolve(outDir, '_app/version.json'), JSON.stringify(version) + '\n');
+      writeFileSync(resolve(dir, '_app/version.json'), JSON.stringify(version) + '\n');
     },
   };
 }
