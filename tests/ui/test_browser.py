@@ -315,3 +315,34 @@ def test_page_under_an_api_prefix(redis_url: str, workdir: Path, gemma_path: Pat
         assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
     finally:
         fleet.stop()
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
+def test_reasoning_streams_folded(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
+                                  api: str, tmp_path: Path, shot: Shot) -> None:
+    # a template that opens a think block: all Gemma writes in 16 tokens is reasoning_content
+    template = tmp_path / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--chat-template-file", str(template),
+                            "--ui-config", json.dumps({"max_tokens": 16}))
+        page.goto(f"{url}/")
+        expect(page.get_by_label("Model")).to_have_value("gemma")
+        before = _send(page, "Why is the sky blue?")
+        expect(page.locator(".message.assistant details.reasoning summary")).to_have_text(
+            "Reasoning…", timeout=120_000)  # shown while it streams, before any answer text
+        _wait_answered(page, before)
+        reasoning = page.locator(".message.assistant details.reasoning")
+        expect(reasoning).not_to_have_attribute("open", "")
+        expect(reasoning.locator(".markdown")).to_be_hidden()
+        reasoning.locator("summary").click()
+        expect(reasoning.locator(".markdown")).to_be_visible()
+        assert reasoning.locator(".markdown").inner_text().strip()
+        shot(page, "reasoning-folded")
+    finally:
+        fleet.stop()
