@@ -20,7 +20,7 @@ from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.templates import templates
-from api.routes.ui import is_public, ui_blueprint
+from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
 from api.ui.config import ui_defaults
 
@@ -54,7 +54,9 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def authenticate(request: Request) -> HTTPResponse | None:
         if preflight_response := preflight(request, settings):
             return preflight_response
-        return None if is_public(request) else check_api_key(request, api_keys)
+        if is_ui_route(request):  # the web UI's page and assets
+            return None
+        return check_api_key(request, api_keys, settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:

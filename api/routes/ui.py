@@ -27,7 +27,7 @@ self.addEventListener('activate', (e) => e.waitUntil((async () => {
 its update check gets this one, which removes itself (as llama-server does)."""
 
 
-def is_public(request: Request) -> bool:
+def is_ui_route(request: Request) -> bool:
     """Whether the matched route serves the UI (no API key needed)."""
     route = request.route
     return route is not None and bool(getattr(route.ctx, "ui_public", False))
