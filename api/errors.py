@@ -15,6 +15,7 @@ from sanic.response import json as json_response
 
 from scheduler.errors import InvalidRequest, LlamaqError, NotFound, RedisUnreachable, ServerError
 from storage import StorageError
+from storage.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
         log.warning("Redis error: %r", exc)
         return RedisUnreachable()
     if isinstance(exc, StorageError):
-        return ServerError(f"storage error: {exc}")
+        log.debug("storage error: %s", exc)
+        return ServerError(f"storage error: {redact(str(exc))}")
     if isinstance(exc, SanicException):
         if exc.status_code == 404:
             return NotFound("File Not Found")

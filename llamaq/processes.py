@@ -12,7 +12,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
+from llamaq.flag_lists import refuse_other_roles_flags
+from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from scheduler.config import CommonSettings
 
@@ -32,8 +33,9 @@ def run_api(argv: list[str]) -> None:
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
 
+    refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "api")
+    prepare_process(settings, "api")
     watch_parent()
     try:
         validate_chat_template_setting(settings)
@@ -41,21 +43,27 @@ def run_api(argv: list[str]) -> None:
         sys.exit(f"llamaq api: {exc}")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
-    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
-                access_log=settings.log_verbosity >= 4, motd=False,
+    ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
+           if settings.ssl_cert_file and settings.ssl_key_file else None)
+    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers), ssl=ssl,
+                access_log=settings.verbosity() >= 4, motd=False,
                 single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
+        exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
 
 
 def run_worker(argv: list[str]) -> None:
-    from worker.runtime import WorkerRuntime
     from worker.settings import WorkerSettings
 
-    settings = WorkerSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    refuse_other_roles_flags(argv, "worker")
+    settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
+
+    from worker.runtime import WorkerRuntime
+
+    prepare_process(settings, "worker")
     watch_parent()
     runtime = WorkerRuntime(settings)
 
@@ -76,15 +84,26 @@ def run_worker(argv: list[str]) -> None:
             await task
 
     asyncio.run(drain_on_signal())
+    exit_at_once()
 
 
 def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
+    refuse_other_roles_flags(argv, "scheduler")
     settings = CommonSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    prepare_process(settings, "scheduler")
     watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def exit_at_once() -> None:
+    """After a clean stop, leave without the interpreter's teardown (a second or more of
+    module and llama.cpp clean-up on a busy machine, while a supervisor waits for us)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def watch_parent() -> None:

@@ -270,14 +270,31 @@ class JobClient:
         self._deferred_cancels: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         hub.on_reconnect.append(self._flush_deferred_cancels)
+        self._open: dict[str, asyncio.Queue[HubItem]] = {}
+
+    @property
+    def active(self) -> int:
+        """Jobs whose events someone waits for (a draining api pod waits for them)."""
+        return len(self._open)
+
+    def end_all(self, error: LlamaqError) -> None:
+        """Every waiting request gets `error` as its job's next event (a pod that stops)."""
+        for queue in self._open.values():
+            queue.put_nowait(type(error)(error.message))
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """Run `job`; leaving the block before its last event cancels it on the worker."""
+        async with self._submit(job) as events:
+            yield events
+
+    @contextlib.asynccontextmanager
+    async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         queue_name = queue_for(job)
         if queue_name == keys.slot_queue(job.model):
             await self._check_room(job.model, queue_name)
         async with self._hub.subscription(job.job_id) as queue:
+            self._open[job.job_id] = queue
             await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
                                         _job_id=job.job_id, _queue_name=queue_name,
                                         _expires=keys.JOB_TTL_S)
@@ -286,6 +303,7 @@ class JobClient:
             try:
                 yield events
             finally:
+                self._open.pop(job.job_id, None)
                 if not events.finished and not events.handed_off:
                     await asyncio.shield(self.cancel(events.job_id))
 
@@ -311,9 +329,11 @@ class JobClient:
                 raise NotFound("the events of this response expired")
             events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
             events.prefill(logged)
+            self._open[job.job_id] = queue
             try:
                 yield events
             finally:
+                self._open.pop(job.job_id, None)
                 if not events.finished and not events.handed_off:
                     await asyncio.shield(self.cancel(events.job_id))
 

