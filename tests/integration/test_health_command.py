@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -21,10 +22,9 @@ def health(*args: str, redis_url: str | None = None) -> subprocess.CompletedProc
 
 def live_worker_id(redis_url: str) -> str:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    (workers_key,) = client.keys(keys.model_workers("gemma"))
-    worker_id = client.zrange(workers_key, 0, 0)[0]
-    assert client.exists(keys.worker_info(worker_id))
-    return str(worker_id)
+    worker_ids = cast(list[str], client.zrange(keys.model_workers("gemma"), 0, 0))
+    assert worker_ids and client.exists(keys.worker_info(worker_ids[0]))
+    return worker_ids[0]
 
 
 def test_worker_heartbeat(redis_url: str, api: str, tmp_path: Path) -> None:
