@@ -23,7 +23,8 @@ def error_body(error: LlamaqError) -> dict[str, Any]:
 
 
 def error_response(error: LlamaqError) -> HTTPResponse:
-    return json_response(error_body(error), status=error.status)
+    headers = {} if error.retry_after_s is None else {"Retry-After": str(error.retry_after_s)}
+    return json_response(error_body(error), status=error.status, headers=headers)
 
 
 def sse_error(error: LlamaqError) -> str:

@@ -24,6 +24,10 @@ class ApiSettings(CommonSettings):
                             help="allow multiple sockets to bind to the same port")
     timeout: int = flag(3600, "-to", "--timeout", env="LLAMA_ARG_TIMEOUT",
                         help="server read/write timeout in seconds")
+    queue_max: int = flag(0, "--queue-max", env="LLAMAQ_QUEUE_MAX",
+                          help="jobs of the model that may wait in Redis for a slot; past it a "
+                          "request gets 503 with Retry-After (0 = 4 x the fleet's live slots; "
+                          "a model with no live slot queues without bound)")
     sse_ping_interval: int = flag(30, "--sse-ping-interval", env="LLAMA_ARG_SSE_PING_INTERVAL",
                                   help="server SSE ping interval in seconds (-1 = disabled)")
     threads_http: int = flag(-1, "--threads-http", env="LLAMA_ARG_THREADS_HTTP",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -12,6 +13,7 @@ from typing import Any
 
 from api.settings import ApiSettings
 from llamaq.logs import setup_logging
+from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from scheduler.config import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ def run_api(argv: list[str]) -> None:
 
     settings = ApiSettings.from_args(argv)
     setup_logging(settings.log_verbosity, settings.log_file, "api")
+    watch_parent()
     try:
         validate_chat_template_setting(settings)
     except ValueError as exc:
@@ -53,8 +56,26 @@ def run_worker(argv: list[str]) -> None:
 
     settings = WorkerSettings.from_args(argv)
     setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    watch_parent()
     runtime = WorkerRuntime(settings)
-    _run_until_signal(runtime.run(redis_url_of(settings)))
+
+    async def drain_on_signal() -> None:
+        """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(runtime.run(redis_url_of(settings), stop))
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                task.cancel()
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(drain_on_signal())
 
 
 def run_scheduler(argv: list[str]) -> None:
@@ -62,7 +83,20 @@ def run_scheduler(argv: list[str]) -> None:
 
     settings = CommonSettings.from_args(argv)
     setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def watch_parent() -> None:
+    """Under `llamaq up` (LLAMAQ_PARENT_PID set): if `up` dies, even by SIGKILL, the kernel
+    sends this process SIGTERM (PR_SET_PDEATHSIG), so it drains and exits instead of living on
+    as an orphan holding the model in memory."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
+    die_with_parent()
+    if os.getppid() != int(parent):  # `up` died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run_until_signal(main: Coroutine[Any, Any, None]) -> None:

@@ -297,6 +297,10 @@ class CommonSettings(ProcessSettings):
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
                           help="folder where model files are materialised")
+    drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
+                                help="on SIGTERM, how long running requests may finish (seconds):"
+                                " a worker then ends the rest with an error event, an api pod "
+                                "closes its open streams")
 
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or
