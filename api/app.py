@@ -47,7 +47,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.on_request
     async def authenticate(request: Request) -> HTTPResponse | None:
-        return preflight(request, settings) or check_api_key(request, api_keys)
+        return preflight(request, settings) or check_api_key(request, api_keys, settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:

@@ -12,7 +12,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
+from llamaq.flag_lists import refuse_other_roles_flags
+from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from scheduler.config import CommonSettings
 
@@ -32,8 +33,9 @@ def run_api(argv: list[str]) -> None:
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
 
+    refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "api")
+    prepare_process(settings, "api")
     watch_parent()
     try:
         validate_chat_template_setting(settings)
@@ -41,8 +43,10 @@ def run_api(argv: list[str]) -> None:
         sys.exit(f"llamaq api: {exc}")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
-    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
-                access_log=settings.log_verbosity >= 4, motd=False,
+    ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
+           if settings.ssl_cert_file and settings.ssl_key_file else None)
+    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers), ssl=ssl,
+                access_log=settings.verbosity() >= 4, motd=False,
                 single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
@@ -51,11 +55,14 @@ def run_api(argv: list[str]) -> None:
 
 
 def run_worker(argv: list[str]) -> None:
-    from worker.runtime import WorkerRuntime
     from worker.settings import WorkerSettings
 
-    settings = WorkerSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    refuse_other_roles_flags(argv, "worker")
+    settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
+
+    from worker.runtime import WorkerRuntime
+
+    prepare_process(settings, "worker")
     watch_parent()
     runtime = WorkerRuntime(settings)
 
@@ -81,8 +88,9 @@ def run_worker(argv: list[str]) -> None:
 def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
+    refuse_other_roles_flags(argv, "scheduler")
     settings = CommonSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    prepare_process(settings, "scheduler")
     watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
 

@@ -20,22 +20,31 @@ from pathlib import Path
 import redis
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
+from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from llamaq.supervisor import Child, Supervisor
-from scheduler.config import select_args
+from scheduler.config import FlagError, split_args
+from storage.redact import redacted_url
 from worker.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
 
 
 def run_up(argv: list[str]) -> None:
-    if "-h" in argv or "--help" in argv:
+    if "-h" in argv or "--help" in argv or "--usage" in argv:
         _help()
         return
-    api_settings = ApiSettings.from_args(select_args(argv, ApiSettings, ROLES))
-    WorkerSettings.from_args(select_args(argv, WorkerSettings, ROLES))  # fail fast on bad flags
-    setup_logging(api_settings.log_verbosity, api_settings.log_file, "up")
+    if "--version" in argv:
+        ApiSettings.from_args(["--version"])
+    try:
+        parts = split_args(argv, ROLES)
+    except FlagError as exc:
+        print(f"usage: llamaq up [api flags] [worker flags]\nllamaq up: error: {exc}",
+              file=sys.stderr)
+        sys.exit(2)
+    api_settings = ApiSettings.from_args(parts[ApiSettings])
+    WorkerSettings.from_args(parts[WorkerSettings])  # fail fast on bad flags
+    prepare_process(api_settings, "up")
     supervisor = Supervisor(api_settings.drain_timeout)
     supervisor.handle_signals()
     redis_url = api_settings.redis_url
@@ -44,11 +53,11 @@ def run_up(argv: list[str]) -> None:
         supervisor.adopt(Child("redis", [], redis_process))
     env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url, PARENT_PID_ENV: str(os.getpid())}
     me = [sys.executable, "-m", "llamaq"]
-    supervisor.start("worker", [*me, "worker", *select_args(argv, WorkerSettings, ROLES)], env,
-                     restart=True)
-    supervisor.start("api", [*me, "api", *select_args(argv, ApiSettings, ROLES)], env)
-    print(f"llamaq: serving on http://{api_settings.host}:{api_settings.port} "
-          f"(Redis {redis_url}); Ctrl-C stops", flush=True)
+    supervisor.start("worker", [*me, "worker", *parts[WorkerSettings]], env, restart=True)
+    supervisor.start("api", [*me, "api", *parts[ApiSettings]], env)
+    scheme = "https" if api_settings.ssl_cert_file else "http"
+    print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
+          f"(Redis {redacted_url(redis_url)}); Ctrl-C stops", flush=True)
     sys.exit(supervisor.run())
 
 

@@ -260,7 +260,7 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return Active(request, slot, TextStream(request.job.stop), task_no,
+        return Active(request, slot, TextStream(request.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
                       reasoning=ReasoningTracker.start(spec) if spec else None)
 
@@ -499,7 +499,7 @@ class Engine:
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
-        return self.generation_settings(request.sampling, request.n_predict, request.job.stop,
+        return self.generation_settings(request.sampling, request.n_predict, request.stop,
                                         request.job.stream, request.job.timings_per_token,
                                         request.n_keep)
 
@@ -514,7 +514,8 @@ class Engine:
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
-        return self.generation_settings(d.sampling, d.n_predict, [], False, False, d.n_keep)
+        return self.generation_settings(d.sampling, d.n_predict, list(d.stop), False, False,
+                                        d.n_keep)
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads)."""

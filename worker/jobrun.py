@@ -15,6 +15,7 @@ from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, Tokenize
 from scheduler.leases import Decision, Start, count_failure, count_retry, decide
 from scheduler.results import ErrorEvent
 from storage import StorageError
+from storage.redact import redact
 
 if TYPE_CHECKING:
     from worker.runtime import WorkerRuntime
@@ -64,7 +65,8 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
     except LlamaqError as error:
         runtime.fail(job_id, error)
     except StorageError as error:
-        runtime.fail(job_id, Unavailable(f"object storage: {error}"))
+        log.debug("job %s: object storage: %s", job_id, error)
+        runtime.fail(job_id, Unavailable(f"object storage: {redact(str(error))}"))
     except Exception as error:  # a bug must still end the job for its client
         runtime.fail(job_id, error)
     await runtime.leases.release(job_id)

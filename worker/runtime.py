@@ -45,6 +45,7 @@ from storage import (
     default_model_path,
     open_store,
 )
+from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
@@ -83,7 +84,6 @@ class WorkerRuntime:
     async def run(self, redis_url: str, stop: asyncio.Event | None = None) -> None:
         """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
         to the drain timeout, hand the others back) and leave."""
-        flags.check_supported(self.settings)
         self.redis = Redis.from_url(redis_url)
         pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
@@ -230,13 +230,17 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        return LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                           lambda p: flags.tune_context(p, s))
+        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
+                            lambda p: flags.tune_context(p, s))
+        if s.warmup:
+            model.warmup()
+        return model
 
     def _model_path(self) -> Path:
         s = self.settings
         cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir)
+        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
+                           offline=s.offline)
         if s.model:
             return files.resolve(s.model)
         if s.hf_repo:
@@ -254,7 +258,8 @@ class WorkerRuntime:
             frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
             dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
             dry_penalty_last_n=s.dry_penalty_last_n,
-            dry_sequence_breakers=s.dry_sequence_breaker or ["\n", ":", '"', "*"],
+            dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
+                                   for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
             mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
             seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
             samplers=normalize_samplers(flags.sampler_names(s)),
@@ -267,7 +272,9 @@ class WorkerRuntime:
                               model_alias=self.model_id, worker_id=self.worker_id,
                               grammar=grammar, logit_bias=flags.default_logit_bias(s),
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
-                              context_shift=s.context_shift, cache_reuse=s.cache_reuse)
+                              context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                              stop=[flags.process_escapes(r) if s.escape else r
+                                    for r in s.reverse_prompt])
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
@@ -388,7 +395,7 @@ class WorkerRuntime:
             info = error.to_info()
         else:
             log.exception("job %s: failed", job_id, exc_info=error)
-            info = ServerError(f"internal error: {error}").to_info()
+            info = ServerError(f"internal error: {redact(str(error))}").to_info()
         self.publisher.publish([(job_id, ErrorEvent(error=info))])
 
 
