@@ -1,4 +1,4 @@
-# An api pod: Sanic + the job client; no llama.cpp in this image. The base is a build arg (a
+# An api pod: Sanic + the job client; no llama.cpp (llama-cpp-python) in this image. The base is a build arg (a
 # site without registry access builds FROM its own Debian/Ubuntu with Python >= 3.11); wheels in
 # docker/wheels/ are used first, PIP_OPTIONS="--no-index" builds without a package index.
 ARG BASE=python:3.11.13-slim-bookworm
@@ -13,6 +13,8 @@ COPY pyproject.toml README.md ./
 COPY api api
 COPY scheduler scheduler
 COPY storage storage
+# worker's sources (not llama-cpp-python): `llamaq` reads every role's flags to name them
+COPY worker worker
 COPY llamaq llamaq
 RUN python3 -m venv /opt/llamaq \
     && /opt/llamaq/bin/pip install --no-cache-dir ${PIP_OPTIONS} --find-links /wheels .
