@@ -20,6 +20,7 @@ from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.templates import templates
 from api.settings import ApiSettings
+from scheduler.limits import largest_body_limit
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +32,15 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
+    app.config.REQUEST_MAX_SIZE = largest_body_limit()  # each route has its own, below it
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:
-        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout))
+        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
+                                            settings.n_probs_max)
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
