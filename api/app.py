@@ -13,6 +13,7 @@ from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
 from api.errors import install_error_handler
 from api.fleet import Fleet
+from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
 from api.routes.monitor import monitor
@@ -54,7 +55,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     install_error_handler(app)
     return app
