@@ -105,6 +105,22 @@ class Registry:
         body = await self._redis.get(keys.worker_slots(worker_id))
         return [] if body is None else _SLOTS.validate_json(body)
 
+    async def loads(self, workers: list[WorkerInfo]) -> dict[str, float]:
+        """Each worker's load: busy slots plus the jobs waiting in its own queue, per slot."""
+        if not workers:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for worker in workers:
+                pipe.get(keys.worker_slots(worker.worker_id))
+                pipe.zcard(keys.worker_queue(worker.model_id, worker.worker_id))
+            answers = await pipe.execute()
+        loads = {}
+        for i, worker in enumerate(workers):
+            body, queued = answers[2 * i], answers[2 * i + 1]
+            busy = 0 if body is None else sum(s.is_processing for s in _SLOTS.validate_json(body))
+            loads[worker.worker_id] = (busy + queued) / max(worker.n_slots, 1)
+        return loads
+
     async def live_workers(self, model_id: str) -> list[WorkerInfo]:
         """Workers of the model whose last heartbeat is recent; stale entries are dropped."""
         workers_key = keys.model_workers(model_id)
@@ -116,6 +132,15 @@ class Registry:
         documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
+
+
+def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int) -> WorkerInfo:
+    """The worker with the lowest load that has `n_jobs` slots (registry order breaks ties);
+    its load grows by those jobs, so the next group of a request goes elsewhere."""
+    able = [w for w in workers if w.n_slots >= n_jobs] or workers
+    chosen = min(able, key=lambda w: loads.get(w.worker_id, 0.0))
+    loads[chosen.worker_id] = loads.get(chosen.worker_id, 0.0) + n_jobs / max(chosen.n_slots, 1)
+    return chosen
 
 
 def _text(value: bytes | str) -> str:

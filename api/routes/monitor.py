@@ -46,7 +46,8 @@ async def metrics(request: Request) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
     workers = await fleet.workers(settings.model_id(), fresh=True)
     counters = await fleet.registry.metrics([w.worker_id for w in workers])
-    return raw(render_metrics(counters), content_type=CONTENT_TYPE)
+    queue = await fleet.queue_stats(settings.model_id(), workers)
+    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE)
 
 
 @monitor.post("/slots/<id_slot>", name="slot_action")
@@ -109,6 +110,8 @@ async def props(request: Request) -> HTTPResponse:
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
         "is_sleeping": False,
+        "ui": settings.ui,
+        "ui_settings": request.app.ctx.ui_settings,
     })
 
 
