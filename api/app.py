@@ -18,11 +18,14 @@ from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
+from api.routes.fleet_view import fleet_view
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.templates import templates
+from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
+from api.ui.config import ui_defaults
 from scheduler.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ CLOSE_GRACE_S = 2.0
 
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
     validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
+    ui = ui_blueprint(settings)  # so do a missing UI bundle or --path folder
     app = Sanic(name)
     app.config.REQUEST_TIMEOUT = settings.timeout
     app.config.RESPONSE_TIMEOUT = settings.timeout
@@ -42,6 +46,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
     app.ctx.draining = False
+    app.ctx.ui_settings = ui_defaults(settings)  # and unreadable --ui-config JSON
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
 
     @app.before_server_start
@@ -89,14 +94,18 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         if app.ctx.draining:
             return error_response(Unavailable("the server is shutting down",
                                               retry_after_s=1))
-        return preflight(request, settings) or check_api_key(request, api_keys,
-                                                             settings.api_prefix)
+        if preflight_response := preflight(request, settings):
+            return preflight_response
+        if is_ui_route(request):  # the web UI's page and assets
+            return None
+        return check_api_key(request, api_keys, settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
+    app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     install_error_handler(app)
     return app
