@@ -52,7 +52,7 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
         fleet.wait_healthy(api)
         fleet.add_worker(*flags)
         wait_until(lambda: len(slots_of(api)) == 16, timeout=60, what="both workers")
-        bodies = [{"prompt": f"Story number {i}:", "n_predict": 160, "ignore_eos": True,
+        bodies = [{"prompt": f"Story number {i}:", "n_predict": 64, "ignore_eos": True,
                    "seed": i} for i in range(16)]
         records, threads = start_streams(api, bodies)
         for record in records:
@@ -69,7 +69,7 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
             assert record.ended_at is not None and record.ended_at - killed_at < 5
         for record in records:
             if record.outcome == "answered":
-                assert record.tokens == 160
+                assert record.tokens == 64
         started = time.monotonic()
         response = httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 4},
                               timeout=30)
@@ -187,8 +187,11 @@ def test_api_sigterm_lets_open_streams_finish(redis_url: str, workdir: Path, gem
         assert records[0].started.wait(60)
         pod.send_signal(signal.SIGTERM)
         time.sleep(0.5)
-        refused = httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 2})
-        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        try:  # refused while it drains (or, once drained, not listening any more)
+            refused = httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 2})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        except httpx.ConnectError:
+            assert not threads[0].is_alive()
         threads[0].join(60)
         assert records[0].outcome == "answered" and records[0].tokens == 16, records[0]
         assert pod.wait(15) is not None
@@ -334,7 +337,7 @@ def test_big_tokenize_bodies_do_not_starve_the_worker(redis_url: str, workdir: P
         text = "The quick brown fox jumps over the lazy dog. " * 6000  # ~270 KB
         tokens = httpx.post(f"{api}/tokenize", json={"content": text}, timeout=60).json()[
             "tokens"]
-        body = {"prompt": "A story:", "n_predict": 120, "ignore_eos": True}
+        body = {"prompt": "A story:", "n_predict": 48, "ignore_eos": True}
         records, threads = start_streams(api, [body, body, body])
 
         def hammer() -> None:
@@ -347,7 +350,7 @@ def test_big_tokenize_bodies_do_not_starve_the_worker(redis_url: str, workdir: P
             for future in [pool.submit(hammer) for _ in range(3)]:
                 future.result()
         assert [r.outcome for r in records] == ["answered"] * 3, [r.error for r in records]
-        assert all(r.tokens == 120 for r in records)
+        assert all(r.tokens == 48 for r in records)
         assert metric(api, "llamaq:jobs_retried_total") == 0
     finally:
         fleet.stop()
