@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from sanic import Request, Sanic
@@ -18,6 +19,7 @@ from api.routes.extras import extras
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
+from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.templates import templates
 from api.settings import ApiSettings
 
@@ -53,5 +55,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     for blueprint in (native, monitor, openai, templates, anthropic, extras):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
+    vertex = VertexSettings.from_env(os.environ)
+    if vertex.enabled:
+        add_predict_route(app, vertex, settings.api_prefix)
     install_error_handler(app)
     return app

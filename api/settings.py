@@ -131,6 +131,9 @@ class ApiSettings(CommonSettings):
                                     env="LLAMA_ARG_REASONING_PRESERVE",
                                     negative=("--no-reasoning-preserve",),
                                     help="preserve reasoning trace in the full history")
+    tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
+                           help="set model tags, comma-separated (informational, listed by "
+                           "/v1/models)")
     # ours
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")

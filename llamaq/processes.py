@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -29,22 +30,38 @@ def run_api(argv: list[str]) -> None:
 
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
+    from api.routes.predict import VertexSettings
 
     settings = ApiSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "api")
+    setup_logging(settings.verbosity(), settings.log_file, "api")
     try:
         validate_chat_template_setting(settings)
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
+    vertex = VertexSettings.from_env(os.environ)
+    port = vertex.port if vertex.enabled else settings.port  # AIP_HTTP_PORT wins
+    hosts = listen_hosts(settings.host)
+    if port == 0 and sum(not h.endswith(".sock") for h in hosts) > 1:
+        sys.exit("llamaq api: --port 0 is not supported with multiple TCP addresses")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
-    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers),
-                access_log=settings.log_verbosity >= 4, motd=False,
-                single_process=settings.workers <= 1)
+    for host in hosts:  # one listener per address; a path ending in .sock is a UNIX socket
+        where = {"unix": host} if host.endswith(".sock") else {"host": host, "port": port}
+        app.prepare(**where, workers=max(1, settings.workers),  # type: ignore[arg-type]
+                    access_log=settings.verbosity() >= 4, motd=False,
+                    single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
     else:
         Sanic.serve(primary=app, app_loader=loader)
+
+
+def listen_hosts(host: str) -> list[str]:
+    """--host: comma-separated addresses and UNIX socket paths (ending in .sock)."""
+    hosts = [h.strip() for h in host.split(",") if h.strip()]
+    if not hosts:
+        sys.exit("llamaq api: --host names no address")
+    return hosts
 
 
 def run_worker(argv: list[str]) -> None:
@@ -52,7 +69,7 @@ def run_worker(argv: list[str]) -> None:
     from worker.settings import WorkerSettings
 
     settings = WorkerSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "worker")
+    setup_logging(settings.verbosity(), settings.log_file, "worker")
     runtime = WorkerRuntime(settings)
     _run_until_signal(runtime.run(redis_url_of(settings)))
 
@@ -61,7 +78,7 @@ def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
     settings = CommonSettings.from_args(argv)
-    setup_logging(settings.log_verbosity, settings.log_file, "scheduler")
+    setup_logging(settings.verbosity(), settings.log_file, "scheduler")
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
 
 

@@ -32,7 +32,7 @@ def run_up(argv: list[str]) -> None:
         return
     api_settings = ApiSettings.from_args(select_args(argv, ApiSettings, ROLES))
     WorkerSettings.from_args(select_args(argv, WorkerSettings, ROLES))  # fail fast on bad flags
-    setup_logging(api_settings.log_verbosity, api_settings.log_file, "up")
+    setup_logging(api_settings.verbosity(), api_settings.log_file, "up")
     children: list[subprocess.Popen[bytes]] = []
     redis_url = api_settings.redis_url
     if not redis_url or not _answers(redis_url):

@@ -289,6 +289,9 @@ class CommonSettings(ProcessSettings):
                               "4 trace, 5 debug")
     log_file: str | None = flag(None, "--log-file", env="LLAMA_ARG_LOG_FILE",
                                 help="log to file")
+    verbose: bool = flag(False, "-v", "--verbose", "--log-verbose",
+                         help="set verbosity level to infinity (log all messages); OpenAI "
+                         "completion and chat responses carry a `__verbose` debug object")
     redis_url: str | None = flag(None, "--redis-url", env="LLAMAQ_REDIS_URL",
                                  help="Redis URL (none = start or use a local redis-server)")
     store_url: str = flag(".llamaq/store", "--store-url", env="LLAMAQ_STORE_URL",
@@ -297,6 +300,14 @@ class CommonSettings(ProcessSettings):
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
                           help="folder where model files are materialised")
+
+    def verbosity(self) -> int:
+        """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""
+        return 99 if self.verbose else self.log_verbosity
+
+    def debug_responses(self) -> bool:
+        """Responses carry `__verbose` (llama-server: verbosity above 9)."""
+        return self.verbosity() > 9
 
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or

@@ -91,7 +91,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     is continued under --prefill-assistant) and, when a tool call is forced, its schema."""
     settings = _settings(request)
     chat = body.to_chat()
-    messages = validate_messages(chat.messages)
+    messages = validate_messages(chat.messages, allow_empty=True)
     tools = validate_tools(chat.tools)
     if tools and not settings.jinja:
         raise InvalidRequest("tools param requires --jinja flag")
