@@ -90,7 +90,8 @@ def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
     if job.json_schema is not None:
         try:
             return str(json_schema_to_gbnf(job.json_schema))
-        except (ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, RuntimeError, AssertionError, IndexError,
+                json.JSONDecodeError) as exc:  # the converter asserts on unknown types
             raise InvalidRequest(f"Failed to convert the JSON schema to a grammar: {exc}") from None
     return defaults.grammar
 
