@@ -31,8 +31,9 @@ from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
 from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_builtin_template
+from api.chat.messages import media_part_error
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, NotSupported, ServerError
+from scheduler.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,7 @@ def _content_text(content: Any, where: str) -> str | list[dict[str, Any]]:
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in MEDIA_PARTS:
-            raise NotSupported(f"'{kind}' content in {where} needs a multimodal projector "
-                               "(mmproj), and this model has none")
+            raise media_part_error(kind)
         if kind != "text" or not isinstance(part.get("text"), str):
             raise InvalidRequest(f"Unsupported content part in {where}: {json.dumps(part)}")
         parts.append({"type": "text", "text": part["text"]})
