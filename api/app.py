@@ -32,6 +32,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.config.REQUEST_TIMEOUT = settings.timeout
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = settings.drain_timeout  # SIGTERM: open streams finish
     app.config.NOISY_EXCEPTIONS = False
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
@@ -39,7 +40,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:
-        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout))
+        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
+                                            settings.queue_max)
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
@@ -47,7 +49,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.on_request
     async def authenticate(request: Request) -> HTTPResponse | None:
-        return preflight(request, settings) or check_api_key(request, api_keys)
+        return preflight(request, settings) or check_api_key(request, api_keys, settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:

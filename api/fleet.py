@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
+from api.metrics import QueueStats
+from scheduler import keys
 from scheduler.client import JobClient
 from scheduler.hub import EventHub
+from scheduler.leases import counters, waiting_jobs
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
+QUEUE_PER_SLOT = 4
 
 
 @dataclass
@@ -23,16 +27,28 @@ class Fleet:
     hub: EventHub
     jobs: JobClient
     registry: Registry
+    queue_max: int = 0
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
 
     @classmethod
-    async def connect(cls, redis_url: str, timeout_s: float) -> Fleet:
+    async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0) -> Fleet:
         redis = Redis.from_url(redis_url)
         arq = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)
         await hub.start()
-        return cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis))
+        fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
+                    queue_max)
+        fleet.jobs = JobClient(redis, arq, hub, timeout_s, fleet.queue_limit)
+        return fleet
+
+    async def queue_limit(self, model_id: str) -> int | None:
+        """--queue-max, else 4 x the live slots of the model; None (no bound) while it has no
+        live slot: the request waits for a worker instead of being refused."""
+        if self.queue_max > 0:
+            return self.queue_max
+        slots = sum(w.n_slots for w in await self.workers(model_id))
+        return QUEUE_PER_SLOT * slots if slots else None
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for
@@ -43,6 +59,19 @@ class Fleet:
         workers = await self.registry.live_workers(model_id)
         self._workers[model_id] = (time.monotonic(), workers)
         return workers
+
+    async def queue_stats(self, model_id: str, workers: list[WorkerInfo]) -> QueueStats:
+        queues = [keys.slot_queue(model_id),
+                  *(keys.worker_queue(model_id, w.worker_id) for w in workers)]
+        depth, oldest = 0, 0.0
+        for queue in queues:
+            waiting, waited = await waiting_jobs(self.redis, queue)
+            depth, oldest = depth + waiting, max(oldest, waited)
+        counts = await counters(self.redis, model_id)
+        failed = {k.removeprefix("failed:"): v for k, v in counts.items()
+                  if k.startswith("failed:")}
+        return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
+                          failed=failed)
 
     async def close(self) -> None:
         await self.hub.close()

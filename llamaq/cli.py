@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: llamaq {up,api,worker,scheduler} [flags]
+USAGE = """usage: llamaq {up,api,worker,scheduler,flags} [flags]
 
   up         everything on this machine: Redis (started if none answers), one worker, the api
   api        a stateless api pod (Sanic)
   worker     a worker: loads the model and runs completions in slots
   scheduler  fleet housekeeping (registry pruning)
+  flags      every llama-server flag: works, refused (and why) or no-op (and why)
 
 `llamaq COMMAND --help` lists that command's flags with their environment variables."""
 
@@ -32,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
         from llamaq.processes import run_scheduler
 
         run_scheduler(rest)
+    elif command == "flags":
+        from llamaq.flag_lists import print_flags
+
+        print_flags()
     elif command == "up":
         from llamaq.up import run_up
 

@@ -102,6 +102,7 @@ class Engine:
         """Called (from the engine thread) when a slot starts or ends a request."""
         self._waiting: deque[Request] = deque()
         self._cancelled: set[str] = set()
+        self._cancel_errors: dict[str, LlamaqError] = {}
         self._end_reasoning: set[str] = set()
         self._slot_tasks: deque[tuple[int, Callable[[SlotCache], Any], Future[Any]]] = deque()
         self._wake = threading.Condition()
@@ -129,10 +130,22 @@ class Engine:
             self._waiting.append(request)
             self._wake.notify()
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
+        """Free the job's slot; its last event is `error` (default: "cancelled")."""
         with self._wake:
             self._cancelled.add(job_id)
+            if error is not None:
+                self._cancel_errors[job_id] = error
             self._wake.notify()
+
+    def withdraw_waiting(self) -> list[Request]:
+        """Take back every request that waits for a slot (a draining worker hands them to
+        another); no event is sent for them."""
+        with self._wake:
+            waiting, self._waiting = list(self._waiting), deque()
+        for request in waiting:
+            request.sampler.free()
+        return waiting
 
     def end_reasoning(self, job_id: str) -> None:
         """/v1/chat/completions/control: force the end of the job's thinking block."""
@@ -202,7 +215,7 @@ class Engine:
             request = self._waiting.popleft()
             if request.job.job_id in cancelled:
                 request.sampler.free()
-                events.append((request.job.job_id, _cancelled_event()))
+                events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
                 continue
             slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
             if slot is None or self._twin_prefilling(request, admitted):
@@ -255,7 +268,7 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return Active(request, slot, TextStream(request.job.stop), task_no,
+        return Active(request, slot, TextStream(request.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
                       reasoning=ReasoningTracker.start(spec) if spec else None)
 
@@ -277,7 +290,8 @@ class Engine:
         for slot_id, active in list(self._active.items()):
             if active.request.job.job_id in cancelled:
                 log.info("job %s: cancelled, slot %d freed", active.request.job.job_id, slot_id)
-                events.append((active.request.job.job_id, _cancelled_event()))
+                events.append((active.request.job.job_id,
+                               self._cancel_event(active.request.job.job_id)))
                 self._release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
@@ -546,7 +560,7 @@ class Engine:
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
-        return self.generation_settings(request.sampling, request.n_predict, request.job.stop,
+        return self.generation_settings(request.sampling, request.n_predict, request.stop,
                                         request.job.stream, request.job.timings_per_token,
                                         request.n_keep)
 
@@ -561,7 +575,8 @@ class Engine:
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
-        return self.generation_settings(d.sampling, d.n_predict, [], False, False, d.n_keep)
+        return self.generation_settings(d.sampling, d.n_predict, list(d.stop), False, False,
+                                        d.n_keep)
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads).
@@ -612,6 +627,11 @@ class Engine:
             predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
             predicted_per_second=steps * 1000 / predicted_ms if predicted_ms else 0.0,
         )
+
+    def _cancel_event(self, job_id: str) -> ErrorEvent:
+        with self._wake:
+            error = self._cancel_errors.pop(job_id, None)
+        return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
 
     def _release(self, active: Active) -> None:
         self._previous[active.slot.slot_id] = active

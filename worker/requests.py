@@ -33,6 +33,8 @@ class EngineDefaults:
     context_shift: bool = False
     cache_reuse: int = 0
     spm_infill: bool = False
+    stop: list[str] = field(default_factory=list)
+    """-r/--reverse-prompt: the stop strings of a request that gives none."""
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Request:
     cache_prompt: bool
     n_keep: int = 0
     cache_reuse: int = 0
+    stop: list[str] = field(default_factory=list)
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -81,7 +84,9 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
-    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse)
+    stop = [s for s in job.stop if s] or list(defaults.stop)
+    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
+                   stop)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

@@ -16,7 +16,6 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(vocab)
         self.eos = lc.llama_vocab_eos(vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode()
@@ -45,7 +44,7 @@ class Vocab:
 
     def piece(self, token: int, special: bool) -> bytes:
         """The bytes of one token (its UTF-8 may be incomplete)."""
-        buf = self._piece_buf
+        buf = ctypes.create_string_buffer(256)  # per call: pieces are read from several threads
         n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)

@@ -46,8 +46,9 @@ async def metrics(request: Request) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
     workers = await fleet.workers(settings.model_id(), fresh=True)
     counters = await fleet.registry.metrics([w.worker_id for w in workers])
+    queue = await fleet.queue_stats(settings.model_id(), workers)
     started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
-    return raw(render_metrics(counters), content_type=CONTENT_TYPE,
+    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
 
