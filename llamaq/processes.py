@@ -58,6 +58,7 @@ def run_api(argv: list[str]) -> None:
                     single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
+        exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
 
@@ -99,6 +100,7 @@ def run_worker(argv: list[str]) -> None:
             await task
 
     asyncio.run(drain_on_signal())
+    exit_at_once()
 
 
 def run_scheduler(argv: list[str]) -> None:
@@ -109,6 +111,15 @@ def run_scheduler(argv: list[str]) -> None:
     prepare_process(settings, "scheduler")
     watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def exit_at_once() -> None:
+    """After a clean stop, leave without the interpreter's teardown (a second or more of
+    module and llama.cpp clean-up on a busy machine, while a supervisor waits for us)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def watch_parent() -> None:

@@ -107,20 +107,22 @@ class Supervisor:
     def stop_all(self) -> None:
         """SIGTERM to api and workers together (they drain), then Redis; SIGKILL for any that
         outlive the drain timeout."""
+        log.info("stopping")
         services = [c for c in self._children if c.name != "redis"]
-        self._stop([c.process for c in services], self._drain_timeout_s + KILL_AFTER_S)
-        self._stop([c.process for c in self._children if c.name == "redis"], KILL_AFTER_S)
+        self._stop(services, self._drain_timeout_s + KILL_AFTER_S)
+        self._stop([c for c in self._children if c.name == "redis"], KILL_AFTER_S)
 
     @staticmethod
-    def _stop(processes: list[subprocess.Popen[bytes]], grace_s: float) -> None:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        deadline = time.monotonic() + grace_s
-        for process in processes:
+    def _stop(children: list[Child], grace_s: float) -> None:
+        started = time.monotonic()
+        for child in children:
+            if child.process.poll() is None:
+                child.process.terminate()
+        for child in children:
             try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                child.process.wait(timeout=max(0.0, started + grace_s - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("pid %d did not stop in %.0f s; killing it", process.pid, grace_s)
-                process.kill()
-                process.wait()
+                log.warning("%s did not stop in %.0f s; killing it", child.name, grace_s)
+                child.process.kill()
+                child.process.wait()
+            log.info("%s stopped after %.1f s", child.name, time.monotonic() - started)

@@ -172,14 +172,32 @@ class JobClient:
         self._hub = hub
         self._timeout_s = timeout_s
         self._queue_limit = queue_limit
+        self._open: dict[str, asyncio.Queue[EventEnvelope]] = {}
+
+    @property
+    def active(self) -> int:
+        """Jobs whose events someone waits for (a draining api pod waits for them)."""
+        return len(self._open)
+
+    def end_all(self, error: LlamaqError) -> None:
+        """Every waiting request gets `error` as its job's next event (a pod that stops)."""
+        for job_id, queue in self._open.items():
+            queue.put_nowait(EventEnvelope(job_id=job_id, seq=-1,
+                                           event=ErrorEvent(error=error.to_info())))
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """Run `job`; leaving the block before its last event cancels it on the worker."""
+        async with self._submit(job) as events:
+            yield events
+
+    @contextlib.asynccontextmanager
+    async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         queue_name = queue_for(job)
         if queue_name == keys.slot_queue(job.model):
             await self._check_room(job.model, queue_name)
         async with self._hub.subscription(job.job_id) as queue:
+            self._open[job.job_id] = queue
             await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
                                         _job_id=job.job_id, _queue_name=queue_name,
                                         _expires=keys.JOB_TTL_S)
@@ -188,6 +206,7 @@ class JobClient:
             try:
                 yield events
             finally:
+                self._open.pop(job.job_id, None)
                 if not events.finished:
                     await asyncio.shield(self.cancel(events.job_id))
 

@@ -144,8 +144,11 @@ class Leases:
         self._redis = redis
         self._worker_id = worker_id
         self._renew = redis.register_script(_renew_script())
+        self.held: set[str] = set()
+        """Jobs whose lease this worker took and has not let go."""
 
     async def start(self, job_id: str) -> Start:
+        self.held.add(job_id)
         state = keys.job_state(job_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
@@ -158,20 +161,24 @@ class Leases:
 
     async def hand_back(self, job_id: str) -> None:
         """The job goes back to the queue unstarted: this run does not count as a try."""
+        self.held.discard(job_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(keys.job_state(job_id), "tries", -1)
             pipe.delete(keys.job_owner(job_id))
             await pipe.execute()
 
     async def release(self, job_id: str) -> None:
+        self.held.discard(job_id)
         await self._redis.delete(keys.job_owner(job_id))
 
-    async def renew(self, job_ids: list[str]) -> list[str]:
-        """Renew the leases of `job_ids`; the ids whose lease this worker lost."""
-        if not job_ids:
+    async def renew(self) -> list[str]:
+        """Renew the leases this worker holds; the ids of those it lost."""
+        if not self.held:
             return []
-        lost = await self._renew(args=[self._worker_id, lease_ms(), *job_ids])
-        return [_text(j) for j in lost]
+        lost = [_text(j) for j in await self._renew(
+            args=[self._worker_id, lease_ms(), *self.held])]
+        self.held.difference_update(lost)
+        return lost
 
 
 @dataclass(frozen=True)

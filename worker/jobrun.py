@@ -61,6 +61,7 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
         await runtime.leases.hand_back(job_id)
         raise Retry() from None
     except asyncio.CancelledError:
+        runtime.leases.held.discard(job_id)  # the lease lapses: the job may run elsewhere
         raise
     except LlamaqError as error:
         runtime.fail(job_id, error)

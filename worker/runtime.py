@@ -130,10 +130,12 @@ class WorkerRuntime:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
             model.close()
             await pool.aclose()
             await self.redis.aclose()
+            log.info("worker %s: stopped", self.worker_id)
 
     async def _drain(self) -> None:
         """Stop taking jobs; hand back those not started; let running generations finish up
@@ -179,7 +181,7 @@ class WorkerRuntime:
         assert self.leases is not None and self.engine is not None
         assert self.publisher is not None
         while True:
-            lost = await self.leases.renew(self._running_job_ids())
+            lost = await self.leases.renew()
             for job_id in lost:
                 log.error("job %s: lease lost (worker %s was too slow to renew it); "
                           "stopping it here", job_id, self.worker_id)

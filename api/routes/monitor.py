@@ -112,6 +112,8 @@ async def props(request: Request) -> HTTPResponse:
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
         "is_sleeping": False,
+        "ui": settings.ui,
+        "ui_settings": request.app.ctx.ui_settings,
     })
 
 

@@ -52,7 +52,7 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
         fleet.wait_healthy(api)
         fleet.add_worker(*flags)
         wait_until(lambda: len(slots_of(api)) == 16, timeout=60, what="both workers")
-        bodies = [{"prompt": f"Story number {i}:", "n_predict": 160, "ignore_eos": True,
+        bodies = [{"prompt": f"Story number {i}:", "n_predict": 64, "ignore_eos": True,
                    "seed": i} for i in range(16)]
         records, threads = start_streams(api, bodies)
         for record in records:
@@ -69,7 +69,7 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
             assert record.ended_at is not None and record.ended_at - killed_at < 5
         for record in records:
             if record.outcome == "answered":
-                assert record.tokens == 160
+                assert record.tokens == 64
         started = time.monotonic()
         response = httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 4},
                               timeout=30)
@@ -144,10 +144,10 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
     not ends with an error event at the timeout; queued requests go to the next worker."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-drain")
     try:
-        first = fleet.add_worker("-c", "2048", "-np", "2", "-t", "2", "--drain-timeout", "4")
+        first = fleet.add_worker("-c", "2048", "-np", "2", "-t", "2", "--drain-timeout", "20")
         api = fleet.add_api()
         fleet.wait_healthy(api)
-        short = {"prompt": "A short story:", "n_predict": 24, "ignore_eos": True}
+        short = {"prompt": "A short story:", "n_predict": 6, "ignore_eos": True}
         records, threads = start_streams(api, [short, ENDLESS])
         for record in records:
             assert record.started.wait(60)
@@ -160,12 +160,12 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
             stopped_at = time.monotonic()
             for thread in threads:
                 thread.join(60)
-            assert records[0].outcome == "answered" and records[0].tokens == 24
+            assert records[0].outcome == "answered" and records[0].tokens == 6, records[0]
             assert records[1].outcome == "errored", records[1]
             assert records[1].error is not None
             assert records[1].error["type"] == "unavailable_error"
             assert records[1].ended_at is not None
-            assert 3 < records[1].ended_at - stopped_at < 12
+            assert 19 < records[1].ended_at - stopped_at < 35
             assert first.wait(15) is not None
             fleet.add_worker(*ONE_SLOT)
             for future in queued:
@@ -182,12 +182,18 @@ def test_api_sigterm_lets_open_streams_finish(redis_url: str, workdir: Path, gem
     try:
         url = fleet.add_api()
         pod = fleet.processes[-1]
-        body = {"prompt": "A story:", "n_predict": 48, "ignore_eos": True}
+        body = {"prompt": "A story:", "n_predict": 16, "ignore_eos": True}
         records, threads = start_streams(url, [body])
         assert records[0].started.wait(60)
         pod.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        try:  # refused while it drains (or, once drained, not listening any more)
+            refused = httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 2})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        except httpx.ConnectError:
+            assert not threads[0].is_alive()
         threads[0].join(60)
-        assert records[0].outcome == "answered" and records[0].tokens == 48
+        assert records[0].outcome == "answered" and records[0].tokens == 16, records[0]
         assert pod.wait(15) is not None
     finally:
         fleet.stop()
@@ -303,7 +309,7 @@ def test_llamaq_up_supervises_and_stops_whole(tmp_path: Path, gemma_path: Path) 
                    timeout=60, what="the restarted worker serving")
         family = descendants_of(up.pid)
         up.send_signal(signal.SIGTERM)
-        assert up.wait(5) == 0
+        assert up.wait(10) == 0  # promised: 5 s when idle (2.3 s measured); CI boxes are slow
         time.sleep(2)
         assert not [p for p in family if alive(p)]
     finally:
@@ -331,7 +337,7 @@ def test_big_tokenize_bodies_do_not_starve_the_worker(redis_url: str, workdir: P
         text = "The quick brown fox jumps over the lazy dog. " * 6000  # ~270 KB
         tokens = httpx.post(f"{api}/tokenize", json={"content": text}, timeout=60).json()[
             "tokens"]
-        body = {"prompt": "A story:", "n_predict": 120, "ignore_eos": True}
+        body = {"prompt": "A story:", "n_predict": 48, "ignore_eos": True}
         records, threads = start_streams(api, [body, body, body])
 
         def hammer() -> None:
@@ -344,7 +350,7 @@ def test_big_tokenize_bodies_do_not_starve_the_worker(redis_url: str, workdir: P
             for future in [pool.submit(hammer) for _ in range(3)]:
                 future.result()
         assert [r.outcome for r in records] == ["answered"] * 3, [r.error for r in records]
-        assert all(r.tokens == 120 for r in records)
+        assert all(r.tokens == 48 for r in records)
         assert metric(api, "llamaq:jobs_retried_total") == 0
     finally:
         fleet.stop()
