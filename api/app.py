@@ -17,6 +17,7 @@ from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
+from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
 from api.routes.fleet_view import fleet_view
@@ -29,6 +30,7 @@ from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
 from api.ui.config import ui_defaults
 from scheduler.errors import Unavailable
+from scheduler.limits import largest_body_limit
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = CLOSE_GRACE_S  # after our own drain (below)
     app.config.NOISY_EXCEPTIONS = False
+    app.config.REQUEST_MAX_SIZE = largest_body_limit()  # each route has its own, below it
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
     app.ctx.draining = False
@@ -54,7 +57,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     @app.before_server_start
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
-                                            settings.queue_max)
+                                            settings.queue_max, settings.n_probs_max)
 
     @app.after_server_start
     async def drain_on_signal(app: Sanic) -> None:
@@ -106,7 +109,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
+                      openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
 from api.metrics import QueueStats
-from scheduler import keys
-from scheduler.client import JobClient
+from scheduler import keys, limits
+from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.hub import EventHub
+from scheduler.jobs import CompletionJob
 from scheduler.leases import counters, waiting_jobs
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
 QUEUE_PER_SLOT = 4
+
+
+class CheckedJobClient(JobClient):
+    """A job client that checks every completion against the limits before it exists on
+    Redis (whatever route made it), and caps n_probs."""
+
+    def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
+                 queue_limit: QueueLimit | None = None,
+                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> None:
+        super().__init__(redis, arq, hub, timeout_s, queue_limit)
+        self.n_probs_max = n_probs_max
+
+    def submit(self, job: AnyJob) -> AbstractAsyncContextManager[JobEvents]:  # type: ignore[override]
+        if isinstance(job, CompletionJob):
+            limits.check_completion(job, self.n_probs_max)
+        return super().submit(job)
 
 
 @dataclass
@@ -31,7 +49,8 @@ class Fleet:
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
 
     @classmethod
-    async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0) -> Fleet:
+    async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
+                      n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> Fleet:
         redis = Redis.from_url(redis_url)
         arq = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
@@ -39,7 +58,7 @@ class Fleet:
         await hub.start()
         fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
                     queue_max)
-        fleet.jobs = JobClient(redis, arq, hub, timeout_s, fleet.queue_limit)
+        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max)
         return fleet
 
     async def queue_limit(self, model_id: str) -> int | None:

@@ -7,6 +7,7 @@ from typing import ClassVar, Self
 from pydantic import model_validator
 
 from scheduler.config import CommonSettings, flag
+from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 ON_OFF_AUTO = ("on", "off", "auto")
@@ -118,6 +119,9 @@ class ApiSettings(CommonSettings):
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")
     # ours
+    n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
+                            help="largest n_probs (logprobs, top_logprobs) a request gets; "
+                            "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
 

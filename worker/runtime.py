@@ -279,7 +279,8 @@ class WorkerRuntime:
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
                               context_shift=s.context_shift, cache_reuse=s.cache_reuse,
                               stop=[flags.process_escapes(r) if s.escape else r
-                                    for r in s.reverse_prompt])
+                                    for r in s.reverse_prompt],
+                              n_probs_max=s.n_probs_max)
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
