@@ -60,6 +60,8 @@ class CompletionRequest(BaseModel):
     response_fields: list[str] = Field(default_factory=list)
     n_cmpl: int = Field(default=1, ge=1)
     n_cache_reuse: int | None = Field(default=None, ge=0)
+    verbose: bool = False
+    """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
     temperature: float | None = None
     dynatemp_range: float | None = None
