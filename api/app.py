@@ -24,6 +24,7 @@ from api.routes.fleet_view import fleet_view
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
+from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.templates import templates
 from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
@@ -121,5 +122,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
                       openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
+    vertex = VertexSettings.from_env(os.environ)
+    if vertex.enabled:  # after every other route: /predict dispatches to them
+        add_predict_route(app, vertex, settings.api_prefix)
     install_error_handler(app)
     return app

@@ -74,10 +74,25 @@ def partial_json(event: TokenEvent, index: int | None = None,
     return data
 
 
+def verbose_partial_json(event: TokenEvent, index: int,
+                         post_sampling: bool = False) -> dict[str, Any]:
+    """llama-server's native partial result, the `__verbose` object of a streamed chunk."""
+    data: dict[str, Any] = {"index": index, "content": event.content, "tokens": event.tokens,
+                            "stop": False, "id_slot": -1, "tokens_predicted": event.n_decoded,
+                            "tokens_evaluated": event.n_prompt_tokens}
+    return {**data, **{key: value for key, value in partial_json(event, None, post_sampling)
+                       .items() if key not in data}}
+
+
 def model_card(model_id: str, created: int, meta: ModelMeta | None,
-               n_ctx: int | None) -> dict[str, Any]:
+               n_ctx: int | None, aliases: list[str] | None = None,
+               tags: list[str] | None = None) -> dict[str, Any]:
+    """A /v1/models item; `aliases` (every --alias) and `tags` (--tags) are listed sorted and
+    without repeats, as llama-server keeps them (in a set)."""
     return {
         "id": model_id,
+        "aliases": sorted(set(aliases or [])),
+        "tags": sorted(set(tags or [])),
         "object": "model",
         "created": created,
         "owned_by": "llamacpp",
@@ -94,4 +109,15 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
             "n_params": meta.n_params,
             "size": meta.size,
         },
+    }
+
+
+def ollama_model_json(model_id: str) -> dict[str, Any]:
+    """The `models` entry of /models (Ollama's list format, as llama-server fills it)."""
+    return {
+        "name": model_id, "model": model_id, "modified_at": "", "size": "", "digest": "",
+        "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+        "parameters": "",
+        "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                    "parameter_size": "", "quantization_level": ""},
     }

@@ -273,6 +273,10 @@ class ResponseEvents:
         return [self._event("response.created", response=self._summary("in_progress")),
                 self._event("response.in_progress", response=self._summary("in_progress"))]
 
+    def in_progress(self) -> ResponseEvent:
+        """Another response.in_progress (prompt progress rides on it)."""
+        return self._event("response.in_progress", response=self._summary("in_progress"))
+
     def _new_output(self) -> int:
         self._outputs += 1
         return self._outputs - 1

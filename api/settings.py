@@ -115,6 +115,9 @@ class ApiSettings(CommonSettings):
                                     env="LLAMA_ARG_REASONING_PRESERVE",
                                     negative=("--no-reasoning-preserve",),
                                     help="preserve reasoning trace in the full history")
+    tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
+                           help="set model tags, comma-separated (informational, listed by "
+                           "/v1/models)")
     # ours
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "

@@ -32,6 +32,7 @@ def run_api(argv: list[str]) -> None:
 
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
+    from api.routes.predict import VertexSettings
 
     refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
@@ -41,18 +42,33 @@ def run_api(argv: list[str]) -> None:
         validate_chat_template_setting(settings)
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
+    vertex = VertexSettings.from_env(os.environ)
+    port = vertex.port if vertex.enabled else settings.port  # AIP_HTTP_PORT wins
+    hosts = listen_hosts(settings.host)
+    if port == 0 and sum(not h.endswith(".sock") for h in hosts) > 1:
+        sys.exit("llamaq api: --port 0 is not supported with multiple TCP addresses")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
     ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
            if settings.ssl_cert_file and settings.ssl_key_file else None)
-    app.prepare(host=settings.host, port=settings.port, workers=max(1, settings.workers), ssl=ssl,
-                access_log=settings.verbosity() >= 4, motd=False,
-                single_process=settings.workers <= 1)
+    for host in hosts:  # one listener per address; a path ending in .sock is a UNIX socket
+        where = {"unix": host} if host.endswith(".sock") else {"host": host, "port": port}
+        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl,  # type: ignore[arg-type]
+                    access_log=settings.verbosity() >= 4, motd=False,
+                    single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
         exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
+
+
+def listen_hosts(host: str) -> list[str]:
+    """--host: comma-separated addresses and UNIX socket paths (ending in .sock)."""
+    hosts = [h.strip() for h in host.split(",") if h.strip()]
+    if not hosts:
+        sys.exit("llamaq api: --host names no address")
+    return hosts
 
 
 def run_worker(argv: list[str]) -> None:

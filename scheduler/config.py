@@ -322,7 +322,8 @@ class CommonSettings(ProcessSettings):
     log_file: str | None = flag(None, "--log-file", env="LLAMA_ARG_LOG_FILE",
                                 help="log to file")
     verbose: bool = flag(False, "-v", "--verbose", "--log-verbose",
-                         help="set verbosity level to infinity (log all messages)")
+                         help="set verbosity level to infinity (log all messages); OpenAI "
+                         "completion and chat responses carry a `__verbose` debug object")
     log_disable: bool = flag(False, "--log-disable", help="log disable")
     log_prefix: bool = flag(True, "--log-prefix", env="LLAMA_ARG_LOG_PREFIX",
                             negative=("--no-log-prefix",),
@@ -349,6 +350,10 @@ class CommonSettings(ProcessSettings):
     def verbosity(self) -> int:
         """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""
         return 99 if self.verbose else self.log_verbosity
+
+    def debug_responses(self) -> bool:
+        """Responses carry `__verbose` (llama-server: verbosity above 9)."""
+        return self.verbosity() > 9
 
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or

@@ -6,6 +6,7 @@ import time
 
 from pydantic import BaseModel, TypeAdapter
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from scheduler import keys
 from scheduler.results import GenerationSettings
@@ -92,8 +93,9 @@ class Registry:
             await pipe.execute()
 
     async def publish_slots(self, worker_id: str, slots: list[SlotState]) -> None:
-        body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
-        await self._redis.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            write_slots(pipe, worker_id, slots)
+            await pipe.execute()
 
     async def metrics(self, worker_ids: list[str]) -> list[WorkerMetrics]:
         if not worker_ids:
@@ -132,6 +134,12 @@ class Registry:
         documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
+
+
+def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:
+    """Queue the write of a worker's slot states on `pipe` (for /slots)."""
+    body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
+    pipe.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
 
 
 def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int) -> WorkerInfo:

@@ -152,6 +152,9 @@ class TokenEvent(BaseModel):
     timings: Timings | None = None
     probs: list[TokenProbs] = Field(default_factory=list)
     progress: PromptProgress | None = None
+    n_decoded: int = 0
+    """Tokens generated so far (the `tokens_predicted` of a native partial result)."""
+    n_prompt_tokens: int = 0
 
 
 class FinalEvent(BaseModel):

@@ -7,6 +7,7 @@ needs a token, and hands the step's events to the sink in one call.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -72,9 +73,13 @@ class Active:
     batch_index: int = -1
     generated: list[int] = field(default_factory=list)
     t_prompt_done: float = 0.0
+    """When the first token was sampled (the prompt's end, as llama-server times it)."""
+    t_prompt_last: float = 0.0
+    """When the last decode with prompt tokens of this request ended."""
+    last_prompt_index: int = -1
+    """Batch index of this step's last prompt token of the request (-1: none)."""
     has_new_line: bool = False
     truncated: bool = False
-    prefilled_now: bool = False
     line_start: int = 0
     reasoning: ReasoningTracker | None = None
     probs: list[TokenProbs] = field(default_factory=list)
@@ -223,8 +228,11 @@ class Engine:
             slot.busy = True
             self.on_slots_changed()
             self._tasks_started += 1
-            admitted.append(self._start(request, slot, self._tasks_started))
+            active = self._start(request, slot, self._tasks_started)
+            admitted.append(active)
             events.append((request.job.job_id, StartedEvent()))
+            if request.job.stream and request.job.return_progress:  # the 0 % event
+                events.append((request.job.job_id, self._progress(active, active.t_start)))
         still_waiting.extend(self._waiting)  # left when continuous batching is off
         self._waiting = still_waiting
         return admitted
@@ -292,11 +300,9 @@ class Engine:
                 self._release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
-        batch = self._batch
         n = 0
         for active in self._active.values():
-            active.batch_index = -1
-            active.prefilled_now = False
+            active.batch_index = active.last_prompt_index = -1
             if not active.prefilling:
                 n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
         budget = self.model.plan.n_batch - n
@@ -308,38 +314,87 @@ class Engine:
                 end = min(len(prompt), active.prompt_done + budget)
                 for pos in range(active.prompt_done, end):
                     n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
+                active.last_prompt_index = n - 1
                 budget -= end - active.prompt_done
                 active.prompt_done = end
-                active.prefilled_now = True
-        batch.n_tokens = n
-        rc = lc.llama_decode(self.model.ctx, batch)
-        self.metrics.n_decode_total += 1
         self.metrics.n_busy_slots_total += len(self._active)
-        if rc != 0:
-            self._fail_all(ServerError(f"llama_decode failed with status {rc}"), events)
-            return
+        self._decode(n, events)
+
+    def _decode(self, n: int, events: list[JobEvent]) -> None:
+        """Decode the step's batch; when the KV cache has no room, free an idle slot's cache
+        (unified KV) or retry in smaller views, and end every request with llama-server's
+        message when not even one token fits."""
+        off, n_view = 0, n
+        while off < n:
+            size = min(n_view, n - off)
+            rc = lc.llama_decode(self.model.ctx, self._view(off, size))
+            if rc == 1 and self._clear_idle_slot():
+                continue
+            if rc == 1 and size > 1:
+                n_view = size // 2
+                log.warning("no room in the KV cache for %d tokens, retrying with %d",
+                            size, n_view)
+                continue
+            if rc != 0:
+                self._fail_all(ServerError(decode_error_message(rc)), events)
+                return
+            self.metrics.n_decode_total += 1
+            self._after_view(off, size, events)
+            off += size
+
+    def _view(self, off: int, size: int) -> lc.llama_batch:
+        """Tokens [off, off + size) of the step's batch, as a batch of their own."""
+        batch = self._batch
+        if off == 0:
+            batch.n_tokens = size
+            return batch
+        return lc.llama_batch(
+            n_tokens=size, token=_at(batch.token, off, ctypes.c_int32), embd=batch.embd,
+            pos=_at(batch.pos, off, ctypes.c_int32), n_seq_id=_at(batch.n_seq_id, off,
+                                                                    ctypes.c_int32),
+            seq_id=_at(batch.seq_id, off, ctypes.c_void_p),
+            logits=_at(batch.logits, off, ctypes.c_int8))
+
+    def _clear_idle_slot(self) -> bool:
+        """Unified KV: drop the cache of one idle slot to make room (llama-server's
+        try_clear_idle_slots); False when there is none to drop."""
+        if not self.model.plan.kv_unified:
+            return False
+        for slot in self.slots:
+            if not slot.busy and slot.tokens:
+                log.warning("purging slot %d with %d tokens", slot.slot_id, len(slot.tokens))
+                lc.llama_memory_seq_rm(self.model.memory, slot.slot_id, -1, -1)
+                slot.tokens.clear()
+                return True
+        return False
+
+    def _after_view(self, off: int, size: int, events: list[JobEvent]) -> None:
+        """Progress and sampling for the requests whose tokens were in the decoded view."""
         now = time.perf_counter()
         for active in list(self._active.values()):
             job = active.request.job
-            if active.prefilled_now and job.return_progress and job.stream:
-                events.append((job.job_id, self._progress(active, now)))
-            if active.batch_index < 0:
+            if off <= active.last_prompt_index < off + size:
+                active.t_prompt_last = now
+                if job.return_progress and job.stream:
+                    events.append((job.job_id, self._progress(active, now)))
+            if not off <= active.batch_index < off + size:
                 continue
             if not active.t_prompt_done:
-                active.t_prompt_done = now
+                active.t_prompt_done = active.t_prompt_last = now
             if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
                 self._finish(active, "limit", now, events)
                 continue
             try:
-                token, probs = self._sample(active)
+                token, probs = self._sample(active, active.batch_index - off)
                 self._on_token(active, token, probs, now, events)
             except Exception as error:  # one request's failure must not stop the engine
                 self._fail_one(active, error, events)
 
-    def _sample(self, active: Active) -> tuple[int, TokenProbs | None]:
-        """The next token, and its probabilities when the request asked for n_probs."""
+    def _sample(self, active: Active, index: int) -> tuple[int, TokenProbs | None]:
+        """The next token (from the logits at `index` of the last decoded view), and its
+        probabilities when the request asked for n_probs."""
         job = active.request.job
-        ctx, index = self.model.ctx, active.batch_index
+        ctx = self.model.ctx
         post = job.n_probs > 0 and job.post_sampling_probs
         forced = active.reasoning.next_forced() if active.reasoning else None
         if forced is not None:  # the end of a thinking block, cut short
@@ -364,9 +419,14 @@ class Engine:
         return Candidate(id=token, token=valid_utf8_prefix(piece), bytes=list(piece), p=p)
 
     def _progress(self, active: Active, now: float) -> TokenEvent:
-        return TokenEvent(content="", tokens=[], progress=PromptProgress(
-            total=len(active.request.prompt_tokens), cache=active.n_cached,
-            processed=active.prompt_done, time_ms=(now - active.t_start) * 1000))
+        """A prompt_progress event (with the timings so far under timings_per_token)."""
+        timings = self._timings(active, now) if active.request.job.timings_per_token else None
+        progress = PromptProgress(total=len(active.request.prompt_tokens),
+                                  cache=active.n_cached, processed=active.prompt_done,
+                                  time_ms=(now - active.t_start) * 1000)
+        return TokenEvent(content="", tokens=[], timings=timings, progress=progress,
+                          n_decoded=len(active.generated),
+                          n_prompt_tokens=len(active.request.prompt_tokens))
 
     def _add(self, n: int, token: int, pos: int, active: Active, logits: bool) -> int:
         batch = self._batch
@@ -412,6 +472,7 @@ class Engine:
             timings = self._timings(active, now) if request.job.timings_per_token else None
             events.append((request.job.job_id, TokenEvent(
                 content=content, tokens=[token], timings=timings,
+                n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
                 probs=[probs] if probs is not None else [])))
         if stop_type != "none":
             self._finish(active, stop_type, now, events)
@@ -526,32 +587,43 @@ class Engine:
                                         d.n_keep)
 
     def slot_states(self) -> list[SlotState]:
-        """A snapshot for /slots (read from another thread: only plain attribute reads)."""
+        """A snapshot for /slots (read from another thread: only plain attribute reads).
+        A slot that ended its request reads as llama-server's after release: its counters
+        reset (n_remain -1, n_decoded 0), its last task's id and parameters kept."""
         states = []
         for slot in self.slots:
-            active = self._active.get(slot.slot_id) or self._previous.get(slot.slot_id)
+            active = self._active.get(slot.slot_id)
+            processing = active is not None
+            active = active or self._previous.get(slot.slot_id)
             state = SlotState(id=slot.slot_id, n_ctx=self.model.n_ctx_slot,
-                              is_processing=slot.slot_id in self._active)
+                              is_processing=processing)
             if active is not None:
                 request = active.request
                 n_predict = request.n_predict
                 state.id_task = active.task_no
-                state.n_prompt_tokens = len(request.prompt_tokens)
-                state.n_prompt_tokens_processed = len(request.prompt_tokens) - active.n_cached
-                state.n_prompt_tokens_cache = active.n_cached
+                state.n_prompt_tokens = len(slot.tokens)
+                state.n_prompt_tokens_processed = \
+                    active.prompt_done - active.n_cached if processing else 0
+                state.n_prompt_tokens_cache = active.n_cached if processing else 0
                 state.params = self._settings(request)
                 state.next_token = [NextToken(
-                    has_next_token=state.is_processing, has_new_line=active.has_new_line,
-                    n_remain=-1 if n_predict < 0 else n_predict - len(active.generated),
-                    n_decoded=len(active.generated))]
+                    has_next_token=processing,
+                    has_new_line=active.has_new_line and processing,
+                    n_remain=-1 if n_predict < 0 or not processing
+                    else n_predict - len(active.generated),
+                    n_decoded=len(active.generated) if processing else 0)]
             states.append(state)
         return states
 
     def _timings(self, active: Active, now: float) -> Timings:
-        prompt_n = len(active.request.prompt_tokens) - active.n_cached
-        prompt_ms = ((active.t_prompt_done or now) - active.t_start) * 1000
+        """llama-server's timings: the prompt is timed until its first token is sampled; that
+        token costs no decode step, so the generation rates are over n - 1 steps."""
+        prompt_n = active.prompt_done - active.n_cached
+        prompt_ms = (active.t_prompt_last - active.t_start) * 1000 if active.t_prompt_last \
+            else 0.0
         predicted_n = len(active.generated)
-        predicted_ms = (now - active.t_prompt_done) * 1000 if active.t_prompt_done else 0.0
+        steps = max(0, predicted_n - 1)
+        predicted_ms = max(0.001, (now - active.t_prompt_done) * 1000) if predicted_n else 0.0
         return Timings(
             cache_n=active.n_cached,
             prompt_n=prompt_n,
@@ -560,8 +632,8 @@ class Engine:
             prompt_per_second=prompt_n * 1000 / prompt_ms if prompt_ms else 0.0,
             predicted_n=predicted_n,
             predicted_ms=predicted_ms,
-            predicted_per_token_ms=predicted_ms / predicted_n if predicted_n else 0.0,
-            predicted_per_second=predicted_n * 1000 / predicted_ms if predicted_ms else 0.0,
+            predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
+            predicted_per_second=steps * 1000 / predicted_ms if predicted_ms else 0.0,
         )
 
     def _cancel_event(self, job_id: str) -> ErrorEvent:
@@ -593,6 +665,23 @@ class Engine:
             lc.llama_memory_seq_rm(self.model.memory, active.slot.slot_id, -1, -1)
             active.slot.tokens.clear()
             self._release(active)
+
+
+def decode_error_message(rc: int) -> str:
+    """llama-server's words for a failed llama_decode."""
+    if rc == 1:
+        return "Context size has been exceeded."
+    if rc == -1:
+        return "Invalid input batch."
+    if rc < -1:
+        return "Compute error."
+    return f"llama_decode failed with status {rc}"
+
+
+def _at(pointer: Any, off: int, item: type[Any]) -> Any:
+    """`pointer + off` for a ctypes pointer to items of type `item`."""
+    address = ctypes.cast(pointer, ctypes.c_void_p).value
+    return ctypes.cast((address or 0) + off * ctypes.sizeof(item), type(pointer))
 
 
 def _cancelled_event() -> ErrorEvent:

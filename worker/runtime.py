@@ -29,7 +29,7 @@ from scheduler.errors import (
 from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
 from scheduler.leases import Leases, count_failure
 from scheduler.queueing import deserialize_job, serialize_job
-from scheduler.registry import Registry, WorkerInfo
+from scheduler.registry import Registry, WorkerInfo, write_slots
 from scheduler.results import (
     DetokenizeResult,
     ErrorEvent,
@@ -203,9 +203,12 @@ class WorkerRuntime:
             await asyncio.sleep(keys.LEASE_RENEW_EVERY_S)
 
     def _write_metrics(self, pipe: Pipeline) -> None:
+        """Metrics and slot states, written ahead of the events that end jobs: a client that
+        got its result sees its slot idle in /slots, as llama-server shows it."""
         assert self.engine is not None
         pipe.set(keys.worker_metrics(self.worker_id),
                  self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+        write_slots(pipe, self.worker_id, self.engine.slot_states())
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""

@@ -3,7 +3,7 @@
 The pydantic models describe the wire shapes (a wire model may embed them); the `validate_*`
 functions take the request's values (models or plain JSON) and return what the chat template
 and the tool grammar need, raising `InvalidRequest` (400) with llama-server's wording where it
-has one, and `NotSupported` (501) for media the model cannot take (no multimodal projector).
+has one, and llama-server's 500 for media the model cannot take (no multimodal projector).
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scheduler.errors import InvalidRequest, NotSupported
+from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 TOOL_CHOICE_MODES = ("auto", "none", "required")
 
-_MMPROJ_HINT = (
-    "hint: if this is unexpected, you may need to provide the mmproj "
-    "(--mmproj, a multimodal projector)"
-)
+_MMPROJ_HINT = "hint: if this is unexpected, you may need to provide the mmproj"
 _MEDIA_KINDS = {
     "image_url": "image",
     "input_image": "image",
@@ -148,10 +145,20 @@ def _errors(exc: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
-def _not_supported(kind: str) -> NotSupported:
+def _not_supported(kind: str) -> LlamaqError:
     if kind == "file":
         return NotSupported("file input is not supported by this server")
-    return NotSupported(f"{kind} input is not supported - {_MMPROJ_HINT}")
+    return media_not_supported(kind)
+
+
+def media_part_error(part_type: str) -> LlamaqError:
+    """The error for a content part of type `part_type` (image_url, input_audio, ...)."""
+    return _not_supported(_MEDIA_KINDS.get(part_type, "image"))
+
+
+def media_not_supported(kind: str) -> ServerError:
+    """Media for a model without a multimodal projector: llama-server's 500 and words."""
+    return ServerError(f"{kind} input is not supported - {_MMPROJ_HINT}")
 
 
 # messages
@@ -240,7 +247,7 @@ def _check_message(index: int, message: ChatMessageIn, content_given: bool) -> N
         raise InvalidRequest(f"messages[{index}]: a 'tool' message must have a 'tool_call_id'")
 
 
-def validate_messages(messages: Any) -> list[dict[str, Any]]:
+def validate_messages(messages: Any, allow_empty: bool = False) -> list[dict[str, Any]]:
     """Check the request's messages; return them as plain dicts for the chat template.
 
     Each dict has `role` and `content` (a string: text parts joined with "\\n"; "" for an
@@ -249,7 +256,7 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise InvalidRequest("Expected 'messages' to be an array")
-    if not messages:
+    if not messages and not allow_empty:  # llama-server's Anthropic endpoint allows none
         raise InvalidRequest("'messages' must contain at least one message")
     out = []
     for index, raw in enumerate(messages):

@@ -102,7 +102,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     is continued under --prefill-assistant) and, when a tool call is forced, its schema."""
     settings = _settings(request)
     chat = body.to_chat()
-    messages = validate_messages(chat.messages)
+    messages = validate_messages(chat.messages, allow_empty=True)
     tools = validate_tools(chat.tools)
     if tools and not settings.jinja:
         raise InvalidRequest("tools param requires --jinja flag")
@@ -118,7 +118,8 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     prompt = template.render(
         messages, tools=tools or None,
         extra_context=template_kwargs(settings, chat.chat_template_kwargs),
-        continue_final_message=None if settings.prefill_assistant else False)
+        continue_final_message=None if settings.prefill_assistant else False,
+        allow_empty=True)
     return PreparedChat(chat=chat, template=template, prompt=prompt, json_schema=schema)
 
 

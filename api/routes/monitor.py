@@ -47,7 +47,9 @@ async def metrics(request: Request) -> HTTPResponse:
     workers = await fleet.workers(settings.model_id(), fresh=True)
     counters = await fleet.registry.metrics([w.worker_id for w in workers])
     queue = await fleet.queue_stats(settings.model_id(), workers)
-    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE)
+    started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
+    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
+               headers={"Process-Start-Time-Unix": started})
 
 
 @monitor.post("/slots/<id_slot>", name="slot_action")

@@ -10,7 +10,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
-from api.render import completion_json, model_card, partial_json
+from api.render import completion_json, model_card, ollama_model_json, partial_json
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
@@ -73,9 +73,11 @@ async def models(request: Request) -> HTTPResponse:
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
+    settings: ApiSettings = request.app.ctx.settings
     card = model_card(model_id, int(request.app.ctx.started_at),
-                      worker.meta if worker else None, worker.n_ctx_slot if worker else None)
-    return json({"object": "list", "data": [card]})
+                      worker.meta if worker else None, worker.n_ctx_slot if worker else None,
+                      aliases=settings.alias, tags=settings.tags)
+    return json({"models": [ollama_model_json(model_id)], "object": "list", "data": [card]})
 
 
 @route(["POST"], "/tokenize")

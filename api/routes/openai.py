@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from api.render import completion_json, verbose_partial_json
 from api.render_openai import (
     logprobs_json,
     text_chunk_json,
@@ -36,16 +37,31 @@ async def completions(request: Request) -> HTTPResponse | None:
     jobs = body.to_jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
     envelope = await context.envelope("cmpl-", body.stream)
+    verbose = context.verbose(body.verbose)
+    offsets = await context.slot_offsets() if verbose else {}
     if not body.stream:
         results = await context.run(jobs)
-        return json(text_completion_json(envelope, results, body.choices))
+        out = text_completion_json(envelope, results, body.choices)
+        if verbose:
+            out["__verbose"] = completion_json(results[0], 0,
+                                               offsets.get(results[0].worker_id, 0))
+        return json(out)
 
     def render(index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
         if isinstance(event, FinalEvent):
             assert isinstance(event.result, CompletionResult)
-            return [sse_data(text_final_chunk_json(envelope, index, event.result))]
+            final = text_final_chunk_json(envelope, index, event.result)
+            if verbose:
+                final["__verbose"] = completion_json(
+                    event.result, index, offsets.get(event.result.worker_id, 0))
+            return [sse_data(final)]
+        post_sampling = jobs[index].post_sampling_probs
         chunk = text_chunk_json(envelope, index, event.content,
-                                logprobs_json(event.probs, jobs[index].post_sampling_probs))
+                                logprobs_json(event.probs, post_sampling))
+        if verbose:
+            chunk["__verbose"] = verbose_partial_json(event, index, post_sampling)
+        if event.timings is not None:
+            chunk["timings"] = event.timings.model_dump()
         if event.progress is not None:
             chunk["prompt_progress"] = event.progress.model_dump()
         return [sse_data(chunk)]

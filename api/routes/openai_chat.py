@@ -25,6 +25,7 @@ from api.chat.reasoning import reasoning_spec
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.errors import validation_message
+from api.render import completion_json
 from api.render_openai import (
     ROLE_DELTA,
     Envelope,
@@ -153,13 +154,19 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
     envelope = await context.envelope("chatcmpl-", body.stream)
+    verbose = context.verbose(body.verbose)
+    offsets = await context.slot_offsets() if verbose else None
     async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
         if not body.stream:
             results = await context.run(jobs)
             choices = [(i, result, plan.parse(result.content)) for i, result in
                        enumerate(results)]
-            return json(chat_completion_json(envelope, choices))
-        stream = ChatStream(plan, envelope, jobs)
+            out = chat_completion_json(envelope, choices)
+            if offsets is not None:
+                out["__verbose"] = completion_json(results[0], 0,
+                                                   offsets.get(results[0].worker_id, 0))
+            return json(out)
+        stream = ChatStream(plan, envelope, jobs, offsets)
         await context.stream(jobs, stream.render, stream.end,
                              ping_field=body.sse_ping_interval)
         return None
@@ -170,8 +177,11 @@ class ChatStream:
     delta (logprobs on the last one of a token), a finish chunk per choice, and with
     `stream_options.include_usage` a last chunk with usage and no choices."""
 
-    def __init__(self, plan: ChatPlan, envelope: Envelope, jobs: list[CompletionJob]) -> None:
+    def __init__(self, plan: ChatPlan, envelope: Envelope, jobs: list[CompletionJob],
+                 verbose_offsets: dict[str, int] | None = None) -> None:
+        """`verbose_offsets` (the workers' slot offsets) asks for `__verbose` objects."""
         self.envelope = envelope
+        self.verbose_offsets = verbose_offsets
         self.include_usage = plan.body.include_usage
         self.post_sampling = [job.post_sampling_probs for job in jobs]
         self.parsers = [plan.parser() for _ in jobs]
@@ -187,6 +197,7 @@ class ChatStream:
         if isinstance(event, FinalEvent):
             assert isinstance(event.result, CompletionResult)
             result = event.result
+            first = len(chunks)
             deltas = parser.feed(result.content) + parser.flush()
             chunks.extend(self._deltas(index, deltas))
             message = parser.finish()
@@ -195,6 +206,9 @@ class ChatStream:
             if not self.include_usage:
                 finish["timings"] = timings_json(result)
             chunks.append(finish)
+            if self.verbose_offsets is not None:  # on the first chunk of the final result
+                chunks[first]["__verbose"] = completion_json(
+                    result, index, self.verbose_offsets.get(result.worker_id, 0))
             self.results[index] = result
         else:
             delta_chunks = self._deltas(index, parser.feed(event.content))

@@ -17,7 +17,7 @@ from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import WorkerInfo
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent
-from scheduler.slot_ids import locate_slot
+from scheduler.slot_ids import locate_slot, slot_offset
 
 DONE = "data: [DONE]\n\n"
 
@@ -43,6 +43,16 @@ class OpenAIContext:
         if not workers:
             raise Unavailable("Loading model")
         return workers
+
+    def verbose(self, asked: bool) -> bool:
+        """Responses carry llama-server's `__verbose` debug object: the request's `verbose`,
+        or the server's --verbose."""
+        return asked or self.settings.debug_responses()
+
+    async def slot_offsets(self) -> dict[str, int]:
+        """Each worker's first fleet-wide slot id (to render a worker-local id_slot)."""
+        workers = await self.fleet.workers(self.model_id)
+        return {w.worker_id: slot_offset(workers, w.worker_id) for w in workers}
 
     async def prepare(self, jobs: list[CompletionJob], id_slot: int, choices: int) -> None:
         """Check `n` against the slots (llama-server's limit) and pin jobs to `id_slot`."""

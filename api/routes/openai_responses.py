@@ -45,9 +45,17 @@ async def responses(request: Request) -> HTTPResponse | None:
             for delta in parser.feed(event.result.content) + parser.flush():
                 out.extend(events.delta(delta))
             out.extend(events.finish(parser.finish(), [event.result]))
-        else:
-            for delta in parser.feed(event.content):
-                out.extend(events.delta(delta))
+            return [sse_event(item) for item in out]
+        if event.progress is not None and len(out) == 0:
+            out.append(events.in_progress())
+        for delta in parser.feed(event.content):
+            out.extend(events.delta(delta))
+        if out:  # llama-server puts timings and progress on a chunk's last event
+            data = out[-1][1]
+            if event.timings is not None:
+                data["timings"] = event.timings.model_dump()
+            if event.progress is not None:
+                data["prompt_progress"] = event.progress.model_dump()
         return [sse_event(item) for item in out]
 
     await context.stream(jobs, render, terminator="", ping_field=body.sse_ping_interval)

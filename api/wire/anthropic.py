@@ -16,14 +16,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.chat.messages import ToolChoice as OpenAIToolChoice
+from api.chat.messages import media_not_supported
 from api.wire.body import drop_nulls
-from scheduler.errors import NotSupported
 from scheduler.jobs import CompletionJob, SamplingParams
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 10000
-MULTIMODAL_MESSAGE = ("image input is not supported: the model needs a multimodal projector "
-                      "(--mmproj), which this server does not have")
 
 
 class _Block(BaseModel):
@@ -248,8 +246,8 @@ def convert_message(message: MessageParam) -> list[dict[str, Any]]:
             parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ThinkingBlock):
             reasoning += block.thinking
-        elif isinstance(block, ImageBlock):
-            raise NotSupported(MULTIMODAL_MESSAGE)
+        elif isinstance(block, ImageBlock) and _is_media(block):
+            raise media_not_supported("image")
         elif isinstance(block, ToolUseBlock):
             tool_calls.append({"id": block.id, "type": "function", "function": {
                 "name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
@@ -272,9 +270,14 @@ def _tool_result_text(block: ToolResultBlock) -> str:
         return ""
     if isinstance(block.content, str):
         return block.content
-    if any(isinstance(part, ImageBlock) for part in block.content):
-        raise NotSupported(MULTIMODAL_MESSAGE)
+    if any(isinstance(part, ImageBlock) and _is_media(part) for part in block.content):
+        raise media_not_supported("image")
     return "".join(part.text for part in block.content if isinstance(part, TextBlock))
+
+
+def _is_media(block: ImageBlock) -> bool:
+    """An image llama-server passes on to the model (its other sources are dropped)."""
+    return block.source.get("type") in ("base64", "url")
 
 
 def _openai_tool_choice(choice: ToolChoice | None) -> OpenAIToolChoice:

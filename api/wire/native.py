@@ -62,6 +62,8 @@ class CompletionRequest(BaseModel):
     n_cache_reuse: int | None = Field(default=None, ge=0)
     sse_ping_interval: float | None = None
     """Seconds between SSE ping comments of this stream (<= 0: none); None: the server's."""
+    verbose: bool = False
+    """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
     temperature: float | None = None
     dynatemp_range: float | None = None

@@ -296,12 +296,13 @@ def test_sdk_raises_bad_request(client: openai.OpenAI) -> None:
     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
     {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
 ])
-def test_multimodal_parts_are_501(api: str, part: dict[str, Any]) -> None:
+def test_multimodal_parts_without_projector_are_500(api: str, part: dict[str, Any]) -> None:
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}]
     response = chat(api, {"messages": messages, "max_tokens": 2})
-    assert response.status_code == 501, response.text
+    assert response.status_code == 500, response.text
     error = response.json()["error"]
-    assert error["type"] == "not_supported_error" and "mmproj" in error["message"]
+    assert error["type"] == "server_error" and error["message"].endswith(
+        "input is not supported - hint: if this is unexpected, you may need to provide the mmproj")
 
 
 def test_malformed_json_is_400(api: str) -> None:

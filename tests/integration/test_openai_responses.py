@@ -152,10 +152,11 @@ def test_bad_requests_are_400(api: str, body: dict[str, Any]) -> None:
     assert response.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_input_image_is_501(api: str) -> None:
+def test_input_image_without_projector_is_500(api: str) -> None:
     body = {"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]}
     response = httpx.post(f"{api}/v1/responses", json=body, timeout=30)
-    assert response.status_code == 501, response.text
-    assert response.json()["error"]["type"] == "not_supported_error"
+    assert response.status_code == 500, response.text
+    assert response.json()["error"]["type"] == "server_error"
+    assert response.json()["error"]["message"].startswith("image input is not supported - hint")

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from api.chat.messages import ToolChoice
 from api.wire.anthropic import MessagesRequest, normalize_billing_header
-from scheduler.errors import NotSupported
+from scheduler.errors import ServerError
 
 
 def request(**fields: Any) -> MessagesRequest:
@@ -147,8 +147,20 @@ def test_content_blocks_tool_use_and_results() -> None:
 ])
 def test_images_need_a_projector(content: list[dict[str, Any]]) -> None:
     body = request(messages=[{"role": "user", "content": content}])
-    with pytest.raises(NotSupported, match="multimodal projector"):
+    with pytest.raises(ServerError) as info:  # llama-server's 500 without an mmproj
         body.to_chat()
+    assert info.value.status == 500
+    assert info.value.message == ("image input is not supported - hint: if this is "
+                                  "unexpected, you may need to provide the mmproj")
+
+
+def test_images_of_other_sources_are_dropped() -> None:
+    """llama-server passes base64 and url images on, and leaves other sources out."""
+    image = {"type": "image", "source": {"type": "file", "file_id": "f"}}
+    body = request(messages=[{"role": "user", "content": [image, {"type": "text",
+                                                                  "text": "hi"}]}])
+    assert body.to_chat().messages == [{"role": "user",
+                                        "content": [{"type": "text", "text": "hi"}]}]
 
 
 def test_tools_and_tool_choice() -> None:

@@ -17,7 +17,7 @@ from api.chat.messages import (
     validate_tools,
 )
 from api.chat.tool_grammar import GENERIC_TOOL_HINT_REQUIRED, add_system_hint, tool_call_grammar
-from scheduler.errors import InvalidRequest, NotSupported
+from scheduler.errors import InvalidRequest, NotSupported, ServerError
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -162,13 +162,21 @@ def test_bad_messages_are_400s(messages, match):
 )
 def test_media_parts_need_a_multimodal_projector(part, kind):
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}]
-    with pytest.raises(NotSupported, match=f"{kind} input is not supported.*mmproj") as info:
+    with pytest.raises(ServerError) as info:
         validate_messages(messages)
-    assert info.value.status == 501 and info.value.error_type == "not_supported_error"
-    assert "multimodal projector" in info.value.message
+    # llama-server's answer, word for word: a 500
+    assert info.value.status == 500 and info.value.error_type == "server_error"
+    assert info.value.message == (f"{kind} input is not supported - hint: if this is "
+                                  "unexpected, you may need to provide the mmproj")
     # the same part given as a parsed model
-    with pytest.raises(NotSupported):
+    with pytest.raises(ServerError):
         validate_messages([ChatMessageIn.model_validate(messages[0])])
+
+
+def test_empty_messages_only_where_allowed():
+    with pytest.raises(InvalidRequest, match="at least one message"):
+        validate_messages([])
+    assert validate_messages([], allow_empty=True) == []
 
 
 def test_file_parts_are_not_supported():
