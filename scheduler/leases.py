@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from dataclasses import dataclass
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 
 from scheduler import keys
@@ -221,7 +221,7 @@ async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
 
 async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
     """How many jobs of the queue wait for a worker, and how long the oldest has waited (s)."""
-    now_ms = int(time.time() * 1000)
+    now_ms = timestamp_ms()  # arq's own clock: it rounds, so int() could miss a new job
     count, oldest = await redis.eval(WAITING_JOBS, 1, queue_name, str(now_ms),  # type: ignore[misc]
                                      in_progress_key_prefix)
     oldest_ms = float(oldest)

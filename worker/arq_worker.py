@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from arq import Worker
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from scheduler import keys
@@ -65,7 +65,7 @@ class WakeableWorker(Worker):
         if free <= 0 or not self.taking:
             return
         job_ids = await self.pool.eval(  # type: ignore[misc]
-            READY_JOBS, 1, self.queue_name, str(int(time.time() * 1000)), str(free),
+            READY_JOBS, 1, self.queue_name, str(timestamp_ms()), str(free),
             in_progress_key_prefix)
         if job_ids and self.taking:
             await self.start_jobs(job_ids)
