@@ -86,7 +86,7 @@ def test_a_job_running_at_two_worker_deaths_ends_with_500(redis_url: str, workdi
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-poison")
     try:
         first = fleet.add_worker(*ONE_SLOT)
-        api = fleet.add_api()
+        api = fleet.add_api("--metrics")
         fleet.wait_healthy(api)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, f"{api}/completion", json=ENDLESS, timeout=120)
@@ -102,6 +102,8 @@ def test_a_job_running_at_two_worker_deaths_ends_with_500(redis_url: str, workdi
         assert response.status_code == 500, response.text
         assert response.json()["error"]["type"] == "server_error"
         assert time.monotonic() - killed_at < 10
+        assert metric(api, 'llamaq:jobs_failed_total{cause="poison"}') == 1
+        assert metric(api, "llamaq:jobs_retried_total") == 1
         found = re.search(r"job (\S+): poison job", api_log(fleet))
         assert found, "the api names the poison job in its log"
         third = fleet.add_worker(*ONE_SLOT)
