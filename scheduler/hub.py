@@ -197,7 +197,7 @@ class EventHub:
                 queue.put_nowait(EventPointer(int(data[1:])))
             else:
                 queue.put_nowait(ENVELOPE.validate_json(data[1:] if data[0] == INLINE else data))
-        except (ValidationError, ValueError):
+        except (ValidationError, ValueError, IndexError):  # junk anyone may publish
             log.exception("malformed event on %s", channel)
 
 

@@ -333,10 +333,15 @@ class WorkerRuntime:
         if message["type"] != "message":
             return
         channel = message["channel"].decode()
+        try:
+            data = message["data"].decode()
+        except UnicodeDecodeError:  # junk anyone may publish: it must not stop the listener
+            log.warning("malformed message on %s: %r", channel, message["data"][:100])
+            return
         if channel == keys.CANCEL_CHANNEL:
-            self.engine.cancel(message["data"].decode())
+            self.engine.cancel(data)
         elif channel == keys.CONTROL_CHANNEL:
-            self.engine.end_reasoning(message["data"].decode())
+            self.engine.end_reasoning(data)
         elif channel in by_channel:
             by_channel[channel].wake.set()
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import redis
 from scheduler import keys
 from tests.conftest import make_fleet
 from tests.faults import start_streams
-from tests.processes import start_redis, wait_until
+from tests.processes import Fleet, start_redis, wait_until
 
 ONE_SLOT = ("-c", "1024", "-np", "1", "-t", "1")
 HOUR_S = 3600
@@ -134,56 +135,72 @@ def test_key_lifetimes_and_a_dead_workers_keys(own_redis: str, tmp_path: Path,
         fleet.stop()
 
 
-def test_events_pubsub_lost_are_read_back_exactly_once(own_redis: str, tmp_path: Path,
-                                                       gemma_path: Path) -> None:
-    """The api's pub/sub connection is killed again and again while a stream runs (Redis's
-    CLIENT KILL TYPE pubsub, so events and the final one published meanwhile never arrive by
-    pub/sub): the client still gets every token once, in order, and the final event at once."""
-    client: Any = redis.Redis.from_url(own_redis)
-    fleet = make_fleet(own_redis, tmp_path, gemma_path, "gemma-gaps")
+@dataclass
+class Gaps:
+    client: Any
+    fleet: Fleet
+    api: str
+
+
+@pytest.fixture(scope="module")
+def gaps(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Iterator[Gaps]:
+    """A Redis of the module's own, one worker (one slot), one api pod."""
+    folder = tmp_path_factory.mktemp("gaps")
+    process, url = start_redis(folder / "redis")
+    fleet = make_fleet(url, folder, gemma_path, "gemma-gaps")
     try:
         fleet.add_worker("-c", "1024", "-np", "1", "-t", "2")
         api = fleet.add_api("--timeout", "600")
         fleet.wait_healthy(api)
-        body = {"prompt": "Count from one to forty in words:", "n_predict": 40,
-                "temperature": 0, "cache_prompt": False}
-        expected = httpx.post(f"{api}/completion", json=body, timeout=60).json()["content"]
-        stop = threading.Event()
-        kills = [0]
-
-        def killer() -> None:
-            while not stop.is_set():
-                kills[0] += int(client.client_kill_filter(_type="pubsub"))
-                time.sleep(0.15)
-
-        thread = threading.Thread(target=killer, daemon=True)
-        events: list[dict[str, Any]] = []
-        ids: list[str] = []
-        started = time.monotonic()
-        with httpx.stream("POST", f"{api}/completion", json={**body, "stream": True},
-                          timeout=120) as response:
-            assert response.status_code == 200
-            for line in response.iter_lines():
-                if line.startswith("id: "):
-                    ids.append(line[4:])
-                if not line.startswith("data: "):
-                    continue
-                events.append(json.loads(line[6:]))
-                if len(events) == 1:
-                    thread.start()
-        stop.set()
-        thread.join(5)
-        took = time.monotonic() - started
-        assert kills[0] >= 2, "the api's subscriber was never cut"
-        assert events[-1]["stop"] is True and "error" not in events[-1], events[-1]
-        assert "".join(e["content"] for e in events) == expected
-        assert len([e for e in events if e["content"]]) <= 40
-        assert len(ids) == len(set(ids)) == len(events)
-        assert took < 60, took  # the final event came, not --timeout (600 s)
-        assert fleet.processes[-1].poll() is None and fleet.processes[0].poll() is None
-        lost_final_is_read_back(client, fleet.processes[-1], api, body, expected)
+        yield Gaps(redis.Redis.from_url(url), fleet, api)
     finally:
         fleet.stop()
+        process.kill()
+        process.wait()
+
+
+def test_events_pubsub_lost_are_read_back_exactly_once(gaps: Gaps) -> None:
+    """The api's pub/sub connection is killed again and again while a stream runs (Redis's
+    CLIENT KILL TYPE pubsub, so events and the final one published meanwhile never arrive by
+    pub/sub): the client still gets every token once, in order, and the final event at once."""
+    client, fleet, api = gaps.client, gaps.fleet, gaps.api
+    body = {"prompt": "Count from one to forty in words:", "n_predict": 40,
+            "temperature": 0, "cache_prompt": False}
+    expected = httpx.post(f"{api}/completion", json=body, timeout=60).json()["content"]
+    stop = threading.Event()
+    kills = [0]
+
+    def killer() -> None:
+        while not stop.is_set():
+            kills[0] += int(client.client_kill_filter(_type="pubsub"))
+            time.sleep(0.15)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    events: list[dict[str, Any]] = []
+    ids: list[str] = []
+    started = time.monotonic()
+    with httpx.stream("POST", f"{api}/completion", json={**body, "stream": True},
+                      timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                ids.append(line[4:])
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if len(events) == 1:
+                thread.start()
+    stop.set()
+    thread.join(5)
+    took = time.monotonic() - started
+    assert kills[0] >= 2, "the api's subscriber was never cut"
+    assert events[-1]["stop"] is True and "error" not in events[-1], events[-1]
+    assert "".join(e["content"] for e in events) == expected
+    assert len([e for e in events if e["content"]]) <= 40
+    assert len(ids) == len(set(ids)) == len(events)
+    assert took < 60, took  # the final event came, not --timeout (600 s)
+    assert fleet.processes[-1].poll() is None and fleet.processes[0].poll() is None
+    lost_final_is_read_back(client, fleet.processes[-1], api, body, expected)
 
 
 def logged_final(client: Any, log_key: bytes) -> bool:
@@ -224,6 +241,37 @@ def lost_final_is_read_back(client: Any, pod: subprocess.Popen[bytes], api: str,
     assert time.monotonic() - thawed < 5
     assert events[-1]["stop"] is True and "error" not in events[-1], events[-1]
     assert "".join(e["content"] for e in events) == expected
+
+
+
+def test_malformed_messages_on_our_channels_kill_nothing(gaps: Gaps) -> None:
+    """Junk published on a waiting job's events channel, on the cancel and on the control
+    channel is logged and dropped: the api pod and the worker live on, the stream completes."""
+    client, fleet, api = gaps.client, gaps.fleet, gaps.api
+    channels_before = set(client.pubsub_channels("llamaq:job:*"))
+    events: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{api}/completion", timeout=120, json={
+            "prompt": "A story:", "n_predict": 24, "ignore_eos": True,
+            "stream": True}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if len(events) == 1:
+                channels = set(client.pubsub_channels("llamaq:job:*")) - channels_before
+                assert channels, "the job's events channel"
+                for junk in (b"", b"\x00", b"\xff{"):
+                    for channel in channels:
+                        client.publish(channel, junk)
+                    client.publish(keys.CANCEL_CHANNEL, junk)
+                    client.publish(keys.CONTROL_CHANNEL, junk)
+    assert events[-1]["stop"] is True and "error" not in events[-1], events[-1]
+    assert sum(1 for e in events if e["content"]) == 24
+    time.sleep(1)
+    assert [p.poll() for p in fleet.processes] == [None, None]
+    assert httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 2},
+                      timeout=60).status_code == 200
 
 
 SUPERVISED = """
