@@ -126,7 +126,8 @@ SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
 }
 
 
-def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float) -> Tally:
+def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float,
+        seconds: float) -> Tally:
     workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
     redis = RestartableRedis(workdir / "redis")
     redis.start()
@@ -142,7 +143,11 @@ def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float)
         fleet.add_worker(*flags)
         api = fleet.add_api()
         bench = Bench(fleet, api, flags, streams, redis, outage_s)
+        until = time.monotonic() + seconds
         for round_no in range(rounds):
+            if time.monotonic() > until:
+                print(f"time is up after {round_no} rounds", flush=True)
+                break
             wait_until(lambda: len(slots_of(api)) >= 2 * n_slots, timeout=120,
                        what="two workers")
             SCENARIOS[scenario](bench, round_no, tally)
@@ -167,8 +172,11 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--outage", type=float, default=15.0,
                         help="seconds Redis stays down (redis-restart)")
+    parser.add_argument("--seconds", type=float, default=float("inf"),
+                        help="start no round after this many seconds")
     args = parser.parse_args()
-    tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage)
+    tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage,
+                args.seconds)
     print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
           f"{tally.errored}, lost {tally.lost}; p99 time to the error event "
           f"{tally.p99():.2f} s")
