@@ -14,6 +14,7 @@ from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
 from api.errors import install_error_handler
 from api.fleet import Fleet
+from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
 from api.routes.monitor import monitor
@@ -22,6 +23,7 @@ from api.routes.openai import openai
 from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.templates import templates
 from api.settings import ApiSettings
+from scheduler.limits import largest_body_limit
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +35,15 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
+    app.config.REQUEST_MAX_SIZE = largest_body_limit()  # each route has its own, below it
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:
-        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout))
+        app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
+                                            settings.n_probs_max)
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
@@ -53,7 +57,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     vertex = VertexSettings.from_env(os.environ)
     if vertex.enabled:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from scheduler.config import CommonSettings, flag
+from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 ON_OFF_AUTO = ("on", "off", "auto")
@@ -135,5 +136,8 @@ class ApiSettings(CommonSettings):
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")
     # ours
+    n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
+                            help="largest n_probs (logprobs, top_logprobs) a request gets; "
+                            "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")

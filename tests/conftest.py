@@ -52,3 +52,22 @@ def fleet(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[Fleet]:
 @pytest.fixture(scope="session")
 def api(fleet: Fleet) -> str:
     return fleet.api_urls[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny llama GGUF with random weights, written by the test (tests/tiny_gguf.py)."""
+    from tests.tiny_gguf import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_fleet(redis_url: str, workdir: Path, tiny_model_path: Path) -> Iterator[Fleet]:
+    """One api and one worker serving the tiny model as `tiny` (fast: for many requests)."""
+    fleet = make_fleet(redis_url, workdir, tiny_model_path, "tiny")
+    fleet.add_worker("-c", "4096", "-np", "4", "-t", "2", "-n", "16")
+    url = fleet.add_api()
+    fleet.wait_healthy(url)
+    yield fleet
+    fleet.stop()

@@ -365,8 +365,11 @@ class Engine:
             if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
                 self._finish(active, "limit", now, events)
                 continue
-            token, probs = self._sample(active, active.batch_index - off)
-            self._on_token(active, token, probs, now, events)
+            try:
+                token, probs = self._sample(active, active.batch_index - off)
+                self._on_token(active, token, probs, now, events)
+            except Exception as error:  # one request's failure must not stop the engine
+                self._fail_one(active, error, events)
 
     def _sample(self, active: Active, index: int) -> tuple[int, TokenProbs | None]:
         """The next token (from the logits at `index` of the last decoded view), and its
@@ -620,6 +623,15 @@ class Engine:
         active.slot.busy = False
         active.slot.last_used = time.monotonic()
         del self._active[active.slot.slot_id]
+
+    def _fail_one(self, active: Active, error: Exception, events: list[JobEvent]) -> None:
+        job_id = active.request.job.job_id
+        log.exception("job %s: failed on slot %d", job_id, active.slot.slot_id, exc_info=error)
+        info = (error if isinstance(error, LlamaqError)
+                else ServerError(f"internal error: {type(error).__name__}")).to_info()
+        events.append((job_id, ErrorEvent(error=info)))
+        if active.slot.slot_id in self._active:
+            self._release(active)
 
     def _fail_all(self, error: LlamaqError, events: list[JobEvent]) -> None:
         log.error("decode failed, failing %d requests: %s", len(self._active), error)

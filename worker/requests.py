@@ -10,6 +10,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.errors import ExceedContextSize, InvalidRequest
 from scheduler.jobs import CompletionJob, LogitBias
+from scheduler.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from worker.infill import infill_tokens
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, SamplerConfig
@@ -33,6 +34,7 @@ class EngineDefaults:
     context_shift: bool = False
     cache_reuse: int = 0
     spm_infill: bool = False
+    n_probs_max: int = DEFAULT_N_PROBS_MAX
 
 
 @dataclass
@@ -51,7 +53,9 @@ class Request:
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
                     n_slots: int) -> Request:
-    """Tokenize and validate; raises the request's error before it takes a slot."""
+    """Check the limits, tokenize and validate; raises the request's error before it takes a
+    slot (the api checked the limits too: this guards what reaches llama.cpp)."""
+    check_completion(job, defaults.n_probs_max)
     vocab = model.vocab
     n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
     if job.infill is not None:
@@ -73,7 +77,7 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
             f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
-    sampling = defaults.sampling.with_request(job.sampling)
+    sampling = defaults.sampling.with_request(job.sampling, n_ctx)
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
                            token_biases(job.logit_bias or defaults.logit_bias, vocab),
                            grammar_of(job, defaults))
@@ -89,9 +93,11 @@ def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
         return job.grammar
     if job.json_schema is not None:
         try:
-            return str(json_schema_to_gbnf(job.json_schema))
+            grammar = str(json_schema_to_gbnf(job.json_schema))
         except (ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
             raise InvalidRequest(f"Failed to convert the JSON schema to a grammar: {exc}") from None
+        check_grammar(grammar, "json_schema")  # what the schema turned into must fit too
+        return grammar
     return defaults.grammar
 
 

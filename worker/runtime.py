@@ -203,7 +203,8 @@ class WorkerRuntime:
                               model_alias=self.model_id, worker_id=self.worker_id,
                               grammar=grammar, logit_bias=flags.default_logit_bias(s),
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
-                              context_shift=s.context_shift, cache_reuse=s.cache_reuse)
+                              context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                              n_probs_max=s.n_probs_max)
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import SamplingParams
+from scheduler.limits import SOFT_LIMITS, UINT32_MASK, check_sampling, clamp
 
 DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
 SAMPLER_NAMES = {
@@ -63,15 +64,33 @@ class SamplerConfig(BaseModel):
         "temperature",
     ]
 
-    def with_request(self, request: SamplingParams) -> SamplerConfig:
+    def with_request(self, request: SamplingParams, n_ctx: int) -> SamplerConfig:
+        """This config with the request's values, checked and clamped as llama-server does
+        (scheduler/limits.py), and the penalty windows clamped to the context (`n_ctx`)."""
+        check_sampling(request)
         overrides = request.model_dump(exclude_none=True)
         if "samplers" in overrides:
             overrides["samplers"] = normalize_samplers(overrides["samplers"])
-        if overrides.get("seed", 0) < 0:
+        seed = overrides.get("seed", 0)
+        if seed < 0:
             overrides["seed"] = DEFAULT_SEED
-        if overrides.get("mirostat", 0) not in (0, 1, 2):
-            raise InvalidRequest("mirostat must be 0, 1 or 2")
-        return self.model_copy(update=overrides)
+        elif seed > UINT32_MASK:
+            overrides["seed"] = seed & UINT32_MASK
+        for name in SOFT_LIMITS:
+            if name in overrides:
+                overrides[name] = clamp(name, overrides[name])
+        if overrides.get("dry_base", self.dry_base) < 1.0:
+            overrides["dry_base"] = self.dry_base  # llama-server: < 1 takes the server's value
+        config = self.model_copy(update=overrides)
+        config.repeat_last_n = _window(config.repeat_last_n, n_ctx)
+        config.dry_penalty_last_n = _window(config.dry_penalty_last_n, n_ctx)
+        return config
+
+
+def _window(last_n: int, n_ctx: int) -> int:
+    """A penalty window: -1 (a server default) or anything larger than the context is the
+    context size, which is all there is to look back on; llama.cpp allocates that much."""
+    return n_ctx if last_n < 0 or last_n > n_ctx else last_n
 
 
 def normalize_samplers(names: list[str]) -> list[str]:

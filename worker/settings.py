@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from scheduler.config import CommonSettings, flag
+from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 ON_OFF_AUTO = ("on", "off", "auto")
@@ -334,6 +335,9 @@ class WorkerSettings(CommonSettings):
                                    env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
                                    help="minimum speculative decoding probability (greedy)")
     # ours
+    n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
+                            help="largest n_probs (logprobs, top_logprobs) a request gets; "
+                            "larger values are capped")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",

@@ -1,4 +1,8 @@
-"""The model's vocabulary: tokenize, pieces, detokenize. Read-only, safe from any thread."""
+"""The model's vocabulary: tokenize, pieces, detokenize.
+
+Safe from any thread by construction: the engine thread and the event loop call it at once, and
+ctypes releases the GIL during each llama.cpp call, so no call writes into memory another call
+may be using: every call has its own buffers, and the llama_vocab is only read."""
 
 from __future__ import annotations
 
@@ -6,7 +10,11 @@ import ctypes
 
 import llama_cpp as lc
 
+from scheduler.errors import InvalidRequest
 from scheduler.jobs import PromptPiece
+
+PIECE_BUFFER = 64
+"""Bytes for one token's piece; a longer piece gets a buffer of its own size."""
 
 
 class Vocab:
@@ -16,10 +24,13 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(vocab)
         self.eos = lc.llama_vocab_eos(vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode()
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest("The text holds a lone UTF-16 surrogate, which is not valid "
+                                 "Unicode") from None
         capacity = len(data) + 2
         buf = (lc.llama_token * capacity)()
         n = lc.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special,
@@ -45,7 +56,7 @@ class Vocab:
 
     def piece(self, token: int, special: bool) -> bytes:
         """The bytes of one token (its UTF-8 may be incomplete)."""
-        buf = self._piece_buf
+        buf = ctypes.create_string_buffer(PIECE_BUFFER)  # this call's own: see the docstring
         n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)

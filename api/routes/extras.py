@@ -3,13 +3,12 @@ llama-server answers when the feature is off: 501 with a message, never a 404 or
 
 from __future__ import annotations
 
-import json as json_text
-
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.settings import ApiSettings
-from api.wire.body import json_body
+from api.wire.body import json_body, load_json, parse_body, raw_body
+from api.wire.systemone import SystemOneRequest
 from scheduler.errors import InvalidRequest, NotSupported
 
 extras = Blueprint("extras")
@@ -27,6 +26,7 @@ async def rerank(request: Request) -> HTTPResponse:
 
 
 async def systemone(request: Request) -> HTTPResponse:
+    parse_body(request, SystemOneRequest)  # an invalid request is a 400, as the spec says
     raise NotSupported("this model is not a decision model: /v1/systemone needs one")
 
 
@@ -52,10 +52,8 @@ async def set_props(request: Request) -> HTTPResponse:
 
 
 def json_body_list(request: Request) -> list[object]:
-    try:
-        body = json_text.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("Request body must be an array") from None
+    raw = raw_body(request)
+    body = load_json(raw) if raw.strip() else None
     if not isinstance(body, list):
         raise InvalidRequest("Request body must be an array")
     return body

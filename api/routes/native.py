@@ -22,6 +22,7 @@ from api.wire.native import (
     InfillRequest,
     TokenizeRequest,
 )
+from scheduler import limits
 from scheduler.client import ChoiceEvent, merge_events
 from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
@@ -105,7 +106,7 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     if body.n_cmpl > 1 and body.id_slot < 0:
         await _keep_completions_together(request, jobs, body.n_cmpl)
     if body.id_slot >= 0:
-        await _route_to_slot(request, jobs, body.id_slot)
+        await _route_to_slot(request, jobs, body.id_slot, body.n_cmpl)
     if body.stream:
         await _stream(request, jobs, body.response_fields)
         return None
@@ -131,8 +132,10 @@ async def _keep_completions_together(request: Request, jobs: list[CompletionJob]
             job.worker_id = worker.worker_id
 
 
-async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int) -> None:
+async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int,
+                         n_cmpl: int) -> None:
     worker, local_id = locate_slot(await _fleet(request).workers(_model_id(request)), id_slot)
+    limits.check_fan_out(1, n_cmpl, worker.n_slots)  # the worker that holds the slot runs all
     for job in jobs:
         job.worker_id = worker.worker_id
         job.id_slot = local_id

@@ -64,6 +64,9 @@ class OpenAIContext:
                 raise InvalidRequest(f"n ({choices}) exceeds the number of slots ({n_slots})")
             if id_slot >= 0:
                 worker, local_id = locate_slot(workers, id_slot)
+                if choices > worker.n_slots:  # that worker runs every choice
+                    raise InvalidRequest(
+                        f"n ({choices}) exceeds the number of slots ({worker.n_slots})")
                 for job in jobs:
                     job.worker_id, job.id_slot = worker.worker_id, local_id
 

@@ -1,25 +1,100 @@
-"""Reading a request body into a wire model: malformed JSON and wrong shapes are 400s."""
+"""Reading a request body into a wire model: malformed JSON, wrong shapes and bodies past the
+limits (size per route, nesting depth, NaN/Infinity, lone UTF-16 surrogates) are 400s."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sanic import Request
 
 from api.errors import validation_message
+from scheduler import limits
 from scheduler.errors import InvalidRequest
 
 Model = TypeVar("Model", bound=BaseModel)
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: the text may hold a lone one (a pair is fine)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise InvalidRequest(f"Invalid JSON in the request body: {name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidRequest(f"Invalid JSON in the request body: {text} is out of range")
+    return value
+
+
+def load_json(raw: bytes) -> Any:
+    """Parse JSON as llama-server's parser reads it: NaN and Infinity are not JSON, numbers
+    must fit a double, strings must be valid Unicode; and no deeper than MAX_JSON_DEPTH."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise _too_deep() from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
+        raise InvalidRequest(f"Invalid JSON in the request body: {exc}") from None
+    deep = raw.count(b"[") + raw.count(b"{") > limits.MAX_JSON_DEPTH
+    surrogates = SURROGATE_ESCAPE.search(raw) is not None
+    if deep or surrogates:
+        _check_shape(value, surrogates)
+    return value
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(f"Invalid JSON in the request body: nested deeper than "
+                          f"{limits.MAX_JSON_DEPTH} levels")
+
+
+def _check_shape(value: Any, strings: bool) -> None:
+    """Nesting depth of arrays and objects; with `strings`, that every string is valid UTF-8
+    (a lone surrogate is not)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= limits.MAX_JSON_DEPTH:
+                raise _too_deep()
+            if strings:
+                _check_strings(item.keys())
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            if depth >= limits.MAX_JSON_DEPTH:
+                raise _too_deep()
+            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list | str))
+        elif strings and isinstance(item, str):
+            _check_strings((item,))
+
+
+def _check_strings(values: Any) -> None:
+    for value in values:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest("Invalid JSON in the request body: a string holds a lone "
+                                 "UTF-16 surrogate, which is not valid Unicode") from None
+
+
+def raw_body(request: Request) -> bytes:
+    """The body, refused when larger than its route's limit."""
+    raw = request.body or b""
+    prefix = request.app.ctx.settings.api_prefix if hasattr(request.app.ctx, "settings") else ""
+    limit = limits.body_limit(request.path, prefix)
+    if len(raw) > limit:
+        raise InvalidRequest(f"The request body is larger than {limit} bytes, the limit of "
+                             f"{request.path}")
+    return raw
 
 
 def json_body(request: Request) -> dict[str, Any]:
-    raw = request.body or b""
-    try:
-        body = json.loads(raw) if raw.strip() else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"Invalid JSON in the request body: {exc}") from None
+    raw = raw_body(request)
+    body = load_json(raw) if raw.strip() else None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object")
     return body
@@ -30,6 +105,8 @@ def parse_body(request: Request, model: type[Model]) -> Model:
         return model.model_validate(json_body(request))
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from None
+    except RecursionError:
+        raise _too_deep() from None
 
 
 def drop_nulls(data: Any) -> Any:

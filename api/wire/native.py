@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from scheduler import limits
 from scheduler.errors import InvalidRequest, NotSupported
 from scheduler.jobs import (
     CompletionJob,
@@ -122,8 +123,10 @@ class CompletionRequest(BaseModel):
 
     def to_jobs(self, model: str) -> list[CompletionJob]:
         """One job per prompt and completion (`n_cmpl`), in the order results are returned."""
+        prompts = self.prompts()
+        limits.check_fan_out(len(prompts), self.n_cmpl, limits.MAX_PROMPTS)
         jobs: list[CompletionJob] = []
-        for prompt in self.prompts():
+        for prompt in prompts:
             if not prompt:
                 raise InvalidRequest("The prompt is empty")
             jobs.extend(self.job(model, prompt) for _ in range(self.n_cmpl))
@@ -206,6 +209,7 @@ class InfillRequest(CompletionRequest):
     def to_jobs(self, model: str) -> list[CompletionJob]:
         infill = InfillParts(input_prefix=self.input_prefix, input_suffix=self.input_suffix,
                              input_extra=self.input_extra)
+        limits.check_fan_out(1, self.n_cmpl, limits.MAX_PROMPTS)
         jobs = [self.job(model, self.prompt) for _ in range(self.n_cmpl)]
         for job in jobs:
             job.infill = infill

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.wire.body import drop_nulls
 from api.wire.native import CompletionRequest
+from scheduler import limits
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob, PromptPiece
 
@@ -129,8 +130,10 @@ class OpenAICompletionRequest(OpenAIOptions):
 
     def to_jobs(self, model: str) -> list[CompletionJob]:
         """One job per prompt and choice; choice index = prompt index * n + j."""
+        prompts = self.prompts()
+        limits.check_fan_out(len(prompts), self.choices, limits.MAX_PROMPTS)
         jobs: list[CompletionJob] = []
-        for prompt in self.prompts():
+        for prompt in prompts:
             if not prompt:
                 raise InvalidRequest("The prompt is empty")
             jobs.extend(self.job(model, prompt) for _ in range(self.choices))
@@ -185,6 +188,7 @@ class ChatCompletionRequest(OpenAIOptions):
                   tool_schema: str | None = None) -> list[CompletionJob]:
         """`n` jobs on the rendered prompt; `tool_schema` (JSON text) constrains the output to
         a tool call when tool_choice demands one, instead of grammar / response_format."""
+        limits.check_fan_out(1, self.choices, limits.MAX_PROMPTS)
         jobs = [self.job(model, prompt) for _ in range(self.choices)]
         if tool_schema:
             for job in jobs:

@@ -1,0 +1,206 @@
+"""Every limit on what a request may ask, in one place (the README's limits table).
+
+llama-server's own table (tools/server/server-schema.cpp): hard limits answer 400, soft limits
+clamp. llamaq adds its own where llama-server has none (a fleet serves many users at once: one
+request must not crash a worker or slow every slot); each is a documented deviation.
+
+The api checks a job with `check_completion` before it exists on Redis; the worker checks it
+again (and clamps what needs the model: context size, vocabulary) before llama.cpp sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from scheduler.errors import InvalidRequest
+from scheduler.jobs import CompletionJob, SamplingParams
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+UINT32_MASK = 0xFFFFFFFF
+
+HARD_LIMITS: dict[str, tuple[int, int]] = {
+    "n_predict": (-1, INT32_MAX),
+    "n_indent": (0, INT32_MAX),
+    "n_keep": (-1, INT32_MAX),
+    "n_cache_reuse": (0, INT32_MAX),
+    "t_max_predict_ms": (-1, INT64_MAX),
+    "repeat_last_n": (0, INT32_MAX),
+    "dry_allowed_length": (0, INT32_MAX),
+    "dry_penalty_last_n": (0, INT32_MAX),
+    "min_keep": (0, INT32_MAX),
+}
+"""llama-server's hard limits (400 outside them), by request field."""
+
+SOFT_LIMITS: dict[str, tuple[float, float]] = {
+    "top_k": (0, INT32_MAX),
+    "top_p": (0.0, 1.0),
+    "min_p": (0.0, 1.0),
+    "xtc_probability": (0.0, 1.0),
+    "xtc_threshold": (0.0, 1.0),
+    "temperature": (0.0, math.inf),
+    "mirostat": (0, 2),
+}
+"""llama-server's soft limits: a value outside is clamped into the range."""
+
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""A seed is a uint32 in llama.cpp; anything a 64-bit integer holds is taken modulo 2**32."""
+
+# llamaq's own limits (llama-server has none)
+DEFAULT_N_PROBS_MAX = 100
+"""n_probs (and logprobs/top_logprobs) is capped at this (--n-probs-max)."""
+MAX_GRAMMAR_BYTES = 1 << 20
+"""A GBNF grammar's size (also the grammar a json_schema turns into)."""
+MAX_GRAMMAR_DEPTH = 256
+"""Nesting of parentheses in a grammar (llama.cpp's grammar parser recurses on each)."""
+MAX_GRAMMAR_RULES = 4096
+"""Rules in a grammar (llama.cpp recurses along chains of rule references)."""
+GRAMMAR_TOKENS = re.compile(
+    r'"(?:[^"\\\n]|\\.)*"?|\[(?:[^\]\\\n]|\\.)*\]?|#[^\n]*|[()]|\{[\s\d,]*\}')
+"""What matters to the shape of GBNF: literals and comments (skipped whole), parentheses and
+repetitions `{m,n}`."""
+MAX_GRAMMAR_REPEAT = 2048
+"""The bounds of a repetition `x{m,n}` (llama.cpp expands it into a chain of that many rules)."""
+MAX_STOP_STRINGS = 64
+MAX_STOP_LENGTH = 4096
+"""Characters in one stop string."""
+MAX_DRY_BREAKERS = 64
+MAX_DRY_BREAKER_LENGTH = 256
+MAX_LOGIT_BIAS = 65536
+"""Entries of logit_bias."""
+MAX_PROMPTS = 512
+"""Prompts in one request (times n_cmpl: jobs per request)."""
+MAX_JSON_DEPTH = 128
+"""Nesting of arrays and objects in a request body."""
+DEFAULT_BODY_LIMIT = 32 << 20
+BODY_LIMITS: dict[str, int] = {
+    "/tokenize": 8 << 20,
+    "/detokenize": 8 << 20,
+    "/apply-template": 8 << 20,
+    "/v1/chat/completions/control": 1 << 16,
+    "/v1/systemone": 32 << 20,
+    "/slots": 1 << 16,
+    "/lora-adapters": 1 << 16,
+    "/props": 1 << 16,
+}
+"""Bytes of a request body, by route (the default for every other POST route)."""
+
+
+def body_limit(path: str, api_prefix: str = "") -> int:
+    route = path[len(api_prefix):] if api_prefix and path.startswith(api_prefix) else path
+    if route.startswith("/slots/"):
+        route = "/slots"
+    return BODY_LIMITS.get(route, DEFAULT_BODY_LIMIT)
+
+
+def largest_body_limit() -> int:
+    return max(DEFAULT_BODY_LIMIT, *BODY_LIMITS.values())
+
+
+def _range_error(name: str, low: float, high: float, got: object) -> InvalidRequest:
+    return InvalidRequest(f"Field '{name}': Value must be between {low} <= value <= {high}, "
+                          f"but got {got}")
+
+
+def check_range(name: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise _range_error(name, low, high, value)
+
+
+def check_fan_out(n_prompts: int, n_cmpl: int, n_slots: int) -> None:
+    """n_cmpl is 1..-np of the worker that runs the group (llama-server's hard limit); the
+    jobs of one request are bounded (ours). Checked before any job is made."""
+    if n_cmpl < 1 or n_cmpl > n_slots:
+        raise _range_error("n_cmpl", 1, n_slots, n_cmpl)
+    if n_prompts > MAX_PROMPTS:
+        raise InvalidRequest(f"Too many prompts: {n_prompts} (at most {MAX_PROMPTS})")
+    if n_prompts * n_cmpl > MAX_PROMPTS:
+        raise InvalidRequest(f"Too many completions: {n_prompts} prompts times n_cmpl {n_cmpl} "
+                             f"(at most {MAX_PROMPTS})")
+
+
+def check_completion(job: CompletionJob, n_probs_max: int) -> None:
+    """llama-server's hard limits and llamaq's own on a completion job; caps n_probs.
+    Raises InvalidRequest (400) naming the field."""
+    for name in ("n_predict", "n_indent", "n_keep", "n_cache_reuse", "t_max_predict_ms"):
+        check_range(name, getattr(job, name), *HARD_LIMITS[name])
+    check_sampling(job.sampling)
+    check_strings("stop", job.stop, MAX_STOP_STRINGS, MAX_STOP_LENGTH)
+    if len(job.logit_bias) > MAX_LOGIT_BIAS:
+        raise InvalidRequest(f"Field 'logit_bias': at most {MAX_LOGIT_BIAS} entries")
+    for bias in job.logit_bias:
+        if bias.bias is not None and not math.isfinite(bias.bias):
+            raise InvalidRequest("Field 'logit_bias': a bias must be a finite number or false")
+    if job.grammar:
+        check_grammar(job.grammar)
+    if job.json_schema is not None and len(job.json_schema) > MAX_GRAMMAR_BYTES:
+        raise InvalidRequest(f"Field 'json_schema': larger than {MAX_GRAMMAR_BYTES} bytes")
+    job.n_probs = max(0, min(job.n_probs, n_probs_max))
+
+
+def check_sampling(sampling: SamplingParams) -> None:
+    for name, value in sampling:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidRequest(f"Field '{name}': must be a finite number, got {value}")
+        if name in HARD_LIMITS:
+            check_range(name, value, *HARD_LIMITS[name])
+    check_range("seed", sampling.seed, *SEED_RANGE)
+    check_range("top_k", sampling.top_k, -(2**63), INT64_MAX)
+    check_range("mirostat", sampling.mirostat, -(2**63), INT64_MAX)
+    breakers = sampling.dry_sequence_breakers
+    if breakers is not None:
+        if not breakers:
+            raise InvalidRequest("Field 'dry_sequence_breakers': Error: dry_sequence_breakers "
+                                 "must be a non-empty array of strings")
+        check_strings("dry_sequence_breakers", breakers, MAX_DRY_BREAKERS,
+                      MAX_DRY_BREAKER_LENGTH)
+
+
+def check_strings(name: str, values: list[str], max_count: int, max_length: int) -> None:
+    if len(values) > max_count:
+        raise InvalidRequest(f"Field '{name}': at most {max_count} strings, got {len(values)}")
+    for value in values:
+        if len(value) > max_length:
+            raise InvalidRequest(f"Field '{name}': a string is longer than {max_length} "
+                                 "characters")
+
+
+def clamp(name: str, value: Any) -> Any:
+    """A soft limit applied to one value (llama-server's set_limits)."""
+    low, high = SOFT_LIMITS[name]
+    clamped = max(low, min(high, value))
+    return type(value)(clamped)
+
+
+def check_grammar(grammar: str, field: str = "grammar") -> None:
+    """Size, parenthesis nesting, rule count and repetition bounds of a GBNF grammar, before
+    llama.cpp's recursive parser sees it."""
+    if len(grammar) > MAX_GRAMMAR_BYTES:
+        raise InvalidRequest(f"Field '{field}': larger than {MAX_GRAMMAR_BYTES} bytes")
+    depth, rules, repeat = grammar_shape(grammar)
+    if depth > MAX_GRAMMAR_DEPTH:
+        raise InvalidRequest(f"Field '{field}': nested {depth} levels deep (at most "
+                             f"{MAX_GRAMMAR_DEPTH})")
+    if rules > MAX_GRAMMAR_RULES:
+        raise InvalidRequest(f"Field '{field}': {rules} rules (at most {MAX_GRAMMAR_RULES})")
+    if repeat > MAX_GRAMMAR_REPEAT:
+        raise InvalidRequest(f"Field '{field}': a repetition of {repeat} (at most "
+                             f"{MAX_GRAMMAR_REPEAT})")
+
+
+def grammar_shape(grammar: str) -> tuple[int, int, int]:
+    """(deepest parenthesis nesting, `::=` rule definitions, largest repetition bound) of GBNF
+    text; string literals, character classes and comments do not count."""
+    depth = deepest = repeat = 0
+    for match in GRAMMAR_TOKENS.finditer(grammar):
+        token = match.group()
+        if token == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token == ")":
+            depth -= 1
+        elif token[0] == "{":
+            repeat = max(repeat, *(int(b) for b in re.findall(r"\d+", token)), 0)
+    return deepest, grammar.count("::="), repeat

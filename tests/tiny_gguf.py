@@ -1,0 +1,84 @@
+"""A tiny llama-architecture GGUF written by the tests with the `gguf` package: random weights,
+a real SentencePiece-style vocabulary (byte fallback, multi-byte pieces) and a chat template.
+It decodes hundreds of tokens a second on a CPU, so tests can run thousands of requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] if message['content'] is string else '' }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WORDS = ("the", "a", "is", "of", "and", "to", "in", "it", "that", "was", "sky", "blue",
+         "cat", "dog", "hello", "world", "once", "upon", "time", "there", "code", "def",
+         "return", "json", "true", "false", "null", "name", "value")
+PIECES = ("é", "ü", "日本", "語", "😀", "→", "ß", "ñ", "{", "}", "[", "]", ":", ",", "\"",
+          "\n", ".", "!", "?", "0", "1", "2", "3")
+
+
+def vocabulary() -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
+             gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    normal = ["▁", *(chr(c) for c in range(ord("a"), ord("z") + 1)),
+              *(f"▁{w}" for w in WORDS), *WORDS, *PIECES, *(f"▁{p}" for p in PIECES[:8])]
+    tokens += normal
+    types += [gguf.TokenType.NORMAL] * len(normal)
+    scores = [0.0] * (len(tokens) - len(normal)) + [-0.01 * i for i in range(len(normal))]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
+                     n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234) -> Path:
+    tokens, scores, types = vocabulary()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.5 / np.sqrt(shape[-1])).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama")
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", weight(n_vocab, n_embd) * 8)
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
