@@ -27,8 +27,9 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
              gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [gguf.TokenType.BYTE] * 256
-    normal = ["▁", *(chr(c) for c in range(ord("a"), ord("z") + 1)),
-              *(f"▁{w}" for w in WORDS), *WORDS, *PIECES, *(f"▁{p}" for p in PIECES[:8])]
+    normal = list(dict.fromkeys([  # each piece once, in order
+        "▁", *(chr(c) for c in range(ord("a"), ord("z") + 1)), *(f"▁{w}" for w in WORDS),
+        *WORDS, *PIECES, *(f"▁{p}" for p in PIECES[:8])]))
     tokens += normal
     types += [gguf.TokenType.NORMAL] * len(normal)
     scores = [0.0] * (len(tokens) - len(normal)) + [-0.01 * i for i in range(len(normal))]

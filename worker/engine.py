@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -26,7 +27,7 @@ from scheduler.errors import (
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob
+from scheduler.jobs import CompletionJob, SamplingSettings
 from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from scheduler.results import (
     Candidate,
@@ -36,14 +37,17 @@ from scheduler.results import (
     GenerationSettings,
     PromptProgress,
     Timings,
+    TokenBias,
     TokenEvent,
     TokenProbs,
 )
+from worker.admission import Admission, prompt_chunks
 from worker.model import LoadedModel
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
-from worker.sampling import SamplerConfig, token_probabilities
-from worker.slots import SlotCache, pick_slot, reusable_prefix, reuse_chunks
+from worker.sampling import token_probabilities
+from worker.slots import SlotCache, reusable_prefix, reuse_chunks
+from worker.stopping import StepState, StopReason, StopType, indent_cut, stop_reason
 from worker.textstream import TextStream
 
 log = logging.getLogger(__name__)
@@ -100,7 +104,10 @@ class Engine:
         self.metrics = WorkerMetrics()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
-        self._waiting: deque[Request] = deque()
+        self._arrivals: deque[Request] = deque()
+        """Submitted, not yet seen by the engine thread (guarded by _wake)."""
+        self._admission: Admission[Request] = Admission()
+        """Requests waiting for a slot (the engine thread's alone)."""
         self._cancelled: set[str] = set()
         self._end_reasoning: set[str] = set()
         self._slot_tasks: deque[tuple[int, Callable[[SlotCache], Any], Future[Any]]] = deque()
@@ -126,7 +133,7 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         with self._wake:
-            self._waiting.append(request)
+            self._arrivals.append(request)
             self._wake.notify()
 
     def cancel(self, job_id: str) -> None:
@@ -158,18 +165,18 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            with self._wake:
-                while (not self._stopping and not self._active and not self._waiting
-                       and not self._slot_tasks):
+            with self._wake:  # held only to take what other threads handed over
+                while (not self._stopping and not self._active and not self._arrivals
+                       and not self._admission.waiting and not self._slot_tasks):
                     self._wake.wait()
                 if self._stopping:
                     return
                 cancelled, self._cancelled = self._cancelled, set()
                 end_reasoning, self._end_reasoning = self._end_reasoning, set()
-                events: list[JobEvent] = []
-                admitted = self._admit_waiting(cancelled, events)
-            for active in admitted:
-                self._active[active.slot.slot_id] = active
+                arrivals, self._arrivals = self._arrivals, deque()
+            self._admission.arrive(arrivals)
+            events: list[JobEvent] = []
+            self._admit(cancelled, events)
             self._run_slot_tasks()
             self._drop_cancelled(cancelled, events)
             for active in self._active.values():
@@ -195,37 +202,22 @@ class Engine:
         if ready:
             self.on_slots_changed()
 
-    def _admit_waiting(self, cancelled: set[str], events: list[JobEvent]) -> list[Active]:
-        admitted: list[Active] = []
-        still_waiting: deque[Request] = deque()
-        while self._waiting and (self.defaults.cont_batching or not self._active):
-            request = self._waiting.popleft()
-            if request.job.job_id in cancelled:
-                request.sampler.free()
-                events.append((request.job.job_id, _cancelled_event()))
-                continue
-            slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
-            if slot is None or self._twin_prefilling(request, admitted):
-                still_waiting.append(request)
-                continue
-            slot.busy = True
+    def _admit(self, cancelled: set[str], events: list[JobEvent]) -> None:
+        """Start the requests admission lets in (worker/admission.py) on their slots."""
+        decision = self._admission.admit(
+            self.slots, cancelled, len(self._active),
+            [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
+            self.defaults.cont_batching)
+        for request in decision.cancelled:
+            request.sampler.free()
+            events.append((request.job.job_id, _cancelled_event()))
+        for request, slot in decision.admitted:
             self.on_slots_changed()
             self._tasks_started += 1
             active = self._start(request, slot, self._tasks_started)
-            admitted.append(active)
+            self._active[slot.slot_id] = active
             if request.job.stream and request.job.return_progress:  # the 0 % event
                 events.append((request.job.job_id, self._progress(active, active.t_start)))
-        still_waiting.extend(self._waiting)  # left when continuous batching is off
-        self._waiting = still_waiting
-        return admitted
-
-    def _twin_prefilling(self, request: Request, admitted: list[Active]) -> bool:
-        """Another slot is evaluating this very prompt (n_cmpl, or the same request sent
-        twice): wait for it and copy its cache instead of evaluating the prompt again."""
-        if not request.cache_prompt:
-            return False
-        return any(a.prefilling and a.request.prompt_tokens == request.prompt_tokens
-                   for a in (*self._active.values(), *admitted))
 
     def _share_prefix(self, slot: SlotCache, prompt: list[int], n_reuse: int) -> int:
         """Copy another slot's cache when it holds more of the prompt than this slot does
@@ -282,22 +274,22 @@ class Engine:
 
     def _step(self, events: list[JobEvent]) -> None:
         n = 0
-        for active in self._active.values():
+        runs = list(self._active.values())
+        for active in runs:
             active.batch_index = active.last_prompt_index = -1
             if not active.prefilling:
                 n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
-        budget = self.model.plan.n_batch - n
-        for active in self._active.values():
-            if budget <= 0:
-                break
-            if active.prefilling:
-                prompt = active.request.prompt_tokens
-                end = min(len(prompt), active.prompt_done + budget)
-                for pos in range(active.prompt_done, end):
-                    n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
-                active.last_prompt_index = n - 1
-                budget -= end - active.prompt_done
-                active.prompt_done = end
+        prefilling = [a for a in runs if a.prefilling]
+        ends = prompt_chunks(n, [(a.prompt_done, len(a.request.prompt_tokens))
+                                 for a in prefilling], self.model.plan.n_batch)
+        for active, end in zip(prefilling, ends, strict=True):
+            if end == active.prompt_done:
+                continue
+            prompt = active.request.prompt_tokens
+            for pos in range(active.prompt_done, end):
+                n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
+            active.last_prompt_index = n - 1
+            active.prompt_done = end
         self.metrics.n_busy_slots_total += len(self._active)
         self._decode(n, events)
 
@@ -363,7 +355,7 @@ class Engine:
             if not active.t_prompt_done:
                 active.t_prompt_done = active.t_prompt_last = now
             if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
-                self._finish(active, "limit", now, events)
+                self._finish(active, StopType.LIMIT, now, events)
                 continue
             try:
                 token, probs = self._sample(active, active.batch_index - off)
@@ -426,24 +418,16 @@ class Engine:
         request = active.request
         active.generated.append(token)
         active.next_token = token
-        stop_type = "none"
-        if self.model.vocab.is_eog(token) and not request.sampling.ignore_eos:
-            stop_type = "eos"
-            piece = b""
-        else:
-            piece = self.model.vocab.piece(token, self.defaults.special)
-        content = active.text.push(piece)
+        is_eog = self.model.vocab.is_eog(token)
+        ends = is_eog and not request.sampling.ignore_eos
+        content = active.text.push(b"" if ends else self.model.vocab.piece(token,
+                                                                          self.defaults.special))
         if active.reasoning is not None:
             active.reasoning.after_token(active.text.text, self.model.vocab)
         if "\n" in content:
             active.has_new_line = True
-        if active.text.stopping_word:
-            stop_type = "word"
-        elif stop_type == "none":
-            stop_type = self._limit_reached(active, now)
-        if stop_type == "none" and request.job.n_indent > 0 and self._under_indented(active):
-            stop_type = "limit"
-        if stop_type != "none":
+        reason = self._stop_reason(active, is_eog, now)
+        if reason is not None:
             content += active.text.finish()
         if probs is not None:
             probs.token = content
@@ -455,10 +439,33 @@ class Engine:
                 content=content, tokens=[token], timings=timings,
                 n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
                 probs=[probs] if probs is not None else [])))
-        if stop_type != "none":
-            self._finish(active, stop_type, now, events)
+        if reason is not None:
+            self._finish(active, reason.stop_type, now, events)
 
-    def _finish(self, active: Active, stop_type: str, now: float,
+    def _stop_reason(self, active: Active, is_eog: bool, now: float) -> StopReason | None:
+        """The stop rules (worker/stopping.py) on this run's state; shifts the context first
+        when it is full and --context-shift is on; cuts the text for n_indent."""
+        request = active.request
+        context_full = len(active.slot.tokens) + 1 >= self.model.n_ctx_slot
+        predict_left = request.n_predict < 0 or len(active.generated) < request.n_predict
+        if context_full and predict_left and not (is_eog and not request.sampling.ignore_eos) \
+                and not active.text.stopping_word:
+            active.truncated = True
+            context_full = not (self.defaults.context_shift and self._shift_context(active))
+        cut, line_start = indent_cut(active.text.text, active.line_start, request.job.n_indent)
+        reason = stop_reason(StepState(
+            is_eog=is_eog, ignore_eos=request.sampling.ignore_eos,
+            stopping_word=bool(active.text.stopping_word), n_generated=len(active.generated),
+            n_predict=request.n_predict, context_full=context_full,
+            elapsed_ms=(now - active.t_prompt_done) * 1000,
+            t_max_predict_ms=request.job.t_max_predict_ms, has_new_line=active.has_new_line,
+            under_indented=cut is not None))
+        if reason is StopReason.N_INDENT and cut is not None:
+            active.text.text = active.text.text[:cut]
+        active.line_start = line_start
+        return reason
+
+    def _finish(self, active: Active, stop_type: StopType, now: float,
                 events: list[JobEvent]) -> None:
         result = self._result(active, stop_type, now)
         self._count(result.timings, len(active.slot.tokens))
@@ -475,36 +482,8 @@ class Engine:
 
     def metrics_snapshot(self) -> WorkerMetrics:
         return self.metrics.model_copy(update={"requests_processing": len(self._active),
-                                               "requests_deferred": len(self._waiting)})
-
-    def _under_indented(self, active: Active) -> bool:
-        """n_indent: a new line that starts with less indentation ends the completion, cut
-        before its first character (llama-server's rule for code completion)."""
-        text = active.text.text
-        if active.line_start > 0:
-            pos = active.line_start
-            while pos < len(text) and text[pos] in " \t":
-                pos += 1
-            if pos < len(text) and pos - active.line_start < active.request.job.n_indent:
-                active.text.text = text[:pos]
-                return True
-        newline = text.find("\n", active.line_start)
-        if newline != -1:
-            active.line_start = newline + 1
-        return False
-
-    def _limit_reached(self, active: Active, now: float) -> str:
-        request = active.request
-        if 0 <= request.n_predict <= len(active.generated):
-            return "limit"
-        if len(active.slot.tokens) + 1 >= self.model.n_ctx_slot:
-            active.truncated = True
-            if not (self.defaults.context_shift and self._shift_context(active)):
-                return "limit"
-        limit_ms = request.job.t_max_predict_ms
-        if limit_ms > 0 and active.has_new_line and (now - active.t_prompt_done) * 1000 > limit_ms:
-            return "limit"
-        return "none"
+                                               "requests_deferred": len(self._arrivals)
+                                               + len(self._admission.waiting)})
 
     def _shift_context(self, active: Active) -> bool:
         """--context-shift: keep the first n_keep tokens, drop half of the rest, move the
@@ -516,7 +495,9 @@ class Engine:
         n_keep = active.request.n_keep
         n_keep = len(active.request.prompt_tokens) if n_keep < 0 else n_keep
         n_keep = min(n_keep, self.model.n_ctx_slot - 4)
-        n_discard = (len(tokens) - n_keep) // 2
+        n_left = len(tokens) - n_keep
+        n_discard = active.request.n_discard or n_left // 2
+        n_discard = max(0, min(n_discard, n_left - 1))
         lc.llama_memory_seq_rm(memory, seq, n_keep, n_keep + n_discard)
         lc.llama_memory_seq_add(memory, seq, n_keep + n_discard, len(tokens), -n_discard)
         del tokens[n_keep : n_keep + n_discard]
@@ -524,7 +505,7 @@ class Engine:
                   n_discard)
         return True
 
-    def _result(self, active: Active, stop_type: str, now: float) -> CompletionResult:
+    def _result(self, active: Active, stop_type: StopType, now: float) -> CompletionResult:
         request = active.request
         job = request.job
         stream = job.stream
@@ -535,7 +516,7 @@ class Engine:
             id_slot=active.slot.slot_id,
             model=self.defaults.model_alias,
             prompt=self.model.vocab.detokenize(request.prompt_tokens),
-            stop_type=stop_type,  # type: ignore[arg-type]
+            stop_type=stop_type.value,
             stopping_word=active.text.stopping_word,
             truncated=active.truncated,
             has_new_line=active.has_new_line,
@@ -549,22 +530,24 @@ class Engine:
         )
 
     def _settings(self, request: Request) -> GenerationSettings:
-        return self.generation_settings(request.sampling, request.n_predict, request.job.stop,
-                                        request.job.stream, request.job.timings_per_token,
-                                        request.n_keep)
+        job = request.job
+        return self.generation_settings(
+            request.sampling, n_predict=request.n_predict, stop=job.stop, stream=job.stream,
+            timings_per_token=job.timings_per_token, n_keep=request.n_keep,
+            n_discard=request.n_discard, n_probs=job.n_probs,
+            logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
+                        for t, b in request.logit_bias])
 
-    def generation_settings(self, sampling: SamplerConfig, n_predict: int, stop: list[str],
-                            stream: bool, timings_per_token: bool,
-                            n_keep: int) -> GenerationSettings:
-        return GenerationSettings(
-            **sampling.model_dump(), n_predict=n_predict, stop=stop, stream=stream,
-            max_tokens=n_predict, n_keep=n_keep, n_ctx=self.model.n_ctx_slot,
-            model=self.defaults.model_alias, timings_per_token=timings_per_token,
-        )
+    def generation_settings(self, sampling: SamplingSettings, **report: Any) -> GenerationSettings:
+        """What ran: the resolved sampling settings dumped as they are, and the rest."""
+        return GenerationSettings(**sampling.model_dump(), **report,
+                                  max_tokens=report["n_predict"], n_ctx=self.model.n_ctx_slot,
+                                  model=self.defaults.model_alias)
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
-        return self.generation_settings(d.sampling, d.n_predict, [], False, False, d.n_keep)
+        return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=[],
+                                        stream=False, timings_per_token=False, n_keep=d.n_keep)
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads).

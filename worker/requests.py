@@ -9,11 +9,11 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.errors import ExceedContextSize, InvalidRequest
-from scheduler.jobs import CompletionJob, LogitBias
+from scheduler.jobs import CompletionJob, LogitBias, SamplingSettings
 from scheduler.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from worker.infill import infill_tokens
 from worker.model import LoadedModel
-from worker.sampling import SamplerChain, SamplerConfig
+from worker.sampling import SamplerChain, resolve_sampling
 from worker.vocab import Vocab
 
 
@@ -21,7 +21,7 @@ from worker.vocab import Vocab
 class EngineDefaults:
     """Server-wide settings a request falls back on (the worker's flags)."""
 
-    sampling: SamplerConfig
+    sampling: SamplingSettings
     n_predict: int
     n_keep: int
     cache_prompt: bool
@@ -43,12 +43,15 @@ class Request:
 
     job: CompletionJob
     prompt_tokens: list[int]
-    sampling: SamplerConfig
+    sampling: SamplingSettings
     sampler: SamplerChain
     n_predict: int
     cache_prompt: bool
     n_keep: int = 0
     cache_reuse: int = 0
+    n_discard: int = 0
+    logit_bias: list[tuple[int, float]] = field(default_factory=list)
+    """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -77,15 +80,18 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
             f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
-    sampling = defaults.sampling.with_request(job.sampling, n_ctx)
+    sampling = resolve_sampling(defaults.sampling, job.sampling, n_ctx)
+    biases = token_biases(job.logit_bias or defaults.logit_bias, vocab)
+    if sampling.ignore_eos:  # llama-server's logit_bias_eog
+        biases += [(t, float("-inf")) for t in vocab.eog_tokens]
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
-                           token_biases(job.logit_bias or defaults.logit_bias, vocab),
-                           grammar_of(job, defaults))
+                           biases, grammar_of(job, defaults))
     sampler.accept_prompt(tokens)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
-    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse)
+    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
+                   n_discard=job.n_discard or 0, logit_bias=biases)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

@@ -25,7 +25,13 @@ from scheduler.errors import (
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
+from scheduler.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    SamplingSettings,
+    SlotActionJob,
+    TokenizeJob,
+)
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo, write_slots
 from scheduler.results import (
@@ -52,7 +58,7 @@ from worker.engine import Engine
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
-from worker.sampling import DEFAULT_SEED, SamplerConfig, normalize_samplers
+from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 from worker.snapshots import erase_slot, restore_slot, save_slot
 
@@ -181,7 +187,7 @@ class WorkerRuntime:
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings
-        sampling = SamplerConfig(
+        sampling = SamplingSettings(
             temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
             top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
             top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
