@@ -7,12 +7,24 @@ know them; the worker reports the values it used in `generation_settings`.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from scheduler.errors import InvalidRequest
 
 PromptPiece = int | str
 """A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
+
+
+class JobKind(StrEnum):
+    """What a job asks; also the name of the arq function that runs it."""
+
+    COMPLETION = "completion"
+    TOKENIZE = "tokenize"
+    DETOKENIZE = "detokenize"
+    SLOT_ACTION = "slot_action"
 
 
 def new_job_id() -> str:
@@ -138,7 +150,7 @@ class ReasoningSpec(BaseModel):
 
 
 class CompletionJob(BaseModel):
-    kind: Literal["completion"] = "completion"
+    kind: Literal[JobKind.COMPLETION] = JobKind.COMPLETION
     job_id: str = Field(default_factory=new_job_id)
     model: str
     prompt: list[PromptPiece] | str
@@ -169,7 +181,7 @@ class CompletionJob(BaseModel):
 
 
 class TokenizeJob(BaseModel):
-    kind: Literal["tokenize"] = "tokenize"
+    kind: Literal[JobKind.TOKENIZE] = JobKind.TOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
     content: str
@@ -179,7 +191,7 @@ class TokenizeJob(BaseModel):
 
 
 class DetokenizeJob(BaseModel):
-    kind: Literal["detokenize"] = "detokenize"
+    kind: Literal[JobKind.DETOKENIZE] = JobKind.DETOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
     tokens: list[int]
@@ -188,7 +200,7 @@ class DetokenizeJob(BaseModel):
 class SlotActionJob(BaseModel):
     """POST /slots/{id}?action=save|restore|erase, on the worker that holds the slot."""
 
-    kind: Literal["slot_action"] = "slot_action"
+    kind: Literal[JobKind.SLOT_ACTION] = JobKind.SLOT_ACTION
     job_id: str = Field(default_factory=new_job_id)
     model: str
     worker_id: str
@@ -200,3 +212,18 @@ class SlotActionJob(BaseModel):
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
                 Field(discriminator="kind")]
+JOB: TypeAdapter[Job] = TypeAdapter(Job)
+
+
+def parse_job(payload: Any, kind: JobKind) -> Job:
+    """A job as the worker's arq function `kind` received it: validated by the union, of the
+    kind that function runs. Raises InvalidRequest otherwise (an unknown kind included)."""
+    try:
+        job = JOB.validate_python(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"malformed {kind} job: {where}: {first['msg']}") from None
+    if job.kind is not kind:
+        raise InvalidRequest(f"a {job.kind} job reached the {kind} function")
+    return job

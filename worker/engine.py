@@ -3,6 +3,16 @@
 Requests join and leave between two decode steps. Each step builds one llama_batch with one token
 per generating slot and prompt chunks of slots in prefill, decodes it, samples every slot that
 needs a token, and hands the step's events to the sink in one call.
+
+Owns: the engine thread and its loop; the KV cache moves of a run's start (prefix reuse, copying
+another slot's prefix, --cache-reuse shifts) and of a context shift; building and decoding the
+batch (and retrying it smaller when the KV cache is full); sampling and token probabilities; a
+run's timings, result and release; the worker's metrics and the slots' report.
+Hands off: which request gets which slot and how a step's budget is shared (worker/admission.py),
+when a run stops (worker/stopping.py), sampler chains (worker/sampling.py), turning a job into
+a Request (worker/requests.py), slot snapshots (worker/snapshots.py).
+Threads: other threads only append to `_arrivals`/`_cancelled`/`_end_reasoning`/`_slot_tasks`
+under `_wake`; the engine thread holds that lock only to take them, never across llama.cpp calls.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""Turning a completion job into a Request a slot can run: tokens, limits, sampler chain."""
+"""Turning a completion job into a Request a slot can run: tokens, limits, sampler chain.
+
+Owns: the worker's defaults (EngineDefaults, from its flags) and how a job falls back on them;
+the checks that need the model (prompt tokens valid and within the slot's context, id_slot);
+the token biases applied (the request's or the server's, plus ignore_eos's bans of every
+end-of-generation token, as llama-server's logit_bias_eog). Runs on the event loop, before the
+request reaches the engine thread: a bad request fails here, without taking a slot.
+"""
 
 from __future__ import annotations
 

@@ -28,9 +28,11 @@ from scheduler.errors import (
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
+    JobKind,
     SamplingSettings,
     SlotActionJob,
     TokenizeJob,
+    parse_job,
 )
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo, write_slots
@@ -48,6 +50,7 @@ from storage import (
     ObjectNotFound,
     SlotSnapshotStore,
     StorageError,
+    StorageUnavailable,
     check_slot_name,
     default_model_path,
     open_store,
@@ -60,7 +63,14 @@ from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
-from worker.snapshots import erase_slot, restore_slot, save_slot
+from worker.snapshots import (
+    SnapshotMeta,
+    check_snapshot,
+    erase_slot,
+    restore_error,
+    restore_slot,
+    save_slot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -283,15 +293,19 @@ class WorkerRuntime:
         if job.action == "save":
             data, tokens = await asyncio.wrap_future(
                 engine.run_on_slot(job.id_slot, lambda slot: save_slot(model, slot)))
-            await asyncio.to_thread(snapshots.save, job.filename, data,
-                                    {"tokens": tokens, "model": self.model_id})
+            meta = SnapshotMeta(model=self.model_id, tokens=tokens)
+            await asyncio.to_thread(snapshots.save, job.filename, data, meta.model_dump())
             n_tokens, n_bytes = len(tokens), len(data)
         elif job.action == "restore":
             try:
-                data, meta = await asyncio.to_thread(snapshots.load, job.filename)
+                data, stored = await asyncio.to_thread(snapshots.load, job.filename)
             except ObjectNotFound:
-                raise InvalidRequest(f"no saved slot named {job.filename!r}") from None
-            tokens = [int(t) for t in meta.get("tokens", [])]
+                raise restore_error(f"no slot save file named {job.filename!r}") from None
+            except StorageUnavailable:
+                raise
+            except StorageError:  # unreadable metadata
+                raise restore_error("invalid slot save file") from None
+            tokens = check_snapshot(stored, self.model_id).tokens
             n_bytes = await asyncio.wrap_future(engine.run_on_slot(
                 job.id_slot, lambda slot: restore_slot(model, slot, data, tokens)))
             n_tokens = len(tokens)
@@ -342,18 +356,19 @@ def _piece_json(piece: bytes) -> str | list[int]:
         return list(piece)
 
 
-async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
+async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: JobKind) -> None:
     runtime: WorkerRuntime = ctx["runtime"]
     job_id = str(payload.get("job_id", "?"))
     try:
-        if kind == "completion":
-            await runtime.completion(CompletionJob.model_validate(payload))
-        elif kind == "slot_action":
-            await runtime.slot_action(SlotActionJob.model_validate(payload))
-        elif kind == "tokenize":
-            runtime.tokenize(TokenizeJob.model_validate(payload))
-        else:
-            runtime.detokenize(DetokenizeJob.model_validate(payload))
+        match parse_job(payload, kind):
+            case CompletionJob() as completion:
+                await runtime.completion(completion)
+            case SlotActionJob() as action:
+                await runtime.slot_action(action)
+            case TokenizeJob() as tokenize:
+                runtime.tokenize(tokenize)
+            case DetokenizeJob() as detokenize:
+                runtime.detokenize(detokenize)
     except asyncio.CancelledError:
         raise
     except LlamaqError as error:
@@ -365,16 +380,16 @@ async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> N
 
 
 async def _completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, "completion")
+    await _run_job(ctx, payload, JobKind.COMPLETION)
 
 
 async def _slot_action(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, "slot_action")
+    await _run_job(ctx, payload, JobKind.SLOT_ACTION)
 
 
 async def _tokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, "tokenize")
+    await _run_job(ctx, payload, JobKind.TOKENIZE)
 
 
 async def _detokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, "detokenize")
+    await _run_job(ctx, payload, JobKind.DETOKENIZE)

@@ -1,4 +1,11 @@
-"""Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order."""
+"""Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order.
+
+Owns: resolving a request's sampling overrides against the worker's defaults (one
+`model_copy(update=…)`, after llama-server's checks and clamps of scheduler/limits.py); the
+llama_sampler chain of a run (biases, grammar-first rejection sampling, the samplers in order,
+dist) and its candidates for post-sampling probabilities. The settings themselves are declared
+once, as scheduler/jobs.py SamplingSettings.
+"""
 
 from __future__ import annotations
 
