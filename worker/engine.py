@@ -96,6 +96,8 @@ class Active:
     line_start: int = 0
     reasoning: ReasoningTracker | None = None
     probs: list[TokenProbs] = field(default_factory=list)
+    settings: GenerationSettings | None = None
+    """Its generation_settings, made once (slot reports read them on every change)."""
 
     @property
     def prefilling(self) -> bool:
@@ -533,13 +535,18 @@ class Engine:
             tokens_predicted=len(active.generated),
             tokens_evaluated=len(request.prompt_tokens),
             tokens_cached=len(active.slot.tokens),
-            generation_settings=self._settings(request),
+            generation_settings=self._settings(active),
             timings=self._timings(active, now),
             probs=[] if stream else active.probs,
             post_sampling_probs=job.post_sampling_probs,
         )
 
-    def _settings(self, request: Request) -> GenerationSettings:
+    def _settings(self, active: Active) -> GenerationSettings:
+        if active.settings is None:
+            active.settings = self._report_settings(active.request)
+        return active.settings
+
+    def _report_settings(self, request: Request) -> GenerationSettings:
         job = request.job
         return self.generation_settings(
             request.sampling, n_predict=request.n_predict, stop=job.stop, stream=job.stream,
@@ -578,7 +585,7 @@ class Engine:
                 state.n_prompt_tokens_processed = \
                     active.prompt_done - active.n_cached if processing else 0
                 state.n_prompt_tokens_cache = active.n_cached if processing else 0
-                state.params = self._settings(request)
+                state.params = self._settings(active)
                 state.next_token = [NextToken(
                     has_next_token=processing,
                     has_new_line=active.has_new_line and processing,
