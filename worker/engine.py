@@ -7,10 +7,11 @@ needs a token, and hands the step's events to the sink in one call.
 Owns: the engine thread and its loop; the KV cache moves of a run's start (prefix reuse, copying
 another slot's prefix, --cache-reuse shifts) and of a context shift; building and decoding the
 batch (and retrying it smaller when the KV cache is full); sampling and token probabilities; a
-run's timings, result and release; the worker's metrics and the slots' report.
+run's result and release; the worker's metrics and the slots' report.
 Hands off: which request gets which slot and how a step's budget is shared (worker/admission.py),
-when a run stops (worker/stopping.py), sampler chains (worker/sampling.py), turning a job into
-a Request (worker/requests.py), slot snapshots (worker/snapshots.py).
+when a run stops (worker/stopping.py), a run's state and timings (worker/slot_run.py), sampler
+chains (worker/sampling.py), turning a job into a Request (worker/requests.py), slot snapshots
+(worker/snapshots.py).
 Threads: other threads only append to `_arrivals`/`_cancelled`/`_end_reasoning`/`_slot_tasks`
 under `_wake`; the engine thread holds that lock only to take them, never across llama.cpp calls.
 """
@@ -25,7 +26,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import llama_cpp as lc
@@ -45,7 +45,6 @@ from scheduler.results import (
     ErrorEvent,
     FinalEvent,
     GenerationSettings,
-    PromptProgress,
     Timings,
     TokenBias,
     TokenEvent,
@@ -56,6 +55,7 @@ from worker.model import LoadedModel
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.sampling import token_probabilities
+from worker.slot_run import SlotRun
 from worker.slots import SlotCache, reusable_prefix, reuse_chunks
 from worker.stopping import StepState, StopReason, StopType, indent_cut, stop_reason
 from worker.textstream import TextStream
@@ -71,47 +71,14 @@ EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
 
-@dataclass
-class Active:
-    """A request while it holds a slot (touched by the engine thread only)."""
-
-    request: Request
-    slot: SlotCache
-    text: TextStream
-    task_no: int
-    n_cached: int
-    t_start: float
-    prompt_done: int = 0
-    next_token: int = -1
-    batch_index: int = -1
-    generated: list[int] = field(default_factory=list)
-    t_prompt_done: float = 0.0
-    """When the first token was sampled (the prompt's end, as llama-server times it)."""
-    t_prompt_last: float = 0.0
-    """When the last decode with prompt tokens of this request ended."""
-    last_prompt_index: int = -1
-    """Batch index of this step's last prompt token of the request (-1: none)."""
-    has_new_line: bool = False
-    truncated: bool = False
-    line_start: int = 0
-    reasoning: ReasoningTracker | None = None
-    probs: list[TokenProbs] = field(default_factory=list)
-    settings: GenerationSettings | None = None
-    """Its generation_settings, made once (slot reports read them on every change)."""
-
-    @property
-    def prefilling(self) -> bool:
-        return self.prompt_done < len(self.request.prompt_tokens)
-
-
 class Engine:
     def __init__(self, model: LoadedModel, defaults: EngineDefaults, sink: EventSink) -> None:
         self.model = model
         self.defaults = defaults
         self._sink = sink
         self.slots = [SlotCache(i) for i in range(model.plan.n_slots)]
-        self._active: dict[int, Active] = {}
-        self._previous: dict[int, Active] = {}
+        self._active: dict[int, SlotRun] = {}
+        self._previous: dict[int, SlotRun] = {}
         self._tasks_started = 0
         self.metrics = WorkerMetrics()
         self.on_slots_changed: Callable[[], None] = lambda: None
@@ -229,7 +196,7 @@ class Engine:
             active = self._start(request, slot, self._tasks_started)
             self._active[slot.slot_id] = active
             if request.job.stream and request.job.return_progress:  # the 0 % event
-                events.append((request.job.job_id, self._progress(active, active.t_start)))
+                events.append((request.job.job_id, active.progress(active.t_start)))
 
     def _share_prefix(self, slot: SlotCache, prompt: list[int], n_reuse: int) -> int:
         """Copy another slot's cache when it holds more of the prompt than this slot does
@@ -245,7 +212,7 @@ class Engine:
         slot.tokens[:] = donor.tokens
         return n_shared
 
-    def _start(self, request: Request, slot: SlotCache, task_no: int) -> Active:
+    def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
         n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
         if request.cache_prompt:
             n_reuse = self._share_prefix(slot, request.prompt_tokens, n_reuse)
@@ -259,7 +226,7 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return Active(request, slot, TextStream(request.job.stop), task_no,
+        return SlotRun(request, slot, TextStream(request.job.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
                       reasoning=ReasoningTracker.start(spec) if spec else None)
 
@@ -361,7 +328,7 @@ class Engine:
             if off <= active.last_prompt_index < off + size:
                 active.t_prompt_last = now
                 if job.return_progress and job.stream:
-                    events.append((job.job_id, self._progress(active, now)))
+                    events.append((job.job_id, active.progress(now)))
             if not off <= active.batch_index < off + size:
                 continue
             if not active.t_prompt_done:
@@ -375,7 +342,7 @@ class Engine:
             except Exception as error:  # one request's failure must not stop the engine
                 self._fail_one(active, error, events)
 
-    def _sample(self, active: Active, index: int) -> tuple[int, TokenProbs | None]:
+    def _sample(self, active: SlotRun, index: int) -> tuple[int, TokenProbs | None]:
         """The next token (from the logits at `index` of the last decoded view), and its
         probabilities when the request asked for n_probs."""
         job = active.request.job
@@ -403,17 +370,7 @@ class Engine:
         piece = self.model.vocab.piece(token, self.defaults.special)
         return Candidate(id=token, token=valid_utf8_prefix(piece), bytes=list(piece), p=p)
 
-    def _progress(self, active: Active, now: float) -> TokenEvent:
-        """A prompt_progress event (with the timings so far under timings_per_token)."""
-        timings = self._timings(active, now) if active.request.job.timings_per_token else None
-        progress = PromptProgress(total=len(active.request.prompt_tokens),
-                                  cache=active.n_cached, processed=active.prompt_done,
-                                  time_ms=(now - active.t_start) * 1000)
-        return TokenEvent(content="", tokens=[], timings=timings, progress=progress,
-                          n_decoded=len(active.generated),
-                          n_prompt_tokens=len(active.request.prompt_tokens))
-
-    def _add(self, n: int, token: int, pos: int, active: Active, logits: bool) -> int:
+    def _add(self, n: int, token: int, pos: int, active: SlotRun, logits: bool) -> int:
         batch = self._batch
         batch.token[n] = token
         batch.pos[n] = pos
@@ -425,7 +382,7 @@ class Engine:
             active.batch_index = n
         return n + 1
 
-    def _on_token(self, active: Active, token: int, probs: TokenProbs | None, now: float,
+    def _on_token(self, active: SlotRun, token: int, probs: TokenProbs | None, now: float,
                   events: list[JobEvent]) -> None:
         request = active.request
         active.generated.append(token)
@@ -446,7 +403,7 @@ class Engine:
             probs.bytes = list(content.encode())
             active.probs.append(probs)
         if request.job.stream:
-            timings = self._timings(active, now) if request.job.timings_per_token else None
+            timings = active.timings(now) if request.job.timings_per_token else None
             events.append((request.job.job_id, TokenEvent(
                 content=content, tokens=[token], timings=timings,
                 n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
@@ -454,7 +411,7 @@ class Engine:
         if reason is not None:
             self._finish(active, reason.stop_type, now, events)
 
-    def _stop_reason(self, active: Active, is_eog: bool, now: float) -> StopReason | None:
+    def _stop_reason(self, active: SlotRun, is_eog: bool, now: float) -> StopReason | None:
         """The stop rules (worker/stopping.py) on this run's state; shifts the context first
         when it is full and --context-shift is on; cuts the text for n_indent."""
         request = active.request
@@ -477,7 +434,7 @@ class Engine:
         active.line_start = line_start
         return reason
 
-    def _finish(self, active: Active, stop_type: StopType, now: float,
+    def _finish(self, active: SlotRun, stop_type: StopType, now: float,
                 events: list[JobEvent]) -> None:
         result = self._result(active, stop_type, now)
         self._count(result.timings, len(active.slot.tokens))
@@ -497,7 +454,7 @@ class Engine:
                                                "requests_deferred": len(self._arrivals)
                                                + len(self._admission.waiting)})
 
-    def _shift_context(self, active: Active) -> bool:
+    def _shift_context(self, active: SlotRun) -> bool:
         """--context-shift: keep the first n_keep tokens, drop half of the rest, move the
         remainder back (llama-server's rule). False when the cache cannot shift."""
         memory, seq = self.model.memory, active.slot.slot_id
@@ -517,7 +474,7 @@ class Engine:
                   n_discard)
         return True
 
-    def _result(self, active: Active, stop_type: StopType, now: float) -> CompletionResult:
+    def _result(self, active: SlotRun, stop_type: StopType, now: float) -> CompletionResult:
         request = active.request
         job = request.job
         stream = job.stream
@@ -536,12 +493,12 @@ class Engine:
             tokens_evaluated=len(request.prompt_tokens),
             tokens_cached=len(active.slot.tokens),
             generation_settings=self._settings(active),
-            timings=self._timings(active, now),
+            timings=active.timings(now),
             probs=[] if stream else active.probs,
             post_sampling_probs=job.post_sampling_probs,
         )
 
-    def _settings(self, active: Active) -> GenerationSettings:
+    def _settings(self, active: SlotRun) -> GenerationSettings:
         if active.settings is None:
             active.settings = self._report_settings(active.request)
         return active.settings
@@ -595,28 +552,7 @@ class Engine:
             states.append(state)
         return states
 
-    def _timings(self, active: Active, now: float) -> Timings:
-        """llama-server's timings: the prompt is timed until its first token is sampled; that
-        token costs no decode step, so the generation rates are over n - 1 steps."""
-        prompt_n = active.prompt_done - active.n_cached
-        prompt_ms = (active.t_prompt_last - active.t_start) * 1000 if active.t_prompt_last \
-            else 0.0
-        predicted_n = len(active.generated)
-        steps = max(0, predicted_n - 1)
-        predicted_ms = max(0.001, (now - active.t_prompt_done) * 1000) if predicted_n else 0.0
-        return Timings(
-            cache_n=active.n_cached,
-            prompt_n=prompt_n,
-            prompt_ms=prompt_ms,
-            prompt_per_token_ms=prompt_ms / prompt_n if prompt_n else 0.0,
-            prompt_per_second=prompt_n * 1000 / prompt_ms if prompt_ms else 0.0,
-            predicted_n=predicted_n,
-            predicted_ms=predicted_ms,
-            predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
-            predicted_per_second=steps * 1000 / predicted_ms if predicted_ms else 0.0,
-        )
-
-    def _release(self, active: Active) -> None:
+    def _release(self, active: SlotRun) -> None:
         self._previous[active.slot.slot_id] = active
         self.on_slots_changed()
         active.request.sampler.free()
@@ -624,7 +560,7 @@ class Engine:
         active.slot.last_used = time.monotonic()
         del self._active[active.slot.slot_id]
 
-    def _fail_one(self, active: Active, error: Exception, events: list[JobEvent]) -> None:
+    def _fail_one(self, active: SlotRun, error: Exception, events: list[JobEvent]) -> None:
         job_id = active.request.job.job_id
         log.exception("job %s: failed on slot %d", job_id, active.slot.slot_id, exc_info=error)
         info = (error if isinstance(error, LlamaqError)
