@@ -8,12 +8,26 @@ counters read 0 and the per-position series is absent (the spec's rule when it i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.registry import WorkerMetrics
 
 PREFIX = "llamacpp:"
+OURS = "llamaq:"
 CONTENT_TYPE = "text/plain; version=0.0.4"
+FAULT_CAUSES = ("worker_died", "poison", "drain_timeout")
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The model's jobs in Redis, for autoscalers (see scheduler/leases.py)."""
+
+    depth: int = 0
+    """Jobs that wait for a worker (in the model's queue and its workers' own queues)."""
+    oldest_s: float = 0.0
+    retried: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    """Failed jobs by cause (worker_died, poison, drain_timeout)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ def counters(workers: list[WorkerMetrics]) -> list[Series]:
     ]
 
 
-def gauges(workers: list[WorkerMetrics]) -> list[Series]:
+def gauges(workers: list[WorkerMetrics], queue: QueueStats) -> list[Series]:
     def total(field: str) -> float:
         return float(sum(getattr(w, field) for w in workers))
 
@@ -62,7 +76,8 @@ def gauges(workers: list[WorkerMetrics]) -> list[Series]:
                total("tokens_predicted_total") / predicted_s if predicted_s else 0.0),
         Series("requests_processing", "Number of requests processing",
                total("requests_processing")),
-        Series("requests_deferred", "Number of requests deferred", total("requests_deferred")),
+        Series("requests_deferred", "Number of requests deferred",
+               total("requests_deferred") + queue.depth),
         Series("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
                total("n_busy_slots_total") / max(total("n_decode_total"), 1.0)),
     ]
@@ -72,11 +87,32 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def render_metrics(workers: list[WorkerMetrics]) -> bytes:
+def _ours(queue: QueueStats) -> list[str]:
+    """llamaq's own series (not llama-server's), for autoscalers."""
     lines: list[str] = []
-    for kind, items in (("counter", counters(workers)), ("gauge", gauges(workers))):
+    for name, kind, help_text, value in (
+            ("queue_depth", "gauge", "Jobs waiting in Redis for a worker.", queue.depth),
+            ("queue_oldest_seconds", "gauge", "How long the oldest waiting job has waited.",
+             queue.oldest_s),
+            ("jobs_retried_total", "counter",
+             "Jobs run again after their worker died before they sent anything.",
+             queue.retried)):
+        lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} {kind}",
+                  f"{OURS}{name} {_number(float(value))}"]
+    lines += [f"# HELP {OURS}jobs_failed_total Jobs ended by a fault, by cause.",
+              f"# TYPE {OURS}jobs_failed_total counter"]
+    lines += [f'{OURS}jobs_failed_total{{cause="{cause}"}} '
+              f"{_number(float(queue.failed.get(cause, 0)))}" for cause in FAULT_CAUSES]
+    return lines
+
+
+def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None) -> bytes:
+    queue = queue or QueueStats()
+    lines: list[str] = []
+    for kind, items in (("counter", counters(workers)), ("gauge", gauges(workers, queue))):
         for item in items:
             lines += [f"# HELP {PREFIX}{item.name} {item.help}",
                       f"# TYPE {PREFIX}{item.name} {kind}",
                       f"{PREFIX}{item.name} {_number(item.value)}"]
+    lines += _ours(queue)
     return ("\n".join(lines) + "\n").encode()

@@ -10,7 +10,7 @@ def series(text: str) -> dict[str, tuple[str, float]]:
     """name -> (type, value)."""
     types = {line.split()[2]: line.split()[3] for line in text.splitlines()
              if line.startswith("# TYPE ")}
-    return {line.split()[0]: (types[line.split()[0]], float(line.split()[1]))
+    return {line.split()[0]: (types[line.split()[0].split("{")[0]], float(line.split()[1]))
             for line in text.splitlines() if line and not line.startswith("#")}
 
 
@@ -39,3 +39,17 @@ def test_sums_over_workers_and_averages() -> None:
     assert found["llamacpp:predicted_tokens_seconds"] == ("gauge", 10.0)
     assert found["llamacpp:n_busy_slots_per_decode"] == ("gauge", 2.0)
     assert found["llamacpp:requests_processing"] == ("gauge", 0.0)
+
+
+def test_llamaqs_own_queue_series() -> None:
+    from api.metrics import QueueStats
+
+    text = render_metrics([WorkerMetrics(requests_deferred=1)],
+                          QueueStats(depth=3, oldest_s=1.5, retried=2, failed={"poison": 1}))
+    found = series(text.decode())
+    assert found["llamacpp:requests_deferred"] == ("gauge", 4.0)
+    assert found["llamaq:queue_depth"] == ("gauge", 3.0)
+    assert found["llamaq:queue_oldest_seconds"] == ("gauge", 1.5)
+    assert found["llamaq:jobs_retried_total"] == ("counter", 2.0)
+    assert found['llamaq:jobs_failed_total{cause="poison"}'] == ("counter", 1.0)
+    assert found['llamaq:jobs_failed_total{cause="worker_died"}'] == ("counter", 0.0)
