@@ -520,8 +520,10 @@ class Engine:
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
+        bans = self.model.vocab.eog_tokens if d.sampling.ignore_eos else []  # --ignore-eos
         return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=[],
-                                        stream=False, timings_per_token=False, n_keep=d.n_keep)
+                                        stream=False, timings_per_token=False, n_keep=d.n_keep,
+                                        logit_bias=[TokenBias(token=t, bias=None) for t in bans])
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads).

@@ -128,4 +128,6 @@ def _template_caps(settings: ApiSettings, meta: ModelMeta) -> dict[str, bool]:
 def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
     data = state.model_dump(exclude_none=True)
     data["id"] = state.id + offset
+    if "params" in data:  # with the bans' -inf (null) biases, which exclude_none drops
+        data["params"] = state.params.model_dump() if state.params else data["params"]
     return data

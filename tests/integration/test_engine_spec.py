@@ -96,7 +96,7 @@ def test_n_discard_is_reported_and_range_checked(api: str) -> None:
 @pytest.fixture(scope="module")
 def shifting(redis_url: str, workdir: Path, tiny_model_path: Path) -> Iterator[str]:
     fleet = make_fleet(redis_url, workdir, tiny_model_path, "tiny-shift")
-    fleet.add_worker("-c", "64", "-np", "1", "-t", "2", "--context-shift")
+    fleet.add_worker("-c", "64", "-np", "1", "-t", "2", "--context-shift", "--ignore-eos")
     url = fleet.add_api()
     fleet.wait_healthy(url)
     yield url
@@ -113,6 +113,15 @@ def test_n_discard_sets_how_much_a_context_shift_drops(shifting: str) -> None:
     assert halved["truncated"] is True and one_by_one["truncated"] is True
     assert one_by_one["tokens_cached"] >= n_ctx - 3  # type: ignore[operator]
     assert halved["tokens_cached"] < one_by_one["tokens_cached"]  # type: ignore[operator]
+
+
+def test_ignore_eos_as_a_flag_shows_its_bans_in_the_defaults(shifting: str) -> None:
+    props = httpx.get(f"{shifting}/props", timeout=30).json()
+    params = props["default_generation_settings"]["params"]
+    assert params["ignore_eos"] is True
+    assert {"bias": None, "token": EOS} in params["logit_bias"]
+    ran = complete(shifting, {"prompt": "hello", "n_predict": 2})["generation_settings"]
+    assert {"bias": None, "token": EOS} in ran["logit_bias"]  # type: ignore[index]
 
 
 def test_props_report_the_templates_capabilities(api: str) -> None:
