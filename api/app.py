@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import signal
 import time
 
 from sanic import Request, Sanic
@@ -12,38 +15,80 @@ from sanic.response import HTTPResponse
 from api.auth import check_api_key, load_api_keys
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
-from api.errors import install_error_handler
+from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
+from api.routes.fleet_view import fleet_view
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.templates import templates
+from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
+from api.ui.config import ui_defaults
+from scheduler.errors import Unavailable
 from scheduler.limits import largest_body_limit
 
 log = logging.getLogger(__name__)
 
+CLOSE_GRACE_S = 2.0
+"""Once drained, how long Sanic waits for connections still busy before it drops them."""
+
 
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
     validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
+    ui = ui_blueprint(settings)  # so do a missing UI bundle or --path folder
     app = Sanic(name)
     app.config.REQUEST_TIMEOUT = settings.timeout
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = CLOSE_GRACE_S  # after our own drain (below)
     app.config.NOISY_EXCEPTIONS = False
     app.config.REQUEST_MAX_SIZE = largest_body_limit()  # each route has its own, below it
     app.ctx.settings = settings
     app.ctx.started_at = time.time()
+    app.ctx.draining = False
+    app.ctx.ui_settings = ui_defaults(settings)  # and unreadable --ui-config JSON
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
-                                            settings.n_probs_max)
+                                            settings.queue_max, settings.n_probs_max)
+
+    @app.after_server_start
+    async def drain_on_signal(app: Sanic) -> None:
+        """SIGTERM/SIGINT (replacing Sanic's handlers, which stop the loop at once): refuse new
+        requests (503, so a balancer sends them elsewhere), let the requests that wait for jobs
+        finish up to --drain-timeout, then stop. A second signal stops at once."""
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if app.ctx.draining:
+                app.stop(terminate=False)
+                return
+            app.ctx.draining = True
+            app.add_task(drain_then_stop(app))
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, on_signal)
+
+    async def drain_then_stop(app: Sanic) -> None:
+        jobs = app.ctx.fleet.jobs
+        deadline = time.monotonic() + settings.drain_timeout
+        log.info("draining: %d open requests have up to %g s", jobs.active,
+                 settings.drain_timeout)
+        while jobs.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if jobs.active:
+            log.warning("drain timeout: ending %d open requests", jobs.active)
+            jobs.end_all(Unavailable("the server is shutting down"))
+            await asyncio.sleep(CLOSE_GRACE_S)  # their error events go out
+        app.stop(terminate=False)
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
@@ -51,16 +96,25 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.on_request
     async def authenticate(request: Request) -> HTTPResponse | None:
-        return preflight(request, settings) or check_api_key(request, api_keys)
+        if app.ctx.draining:
+            return error_response(Unavailable("the server is shutting down",
+                                              retry_after_s=1))
+        if preflight_response := preflight(request, settings):
+            return preflight_response
+        if is_ui_route(request):  # the web UI's page and assets
+            return None
+        return check_api_key(request, api_keys, settings.api_prefix)
 
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, openapi):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
+                      openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
+    app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)
-    if vertex.enabled:
+    if vertex.enabled:  # after every other route: /predict dispatches to them
         add_predict_route(app, vertex, settings.api_prefix)
     install_error_handler(app)
     return app

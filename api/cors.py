@@ -1,5 +1,9 @@
 """CORS as llama-server does it: an Allow-Origin on every response, preflights answered before
-authentication (browsers send no Authorization header with them)."""
+authentication (browsers send no Authorization header with them).
+
+One deliberate improvement: a list of origins (`--cors-origins a,b`) is matched against the
+request's Origin, and only a match is echoed (llama-server sends the list itself, which browsers
+reject)."""
 
 from __future__ import annotations
 
@@ -10,15 +14,38 @@ from sanic.response import HTTPResponse, text
 
 from api.settings import ApiSettings
 
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
-def allowed_origin(settings: ApiSettings, origin: str) -> str | None:
-    origins = settings.cors_origins
-    if origins == ["*"] and settings.cors_credentials:
-        return origin or None  # echo it, so that credentials work from any origin
-    if origins == ["localhost"]:
-        host = urlsplit(origin).hostname or ""
-        return origin if host in ("localhost", "127.0.0.1", "::1") else None
-    return ",".join(origins)
+
+def effective_origins(settings: ApiSettings, tools_enabled: bool = False) -> list[str]:
+    """--cors-origins; when built-in tools or MCP servers are on (--tools, --agent,
+    --mcp-servers-*) and it was not given, `localhost` (the spec's CORS section). Those flags
+    are refused today, so `tools_enabled` is False in a running api pod."""
+    if tools_enabled and "cors_origins" not in settings.model_fields_set:
+        return ["localhost"]
+    return settings.cors_origins
+
+
+def is_local_origin(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and (parts.hostname or "") in LOCAL_HOSTS
+
+
+def allowed_origin(settings: ApiSettings, origin: str, tools_enabled: bool = False) -> str | None:
+    """The Access-Control-Allow-Origin for a request from `origin` (None: no header)."""
+    origins = effective_origins(settings, tools_enabled)
+    if "*" in origins:
+        if settings.cors_credentials:
+            return origin or None  # echo it, so that credentials work from any origin
+        return "*"
+    if not origin:
+        return None
+    if origin in origins or ("localhost" in origins and is_local_origin(origin)):
+        return origin
+    return None
 
 
 def preflight(request: Request, settings: ApiSettings) -> HTTPResponse | None:
@@ -35,3 +62,5 @@ def add_allow_origin(request: Request, response: HTTPResponse, settings: ApiSett
     origin = allowed_origin(settings, request.headers.get("origin", ""))
     if origin is not None:
         response.headers["Access-Control-Allow-Origin"] = origin
+        if origin != "*":
+            response.headers["Vary"] = "Origin"

@@ -14,6 +14,7 @@ from sanic.response import json as json_response
 
 from scheduler.errors import InvalidRequest, LlamaqError, NotFound, ServerError
 from storage import StorageError
+from storage.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,8 @@ def error_body(error: LlamaqError) -> dict[str, Any]:
 
 
 def error_response(error: LlamaqError) -> HTTPResponse:
-    return json_response(error_body(error), status=error.status)
+    headers = {} if error.retry_after_s is None else {"Retry-After": str(error.retry_after_s)}
+    return json_response(error_body(error), status=error.status, headers=headers)
 
 
 def sse_error(error: LlamaqError) -> str:
@@ -46,7 +48,8 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
     if isinstance(exc, ValidationError):
         return InvalidRequest(validation_message(exc))
     if isinstance(exc, StorageError):
-        return ServerError(f"storage error: {exc}")
+        log.debug("storage error: %s", exc)
+        return ServerError(f"storage error: {redact(str(exc))}")
     if isinstance(exc, SanicException):
         if exc.status_code == 404:
             return NotFound("File Not Found")

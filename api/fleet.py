@@ -9,14 +9,17 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
-from scheduler import limits
-from scheduler.client import AnyJob, JobClient, JobEvents
+from api.metrics import QueueStats
+from scheduler import keys, limits
+from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.hub import EventHub
 from scheduler.jobs import CompletionJob
+from scheduler.leases import counters, waiting_jobs
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
+QUEUE_PER_SLOT = 4
 
 
 class CheckedJobClient(JobClient):
@@ -24,8 +27,9 @@ class CheckedJobClient(JobClient):
     Redis (whatever route made it), and caps n_probs."""
 
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
-                 n_probs_max: int) -> None:
-        super().__init__(redis, arq, hub, timeout_s)
+                 queue_limit: QueueLimit | None = None,
+                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> None:
+        super().__init__(redis, arq, hub, timeout_s, queue_limit)
         self.n_probs_max = n_probs_max
 
     def submit(self, job: AnyJob) -> AbstractAsyncContextManager[JobEvents]:  # type: ignore[override]
@@ -41,18 +45,29 @@ class Fleet:
     hub: EventHub
     jobs: JobClient
     registry: Registry
+    queue_max: int = 0
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
 
     @classmethod
-    async def connect(cls, redis_url: str, timeout_s: float,
+    async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> Fleet:
         redis = Redis.from_url(redis_url)
         arq = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)
         await hub.start()
-        jobs = CheckedJobClient(redis, arq, hub, timeout_s, n_probs_max)
-        return cls(redis, arq, hub, jobs, Registry(redis))
+        fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
+                    queue_max)
+        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max)
+        return fleet
+
+    async def queue_limit(self, model_id: str) -> int | None:
+        """--queue-max, else 4 x the live slots of the model; None (no bound) while it has no
+        live slot: the request waits for a worker instead of being refused."""
+        if self.queue_max > 0:
+            return self.queue_max
+        slots = sum(w.n_slots for w in await self.workers(model_id))
+        return QUEUE_PER_SLOT * slots if slots else None
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for
@@ -63,6 +78,19 @@ class Fleet:
         workers = await self.registry.live_workers(model_id)
         self._workers[model_id] = (time.monotonic(), workers)
         return workers
+
+    async def queue_stats(self, model_id: str, workers: list[WorkerInfo]) -> QueueStats:
+        queues = [keys.slot_queue(model_id),
+                  *(keys.worker_queue(model_id, w.worker_id) for w in workers)]
+        depth, oldest = 0, 0.0
+        for queue in queues:
+            waiting, waited = await waiting_jobs(self.redis, queue)
+            depth, oldest = depth + waiting, max(oldest, waited)
+        counts = await counters(self.redis, model_id)
+        failed = {k.removeprefix("failed:"): v for k, v in counts.items()
+                  if k.startswith("failed:")}
+        return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
+                          failed=failed)
 
     async def close(self) -> None:
         await self.hub.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self
+
+from pydantic import model_validator
 
 from scheduler.config import CommonSettings, flag
 from scheduler.limits import DEFAULT_N_PROBS_MAX
@@ -21,20 +23,21 @@ class ApiSettings(CommonSettings):
                      help="IP addresses to listen on, comma-separated, or UNIX socket paths "
                      "ending in .sock")
     port: int = flag(9931, "--port", env="LLAMA_ARG_PORT", help="port to listen")
-    reuse_port: bool = flag(False, "--reuse-port", env="LLAMA_ARG_REUSE_PORT",
-                            help="allow multiple sockets to bind to the same port")
     timeout: int = flag(3600, "-to", "--timeout", env="LLAMA_ARG_TIMEOUT",
                         help="server read/write timeout in seconds")
+    queue_max: int = flag(0, "--queue-max", env="LLAMAQ_QUEUE_MAX",
+                          help="jobs of the model that may wait in Redis for a slot; past it a "
+                          "request gets 503 with Retry-After (0 = 4 x the fleet's live slots; "
+                          "a model with no live slot queues without bound)")
     sse_ping_interval: int = flag(30, "--sse-ping-interval", env="LLAMA_ARG_SSE_PING_INTERVAL",
                                   help="server SSE ping interval in seconds (-1 = disabled)")
     threads_http: int = flag(-1, "--threads-http", env="LLAMA_ARG_THREADS_HTTP",
-                             help="number of threads used to process HTTP requests")
+                             help="no-op in llamaq: HTTP is served by Sanic's event loop; "
+                             "scale with --workers")
     api_prefix: str = flag("", "--api-prefix", env="LLAMA_ARG_API_PREFIX",
                            help="prefix path the server serves from, without the trailing slash")
     path: str = flag("", "--path", env="LLAMA_ARG_STATIC_PATH",
                      help="path to serve static files from")
-    media_path: str | None = flag(None, "--media-path",
-                                  help="directory for loading local media files via file:// URLs")
     ssl_key_file: str | None = flag(None, "--ssl-key-file", env="LLAMA_ARG_SSL_KEY_FILE",
                                     help="path to file a PEM-encoded SSL private key")
     ssl_cert_file: str | None = flag(None, "--ssl-cert-file", env="LLAMA_ARG_SSL_CERT_FILE",
@@ -70,26 +73,6 @@ class ApiSettings(CommonSettings):
     ui_config_file: str | None = flag(None, "--ui-config-file", "--webui-config-file",
                                       env="LLAMA_ARG_UI_CONFIG_FILE",
                                       help="JSON file that provides default UI settings")
-    ui_mcp_proxy: bool = flag(False, "--ui-mcp-proxy", "--webui-mcp-proxy",
-                              env="LLAMA_ARG_UI_MCP_PROXY",
-                              negative=("--no-ui-mcp-proxy", "--no-webui-mcp-proxy"),
-                              help="experimental: whether to enable MCP CORS proxy")
-    tools: list[str] = flag([], "--tools", env="LLAMA_ARG_TOOLS",
-                            help="experimental: built-in tools to enable, comma-separated, "
-                            "or 'all'")
-    tools_runtime: str | None = flag(None, "--tools-runtime", env="LLAMA_ARG_TOOLS_RUNTIME",
-                                     help="experimental: run tools in a separate runtime")
-    mcp_servers_config: str | None = flag(None, "--mcp-servers-config",
-                                          env="LLAMA_ARG_MCP_SERVERS_CONFIG",
-                                          help="experimental: path to JSON file with MCP server "
-                                          "definitions")
-    mcp_servers_json: str | None = flag(None, "--mcp-servers-json",
-                                        env="LLAMA_ARG_MCP_SERVERS_JSON",
-                                        help="experimental: inline JSON with MCP server "
-                                        "definitions")
-    agent: bool = flag(False, "-ag", "--agent", env="LLAMA_ARG_AGENT",
-                       negative=("-no-ag", "--no-agent"),
-                       help="whether to enable CORS proxy and all built-in tools")
     # chat templates and reasoning
     jinja: bool = flag(True, "--jinja", env="LLAMA_ARG_JINJA", negative=("--no-jinja",),
                        help="whether to use jinja template engine for chat")
@@ -141,3 +124,9 @@ class ApiSettings(CommonSettings):
                             "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        if bool(self.ssl_key_file) != bool(self.ssl_cert_file):
+            raise ValueError("--ssl-key-file and --ssl-cert-file must be given together")
+        return self

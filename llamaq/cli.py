@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: llamaq {up,api,worker,scheduler} [flags]
+USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health} [flags]
 
   up         everything on this machine: Redis (started if none answers), one worker, the api
   api        a stateless api pod (Sanic)
   worker     a worker: loads the model and runs completions in slots
   scheduler  fleet housekeeping (registry pruning)
+  flags      every llama-server flag: works, refused (and why) or no-op (and why)
+  health     exit 0 if a worker heartbeats (--worker ID) or a URL answers 200 (--url)
 
 `llamaq COMMAND --help` lists that command's flags with their environment variables."""
 
@@ -32,6 +34,14 @@ def main(argv: list[str] | None = None) -> None:
         from llamaq.processes import run_scheduler
 
         run_scheduler(rest)
+    elif command == "flags":
+        from llamaq.flag_lists import print_flags
+
+        print_flags()
+    elif command == "health":
+        from llamaq.health import run_health
+
+        run_health(rest)
     elif command == "up":
         from llamaq.up import run_up
 

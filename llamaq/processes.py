@@ -12,7 +12,9 @@ from collections.abc import Coroutine
 from typing import Any
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
+from llamaq.flag_lists import refuse_other_roles_flags
+from llamaq.logs import prepare_process
+from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from scheduler.config import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -32,8 +34,10 @@ def run_api(argv: list[str]) -> None:
     from api.chat.templates import validate_chat_template_setting
     from api.routes.predict import VertexSettings
 
+    refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
-    setup_logging(settings.verbosity(), settings.log_file, "api")
+    prepare_process(settings, "api")
+    watch_parent()
     try:
         validate_chat_template_setting(settings)
     except ValueError as exc:
@@ -45,13 +49,16 @@ def run_api(argv: list[str]) -> None:
         sys.exit("llamaq api: --port 0 is not supported with multiple TCP addresses")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
+    ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
+           if settings.ssl_cert_file and settings.ssl_key_file else None)
     for host in hosts:  # one listener per address; a path ending in .sock is a UNIX socket
         where = {"unix": host} if host.endswith(".sock") else {"host": host, "port": port}
-        app.prepare(**where, workers=max(1, settings.workers),  # type: ignore[arg-type]
+        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl,  # type: ignore[arg-type]
                     access_log=settings.verbosity() >= 4, motd=False,
                     single_process=settings.workers <= 1)
     if settings.workers <= 1:
         Sanic.serve_single(primary=app)
+        exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
 
@@ -74,21 +81,66 @@ at ggml's barriers. Measured on a 2-core machine under load (Gemma 3 270M, -np 8
 
 def run_worker(argv: list[str]) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)  # read when libgomp loads
-    from worker.runtime import WorkerRuntime
     from worker.settings import WorkerSettings
 
-    settings = WorkerSettings.from_args(argv)
-    setup_logging(settings.verbosity(), settings.log_file, "worker")
+    refuse_other_roles_flags(argv, "worker")
+    settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
+
+    from worker.runtime import WorkerRuntime
+
+    prepare_process(settings, "worker")
+    watch_parent()
     runtime = WorkerRuntime(settings)
-    _run_until_signal(runtime.run(redis_url_of(settings)))
+
+    async def drain_on_signal() -> None:
+        """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(runtime.run(redis_url_of(settings), stop))
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                task.cancel()
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(drain_on_signal())
+    exit_at_once()
 
 
 def run_scheduler(argv: list[str]) -> None:
     from scheduler.housekeeping import run_housekeeping
 
+    refuse_other_roles_flags(argv, "scheduler")
     settings = CommonSettings.from_args(argv)
-    setup_logging(settings.verbosity(), settings.log_file, "scheduler")
+    prepare_process(settings, "scheduler")
+    watch_parent()
     _run_until_signal(run_housekeeping(redis_url_of(settings), settings.model_id()))
+
+
+def exit_at_once() -> None:
+    """After a clean stop, leave without the interpreter's teardown (a second or more of
+    module and llama.cpp clean-up on a busy machine, while a supervisor waits for us)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def watch_parent() -> None:
+    """Under `llamaq up` (LLAMAQ_PARENT_PID set): if `up` dies, even by SIGKILL, the kernel
+    sends this process SIGTERM (PR_SET_PDEATHSIG), so it drains and exits instead of living on
+    as an orphan holding the model in memory."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
+    die_with_parent()
+    if os.getppid() != int(parent):  # `up` died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run_until_signal(main: Coroutine[Any, Any, None]) -> None:

@@ -2,14 +2,15 @@
 
 Uses the Redis at LLAMAQ_REDIS_URL when one answers there, else starts a private redis-server;
 then runs one worker and the api as child processes with the same command line (each takes the
-flags that concern it) and stops them all on SIGINT/SIGTERM.
+flags that concern it), and supervises them (llamaq/supervisor.py): a worker that dies is
+restarted with backoff; SIGINT/SIGTERM drains and stops everything; the children die with `up`
+even when it is killed (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,34 +20,45 @@ from pathlib import Path
 import redis
 
 from api.settings import ApiSettings
-from llamaq.logs import setup_logging
-from scheduler.config import select_args
+from llamaq.logs import prepare_process
+from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
+from llamaq.supervisor import Child, Supervisor
+from scheduler.config import FlagError, split_args
+from storage.redact import redacted_url
 from worker.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
 
 
 def run_up(argv: list[str]) -> None:
-    if "-h" in argv or "--help" in argv:
+    if "-h" in argv or "--help" in argv or "--usage" in argv:
         _help()
         return
-    api_settings = ApiSettings.from_args(select_args(argv, ApiSettings, ROLES))
-    WorkerSettings.from_args(select_args(argv, WorkerSettings, ROLES))  # fail fast on bad flags
-    setup_logging(api_settings.verbosity(), api_settings.log_file, "up")
-    children: list[subprocess.Popen[bytes]] = []
+    if "--version" in argv:
+        ApiSettings.from_args(["--version"])
+    try:
+        parts = split_args(argv, ROLES)
+    except FlagError as exc:
+        print(f"usage: llamaq up [api flags] [worker flags]\nllamaq up: error: {exc}",
+              file=sys.stderr)
+        sys.exit(2)
+    api_settings = ApiSettings.from_args(parts[ApiSettings])
+    WorkerSettings.from_args(parts[WorkerSettings])  # fail fast on bad flags
+    prepare_process(api_settings, "up")
+    supervisor = Supervisor(api_settings.drain_timeout)
+    supervisor.handle_signals()
     redis_url = api_settings.redis_url
     if not redis_url or not _answers(redis_url):
         redis_process, redis_url = _start_redis(Path(api_settings.cache_dir).parent / "redis")
-        children.append(redis_process)
-    env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url}
+        supervisor.adopt(Child("redis", [], redis_process))
+    env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url, PARENT_PID_ENV: str(os.getpid())}
     me = [sys.executable, "-m", "llamaq"]
-    children.append(subprocess.Popen([*me, "worker", *select_args(argv, WorkerSettings, ROLES)],
-                                     env=env))
-    children.append(subprocess.Popen([*me, "api", *select_args(argv, ApiSettings, ROLES)],
-                                     env=env))
-    print(f"llamaq: serving on http://{api_settings.host}:{api_settings.port} "
-          f"(Redis {redis_url}); Ctrl-C stops", flush=True)
-    _supervise(children)
+    supervisor.start("worker", [*me, "worker", *parts[WorkerSettings]], env, restart=True)
+    supervisor.start("api", [*me, "api", *parts[ApiSettings]], env)
+    scheme = "https" if api_settings.ssl_cert_file else "http"
+    print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
+          f"(Redis {redacted_url(redis_url)}); Ctrl-C stops", flush=True)
+    sys.exit(supervisor.run())
 
 
 def _help() -> None:
@@ -72,7 +84,8 @@ def _start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(folder)], stdout=subprocess.DEVNULL)
+         "--dir", str(folder)], stdout=subprocess.DEVNULL,
+        preexec_fn=die_with_parent)  # our Redis does not outlive us
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
     while not _answers(url):
@@ -86,25 +99,3 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _supervise(children: list[subprocess.Popen[bytes]]) -> None:
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while not stopping and all(c.poll() is None for c in children):
-        time.sleep(0.2)
-    for child in reversed(children):  # api first, Redis last
-        if child.poll() is None:
-            child.terminate()
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM, None)]
-    sys.exit(1 if failed and not stopping else 0)

@@ -13,14 +13,21 @@ from arq.connections import ArqRedis
 from redis.asyncio import Redis
 
 from scheduler import keys
-from scheduler.errors import LlamaqError, Unavailable, error_from_info
+from scheduler.errors import LlamaqError, ServerError, Unavailable, error_from_info
 from scheduler.hub import EventHub
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
     SlotActionJob,
     TokenizeJob,
-    new_job_id,
+)
+from scheduler.leases import (
+    Decision,
+    count_failure,
+    died_after,
+    forget_queued,
+    lapsed_run,
+    waiting_jobs,
 )
 from scheduler.queueing import queue_for
 from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, TokenEvent
@@ -28,24 +35,32 @@ from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, Tok
 log = logging.getLogger(__name__)
 
 AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
-Retry = Callable[[], Awaitable[tuple[str, asyncio.Queue[EventEnvelope]]]]
+QueueLimit = Callable[[str], Awaitable[int | None]]
+"""How many jobs of a model may wait for a slot (None: no bound)."""
+RETRY_AFTER_S = 5
+"""Retry-After of a 503 for a full queue."""
 
 
 class JobEvents:
     """The events of one job, in order, ending after its final or error event.
 
-    An error event is raised as the typed error the worker reported."""
+    An error event is raised as the typed error the worker reported. While the job is silent,
+    its lease is checked (see scheduler/leases.py): a job whose worker died ends here with 503
+    (or 500 for a poison job) unless it is due to run again on another worker."""
 
-    def __init__(self, job_id: str, queue: asyncio.Queue[EventEnvelope], timeout_s: float,
-                 redis: Redis, retry: Retry | None = None) -> None:
-        """`retry` runs the job again under a new id (for a job whose worker died before it
-        sent anything); None when the job cannot go elsewhere."""
-        self.job_id = job_id
+    def __init__(self, job: AnyJob, queue: asyncio.Queue[EventEnvelope], timeout_s: float,
+                 redis: Redis) -> None:
+        self.job_id = job.job_id
+        self._model_id = job.model
+        self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
+            else None
+        self._movable = job.kind == "completion" and not self._pinned_worker
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
-        self._retry = retry
         self._next_seq = 0
+        self._rerun_of = 0
+        """The run (tries) whose death already let the job go to another worker."""
         self.finished = False
 
     def __aiter__(self) -> JobEvents:
@@ -68,8 +83,8 @@ class JobEvents:
         return event
 
     async def _next_envelope(self) -> EventEnvelope:
-        """The next event; a silent job is checked on every few seconds: if the worker that
-        took it stopped, waiting longer would hang the client forever."""
+        """The next event; a silent job's worker is checked on every OWNER_CHECK_EVERY_S.
+        Raising leaves `finished` False, so the job is cancelled for any later pick-up."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
@@ -78,23 +93,31 @@ class JobEvents:
             except TimeoutError:
                 pass
             if time.monotonic() >= deadline:
-                self.finished = True
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
-            if await self._owner_died():
-                if self._retry is not None and self._next_seq == 0:
-                    log.warning("job %s: its worker stopped before answering; retrying",
-                                self.job_id)
-                    self.job_id, self._queue = await self._retry()
-                    self._retry = None  # once
-                    continue
-                self.finished = True
-                raise Unavailable("the worker running this request stopped")
+            await self._check_worker()
 
-    async def _owner_died(self) -> bool:
-        owner = await self._redis.get(keys.job_owner(self.job_id))
-        if owner is None:
-            return False  # still queued
-        return not await self._redis.exists(keys.worker_info(owner.decode()))
+    async def _check_worker(self) -> None:
+        """Raise if the job's worker died and the job may not run again."""
+        lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
+        if lapse is None or lapse.tries == self._rerun_of:
+            return
+        decision = died_after(lapse.tries, max(lapse.sent, self._next_seq), self._movable)
+        if decision is Decision.RUN:
+            log.warning("job %s: its worker died before it sent anything; it runs again on "
+                        "another worker", self.job_id)
+            self._rerun_of = lapse.tries
+            return
+        await count_failure(self._redis, self._model_id, decision.value)
+        if self._pinned_worker:  # its queue dies with it
+            await forget_queued(self._redis, keys.worker_queue(self._model_id,
+                                                               self._pinned_worker), self.job_id)
+        if decision is Decision.POISON:
+            log.error("job %s: poison job: it was running when %d workers died; ending it",
+                      self.job_id, lapse.tries)
+            raise ServerError("this request was running on two workers that stopped; it is "
+                              "not retried")
+        log.warning("job %s: its worker stopped", self.job_id)
+        raise Unavailable("the worker running this request stopped")
 
     async def result(self) -> Result:
         async for event in self:
@@ -141,40 +164,63 @@ async def merge_events(streams: list[JobEvents]) -> AsyncIterator[ChoiceEvent]:
 
 
 class JobClient:
-    def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float) -> None:
+    def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
+                 queue_limit: QueueLimit | None = None) -> None:
+        """`queue_limit` says how many jobs of the model may wait (None: no bound)."""
         self._redis = redis
         self._arq = arq
         self._hub = hub
         self._timeout_s = timeout_s
+        self._queue_limit = queue_limit
+        self._open: dict[str, asyncio.Queue[EventEnvelope]] = {}
+
+    @property
+    def active(self) -> int:
+        """Jobs whose events someone waits for (a draining api pod waits for them)."""
+        return len(self._open)
+
+    def end_all(self, error: LlamaqError) -> None:
+        """Every waiting request gets `error` as its job's next event (a pod that stops)."""
+        for job_id, queue in self._open.items():
+            queue.put_nowait(EventEnvelope(job_id=job_id, seq=-1,
+                                           event=ErrorEvent(error=error.to_info())))
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """Run `job`; leaving the block before its last event cancels it on the worker."""
-        async with contextlib.AsyncExitStack() as subscriptions:
+        async with self._submit(job) as events:
+            yield events
 
-            async def start(attempt: AnyJob) -> asyncio.Queue[EventEnvelope]:
-                queue = await subscriptions.enter_async_context(
-                    self._hub.subscription(attempt.job_id))
-                queue_name = queue_for(attempt)
-                await self._arq.enqueue_job(attempt.kind, attempt.model_dump(mode="json"),
-                                            _job_id=attempt.job_id, _queue_name=queue_name)
-                await self._redis.publish(keys.wake_channel(queue_name), b"1")
-                return queue
-
-            async def retry() -> tuple[str, asyncio.Queue[EventEnvelope]]:
-                nonlocal job
-                await self.cancel(job.job_id)  # a late pick-up of the old id must do nothing
-                job = job.model_copy(update={"job_id": new_job_id()})
-                return job.job_id, await start(job)
-
-            pinned = isinstance(job, CompletionJob | SlotActionJob) and job.worker_id
-            events = JobEvents(job.job_id, await start(job), self._timeout_s, self._redis,
-                               None if pinned else retry)
+    @contextlib.asynccontextmanager
+    async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
+        queue_name = queue_for(job)
+        if queue_name == keys.slot_queue(job.model):
+            await self._check_room(job.model, queue_name)
+        async with self._hub.subscription(job.job_id) as queue:
+            self._open[job.job_id] = queue
+            await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
+                                        _job_id=job.job_id, _queue_name=queue_name,
+                                        _expires=keys.JOB_TTL_S)
+            await self._redis.publish(keys.wake_channel(queue_name), b"1")
+            events = JobEvents(job, queue, self._timeout_s, self._redis)
             try:
                 yield events
             finally:
+                self._open.pop(job.job_id, None)
                 if not events.finished:
                     await asyncio.shield(self.cancel(events.job_id))
+
+    async def _check_room(self, model_id: str, queue_name: str) -> None:
+        """Backpressure: past the bound, 503 with Retry-After at once instead of a wait."""
+        if self._queue_limit is None:
+            return
+        limit = await self._queue_limit(model_id)
+        if limit is None:
+            return
+        waiting, _ = await waiting_jobs(self._redis, queue_name)
+        if waiting >= limit:
+            raise Unavailable(f"the queue is full ({waiting} requests wait); retry later",
+                              retry_after_s=RETRY_AFTER_S)
 
     async def run(self, job: AnyJob) -> Result:
         async with self.submit(job) as events:

@@ -8,6 +8,7 @@ line flag, its environment variable, then its default -- as llama-server does.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, Self, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
+from scheduler.spec_flags import FlagStatus, by_status, refused_envs, refused_names
 from storage.models import DEFAULT_MODEL_FILE
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
@@ -185,6 +187,37 @@ class _SwitchAction(argparse.Action):
         setattr(namespace, self.dest, option_string not in self.negative)
 
 
+class _RefusedAction(argparse.Action):
+    """A spec flag llamaq does not implement: stops the parse with the reason."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, why: str = "", **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", **kw)
+        self.why = why
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(f"{option_string} is not supported by llamaq: {self.why}")
+
+
+def _version() -> str:
+    try:
+        return f"llamaq {importlib.metadata.version('llamaq')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "llamaq (not installed)"
+
+
+class _ExactParser(argparse.ArgumentParser):
+    """Matches option names exactly: `-c` is never read as a prefix of `-cl` or `-cms`."""
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        return []
+
+
 class ProcessSettings(BaseModel):
     """Base of every process's settings: flag over env over default."""
 
@@ -198,14 +231,22 @@ class ProcessSettings(BaseModel):
 
     @classmethod
     def build_parser(cls, prog: str) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(
+        parser = _ExactParser(
             prog=prog,
             usage="%(prog)s [options]",
             formatter_class=_HelpFormatter,
             description=(cls.__doc__ or "").strip() or None,
             allow_abbrev=False,
+            add_help=False,
             argument_default=argparse.SUPPRESS,
         )
+        parser.add_argument("-h", "--help", "--usage", action="help",
+                            help="print usage and exit")
+        parser.add_argument("--version", action="version", version=_version(),
+                            help="show version and exit")
+        for row in by_status(FlagStatus.REFUSED):
+            parser.add_argument(*row.names, action=_RefusedAction, why=row.why,
+                                dest=argparse.SUPPRESS, help=argparse.SUPPRESS)
         for opt in cls.options():
             if opt.is_switch:
                 parser.add_argument(
@@ -240,6 +281,10 @@ class ProcessSettings(BaseModel):
         parser = cls.build_parser(cls.prog)
         given = vars(parser.parse_args(argv))
         env = os.environ if environ is None else environ
+        for name, row in refused_envs().items():
+            if env.get(name):
+                parser.error(f"environment variable {name} ({row.label}) is not supported by "
+                             f"llamaq: {row.why}")
         values: dict[str, Any] = {}
         for opt in cls.options():
             if opt.name in given:
@@ -260,8 +305,6 @@ class CommonSettings(ProcessSettings):
 
     model: str | None = flag(None, "-m", "--model", env="LLAMA_ARG_MODEL",
                              help="model path to load")
-    model_url: str | None = flag(None, "-mu", "--model-url", env="LLAMA_ARG_MODEL_URL",
-                                 help="model download url")
     alias: list[str] = flag([], "-a", "--alias", env="LLAMA_ARG_ALIAS",
                             help="set model name aliases, comma-separated (to be used by API)")
     hf_repo: str | None = flag(None, "-hf", "-hfr", "--hf-repo", env="LLAMA_ARG_HF_REPO",
@@ -272,17 +315,6 @@ class CommonSettings(ProcessSettings):
                                 help="Hugging Face access token")
     offline: bool = flag(False, "--offline", env="LLAMA_ARG_OFFLINE",
                          help="offline mode: forces use of cache, prevents network access")
-    models_dir: str | None = flag(None, "--models-dir", env="LLAMA_ARG_MODELS_DIR",
-                                  help="directory containing models for the router server")
-    models_preset: str | None = flag(None, "--models-preset", env="LLAMA_ARG_MODELS_PRESET",
-                                     help="path to INI file containing model presets for the "
-                                     "router server")
-    models_max: int = flag(4, "--models-max", env="LLAMA_ARG_MODELS_MAX",
-                           help="for router server, maximum number of models to load "
-                           "simultaneously (0 = unlimited)")
-    models_autoload: bool = flag(True, "--models-autoload", env="LLAMA_ARG_MODELS_AUTOLOAD",
-                                 negative=("--no-models-autoload",),
-                                 help="for router server, whether to automatically load models")
     log_verbosity: int = flag(3, "-lv", "--verbosity", "--log-verbosity",
                               env="LLAMA_ARG_LOG_VERBOSITY",
                               help="verbosity threshold: 0 generic, 1 error, 2 warning, 3 info, "
@@ -292,6 +324,16 @@ class CommonSettings(ProcessSettings):
     verbose: bool = flag(False, "-v", "--verbose", "--log-verbose",
                          help="set verbosity level to infinity (log all messages); OpenAI "
                          "completion and chat responses carry a `__verbose` debug object")
+    log_disable: bool = flag(False, "--log-disable", help="log disable")
+    log_prefix: bool = flag(True, "--log-prefix", env="LLAMA_ARG_LOG_PREFIX",
+                            negative=("--no-log-prefix",),
+                            help="prefix in log messages (level and logger name)")
+    log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
+                                negative=("--no-log-timestamps",),
+                                help="timestamps in log messages")
+    prio: int = flag(0, "--prio", choices=(-1, 0, 1, 2, 3),
+                     help="set process priority: low(-1), normal(0), medium(1), high(2), "
+                     "realtime(3)")
     redis_url: str | None = flag(None, "--redis-url", env="LLAMAQ_REDIS_URL",
                                  help="Redis URL (none = start or use a local redis-server)")
     store_url: str = flag(".llamaq/store", "--store-url", env="LLAMAQ_STORE_URL",
@@ -300,6 +342,10 @@ class CommonSettings(ProcessSettings):
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
                           help="folder where model files are materialised")
+    drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
+                                help="on SIGTERM, how long running requests may finish (seconds):"
+                                " a worker then ends the rest with an error event, an api pod "
+                                "closes its open streams")
 
     def verbosity(self) -> int:
         """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""
@@ -317,21 +363,41 @@ class CommonSettings(ProcessSettings):
         return self.model or self.hf_repo or DEFAULT_MODEL_FILE
 
 
-def select_args(argv: Sequence[str], keep: type[ProcessSettings],
-                among: Sequence[type[ProcessSettings]]) -> list[str]:
-    """The part of a command line (valid for the union of `among`) that `keep` understands:
-    `llamaq up` hands one command line to several processes."""
-    takes_value = {name: value for cls in among for name, value in _arities(cls).items()}
-    kept = _arities(keep)
-    selected: list[str] = []
+class FlagError(ValueError):
+    """A command line that no role takes: an unknown or refused flag, or a missing value."""
+
+
+def split_args(argv: Sequence[str],
+               roles: Sequence[type[ProcessSettings]]) -> dict[type[ProcessSettings], list[str]]:
+    """`llamaq up` hands one command line to several processes: each flag goes to every role
+    that takes it. A flag no role takes, or one llamaq refuses, raises FlagError naming it."""
+    arities = [_arities(role) for role in roles]
+    refused = refused_names()
+    parts: dict[type[ProcessSettings], list[str]] = {role: [] for role in roles}
     i = 0
     while i < len(argv):
-        name = argv[i].split("=", 1)[0]
-        width = 2 if takes_value.get(name) and "=" not in argv[i] else 1
-        if name in kept:
-            selected.extend(argv[i : i + width])
+        word = argv[i]
+        name = word.split("=", 1)[0]
+        if name in refused:
+            raise FlagError(f"{name} is not supported by llamaq: {refused[name].why}")
+        takers = [role for role, known in zip(roles, arities, strict=True) if name in known]
+        if not takers:
+            what = "flag" if word.startswith("-") else "argument"
+            raise FlagError(f"unknown {what} {word!r} (`llamaq flags` lists every flag)")
+        width = 2 if any(known[name] for known in arities if name in known) and "=" not in word \
+            else 1
+        if i + width > len(argv):
+            raise FlagError(f"{name} expects a value")
+        for role in takers:
+            parts[role].extend(argv[i:i + width])
         i += width
-    return selected
+    return parts
+
+
+def select_args(argv: Sequence[str], keep: type[ProcessSettings],
+                among: Sequence[type[ProcessSettings]]) -> list[str]:
+    """The part of a command line (valid for the union of `among`) that `keep` understands."""
+    return split_args(argv, among)[keep]
 
 
 def _arities(settings: type[ProcessSettings]) -> dict[str, bool]:

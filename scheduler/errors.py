@@ -27,9 +27,12 @@ class LlamaqError(Exception):
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
 
-    def __init__(self, message: str, **extra: int | str) -> None:
+    def __init__(self, message: str, *, retry_after_s: int | None = None,
+                 **extra: int | str) -> None:
+        """`retry_after_s`: sent as the response's Retry-After header (not in the body)."""
         super().__init__(message)
         self.message = message
+        self.retry_after_s = retry_after_s
         self.extra = extra
 
     def to_info(self) -> ErrorInfo:
@@ -89,4 +92,4 @@ _BY_TYPE: dict[str, type[LlamaqError]] = {
 
 def error_from_info(info: ErrorInfo) -> LlamaqError:
     """Rebuild the typed error a worker reported."""
-    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)
+    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)  # type: ignore[arg-type]

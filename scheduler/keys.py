@@ -6,7 +6,7 @@ PREFIX = "llamaq"
 
 # Worker registry: a sorted set per model (member = worker id, score = last heartbeat, unix s)
 # and one JSON document per worker that expires when its heartbeats stop.
-HEARTBEAT_TTL_S = 10
+HEARTBEAT_TTL_S = 8
 HEARTBEAT_EVERY_S = 2.0
 
 
@@ -54,8 +54,20 @@ def job_events(job_id: str) -> str:
 
 
 def job_owner(job_id: str) -> str:
-    """Id of the worker that took the job (so a waiting api can tell when that worker died)."""
+    """The job's lease: the id of the worker running it, expiring JOB_LEASE_S after the last
+    renewal; gone while the job is queued and once its worker died (or finished it)."""
     return f"{PREFIX}:job:{job_id}:owner"
+
+
+def job_state(job_id: str) -> str:
+    """Hash of a job's run: `tries` (how many times a worker started it) and `sent` (events
+    published so far, the next event's seq). Expires JOB_STATE_TTL_S after the last write."""
+    return f"{PREFIX}:job:{job_id}:state"
+
+
+def model_counters(model_id: str) -> str:
+    """Hash of fleet-wide job counters of a model: `retried`, and `failed:<cause>`."""
+    return f"{PREFIX}:model:{model_id}:counters"
 
 
 def job_cancel(job_id: str) -> str:
@@ -76,6 +88,12 @@ def chat_completion(completion_id: str) -> str:
 
 
 CANCEL_TTL_S = 3600
-JOB_OWNER_TTL_S = 24 * 3600
-OWNER_CHECK_EVERY_S = 3.0
+JOB_LEASE_S = 3.0
+"""A job's lease (its owner key and arq's in-progress key) lasts this long past its last
+renewal: a worker that died lets go of its jobs within this time."""
+LEASE_RENEW_EVERY_S = 1.0
+JOB_STATE_TTL_S = 3600
+JOB_TTL_S = 3600
+"""arq's job document of a queued job expires after this (the api's --timeout default)."""
+OWNER_CHECK_EVERY_S = 1.0
 """How long an api waits on a silent job before it checks that the job's worker is alive."""

@@ -62,8 +62,9 @@ GRAMMAR_TOKENS = re.compile(
     r'"(?:[^"\\\n]|\\.)*"?|\[(?:[^\]\\\n]|\\.)*\]?|#[^\n]*|[()]|\{[\s\d,]*\}')
 """What matters to the shape of GBNF: literals and comments (skipped whole), parentheses and
 repetitions `{m,n}`."""
-MAX_GRAMMAR_REPEAT = 2048
-"""The bounds of a repetition `x{m,n}` (llama.cpp expands it into a chain of that many rules)."""
+MAX_GRAMMAR_REPEAT = 2000
+"""The bounds of a repetition `x{m,n}`: llama.cpp expands it into that many rules (and refuses
+more than 2000 itself)."""
 MAX_STOP_STRINGS = 64
 MAX_STOP_LENGTH = 4096
 """Characters in one stop string."""

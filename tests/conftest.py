@@ -66,7 +66,7 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_fleet(redis_url: str, workdir: Path, tiny_model_path: Path) -> Iterator[Fleet]:
     """One api and one worker serving the tiny model as `tiny` (fast: for many requests)."""
     fleet = make_fleet(redis_url, workdir, tiny_model_path, "tiny")
-    fleet.add_worker("-c", "4096", "-np", "4", "-t", "2", "-n", "16")
+    fleet.add_worker("-c", "4096", "-np", "4", "-t", "1", "-n", "16")
     url = fleet.add_api()
     fleet.wait_healthy(url)
     yield fleet

@@ -1,31 +1,66 @@
-"""arq's Worker, woken by a pub/sub message when a job is enqueued instead of polling every
-`poll_delay` (which alone would add up to that much to every time to first token)."""
+"""arq's Worker with three changes llamaq needs (see scheduler/leases.py):
+
+- woken by a pub/sub message when a job is enqueued instead of polling every `poll_delay`
+  (which alone would add up to that much to every time to first token);
+- a taken job holds a short lease (arq's in-progress key), renewed by `LeaseKeeper` while the
+  job runs, instead of a lock as long as `job_timeout`;
+- a poll reads the oldest due jobs no worker holds, however many running jobs precede them
+  (arq reads a window of ~100 ids and skips held ones, which caps the whole fleet).
+
+It relies on arq 0.28 internals (`_poll_iteration`, `start_jobs`, `tasks`,
+`in_progress_timeout_s`, `_release_sem_dec_counter_on_complete`), pinned in pyproject.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 from arq import Worker
 from arq.connections import ArqRedis
+from arq.constants import in_progress_key_prefix
+
+from scheduler import keys
+from scheduler.leases import READY_JOBS
 
 
 class WakeableWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.wake = asyncio.Event()
+        self.in_progress_timeout_s = keys.JOB_LEASE_S
+        self.taking = True
+        """False once the worker drains: running jobs go on, no new one starts."""
 
     async def main(self) -> None:
         assert isinstance(self._pool, ArqRedis), "WakeableWorker needs a redis_pool"
         self.ctx["redis"] = self._pool
         if self.on_startup:
             await self.on_startup(self.ctx)
-        while True:
+        while self.taking:
             self.wake.clear()
             await self._poll_iteration()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_delay_s)
+
+    async def _poll_iteration(self) -> None:
+        for job_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[job_id]
+                task.result()  # a failure of arq's own job handling must not pass silently
+        free = self.max_jobs - self.job_counter
+        if free <= 0 or not self.taking:
+            return
+        job_ids = await self.pool.eval(  # type: ignore[misc]
+            READY_JOBS, 1, self.queue_name, str(int(time.time() * 1000)), str(free),
+            in_progress_key_prefix)
+        if job_ids and self.taking:
+            await self.start_jobs(job_ids)
+
+    def running_job_ids(self) -> list[str]:
+        return [job_id for job_id, task in self.tasks.items() if not task.done()]
 
     def _release_sem_dec_counter_on_complete(self) -> None:
         # A job ended, so there is room for another: look at the queue now.

@@ -87,7 +87,11 @@ class Engine:
         """Submitted, not yet seen by the engine thread (guarded by _wake)."""
         self._admission: Admission[Request] = Admission()
         """Requests waiting for a slot (the engine thread's alone)."""
+        self._admission_lock = threading.Lock()
+        """Held by the engine thread while it moves arrivals into admission and decides (pure
+        Python, no llama.cpp), and by withdraw_waiting; taken before `_wake`."""
         self._cancelled: set[str] = set()
+        self._cancel_errors: dict[str, LlamaqError] = {}
         self._end_reasoning: set[str] = set()
         self._slot_tasks: deque[tuple[int, Callable[[SlotCache], Any], Future[Any]]] = deque()
         self._wake = threading.Condition()
@@ -115,10 +119,25 @@ class Engine:
             self._arrivals.append(request)
             self._wake.notify()
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
+        """Free the job's slot; its last event is `error` (default: "cancelled")."""
         with self._wake:
             self._cancelled.add(job_id)
+            if error is not None:
+                self._cancel_errors[job_id] = error
             self._wake.notify()
+
+    def withdraw_waiting(self) -> list[Request]:
+        """Take back every request that waits for a slot (a draining worker hands them to
+        another); no event is sent for them."""
+        with self._admission_lock:
+            with self._wake:
+                arrivals, self._arrivals = list(self._arrivals), deque()
+            waiting = [*self._admission.waiting, *arrivals]
+            self._admission.waiting.clear()
+        for request in waiting:
+            request.sampler.free()
+        return waiting
 
     def end_reasoning(self, job_id: str) -> None:
         """/v1/chat/completions/control: force the end of the job's thinking block."""
@@ -152,8 +171,6 @@ class Engine:
                     return
                 cancelled, self._cancelled = self._cancelled, set()
                 end_reasoning, self._end_reasoning = self._end_reasoning, set()
-                arrivals, self._arrivals = self._arrivals, deque()
-            self._admission.arrive(arrivals)
             events: list[JobEvent] = []
             self._admit(cancelled, events)
             self._run_slot_tasks()
@@ -183,13 +200,17 @@ class Engine:
 
     def _admit(self, cancelled: set[str], events: list[JobEvent]) -> None:
         """Start the requests admission lets in (worker/admission.py) on their slots."""
-        decision = self._admission.admit(
-            self.slots, cancelled, len(self._active),
-            [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
-            self.defaults.cont_batching)
+        with self._admission_lock:
+            with self._wake:
+                arrivals, self._arrivals = self._arrivals, deque()
+            self._admission.arrive(arrivals)
+            decision = self._admission.admit(
+                self.slots, cancelled, len(self._active),
+                [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
+                self.defaults.cont_batching)
         for request in decision.cancelled:
             request.sampler.free()
-            events.append((request.job.job_id, _cancelled_event()))
+            events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
         for request, slot in decision.admitted:
             self.on_slots_changed()
             self._tasks_started += 1
@@ -226,7 +247,7 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return SlotRun(request, slot, TextStream(request.job.stop), task_no,
+        return SlotRun(request, slot, TextStream(request.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
                       reasoning=ReasoningTracker.start(spec) if spec else None)
 
@@ -248,7 +269,8 @@ class Engine:
         for slot_id, active in list(self._active.items()):
             if active.request.job.job_id in cancelled:
                 log.info("job %s: cancelled, slot %d freed", active.request.job.job_id, slot_id)
-                events.append((active.request.job.job_id, _cancelled_event()))
+                events.append((active.request.job.job_id,
+                               self._cancel_event(active.request.job.job_id)))
                 self._release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
@@ -506,7 +528,7 @@ class Engine:
     def _report_settings(self, request: Request) -> GenerationSettings:
         job = request.job
         return self.generation_settings(
-            request.sampling, n_predict=request.n_predict, stop=job.stop, stream=job.stream,
+            request.sampling, n_predict=request.n_predict, stop=request.stop, stream=job.stream,
             timings_per_token=job.timings_per_token, n_keep=request.n_keep,
             n_discard=request.n_discard, n_probs=job.n_probs,
             logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
@@ -521,7 +543,7 @@ class Engine:
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
         bans = self.model.vocab.eog_tokens if d.sampling.ignore_eos else []  # --ignore-eos
-        return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=[],
+        return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=list(d.stop),
                                         stream=False, timings_per_token=False, n_keep=d.n_keep,
                                         logit_bias=[TokenBias(token=t, bias=None) for t in bans])
 
@@ -553,6 +575,11 @@ class Engine:
                     n_decoded=len(active.generated) if processing else 0)]
             states.append(state)
         return states
+
+    def _cancel_event(self, job_id: str) -> ErrorEvent:
+        with self._wake:
+            error = self._cancel_errors.pop(job_id, None)
+        return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
 
     def _release(self, active: SlotRun) -> None:
         self._previous[active.slot.slot_id] = active

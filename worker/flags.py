@@ -1,8 +1,7 @@
-"""How the worker's llama-server flags reach llama.cpp, and which ones it refuses.
+"""How the worker's llama-server flags reach llama.cpp.
 
-Flags that map onto llama_model_params / llama_context_params are passed through; flags for
-features this worker does not have are refused at start (when set to anything but their
-default) instead of being silently ignored."""
+Flags that map onto llama_model_params / llama_context_params are passed through. Flags for
+features the worker does not have are refused before anything loads (scheduler/spec_flags.py)."""
 
 from __future__ import annotations
 
@@ -17,22 +16,12 @@ from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-UNSUPPORTED = {
-    "override_kv": "--override-kv", "device": "-dev/--device", "rpc": "--rpc",
-    "override_tensor": "-ot/--override-tensor", "cpu_moe": "-cmoe/--cpu-moe",
-    "n_cpu_moe": "-ncmoe/--n-cpu-moe", "n_cpu_ffn": "-ncffn/--n-cpu-ffn",
-    "lora": "--lora", "lora_scaled": "--lora-scaled", "control_vector": "--control-vector",
-    "control_vector_scaled": "--control-vector-scaled", "mmproj": "-mm/--mmproj",
-    "mmproj_url": "-mmu/--mmproj-url",
-"sleep_idle_seconds": "--sleep-idle-seconds",
-    "embedding": "--embedding", "reranking": "--rerank", "pooling": "--pooling",
-    "backend_sampling": "-bs/--backend-sampling", "spec_type": "--spec-type",
-    "spec_draft_model": "--spec-draft-model", "spec_draft_hf": "--spec-draft-hf",
-    "adaptive_target": "--adaptive-target", "numa": "--numa",
-}
-"""Features not built yet: asking for them stops the worker with a clear message."""
-
-SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+SPLIT_MODES = {"none": lc.LLAMA_SPLIT_MODE_NONE, "layer": lc.LLAMA_SPLIT_MODE_LAYER,
+               "row": lc.LLAMA_SPLIT_MODE_ROW, "tensor": lc.LLAMA_SPLIT_MODE_TENSOR}
+LOAD_MODES = {"auto": -1, "none": 0, "mmap": 1, "mlock": 2, "mmap+mlock": 3, "dio": 4}
+"""llama.h's enum llama_load_mode."""
+LAZY_MODES = {"off": 0, "auto": 1, "on": 2}
+"""llama.h's enum llama_lazy_mode."""
 ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2, "longrope": 3}
 
 
@@ -40,21 +29,14 @@ class UnsupportedFlag(SystemExit):
     pass
 
 
-def check_supported(settings: WorkerSettings) -> None:
-    defaults = WorkerSettings.model_fields
-    refused = [flag for name, flag in UNSUPPORTED.items()
-               if name in defaults and getattr(settings, name)
-               != defaults[name].get_default(call_default_factory=True)]
-    if refused:
-        raise UnsupportedFlag("llamaq worker: not supported (yet): " + ", ".join(refused))
-
-
 def tune_model(params: lc.llama_model_params, settings: WorkerSettings) -> None:
     params.split_mode = SPLIT_MODES[settings.split_mode]
     params.main_gpu = settings.main_gpu
     params.check_tensors = settings.check_tensors
-    params.use_mmap = settings.load_mode in ("auto", "mmap", "mmap+mlock")
-    params.use_mlock = "mlock" in settings.load_mode
+    params.load_mode = LOAD_MODES[settings.load_mode]
+    params.lazy_mode = LAZY_MODES[settings.lazy_mode]
+    params.use_extra_bufts = settings.repack
+    params.no_host = settings.no_host
     if settings.tensor_split:
         split = (ctypes.c_float * lc.LLAMA_MAX_DEVICES)(*settings.tensor_split)
         params.tensor_split = split
@@ -81,6 +63,7 @@ def tune_context(params: lc.llama_context_params, settings: WorkerSettings) -> N
     params.yarn_orig_ctx = s.yarn_orig_ctx
     params.offload_kqv = s.kv_offload
     params.op_offload = s.op_offload
+    params.no_perf = not s.perf
 
 
 def sampler_names(settings: WorkerSettings) -> list[str]:
@@ -116,3 +99,32 @@ def default_logit_bias(settings: WorkerSettings) -> list[LogitBias]:
         else:
             raise UnsupportedFlag(f"llamaq worker: bad --logit-bias {item!r}")
     return biases
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"',
+            ord("\\"): b"\\"}
+
+
+def process_escapes(text: str) -> str:
+    """-e/--escape (the default): \\n, \\r, \\t, \\', \\", \\\\ and \\xHH in -r and
+    --dry-sequence-breaker values, as llama.cpp's string_process_escapes reads them."""
+    raw, out, i = text.encode(), bytearray(), 0
+    while i < len(raw):
+        if raw[i] == ord("\\") and i + 1 < len(raw):
+            i += 1
+            code = raw[i]
+            if code in _ESCAPES:
+                out += _ESCAPES[code]
+            elif code == ord("x") and _is_hex(raw[i + 1:i + 3]):
+                out.append(int(raw[i + 1:i + 3], 16))
+                i += 2
+            else:
+                out += b"\\" + bytes([code])
+        else:
+            out.append(raw[i])
+        i += 1
+    return out.decode("utf-8", errors="replace")
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)

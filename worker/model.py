@@ -71,8 +71,23 @@ class LoadedModel:
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,
                               plan.n_ctx_slot_cap or self.n_ctx_train)
-        log.info("model %s loaded: n_ctx=%d, slots=%d, n_ctx_slot=%d, kv_unified=%s", path,
+        log.info("model %s loaded: n_ctx=%d, slots=%d, n_ctx_slot=%d, kv_unified=%s", path.name,
                  self.n_ctx, plan.n_slots, self.n_ctx_slot, plan.kv_unified)
+
+    def warmup(self) -> None:
+        """--warmup: one decode of [BOS, EOS], as llama.cpp runs at start, then an empty cache:
+        the first request does not pay for the backend's first-use set-up."""
+        tokens = [t for t in (self.vocab.bos, self.vocab.eos) if t >= 0] or [0]
+        array = (lc.llama_token * len(tokens))(*tokens)
+        lc.llama_set_warmup(self.ctx, True)
+        try:
+            if lc.llama_decode(self.ctx, lc.llama_batch_get_one(array, len(tokens))) != 0:
+                log.warning("warmup decode failed")
+            lc.llama_synchronize(self.ctx)
+        finally:
+            lc.llama_memory_clear(self.memory, True)
+            lc.llama_set_warmup(self.ctx, False)
+        log.info("model warmed up")
 
     def _context_params(self, plan: ContextPlan) -> lc.llama_context_params:
         params = lc.llama_context_default_params()
@@ -87,7 +102,7 @@ class LoadedModel:
         params.flash_attn_type = FLASH_ATTN[plan.flash_attn]
         params.type_k = CACHE_TYPES[plan.cache_type_k]
         params.type_v = CACHE_TYPES[plan.cache_type_v]
-        params.no_perf = True
+        params.no_perf = True  # --perf: tune_context
         params.embeddings = False
         return params
 

@@ -31,6 +31,7 @@ class EventPublisher:
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
         self._done: dict[str, asyncio.Future[None]] = {}
+        self._dropped: set[str] = set()
 
     def from_thread(self, events: list[JobEvent]) -> None:
         """The engine's sink: called from the engine thread."""
@@ -44,6 +45,19 @@ class EventPublisher:
         self._done[job_id] = future
         return future
 
+    def resume(self, job_id: str, seq: int) -> None:
+        """The job's next event is number `seq` (a run on another worker sent the others)."""
+        self._next_seq[job_id] = seq
+
+    def abandon(self, job_id: str, reason: BaseException) -> None:
+        """This worker sends nothing more for the job (its lease went to another worker, or it
+        goes back to the queue); whoever awaits the job gets `reason`."""
+        self._dropped.add(job_id)
+        self._next_seq.pop(job_id, None)
+        future = self._done.pop(job_id, None)
+        if future is not None and not future.done():
+            future.set_exception(reason)
+
     async def run(self) -> None:
         while True:
             events = await self._pending.get()
@@ -55,11 +69,17 @@ class EventPublisher:
         async with self._redis.pipeline(transaction=False) as pipe:
             if any(event.kind in ("final", "error") for _, event in events):
                 self._before_results(pipe)
+            sent: dict[str, int] = {}
             for job_id, event in events:
+                if job_id in self._dropped:
+                    continue
                 seq = self._next_seq.get(job_id, 0)
-                self._next_seq[job_id] = seq + 1
+                self._next_seq[job_id] = sent[job_id] = seq + 1
                 envelope = EventEnvelope(job_id=job_id, seq=seq, event=event)
                 pipe.publish(keys.job_events(job_id), envelope.model_dump_json())
+            for job_id, n_sent in sent.items():  # a re-run must know whether anything went out
+                pipe.hset(keys.job_state(job_id), "sent", str(n_sent))
+                pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
             try:
                 await pipe.execute()
             except RedisError:
@@ -70,6 +90,7 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._dropped.discard(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
             future.set_result(None)

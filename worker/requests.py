@@ -9,7 +9,6 @@ request reaches the engine thread: a bad request fails here, without taking a sl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import llama_cpp as lc
@@ -41,6 +40,8 @@ class EngineDefaults:
     context_shift: bool = False
     cache_reuse: int = 0
     spm_infill: bool = False
+    stop: list[str] = field(default_factory=list)
+    """-r/--reverse-prompt: the stop strings of a request that gives none."""
     n_probs_max: int = DEFAULT_N_PROBS_MAX
 
 
@@ -56,6 +57,7 @@ class Request:
     cache_prompt: bool
     n_keep: int = 0
     cache_reuse: int = 0
+    stop: list[str] = field(default_factory=list)
     n_discard: int = 0
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
@@ -97,8 +99,9 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
+    stop = [s for s in job.stop if s] or list(defaults.stop)
     return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
-                   n_discard=job.n_discard or 0, logit_bias=biases)
+                   stop, n_discard=job.n_discard or 0, logit_bias=biases)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
@@ -107,7 +110,7 @@ def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
     if job.json_schema is not None:
         try:
             grammar = str(json_schema_to_gbnf(job.json_schema))
-        except (ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
+        except Exception as exc:  # the converter is pure Python: any failure is the schema's
             raise InvalidRequest(f"Failed to convert the JSON schema to a grammar: {exc}") from None
         check_grammar(grammar, "json_schema")  # what the schema turned into must fit too
         return grammar

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from arq.connections import ArqRedis, create_pool
-from arq.worker import func
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -28,12 +27,11 @@ from scheduler.errors import (
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
-    JobKind,
     SamplingSettings,
     SlotActionJob,
     TokenizeJob,
-    parse_job,
 )
+from scheduler.leases import Leases, count_failure
 from scheduler.queueing import deserialize_job, redis_settings, serialize_job
 from scheduler.registry import Registry, WorkerInfo, write_slots
 from scheduler.results import (
@@ -55,9 +53,11 @@ from storage import (
     default_model_path,
     open_store,
 )
+from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
+from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
@@ -75,8 +75,11 @@ from worker.snapshots import (
 log = logging.getLogger(__name__)
 
 JOB_TIMEOUT_S = 7 * 24 * 3600
-"""Generations are bounded by n_predict, the context and cancellation, not by arq's timer."""
+"""Generations are bounded by n_predict, the context and cancellation, not by arq's timer
+(a dead worker's jobs are freed by their lease, not by this)."""
 SLOT_REPORT_MIN_GAP_S = 0.05
+DRAIN_LAST_EVENTS_S = 5.0
+"""After the drain timeout, how long the ended jobs' error events have to go out."""
 
 
 class WorkerRuntime:
@@ -87,29 +90,32 @@ class WorkerRuntime:
         self.redis: Redis | None = None
         self.engine: Engine | None = None
         self.publisher: EventPublisher | None = None
+        self.leases: Leases | None = None
+        self.draining = False
+        self._arq_workers: list[WakeableWorker] = []
 
     # -- start and stop -----------------------------------------------------------------
 
-    async def run(self, redis_url: str) -> None:
-        flags.check_supported(self.settings)
+    async def run(self, redis_url: str, stop: asyncio.Event | None = None) -> None:
+        """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
+        to the drain timeout, hand the others back) and leave."""
         self.redis = Redis.from_url(redis_url)
         pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         model = await asyncio.to_thread(self._load_model)
         self.publisher = EventPublisher(self.redis, self._write_metrics)
+        self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        completion = [func(_completion, name="completion")]
-        slot_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), completion, model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
-                             [*completion, func(_slot_action, name="slot_action")],
+        completion = completion_functions()
+        self._arq_workers = [
+            self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
                              model.plan.n_slots),
+            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
+                             model.plan.n_slots),
+            self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
+                             max_jobs=8),
         ]
-        utility_worker = self._arq_worker(pool, keys.utility_queue(self.model_id),
-                                          [func(_tokenize, name="tokenize"),
-                                           func(_detokenize, name="detokenize")], max_jobs=8)
-        arq_workers = [*slot_workers, utility_worker]
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
                           n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
@@ -118,23 +124,85 @@ class WorkerRuntime:
         registry = Registry(self.redis)
         tasks = [
             asyncio.create_task(self.publisher.run()),
-            asyncio.create_task(self._listen(*arq_workers)),
-            *(asyncio.create_task(w.main()) for w in arq_workers),
+            asyncio.create_task(self._listen(*self._arq_workers)),
+            asyncio.create_task(self._renew_leases()),
+            asyncio.create_task(self._report(registry, info)),
+            *(asyncio.create_task(w.main()) for w in self._arq_workers),
         ]
         log.info("worker %s serves %s with %d slots", self.worker_id, self.model_id,
                  model.plan.n_slots)
+        stopped = asyncio.create_task((stop or asyncio.Event()).wait())
         try:
-            await self._report(registry, info)
+            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopped}:
+                task.result()  # a background task that ended takes the worker down with it
+                raise ServerError(f"worker task {task.get_coro()!r} ended")
+            await self._drain()
         finally:
+            stopped.cancel()
             with contextlib.suppress(Exception):
                 await registry.remove(info)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
             model.close()
             await pool.aclose()
             await self.redis.aclose()
+            log.info("worker %s: stopped", self.worker_id)
+
+    async def _drain(self) -> None:
+        """Stop taking jobs; hand back those not started; let running generations finish up
+        to the drain timeout; end the rest with an error event."""
+        assert self.engine is not None and self.publisher is not None
+        self.draining = True
+        timeout = self.settings.drain_timeout
+        log.info("worker %s: draining (running jobs have up to %g s)", self.worker_id, timeout)
+        for worker in self._arq_workers:
+            worker.taking = False
+            worker.wake.set()
+        for request in self.engine.withdraw_waiting():
+            if request.job.worker_id:  # pinned here: no other worker can take it
+                error = Unavailable("the worker this request was sent to is stopping")
+                self.publisher.publish([(request.job.job_id, ErrorEvent(error=error.to_info()))])
+            else:
+                self.publisher.abandon(request.job.job_id, HandBack())
+        deadline = time.monotonic() + timeout
+        while self._running_job_ids() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        left = self._running_job_ids()
+        if not left:
+            log.info("worker %s: drained", self.worker_id)
+            return
+        log.warning("worker %s: drain timeout: ending %d jobs: %s", self.worker_id, len(left),
+                    ", ".join(left))
+        error = Unavailable("the worker stopped before this request finished (drain timeout)")
+        for job_id in left:
+            self.engine.cancel(job_id, error)
+        assert self.redis is not None
+        await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
+                               for _ in left), return_exceptions=True)
+        deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
+        while self._running_job_ids() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def _running_job_ids(self) -> list[str]:
+        return [j for w in self._arq_workers for j in w.running_job_ids()]
+
+    async def _renew_leases(self) -> None:
+        """Keep the leases of running jobs; a job whose lease lapsed anyway (this loop was
+        starved) may run elsewhere now: this worker stops it and sends nothing more for it."""
+        assert self.leases is not None and self.engine is not None
+        assert self.publisher is not None
+        while True:
+            lost = await self.leases.renew()
+            for job_id in lost:
+                log.error("job %s: lease lost (worker %s was too slow to renew it); "
+                          "stopping it here", job_id, self.worker_id)
+                self.publisher.abandon(job_id, Unavailable("lease lost"))
+                self.engine.cancel(job_id)
+            await asyncio.sleep(keys.LEASE_RENEW_EVERY_S)
 
     def _write_metrics(self, pipe: Pipeline) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
@@ -182,13 +250,17 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        return LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                           lambda p: flags.tune_context(p, s))
+        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
+                            lambda p: flags.tune_context(p, s))
+        if s.warmup:
+            model.warmup()
+        return model
 
     def _model_path(self) -> Path:
         s = self.settings
         cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir)
+        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
+                           offline=s.offline)
         if s.model:
             return files.resolve(s.model)
         if s.hf_repo:
@@ -206,7 +278,8 @@ class WorkerRuntime:
             frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
             dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
             dry_penalty_last_n=s.dry_penalty_last_n,
-            dry_sequence_breakers=s.dry_sequence_breaker or ["\n", ":", '"', "*"],
+            dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
+                                   for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
             mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
             seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
             samplers=normalize_samplers(flags.sampler_names(s)),
@@ -220,13 +293,15 @@ class WorkerRuntime:
                               grammar=grammar, logit_bias=flags.default_logit_bias(s),
                               cont_batching=s.cont_batching, spm_infill=s.spm_infill,
                               context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                              stop=[flags.process_escapes(r) if s.escape else r
+                                    for r in s.reverse_prompt],
                               n_probs_max=s.n_probs_max)
 
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
         return WakeableWorker(
             functions, queue_name=queue, redis_pool=pool, max_jobs=max_jobs,
-            job_timeout=JOB_TIMEOUT_S, max_tries=1, keep_result=0,
+            job_timeout=JOB_TIMEOUT_S, max_tries=MAX_TRIES, keep_result=0,
             poll_delay=self.settings.poll_delay,
             handle_signals=False, ctx={"runtime": self}, job_serializer=serialize_job,
             job_deserializer=deserialize_job, log_results=False,
@@ -250,19 +325,16 @@ class WorkerRuntime:
     # -- jobs -----------------------------------------------------------------------------
 
     async def completion(self, job: CompletionJob) -> None:
+        """Run a completion (under the lease the caller took)."""
         assert self.engine is not None and self.publisher is not None and self.redis is not None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(keys.job_cancel(job.job_id))
-            pipe.set(keys.job_owner(job.job_id), self.worker_id, ex=keys.JOB_OWNER_TTL_S)
-            cancelled, _ = await pipe.execute()
-        if cancelled:
-            log.info("job %s: cancelled before it started", job.job_id)
-            return
-        try:
-            request = self.engine.prepare(job)
+        try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
+            request = await asyncio.to_thread(self.engine.prepare, job)
         except LlamaqError as error:
             self.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
             return
+        if self.draining:
+            request.sampler.free()
+            raise HandBack()
         done = self.publisher.expect(job.job_id)
         self.engine.submit(request)
         if await self.redis.exists(keys.job_cancel(job.job_id)):
@@ -272,8 +344,6 @@ class WorkerRuntime:
         except asyncio.CancelledError:
             self.engine.cancel(job.job_id)
             raise
-        finally:
-            await self.redis.delete(keys.job_owner(job.job_id))
 
     async def slot_action(self, job: SlotActionJob) -> None:
         """Save a slot's KV to object storage, restore it (possibly saved by another worker),
@@ -317,18 +387,23 @@ class WorkerRuntime:
             action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
             n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
 
-    def tokenize(self, job: TokenizeJob) -> None:
+    async def tokenize(self, job: TokenizeJob) -> None:
+        """In a thread: a big body must not starve the loop that renews leases."""
+        self._final(job.job_id, await asyncio.to_thread(self._tokenize, job))
+
+    def _tokenize(self, job: TokenizeJob) -> TokenizeResult:
         vocab = self._engine().model.vocab
         ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
         tokens: list[int] | list[TokenPiece] = ids
         if job.with_pieces:
             tokens = [TokenPiece(id=t, piece=_piece_json(vocab.piece(t, True))) for t in ids]
-        self._final(job.job_id, TokenizeResult(tokens=tokens))
+        return TokenizeResult(tokens=tokens)
 
-    def detokenize(self, job: DetokenizeJob) -> None:
+    async def detokenize(self, job: DetokenizeJob) -> None:
         vocab = self._engine().model.vocab
-        self._final(job.job_id, DetokenizeResult(content=vocab.detokenize(
-            [t for t in job.tokens if vocab.valid(t)])))
+        content = await asyncio.to_thread(
+            vocab.detokenize, [t for t in job.tokens if vocab.valid(t)])
+        self._final(job.job_id, DetokenizeResult(content=content))
 
     def _final(self, job_id: str,
                result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:
@@ -345,7 +420,7 @@ class WorkerRuntime:
             info = error.to_info()
         else:
             log.exception("job %s: failed", job_id, exc_info=error)
-            info = ServerError(f"internal error: {error}").to_info()
+            info = ServerError(f"internal error: {redact(str(error))}").to_info()
         self.publisher.publish([(job_id, ErrorEvent(error=info))])
 
 
@@ -354,42 +429,3 @@ def _piece_json(piece: bytes) -> str | list[int]:
         return piece.decode("utf-8")
     except UnicodeDecodeError:
         return list(piece)
-
-
-async def _run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: JobKind) -> None:
-    runtime: WorkerRuntime = ctx["runtime"]
-    job_id = str(payload.get("job_id", "?"))
-    try:
-        match parse_job(payload, kind):
-            case CompletionJob() as completion:
-                await runtime.completion(completion)
-            case SlotActionJob() as action:
-                await runtime.slot_action(action)
-            case TokenizeJob() as tokenize:
-                runtime.tokenize(tokenize)
-            case DetokenizeJob() as detokenize:
-                runtime.detokenize(detokenize)
-    except asyncio.CancelledError:
-        raise
-    except LlamaqError as error:
-        runtime.fail(job_id, error)
-    except StorageError as error:
-        runtime.fail(job_id, Unavailable(f"object storage: {error}"))
-    except Exception as error:  # a bug must still end the job for its client
-        runtime.fail(job_id, error)
-
-
-async def _completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, JobKind.COMPLETION)
-
-
-async def _slot_action(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, JobKind.SLOT_ACTION)
-
-
-async def _tokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, JobKind.TOKENIZE)
-
-
-async def _detokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    await _run_job(ctx, payload, JobKind.DETOKENIZE)

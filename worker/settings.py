@@ -81,39 +81,17 @@ class WorkerSettings(CommonSettings):
                              choices=CACHE_TYPES, help="KV cache data type for K")
     cache_type_v: str = flag("f16", "-ctv", "--cache-type-v", env="LLAMA_ARG_CACHE_TYPE_V",
                              choices=CACHE_TYPES, help="KV cache data type for V")
+    defrag_thold: float = flag(-1.0, "-dt", "--defrag-thold", env="LLAMA_ARG_DEFRAG_THOLD",
+                               help="no-op: deprecated in llama.cpp, which ignores it too")
     load_mode: str = flag("auto", "-lm", "--load-mode", env="LLAMA_ARG_LOAD_MODE",
                           choices=("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
                           help="model loading mode")
     lazy_mode: str = flag("auto", "-lzm", "--lazy-mode", env="LLAMA_ARG_LAZY_MODE",
                           choices=ON_OFF_AUTO,
                           help="on-demand reading of certain tensors (e.g. per-layer embeddings)")
-    numa: str | None = flag(None, "--numa", env="LLAMA_ARG_NUMA",
-                            choices=("distribute", "isolate", "numactl"),
-                            help="attempt optimizations that help on some NUMA systems")
     check_tensors: bool = flag(False, "--check-tensors",
                                help="check model tensor data for invalid values")
-    override_kv: list[str] = flag([], "--override-kv",
-                                  help="override model metadata: KEY=TYPE:VALUE,... "
-                                  "(types: int, float, bool, str)")
     # devices
-    device: list[str] = flag([], "-dev", "--device", env="LLAMA_ARG_DEVICE",
-                             help="comma-separated list of devices to use for offloading "
-                             "(none = don't offload)")
-    rpc: list[str] = flag([], "--rpc", env="LLAMA_ARG_RPC",
-                          help="comma-separated list of RPC servers (host:port)")
-    override_tensor: list[str] = flag([], "-ot", "--override-tensor",
-                                      env="LLAMA_ARG_OVERRIDE_TENSOR",
-                                      help="override tensor buffer type: "
-                                      "<tensor name pattern>=<buffer type>,...")
-    cpu_moe: bool = flag(False, "-cmoe", "--cpu-moe", env="LLAMA_ARG_CPU_MOE",
-                         help="keep all Mixture of Experts (MoE) weights in the CPU")
-    n_cpu_moe: int = flag(0, "-ncmoe", "--n-cpu-moe", env="LLAMA_ARG_N_CPU_MOE",
-                          help="keep the MoE weights of the first N layers in the CPU")
-    moe_cache_mib: int = flag(0, "--moe-cache-mib", env="LLAMA_ARG_MOE_CACHE_MIB",
-                              help="GPU cache size in MiB for the MoE experts kept in the CPU "
-                              "(0 = disabled)")
-    n_cpu_ffn: int = flag(0, "-ncffn", "--n-cpu-ffn", env="LLAMA_ARG_N_CPU_FFN",
-                          help="keep the dense FFN weights of the first N layers in the CPU")
     n_gpu_layers: str = flag("auto", "-ngl", "--gpu-layers", "--n-gpu-layers",
                              env="LLAMA_ARG_N_GPU_LAYERS",
                              help="max. number of layers to store in VRAM: a number, 'auto' "
@@ -127,62 +105,8 @@ class WorkerSettings(CommonSettings):
     main_gpu: int = flag(0, "-mg", "--main-gpu", env="LLAMA_ARG_MAIN_GPU",
                          help="the GPU to use for the model (split-mode none) or for "
                          "intermediate results and KV (split-mode row)")
-    fit: str = flag("on", "-fit", "--fit", env="LLAMA_ARG_FIT", choices=("on", "off"),
-                    help="whether to adjust unset arguments to fit in device memory")
-    fit_target: list[int] = flag([1024], "-fitt", "--fit-target", env="LLAMA_ARG_FIT_TARGET",
-                                 help="target margin in MiB per device for --fit, "
-                                 "comma-separated; a single value is broadcast")
-    fit_ctx: int = flag(4096, "-fitc", "--fit-ctx", env="LLAMA_ARG_FIT_CTX",
-                        help="minimum ctx size that can be set by --fit")
     op_offload: bool = flag(True, "--op-offload", negative=("--no-op-offload",),
                             help="whether to offload host tensor operations to device")
-    # adapters
-    lora: list[str] = flag([], "--lora", help="path to LoRA adapter(s), comma-separated")
-    lora_scaled: list[str] = flag([], "--lora-scaled",
-                                  help="LoRA adapter(s) with user defined scaling, FNAME:SCALE,...")
-    lora_init_without_apply: bool = flag(False, "--lora-init-without-apply",
-                                         help="load LoRA adapters without applying them "
-                                         "(apply later via POST /lora-adapters)")
-    control_vector: list[str] = flag([], "--control-vector",
-                                     help="add control vector(s), comma-separated")
-    control_vector_scaled: list[str] = flag([], "--control-vector-scaled",
-                                            help="add control vector(s) with user defined "
-                                            "scaling, FNAME:SCALE,...")
-    # multimodal
-    mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
-                              help="path to a multimodal projector file")
-    mmproj_url: str | None = flag(None, "-mmu", "--mmproj-url", env="LLAMA_ARG_MMPROJ_URL",
-                                  help="URL to a multimodal projector file")
-    mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
-                             negative=("--no-mmproj", "--no-mmproj-auto"),
-                             help="whether to use multimodal projector file (if available)")
-    mmproj_offload: bool = flag(True, "--mmproj-offload", env="LLAMA_ARG_MMPROJ_OFFLOAD",
-                                negative=("--no-mmproj-offload",),
-                                help="whether to enable GPU offloading for multimodal projector")
-    mmproj_device: str | None = flag(None, "-mmdev", "--mmproj-device", env="MTMD_BACKEND_DEVICE",
-                                     help="device to use for multimodal projector (none: "
-                                     "follows --device)")
-    image_min_tokens: int | None = flag(None, "--image-min-tokens",
-                                        env="LLAMA_ARG_IMAGE_MIN_TOKENS",
-                                        help="minimum number of tokens each image can take "
-                                        "(none: read from model)")
-    image_max_tokens: int | None = flag(None, "--image-max-tokens",
-                                        env="LLAMA_ARG_IMAGE_MAX_TOKENS",
-                                        help="maximum number of tokens each image can take "
-                                        "(none: read from model)")
-    mtmd_batch_max_tokens: int = flag(1024, "--mtmd-batch-max-tokens",
-                                      env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
-                                      help="maximum number of image tokens per batch when "
-                                      "encoding images")
-    video_fps: float = flag(4.0, "--video-fps", env="LLAMA_ARG_VIDEO_FPS",
-                            help="target video frame rate")
-    video_timestamp_interval: int = flag(5000, "--video-timestamp-interval",
-                                         env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL",
-                                         help="interval in milliseconds between text timestamps")
-    video_ffmpeg_dir: str | None = flag(None, "--video-ffmpeg-dir",
-                                        env="LLAMA_ARG_VIDEO_FFMPEG_DIR",
-                                        help="directory containing ffmpeg and ffprobe "
-                                        "(none: search in PATH)")
     # slots and prompt cache
     n_parallel: int = flag(-1, "-np", "--parallel", env="LLAMA_ARG_N_PARALLEL",
                            help="number of server slots (-1 = auto)")
@@ -202,45 +126,19 @@ class WorkerSettings(CommonSettings):
     cache_reuse: int = flag(0, "--cache-reuse", env="LLAMA_ARG_CACHE_REUSE",
                             help="min chunk size to attempt reusing from the cache via KV "
                             "shifting")
-    ctx_checkpoints: int = flag(32, "-ctxcp", "--ctx-checkpoints", "--swa-checkpoints",
-                                env="LLAMA_ARG_CTX_CHECKPOINTS",
-                                help="max number of context checkpoints to create per slot")
-    checkpoint_min_step: int = flag(8192, "-cms", "--checkpoint-min-step",
-                                    env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
-                                    help="minimum spacing between context checkpoints in tokens "
-                                    "(0 = no minimum)")
-    cache_ram: int = flag(8192, "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM",
-                          help="maximum cache size in MiB (-1 = no limit, 0 = disable)")
-    cache_idle_slots: bool = flag(True, "--cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS",
-                                  negative=("--no-cache-idle-slots",),
-                                  help="save idle slots to the prompt cache on new task")
     context_shift: bool = flag(False, "--context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
                                negative=("--no-context-shift",),
                                help="whether to use context shift on infinite text generation")
     slot_save_path: str | None = flag(None, "--slot-save-path", env="LLAMA_ARG_SLOT_SAVE_PATH",
                                       help="path to save slot kv cache")
-    slot_prompt_similarity: float = flag(0.10, "-sps", "--slot-prompt-similarity",
-                                         help="how much the prompt of a request must match the "
-                                         "prompt of a slot to use that slot (0.0 = disabled)")
+    reverse_prompt: list[str] = flag([], "-r", "--reverse-prompt", sep=None,
+                                     help="halt generation at PROMPT: the stop strings of a "
+                                     "request that gives none, one per flag")
     special: bool = flag(False, "-sp", "--special", help="special tokens output enabled")
     warmup: bool = flag(True, "--warmup", negative=("--no-warmup",),
                         help="whether to perform warmup with an empty run")
     spm_infill: bool = flag(False, "--spm-infill",
                             help="use Suffix/Prefix/Middle pattern for infill")
-    sleep_idle_seconds: int = flag(-1, "--sleep-idle-seconds",
-                                   help="seconds of idleness after which the server sleeps "
-                                   "(-1 = disabled)")
-    # embeddings and rerank
-    embedding: bool = flag(False, "--embedding", "--embeddings", env="LLAMA_ARG_EMBEDDINGS",
-                           help="restrict to only support embedding use case")
-    reranking: bool = flag(False, "--rerank", "--reranking", env="LLAMA_ARG_RERANKING",
-                           help="enable reranking endpoint on server")
-    pooling: str | None = flag(None, "--pooling", env="LLAMA_ARG_POOLING",
-                               choices=("none", "mean", "cls", "last", "rank"),
-                               help="pooling type for embeddings (none: model default)")
-    embd_normalize: int = flag(2, "--embd-normalize",
-                               help="normalisation for embeddings (-1 none, 0 max absolute "
-                               "int16, 1 taxicab, 2 euclidean, >2 p-norm)")
     # sampling
     samplers: list[str] = flag(list(DEFAULT_SAMPLERS), "--samplers", sep=";",
                                help="samplers used for generation in order, separated by ';'")
@@ -283,11 +181,6 @@ class WorkerSettings(CommonSettings):
                                            help="add sequence breaker for DRY sampling, one per "
                                            "flag, clearing the default breakers ('\\n', ':', "
                                            "'\"', '*'); 'none' for no breakers")
-    adaptive_target: float = flag(-1.0, "--adaptive-target",
-                                  help="adaptive-p: select tokens near this probability "
-                                  "(negative = disabled)")
-    adaptive_decay: float = flag(0.90, "--adaptive-decay",
-                                 help="adaptive-p: decay rate for target adaptation over time")
     dynatemp_range: float = flag(0.0, "--dynatemp-range",
                                  help="dynamic temperature range (0.0 = disabled)")
     dynatemp_exp: float = flag(1.0, "--dynatemp-exp", help="dynamic temperature exponent")
@@ -308,32 +201,6 @@ class WorkerSettings(CommonSettings):
     json_schema_file: str | None = flag(None, "-jf", "--json-schema-file",
                                         help="file containing a JSON schema to constrain "
                                         "generations")
-    backend_sampling: bool = flag(False, "-bs", "--backend-sampling",
-                                  env="LLAMA_ARG_BACKEND_SAMPLING",
-                                  help="enable backend sampling (experimental)")
-    # speculative decoding
-    spec_type: list[str] = flag([], "--spec-type", env="LLAMA_ARG_SPEC_TYPE",
-                                help="comma-separated list of types of speculative decoding "
-                                "(none, draft-simple, ngram-simple, ...)")
-    spec_draft_model: str | None = flag(None, "--spec-draft-model", "-md", "--model-draft",
-                                        env="LLAMA_ARG_SPEC_DRAFT_MODEL",
-                                        help="draft model for speculative decoding")
-    spec_draft_hf: str | None = flag(None, "--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft",
-                                     env="LLAMA_ARG_SPEC_DRAFT_HF_REPO",
-                                     help="same as --hf-repo, but for the draft model")
-    spec_draft_ngl: str = flag("auto", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft",
-                               "--n-gpu-layers-draft", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT",
-                               help="max. number of draft model layers to store in VRAM")
-    spec_draft_n_max: int = flag(3, "--spec-draft-n-max", env="LLAMA_ARG_SPEC_DRAFT_N_MAX",
-                                 help="number of tokens to draft for speculative decoding")
-    spec_draft_n_min: int = flag(0, "--spec-draft-n-min", env="LLAMA_ARG_SPEC_DRAFT_N_MIN",
-                                 help="minimum number of draft tokens to use")
-    spec_draft_p_split: float = flag(0.10, "--spec-draft-p-split", "--draft-p-split",
-                                     env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
-                                     help="speculative decoding split probability")
-    spec_draft_p_min: float = flag(0.0, "--spec-draft-p-min", "--draft-p-min",
-                                   env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
-                                   help="minimum speculative decoding probability (greedy)")
     # ours
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "

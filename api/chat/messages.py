@@ -151,6 +151,11 @@ def _not_supported(kind: str) -> LlamaqError:
     return media_not_supported(kind)
 
 
+def media_part_error(part_type: str) -> LlamaqError:
+    """The error for a content part of type `part_type` (image_url, input_audio, ...)."""
+    return _not_supported(_MEDIA_KINDS.get(part_type, "image"))
+
+
 def media_not_supported(kind: str) -> ServerError:
     """Media for a model without a multimodal projector: llama-server's 500 and words."""
     return ServerError(f"{kind} input is not supported - {_MMPROJ_HINT}")

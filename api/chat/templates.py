@@ -31,8 +31,9 @@ from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
 from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_builtin_template
+from api.chat.messages import media_part_error
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, NotSupported, ServerError
+from scheduler.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,7 @@ def _content_text(content: Any, where: str) -> str | list[dict[str, Any]]:
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in MEDIA_PARTS:
-            raise NotSupported(f"'{kind}' content in {where} needs a multimodal projector "
-                               "(mmproj), and this model has none")
+            raise media_part_error(kind)
         if kind != "text" or not isinstance(part.get("text"), str):
             raise InvalidRequest(f"Unsupported content part in {where}: {json.dumps(part)}")
         parts.append({"type": "text", "text": part["text"]})
@@ -224,8 +224,9 @@ def _tool_calls(calls: Any, where: str, object_arguments: bool) -> list[dict[str
     return normalized
 
 
-def _normalize(messages: Any, caps: _Caps, map_developer: bool) -> list[dict[str, Any]]:
-    if not isinstance(messages, list) or not messages:
+def _normalize(messages: Any, caps: _Caps, map_developer: bool,
+               allow_empty: bool = False) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not (messages or allow_empty):
         raise InvalidRequest("'messages' must be a non-empty array")
     normalized = []
     for index, message in enumerate(messages):
@@ -252,7 +253,7 @@ def _normalize(messages: Any, caps: _Caps, map_developer: bool) -> list[dict[str
         else:
             out.pop("tool_calls", None)
         normalized.append(out)
-    if not caps.system_role and normalized[0]["role"] == "system":
+    if not caps.system_role and normalized and normalized[0]["role"] == "system":
         first = normalized.pop(0)
         if normalized:
             normalized[0] = {**normalized[0], "content": _merge(first["content"],
@@ -271,6 +272,8 @@ def _merge(system: Any, content: Any) -> Any:
 def _prefill(messages: list[dict[str, Any]], continue_final_message: bool | None
              ) -> dict[str, Any] | None:
     """The final assistant message to continue, or None (llama-server's checks)."""
+    if not messages:
+        return None
     last = messages[-1]
     if continue_final_message is False or (continue_final_message is None
                                            and last["role"] != "assistant"):
@@ -329,8 +332,9 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, Any]], *,
                tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
                extra_context: Mapping[str, Any] | None = None,
-               continue_final_message: bool | None = None) -> str:
-        """The prompt for `messages` (OpenAI chat messages as plain dicts).
+               continue_final_message: bool | None = None, allow_empty: bool = False) -> str:
+        """The prompt for `messages` (OpenAI chat messages as plain dicts; none at all only
+        with `allow_empty`, as llama-server's Anthropic endpoint takes them).
 
         `tools`: OpenAI tool definitions, given to the template as `tools` (None when empty).
         `extra_context`: more template variables (chat_template_kwargs: enable_thinking,
@@ -343,7 +347,8 @@ class ChatTemplate:
         A leading `bos_token` is removed: the worker adds BOS when the model wants one.
         Raises InvalidRequest for bad messages and template errors (`raise_exception`)."""
         caps = self._compiled.caps
-        normalized = _normalize(messages, caps, map_developer="<|channel|>" not in self.source)
+        normalized = _normalize(messages, caps, map_developer="<|channel|>" not in self.source,
+                                allow_empty=allow_empty)
         prefill = _prefill(normalized, continue_final_message)
         if prefill is not None:
             normalized = normalized[:-1]

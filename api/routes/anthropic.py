@@ -107,7 +107,8 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     prompt = template.render(
         messages, tools=tools or None,
         extra_context=template_kwargs(settings, chat.chat_template_kwargs),
-        continue_final_message=None if settings.prefill_assistant else False)
+        continue_final_message=None if settings.prefill_assistant else False,
+        allow_empty=True)
     return PreparedChat(chat=chat, template=template, prompt=prompt, json_schema=schema)
 
 

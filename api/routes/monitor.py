@@ -48,8 +48,9 @@ async def metrics(request: Request) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
     workers = await fleet.workers(settings.model_id(), fresh=True)
     counters = await fleet.registry.metrics([w.worker_id for w in workers])
+    queue = await fleet.queue_stats(settings.model_id(), workers)
     started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
-    return raw(render_metrics(counters), content_type=CONTENT_TYPE,
+    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
 
@@ -113,6 +114,8 @@ async def props(request: Request) -> HTTPResponse:
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
         "is_sleeping": False,
+        "ui": settings.ui,
+        "ui_settings": request.app.ctx.ui_settings,
     })
 
 

@@ -26,6 +26,7 @@ from scheduler import limits
 from scheduler.client import ChoiceEvent, merge_events
 from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
 from scheduler.jobs import CompletionJob
+from scheduler.registry import least_loaded
 from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
 from scheduler.slot_ids import locate_slot, slot_offset
 
@@ -120,11 +121,13 @@ async def _keep_completions_together(request: Request, jobs: list[CompletionJob]
                                      n_cmpl: int) -> None:
     """The n_cmpl completions of one prompt run on one worker (its queue), so they share its
     prompt cache; more than that worker's slots is a 400, as in llama-server."""
-    workers = await _fleet(request).workers(_model_id(request))
+    fleet = _fleet(request)
+    workers = await fleet.workers(_model_id(request))
     if not workers:
         raise Unavailable("Loading model")
-    for group, first in enumerate(range(0, len(jobs), n_cmpl)):
-        worker = workers[group % len(workers)]
+    loads = await fleet.registry.loads(workers)
+    for first in range(0, len(jobs), n_cmpl):
+        worker = least_loaded(workers, loads, n_cmpl)
         if n_cmpl > worker.n_slots:
             raise InvalidRequest(
                 f"n_cmpl ({n_cmpl}) exceeds the number of slots ({worker.n_slots})")

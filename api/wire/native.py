@@ -93,6 +93,17 @@ class CompletionRequest(SamplingParams):
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
+    lora: list[Any] | None = None
+    """Per-request LoRA scales by adapter id. llama-server ignores ids of adapters that are not
+    loaded, and no adapter is loaded yet (--lora is refused): checked, then ignored."""
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora_is_an_array(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError("'lora' must be an array of objects with 'id' and 'scale' fields")
+        return value
+
     @field_validator("logit_bias", mode="before")
     @classmethod
     def _logit_bias(cls, value: Any) -> Any:

@@ -102,10 +102,8 @@ def schema_of_response_format(response_format: dict[str, Any]) -> dict[str, Any]
     wrapper = response_format.get("json_schema")
     if schema is None and kind == "json_schema" and isinstance(wrapper, dict):
         schema = wrapper.get("schema")
-    if schema is None:
+    if not isinstance(schema, dict):  # absent, or not an object: any object (llama-server)
         return {}
-    if not isinstance(schema, dict):
-        raise InvalidRequest("response_format: the schema must be a JSON object")
     return schema
 
 

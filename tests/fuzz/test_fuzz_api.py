@@ -1,6 +1,6 @@
 """Property-based fuzzing of every endpoint, from the OpenAPI document the api serves.
 
-Bodies are generated from each route's JSON schema (hypothesis-jsonschema) and mutated (fields
+Bodies are generated from each route's JSON schema (`from_schema` below) and mutated (fields
 replaced by hostile values, required fields dropped, broken JSON). Against a tiny GGUF with
 n_predict capped, thousands of cases run in minutes. Every answer must be in the spec's error
 format when it is an error, and no 5xx except those llama-server itself answers: 501 for a
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis_jsonschema import from_schema
 
 from tests.processes import Fleet
 
@@ -38,11 +38,69 @@ RAW_BODIES = [b"", b"{", b"null", b"[]", b"1", b'"x"', b'{"a":NaN}', b"\xff\xfe"
               b'{"prompt": "\\ud800"}', b"[" * 5000 + b"]" * 5000]
 
 
-def resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
-    """The route's schema with its references as local $defs (for hypothesis-jsonschema)."""
-    text = json.dumps(schema).replace("#/components/schemas/", "#/$defs/")
-    defs = json.loads(json.dumps(components).replace("#/components/schemas/", "#/$defs/"))
-    return {**json.loads(text), "$defs": defs}
+SCALARS: dict[str, st.SearchStrategy[Any]] = {
+    "string": st.text(max_size=24),
+    "integer": st.integers(min_value=-2, max_value=64) | st.integers(-(2**33), 2**33),
+    "number": st.floats(allow_nan=False, allow_infinity=False, width=32),
+    "boolean": st.booleans(),
+    "null": st.none(),
+}
+ANY_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+
+
+def from_schema(schema: dict[str, Any], defs: dict[str, Any], depth: int = 0
+                ) -> st.SearchStrategy[Any]:
+    """Values that (mostly) match a pydantic JSON schema: types, properties, required,
+    items, anyOf/oneOf, enum, const, bounds and references."""
+    if depth > 6:
+        return st.none()
+    if "$ref" in schema:
+        return st.deferred(lambda: from_schema(defs[schema["$ref"].split("/")[-1]], defs,
+                                               depth + 1))
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return st.one_of([from_schema(s, defs, depth + 1) for s in schema[key]])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return st.one_of([from_schema({**schema, "type": k}, defs, depth) for k in kind])
+    if kind == "object":
+        props = schema.get("properties", {})
+        required = set(schema.get("required", ()))
+        if not props:
+            return st.dictionaries(st.text(max_size=8), ANY_JSON, max_size=3)
+        fields = {k: from_schema(v, defs, depth + 1) for k, v in props.items()}
+        return some_fields(fields, required)
+    if kind == "array":
+        items = schema.get("items", {})
+        element = from_schema(items, defs, depth + 1) if items else ANY_JSON
+        return st.lists(element, min_size=min(schema.get("minItems", 0), 3), max_size=4)
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if "exclusiveMinimum" in schema:
+            low = schema["exclusiveMinimum"] + 1
+        return st.integers(min_value=low, max_value=high if high is not None else
+                           (low or 0) + 64) | SCALARS["integer"]
+    if kind in SCALARS:
+        return SCALARS[kind]
+    return ANY_JSON
+
+
+@st.composite
+def some_fields(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]],
+                required: set[str]) -> dict[str, Any]:
+    """The required fields and a few optional ones (a request names a handful of options)."""
+    optional = sorted(k for k in fields if k not in required)
+    chosen = draw(st.sets(st.sampled_from(optional), max_size=4)) if optional else set()
+    return {k: draw(fields[k]) for k in sorted(required & set(fields) | chosen)}
 
 
 def cap(body: Any) -> Any:
@@ -121,9 +179,13 @@ def test_openapi_document_lists_every_route(document: dict[str, Any]) -> None:
 class Tally:
     cases: int = 0
     failures: list[str] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
 
     def check(self, response: httpx.Response, where: str) -> None:
         self.cases += 1
+        self.statuses[response.status_code] += 1
+        if os.environ.get("LLAMAQ_FUZZ_SHOW") and response.status_code == 400:
+            print(where[:120], response.text[:200])
         try:
             check_response(response, where)
         except (AssertionError, ValueError, KeyError, TypeError) as failure:
@@ -167,22 +229,17 @@ def test_fuzz_every_endpoint(tiny_fleet: Fleet, document: dict[str, Any]) -> Non
                     tally.check(client.get(url + query), f"GET {path}{query}")
                 continue
             schema = operation["requestBody"]["content"]["application/json"]["schema"]
-            generated = from_schema(resolve(schema, components))
-            anything = st.recursive(
-                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
-                                                                     allow_infinity=False)
-                | st.text(max_size=20),
-                lambda inner: st.lists(inner, max_size=4)
-                | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-            bodies = st.one_of(generated, mutated(generated), anything)
+            generated = from_schema(schema, components)
+            bodies = st.one_of(generated, generated, mutated(generated), ANY_JSON)
             fuzz_route(client, url, f"POST {path}", bodies, deadline, tally)
         healthy = client.get(f"{api}/health").status_code == 200
     elapsed = time.monotonic() - started
     print(f"\nfuzz: {tally.cases} cases on {len(routes)} routes in {elapsed:.0f} s, "
-          f"{len(tally.failures)} failures")
+          f"{len(tally.failures)} failures; answers: {dict(sorted(tally.statuses.items()))}")
     for failure in tally.failures[:20]:
         print(failure)
     assert all(process.poll() is None for process in tiny_fleet.processes), "a process died"
     assert healthy
     assert not tally.failures, tally.failures[:5]
     assert tally.cases >= min(1000, CASES_PER_ROUTE * 8)
+    assert tally.statuses[200] >= 50, "hardly any generated body was served"

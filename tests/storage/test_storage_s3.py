@@ -5,7 +5,7 @@ import time
 import boto3
 import pytest
 
-from storage import S3Store, StorageUnavailable, make_s3_client
+from storage import InvalidKey, S3Store, SlotSnapshotStore, StorageUnavailable, make_s3_client
 
 
 def test_creates_missing_bucket_and_reuses_existing(
@@ -55,3 +55,23 @@ def test_endpoint_down_is_unavailable(closed_port: int, aws_env: None) -> None:
     with pytest.raises(StorageUnavailable):
         store.list_keys()
     assert time.monotonic() - started < 10
+
+
+def test_keys_cannot_leave_the_stores_prefix(moto_endpoint: str, aws_env: None,
+                                             bucket_name: str) -> None:
+    raw = boto3.client("s3", endpoint_url=moto_endpoint)
+    store = S3Store(bucket_name, "fleet/a", moto_endpoint)
+    raw.put_object(Bucket=bucket_name, Key="fleet/b/secret", Body=b"secret")
+    raw.put_object(Bucket=bucket_name, Key="fleet/a/slots/ok.bin", Body=b"ok")
+    for key in ("../b/secret", "/fleet/b/secret", "slots/../../b/secret", "slots/../../../x"):
+        with pytest.raises(InvalidKey):
+            store.get_bytes(key)
+        with pytest.raises(InvalidKey):
+            store.put_bytes(key, b"overwrite")
+    with pytest.raises(InvalidKey):
+        store.list_keys("../")
+    slots = SlotSnapshotStore(store)
+    for name in ("../b/secret", "..", "ok.bin/../../b/secret"):
+        with pytest.raises(InvalidKey):
+            slots.load(name)
+    assert raw.get_object(Bucket=bucket_name, Key="fleet/b/secret")["Body"].read() == b"secret"

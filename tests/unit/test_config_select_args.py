@@ -44,9 +44,9 @@ def test_value_that_looks_like_a_flag_of_the_other_role_stays_a_value() -> None:
 
 
 def test_switches_take_no_value() -> None:
-    argv = ["--metrics", "--no-slots", "--embeddings", "-cb", "-m", "x"]
+    argv = ["--metrics", "--no-slots", "--swa-full", "-cb", "-m", "x"]
     assert select_args(argv, ApiSettings, ROLES) == ["--metrics", "--no-slots", "-m", "x"]
-    assert select_args(argv, WorkerSettings, ROLES) == ["--embeddings", "-cb", "-m", "x"]
+    assert select_args(argv, WorkerSettings, ROLES) == ["--swa-full", "-cb", "-m", "x"]
 
 
 def test_equals_form_keeps_one_argument() -> None:

@@ -122,7 +122,7 @@ def test_stop_matching_is_linear_in_the_stop_length() -> None:
     stops = [chr(0x4E00 + i) * limits.MAX_STOP_LENGTH for i in range(limits.MAX_STOP_STRINGS)]
     stream = TextStream(stops)
     started = time.perf_counter()
-    for _ in range(300):
+    for _ in range(1000):  # before: 23 s on the test machine; now: 0.06 s
         assert stream.push(b"ab") == "ab"
     assert time.perf_counter() - started < 2.0
 

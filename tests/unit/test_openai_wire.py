@@ -104,9 +104,16 @@ def test_response_format_becomes_the_job_schema() -> None:
     assert json.loads(job.json_schema or "") == {"type": "string"}
 
 
+def test_a_schema_that_is_no_object_means_any_object() -> None:
+    """llama-server reads it as absent (json_value's default)."""
+    for fmt in ({"type": "json_object", "schema": "x"},
+                {"type": "json_schema", "json_schema": {"schema": 123}}):
+        (job,) = chat(response_format=fmt).chat_jobs("m", "p")
+        assert json.loads(job.json_schema or "") == {"type": "object"}
+
+
 @pytest.mark.parametrize("body", [
     {"response_format": {"type": "yaml"}},
-    {"response_format": {"type": "json_object", "schema": "x"}},
     {"grammar": "root ::= x", "response_format": {"type": "json_object"}},
 ])
 def test_bad_response_formats(body: dict[str, Any]) -> None:

@@ -89,9 +89,10 @@ def test_negative_flags() -> None:
 
 
 def test_bool_flag_without_value_sets_true() -> None:
-    env = {"LLAMA_ARG_SWA_FULL": "false", "LLAMA_ARG_EMBEDDINGS": "false"}
-    worker = WorkerSettings.from_args(["--swa-full", "--embeddings", "--rerank"], environ=env)
-    assert (worker.swa_full, worker.embedding, worker.reranking) == (True, True, True)
+    env = {"LLAMA_ARG_SWA_FULL": "false", "LLAMA_ARG_CONTEXT_SHIFT": "false"}
+    worker = WorkerSettings.from_args(["--swa-full", "--context-shift", "--check-tensors"],
+                                      environ=env)
+    assert (worker.swa_full, worker.context_shift, worker.check_tensors) == (True, True, True)
     assert WorkerSettings.from_args([], environ={}).kv_unified is None
 
 
@@ -103,12 +104,13 @@ def test_list_values_are_comma_separated() -> None:
     assert repeated.api_key == ["a", "b", "c"]
     worker = WorkerSettings.from_args(
         ["-ts", "3,1", "--samplers", "top_k;temperature", "-a", "m1,m2"],
-        environ={"LLAMA_ARG_FIT_TARGET": "512,256"},
+        environ={"LLAMA_ARG_TENSOR_SPLIT": "0.5,0.25"},
     )
     assert worker.tensor_split == [3.0, 1.0]
     assert worker.samplers == ["top_k", "temperature"]
     assert worker.alias == ["m1", "m2"]
-    assert worker.fit_target == [512, 256]
+    assert WorkerSettings.from_args([], environ={"LLAMA_ARG_TENSOR_SPLIT": "0.5,0.25"}
+                                    ).tensor_split == [0.5, 0.25]
 
 
 def test_dry_sequence_breakers_are_not_split() -> None:
@@ -120,13 +122,13 @@ def test_env_names_that_do_not_follow_the_flag() -> None:
     environ = {
         "LLAMA_ARG_N_PARALLEL": "4",
         "LLAMA_ARG_BATCH": "1024",
-        "LLAMA_ARG_EMBEDDINGS": "1",
+        "LLAMA_ARG_UBATCH": "256",
         "LLAMA_ARG_TEMPERATURE": "0.5",
         "HF_TOKEN": "hf_secret",
         "LLAMAQ_POLL_DELAY": "0.05",
     }
     worker = WorkerSettings.from_args([], environ=environ)
-    assert (worker.n_parallel, worker.batch_size, worker.embedding) == (4, 1024, True)
+    assert (worker.n_parallel, worker.batch_size, worker.ubatch_size) == (4, 1024, 256)
     assert worker.temp == 0.5
     assert worker.hf_token == "hf_secret"
     assert worker.poll_delay == 0.05

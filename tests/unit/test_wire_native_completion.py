@@ -146,3 +146,16 @@ def test_empty_prompt_is_invalid(prompt: Any) -> None:
     with pytest.raises(InvalidRequest) as info:
         request(prompt=prompt).to_jobs("m")
     assert info.value.status == 400
+
+
+def test_lora_is_checked_and_unloaded_ids_are_ignored() -> None:
+    """As llama-server: an array (of any entries) is accepted and ids of adapters that are not
+    loaded are ignored (none is loaded yet); anything else is a 400."""
+    plain = CompletionRequest.model_validate({"prompt": "x"}).to_jobs("m")[0]
+    for lora in ([{"id": 0, "scale": 0.5}], [{"id": 7, "scale": 1.0}, {"id": -1}], [], None):
+        request = CompletionRequest.model_validate({"prompt": "x", "lora": lora})
+        job = request.to_jobs("m")[0]
+        assert job.model_dump(exclude={"job_id"}) == plain.model_dump(exclude={"job_id"})
+    for bad in ({"id": 0, "scale": 1}, "0:1", 3):
+        with pytest.raises(ValidationError, match="'lora' must be an array"):
+            CompletionRequest.model_validate({"prompt": "x", "lora": bad})

@@ -1,14 +1,16 @@
-"""Worker flags: refused features, --sampling-seq, -l."""
+"""Worker flags: refused features, what reaches llama.cpp's params, --sampling-seq, -l."""
 
 from __future__ import annotations
 
+import llama_cpp as lc
 import pytest
 
 from worker.flags import (
-    UnsupportedFlag,
-    check_supported,
     default_logit_bias,
+    process_escapes,
     sampler_names,
+    tune_context,
+    tune_model,
 )
 from worker.settings import WorkerSettings
 
@@ -18,14 +20,37 @@ def settings(*argv: str) -> WorkerSettings:
 
 
 def test_defaults_are_supported() -> None:
-    check_supported(settings())
+    settings()
 
 
 @pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--embedding"],
-["-ot", "exps=CPU"]])
-def test_unbuilt_features_are_refused(argv: list[str]) -> None:
-    with pytest.raises(UnsupportedFlag, match="not supported"):
-        check_supported(settings(*argv))
+                                  ["-ot", "exps=CPU"]])
+def test_unbuilt_features_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        settings(*argv)
+    assert exit_info.value.code == 2
+    assert f"{argv[0]} is not supported by llamaq" in capsys.readouterr().err
+
+
+def test_model_flags_reach_llama_model_params() -> None:
+    params = lc.llama_model_default_params()
+    tune_model(params, settings("-sm", "tensor", "-lm", "mmap+mlock", "-lzm", "on",
+                                "--no-repack", "--no-host", "-ngl", "7", "--check-tensors"))
+    assert params.split_mode == lc.LLAMA_SPLIT_MODE_TENSOR
+    assert (params.load_mode, params.lazy_mode) == (3, 2)
+    assert (params.use_extra_bufts, params.no_host, params.check_tensors) == (False, True, True)
+    assert params.n_gpu_layers == 7
+    tune_model(params, settings("-lm", "none", "-lzm", "off"))
+    assert (params.load_mode, params.lazy_mode, params.use_extra_bufts) == (0, 0, True)
+    assert params.split_mode == lc.LLAMA_SPLIT_MODE_LAYER
+
+
+def test_perf_reaches_llama_context_params() -> None:
+    params = lc.llama_context_default_params()
+    tune_context(params, settings("--perf"))
+    assert params.no_perf is False
+    tune_context(params, settings())
+    assert params.no_perf is True
 
 
 def test_sampling_seq_overrides_the_chain() -> None:
@@ -36,3 +61,12 @@ def test_sampling_seq_overrides_the_chain() -> None:
 def test_logit_bias_flag() -> None:
     biases = default_logit_bias(settings("-l", "15043+1", "-l", "2-inf"))
     assert [(b.token, b.bias) for b in biases] == [(15043, 1.0), (2, None)]
+
+
+@pytest.mark.parametrize(("raw", "text"), [
+    ("User:\\n", "User:\n"), ("a\\tb\\r", "a\tb\r"), ("q\\'\\\"\\\\", "q'\"\\"),
+    ("\\x41\\x42", "AB"), ("\\xe2\\x82\\xac", "€"), ("\\q", "\\q"), ("\\x4", "\\x4"),
+    ("end\\", "end\\"), ("plain", "plain"),
+])
+def test_escapes_as_llama_cpp_processes_them(raw: str, text: str) -> None:
+    assert process_escapes(raw) == text

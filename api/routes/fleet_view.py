@@ -1,0 +1,47 @@
+"""`GET /fleet` (ours): the model's workers with their slots and counters, and the queue depth,
+for the web UI's fleet page. Needs the API key like every endpoint but the page itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from api.fleet import Fleet
+from api.settings import ApiSettings
+
+fleet_view = Blueprint("fleet_view")
+
+
+@fleet_view.get("/fleet", name="fleet")
+async def fleet_status(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    fleet: Fleet = request.app.ctx.fleet
+    model_id = settings.model_id()
+    workers = await fleet.workers(model_id, fresh=True)
+    out: list[dict[str, Any]] = []
+    offset = 0
+    for worker in workers:
+        counters = await fleet.registry.metrics([worker.worker_id])
+        slots: list[dict[str, Any]] | None = None
+        if settings.slots:  # --no-slots hides slot states here as at /slots
+            slots = []
+            for state in await fleet.registry.slots(worker.worker_id):
+                slot = state.model_dump(exclude_none=True, exclude={"params"})
+                slot["id"] = state.id + offset
+                slots.append(slot)
+        offset += worker.n_slots
+        out.append({
+            "worker_id": worker.worker_id,
+            "model_id": worker.model_id,
+            "model_path": worker.model_path,
+            "n_slots": worker.n_slots,
+            "n_ctx_slot": worker.n_ctx_slot,
+            "started_at": worker.started_at,
+            "slots": slots,
+            "metrics": counters[0].model_dump() if counters else None,
+        })
+    queue = await fleet.queue_stats(model_id, workers)
+    return json({"model": model_id, "workers": out, "queued": queue.depth,
+                 "oldest_queued_s": queue.oldest_s})

@@ -1,0 +1,141 @@
+"""Fault benchmark (not a test): named scenarios run in a loop against a real fleet on
+127.0.0.1, each printing requests sent / answered / errored / lost (lost must be 0) and the p99
+time from the fault to a client's error event.
+
+    .venv/bin/python bench/faults.py [--scenario worker-sigkill] [--rounds 20]
+                                     [--np 8] [--streams 16]
+
+Scenarios live in SCENARIOS (name -> function); a scenario gets a running fleet and one round's
+parameters and returns what its clients saw. Add one (e.g. a Redis restart) by writing a function
+with the same signature and registering it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from storage import default_model_path  # noqa: E402
+from tests.faults import StreamRecord, slots_of, start_streams  # noqa: E402
+from tests.processes import Fleet, start_redis, wait_until  # noqa: E402
+
+
+@dataclass
+class Bench:
+    """A fleet for one scenario: one api, workers with `np` slots each."""
+
+    fleet: Fleet
+    api: str
+    worker_flags: tuple[str, ...]
+    streams: int
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    answered: int = 0
+    errored: int = 0
+    lost: int = 0
+    to_error_s: list[float] = field(default_factory=list)
+
+    def add(self, records: list[StreamRecord], fault_at: float) -> None:
+        for record in records:
+            self.sent += 1
+            outcome = record.outcome
+            if outcome == "answered":
+                self.answered += 1
+            elif outcome == "errored":
+                self.errored += 1
+                if record.ended_at is not None:
+                    self.to_error_s.append(record.ended_at - fault_at)
+            else:
+                self.lost += 1
+
+    def p99(self) -> float:
+        if not self.to_error_s:
+            return 0.0
+        ordered = sorted(self.to_error_s)
+        return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def worker_sigkill(bench: Bench, round_no: int, tally: Tally) -> None:
+    """Streams on two workers; SIGKILL one mid-stream; a replacement joins for the next round."""
+    fleet = bench.fleet
+    workers = [p for p in fleet.processes if p.poll() is None and "worker" in str(p.args)]
+    bodies = [{"prompt": f"Round {round_no} story {i}:", "n_predict": 96, "ignore_eos": True,
+               "seed": i} for i in range(bench.streams)]
+    records, threads = start_streams(bench.api, bodies)
+    for record in records:
+        record.started.wait(120)
+    workers[0].kill()
+    fault_at = time.monotonic()
+    for thread in threads:
+        thread.join(300)
+    tally.add(records, fault_at)
+    fleet.add_worker(*bench.worker_flags)
+
+
+SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
+    "worker-sigkill": worker_sigkill,
+}
+
+
+def run(scenario: str, rounds: int, n_slots: int, streams: int) -> Tally:
+    workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
+    redis_process, redis_url = start_redis(workdir / "redis")
+    model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
+    common = ["-m", str(model), "--alias", "bench-faults", "--store-url", str(workdir / "store"),
+              "--cache-dir", str(workdir / "cache")]
+    fleet = Fleet(redis_url, workdir, common, logs=workdir / "logs")
+    flags = ("-c", str(512 * n_slots), "-np", str(n_slots), "-t", "1")
+    tally = Tally()
+    try:
+        fleet.add_worker(*flags)
+        fleet.add_worker(*flags)
+        api = fleet.add_api()
+        bench = Bench(fleet, api, flags, streams)
+        for round_no in range(rounds):
+            wait_until(lambda: len(slots_of(api)) >= 2 * n_slots, timeout=120,
+                       what="two workers")
+            SCENARIOS[scenario](bench, round_no, tally)
+            started = time.monotonic()
+            response = httpx.post(f"{api}/completion", json={"prompt": "Hi", "n_predict": 4},
+                                  timeout=60)
+            print(f"round {round_no + 1}/{rounds}: sent {tally.sent} answered {tally.answered}"
+                  f" errored {tally.errored} lost {tally.lost}; next request "
+                  f"{response.status_code} in {time.monotonic() - started:.2f} s", flush=True)
+    finally:
+        fleet.stop()
+        redis_process.terminate()
+        redis_process.wait()
+    return tally
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="worker-sigkill")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--np", type=int, default=8, dest="n_slots")
+    parser.add_argument("--streams", type=int, default=16)
+    args = parser.parse_args()
+    tally = run(args.scenario, args.rounds, args.n_slots, args.streams)
+    print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
+          f"{tally.errored}, lost {tally.lost}; p99 time to the error event "
+          f"{tally.p99():.2f} s")
+    sys.exit(1 if tally.lost else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Job leases on top of arq: who runs a job, whether its worker is alive, and the one rule for
+re-runs.
+
+arq keeps a taken job in its queue's sorted set under an "in-progress" key that lives as long as
+`job_timeout`: a worker killed with SIGKILL leaves its jobs locked for that long. llamaq instead
+gives every taken job a short lease (arq's in-progress key and our owner key, JOB_LEASE_S) that the
+live worker renews every LEASE_RENEW_EVERY_S. When the worker dies the lease lapses within
+seconds; arq then hands the job to the next worker that polls (a re-run of the same job id), and
+the api that waits for the job sees the lapse too.
+
+The rule (decided here, applied by the worker that starts a job and by the api that waits):
+- a job whose worker died before it sent anything runs once more, on another worker;
+- a job that sent something when its worker died ends with 503 (its client already has part
+  of the answer);
+- a job that was running at a second worker death ends with 500 `server_error` and is never
+  run again (a poison job: it may be what kills workers);
+- pinned and utility jobs (`worker_id`, slot actions, tokenize) never move: 503.
+
+Relies on arq 0.28's in-progress key name (`arq.constants.in_progress_key_prefix`) and on its
+Worker attributes `in_progress_timeout_s`, `tasks` and `start_jobs` (pinned in pyproject; the seam
+is tested in tests/integration/test_faults_jobs.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from redis.asyncio import Redis
+
+from scheduler import keys
+
+log = logging.getLogger(__name__)
+
+READY_JOBS = """
+-- KEYS[1]: an arq queue; ARGV: now (ms), how many ids, arq's in-progress prefix.
+-- The oldest due job ids that no live worker holds, however many running jobs come first
+-- (arq itself reads a window of ~100 ids and skips the held ones: a cap on the fleet).
+local wanted = tonumber(ARGV[2])
+local found = {}
+local offset = 0
+while #found < wanted do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', offset, 200)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    if redis.call('EXISTS', ARGV[3] .. id) == 0 then
+      found[#found + 1] = id
+      if #found >= wanted then break end
+    end
+  end
+  offset = offset + 200
+end
+return found
+"""
+
+WAITING_JOBS = """
+-- KEYS[1]: an arq queue; ARGV: now (ms), arq's in-progress prefix.
+-- How many due jobs no worker holds, and the enqueue score (ms) of the oldest of them.
+local count = 0
+local oldest = -1
+local offset = 0
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES',
+                         'LIMIT', offset, 500)
+  if #ids == 0 then break end
+  for i = 1, #ids, 2 do
+    if redis.call('EXISTS', ARGV[2] .. ids[i]) == 0 then
+      count = count + 1
+      if oldest < 0 then oldest = tonumber(ids[i + 1]) end
+    end
+  end
+  offset = offset + 500
+end
+return {count, tostring(oldest)}
+"""
+
+RENEW = """
+-- ARGV: worker id, lease (ms), then job ids. Renews the leases this worker still holds and
+-- returns the ids whose lease it lost (it lapsed, and maybe another worker took the job).
+local lost = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local owner_key = 'OWNER_PREFIX' .. id .. 'OWNER_SUFFIX'
+  if redis.call('GET', owner_key) == ARGV[1] then
+    redis.call('PEXPIRE', owner_key, ARGV[2])
+    redis.call('PEXPIRE', 'IN_PROGRESS' .. id, ARGV[2])
+  else
+    lost[#lost + 1] = id
+  end
+end
+return lost
+"""
+
+
+def _renew_script() -> str:
+    prefix, suffix = keys.job_owner("\0").split("\0")
+    return (RENEW.replace("OWNER_PREFIX", prefix).replace("OWNER_SUFFIX", suffix)
+            .replace("IN_PROGRESS", in_progress_key_prefix))
+
+
+def lease_ms() -> int:
+    return int(keys.JOB_LEASE_S * 1000)
+
+
+class Decision(enum.Enum):
+    RUN = "run"
+    WORKER_DIED = "worker_died"
+    """503: the job cannot run again (it sent something, or it is pinned)."""
+    POISON = "poison"
+    """500: the job was running at a second worker death."""
+
+
+def decide(tries: int, sent: int, movable: bool) -> Decision:
+    """What to do with a job at its `tries`-th start (1 = first), or, on the api's side,
+    after its `tries`-th run died."""
+    if tries <= 1:
+        return Decision.RUN
+    if tries >= 3:
+        return Decision.POISON
+    if sent > 0 or not movable:
+        return Decision.WORKER_DIED
+    return Decision.RUN
+
+
+def died_after(tries: int, sent: int, movable: bool) -> Decision:
+    """The api's view when the lease of run number `tries` lapsed: RUN means a re-run is due."""
+    return decide(tries + 1, sent, movable)
+
+
+@dataclass(frozen=True)
+class Start:
+    tries: int
+    sent: int
+    cancelled: bool
+
+
+class Leases:
+    """The worker's side: start a job under a lease, renew the leases, let them go."""
+
+    def __init__(self, redis: Redis, worker_id: str) -> None:
+        self._redis = redis
+        self._worker_id = worker_id
+        self._renew = redis.register_script(_renew_script())
+        self.held: set[str] = set()
+        """Jobs whose lease this worker took and has not let go."""
+
+    async def start(self, job_id: str) -> Start:
+        self.held.add(job_id)
+        state = keys.job_state(job_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.exists(keys.job_cancel(job_id))
+            pipe.hincrby(state, "tries", 1)
+            pipe.hget(state, "sent")
+            pipe.expire(state, keys.JOB_STATE_TTL_S)
+            pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
+            cancelled, tries, sent, _, _ = await pipe.execute()
+        return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled))
+
+    async def hand_back(self, job_id: str) -> None:
+        """The job goes back to the queue unstarted: this run does not count as a try."""
+        self.held.discard(job_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(keys.job_state(job_id), "tries", -1)
+            pipe.delete(keys.job_owner(job_id))
+            await pipe.execute()
+
+    async def release(self, job_id: str) -> None:
+        self.held.discard(job_id)
+        await self._redis.delete(keys.job_owner(job_id))
+
+    async def renew(self) -> list[str]:
+        """Renew the leases this worker holds; the ids of those it lost."""
+        if not self.held:
+            return []
+        lost = [_text(j) for j in await self._renew(
+            args=[self._worker_id, lease_ms(), *self.held])]
+        self.held.difference_update(lost)
+        return lost
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """A run of a job whose worker stopped renewing its lease."""
+
+    tries: int
+    sent: int
+
+
+async def lapsed_run(redis: Redis, job_id: str, pinned_worker: str | None) -> Lapse | None:
+    """The api's check on a silent job: its worker died (the lease of a started run lapsed),
+    or the one worker it is pinned to is gone. None while it runs or waits in a queue."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.exists(keys.job_owner(job_id))
+        pipe.hmget(keys.job_state(job_id), ["tries", "sent"])
+        if pinned_worker:
+            pipe.exists(keys.worker_info(pinned_worker))
+        answers = await pipe.execute()
+    held, (tries, sent) = answers[0], answers[1]
+    tries, sent = int(tries or 0), int(sent or 0)
+    if pinned_worker and not answers[2]:
+        return Lapse(tries=max(tries, 1), sent=sent)
+    if held or tries == 0:
+        return None
+    return Lapse(tries=tries, sent=sent)
+
+
+async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
+    """Take a job out of a queue nobody will poll again (the own queue of a dead worker)."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.zrem(queue_name, job_id)
+        pipe.delete(job_key_prefix + job_id, retry_key_prefix + job_id)
+        await pipe.execute()
+
+
+async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
+    """How many jobs of the queue wait for a worker, and how long the oldest has waited (s)."""
+    now_ms = int(time.time() * 1000)
+    count, oldest = await redis.eval(WAITING_JOBS, 1, queue_name, str(now_ms),  # type: ignore[misc]
+                                     in_progress_key_prefix)
+    oldest_ms = float(oldest)
+    return int(count), (now_ms - oldest_ms) / 1000 if oldest_ms >= 0 else 0.0
+
+
+async def count_retry(redis: Redis, model_id: str) -> None:
+    await redis.hincrby(keys.model_counters(model_id), "retried", 1)  # type: ignore[misc]
+
+
+async def count_failure(redis: Redis, model_id: str, cause: str) -> None:
+    await redis.hincrby(keys.model_counters(model_id), f"failed:{cause}", 1)  # type: ignore[misc]
+
+
+async def counters(redis: Redis, model_id: str) -> dict[str, int]:
+    raw = await redis.hgetall(keys.model_counters(model_id))  # type: ignore[misc]
+    return {_text(k): int(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,256 @@
+"""Every flag of llama-server's README, and what llamaq does with it: works, refused, or no-op.
+
+One table, three lists. A flag that *works* is declared by the settings class of a role (api,
+worker, or both) and does what the spec says. A *refused* flag stops every llamaq process
+(`llamaq up`, `api`, `worker`, `scheduler`) with exit status 2 and a message that names it and
+says why, before anything is loaded -- given on the command line or through its environment
+variable. A *no-op* is accepted and does nothing, each for a reason that cannot matter in a
+fleet. `llamaq flags` prints the three lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FlagStatus(StrEnum):
+    WORKS = "works"
+    REFUSED = "refused"
+    NOOP = "no-op"
+
+
+@dataclass(frozen=True)
+class SpecFlag:
+    """One row of the spec's flag tables: its names (and environment variable)."""
+
+    names: tuple[str, ...]
+    status: FlagStatus
+    why: str = ""
+    env: str | None = None
+
+    @property
+    def label(self) -> str:
+        return ", ".join(self.names)
+
+
+def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
+    """Rows written as `-mu --model-url LLAMA_ARG_MODEL_URL`: names, then the env variable."""
+    flags = []
+    for row in rows:
+        words = row.split()
+        names = tuple(w for w in words if w.startswith("-"))
+        env = next((w for w in words if not w.startswith("-")), None)
+        flags.append(SpecFlag(names, status, why, env))
+    return flags
+
+
+W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
+
+NOT_BUILT_SPEC = "speculative decoding is not built"
+NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
+NOT_BUILT_LORA = "LoRA adapters and control vectors are not built"
+NOT_BUILT_ROUTER = ("router mode (models loaded on demand) and model downloads are not built "
+                    "(issue 10); give each worker -m or -hf")
+NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
+                   "run on the api pods with file access for every client")
+CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
+                 "(affinity, strict placement, polling); pin the worker process with taskset "
+                 "or the container's cpuset instead")
+PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
+          "key in the object store) instead")
+REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
+ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
+
+SPEC_FLAGS: tuple[SpecFlag, ...] = (
+    # --- common params ---
+    *_rows(W, "", "-h --help --usage", "--version"),
+    *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
+    *_rows(W, "", "-t --threads LLAMA_ARG_THREADS", "-tb --threads-batch"),
+    *_rows(R, CPU_PLACEMENT, "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict", "--poll",
+           "-Cb --cpu-mask-batch", "-Crb --cpu-range-batch", "--cpu-strict-batch",
+           "--prio-batch", "--poll-batch"),
+    *_rows(W, "", "--prio"),
+    *_rows(W, "", "-c --ctx-size LLAMA_ARG_CTX_SIZE", "-n --predict --n-predict",
+           "-b --batch-size", "-ub --ubatch-size", "--keep", "--swa-full", "-fa --flash-attn",
+           "--perf --no-perf", "-e --escape --no-escape", "--rope-scaling", "--rope-scale",
+           "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx", "--yarn-ext-factor",
+           "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast",
+           "-kvo --kv-offload -nkvo --no-kv-offload", "--repack -nr --no-repack", "--no-host",
+           "-ctk --cache-type-k", "-ctv --cache-type-v"),
+    *_rows(N, "deprecated in llama.cpp, which ignores it as well (the KV cache needs no "
+           "defragmentation)", "-dt --defrag-thold"),
+    *_rows(R, "RPC offloading is not built", "--rpc LLAMA_ARG_RPC"),
+    *_rows(W, "", "-lm --load-mode", "-lzm --lazy-mode"),
+    *_rows(R, "NUMA placement is not built (llama-cpp-python's llama_numa_init is not called)",
+           "--numa LLAMA_ARG_NUMA"),
+    *_rows(R, "device selection is not built (llama.cpp picks every device it finds; limit "
+           "them with CUDA_VISIBLE_DEVICES)", "-dev --device LLAMA_ARG_DEVICE",
+           "--list-devices"),
+    *_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
+           "tensor_buft_overrides unused)", "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR",
+           "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE", "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE",
+           "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
+    *_rows(W, "", "-ngl --gpu-layers --n-gpu-layers", "-sm --split-mode", "-ts --tensor-split",
+           "-mg --main-gpu"),
+    *_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
+           "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
+           "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
+    *_rows(W, "", "--check-tensors"),
+    *_rows(R, "metadata overrides are not built", "--override-kv"),
+    *_rows(W, "", "--op-offload --no-op-offload"),
+    *_rows(R, NOT_BUILT_LORA, "--lora", "--lora-scaled", "--control-vector",
+           "--control-vector-scaled", "--control-vector-layer-range"),
+    *_rows(W, "", "-m --model"),
+    *_rows(R, NOT_BUILT_ROUTER, "-mu --model-url LLAMA_ARG_MODEL_URL"),
+    *_rows(R, "Docker Hub model downloads are not built; give -hf or -m",
+           "-dr --docker-repo LLAMA_ARG_DOCKER_REPO"),
+    *_rows(W, "", "-hf -hfr --hf-repo", "-hff --hf-file", "-hft --hf-token"),
+    *_rows(W, "", "--log-disable", "--log-file"),
+    *_rows(R, "llamaq logs plain text through Python's logging; JSON lines and colors are not "
+           "built", "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL",
+           "--log-colors LLAMA_ARG_LOG_COLORS"),
+    *_rows(W, "", "-v --verbose --log-verbose", "--offline", "-lv --verbosity --log-verbosity",
+           "--log-prefix --no-log-prefix", "--log-timestamps --no-log-timestamps"),
+    *_rows(R, NOT_BUILT_SPEC, "--spec-draft-type-k -ctkd --cache-type-k-draft "
+           "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "--spec-draft-type-v -ctvd --cache-type-v-draft "
+           "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V"),
+    # --- sampling params ---
+    *_rows(W, "", "--samplers", "-s --seed", "--sampler-seq --sampling-seq", "--ignore-eos",
+           "--temp --temperature", "--top-k", "--top-p", "--min-p", "--top-nsigma --top-n-sigma",
+           "--xtc-probability", "--xtc-threshold", "--typical --typical-p", "--repeat-last-n",
+           "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--dry-multiplier",
+           "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n",
+           "--dry-sequence-breaker"),
+    *_rows(R, "the adaptive-p sampler is not built", "--adaptive-target", "--adaptive-decay"),
+    *_rows(W, "", "--dynatemp-range", "--dynatemp-exp", "--mirostat", "--mirostat-lr",
+           "--mirostat-ent", "-l --logit-bias", "--grammar", "--grammar-file",
+           "-j --json-schema", "-jf --json-schema-file"),
+    *_rows(R, "backend sampling is not built", "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"),
+    # --- server-specific params ---
+    *_rows(R, "lookup decoding is not built", "-lcs --lookup-cache-static",
+           "-lcd --lookup-cache-dynamic"),
+    *_rows(W, "", "--kv-unified-per-slot"),
+    *_rows(R, "context checkpoints (for sliding-window and recurrent models) are not built; a "
+           "worker keeps the full-size SWA cache instead",
+           "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
+           "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"),
+    *_rows(R, "the host-memory prompt cache is not built (a slot keeps only its own tokens)",
+           "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
+           "--cache-idle-slots --no-cache-idle-slots LLAMA_ARG_CACHE_IDLE_SLOTS"),
+    *_rows(W, "", "-kvu --kv-unified -no-kvu --no-kv-unified",
+           "--context-shift --no-context-shift", "-r --reverse-prompt", "-sp --special",
+           "--warmup --no-warmup", "--spm-infill"),
+    *_rows(R, "embeddings and rerank are not built", "--pooling LLAMA_ARG_POOLING",
+           "--embedding --embeddings LLAMA_ARG_EMBEDDINGS", "--rerank --reranking "
+           "LLAMA_ARG_RERANKING", "--embd-normalize"),
+    *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
+    *_rows(R, NOT_BUILT_MTMD, "-mm --mmproj LLAMA_ARG_MMPROJ", "-mmu --mmproj-url "
+           "LLAMA_ARG_MMPROJ_URL", "--mmproj-auto --no-mmproj --no-mmproj-auto "
+           "LLAMA_ARG_MMPROJ_AUTO", "--mmproj-offload --no-mmproj-offload "
+           "LLAMA_ARG_MMPROJ_OFFLOAD", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE",
+           "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS", "--image-max-tokens "
+           "LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
+           "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
+           "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR",
+           "--media-path"),
+    *_rows(W, "", "-a --alias", "--tags", "--host", "--port"),
+    *_rows(R, "an api pod binds its port alone; run more api pods or --workers N (Sanic "
+           "processes) instead", "--reuse-port LLAMA_ARG_REUSE_PORT"),
+    *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",
+           "--cors-credentials --no-cors-credentials", "--api-prefix",
+           "--ui-config --webui-config", "--ui-config-file --webui-config-file"),
+    *_rows(R, NOT_BUILT_TOOLS, "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
+           "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY", "--tools LLAMA_ARG_TOOLS",
+           "--tools-runtime LLAMA_ARG_TOOLS_RUNTIME",
+           "--mcp-servers-config LLAMA_ARG_MCP_SERVERS_CONFIG",
+           "--mcp-servers-json LLAMA_ARG_MCP_SERVERS_JSON",
+           "-ag --agent -no-ag --no-agent LLAMA_ARG_AGENT"),
+    *_rows(W, "", "--ui --webui --no-ui --no-webui", "--api-key", "--api-key-file",
+           "--ssl-key-file", "--ssl-cert-file", "--chat-template-kwargs", "-to --timeout",
+           "--sse-ping-interval"),
+    *_rows(N, "HTTP is served by Sanic's event loop, not by a thread pool; scale with "
+           "--workers N or more api pods", "--threads-http"),
+    *_rows(W, "", "--cache-prompt --no-cache-prompt", "--cache-reuse", "--metrics", "--props",
+           "--slots --no-slots", "--slot-save-path"),
+    *_rows(R, NOT_BUILT_ROUTER, "--models-dir LLAMA_ARG_MODELS_DIR",
+           "--models-preset LLAMA_ARG_MODELS_PRESET", "--models-max LLAMA_ARG_MODELS_MAX",
+           "--models-autoload --no-models-autoload LLAMA_ARG_MODELS_AUTOLOAD"),
+    *_rows(W, "", "--jinja --no-jinja", "--reasoning-format", "-rea --reasoning",
+           "--reasoning-effort", "--reasoning-budget", "--reasoning-budget-message",
+           "--reasoning-preserve --no-reasoning-preserve", "--chat-template",
+           "--chat-template-file", "--skip-chat-parsing --no-skip-chat-parsing",
+           "--prefill-assistant --no-prefill-assistant"),
+    *_rows(R, "similarity-based slot selection is not built: a request takes the idle slot "
+           "with the longest common prefix (the least recently used among equals)",
+           "-sps --slot-prompt-similarity"),
+    *_rows(R, NOT_BUILT_LORA, "--lora-init-without-apply"),
+    *_rows(R, "idle sleep is not built (issue 10)", "--sleep-idle-seconds"),
+    *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
+    *_rows(R, NOT_BUILT_SPEC, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
+           "LLAMA_ARG_SPEC_DRAFT_HF_REPO", "--spec-draft-threads -td --threads-draft",
+           "--spec-draft-threads-batch -tbd --threads-batch-draft",
+           "--spec-draft-cpu-mask -Cd --cpu-mask-draft",
+           "--spec-draft-cpu-range -Crd --cpu-range-draft",
+           "--spec-draft-cpu-strict --cpu-strict-draft", "--spec-draft-prio --prio-draft",
+           "--spec-draft-poll --poll-draft", "--spec-draft-cpu-mask-batch -Cbd "
+           "--cpu-mask-batch-draft", "--spec-draft-cpu-strict-batch --cpu-strict-batch-draft",
+           "--spec-draft-prio-batch --prio-batch-draft",
+           "--spec-draft-poll-batch --poll-batch-draft",
+           "--spec-draft-override-tensor -otd --override-tensor-draft",
+           "--spec-draft-cpu-moe -cmoed --cpu-moe-draft LLAMA_ARG_SPEC_DRAFT_CPU_MOE",
+           "--spec-draft-n-cpu-moe --spec-draft-ncmoe -ncmoed --n-cpu-moe-draft "
+           "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE", "--spec-draft-n-max LLAMA_ARG_SPEC_DRAFT_N_MAX",
+           "--spec-draft-n-min LLAMA_ARG_SPEC_DRAFT_N_MIN",
+           "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH",
+           "--spec-synth-len LLAMA_ARG_SPEC_SYNTH_LEN",
+           "--spec-synth-rates LLAMA_ARG_SPEC_SYNTH_RATES",
+           "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
+           "--spec-draft-p-min --draft-p-min LLAMA_ARG_SPEC_DRAFT_P_MIN",
+           "--spec-draft-backend-sampling --no-spec-draft-backend-sampling "
+           "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING",
+           "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING",
+           "--spec-draft-device -devd --device-draft",
+           "--spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft "
+           "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+           "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL",
+           "--spec-type LLAMA_ARG_SPEC_TYPE", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+           "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
+           "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n",
+           "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
+           "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
+           "--spec-ngram-map-k4v-min-hits", "--spec-default"),
+    *_rows(R, REMOVED, "--draft --draft-n --draft-max LLAMA_ARG_DRAFT_MAX",
+           "--draft-min --draft-n-min LLAMA_ARG_DRAFT_MIN", "--spec-ngram-size-n",
+           "--spec-ngram-size-m", "--spec-ngram-min-hits"),
+    *_rows(R, PRESET, "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
+           "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
+           "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
+           "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
+)
+"""The spec's flag tables (common, sampling and server-specific params), row by row."""
+
+BUILT_ELSEWHERE = frozenset({"--tags", "--sse-ping-interval"})
+"""Listed as working while their features are being built on other branches (SSE pings,
+--tags): a settings class may not declare them yet."""
+
+BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
+"""Flags every parser answers itself (help and version), not settings fields."""
+
+
+def by_status(status: FlagStatus) -> list[SpecFlag]:
+    return [f for f in SPEC_FLAGS if f.status is status]
+
+
+def refused_names() -> dict[str, SpecFlag]:
+    """Each name of a refused flag, and its row."""
+    return {name: f for f in by_status(FlagStatus.REFUSED) for name in f.names}
+
+
+def refused_envs() -> dict[str, SpecFlag]:
+    """Each environment variable of a refused flag, and its row."""
+    return {f.env: f for f in by_status(FlagStatus.REFUSED) if f.env}
+
+
+def refusal(flag: SpecFlag, given_as: str) -> str:
+    return f"{given_as} is not supported by llamaq: {flag.why}"

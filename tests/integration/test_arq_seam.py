@@ -1,0 +1,102 @@
+"""The arq internals llamaq's leases rely on (arq is pinned in pyproject): a real Redis and
+WakeableWorker, with plain job functions instead of the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from arq import Retry
+from arq.connections import ArqRedis, create_pool
+from arq.constants import in_progress_key_prefix
+from arq.worker import func
+
+from scheduler import keys
+from scheduler.leases import waiting_jobs
+from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from worker.arq_worker import WakeableWorker
+
+
+@pytest.fixture
+async def pool(redis_url: str) -> AsyncIterator[ArqRedis]:
+    pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+                             job_deserializer=deserialize_job)
+    yield pool
+    await pool.aclose()
+
+
+def make_worker(pool: ArqRedis, queue: str, runs: list[tuple[str, int]],
+                block: asyncio.Event | None = None, hand_back: bool = False) -> WakeableWorker:
+    async def job(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+        runs.append((ctx["job_id"], ctx["job_try"]))
+        if hand_back and ctx["job_try"] == 1:
+            raise Retry()
+        if block is not None:
+            await block.wait()
+
+    return WakeableWorker([func(job, name="job")], queue_name=queue, redis_pool=pool,
+                          max_jobs=1, job_timeout=3600, max_tries=100, keep_result=0,
+                          poll_delay=0.1, handle_signals=False, job_serializer=serialize_job,
+                          job_deserializer=deserialize_job, log_results=False)
+
+
+@contextlib.asynccontextmanager
+async def running(worker: WakeableWorker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.main())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        for job_task in worker.tasks.values():
+            job_task.cancel()
+        await asyncio.gather(task, *worker.tasks.values(), return_exceptions=True)
+
+
+async def until(check: Any, timeout: float = 10) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+async def test_a_poll_sees_past_any_number_of_held_jobs(pool: ArqRedis) -> None:
+    queue = f"seam:{uuid.uuid4().hex}"
+    held = {f"held-{i}": 1 for i in range(300)}
+    await pool.zadd(queue, held)
+    for job_id in held:
+        await pool.set(in_progress_key_prefix + job_id, b"1", ex=60)
+    runs: list[tuple[str, int]] = []
+    await pool.enqueue_job("job", {}, _job_id="new", _queue_name=queue)
+    assert await waiting_jobs(pool, queue) == (1, pytest.approx(0, abs=5))
+    async with running(make_worker(pool, queue, runs)):
+        await until(lambda: runs)
+    assert runs == [("new", 1)]
+
+
+async def test_a_lapsed_lease_lets_another_worker_run_the_job(pool: ArqRedis) -> None:
+    """The first worker stops renewing (as a killed one does): within JOB_LEASE_S its job goes
+    to the next worker, as try 2 of the same job id."""
+    queue = f"seam:{uuid.uuid4().hex}"
+    runs: list[tuple[str, int]] = []
+    await pool.enqueue_job("job", {}, _job_id="lapse", _queue_name=queue)
+    first = make_worker(pool, queue, runs, block=asyncio.Event())
+    async with running(first):
+        await until(lambda: runs)
+        assert await pool.pttl(in_progress_key_prefix + "lapse") <= keys.JOB_LEASE_S * 1000
+        first.taking = False  # "dies": no more polls, no renewals
+        second = make_worker(pool, queue, runs, block=asyncio.Event())
+        async with running(second):
+            await until(lambda: len(runs) == 2, timeout=keys.JOB_LEASE_S + 5)
+    assert runs == [("lapse", 1), ("lapse", 2)]
+
+
+async def test_a_handed_back_job_goes_to_the_front_of_the_queue(pool: ArqRedis) -> None:
+    queue = f"seam:{uuid.uuid4().hex}"
+    runs: list[tuple[str, int]] = []
+    await pool.enqueue_job("job", {}, _job_id="back", _queue_name=queue)
+    async with running(make_worker(pool, queue, runs, hand_back=True)):
+        await until(lambda: len(runs) == 2)
+    assert runs == [("back", 1), ("back", 2)]

@@ -1,0 +1,56 @@
+"""`llamaq up` hands every flag to the roles that take it, and prints no Redis password."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.processes import free_port, wait_until
+
+
+def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(
+        tmp_path: Path, gemma_path: Path) -> None:
+    binary = shutil.which("redis-server")
+    assert binary
+    redis_port = free_port()
+    redis_process = subprocess.Popen(
+        [binary, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--requirepass", "hunter2-pw", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL)
+    port = free_port()
+    log = tmp_path / "up.log"
+    env = {**os.environ, "LLAMAQ_REDIS_URL": f"redis://:hunter2-pw@127.0.0.1:{redis_port}/0"}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-m", str(gemma_path), "--alias", "gemma-up",
+         "-c", "512", "-np", "1", "-t", "1", "--port", str(port), "-r", "\\n", "--prio", "-1",
+         "-v", "--store-url", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache"),
+         "--no-warmup"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 120,
+                   what="llamaq up")
+        assert up.stdout is not None
+        banner = up.stdout.readline()
+        assert f"serving on http://127.0.0.1:{port}" in banner
+        assert f"redis://:***@127.0.0.1:{redis_port}/0" in banner
+        body = {"prompt": "A list:\n1.", "n_predict": 64, "temperature": 0}
+        result = httpx.post(f"{url}/completion", json=body, timeout=120).json()
+        assert "\n" not in result["content"]
+        assert result["stop_type"] in ("word", "eos")
+        props = httpx.get(f"{url}/props").json()
+        assert props["default_generation_settings"]["params"]["stop"] == ["\n"]  # -e: "\n"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
+        redis_process.terminate()
+        redis_process.wait()
+    errors = log.read_text(errors="replace")
+    assert "hunter2-pw" not in errors
+    assert " DEBUG " in errors  # -v reached the processes

@@ -1,0 +1,180 @@
+"""The web UI as the api pods serve it: the bundle, caching headers, public assets under an API
+key, --no-ui, --api-prefix, --ui-config defaults in /props, --path, and /fleet."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import make_fleet
+
+NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+PUBLIC_ASSETS = ("sw.js", "manifest.webmanifest", "_app/version.json", "favicon.svg")
+
+
+def _asset_paths(page: str) -> list[str]:
+    paths = re.findall(r'(?:src|href)="\./(_app/immutable/[^"]+)"', page)
+    assert paths, page
+    return paths
+
+
+def test_page_and_assets_with_caching_headers(redis_url: str, workdir: Path,
+                                              gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    try:
+        url = fleet.add_api()
+        page = httpx.get(f"{url}/")
+        assert page.status_code == 200
+        assert page.headers["content-type"] == "text/html; charset=utf-8"
+        assert page.headers["cache-control"] == "no-cache"
+        assert page.headers["cross-origin-opener-policy"] == "same-origin"
+        assert page.headers["cross-origin-embedder-policy"] == "require-corp"
+        assert '<div id="app">' in page.text
+        assert httpx.get(f"{url}/index.html").text == page.text
+        assert "http" not in re.sub(r'xmlns="[^"]+"', "", page.text)  # nothing from a CDN
+        for asset in _asset_paths(page.text):
+            response = httpx.get(f"{url}/{asset}")
+            assert response.status_code == 200
+            assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
+        script = next(a for a in _asset_paths(page.text) if a.endswith(".js"))
+        zipped = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "gzip"})
+        assert zipped.headers["content-encoding"] == "gzip"
+        assert zipped.headers["content-type"] == "application/javascript; charset=utf-8"
+        plain = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers
+        assert zipped.content == plain.content  # httpx decoded it
+        with httpx.stream("GET", f"{url}/{script}", headers={"Accept-Encoding": "gzip"}) as raw:
+            assert gzip.decompress(b"".join(raw.iter_raw())) == plain.content
+
+        etag = page.headers["etag"]
+        again = httpx.get(f"{url}/", headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        for path in PUBLIC_ASSETS:
+            response = httpx.get(f"{url}/{path}")
+            assert response.status_code == 200, path
+            assert response.headers["cache-control"] == "no-cache"
+        assert httpx.get(f"{url}/manifest.webmanifest").json()["name"] == "llamaq"
+        assert httpx.get(f"{url}/_app/version.json").json()["version"]
+        head = httpx.head(f"{url}/sw.js")
+        assert head.status_code == 200 and head.content == b""
+        assert httpx.get(f"{url}/_app/immutable/nothing.js").json() == NOT_FOUND
+    finally:
+        fleet.stop()
+
+
+def test_page_is_public_under_an_api_key(redis_url: str, workdir: Path, gemma_path: Path,
+                                         api: str) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--api-key", "sekrit")
+        page = httpx.get(f"{url}/")
+        assert page.status_code == 200
+        for path in (*PUBLIC_ASSETS, *_asset_paths(page.text)):
+            assert httpx.get(f"{url}/{path}").status_code == 200, path
+        for path in ("props", "fleet", "v1/chat/completions"):
+            assert httpx.get(f"{url}/{path}").status_code == 401, path
+        keyed = httpx.get(f"{url}/fleet", headers={"Authorization": "Bearer sekrit"})
+        assert keyed.status_code == 200
+    finally:
+        fleet.stop()
+
+
+def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    try:
+        off = fleet.add_api("--no-ui")
+        response = httpx.get(f"{off}/")
+        assert response.status_code == 404 and response.json() == NOT_FOUND
+        remover = httpx.get(f"{off}/sw.js")  # the old UI's service worker removes itself
+        assert remover.status_code == 200 and "unregister()" in remover.text
+        old_name = fleet.add_api("--no-webui")
+        assert httpx.get(f"{old_name}/").status_code == 404
+
+        prefixed = fleet.add_api("--api-prefix", "/llm")
+        response = httpx.get(f"{prefixed}/llm")
+        assert response.status_code == 308 and response.headers["location"] == "/llm/"
+        page = httpx.get(f"{prefixed}/llm/")
+        assert page.status_code == 200 and '<div id="app">' in page.text
+        for path in (*PUBLIC_ASSETS, *_asset_paths(page.text)):
+            assert httpx.get(f"{prefixed}/llm/{path}").status_code == 200, path
+        assert httpx.get(f"{prefixed}/").status_code == 404
+        assert httpx.get(f"{prefixed}/sw.js").status_code == 404
+    finally:
+        fleet.stop()
+
+
+def test_ui_config_defaults_in_props(redis_url: str, workdir: Path, gemma_path: Path,
+                                     api: str, tmp_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        assert httpx.get(f"{api}/props").json()["ui_settings"] == {}
+        inline = fleet.add_api("--ui-config", '{"temperature": 0.25, "top_k": 7}')
+        props = httpx.get(f"{inline}/props").json()
+        assert props["ui"] is True
+        assert props["ui_settings"] == {"temperature": 0.25, "top_k": 7}
+
+        config = tmp_path / "ui.json"
+        config.write_text(json.dumps({"systemMessage": "Be brief.", "top_k": 3}))
+        both = fleet.add_api("--webui-config-file", str(config), "--webui-config", '{"top_k": 9}')
+        assert httpx.get(f"{both}/props").json()["ui_settings"] == {
+            "systemMessage": "Be brief.", "top_k": 9}
+        off = fleet.add_api("--no-ui")
+        assert httpx.get(f"{off}/props").json()["ui"] is False
+    finally:
+        fleet.stop()
+
+
+def test_bad_ui_config_stops_the_start(tmp_path: Path) -> None:
+    for args, message in (
+        (["--ui-config", "{nope"], "--ui-config is not valid JSON"),
+        (["--ui-config", "[1]"], "--ui-config must be a JSON object"),
+        (["--ui-config-file", str(tmp_path / "missing.json")], "cannot read --ui-config-file"),
+        (["--path", str(tmp_path / "missing")], "is not a folder"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "llamaq", "api", "--port", "1", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, args
+        assert message in done.stderr, done.stderr
+
+
+def test_path_serves_a_folder(redis_url: str, workdir: Path, gemma_path: Path,
+                              tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "sub").mkdir(parents=True)
+    (site / "index.html").write_text("<p>mine</p>")
+    (site / "sub" / "data.json").write_text('{"a": 1}')
+    (tmp_path / "secret.txt").write_text("no")
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    try:
+        url = fleet.add_api("--path", str(site), "--api-key", "k")
+        page = httpx.get(f"{url}/")
+        assert page.status_code == 200 and page.text == "<p>mine</p>"
+        assert page.headers["content-type"] == "text/html; charset=utf-8"
+        assert httpx.get(f"{url}/sub/data.json").json() == {"a": 1}
+        assert httpx.get(f"{url}/sub/").status_code == 404  # no index.html there
+        assert httpx.get(f"{url}/../secret.txt").status_code == 404
+        assert httpx.get(f"{url}/%2e%2e/secret.txt").status_code == 404
+        assert httpx.get(f"{url}/favicon.svg").json() == NOT_FOUND  # the bundle is not served
+        assert "unregister()" in httpx.get(f"{url}/sw.js").text
+        assert httpx.get(f"{url}/health").status_code in (200, 503)  # API routes still win
+        assert httpx.get(f"{url}/props").status_code == 401
+    finally:
+        fleet.stop()
+
+
+def test_fleet_endpoint(api: str) -> None:
+    fleet = httpx.get(f"{api}/fleet").json()
+    assert fleet["model"] == "gemma" and fleet["queued"] == 0
+    assert len(fleet["workers"]) >= 1
+    worker = fleet["workers"][0]
+    assert worker["model_id"] == "gemma" and worker["n_slots"] == 4
+    assert [s["id"] for s in worker["slots"]] == [0, 1, 2, 3]
+    assert "params" not in worker["slots"][0]
+    assert set(worker["metrics"]) >= {"requests_processing", "requests_deferred",
+                                      "tokens_predicted_total"}

@@ -1,0 +1,235 @@
+"""Honest flags: every llama-server flag works, is refused by name with a reason, or is a
+documented no-op -- for every role, `llamaq up` included."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.settings import ApiSettings
+from llamaq.flag_lists import declared_names, render
+from scheduler.config import CommonSettings, FlagError, ProcessSettings, split_args
+from scheduler.spec_flags import (
+    BUILT_ELSEWHERE,
+    BUILT_IN_PARSER,
+    SPEC_FLAGS,
+    FlagStatus,
+    by_status,
+    refused_envs,
+    refused_names,
+)
+from worker.settings import WorkerSettings
+
+ROLES: tuple[type[ProcessSettings], ...] = (ApiSettings, WorkerSettings, CommonSettings)
+UP_ROLES = (ApiSettings, WorkerSettings)
+SPEC_README = Path(os.environ.get("LLAMAQ_SPEC_README",
+                                  "/work/shared/spec/llama-server-README.txt"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def every_declared() -> set[str]:
+    return set().union(*(declared_names(role) for role in ROLES))
+
+
+def spec_rows(text: str) -> list[tuple[tuple[str, ...], str | None]]:
+    """The rows of the spec's `Argument / Explanation` tables: (names, env variable)."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("Argument\tExplanation"):
+            inside = True
+        elif inside and line.strip() and "\t" not in line:
+            inside = False
+        elif inside and line.strip():
+            first, explanation = line.split("\t", 1)
+            names = tuple(part.split(" ")[0] for part in first.split(", ")
+                          if part.startswith("-"))
+            env = re.search(r"\(env: ([A-Z_0-9]+)\)", explanation)
+            rows.append((names, env.group(1) if env else None))
+    return rows
+
+
+def test_each_name_is_in_exactly_one_row() -> None:
+    names = [name for flag in SPEC_FLAGS for name in flag.names]
+    assert len(names) == len(set(names))
+    for flag in SPEC_FLAGS:
+        if flag.status is not FlagStatus.WORKS:
+            assert flag.why, flag.label
+
+
+@pytest.mark.skipif(not SPEC_README.is_file(), reason="the spec README is not on this machine")
+def test_the_table_is_the_spec_row_by_row() -> None:
+    rows = spec_rows(SPEC_README.read_text())
+    assert len(rows) > 250
+    assert len(SPEC_FLAGS) == len(rows)
+    assert {flag.names for flag in SPEC_FLAGS} == {names for names, _ in rows}
+    envs = dict(rows)
+    for flag in by_status(FlagStatus.REFUSED):
+        assert flag.env == envs[flag.names], flag.label
+
+
+def test_working_flags_are_declared_by_a_role() -> None:
+    declared = every_declared()
+    for flag in [*by_status(FlagStatus.WORKS), *by_status(FlagStatus.NOOP)]:
+        if set(flag.names) & (BUILT_IN_PARSER | BUILT_ELSEWHERE):
+            continue
+        missing = set(flag.names) - declared
+        assert not missing, f"{flag.label}: {missing} not declared"
+
+
+def test_refused_flags_are_declared_by_no_role() -> None:
+    assert not set(refused_names()) & every_declared()
+
+
+def test_llamaqs_own_flags_are_llamaq_variables() -> None:
+    spec = {name for flag in SPEC_FLAGS for name in flag.names}
+    for role in ROLES:
+        for option in role.options():
+            if not set(option.flags) & spec:
+                assert option.env and option.env.startswith("LLAMAQ_"), option.flags
+
+
+def test_the_noop_list_is_short() -> None:
+    assert len(by_status(FlagStatus.NOOP)) <= 5
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    for name, flag in refused_names().items():
+        with pytest.raises(SystemExit) as exit_info:
+            role.from_args([name, "1"], environ={})
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{name} is not supported by llamaq: {flag.why}" in " ".join(err.split()), name
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    for env in ("LLAMA_ARG_MODEL_URL", "LLAMA_ARG_MODELS_DIR", "LLAMA_ARG_CACHE_RAM",
+                "LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_TOOLS"):
+        with pytest.raises(SystemExit) as exit_info:
+            role.from_args([], environ={env: "1"})
+        assert exit_info.value.code == 2
+        assert env in capsys.readouterr().err
+    assert set(refused_envs()) >= {"LLAMA_ARG_MODELS_PRESET", "LLAMA_ARG_SPEC_TYPE"}
+
+
+def test_split_mode_tensor_is_a_mode() -> None:
+    assert WorkerSettings.from_args(["-sm", "tensor"], environ={}).split_mode == "tensor"
+
+
+def test_new_working_flags_parse() -> None:
+    worker = WorkerSettings.from_args(
+        ["-v", "--prio", "2", "-r", "User:", "-r", "a,b", "--no-warmup", "--offline",
+         "--log-disable", "--no-log-prefix", "--no-log-timestamps", "-lzm", "on", "-lm", "dio",
+         "--no-repack", "--no-host", "--perf"], environ={})
+    assert (worker.verbose, worker.prio, worker.reverse_prompt) == (True, 2, ["User:", "a,b"])
+    assert (worker.warmup, worker.offline, worker.log_disable) == (False, True, True)
+    assert (worker.log_prefix, worker.log_timestamps) == (False, False)
+    assert (worker.lazy_mode, worker.load_mode, worker.repack, worker.no_host, worker.perf) == (
+        "on", "dio", False, True, True)
+
+
+def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
+    parts = split_args(["-v", "--prio", "2", "-r", "User:", "--port", "1", "-c", "64"], UP_ROLES)
+    assert parts[ApiSettings] == ["-v", "--prio", "2", "--port", "1"]
+    assert parts[WorkerSettings] == ["-v", "--prio", "2", "-r", "User:", "-c", "64"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--no-such-flag"], "unknown flag '--no-such-flag'"),
+    (["-m", "x", "stray"], "unknown argument 'stray'"),
+    (["-mu", "http://x/m.gguf"], "-mu is not supported by llamaq: router mode"),
+    (["--models-dir", "m"], "--models-dir is not supported"),
+    (["--cache-ram", "0"], "--cache-ram is not supported"),
+    (["-c"], "-c expects a value"),
+])
+def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:
+    with pytest.raises(FlagError, match=re.escape(message)):
+        split_args(argv, UP_ROLES)
+
+
+def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    return subprocess.run([sys.executable, "-m", "llamaq", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "-v", "--prio", "2", "--frobnicate"],
+    ["up", "-mu", "https://example.test/m.gguf"],
+    ["up", "--ssl-key-file", "k.pem"],
+    ["api", "--tools", "all"],
+    ["worker", "--cache-ram", "0"],
+    ["scheduler", "--models-preset", "p.ini"],
+    ["api", "-c", "4096"],
+    ["worker", "--api-key", "k"],
+])
+def test_every_role_exits_2_before_loading_anything(argv: list[str]) -> None:
+    done = run_llamaq(*argv)
+    assert done.returncode == 2, done.stderr
+    assert "serving on" not in done.stdout
+    flag = next(a for a in argv[1:] if a not in ("-v", "--prio", "2"))
+    assert flag in done.stderr
+
+
+def test_a_flag_of_another_role_is_named_as_such() -> None:
+    done = run_llamaq("api", "-c", "4096")
+    assert "-c is a flag of `llamaq worker`" in done.stderr
+
+
+def test_short_flags_are_not_prefixes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        ApiSettings.from_args(["-c", "4096"], environ={})
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: -c 4096" in err and "ambiguous" not in err
+
+
+def test_llamaq_flags_prints_the_three_lists() -> None:
+    done = run_llamaq("flags")
+    assert done.returncode == 0
+    out = done.stdout
+    counts = [int(m) for m in re.findall(r"^(?:works|refused \(exit 2\)|no-op \(accepted, does "
+                                         r"nothing\)): (\d+) flags$", out, re.M)]
+    assert sum(counts) == len(SPEC_FLAGS)
+    assert re.search(r"^  -mu, --model-url +router mode", out, re.M)
+    assert re.search(r"^  -c, --ctx-size +worker$", out, re.M)
+    assert re.search(r"^  --api-key +api$", out, re.M)
+    assert re.search(r"^  --redis-url +api, worker, scheduler: ", out, re.M)
+    assert render() == out.rstrip("\n")
+
+
+def test_version_and_usage() -> None:
+    done = run_llamaq("api", "--version")
+    assert done.returncode == 0 and done.stdout.startswith("llamaq ")
+    assert run_llamaq("worker", "--usage").returncode == 0
+
+
+def test_priority_and_log_flags_take_effect() -> None:
+    script = ("import logging, os, sys\n"
+              "from llamaq.logs import prepare_process\n"
+              "from worker.settings import WorkerSettings\n"
+              "s = WorkerSettings.from_args(sys.argv[1:], environ={})\n"
+              "before = os.getpriority(os.PRIO_PROCESS, 0)\n"
+              "prepare_process(s, 'worker')\n"
+              "print(os.getpriority(os.PRIO_PROCESS, 0) - before, flush=True)\n"
+              "logging.getLogger('x').info('hello')\n"
+              "logging.getLogger('x').debug('details')\n")
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
+                              text=True, timeout=60, cwd=ROOT)
+
+    low = run("--prio", "-1")
+    assert low.stdout.strip() == "5" or os.getpriority(os.PRIO_PROCESS, 0) > 5
+    assert re.search(r"^\S+ \S+ worker INFO x: hello$", low.stderr, re.M)
+    assert "details" not in low.stderr
+    assert run("-v").stderr.count("details") == 1
+    assert run("--log-disable").stderr == ""
+    assert run("--no-log-prefix", "--no-log-timestamps").stderr.strip() == "hello"

@@ -1,0 +1,175 @@
+// The fleet at a glance: workers with their model and slots, queue and throughput; refreshes itself.
+import { useEffect, useState } from 'preact/hooks';
+import { AuthError, getJson, getText, parseMetrics } from './api.js';
+
+const REFRESH_MS = 1000;
+
+function age(seconds) {
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
+function Slot({ slot }) {
+  const task = slot.id_task !== undefined && slot.id_task >= 0 ? ` · task ${slot.id_task}` : '';
+  return (
+    <div class={`slot ${slot.is_processing ? 'busy' : 'idle'}`} title={`slot ${slot.id}`}>
+      <span class="slot-id">#{slot.id}</span>
+      <span>{slot.is_processing ? `busy${task}` : 'idle'}</span>
+    </div>
+  );
+}
+
+function Worker({ worker, now }) {
+  const m = worker.metrics || {};
+  const busy = (worker.slots || []).filter((s) => s.is_processing).length;
+  return (
+    <div class="worker" data-worker={worker.worker_id}>
+      <div class="worker-head">
+        <strong class="worker-id">{worker.worker_id}</strong>
+        <span class="worker-model">{worker.model_id}</span>
+      </div>
+      <div class="worker-facts">
+        <span>{worker.n_slots} slots × {worker.n_ctx_slot} ctx</span>
+        <span>{busy} busy</span>
+        <span>{m.requests_deferred ?? 0} waiting</span>
+        <span>up {age(now - worker.started_at)}</span>
+      </div>
+      {worker.slots ? (
+        <div class="slots">{worker.slots.map((s) => <Slot key={s.id} slot={s} />)}</div>
+      ) : (
+        <p class="note">slots hidden (--no-slots)</p>
+      )}
+    </div>
+  );
+}
+
+export function Fleet({ onAuthError }) {
+  const [fleet, setFleet] = useState(null);
+  const [metrics, setMetrics] = useState(null);
+  const [metricsNote, setMetricsNote] = useState('');
+  const [error, setError] = useState('');
+  const [updated, setUpdated] = useState(null);
+
+  useEffect(() => {
+    let stopped = false;
+    let timer;
+    let metricsOff = false; // a 501: the server runs without --metrics, ask no more
+    async function tick() {
+      try {
+        const data = await getJson('fleet');
+        if (stopped) return;
+        setFleet(data);
+        setError('');
+        setUpdated(new Date());
+      } catch (e) {
+        if (e instanceof AuthError) return onAuthError();
+        if (!stopped) setError(e.message);
+      }
+      try {
+        if (metricsOff) throw null;
+        const text = await getText('metrics');
+        if (!stopped) {
+          setMetrics(parseMetrics(text));
+          setMetricsNote('');
+        }
+      } catch (e) {
+        if (e && e.status === 501) metricsOff = true;
+        if (!stopped && e) {
+          setMetrics(null);
+          setMetricsNote(`not available: ${e.message}`);
+        }
+      }
+      if (!stopped) timer = setTimeout(tick, REFRESH_MS);
+    }
+    tick();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, []);
+
+  const now = Date.now() / 1000;
+  const workers = (fleet && fleet.workers) || [];
+  return (
+    <main class="fleet">
+      <section class="fleet-summary">
+        <div class="stat">
+          <span class="value" id="worker-count">{workers.length}</span>
+          <span class="label">workers</span>
+        </div>
+        <div class="stat">
+          <span class="value">{workers.reduce((n, w) => n + w.n_slots, 0)}</span>
+          <span class="label">slots</span>
+        </div>
+        <div class="stat">
+          <span class="value">
+            {workers.reduce((n, w) => n + (w.slots || []).filter((s) => s.is_processing).length, 0)}
+          </span>
+          <span class="label">busy slots</span>
+        </div>
+        <div class="stat">
+          <span class="value" id="queue-depth">{fleet ? fleet.queued : '–'}</span>
+          <span class="label">
+            queued jobs
+            {fleet && fleet.queued ? ` · oldest ${age(fleet.oldest_queued_s)}` : ''}
+          </span>
+        </div>
+      </section>
+      <section class="metrics">
+        <h3>Throughput (/metrics)</h3>
+        {metrics ? (
+          <div class="fleet-summary">
+            <div class="stat">
+              <span class="value">{metrics.predicted_tokens_seconds.toFixed(1)}</span>
+              <span class="label">gen tok/s (avg)</span>
+            </div>
+            <div class="stat">
+              <span class="value">{metrics.prompt_tokens_seconds.toFixed(1)}</span>
+              <span class="label">prompt tok/s (avg)</span>
+            </div>
+            <div class="stat">
+              <span class="value">{metrics.tokens_predicted_total ?? metrics.tokens_predicted}</span>
+              <span class="label">tokens generated</span>
+            </div>
+            <div class="stat">
+              <span class="value">{metrics.requests_processing}</span>
+              <span class="label">processing</span>
+            </div>
+            <div class="stat">
+              <span class="value">{metrics.requests_deferred}</span>
+              <span class="label">deferred</span>
+            </div>
+            {metrics.jobs_retried_total !== undefined && (
+              <div class="stat">
+                <span class="value">{metrics.jobs_retried_total}</span>
+                <span class="label">jobs retried</span>
+              </div>
+            )}
+            {metrics.jobs_failed_total !== undefined && (
+              <div class="stat">
+                <span class="value">{metrics.jobs_failed_total}</span>
+                <span class="label">jobs failed</span>
+              </div>
+            )}
+          </div>
+        ) : (
+          <p class="note" id="metrics-note">{metricsNote || 'loading…'}</p>
+        )}
+      </section>
+      <section>
+        <h3>Workers</h3>
+        {error && <p class="error">{error}</p>}
+        {fleet && workers.length === 0 && <p class="note">No live worker.</p>}
+        <div class="workers">
+          {workers.map((w) => <Worker key={w.worker_id} worker={w} now={now} />)}
+        </div>
+      </section>
+      <section>
+        <h3>Batches</h3>
+        <p class="note">Not available: this server has no batch API yet.</p>
+      </section>
+      <p class="updated">{updated ? `updated ${updated.toLocaleTimeString()}` : ''}</p>
+    </main>
+  );
+}
