@@ -31,11 +31,19 @@ from api.settings import ApiSettings
 from api.ui.config import ui_defaults
 from scheduler.errors import Unavailable
 from scheduler.limits import largest_body_limit
+from scheduler.supervise import exit_when_done
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 2.0
 """Once drained, how long Sanic waits for connections still busy before it drops them."""
+EXIT_TASK_DIED = 70
+
+
+def _exit_for_restart() -> None:
+    """A background task the pod needs died: exit non-zero so that a supervisor restarts us."""
+    logging.shutdown()
+    os._exit(EXIT_TASK_DIED)
 
 
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
@@ -58,6 +66,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max)
+        exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
 
     @app.after_server_start
     async def drain_on_signal(app: Sanic) -> None:

@@ -7,12 +7,13 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 from sanic import Request, Sanic
 from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler.errors import InvalidRequest, LlamaqError, NotFound, ServerError
+from scheduler.errors import InvalidRequest, LlamaqError, NotFound, RedisUnreachable, ServerError
 from storage import StorageError
 from storage.redact import redact
 
@@ -47,6 +48,9 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
         return exc
     if isinstance(exc, ValidationError):
         return InvalidRequest(validation_message(exc))
+    if isinstance(exc, RedisError):
+        log.warning("Redis error: %r", exc)
+        return RedisUnreachable()
     if isinstance(exc, StorageError):
         log.debug("storage error: %s", exc)
         return ServerError(f"storage error: {redact(str(exc))}")

@@ -12,10 +12,11 @@ from redis.asyncio import Redis
 from api.metrics import QueueStats
 from scheduler import keys, limits
 from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
+from scheduler.connections import arq_settings, open_redis
 from scheduler.hub import EventHub
 from scheduler.jobs import CompletionJob
 from scheduler.leases import counters, waiting_jobs
-from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
@@ -51,8 +52,8 @@ class Fleet:
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> Fleet:
-        redis = Redis.from_url(redis_url)
-        arq = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+        redis = open_redis(redis_url)
+        arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)
         await hub.start()

@@ -18,6 +18,9 @@ def sse_data(payload: dict[str, Any] | str) -> str:
 
 
 async def open_stream(request: Request) -> HTTPResponse:
+    """Start the stream: its headers go out now (Sanic would hold them until the first
+    event)."""
     response = await request.respond(content_type="text/event-stream", headers=SSE_HEADERS)
     assert response is not None
+    await response.send("")
     return response

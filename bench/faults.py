@@ -4,10 +4,15 @@ time from the fault to a client's error event.
 
     .venv/bin/python bench/faults.py [--scenario worker-sigkill] [--rounds 20]
                                      [--np 8] [--streams 16]
+    .venv/bin/python bench/faults.py --scenario redis-restart --rounds 3 [--outage 15]
 
 Scenarios live in SCENARIOS (name -> function); a scenario gets a running fleet and one round's
-parameters and returns what its clients saw. Add one (e.g. a Redis restart) by writing a function
-with the same signature and registering it there.
+parameters and returns what its clients saw.
+
+- worker-sigkill: streams on two workers; one is SIGKILLed mid-stream; a new one joins.
+- redis-restart: streams running; Redis is killed (its data with it) and started again empty
+  `--outage` seconds later; a request sent during the outage must get 503 with Retry-After;
+  every stream must end with its answer or an error event, and the fleet must serve again.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from storage import default_model_path  # noqa: E402
 from tests.faults import StreamRecord, slots_of, start_streams  # noqa: E402
-from tests.processes import Fleet, start_redis, wait_until  # noqa: E402
+from tests.processes import Fleet, wait_until  # noqa: E402
+from tests.redis_server import RestartableRedis  # noqa: E402
 
 
 @dataclass
@@ -39,6 +45,8 @@ class Bench:
     api: str
     worker_flags: tuple[str, ...]
     streams: int
+    redis: RestartableRedis
+    outage_s: float = 15.0
 
 
 @dataclass
@@ -86,14 +94,43 @@ def worker_sigkill(bench: Bench, round_no: int, tally: Tally) -> None:
     fleet.add_worker(*bench.worker_flags)
 
 
+def redis_restart(bench: Bench, round_no: int, tally: Tally) -> None:
+    """Streams running; Redis killed (data lost) and back empty after `outage_s`."""
+    bodies = [{"prompt": f"Round {round_no} story {i}:", "n_predict": 96, "ignore_eos": True,
+               "seed": i} for i in range(bench.streams)]
+    records, threads = start_streams(bench.api, bodies)
+    for record in records:
+        record.started.wait(120)
+    bench.redis.kill()
+    fault_at = time.monotonic()
+    time.sleep(min(2.0, bench.outage_s))
+    refused = httpx.post(f"{bench.api}/completion", json={"prompt": "Hi", "n_predict": 4},
+                         timeout=60)
+    if refused.status_code != 503 or not refused.headers.get("Retry-After"):
+        tally.lost += 1  # a request during the outage must be refused with Retry-After
+        print(f"  during the outage: {refused.status_code} {refused.text[:200]}", flush=True)
+    for thread in threads:
+        thread.join(300)
+    tally.add(records, fault_at)
+    time.sleep(max(0.0, bench.outage_s - (time.monotonic() - fault_at)))
+    bench.redis.start()
+    alive = [p.poll() is None for p in bench.fleet.processes]
+    if not all(alive):
+        print(f"  {alive.count(False)} llamaq processes exited during the outage", flush=True)
+        tally.lost += alive.count(False)
+
+
 SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
     "worker-sigkill": worker_sigkill,
+    "redis-restart": redis_restart,
 }
 
 
-def run(scenario: str, rounds: int, n_slots: int, streams: int) -> Tally:
+def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float) -> Tally:
     workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
-    redis_process, redis_url = start_redis(workdir / "redis")
+    redis = RestartableRedis(workdir / "redis")
+    redis.start()
+    redis_url = redis.url
     model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
     common = ["-m", str(model), "--alias", "bench-faults", "--store-url", str(workdir / "store"),
               "--cache-dir", str(workdir / "cache")]
@@ -104,7 +141,7 @@ def run(scenario: str, rounds: int, n_slots: int, streams: int) -> Tally:
         fleet.add_worker(*flags)
         fleet.add_worker(*flags)
         api = fleet.add_api()
-        bench = Bench(fleet, api, flags, streams)
+        bench = Bench(fleet, api, flags, streams, redis, outage_s)
         for round_no in range(rounds):
             wait_until(lambda: len(slots_of(api)) >= 2 * n_slots, timeout=120,
                        what="two workers")
@@ -117,8 +154,7 @@ def run(scenario: str, rounds: int, n_slots: int, streams: int) -> Tally:
                   f"{response.status_code} in {time.monotonic() - started:.2f} s", flush=True)
     finally:
         fleet.stop()
-        redis_process.terminate()
-        redis_process.wait()
+        redis.kill()
     return tally
 
 
@@ -129,8 +165,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--np", type=int, default=8, dest="n_slots")
     parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--outage", type=float, default=15.0,
+                        help="seconds Redis stays down (redis-restart)")
     args = parser.parse_args()
-    tally = run(args.scenario, args.rounds, args.n_slots, args.streams)
+    tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage)
     print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
           f"{tally.errored}, lost {tally.lost}; p99 time to the error event "
           f"{tally.p99():.2f} s")

@@ -7,14 +7,23 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from arq.connections import ArqRedis
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from scheduler import keys
-from scheduler.errors import LlamaqError, ServerError, Unavailable, error_from_info
-from scheduler.hub import EventHub
+from scheduler.errors import (
+    LlamaqError,
+    NotFound,
+    RedisUnreachable,
+    ServerError,
+    Unavailable,
+    error_from_info,
+)
+from scheduler.hub import EventHub, EventPointer, HubItem, Resync
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
@@ -30,7 +39,15 @@ from scheduler.leases import (
     waiting_jobs,
 )
 from scheduler.queueing import queue_for
-from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent, Result, TokenEvent
+from scheduler.results import (
+    ErrorEvent,
+    EventEnvelope,
+    FinalEvent,
+    Result,
+    StartedEvent,
+    TokenEvent,
+)
+from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +61,14 @@ RETRY_AFTER_S = 5
 class JobEvents:
     """The events of one job, in order, ending after its final or error event.
 
-    An error event is raised as the typed error the worker reported. While the job is silent,
-    its lease is checked (see scheduler/leases.py): a job whose worker died ends here with 503
-    (or 500 for a poison job) unless it is due to run again on another worker."""
+    An error event is raised as the typed error the worker reported. Events missed on pub/sub
+    (a gap in the sequence, a big event sent as a pointer, a final event that never came) are
+    read back from the job's event log. While the job is silent, its lease is checked (see
+    scheduler/leases.py): a job whose worker died ends here with 503 (or 500 for a poison job)
+    unless it is due to run again on another worker."""
 
-    def __init__(self, job: AnyJob, queue: asyncio.Queue[EventEnvelope], timeout_s: float,
-                 redis: Redis) -> None:
+    def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
+                 redis: Redis, hub: EventHub) -> None:
         self.job_id = job.job_id
         self._model_id = job.model
         self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
@@ -58,33 +77,91 @@ class JobEvents:
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
+        self._hub = hub
         self._next_seq = 0
+        self._shown = 0
+        """Events with output read (a "started" event is none): may the job run again?"""
         self._rerun_of = 0
         """The run (tries) whose death already let the job go to another worker."""
+        self._ready: deque[EventEnvelope] = deque()
+        self.started = False
+        """A slot took the job (its StartedEvent arrived)."""
         self.finished = False
+        self.handed_off = False
+        """Left to a resumable stream's delayed cancel: leaving `submit` does not cancel."""
+
+    def prefill(self, envelopes: list[EventEnvelope]) -> None:
+        """Events read from the log before any arrive by pub/sub (a resumed stream)."""
+        self._ready.extend(envelopes)
+
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next event to come (= how many of this job's events were read)."""
+        return self._next_seq
 
     def __aiter__(self) -> JobEvents:
         return self
 
-    async def __anext__(self) -> TokenEvent | FinalEvent:
+    async def __anext__(self) -> TokenEvent | FinalEvent | StartedEvent:
         if self.finished:
             raise StopAsyncIteration
-        envelope = await self._next_envelope()
-        if envelope.seq != self._next_seq:
-            log.warning("job %s: event %d arrived, %d expected", self.job_id, envelope.seq,
-                        self._next_seq)
+        try:
+            envelope = await self._next_in_order()
+        except RedisError as error:  # not finished: leaving cancels the job once Redis is back
+            log.warning("job %s: Redis error while waiting for events: %r", self.job_id, error)
+            raise RedisUnreachable() from None
         self._next_seq = envelope.seq + 1
         event = envelope.event
+        if not isinstance(event, StartedEvent):
+            self._shown += 1
         if isinstance(event, ErrorEvent):
             self.finished = True
             raise error_from_info(event.error)
         if isinstance(event, FinalEvent):
             self.finished = True
+        if isinstance(event, StartedEvent):
+            self.started = True
         return event
 
-    async def _next_envelope(self) -> EventEnvelope:
-        """The next event; a silent job's worker is checked on every OWNER_CHECK_EVERY_S.
-        Raising leaves `finished` False, so the job is cancelled for any later pick-up."""
+    async def _next_in_order(self) -> EventEnvelope:
+        """The event numbered `_next_seq`: from pub/sub, or read back from the log."""
+        while True:
+            if self._ready:
+                envelope = self._ready.popleft()
+            else:
+                item = await self._next_item()
+                if isinstance(item, LlamaqError):  # from the hub: the job may still run
+                    raise item
+                if isinstance(item, Resync):
+                    self._ready.extend(await self._hub.read_log(self.job_id, self._next_seq))
+                    continue
+                if isinstance(item, EventPointer):
+                    if item.seq < self._next_seq:
+                        continue
+                    self._ready.extend(await self._hub.read_log(self.job_id, self._next_seq,
+                                                                item.seq))
+                    continue
+                envelope = item
+            if envelope.seq < self._next_seq:
+                continue  # already read back from the log
+            if envelope.seq > self._next_seq:
+                await self._recover_gap(envelope)
+                continue
+            return envelope
+
+    async def _recover_gap(self, arrived: EventEnvelope) -> None:
+        missing = await self._hub.read_log(self.job_id, self._next_seq, arrived.seq - 1)
+        if [e.seq for e in missing] != list(range(self._next_seq, arrived.seq)):
+            raise Unavailable(f"events {self._next_seq}..{arrived.seq - 1} of this request "
+                              "were lost")
+        log.info("job %s: recovered events %d..%d from the log", self.job_id, self._next_seq,
+                 arrived.seq - 1)
+        self._ready.extend([*missing, arrived])
+
+    async def _next_item(self) -> HubItem:
+        """The next event; a silent job is checked on every few seconds: its log may hold
+        events pub/sub did not bring, and if the worker that took it stopped, waiting longer
+        would hang the client forever."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
@@ -94,14 +171,29 @@ class JobEvents:
                 pass
             if time.monotonic() >= deadline:
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
-            await self._check_worker()
+            try:
+                missed = await self._read_missed()
+                if missed is not None:
+                    return missed
+                await self._check_worker()
+            except RedisError:
+                continue  # Redis away: the hub decides when the outage ends the wait
+
+    async def _read_missed(self) -> EventEnvelope | None:
+        """Events in the job's log that pub/sub did not bring (e.g. a lost final event)."""
+        logged = await self._hub.read_log(self.job_id, self._next_seq)
+        if not logged:
+            return None
+        log.warning("job %s: %d events came only through the log", self.job_id, len(logged))
+        self._ready.extend(logged[1:])
+        return logged[0]
 
     async def _check_worker(self) -> None:
         """Raise if the job's worker died and the job may not run again."""
         lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
         if lapse is None or lapse.tries == self._rerun_of:
             return
-        decision = died_after(lapse.tries, max(lapse.sent, self._next_seq), self._movable)
+        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
         if decision is Decision.RUN:
             log.warning("job %s: its worker died before it sent anything; it runs again on "
                         "another worker", self.job_id)
@@ -126,11 +218,11 @@ class JobEvents:
         raise Unavailable(f"job {self.job_id} ended without a result")
 
 
-ChoiceEvent = tuple[int, TokenEvent | FinalEvent]
+ChoiceEvent = tuple[int, TokenEvent | FinalEvent | StartedEvent]
 """An event of one of several jobs run together, with the job's index."""
 
 
-async def merge_events(streams: list[JobEvents]) -> AsyncIterator[ChoiceEvent]:
+async def merge_events(streams: list[JobEvents]) -> AsyncGenerator[ChoiceEvent, None]:
     """Events of several jobs as they come, tagged with the job's index; a job's error is
     raised (and the other jobs are left, which cancels them)."""
     if len(streams) == 1:
@@ -146,6 +238,9 @@ async def merge_events(streams: list[JobEvents]) -> AsyncIterator[ChoiceEvent]:
             await queue.put(None)
         except LlamaqError as error:
             await queue.put(error)
+        except Exception as error:  # a bug in one job's events must not hang the others
+            log.exception("job %s: reading its events failed", events.job_id)
+            await queue.put(ServerError(f"internal error: {type(error).__name__}"))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
@@ -172,7 +267,10 @@ class JobClient:
         self._hub = hub
         self._timeout_s = timeout_s
         self._queue_limit = queue_limit
-        self._open: dict[str, asyncio.Queue[EventEnvelope]] = {}
+        self._deferred_cancels: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        hub.on_reconnect.append(self._flush_deferred_cancels)
+        self._open: dict[str, asyncio.Queue[HubItem]] = {}
 
     @property
     def active(self) -> int:
@@ -181,9 +279,8 @@ class JobClient:
 
     def end_all(self, error: LlamaqError) -> None:
         """Every waiting request gets `error` as its job's next event (a pod that stops)."""
-        for job_id, queue in self._open.items():
-            queue.put_nowait(EventEnvelope(job_id=job_id, seq=-1,
-                                           event=ErrorEvent(error=error.to_info())))
+        for queue in self._open.values():
+            queue.put_nowait(type(error)(error.message))
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
@@ -202,12 +299,12 @@ class JobClient:
                                         _job_id=job.job_id, _queue_name=queue_name,
                                         _expires=keys.JOB_TTL_S)
             await self._redis.publish(keys.wake_channel(queue_name), b"1")
-            events = JobEvents(job, queue, self._timeout_s, self._redis)
+            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
             try:
                 yield events
             finally:
                 self._open.pop(job.job_id, None)
-                if not events.finished:
+                if not events.finished and not events.handed_off:
                     await asyncio.shield(self.cancel(events.job_id))
 
     async def _check_room(self, model_id: str, queue_name: str) -> None:
@@ -221,6 +318,42 @@ class JobClient:
         if waiting >= limit:
             raise Unavailable(f"the queue is full ({waiting} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)
+
+    @contextlib.asynccontextmanager
+    async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
+        """The events of a job submitted earlier (maybe by another pod), from its first one:
+        its log, then what comes live. 404 when its log was trimmed."""
+        async with self._hub.subscription(job.job_id) as queue:
+            logged = await self._hub.read_log(job.job_id, 0)
+            if logged and logged[0].seq != 0:
+                raise NotFound("the events of this response expired")
+            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
+            events.prefill(logged)
+            self._open[job.job_id] = queue
+            try:
+                yield events
+            finally:
+                self._open.pop(job.job_id, None)
+                if not events.finished and not events.handed_off:
+                    await asyncio.shield(self.cancel(events.job_id))
+
+    def cancel_later(self, record_id: str, holder: str, job_ids: list[str]) -> None:
+        """The client of a resumable stream went away: cancel its jobs after RESUME_GRACE_S
+        unless another connection resumed the stream meanwhile."""
+
+        async def cancel_unless_resumed() -> None:
+            await asyncio.sleep(keys.RESUME_GRACE_S)
+            try:
+                now = await StreamRecords(self._redis).holder(record_id)
+            except RedisError:
+                now = None
+            if now is None or now == holder:
+                for job_id in job_ids:
+                    await self.cancel(job_id)
+
+        task = asyncio.create_task(cancel_unless_resumed())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def run(self, job: AnyJob) -> Result:
         async with self.submit(job) as events:
@@ -255,8 +388,23 @@ class JobClient:
         return True
 
     async def cancel(self, job_id: str) -> None:
+        """Cancel the job on its worker; while Redis is away, as soon as it is back."""
         log.info("job %s: cancelled by the api", job_id)
+        try:
+            await self._send_cancels([job_id])
+        except RedisError as error:
+            log.warning("job %s: cancel deferred until Redis answers (%r)", job_id, error)
+            self._deferred_cancels.add(job_id)
+
+    async def _send_cancels(self, job_ids: list[str]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(keys.job_cancel(job_id), b"1", ex=keys.CANCEL_TTL_S)
-            pipe.publish(keys.CANCEL_CHANNEL, job_id)
+            for job_id in job_ids:
+                pipe.set(keys.job_cancel(job_id), b"1", ex=keys.CANCEL_TTL_S)
+                pipe.publish(keys.CANCEL_CHANNEL, job_id)
             await pipe.execute()
+
+    async def _flush_deferred_cancels(self) -> None:
+        job_ids, self._deferred_cancels = list(self._deferred_cancels), set()
+        if job_ids:
+            log.info("sending %d cancels deferred while Redis was away", len(job_ids))
+            await self._send_cancels(job_ids)

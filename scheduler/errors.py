@@ -71,6 +71,16 @@ class Unavailable(LlamaqError):
     error_type = "unavailable_error"
 
 
+class RedisUnreachable(Unavailable):
+    """Redis cannot be reached (down, restarting, failing over): worth a retry soon."""
+
+    RETRY_AFTER_S = 5
+
+    def __init__(self, message: str = "the job queue (Redis) is unreachable; retry later",
+                 **extra: int | str) -> None:
+        super().__init__(message, retry_after_s=self.RETRY_AFTER_S, **extra)
+
+
 class ServerError(LlamaqError):
     status = 500
     error_type = "server_error"

@@ -1,12 +1,21 @@
-"""Fan-in of job events for one api process: one pub/sub connection, one queue per waiting job."""
+"""Fan-in of job events for one api process: one pub/sub connection, one queue per waiting job.
+
+Pub/sub announces events (inline, or as a pointer to the job's event log when big); the log
+(a capped Redis stream per job) is where missed events are read back. The hub reconnects by
+itself and resubscribes. Cut from Redis for longer than HUB_GRACE_S, it ends every waiting job
+with a retryable error; back on a Redis that lost its data (a new epoch), it ends them at once
+(their jobs are gone); back within the grace on the same data, the jobs read back from their
+logs what they missed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -14,9 +23,30 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from scheduler import keys
+from scheduler.errors import LlamaqError, RedisUnreachable
 from scheduler.results import ENVELOPE, EventEnvelope
 
 log = logging.getLogger(__name__)
+
+RECONNECT_DELAY_S = 0.5
+INLINE = ord("E")
+POINTER = ord("R")
+
+
+@dataclass(frozen=True)
+class EventPointer:
+    """An event too big for pub/sub: read it from the job's event log."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class Resync:
+    """The hub was cut from Redis for a moment: read back from the log what was missed."""
+
+
+RESYNC = Resync()
+HubItem = EventEnvelope | EventPointer | Resync | LlamaqError
 
 
 class EventHub:
@@ -27,10 +57,21 @@ class EventHub:
         self._redis = redis
         self._pubsub: PubSub | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._queues: dict[str, asyncio.Queue[EventEnvelope]] = {}
+        self._queues: dict[str, asyncio.Queue[HubItem]] = {}
         self._confirmations: dict[str, asyncio.Future[None]] = {}
+        self._epoch = ""
+        self._stale: set[str] = set()
+        """Channels whose unsubscribe failed (Redis was away): dropped after a reconnect."""
+        self._background: set[asyncio.Task[None]] = set()
+        self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def reader(self) -> asyncio.Task[None]:
+        assert self._reader is not None, "EventHub.start() was not awaited"
+        return self._reader
 
     async def start(self) -> None:
+        self._epoch = await self._read_epoch()
         self._pubsub = self._redis.pubsub()
         # A channel of our own keeps the connection subscribed while no job is waiting.
         await self._pubsub.subscribe(f"{keys.PREFIX}:hub:{uuid.uuid4().hex}")
@@ -42,13 +83,14 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         if self._pubsub is not None:
-            await self._pubsub.aclose()
+            with contextlib.suppress(RedisError):
+                await self._pubsub.aclose()
 
     @contextlib.asynccontextmanager
-    async def subscription(self, job_id: str) -> AsyncIterator[asyncio.Queue[EventEnvelope]]:
+    async def subscription(self, job_id: str) -> AsyncIterator[asyncio.Queue[HubItem]]:
         assert self._pubsub is not None, "EventHub.start() was not awaited"
         channel = keys.job_events(job_id)
-        queue: asyncio.Queue[EventEnvelope] = asyncio.Queue()
+        queue: asyncio.Queue[HubItem] = asyncio.Queue()
         confirmed = asyncio.get_running_loop().create_future()
         self._queues[channel] = queue
         self._confirmations[channel] = confirmed
@@ -59,19 +101,82 @@ class EventHub:
         finally:
             self._queues.pop(channel, None)
             self._confirmations.pop(channel, None)
-            with contextlib.suppress(RedisError):
+            try:
                 await self._pubsub.unsubscribe(channel)
+            except RedisError:
+                self._stale.add(channel)
+
+    async def read_log(self, job_id: str, first_seq: int,
+                       last_seq: int | None = None) -> list[EventEnvelope]:
+        """Events of the job's log from `first_seq` (to `last_seq`, included), in order."""
+        end = "+" if last_seq is None else f"0-{last_seq + 1}"
+        entries = await self._redis.xrange(keys.job_event_log(job_id), f"0-{first_seq + 1}",
+                                           end)
+        return [ENVELOPE.validate_json(fields[b"e"]) for _, fields in entries]
 
     async def _read_forever(self, pubsub: PubSub) -> None:
+        lost_at: float | None = None
+        failed = False
         while True:
             try:
                 message = await pubsub.get_message(timeout=None)
-            except RedisError:
-                log.exception("event hub lost its Redis connection; reconnecting")
-                await asyncio.sleep(0.2)
+            except RedisError as error:
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    log.error("event hub lost Redis (%s); reconnecting", error)
+                if not failed and time.monotonic() - lost_at >= keys.HUB_GRACE_S:
+                    failed = True
+                    self._fail_all("lost the connection to the job queue (Redis)")
+                self._fail_confirmations()
+                await asyncio.sleep(RECONNECT_DELAY_S)
                 continue
+            if lost_at is not None:
+                log.warning("event hub reconnected to Redis after %.1f s",
+                            time.monotonic() - lost_at)
+                lost_at, failed = None, False
+                task = asyncio.create_task(self._after_reconnect(pubsub))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
             if message is not None:
                 self._dispatch(message)
+
+    def _fail_all(self, message: str) -> None:
+        """Whatever was on its way may be lost (and the jobs may be gone with Redis's data), so
+        every waiting job ends now with a retryable error (and is cancelled by its client)."""
+        log.error("event hub: ending %d waiting jobs: %s", len(self._queues), message)
+        for queue in self._queues.values():
+            queue.put_nowait(RedisUnreachable(message))
+
+    def _fail_confirmations(self) -> None:
+        for future in self._confirmations.values():
+            if not future.done():
+                future.set_exception(RedisUnreachable())
+
+    async def _read_epoch(self) -> str:
+        """Redis's data epoch (set once; a new one means Redis lost its data)."""
+        fresh = uuid.uuid4().hex
+        await self._redis.set(keys.EPOCH, fresh, nx=True)
+        epoch = await self._redis.get(keys.EPOCH)
+        return fresh if epoch is None else _text(epoch)
+
+    async def _after_reconnect(self, pubsub: PubSub) -> None:
+        """Back on Redis: if it lost its data, the waiting jobs are gone; else every waiting
+        job reads back from its log what pub/sub did not bring meanwhile."""
+        stale, self._stale = self._stale - set(self._queues), set()
+        try:
+            epoch = await self._read_epoch()
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self._fail_all("the job queue (Redis) restarted and lost this request")
+            else:
+                for queue in self._queues.values():
+                    queue.put_nowait(RESYNC)
+            if stale:
+                await pubsub.unsubscribe(*stale)
+            for callback in self.on_reconnect:
+                await callback()
+        except RedisError as error:
+            log.warning("event hub: clean-up after reconnecting failed (%s)", error)
 
     def _dispatch(self, message: dict[str, object]) -> None:
         channel = _text(message["channel"])
@@ -85,9 +190,14 @@ class EventHub:
         queue = self._queues.get(channel)
         if queue is None:
             return
+        data = message["data"]
+        assert isinstance(data, bytes)
         try:
-            queue.put_nowait(ENVELOPE.validate_json(message["data"]))  # type: ignore[arg-type]
-        except ValidationError:
+            if data[0] == POINTER:
+                queue.put_nowait(EventPointer(int(data[1:])))
+            else:
+                queue.put_nowait(ENVELOPE.validate_json(data[1:] if data[0] == INLINE else data))
+        except (ValidationError, ValueError):
             log.exception("malformed event on %s", channel)
 
 

@@ -97,3 +97,49 @@ JOB_TTL_S = 3600
 """arq's job document of a queued job expires after this (the api's --timeout default)."""
 OWNER_CHECK_EVERY_S = 1.0
 """How long an api waits on a silent job before it checks that the job's worker is alive."""
+
+
+# Reliable events: every job's events also go to a capped Redis stream (entry id `0-<seq+1>`),
+# kept for a bounded time after the last one, so that a gap or a lost final event is recovered
+# from it and a client can resume a response on any api pod.
+def job_event_log(job_id: str) -> str:
+    """Redis stream of one job's events (field `e`: the EventEnvelope JSON)."""
+    return f"{PREFIX}:job:{job_id}:log"
+
+
+EVENT_LOG_TTL_S = 600
+"""How long a job's event log outlives its last event (and how long a response can resume)."""
+EVENT_LOG_MAXLEN = 20000
+"""Events kept per job; older ones are trimmed (a resume from before them is a 404)."""
+EVENT_INLINE_MAX_BYTES = 32 * 1024
+"""Bigger events travel by the stream only: pub/sub carries a small pointer instead, so that
+one request's huge events cannot push the api's shared subscriber past Redis's pub/sub output
+buffer limit (which would cut every stream of that pod)."""
+
+
+def stream_record(record_id: str) -> str:
+    """JSON StreamRecord of a streamed response: its jobs and the ids the api pod minted, so
+    that any pod can resume it from an SSE event id."""
+    return f"{PREFIX}:stream:{record_id}"
+
+
+def stream_holder(record_id: str) -> str:
+    """Token of the api connection that currently streams the response (a pod whose client
+    left cancels the jobs after RESUME_GRACE_S only if nobody resumed meanwhile)."""
+    return f"{PREFIX}:stream:{record_id}:holder"
+
+
+RESUME_GRACE_S = 3.0
+"""How long the jobs of a stream whose client went away keep running for a resume."""
+REDIS_RETRY_AFTER_S = 5
+"""Retry-After of the 503 answered while Redis cannot be reached."""
+PUBLISH_GRACE_S = 5.0
+"""How long a worker keeps retrying events Redis refused before it ends their jobs."""
+
+EPOCH = f"{PREFIX}:epoch"
+"""A random value set once (no TTL): when it changes or vanishes, Redis lost its data (it was
+restarted without persistence), and so did every queued job; api pods then end their waiting
+requests at once instead of after --timeout."""
+HUB_GRACE_S = 3.0
+"""How long an api pod's event hub may be cut from Redis before its open streams end with an
+error (a shorter blip is bridged: missed events are read back from the jobs' logs)."""

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from dataclasses import dataclass
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 
 from scheduler import keys
@@ -134,7 +134,10 @@ def died_after(tries: int, sent: int, movable: bool) -> Decision:
 class Start:
     tries: int
     sent: int
+    """Events with output the job's earlier runs sent (a "started" event is none)."""
     cancelled: bool
+    next_seq: int = 0
+    """The seq of the job's next event (earlier runs numbered theirs from 0)."""
 
 
 class Leases:
@@ -153,11 +156,12 @@ class Leases:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
-            pipe.hget(state, "sent")
+            pipe.hmget(state, ["sent", "seq"])
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, sent, _, _ = await pipe.execute()
-        return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled))
+            cancelled, tries, (sent, seq), _, _ = await pipe.execute()
+        return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
+                     next_seq=int(seq or sent or 0))
 
     async def hand_back(self, job_id: str) -> None:
         """The job goes back to the queue unstarted: this run does not count as a try."""
@@ -217,7 +221,7 @@ async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
 
 async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
     """How many jobs of the queue wait for a worker, and how long the oldest has waited (s)."""
-    now_ms = int(time.time() * 1000)
+    now_ms = timestamp_ms()  # arq's own clock: it rounds, so int() could miss a new job
     count, oldest = await redis.eval(WAITING_JOBS, 1, queue_name, str(now_ms),  # type: ignore[misc]
                                      in_progress_key_prefix)
     oldest_ms = float(oldest)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from arq.connections import RedisSettings
-
 from scheduler import keys
 from scheduler.jobs import CompletionJob, DetokenizeJob, JobKind, SlotActionJob, TokenizeJob
 
@@ -31,7 +29,3 @@ def serialize_job(data: dict[str, Any]) -> bytes:
 def deserialize_job(data: bytes) -> dict[str, Any]:
     decoded: dict[str, Any] = json.loads(data)
     return decoded
-
-
-def redis_settings(redis_url: str) -> RedisSettings:
-    return RedisSettings.from_dsn(redis_url)

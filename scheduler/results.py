@@ -168,12 +168,19 @@ class FinalEvent(BaseModel):
     result: Result
 
 
+class StartedEvent(BaseModel):
+    """A slot took the job: from here a stream's headers go out (and its pings)."""
+
+    kind: Literal["started"] = "started"
+
+
 class ErrorEvent(BaseModel):
     kind: Literal["error"] = "error"
     error: ErrorInfo
 
 
-Event = Annotated[TokenEvent | FinalEvent | ErrorEvent, Field(discriminator="kind")]
+Event = Annotated[TokenEvent | FinalEvent | ErrorEvent | StartedEvent,
+                  Field(discriminator="kind")]
 
 
 class EventEnvelope(BaseModel):

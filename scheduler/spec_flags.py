@@ -230,9 +230,9 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
 
-BUILT_ELSEWHERE = frozenset({"--tags", "--sse-ping-interval"})
-"""Listed as working while their features are being built on other branches (SSE pings,
---tags): a settings class may not declare them yet."""
+BUILT_ELSEWHERE = frozenset({"--tags"})
+"""Listed as working while their features are being built on other branches (--tags): a
+settings class may not declare them yet."""
 
 BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
 """Flags every parser answers itself (help and version), not settings fields."""

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import logging
 from typing import Any
 
 from arq import Worker
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
+from redis.exceptions import RedisError
 
 from scheduler import keys
 from scheduler.leases import READY_JOBS
+
+log = logging.getLogger(__name__)
+
+REDIS_RETRY_S = 1.0
 
 
 class WakeableWorker(Worker):
@@ -41,7 +47,12 @@ class WakeableWorker(Worker):
             await self.on_startup(self.ctx)
         while self.taking:
             self.wake.clear()
-            await self._poll_iteration()
+            try:
+                await self._poll_iteration()
+            except RedisError as error:  # Redis away: wait for it, do not die
+                log.warning("queue %s: cannot poll Redis (%s); retrying", self.queue_name, error)
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_delay_s)
 
@@ -54,7 +65,7 @@ class WakeableWorker(Worker):
         if free <= 0 or not self.taking:
             return
         job_ids = await self.pool.eval(  # type: ignore[misc]
-            READY_JOBS, 1, self.queue_name, str(int(time.time() * 1000)), str(free),
+            READY_JOBS, 1, self.queue_name, str(timestamp_ms()), str(free),
             in_progress_key_prefix)
         if job_ids and self.taking:
             await self.start_jobs(job_ids)

@@ -45,6 +45,7 @@ from scheduler.results import (
     ErrorEvent,
     FinalEvent,
     GenerationSettings,
+    StartedEvent,
     Timings,
     TokenBias,
     TokenEvent,
@@ -66,7 +67,7 @@ SlotResult = TypeVar("SlotResult")
 SHARE_MIN_TOKENS = 16
 """Copying another slot's cache (a whole KV stream when slots do not share one) pays off
 from about this many prompt tokens."""
-JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent]
+JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent | StartedEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
@@ -173,6 +174,9 @@ class Engine:
                 end_reasoning, self._end_reasoning = self._end_reasoning, set()
             events: list[JobEvent] = []
             self._admit(cancelled, events)
+            if events:  # "started" goes out before the prompt is evaluated
+                self._sink(events)
+                events = []
             self._run_slot_tasks()
             self._drop_cancelled(cancelled, events)
             for active in self._active.values():
@@ -216,6 +220,7 @@ class Engine:
             self._tasks_started += 1
             active = self._start(request, slot, self._tasks_started)
             self._active[slot.slot_id] = active
+            events.append((request.job.job_id, StartedEvent()))
             if request.job.stream and request.job.return_progress:  # the 0 % event
                 events.append((request.job.job_id, active.progress(active.t_start)))
 

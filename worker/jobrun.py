@@ -60,6 +60,8 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
         log.warning("job %s: its worker died before it sent anything; running it again on "
                     "worker %s (try %d)", job_id, runtime.worker_id, start.tries)
         await count_retry(runtime.redis, runtime.model_id)
+    if start.next_seq and runtime.publisher is not None:
+        runtime.publisher.resume(job_id, start.next_seq)  # after an earlier run's "started"
     try:
         await _dispatch(runtime, payload, kind)
     except HandBack:
@@ -110,7 +112,7 @@ async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,
         log.warning("job %s: its worker died and it cannot run elsewhere", job_id)
         error = Unavailable("the worker running this request stopped")
     await count_failure(runtime.redis, runtime.model_id, decision.value)
-    runtime.publisher.resume(job_id, start.sent)
+    runtime.publisher.resume(job_id, start.next_seq)
     runtime.publisher.publish([(job_id, ErrorEvent(error=error.to_info()))])
     await runtime.leases.release(job_id)
 

@@ -1,37 +1,79 @@
-"""Job events from the engine thread to Redis pub/sub: one pipeline per batch of steps."""
+"""Job events from the engine thread to Redis: one pipeline per batch of steps.
+
+Each event goes to the job's capped event log (a Redis stream kept for a bounded time) and is
+announced on the job's pub/sub channel: inline when small, as a pointer to the log when big.
+Events Redis refuses are retried in order; past PUBLISH_GRACE_S their jobs are ended (cancelled
+in the engine) and each gets an error event as soon as Redis takes writes again, so that no
+client waits for events that were never sent."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from scheduler import keys
-from scheduler.results import EventEnvelope, FinalEvent
+from scheduler.errors import Unavailable
+from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent
 from worker.engine import JobEvent
 
 log = logging.getLogger(__name__)
 
+INLINE = b"E"
+"""Pub/sub payload tag: the envelope JSON follows."""
+POINTER = b"R"
+"""Pub/sub payload tag: the decimal seq of an event to read from the job's event log."""
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 1.0
+
+
+def announcement(envelope_json: bytes, seq: int) -> bytes:
+    """What pub/sub carries for one event: small ones inline, big ones as a pointer."""
+    if len(envelope_json) <= keys.EVENT_INLINE_MAX_BYTES:
+        return INLINE + envelope_json
+    return POINTER + str(seq).encode()
+
+
+def add_event(pipe: Pipeline, envelope: EventEnvelope) -> None:
+    """Log the event in the job's stream (entry id 0-<seq+1>), then announce it."""
+    data = envelope.model_dump_json().encode()
+    log_key = keys.job_event_log(envelope.job_id)
+    pipe.xadd(log_key, {"e": data}, id=f"0-{envelope.seq + 1}", maxlen=keys.EVENT_LOG_MAXLEN,
+              approximate=True)
+    pipe.expire(log_key, keys.EVENT_LOG_TTL_S)
+    pipe.publish(keys.job_events(envelope.job_id), announcement(data, envelope.seq))
+
 
 class EventPublisher:
     """Numbers each job's events and publishes them in order; resolves a job's future when its
-    final or error event has gone out."""
+    final or error event has gone out (or when the job was given up for lack of Redis)."""
 
     def __init__(self, redis: Redis,
-                 before_results: Callable[[Pipeline], None] = lambda _: None) -> None:
+                 before_results: Callable[[Pipeline], None] = lambda _: None,
+                 on_lost: Callable[[str], None] = lambda _: None) -> None:
         """`before_results` adds commands to the pipeline of a batch that ends jobs, ahead
-        of the events (so what it writes is there when the client gets its result)."""
+        of the events (so what it writes is there when the client gets its result).
+        `on_lost(job_id)` ends a job whose events could not be sent (cancels it)."""
         self._redis = redis
         self._before_results = before_results
+        self._on_lost = on_lost
         self._loop = asyncio.get_running_loop()
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
         self._done: dict[str, asyncio.Future[None]] = {}
         self._dropped: set[str] = set()
+        """Jobs this worker sends nothing more for (see abandon)."""
+        self._lost: set[str] = set()
+        """Jobs given up for lack of Redis: their further events are dropped."""
+        self._owed: list[EventEnvelope] = []
+        """Error events of given-up jobs, sent as soon as Redis takes writes again."""
+        self._shown: dict[str, int] = {}
+        """Events with output (not "started") sent per running job."""
 
     def from_thread(self, events: list[JobEvent]) -> None:
         """The engine's sink: called from the engine thread."""
@@ -66,32 +108,92 @@ class EventPublisher:
             await self._send(events)
 
     async def _send(self, events: list[JobEvent]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            if any(event.kind in ("final", "error") for _, event in events):
-                self._before_results(pipe)
-            sent: dict[str, int] = {}
-            for job_id, event in events:
-                if job_id in self._dropped:
-                    continue
-                seq = self._next_seq.get(job_id, 0)
-                self._next_seq[job_id] = sent[job_id] = seq + 1
-                envelope = EventEnvelope(job_id=job_id, seq=seq, event=event)
-                pipe.publish(keys.job_events(job_id), envelope.model_dump_json())
-            for job_id, n_sent in sent.items():  # a re-run must know whether anything went out
-                pipe.hset(keys.job_state(job_id), "sent", str(n_sent))
-                pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
-            try:
-                await pipe.execute()
-            except RedisError:
-                log.exception("could not publish %d events", len(events))
+        envelopes = self._number([(j, e) for j, e in events
+                                  if j not in self._lost and j not in self._dropped])
+        ends = any(e.event.kind in ("final", "error") for e in envelopes)
+        if await self._write(self._owed + envelopes, ends):
+            self._owed.clear()
+        else:
+            self._give_up(envelopes)
         for job_id, event in events:
             if event.kind in ("final", "error"):
+                self._lost.discard(job_id)
                 self._finish(job_id, isinstance(event, FinalEvent))
+
+    def _number(self, events: list[JobEvent]) -> list[EventEnvelope]:
+        envelopes = []
+        for job_id, event in events:
+            seq = self._next_seq.get(job_id, 0)
+            self._next_seq[job_id] = seq + 1
+            if event.kind != "started":  # "started" shows nothing: a re-run is still clean
+                self._shown[job_id] = self._shown.get(job_id, 0) + 1
+            envelopes.append(EventEnvelope(job_id=job_id, seq=seq, event=event))
+        return envelopes
+
+    async def _write(self, envelopes: list[EventEnvelope], ends: bool) -> bool:
+        """Send the events, retrying while Redis refuses them (up to PUBLISH_GRACE_S)."""
+        if not envelopes:
+            return True
+        deadline = time.monotonic() + keys.PUBLISH_GRACE_S
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    if ends:
+                        self._before_results(pipe)
+                    next_seq: dict[str, int] = {}
+                    for envelope in envelopes:
+                        add_event(pipe, envelope)
+                        next_seq[envelope.job_id] = envelope.seq + 1
+                    for job_id, seq in next_seq.items():  # a re-run must know what went out
+                        pipe.hset(keys.job_state(job_id), mapping={
+                            "sent": str(self._shown.get(job_id, 0)), "seq": str(seq)})
+                        pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
+                    results = await pipe.execute(raise_on_error=False)
+                _check(results)
+                return True
+            except RedisError as error:
+                if time.monotonic() >= deadline:
+                    log.error("could not send %d events for %gs (%s); ending their jobs",
+                              len(envelopes), keys.PUBLISH_GRACE_S, error)
+                    return False
+                log.warning("could not send %d events (%s); retrying", len(envelopes), error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def _give_up(self, envelopes: list[EventEnvelope]) -> None:
+        """End the jobs whose events are lost; their clients get an error event later."""
+        for job_id in dict.fromkeys(e.job_id for e in envelopes):
+            if any(e.job_id == job_id and e.event.kind in ("final", "error") for e in envelopes):
+                ended = True
+            else:
+                ended = False
+                self._lost.add(job_id)
+                self._on_lost(job_id)
+            error = Unavailable("the worker could not send this request's events: Redis "
+                                "is unreachable")
+            seq = self._next_seq.get(job_id, 0)
+            self._next_seq[job_id] = seq + 1
+            self._owed.append(EventEnvelope(job_id=job_id, seq=seq,
+                                            event=ErrorEvent(error=error.to_info())))
+            if ended:
+                self._next_seq.pop(job_id, None)
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._shown.pop(job_id, None)
         self._dropped.discard(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
             future.set_result(None)
         log.debug("job %s: ended (%s)", job_id, "final" if ok else "error")
+
+
+def _check(results: list[object]) -> None:
+    """Raise the first error of a pipeline, except an XADD refused as a duplicate (the entry
+    went in on an attempt whose answer was lost)."""
+    for result in results:
+        if isinstance(result, ResponseError) and "equal or smaller" not in str(result):
+            raise result
+        if isinstance(result, RedisError) and not isinstance(result, ResponseError):
+            raise result

@@ -15,8 +15,10 @@ from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
 
 from scheduler import keys
+from scheduler.connections import arq_settings, open_redis
 from scheduler.errors import (
     InvalidRequest,
     LlamaqError,
@@ -32,7 +34,7 @@ from scheduler.jobs import (
     TokenizeJob,
 )
 from scheduler.leases import Leases, count_failure
-from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo, write_slots
 from scheduler.results import (
     DetokenizeResult,
@@ -78,6 +80,7 @@ JOB_TIMEOUT_S = 7 * 24 * 3600
 """Generations are bounded by n_predict, the context and cancellation, not by arq's timer
 (a dead worker's jobs are freed by their lease, not by this)."""
 SLOT_REPORT_MIN_GAP_S = 0.05
+REDIS_RETRY_S = 1.0
 DRAIN_LAST_EVENTS_S = 5.0
 """After the drain timeout, how long the ended jobs' error events have to go out."""
 
@@ -99,11 +102,11 @@ class WorkerRuntime:
     async def run(self, redis_url: str, stop: asyncio.Event | None = None) -> None:
         """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
         to the drain timeout, hand the others back) and leave."""
-        self.redis = Redis.from_url(redis_url)
-        pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+        self.redis = open_redis(redis_url)
+        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         model = await asyncio.to_thread(self._load_model)
-        self.publisher = EventPublisher(self.redis, self._write_metrics)
+        self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
@@ -152,6 +155,11 @@ class WorkerRuntime:
             await self.redis.aclose()
             log.info("worker %s: stopped", self.worker_id)
 
+    def _lost(self, job_id: str) -> None:
+        """A job whose events Redis would not take: stop generating for nobody."""
+        if self.engine is not None:
+            self.engine.cancel(job_id)
+
     async def _drain(self) -> None:
         """Stop taking jobs; hand back those not started; let running generations finish up
         to the drain timeout; end the rest with an error event."""
@@ -196,7 +204,12 @@ class WorkerRuntime:
         assert self.leases is not None and self.engine is not None
         assert self.publisher is not None
         while True:
-            lost = await self.leases.renew()
+            try:
+                lost = await self.leases.renew()
+            except RedisError as error:  # Redis away: keep trying, the worker lives on
+                log.warning("cannot renew leases (%s); retrying", error)
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
             for job_id in lost:
                 log.error("job %s: lease lost (worker %s was too slow to renew it); "
                           "stopping it here", job_id, self.worker_id)
@@ -225,13 +238,19 @@ class WorkerRuntime:
         next_heartbeat = 0.0
         while True:
             changed.clear()
-            await registry.publish_slots(self.worker_id, self.engine.slot_states())
-            async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
-                self._write_metrics(pipe)
-                await pipe.execute()
-            if time.monotonic() >= next_heartbeat:
-                await registry.heartbeat(info)
-                next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            try:
+                await registry.publish_slots(self.worker_id, self.engine.slot_states())
+                async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
+                    self._write_metrics(pipe)
+                    await pipe.execute()
+                if time.monotonic() >= next_heartbeat:
+                    await registry.heartbeat(info)
+                    next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            except RedisError as error:  # Redis away: keep trying, the worker lives on
+                log.warning("cannot report to Redis (%s); retrying", error)
+                next_heartbeat = 0.0
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
@@ -312,15 +331,29 @@ class WorkerRuntime:
         assert self.redis is not None and self.engine is not None
         by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
-        async for message in pubsub.listen():
-            channel = message["channel"].decode()
-            if channel == keys.CANCEL_CHANNEL:
-                self.engine.cancel(message["data"].decode())
-            elif channel == keys.CONTROL_CHANNEL:
-                self.engine.end_reasoning(message["data"].decode())
-            elif channel in by_channel:
-                by_channel[channel].wake.set()
+        while True:
+            try:
+                await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
+                async for message in pubsub.listen():
+                    self._on_message(message, by_channel)
+            except RedisError as error:  # resubscribes when Redis answers again
+                log.warning("listener lost Redis (%s); reconnecting", error)
+                for worker in workers:
+                    worker.wake.set()  # jobs enqueued meanwhile announced nothing
+                await asyncio.sleep(REDIS_RETRY_S)
+
+    def _on_message(self, message: dict[str, Any],
+                    by_channel: dict[str, WakeableWorker]) -> None:
+        assert self.engine is not None
+        if message["type"] != "message":
+            return
+        channel = message["channel"].decode()
+        if channel == keys.CANCEL_CHANNEL:
+            self.engine.cancel(message["data"].decode())
+        elif channel == keys.CONTROL_CHANNEL:
+            self.engine.end_reasoning(message["data"].decode())
+        elif channel in by_channel:
+            by_channel[channel].wake.set()
 
     # -- jobs -----------------------------------------------------------------------------
 

@@ -19,12 +19,18 @@ from api.chat.reasoning import reasoning_spec
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.fleet import Fleet
-from api.render_anthropic import MessageStream, message_json, new_message_id, sse_error, sse_events
+from api.render_anthropic import (
+    MessageStream,
+    message_json,
+    new_message_id,
+    sse_error,
+    sse_event,
+)
 from api.settings import ApiSettings
-from api.sse import open_stream
+from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from api.wire.anthropic import ChatInput, MessagesRequest
 from api.wire.body import parse_body
-from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
+from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob, TokenizeJob
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
 
@@ -63,10 +69,15 @@ async def messages(request: Request) -> HTTPResponse | None:
         prepared.template.source, prepared.prompt,
         settings.reasoning_budget if budget is None else budget,
         settings.reasoning_budget_message or "", armed=False)
-    stream = MessageStream(new_message_id(), settings.model_id(), list(body.stop_sequences))
-    parser = _parser(settings, prepared)
+    message_id = new_message_id()
+    resume = None
     if body.stream:
-        await _stream(request, job, parser, stream)
+        resume = await resume_of(request, _fleet(request), {"message_id": message_id})
+        message_id = str(resume.record.minted["message_id"])
+    stream = MessageStream(message_id, settings.model_id(), list(body.stop_sequences))
+    parser = _parser(settings, prepared)
+    if resume is not None:
+        await _stream(request, job, parser, stream, resume, body.sse_ping_interval)
         return None
     result = await _fleet(request).jobs.run(job)
     assert isinstance(result, CompletionResult)
@@ -125,26 +136,24 @@ def _parser(settings: ApiSettings, prepared: PreparedChat) -> ChatOutputParser:
 
 
 async def _stream(request: Request, job: CompletionJob, parser: ChatOutputParser,
-                  stream: MessageStream) -> None:
-    """SSE with Anthropic's named events. An error before the first event is a plain JSON
-    error response; after it, an `error` event ends the stream."""
-    async with _fleet(request).jobs.submit(job) as events:
-        first = await anext(events)  # raises the job's error before any byte is sent
-        response = await open_stream(request)
-        try:
-            out = stream.start(None if isinstance(first, FinalEvent) else first.timings)
-            event: TokenEvent | FinalEvent | None = first
-            while event is not None:
-                if isinstance(event, FinalEvent):
-                    assert isinstance(event.result, CompletionResult)
-                    out += stream.feed(parser.flush())
-                    out += stream.finish(event.result, parser.finish())
-                elif event.content:
-                    out += stream.feed(parser.feed(event.content))
-                if out:
-                    await response.send(sse_events(out))
-                    out = []
-                event = await anext(events, None)
-        except LlamaqError as error:
-            await response.send(sse_error(error))
-        await response.eof()
+                  stream: MessageStream, resume: Resume, ping_field: float | None) -> None:
+    """SSE with Anthropic's named events (api/streaming.py); an error after the stream started
+    is an `error` event."""
+    started = False
+
+    def render(index: int, event: TokenEvent | FinalEvent) -> list[str]:
+        nonlocal started
+        out = []
+        if not started:
+            started = True
+            out += stream.start(None if isinstance(event, FinalEvent) else event.timings)
+        if isinstance(event, FinalEvent):
+            assert isinstance(event.result, CompletionResult)
+            out += stream.feed(parser.flush())
+            out += stream.finish(event.result, parser.finish())
+        elif event.content:
+            out += stream.feed(parser.feed(event.content))
+        return [sse_event(name, data) for name, data in out]
+
+    await stream_jobs(request, _fleet(request), [job], resume,
+                      StreamFormat(render, error=sse_error), ping_interval(request, ping_field))

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from api.errors import sse_error
 from api.fleet import Fleet
 from api.render import completion_json, model_card, ollama_model_json, partial_json
 from api.settings import ApiSettings
-from api.sse import open_stream, sse_data
+from api.sse import sse_data
+from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
 from api.wire.body import parse_body
 from api.wire.native import (
     CompletionRequest,
@@ -23,11 +22,16 @@ from api.wire.native import (
     TokenizeRequest,
 )
 from scheduler import limits
-from scheduler.client import ChoiceEvent, merge_events
-from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
+from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import least_loaded
-from scheduler.results import CompletionResult, DetokenizeResult, FinalEvent, TokenizeResult
+from scheduler.results import (
+    CompletionResult,
+    DetokenizeResult,
+    FinalEvent,
+    TokenEvent,
+    TokenizeResult,
+)
 from scheduler.slot_ids import locate_slot, slot_offset
 
 native = Blueprint("native")
@@ -109,7 +113,7 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     if body.id_slot >= 0:
         await _route_to_slot(request, jobs, body.id_slot, body.n_cmpl)
     if body.stream:
-        await _stream(request, jobs, body.response_fields)
+        await _stream(request, body, jobs)
         return None
     results = await asyncio.gather(*(_fleet(request).jobs.run(job) for job in jobs))
     rendered = [await _render(request, r, i, body.response_fields)
@@ -151,30 +155,17 @@ async def _render(request: Request, result: CompletionResult, index: int,
                            response_fields)
 
 
-async def _stream(request: Request, jobs: list[CompletionJob],
-                  response_fields: list[str]) -> None:
-    """SSE: one `data:` event per token, then the final one. An error before the first event
-    is a plain JSON error response; after it, an error event in the stream."""
-    async with contextlib.AsyncExitStack() as stack:
-        streams = [await stack.enter_async_context(_fleet(request).jobs.submit(job))
-                   for job in jobs]
-        merged = merge_events(streams)
-        first = await anext(merged)  # raises the job's error before any byte is sent
-        response = await open_stream(request)
-        multiple = len(jobs) > 1
-        try:
-            item: ChoiceEvent | None = first
-            while item is not None:
-                index, event = item
-                if isinstance(event, FinalEvent):
-                    assert isinstance(event.result, CompletionResult)
-                    await response.send(sse_data(
-                        await _render(request, event.result, index, response_fields)))
-                else:
-                    await response.send(sse_data(partial_json(
-                        event, index if multiple else None,  # type: ignore[arg-type]
-                        jobs[index].post_sampling_probs)))
-                item = await anext(merged, None)
-        except LlamaqError as error:
-            await response.send(sse_error(error))
-        await response.eof()
+async def _stream(request: Request, body: CompletionRequest, jobs: list[CompletionJob]) -> None:
+    """SSE: one `data:` event per token, then the final one (api/streaming.py)."""
+    multiple = len(jobs) > 1
+    resume = await resume_of(request, _fleet(request))
+
+    async def render(index: int, event: TokenEvent | FinalEvent) -> list[str]:
+        if isinstance(event, FinalEvent):
+            assert isinstance(event.result, CompletionResult)
+            return [sse_data(await _render(request, event.result, index, body.response_fields))]
+        return [sse_data(partial_json(event, index if multiple else None,
+                                      jobs[index].post_sampling_probs))]
+
+    await stream_jobs(request, _fleet(request), jobs, resume, StreamFormat(render),
+                      ping_interval(request, body.sse_ping_interval))

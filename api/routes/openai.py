@@ -10,9 +10,7 @@ from sanic.response import HTTPResponse, json
 
 from api.render import completion_json, verbose_partial_json
 from api.render_openai import (
-    Envelope,
     logprobs_json,
-    random_id,
     text_chunk_json,
     text_completion_json,
     text_final_chunk_json,
@@ -38,7 +36,7 @@ async def completions(request: Request) -> HTTPResponse | None:
     body = parse_body(request, OpenAICompletionRequest)
     jobs = body.to_jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
-    envelope = Envelope(random_id("cmpl-"), context.model_id)
+    envelope = await context.envelope("cmpl-", body.stream)
     verbose = context.verbose(body.verbose)
     offsets = await context.slot_offsets() if verbose else {}
     if not body.stream:
@@ -68,7 +66,7 @@ async def completions(request: Request) -> HTTPResponse | None:
             chunk["prompt_progress"] = event.progress.model_dump()
         return [sse_data(chunk)]
 
-    await context.stream(jobs, render)
+    await context.stream(jobs, render, ping_field=body.sse_ping_interval)
     return None
 
 

@@ -35,7 +35,6 @@ from api.render_openai import (
     delta_json,
     finish_reason,
     logprobs_json,
-    random_id,
     timings_json,
 )
 from api.routes.openai_jobs import OpenAIContext
@@ -154,7 +153,7 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     plan = await plan_chat(context, body)
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
-    envelope = Envelope(random_id("chatcmpl-"), context.model_id)
+    envelope = await context.envelope("chatcmpl-", body.stream)
     verbose = context.verbose(body.verbose)
     offsets = await context.slot_offsets() if verbose else None
     async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
@@ -168,7 +167,8 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
                                                    offsets.get(results[0].worker_id, 0))
             return json(out)
         stream = ChatStream(plan, envelope, jobs, offsets)
-        await context.stream(jobs, stream.render, stream.end)
+        await context.stream(jobs, stream.render, stream.end,
+                             ping_field=body.sse_ping_interval)
         return None
 
 

@@ -4,18 +4,16 @@ choices as several jobs, and SSE streams that merge their events by choice index
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sanic import Request
 
-from api.errors import sse_error
 from api.fleet import Fleet
+from api.render_openai import Envelope, random_id
 from api.settings import ApiSettings
-from api.sse import open_stream
-from scheduler.client import ChoiceEvent, merge_events
-from scheduler.errors import InvalidRequest, LlamaqError, Unavailable
+from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
+from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import WorkerInfo
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent
@@ -29,6 +27,7 @@ class OpenAIContext:
     request: Request
     fleet: Fleet
     settings: ApiSettings
+    resume: Resume | None = None
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
@@ -78,31 +77,24 @@ class OpenAIContext:
             raise Unavailable("a worker answered a completion with another kind of result")
         return completed
 
+    async def envelope(self, prefix: str, stream: bool) -> Envelope:
+        """The response's id and creation time: new, or those of the stream a
+        `Last-Event-ID` resumes (so that the resumed stream is the same stream)."""
+        envelope = Envelope(random_id(prefix), self.model_id)
+        if not stream:
+            return envelope
+        self.resume = await resume_of(self.request, self.fleet,
+                                      {"id": envelope.id, "created": envelope.created})
+        minted = self.resume.record.minted
+        return Envelope(str(minted["id"]), self.model_id, int(minted["created"]))
+
     async def stream(self, jobs: list[CompletionJob],
                      render: Callable[[int, TokenEvent | FinalEvent], Iterable[str]],
                      end: Callable[[], Iterable[str]] = tuple,
-                     terminator: str = DONE) -> None:
-        """SSE of the jobs' events, each rendered to framed SSE text by `render`; then `end()`
-        and `terminator`. An error before the first event is a plain JSON error response
-        (as OpenAI does); after it, an error event in the stream. Leaving early (client gone)
-        cancels the jobs."""
-        async with contextlib.AsyncExitStack() as stack:
-            streams = [await stack.enter_async_context(self.fleet.jobs.submit(job))
-                       for job in jobs]
-            merged = merge_events(streams)
-            item: ChoiceEvent | None = await anext(merged)
-            response = await open_stream(self.request)
-            try:
-                while item is not None:
-                    for text in render(*item):
-                        await response.send(text)
-                    item = await anext(merged, None)
-                for text in end():
-                    await response.send(text)
-                if terminator:
-                    await response.send(terminator)
-            except LlamaqError as error:
-                await response.send(sse_error(error))
-            await response.eof()
-
-
+                     terminator: str = DONE, ping_field: float | None = None) -> None:
+        """SSE of the jobs' events (api/streaming.py), each rendered to framed SSE text by
+        `render`; then `end()` and `terminator`."""
+        resume = self.resume or await resume_of(self.request, self.fleet)
+        await stream_jobs(self.request, self.fleet, jobs, resume,
+                          StreamFormat(render, end, terminator),
+                          ping_interval(self.request, ping_field))

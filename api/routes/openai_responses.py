@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.render_openai import Envelope, ResponseEvents, random_id, response_json, sse_event
+from api.render_openai import ResponseEvents, response_json, sse_event
 from api.routes.openai_chat import plan_chat, validate_as
 from api.routes.openai_jobs import OpenAIContext
 from api.wire.body import json_body
@@ -25,7 +25,7 @@ async def responses(request: Request) -> HTTPResponse | None:
     plan = await plan_chat(context, body)
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, 1)
-    envelope = Envelope(random_id("resp_"), context.model_id)
+    envelope = await context.envelope("resp_", body.stream)
     if not body.stream:
         (result,) = await context.run(jobs)
         return json(response_json(envelope, plan.parse(result.content), [result]))
@@ -58,5 +58,5 @@ async def responses(request: Request) -> HTTPResponse | None:
                 data["prompt_progress"] = event.progress.model_dump()
         return [sse_event(item) for item in out]
 
-    await context.stream(jobs, render, terminator="")
+    await context.stream(jobs, render, terminator="", ping_field=body.sse_ping_interval)
     return None

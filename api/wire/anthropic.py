@@ -165,6 +165,7 @@ class MessagesRequest(_Block):
     top_k: int | None = Field(default=None, ge=0)
     stop_sequences: list[str] = Field(default_factory=list)
     stream: bool = False
+    sse_ping_interval: float | None = None
     tools: list[ToolParam] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None

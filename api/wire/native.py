@@ -90,6 +90,8 @@ class CompletionRequest(SamplingParams):
     response_fields: list[str] = Field(default_factory=list)
     n_cmpl: int = Field(default=1, ge=1)
     n_cache_reuse: int | None = Field(default=None, ge=0)
+    sse_ping_interval: float | None = None
+    """Seconds between SSE ping comments of this stream (<= 0: none); None: the server's."""
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 

@@ -12,7 +12,7 @@ def read_sse(response: httpx.Response) -> list[dict[str, Any]]:
     """The JSON payloads of the `data:` events; fails on anything that is not SSE."""
     events = []
     for line in response.iter_lines():
-        if not line or line.startswith(":"):
+        if not line or line.startswith((":", "id: ")):
             continue
         assert line.startswith("data: "), f"not an SSE data line: {line!r}"
         events.append(json.loads(line.removeprefix("data: ")))

@@ -23,7 +23,7 @@ def read_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
     events: list[tuple[str, dict[str, Any]]] = []
     name = None
     for line in response.iter_lines():
-        if not line or line.startswith(":"):
+        if not line or line.startswith((":", "id: ")):
             continue
         if line.startswith("event: "):
             assert name is None, f"two event lines in a row: {line!r}"

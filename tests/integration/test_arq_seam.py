@@ -16,14 +16,15 @@ from arq.constants import in_progress_key_prefix
 from arq.worker import func
 
 from scheduler import keys
+from scheduler.connections import arq_settings
 from scheduler.leases import waiting_jobs
-from scheduler.queueing import deserialize_job, redis_settings, serialize_job
+from scheduler.queueing import deserialize_job, serialize_job
 from worker.arq_worker import WakeableWorker
 
 
 @pytest.fixture
 async def pool(redis_url: str) -> AsyncIterator[ArqRedis]:
-    pool = await create_pool(redis_settings(redis_url), job_serializer=serialize_job,
+    pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                              job_deserializer=deserialize_job)
     yield pool
     await pool.aclose()

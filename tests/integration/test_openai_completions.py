@@ -24,7 +24,7 @@ def sse_payloads(api: str, path: str, body: dict[str, Any]) -> list[Any]:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
-            if not line or line.startswith(":"):
+            if not line or line.startswith((":", "id: ")):
                 continue
             assert line.startswith("data: "), line
             data = line.removeprefix("data: ")

@@ -27,7 +27,7 @@ def named_events(api: str, body: dict[str, Any]) -> list[tuple[str, dict[str, An
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
-            if not line or line.startswith(":"):
+            if not line or line.startswith((":", "id: ")):
                 continue
             if line.startswith("event: "):
                 name = line.removeprefix("event: ")

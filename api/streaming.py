@@ -1,0 +1,172 @@
+"""The SSE loop every streaming endpoint shares: jobs' events → rendered SSE events.
+
+- The stream's headers go out when a slot takes a job (its `started` event), as llama-server
+  does; an error before that is a plain JSON error response with its own status.
+- While the stream is open and silent, a `: ping` comment goes out every `sse_ping_interval`
+  seconds (the flag, or the request's field; <= 0 disables them).
+- Every event carries an `id:` from which any api pod can resume the response: a client that
+  re-sends its request with `Last-Event-ID` gets the rest, from the jobs' event logs, without a
+  new job. Renderers keep per-job state only, so replaying a job's events from its first one
+  rebuilds the same SSE events; the id counts how many of each job's the client has.
+- A client that goes away leaves its jobs running for RESUME_GRACE_S, then they are cancelled
+  unless another connection resumed the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from sanic import Request
+from sanic.response import HTTPResponse
+
+from api.errors import sse_error
+from api.fleet import Fleet
+from api.settings import ApiSettings
+from api.sse import open_stream
+from scheduler.client import ChoiceEvent, JobEvents, merge_events
+from scheduler.errors import LlamaqError
+from scheduler.jobs import CompletionJob
+from scheduler.results import FinalEvent, StartedEvent, TokenEvent
+from scheduler.streams import EventId, StreamRecord, StreamRecords
+
+PING = ": ping\n\n"
+Render = Callable[[int, TokenEvent | FinalEvent], Iterable[str] | Awaitable[Iterable[str]]]
+"""A job's event (with the job's index) → framed SSE events, each ending with a blank line."""
+
+
+@dataclass
+class StreamFormat:
+    render: Render
+    end: Callable[[], Iterable[str]] = tuple
+    """Events after every job ended (e.g. a usage chunk)."""
+    terminator: str = ""
+    error: Callable[[LlamaqError], str] = sse_error
+
+
+@dataclass
+class Resume:
+    """This stream's record: a new one, or the one a `Last-Event-ID` named."""
+
+    record: StreamRecord
+    have: list[int] | None = None
+    """Per job (then the tail): how many SSE events the client already has; None: new."""
+    holder: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def ping_interval(request: Request, field: float | None) -> float:
+    """Seconds between pings: the request's `sse_ping_interval`, else the server's flag."""
+    settings: ApiSettings = request.app.ctx.settings
+    return float(settings.sse_ping_interval if field is None else field)
+
+
+async def resume_of(request: Request, fleet: Fleet,
+                    minted: dict[str, str | int] | None = None) -> Resume:
+    """The stream a `Last-Event-ID` header resumes (404 when unknown or expired), or a new
+    record holding the ids minted for this response."""
+    header = request.headers.get("Last-Event-ID")
+    if not header:
+        return Resume(StreamRecord(route=request.path, minted=minted or {}))
+    event_id = EventId.parse(header)
+    record = await StreamRecords(fleet.redis).load(event_id, request.path)
+    return Resume(record, event_id.counts)
+
+
+async def stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
+                      resume: Resume, fmt: StreamFormat, ping_interval_s: float) -> None:
+    async with _job_events(fleet, jobs, resume) as streams:
+        merged = merge_events(streams)
+        try:
+            item: ChoiceEvent | None = await anext(merged)  # errors before any byte: JSON
+            resume.record.job_ids = [s.job_id for s in streams]
+            await StreamRecords(fleet.redis).save(resume.record, resume.holder)
+            response = await open_stream(request)
+            writer = _Writer(response, resume, len(streams))
+            try:
+                while item is not None:
+                    index, event = item
+                    if not isinstance(event, StartedEvent):
+                        texts = fmt.render(index, event)
+                        if inspect.isawaitable(texts):
+                            texts = await texts
+                        await writer.send(index, texts)
+                    item = await _next_with_pings(merged, response, ping_interval_s)
+                await writer.send(len(streams), [*fmt.end(), *_some(fmt.terminator)])
+            except LlamaqError as error:
+                await response.send(fmt.error(error))
+            except asyncio.CancelledError:
+                _hand_off(fleet, resume, streams)
+                raise
+            await response.eof()
+        finally:
+            await merged.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _job_events(fleet: Fleet, jobs: list[CompletionJob],
+                      resume: Resume) -> AsyncIterator[list[JobEvents]]:
+    async with contextlib.AsyncExitStack() as stack:
+        if resume.have is None:
+            streams = [await stack.enter_async_context(fleet.jobs.submit(job)) for job in jobs]
+        else:
+            streams = [await stack.enter_async_context(
+                fleet.jobs.attach(job.model_copy(update={"job_id": job_id})))
+                for job, job_id in zip(jobs, resume.record.job_ids, strict=False)]
+        yield streams
+
+
+async def _next_with_pings(merged: AsyncIterator[ChoiceEvent], response: HTTPResponse,
+                           ping_interval_s: float) -> ChoiceEvent | None:
+    """The next event; a ping comment every `ping_interval_s` while none comes."""
+    if ping_interval_s <= 0:
+        return await anext(merged, None)
+    pending = asyncio.ensure_future(anext(merged, None))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=ping_interval_s)
+            if done:
+                return pending.result()
+            await response.send(PING)
+    finally:
+        if not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
+
+
+def _hand_off(fleet: Fleet, resume: Resume, streams: list[JobEvents]) -> None:
+    """The client went away: its jobs run on for a while, for a resume."""
+    open_jobs = [s.job_id for s in streams if not s.finished]
+    for stream in streams:
+        stream.handed_off = True
+    if open_jobs:
+        fleet.jobs.cancel_later(resume.record.record_id, resume.holder, open_jobs)
+
+
+def _some(text: str) -> list[str]:
+    return [text] if text else []
+
+
+class _Writer:
+    """Sends SSE events with their ids, leaving out those the resuming client has."""
+
+    def __init__(self, response: HTTPResponse, resume: Resume, n_jobs: int) -> None:
+        self._response = response
+        self._record_id = resume.record.record_id
+        self._sent = [0] * (n_jobs + 1)
+        self._have = resume.have or [0] * (n_jobs + 1)
+
+    async def send(self, index: int, texts: Iterable[str]) -> None:
+        out = []
+        for text in texts:
+            self._sent[index] += 1
+            if self._sent[index] <= self._have[index]:
+                continue
+            event_id = EventId(record_id=self._record_id, counts=self._sent).text()
+            out.append(f"id: {event_id}\n{text}")
+        if out:
+            await self._response.send("".join(out))
