@@ -1,19 +1,21 @@
-"""/metrics: llama-server's Prometheus metrics, summed over the model's workers."""
+"""/metrics: llama-server's Prometheus metrics, summed over the model's workers.
+
+Rendered as llama-server renders them (server-task.cpp `to_metrics`): every series named
+`llamacpp:<name>` exactly (a counter keeps its own name: `llamacpp:n_tokens_max` has no
+`_total` added), counters first, then gauges. Speculative decoding is not built, so its three
+counters read 0 and the per-position series is absent (the spec's rule when it is off).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from scheduler.registry import WorkerMetrics
 
 PREFIX = "llamacpp:"
 OURS = "llamaq:"
 CONTENT_TYPE = "text/plain; version=0.0.4"
+FAULT_CAUSES = ("worker_died", "poison", "drain_timeout")
 
 
 @dataclass(frozen=True)
@@ -28,63 +30,89 @@ class QueueStats:
     """Failed jobs by cause (worker_died, poison, drain_timeout)."""
 
 
-class FleetCollector(Collector):
-    def __init__(self, workers: list[WorkerMetrics], queue: QueueStats) -> None:
-        self._workers = workers
-        self._queue = queue
+@dataclass(frozen=True)
+class Series:
+    name: str
+    help: str
+    value: float
 
-    def collect(self) -> Iterator[Metric]:
-        def total(field: str) -> float:
-            return float(sum(getattr(w, field) for w in self._workers))
 
-        prompt_s, predicted_s = total("prompt_seconds_total"), total(
-            "tokens_predicted_seconds_total")
-        decodes = total("n_decode_total")
-        counters = [
-            ("prompt_tokens", "Number of prompt tokens processed.", total("prompt_tokens_total")),
-            ("prompt_seconds", "Prompt process time", prompt_s),
-            ("tokens_predicted", "Number of generation tokens processed.",
-             total("tokens_predicted_total")),
-            ("tokens_predicted_seconds", "Predict process time", predicted_s),
-            ("n_decode", "Total number of llama_decode() calls", decodes),
-        ]
-        for name, help_text, value in counters:
-            yield CounterMetricFamily(PREFIX + name, help_text, value=value)
-        gauges = [
-            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
-             total("prompt_tokens_total") / prompt_s if prompt_s else 0.0),
-            ("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
-             total("tokens_predicted_total") / predicted_s if predicted_s else 0.0),
-            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-             total("n_busy_slots_total") / decodes if decodes else 0.0),
-            ("requests_processing", "Number of requests processing.",
-             total("requests_processing")),
-            ("requests_deferred", "Number of requests deferred.",
-             total("requests_deferred") + self._queue.depth),
-            ("n_tokens_max", "Largest observed n_tokens.",
-             float(max((w.n_tokens_max for w in self._workers), default=0))),
-        ]
-        for name, help_text, value in gauges:
-            yield GaugeMetricFamily(PREFIX + name, help_text, value=value)
-        yield from self._ours()
+def counters(workers: list[WorkerMetrics]) -> list[Series]:
+    def total(field: str) -> float:
+        return float(sum(getattr(w, field) for w in workers))
 
-    def _ours(self) -> Iterator[Metric]:
-        queue = self._queue
-        yield GaugeMetricFamily(OURS + "queue_depth", "Jobs waiting in Redis for a worker.",
-                                value=queue.depth)
-        yield GaugeMetricFamily(OURS + "queue_oldest_seconds",
-                                "How long the oldest waiting job has waited.",
-                                value=queue.oldest_s)
-        yield CounterMetricFamily(OURS + "jobs_retried", "Jobs run again after their worker "
-                                  "died before they sent anything.", value=queue.retried)
-        failed = CounterMetricFamily(OURS + "jobs_failed", "Jobs ended by a fault, by cause.",
-                                     labels=["cause"])
-        for cause in ("worker_died", "poison", "drain_timeout"):
-            failed.add_metric([cause], queue.failed.get(cause, 0))
-        yield failed
+    return [
+        Series("prompt_tokens_total",
+               "Number of prompt tokens processed, excluding cached tokens",
+               total("prompt_tokens_total")),
+        Series("prompt_seconds_total", "Total time spent processing prompts",
+               total("prompt_seconds_total")),
+        Series("tokens_predicted_total", "Number of generation tokens processed",
+               total("tokens_predicted_total")),
+        Series("tokens_predicted_seconds_total", "Total time spent generating tokens",
+               total("tokens_predicted_seconds_total")),
+        Series("n_decode_total", "Total number of llama_decode() calls, excluding speculative "
+               "decoding and multimodal decoding", total("n_decode_total")),
+        Series("n_tokens_max", "Largest observed sequence length (prompt + generation)",
+               float(max((w.n_tokens_max for w in workers), default=0))),
+        Series("spec_decode_num_draft_tokens_total",
+               "Speculative: Total draft tokens generated", 0.0),
+        Series("spec_decode_num_accepted_tokens_total",
+               "Speculative: Total draft tokens accepted by the target model", 0.0),
+        Series("spec_decode_num_drafts_total",
+               "Speculative: Total speculative decoding verification steps", 0.0),
+    ]
+
+
+def gauges(workers: list[WorkerMetrics], queue: QueueStats) -> list[Series]:
+    def total(field: str) -> float:
+        return float(sum(getattr(w, field) for w in workers))
+
+    prompt_s, predicted_s = total("prompt_seconds_total"), total("tokens_predicted_seconds_total")
+    return [
+        Series("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
+               total("prompt_tokens_total") / prompt_s if prompt_s else 0.0),
+        Series("predicted_tokens_seconds", "Average generation throughput in tokens/s",
+               total("tokens_predicted_total") / predicted_s if predicted_s else 0.0),
+        Series("requests_processing", "Number of requests processing",
+               total("requests_processing")),
+        Series("requests_deferred", "Number of requests deferred",
+               total("requests_deferred") + queue.depth),
+        Series("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+               total("n_busy_slots_total") / max(total("n_decode_total"), 1.0)),
+    ]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _ours(queue: QueueStats) -> list[str]:
+    """llamaq's own series (not llama-server's), for autoscalers."""
+    lines: list[str] = []
+    for name, kind, help_text, value in (
+            ("queue_depth", "gauge", "Jobs waiting in Redis for a worker.", queue.depth),
+            ("queue_oldest_seconds", "gauge", "How long the oldest waiting job has waited.",
+             queue.oldest_s),
+            ("jobs_retried_total", "counter",
+             "Jobs run again after their worker died before they sent anything.",
+             queue.retried)):
+        lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} {kind}",
+                  f"{OURS}{name} {_number(float(value))}"]
+    lines += [f"# HELP {OURS}jobs_failed_total Jobs ended by a fault, by cause.",
+              f"# TYPE {OURS}jobs_failed_total counter"]
+    lines += [f'{OURS}jobs_failed_total{{cause="{cause}"}} '
+              f"{_number(float(queue.failed.get(cause, 0)))}" for cause in FAULT_CAUSES]
+    return lines
 
 
 def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(workers, queue or QueueStats()))
-    return generate_latest(registry)
+    queue = queue or QueueStats()
+    lines: list[str] = []
+    for kind, items in (("counter", counters(workers)), ("gauge", gauges(workers, queue))):
+        for item in items:
+            lines += [f"# HELP {PREFIX}{item.name} {item.help}",
+                      f"# TYPE {PREFIX}{item.name} {kind}",
+                      f"{PREFIX}{item.name} {_number(item.value)}"]
+    lines += _ours(queue)
+    return ("\n".join(lines) + "\n").encode()

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/streaming.py [--only llamaq|llama-server] [--concurrency 1,4,8]
                                         [--n-predict 128] [--repeats 2]
+    .venv/bin/python bench/streaming.py --rounds 3 [--concurrency 1,4,8] [--n-predict 64]
 
 Runs one system at a time (start, measure, stop, then the other), with the same model and the
 same -np/-c/-t/-b/-ub. For each concurrency N, N streaming clients POST /completion at once and
@@ -9,12 +10,19 @@ read the SSE events; we report the aggregate generated tokens/s (all tokens / wa
 round) and the median time to first token. A "late arrival" round starts 7 long generations and
 an 8th one a second later: continuous batching should give it its first token long before the 7
 others finish. See bench/README.md.
+
+With `--rounds N`, both systems run at once (each idle while the other is measured) and the
+rounds are interleaved A/B, B/A, …, so that both see the same machine load: one run gives, per
+concurrency, each system's median tokens/s, the median of the per-round ratios with its spread
+(min–max), the median TTFT, and CPU seconds per generated token (each system's whole process
+group, and llamaq's worker process alone), read from /proc around each round.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -297,6 +305,131 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
     return result
 
 
+# ---------------------------------------------------------------- A/B interleaved rounds
+
+
+def cpu_seconds(session: int) -> dict[str, float]:
+    """User + system CPU seconds of the live processes of a session, by role: "all", and
+    "worker" for llamaq's worker process (Linux /proc; clock ticks of os.sysconf)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"all": 0.0, "worker": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) != session:  # field 6 of stat: the session id
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        out["all"] += seconds
+        if " worker" in cmdline and "llamaq" in cmdline:
+            out["worker"] += seconds
+    return out
+
+
+@dataclass
+class Sample:
+    tok_s: float
+    ttft_ms: float | None
+    cpu_per_token: float | None
+    worker_cpu_per_token: float | None
+
+
+def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
+    """Both systems up at once; rounds A/B then B/A …; returns the report."""
+    shared = ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
+              "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
+    samples: dict[tuple[str, int], list[Sample]] = {}
+    ratios: dict[int, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        urls, sessions = {}, {}
+        for system in SYSTEMS:
+            port = free_port()
+            cmd = command(system, args.llama_server, model, port, shared)
+            log = RESULTS / f"streaming-{stamp}-{system}.log"
+            print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
+            process = stack.enter_context(running(cmd, log))
+            urls[system], sessions[system] = f"http://127.0.0.1:{port}", process.pid
+            wait_healthy(urls[system], process, args.start_timeout)
+        for system in SYSTEMS:
+            warm = asyncio.run(run_round(urls[system], 1, args.n_predict, "warm-up"))
+            if warm.errors:
+                raise RuntimeError(f"{system} warm-up failed: {warm.errors[0]}")
+        for r in range(args.rounds):
+            order = SYSTEMS if r % 2 == 0 else tuple(reversed(SYSTEMS))
+            for n in args.concurrency:
+                got: dict[str, float] = {}
+                for system in order:
+                    before = cpu_seconds(sessions[system])
+                    done = asyncio.run(run_round(urls[system], n, args.n_predict,
+                                                 f"r{r} c{n}"))
+                    after = cpu_seconds(sessions[system])
+                    ttfts = [x.ttft for x in done.streams if x.ttft is not None]
+                    used = {k: after[k] - before[k] for k in after}
+                    tokens = max(done.tokens, 1)
+                    sample = Sample(done.tokens / done.wall_s,
+                                    statistics.median(ttfts) * 1000 if ttfts else None,
+                                    used["all"] / tokens,
+                                    used["worker"] / tokens if system == "llamaq" else None)
+                    samples.setdefault((system, n), []).append(sample)
+                    got[system] = sample.tok_s
+                    print(f"  round {r} c={n} {system}: {sample.tok_s:.1f} tok/s"
+                          + (f", errors: {done.errors[0]}" if done.errors else ""), flush=True)
+                if got.get("llama-server"):
+                    ratios.setdefault(n, []).append(got["llamaq"] / got["llama-server"])
+    return interleaved_report(args, model, samples, ratios)
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "—"
+    return (f"{statistics.median(values):.{digits}f} "
+            f"[{min(values):.{digits}f}–{max(values):.{digits}f}]")
+
+
+def interleaved_report(args: argparse.Namespace, model: Path,
+                       samples: dict[tuple[str, int], list[Sample]],
+                       ratios: dict[int, list[float]]) -> str:
+    head = ["clients", "llama-server tok/s", "llamaq tok/s", "ratio (per round)",
+            "TTFT ms llama-server / llamaq", "CPU ms/token llama-server / llamaq (worker)"]
+    rows = []
+    for n in args.concurrency:
+        ref, ours = samples.get(("llama-server", n), []), samples.get(("llamaq", n), [])
+
+        def med(xs: list[float | None], scale: float = 1.0) -> str:
+            vals = [x * scale for x in xs if x is not None]
+            return f"{statistics.median(vals):.1f}" if vals else "—"
+
+        rows.append([
+            str(n), spread([x.tok_s for x in ref]), spread([x.tok_s for x in ours]),
+            spread(ratios.get(n, []), 2),
+            f"{med([x.ttft_ms for x in ref])} / {med([x.ttft_ms for x in ours])}",
+            f"{med([x.cpu_per_token for x in ref], 1000)} / "
+            f"{med([x.cpu_per_token for x in ours], 1000)} "
+            f"({med([x.worker_cpu_per_token for x in ours], 1000)})",
+        ])
+    return "\n".join([
+        f"# Streaming benchmark, A/B interleaved, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        "",
+        f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
+        f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
+        f" temperature 0.8; {args.rounds} rounds, order alternating; median [min–max];"
+        f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+        "Ratio: llamaq / llama-server tokens/s of the same round (above 1: llamaq faster). "
+        "CPU: user+system seconds of each system's process group per generated token "
+        "(llamaq's includes its api and Redis; in brackets its worker alone).",
+    ]) + "\n"
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -386,6 +519,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="llama-server binary (bench/build_llama_server.sh builds it)")
     parser.add_argument("--model", type=Path, help="GGUF (default: Gemma 3 270M Q4_K_M)")
     parser.add_argument("--start-timeout", type=float, default=120.0)
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="A/B interleaved: both systems up, N rounds alternating order; "
+                             "reports the ratio's median and spread (see the module doc)")
     return parser.parse_args(argv)
 
 
@@ -397,6 +533,12 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or default_model_path(REPO / ".llamaq" / "cache")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.rounds > 0:
+        text = interleaved(args, model, stamp)
+        out = RESULTS / f"streaming-{stamp}-ab.md"
+        out.write_text(text)
+        print("\n" + text + f"\nwritten to {out}")
+        return 0
     results = {s: bench_system(s, args, model, RESULTS / f"streaming-{stamp}-{s}.log")
                for s in systems}
     text = report(results, args, model)

@@ -7,12 +7,24 @@ know them; the worker reports the values it used in `generation_settings`.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from scheduler.errors import InvalidRequest
 
 PromptPiece = int | str
 """A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
+
+
+class JobKind(StrEnum):
+    """What a job asks; also the name of the arq function that runs it."""
+
+    COMPLETION = "completion"
+    TOKENIZE = "tokenize"
+    DETOKENIZE = "detokenize"
+    SLOT_ACTION = "slot_action"
 
 
 def new_job_id() -> str:
@@ -35,19 +47,65 @@ class LogitBias(BaseModel):
     bias: float | None
 
 
+DEFAULT_SEED = 0xFFFFFFFF
+"""LLAMA_DEFAULT_SEED: a random seed."""
+DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                    "temperature"]
+
+
+class SamplingSettings(BaseModel):
+    """The sampling parameters, with llama.cpp's defaults (common_params_sampling): the one
+    declaration of what a sampler chain is built from. A worker's flags give its defaults
+    (one of these); a job's SamplingParams override them (`worker/sampling.py`
+    resolve_sampling: `defaults.model_copy(update=…)`); the result is reported as is, inside
+    `generation_settings` (scheduler/results.py GenerationSettings extends this model)."""
+
+    seed: int = DEFAULT_SEED
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    typical_p: float = 1.0
+    repeat_last_n: int = 64
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", '"', "*"])
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    ignore_eos: bool = False
+    min_keep: int = 0
+    samplers: list[str] = Field(default_factory=lambda: list(DEFAULT_SAMPLERS))
+
+
 class SamplingParams(BaseModel):
+    """A request's overrides of SamplingSettings: the same fields, each `None` (the worker's
+    default) unless given. tests/unit/test_sampling_settings.py keeps the two field lists
+    equal; the wire models inherit these fields rather than declaring them again."""
+
     model_config = ConfigDict(extra="forbid")
 
+    seed: int | None = None
     temperature: float | None = None
     dynatemp_range: float | None = None
     dynatemp_exponent: float | None = None
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
-    typical_p: float | None = None
     top_n_sigma: float | None = None
     xtc_probability: float | None = None
     xtc_threshold: float | None = None
+    typical_p: float | None = None
     repeat_last_n: int | None = None
     repeat_penalty: float | None = None
     presence_penalty: float | None = None
@@ -60,7 +118,6 @@ class SamplingParams(BaseModel):
     mirostat: int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
-    seed: int | None = None
     ignore_eos: bool | None = None
     min_keep: int | None = None
     samplers: list[str] | None = None
@@ -93,7 +150,7 @@ class ReasoningSpec(BaseModel):
 
 
 class CompletionJob(BaseModel):
-    kind: Literal["completion"] = "completion"
+    kind: Literal[JobKind.COMPLETION] = JobKind.COMPLETION
     job_id: str = Field(default_factory=new_job_id)
     model: str
     prompt: list[PromptPiece] | str
@@ -107,6 +164,7 @@ class CompletionJob(BaseModel):
     worker_id: str | None = None
     """Set with id_slot: the worker that holds that slot (id_slot is then worker-local)."""
     n_keep: int | None = None
+    n_discard: int | None = None
     n_cache_reuse: int | None = None
     t_max_predict_ms: int = 0
     n_indent: int = 0
@@ -123,7 +181,7 @@ class CompletionJob(BaseModel):
 
 
 class TokenizeJob(BaseModel):
-    kind: Literal["tokenize"] = "tokenize"
+    kind: Literal[JobKind.TOKENIZE] = JobKind.TOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
     content: str
@@ -133,7 +191,7 @@ class TokenizeJob(BaseModel):
 
 
 class DetokenizeJob(BaseModel):
-    kind: Literal["detokenize"] = "detokenize"
+    kind: Literal[JobKind.DETOKENIZE] = JobKind.DETOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
     tokens: list[int]
@@ -142,7 +200,7 @@ class DetokenizeJob(BaseModel):
 class SlotActionJob(BaseModel):
     """POST /slots/{id}?action=save|restore|erase, on the worker that holds the slot."""
 
-    kind: Literal["slot_action"] = "slot_action"
+    kind: Literal[JobKind.SLOT_ACTION] = JobKind.SLOT_ACTION
     job_id: str = Field(default_factory=new_job_id)
     model: str
     worker_id: str
@@ -154,3 +212,18 @@ class SlotActionJob(BaseModel):
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
                 Field(discriminator="kind")]
+JOB: TypeAdapter[Job] = TypeAdapter(Job)
+
+
+def parse_job(payload: Any, kind: JobKind) -> Job:
+    """A job as the worker's arq function `kind` received it: validated by the union, of the
+    kind that function runs. Raises InvalidRequest otherwise (an unknown kind included)."""
+    try:
+        job = JOB.validate_python(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"malformed {kind} job: {where}: {first['msg']}") from None
+    if job.kind is not kind:
+        raise InvalidRequest(f"a {job.kind} job reached the {kind} function")
+    return job

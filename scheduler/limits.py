@@ -25,6 +25,7 @@ HARD_LIMITS: dict[str, tuple[int, int]] = {
     "n_predict": (-1, INT32_MAX),
     "n_indent": (0, INT32_MAX),
     "n_keep": (-1, INT32_MAX),
+    "n_discard": (0, INT32_MAX),
     "n_cache_reuse": (0, INT32_MAX),
     "t_max_predict_ms": (-1, INT64_MAX),
     "repeat_last_n": (0, INT32_MAX),
@@ -125,7 +126,8 @@ def check_fan_out(n_prompts: int, n_cmpl: int, n_slots: int) -> None:
 def check_completion(job: CompletionJob, n_probs_max: int) -> None:
     """llama-server's hard limits and llamaq's own on a completion job; caps n_probs.
     Raises InvalidRequest (400) naming the field."""
-    for name in ("n_predict", "n_indent", "n_keep", "n_cache_reuse", "t_max_predict_ms"):
+    for name in ("n_predict", "n_indent", "n_keep", "n_discard", "n_cache_reuse",
+                 "t_max_predict_ms"):
         check_range(name, getattr(job, name), *HARD_LIMITS[name])
     check_sampling(job.sampling)
     check_strings("stop", job.stop, MAX_STOP_STRINGS, MAX_STOP_LENGTH)

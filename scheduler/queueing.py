@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from scheduler import keys
-from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
+from scheduler.jobs import CompletionJob, DetokenizeJob, JobKind, SlotActionJob, TokenizeJob
 
-SLOT_FUNCTIONS = ("completion",)
-UTILITY_FUNCTIONS = ("tokenize", "detokenize")
+SLOT_FUNCTIONS = (JobKind.COMPLETION,)
+UTILITY_FUNCTIONS = (JobKind.TOKENIZE, JobKind.DETOKENIZE)
 
 
 def queue_for(job: CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob) -> str:

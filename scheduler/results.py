@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from scheduler.errors import ErrorInfo
+from scheduler.jobs import SamplingSettings
 
 
 class Timings(BaseModel):
@@ -21,46 +28,45 @@ class Timings(BaseModel):
     predicted_per_second: float = 0.0
 
 
-class GenerationSettings(BaseModel):
-    """The parameters a slot actually used (the spec's `generation_settings`), in
-    llama-server's order."""
+class TokenBias(BaseModel):
+    bias: float | None
+    """None: -inf, a ban (llama-server's JSON writes -inf as null)."""
+    token: int
+
+
+REPORT_ORDER = (
+    "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p",
+    "top_n_sigma", "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n",
+    "repeat_penalty", "presence_penalty", "frequency_penalty", "dry_multiplier", "dry_base",
+    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat",
+    "mirostat_tau", "mirostat_eta", "stop", "max_tokens", "n_predict", "n_keep", "n_discard",
+    "ignore_eos", "stream", "logit_bias", "n_probs", "min_keep", "samplers",
+    "timings_per_token", "n_ctx", "model",
+)
+"""llama-server's order of generation_settings (server-task.cpp task_params::to_json)."""
+
+
+class GenerationSettings(SamplingSettings):
+    """The parameters a slot actually used (the spec's `generation_settings`): the resolved
+    sampling settings, dumped as they are, and the other per-request settings."""
 
     n_predict: int
-    seed: int
-    temperature: float
-    dynatemp_range: float
-    dynatemp_exponent: float
-    top_k: int
-    top_p: float
-    min_p: float
-    top_n_sigma: float
-    xtc_probability: float
-    xtc_threshold: float
-    typical_p: float
-    repeat_last_n: int
-    repeat_penalty: float
-    presence_penalty: float
-    frequency_penalty: float
-    dry_multiplier: float
-    dry_base: float
-    dry_allowed_length: int
-    dry_penalty_last_n: int
-    dry_sequence_breakers: list[str]
-    mirostat: int
-    mirostat_tau: float
-    mirostat_eta: float
     stop: list[str]
     max_tokens: int
     n_keep: int
     n_discard: int = 0
-    ignore_eos: bool
     stream: bool
+    logit_bias: list[TokenBias] = Field(default_factory=list)
     n_probs: int = 0
-    min_keep: int
-    samplers: list[str]
     timings_per_token: bool
     n_ctx: int
     model: str
+
+    @model_serializer(mode="wrap")
+    def _in_report_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        ordered = {name: data[name] for name in REPORT_ORDER if name in data}
+        return {**ordered, **data}
 
 
 class Candidate(BaseModel):

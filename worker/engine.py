@@ -3,18 +3,29 @@
 Requests join and leave between two decode steps. Each step builds one llama_batch with one token
 per generating slot and prompt chunks of slots in prefill, decodes it, samples every slot that
 needs a token, and hands the step's events to the sink in one call.
+
+Owns: the engine thread and its loop; the KV cache moves of a run's start (prefix reuse, copying
+another slot's prefix, --cache-reuse shifts) and of a context shift; building and decoding the
+batch (and retrying it smaller when the KV cache is full); sampling and token probabilities; a
+run's result and release; the worker's metrics and the slots' report.
+Hands off: which request gets which slot and how a step's budget is shared (worker/admission.py),
+when a run stops (worker/stopping.py), a run's state and timings (worker/slot_run.py), sampler
+chains (worker/sampling.py), turning a job into a Request (worker/requests.py), slot snapshots
+(worker/snapshots.py).
+Threads: other threads only append to `_arrivals`/`_cancelled`/`_end_reasoning`/`_slot_tasks`
+under `_wake`; the engine thread holds that lock only to take them, never across llama.cpp calls.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import llama_cpp as lc
@@ -26,7 +37,7 @@ from scheduler.errors import (
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob
+from scheduler.jobs import CompletionJob, SamplingSettings
 from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from scheduler.results import (
     Candidate,
@@ -34,17 +45,20 @@ from scheduler.results import (
     ErrorEvent,
     FinalEvent,
     GenerationSettings,
-    PromptProgress,
     StartedEvent,
     Timings,
+    TokenBias,
     TokenEvent,
     TokenProbs,
 )
+from worker.admission import Admission, prompt_chunks
 from worker.model import LoadedModel
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
-from worker.sampling import SamplerConfig, token_probabilities
-from worker.slots import SlotCache, pick_slot, reusable_prefix, reuse_chunks
+from worker.sampling import token_probabilities
+from worker.slot_run import SlotRun
+from worker.slots import SlotCache, reusable_prefix, reuse_chunks
+from worker.stopping import StepState, StopReason, StopType, indent_cut, stop_reason
 from worker.textstream import TextStream
 
 log = logging.getLogger(__name__)
@@ -58,50 +72,25 @@ EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
 
-@dataclass
-class Active:
-    """A request while it holds a slot (touched by the engine thread only)."""
-
-    request: Request
-    slot: SlotCache
-    text: TextStream
-    task_no: int
-    n_cached: int
-    t_start: float
-    prompt_done: int = 0
-    next_token: int = -1
-    batch_index: int = -1
-    generated: list[int] = field(default_factory=list)
-    t_prompt_done: float = 0.0
-    """When the first token was sampled (the prompt's end, as llama-server times it)."""
-    t_prompt_last: float = 0.0
-    """When the last decode with prompt tokens of this request ended."""
-    last_prompt_index: int = -1
-    """Batch index of this step's last prompt token of the request (-1: none)."""
-    has_new_line: bool = False
-    truncated: bool = False
-    line_start: int = 0
-    reasoning: ReasoningTracker | None = None
-    probs: list[TokenProbs] = field(default_factory=list)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.prompt_done < len(self.request.prompt_tokens)
-
-
 class Engine:
     def __init__(self, model: LoadedModel, defaults: EngineDefaults, sink: EventSink) -> None:
         self.model = model
         self.defaults = defaults
         self._sink = sink
         self.slots = [SlotCache(i) for i in range(model.plan.n_slots)]
-        self._active: dict[int, Active] = {}
-        self._previous: dict[int, Active] = {}
+        self._active: dict[int, SlotRun] = {}
+        self._previous: dict[int, SlotRun] = {}
         self._tasks_started = 0
         self.metrics = WorkerMetrics()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
-        self._waiting: deque[Request] = deque()
+        self._arrivals: deque[Request] = deque()
+        """Submitted, not yet seen by the engine thread (guarded by _wake)."""
+        self._admission: Admission[Request] = Admission()
+        """Requests waiting for a slot (the engine thread's alone)."""
+        self._admission_lock = threading.Lock()
+        """Held by the engine thread while it moves arrivals into admission and decides (pure
+        Python, no llama.cpp), and by withdraw_waiting; taken before `_wake`."""
         self._cancelled: set[str] = set()
         self._cancel_errors: dict[str, LlamaqError] = {}
         self._end_reasoning: set[str] = set()
@@ -128,7 +117,7 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         with self._wake:
-            self._waiting.append(request)
+            self._arrivals.append(request)
             self._wake.notify()
 
     def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
@@ -142,8 +131,11 @@ class Engine:
     def withdraw_waiting(self) -> list[Request]:
         """Take back every request that waits for a slot (a draining worker hands them to
         another); no event is sent for them."""
-        with self._wake:
-            waiting, self._waiting = list(self._waiting), deque()
+        with self._admission_lock:
+            with self._wake:
+                arrivals, self._arrivals = list(self._arrivals), deque()
+            waiting = [*self._admission.waiting, *arrivals]
+            self._admission.waiting.clear()
         for request in waiting:
             request.sampler.free()
         return waiting
@@ -172,18 +164,16 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            with self._wake:
-                while (not self._stopping and not self._active and not self._waiting
-                       and not self._slot_tasks):
+            with self._wake:  # held only to take what other threads handed over
+                while (not self._stopping and not self._active and not self._arrivals
+                       and not self._admission.waiting and not self._slot_tasks):
                     self._wake.wait()
                 if self._stopping:
                     return
                 cancelled, self._cancelled = self._cancelled, set()
                 end_reasoning, self._end_reasoning = self._end_reasoning, set()
-                events: list[JobEvent] = []
-                admitted = self._admit_waiting(cancelled, events)
-            for active in admitted:
-                self._active[active.slot.slot_id] = active
+            events: list[JobEvent] = []
+            self._admit(cancelled, events)
             if events:  # "started" goes out before the prompt is evaluated
                 self._sink(events)
                 events = []
@@ -212,38 +202,27 @@ class Engine:
         if ready:
             self.on_slots_changed()
 
-    def _admit_waiting(self, cancelled: set[str], events: list[JobEvent]) -> list[Active]:
-        admitted: list[Active] = []
-        still_waiting: deque[Request] = deque()
-        while self._waiting and (self.defaults.cont_batching or not self._active):
-            request = self._waiting.popleft()
-            if request.job.job_id in cancelled:
-                request.sampler.free()
-                events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
-                continue
-            slot = pick_slot(self.slots, request.prompt_tokens, request.job.id_slot)
-            if slot is None or self._twin_prefilling(request, admitted):
-                still_waiting.append(request)
-                continue
-            slot.busy = True
+    def _admit(self, cancelled: set[str], events: list[JobEvent]) -> None:
+        """Start the requests admission lets in (worker/admission.py) on their slots."""
+        with self._admission_lock:
+            with self._wake:
+                arrivals, self._arrivals = self._arrivals, deque()
+            self._admission.arrive(arrivals)
+            decision = self._admission.admit(
+                self.slots, cancelled, len(self._active),
+                [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
+                self.defaults.cont_batching)
+        for request in decision.cancelled:
+            request.sampler.free()
+            events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
+        for request, slot in decision.admitted:
             self.on_slots_changed()
             self._tasks_started += 1
             active = self._start(request, slot, self._tasks_started)
-            admitted.append(active)
+            self._active[slot.slot_id] = active
             events.append((request.job.job_id, StartedEvent()))
             if request.job.stream and request.job.return_progress:  # the 0 % event
-                events.append((request.job.job_id, self._progress(active, active.t_start)))
-        still_waiting.extend(self._waiting)  # left when continuous batching is off
-        self._waiting = still_waiting
-        return admitted
-
-    def _twin_prefilling(self, request: Request, admitted: list[Active]) -> bool:
-        """Another slot is evaluating this very prompt (n_cmpl, or the same request sent
-        twice): wait for it and copy its cache instead of evaluating the prompt again."""
-        if not request.cache_prompt:
-            return False
-        return any(a.prefilling and a.request.prompt_tokens == request.prompt_tokens
-                   for a in (*self._active.values(), *admitted))
+                events.append((request.job.job_id, active.progress(active.t_start)))
 
     def _share_prefix(self, slot: SlotCache, prompt: list[int], n_reuse: int) -> int:
         """Copy another slot's cache when it holds more of the prompt than this slot does
@@ -259,7 +238,7 @@ class Engine:
         slot.tokens[:] = donor.tokens
         return n_shared
 
-    def _start(self, request: Request, slot: SlotCache, task_no: int) -> Active:
+    def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
         n_reuse = reusable_prefix(slot.tokens, request.prompt_tokens, request.cache_prompt)
         if request.cache_prompt:
             n_reuse = self._share_prefix(slot, request.prompt_tokens, n_reuse)
@@ -273,7 +252,7 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return Active(request, slot, TextStream(request.stop), task_no,
+        return SlotRun(request, slot, TextStream(request.stop), task_no,
                       n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
                       reasoning=ReasoningTracker.start(spec) if spec else None)
 
@@ -301,22 +280,22 @@ class Engine:
 
     def _step(self, events: list[JobEvent]) -> None:
         n = 0
-        for active in self._active.values():
+        runs = list(self._active.values())
+        for active in runs:
             active.batch_index = active.last_prompt_index = -1
             if not active.prefilling:
                 n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
-        budget = self.model.plan.n_batch - n
-        for active in self._active.values():
-            if budget <= 0:
-                break
-            if active.prefilling:
-                prompt = active.request.prompt_tokens
-                end = min(len(prompt), active.prompt_done + budget)
-                for pos in range(active.prompt_done, end):
-                    n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
-                active.last_prompt_index = n - 1
-                budget -= end - active.prompt_done
-                active.prompt_done = end
+        prefilling = [a for a in runs if a.prefilling]
+        ends = prompt_chunks(n, [(a.prompt_done, len(a.request.prompt_tokens))
+                                 for a in prefilling], self.model.plan.n_batch)
+        for active, end in zip(prefilling, ends, strict=True):
+            if end == active.prompt_done:
+                continue
+            prompt = active.request.prompt_tokens
+            for pos in range(active.prompt_done, end):
+                n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
+            active.last_prompt_index = n - 1
+            active.prompt_done = end
         self.metrics.n_busy_slots_total += len(self._active)
         self._decode(n, events)
 
@@ -376,13 +355,13 @@ class Engine:
             if off <= active.last_prompt_index < off + size:
                 active.t_prompt_last = now
                 if job.return_progress and job.stream:
-                    events.append((job.job_id, self._progress(active, now)))
+                    events.append((job.job_id, active.progress(now)))
             if not off <= active.batch_index < off + size:
                 continue
             if not active.t_prompt_done:
                 active.t_prompt_done = active.t_prompt_last = now
             if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
-                self._finish(active, "limit", now, events)
+                self._finish(active, StopType.LIMIT, now, events)
                 continue
             try:
                 token, probs = self._sample(active, active.batch_index - off)
@@ -390,7 +369,7 @@ class Engine:
             except Exception as error:  # one request's failure must not stop the engine
                 self._fail_one(active, error, events)
 
-    def _sample(self, active: Active, index: int) -> tuple[int, TokenProbs | None]:
+    def _sample(self, active: SlotRun, index: int) -> tuple[int, TokenProbs | None]:
         """The next token (from the logits at `index` of the last decoded view), and its
         probabilities when the request asked for n_probs."""
         job = active.request.job
@@ -418,17 +397,7 @@ class Engine:
         piece = self.model.vocab.piece(token, self.defaults.special)
         return Candidate(id=token, token=valid_utf8_prefix(piece), bytes=list(piece), p=p)
 
-    def _progress(self, active: Active, now: float) -> TokenEvent:
-        """A prompt_progress event (with the timings so far under timings_per_token)."""
-        timings = self._timings(active, now) if active.request.job.timings_per_token else None
-        progress = PromptProgress(total=len(active.request.prompt_tokens),
-                                  cache=active.n_cached, processed=active.prompt_done,
-                                  time_ms=(now - active.t_start) * 1000)
-        return TokenEvent(content="", tokens=[], timings=timings, progress=progress,
-                          n_decoded=len(active.generated),
-                          n_prompt_tokens=len(active.request.prompt_tokens))
-
-    def _add(self, n: int, token: int, pos: int, active: Active, logits: bool) -> int:
+    def _add(self, n: int, token: int, pos: int, active: SlotRun, logits: bool) -> int:
         batch = self._batch
         batch.token[n] = token
         batch.pos[n] = pos
@@ -440,44 +409,59 @@ class Engine:
             active.batch_index = n
         return n + 1
 
-    def _on_token(self, active: Active, token: int, probs: TokenProbs | None, now: float,
+    def _on_token(self, active: SlotRun, token: int, probs: TokenProbs | None, now: float,
                   events: list[JobEvent]) -> None:
         request = active.request
         active.generated.append(token)
         active.next_token = token
-        stop_type = "none"
-        if self.model.vocab.is_eog(token) and not request.sampling.ignore_eos:
-            stop_type = "eos"
-            piece = b""
-        else:
-            piece = self.model.vocab.piece(token, self.defaults.special)
-        content = active.text.push(piece)
+        is_eog = self.model.vocab.is_eog(token)
+        ends = is_eog and not request.sampling.ignore_eos
+        content = active.text.push(b"" if ends else self.model.vocab.piece(token,
+                                                                          self.defaults.special))
         if active.reasoning is not None:
             active.reasoning.after_token(active.text.text, self.model.vocab)
         if "\n" in content:
             active.has_new_line = True
-        if active.text.stopping_word:
-            stop_type = "word"
-        elif stop_type == "none":
-            stop_type = self._limit_reached(active, now)
-        if stop_type == "none" and request.job.n_indent > 0 and self._under_indented(active):
-            stop_type = "limit"
-        if stop_type != "none":
+        reason = self._stop_reason(active, is_eog, now)
+        if reason is not None:
             content += active.text.finish()
         if probs is not None:
             probs.token = content
             probs.bytes = list(content.encode())
             active.probs.append(probs)
         if request.job.stream:
-            timings = self._timings(active, now) if request.job.timings_per_token else None
+            timings = active.timings(now) if request.job.timings_per_token else None
             events.append((request.job.job_id, TokenEvent(
                 content=content, tokens=[token], timings=timings,
                 n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
                 probs=[probs] if probs is not None else [])))
-        if stop_type != "none":
-            self._finish(active, stop_type, now, events)
+        if reason is not None:
+            self._finish(active, reason.stop_type, now, events)
 
-    def _finish(self, active: Active, stop_type: str, now: float,
+    def _stop_reason(self, active: SlotRun, is_eog: bool, now: float) -> StopReason | None:
+        """The stop rules (worker/stopping.py) on this run's state; shifts the context first
+        when it is full and --context-shift is on; cuts the text for n_indent."""
+        request = active.request
+        context_full = len(active.slot.tokens) + 1 >= self.model.n_ctx_slot
+        predict_left = request.n_predict < 0 or len(active.generated) < request.n_predict
+        if context_full and predict_left and not (is_eog and not request.sampling.ignore_eos) \
+                and not active.text.stopping_word:
+            active.truncated = True
+            context_full = not (self.defaults.context_shift and self._shift_context(active))
+        cut, line_start = indent_cut(active.text.text, active.line_start, request.job.n_indent)
+        reason = stop_reason(StepState(
+            is_eog=is_eog, ignore_eos=request.sampling.ignore_eos,
+            stopping_word=bool(active.text.stopping_word), n_generated=len(active.generated),
+            n_predict=request.n_predict, context_full=context_full,
+            elapsed_ms=(now - active.t_prompt_done) * 1000,
+            t_max_predict_ms=request.job.t_max_predict_ms, has_new_line=active.has_new_line,
+            under_indented=cut is not None))
+        if reason is StopReason.N_INDENT and cut is not None:
+            active.text.text = active.text.text[:cut]
+        active.line_start = line_start
+        return reason
+
+    def _finish(self, active: SlotRun, stop_type: StopType, now: float,
                 events: list[JobEvent]) -> None:
         result = self._result(active, stop_type, now)
         self._count(result.timings, len(active.slot.tokens))
@@ -494,38 +478,10 @@ class Engine:
 
     def metrics_snapshot(self) -> WorkerMetrics:
         return self.metrics.model_copy(update={"requests_processing": len(self._active),
-                                               "requests_deferred": len(self._waiting)})
+                                               "requests_deferred": len(self._arrivals)
+                                               + len(self._admission.waiting)})
 
-    def _under_indented(self, active: Active) -> bool:
-        """n_indent: a new line that starts with less indentation ends the completion, cut
-        before its first character (llama-server's rule for code completion)."""
-        text = active.text.text
-        if active.line_start > 0:
-            pos = active.line_start
-            while pos < len(text) and text[pos] in " \t":
-                pos += 1
-            if pos < len(text) and pos - active.line_start < active.request.job.n_indent:
-                active.text.text = text[:pos]
-                return True
-        newline = text.find("\n", active.line_start)
-        if newline != -1:
-            active.line_start = newline + 1
-        return False
-
-    def _limit_reached(self, active: Active, now: float) -> str:
-        request = active.request
-        if 0 <= request.n_predict <= len(active.generated):
-            return "limit"
-        if len(active.slot.tokens) + 1 >= self.model.n_ctx_slot:
-            active.truncated = True
-            if not (self.defaults.context_shift and self._shift_context(active)):
-                return "limit"
-        limit_ms = request.job.t_max_predict_ms
-        if limit_ms > 0 and active.has_new_line and (now - active.t_prompt_done) * 1000 > limit_ms:
-            return "limit"
-        return "none"
-
-    def _shift_context(self, active: Active) -> bool:
+    def _shift_context(self, active: SlotRun) -> bool:
         """--context-shift: keep the first n_keep tokens, drop half of the rest, move the
         remainder back (llama-server's rule). False when the cache cannot shift."""
         memory, seq = self.model.memory, active.slot.slot_id
@@ -535,7 +491,9 @@ class Engine:
         n_keep = active.request.n_keep
         n_keep = len(active.request.prompt_tokens) if n_keep < 0 else n_keep
         n_keep = min(n_keep, self.model.n_ctx_slot - 4)
-        n_discard = (len(tokens) - n_keep) // 2
+        n_left = len(tokens) - n_keep
+        n_discard = active.request.n_discard or n_left // 2
+        n_discard = max(0, min(n_discard, n_left - 1))
         lc.llama_memory_seq_rm(memory, seq, n_keep, n_keep + n_discard)
         lc.llama_memory_seq_add(memory, seq, n_keep + n_discard, len(tokens), -n_discard)
         del tokens[n_keep : n_keep + n_discard]
@@ -543,7 +501,7 @@ class Engine:
                   n_discard)
         return True
 
-    def _result(self, active: Active, stop_type: str, now: float) -> CompletionResult:
+    def _result(self, active: SlotRun, stop_type: StopType, now: float) -> CompletionResult:
         request = active.request
         job = request.job
         stream = job.stream
@@ -554,37 +512,45 @@ class Engine:
             id_slot=active.slot.slot_id,
             model=self.defaults.model_alias,
             prompt=self.model.vocab.detokenize(request.prompt_tokens),
-            stop_type=stop_type,  # type: ignore[arg-type]
+            stop_type=stop_type.value,
             stopping_word=active.text.stopping_word,
             truncated=active.truncated,
             has_new_line=active.has_new_line,
             tokens_predicted=len(active.generated),
             tokens_evaluated=len(request.prompt_tokens),
             tokens_cached=len(active.slot.tokens),
-            generation_settings=self._settings(request),
-            timings=self._timings(active, now),
+            generation_settings=self._settings(active),
+            timings=active.timings(now),
             probs=[] if stream else active.probs,
             post_sampling_probs=job.post_sampling_probs,
         )
 
-    def _settings(self, request: Request) -> GenerationSettings:
-        return self.generation_settings(request.sampling, request.n_predict, request.stop,
-                                        request.job.stream, request.job.timings_per_token,
-                                        request.n_keep)
+    def _settings(self, active: SlotRun) -> GenerationSettings:
+        if active.settings is None:
+            active.settings = self._report_settings(active.request)
+        return active.settings
 
-    def generation_settings(self, sampling: SamplerConfig, n_predict: int, stop: list[str],
-                            stream: bool, timings_per_token: bool,
-                            n_keep: int) -> GenerationSettings:
-        return GenerationSettings(
-            **sampling.model_dump(), n_predict=n_predict, stop=stop, stream=stream,
-            max_tokens=n_predict, n_keep=n_keep, n_ctx=self.model.n_ctx_slot,
-            model=self.defaults.model_alias, timings_per_token=timings_per_token,
-        )
+    def _report_settings(self, request: Request) -> GenerationSettings:
+        job = request.job
+        return self.generation_settings(
+            request.sampling, n_predict=request.n_predict, stop=request.stop, stream=job.stream,
+            timings_per_token=job.timings_per_token, n_keep=request.n_keep,
+            n_discard=request.n_discard, n_probs=job.n_probs,
+            logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
+                        for t, b in request.logit_bias])
+
+    def generation_settings(self, sampling: SamplingSettings, **report: Any) -> GenerationSettings:
+        """What ran: the resolved sampling settings dumped as they are, and the rest."""
+        return GenerationSettings(**sampling.model_dump(), **report,
+                                  max_tokens=report["n_predict"], n_ctx=self.model.n_ctx_slot,
+                                  model=self.defaults.model_alias)
 
     def default_settings(self) -> GenerationSettings:
         d = self.defaults
-        return self.generation_settings(d.sampling, d.n_predict, list(d.stop), False, False,
-                                        d.n_keep)
+        bans = self.model.vocab.eog_tokens if d.sampling.ignore_eos else []  # --ignore-eos
+        return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=list(d.stop),
+                                        stream=False, timings_per_token=False, n_keep=d.n_keep,
+                                        logit_bias=[TokenBias(token=t, bias=None) for t in bans])
 
     def slot_states(self) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads).
@@ -605,7 +571,7 @@ class Engine:
                 state.n_prompt_tokens_processed = \
                     active.prompt_done - active.n_cached if processing else 0
                 state.n_prompt_tokens_cache = active.n_cached if processing else 0
-                state.params = self._settings(request)
+                state.params = self._settings(active)
                 state.next_token = [NextToken(
                     has_next_token=processing,
                     has_new_line=active.has_new_line and processing,
@@ -615,33 +581,12 @@ class Engine:
             states.append(state)
         return states
 
-    def _timings(self, active: Active, now: float) -> Timings:
-        """llama-server's timings: the prompt is timed until its first token is sampled; that
-        token costs no decode step, so the generation rates are over n - 1 steps."""
-        prompt_n = active.prompt_done - active.n_cached
-        prompt_ms = (active.t_prompt_last - active.t_start) * 1000 if active.t_prompt_last \
-            else 0.0
-        predicted_n = len(active.generated)
-        steps = max(0, predicted_n - 1)
-        predicted_ms = max(0.001, (now - active.t_prompt_done) * 1000) if predicted_n else 0.0
-        return Timings(
-            cache_n=active.n_cached,
-            prompt_n=prompt_n,
-            prompt_ms=prompt_ms,
-            prompt_per_token_ms=prompt_ms / prompt_n if prompt_n else 0.0,
-            prompt_per_second=prompt_n * 1000 / prompt_ms if prompt_ms else 0.0,
-            predicted_n=predicted_n,
-            predicted_ms=predicted_ms,
-            predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
-            predicted_per_second=steps * 1000 / predicted_ms if predicted_ms else 0.0,
-        )
-
     def _cancel_event(self, job_id: str) -> ErrorEvent:
         with self._wake:
             error = self._cancel_errors.pop(job_id, None)
         return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
 
-    def _release(self, active: Active) -> None:
+    def _release(self, active: SlotRun) -> None:
         self._previous[active.slot.slot_id] = active
         self.on_slots_changed()
         active.request.sampler.free()
@@ -649,7 +594,7 @@ class Engine:
         active.slot.last_used = time.monotonic()
         del self._active[active.slot.slot_id]
 
-    def _fail_one(self, active: Active, error: Exception, events: list[JobEvent]) -> None:
+    def _fail_one(self, active: SlotRun, error: Exception, events: list[JobEvent]) -> None:
         job_id = active.request.job.job_id
         log.exception("job %s: failed on slot %d", job_id, active.slot.slot_id, exc_info=error)
         info = (error if isinstance(error, LlamaqError)

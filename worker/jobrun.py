@@ -11,7 +11,14 @@ from arq import Retry
 from arq.worker import Function, func
 
 from scheduler.errors import LlamaqError, ServerError, Unavailable
-from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
+from scheduler.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    JobKind,
+    SlotActionJob,
+    TokenizeJob,
+    parse_job,
+)
 from scheduler.leases import Decision, Start, count_failure, count_retry, decide
 from scheduler.results import ErrorEvent
 from storage import StorageError
@@ -76,14 +83,17 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
 
 
 async def _dispatch(runtime: WorkerRuntime, payload: dict[str, Any], kind: str) -> None:
-    if kind == "completion":
-        await runtime.completion(CompletionJob.model_validate(payload))
-    elif kind == "slot_action":
-        await runtime.slot_action(SlotActionJob.model_validate(payload))
-    elif kind == "tokenize":
-        await runtime.tokenize(TokenizeJob.model_validate(payload))
-    else:
-        await runtime.detokenize(DetokenizeJob.model_validate(payload))
+    """The job, validated by the union and of the kind its arq function runs (an unknown kind
+    is an InvalidRequest, not a detokenize)."""
+    match parse_job(payload, JobKind(kind)):
+        case CompletionJob() as completion:
+            await runtime.completion(completion)
+        case SlotActionJob() as action:
+            await runtime.slot_action(action)
+        case TokenizeJob() as tokenize:
+            await runtime.tokenize(tokenize)
+        case DetokenizeJob() as detokenize:
+            await runtime.detokenize(detokenize)
 
 
 async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,

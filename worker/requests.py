@@ -1,4 +1,11 @@
-"""Turning a completion job into a Request a slot can run: tokens, limits, sampler chain."""
+"""Turning a completion job into a Request a slot can run: tokens, limits, sampler chain.
+
+Owns: the worker's defaults (EngineDefaults, from its flags) and how a job falls back on them;
+the checks that need the model (prompt tokens valid and within the slot's context, id_slot);
+the token biases applied (the request's or the server's, plus ignore_eos's bans of every
+end-of-generation token, as llama-server's logit_bias_eog). Runs on the event loop, before the
+request reaches the engine thread: a bad request fails here, without taking a slot.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,11 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.errors import ExceedContextSize, InvalidRequest
-from scheduler.jobs import CompletionJob, LogitBias
+from scheduler.jobs import CompletionJob, LogitBias, SamplingSettings
 from scheduler.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from worker.infill import infill_tokens
 from worker.model import LoadedModel
-from worker.sampling import SamplerChain, SamplerConfig
+from worker.sampling import SamplerChain, resolve_sampling
 from worker.vocab import Vocab
 
 
@@ -20,7 +27,7 @@ from worker.vocab import Vocab
 class EngineDefaults:
     """Server-wide settings a request falls back on (the worker's flags)."""
 
-    sampling: SamplerConfig
+    sampling: SamplingSettings
     n_predict: int
     n_keep: int
     cache_prompt: bool
@@ -44,13 +51,16 @@ class Request:
 
     job: CompletionJob
     prompt_tokens: list[int]
-    sampling: SamplerConfig
+    sampling: SamplingSettings
     sampler: SamplerChain
     n_predict: int
     cache_prompt: bool
     n_keep: int = 0
     cache_reuse: int = 0
     stop: list[str] = field(default_factory=list)
+    n_discard: int = 0
+    logit_bias: list[tuple[int, float]] = field(default_factory=list)
+    """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -79,17 +89,19 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
             f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
-    sampling = defaults.sampling.with_request(job.sampling, n_ctx)
+    sampling = resolve_sampling(defaults.sampling, job.sampling, n_ctx)
+    biases = token_biases(job.logit_bias or defaults.logit_bias, vocab)
+    if sampling.ignore_eos:  # llama-server's logit_bias_eog
+        biases += [(t, float("-inf")) for t in vocab.eog_tokens]
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
-                           token_biases(job.logit_bias or defaults.logit_bias, vocab),
-                           grammar_of(job, defaults))
+                           biases, grammar_of(job, defaults))
     sampler.accept_prompt(tokens)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
     stop = [s for s in job.stop if s] or list(defaults.stop)
     return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
-                   stop)
+                   stop, n_discard=job.n_discard or 0, logit_bias=biases)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

@@ -26,7 +26,13 @@ from scheduler.errors import (
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob, DetokenizeJob, SlotActionJob, TokenizeJob
+from scheduler.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    SamplingSettings,
+    SlotActionJob,
+    TokenizeJob,
+)
 from scheduler.leases import Leases, count_failure
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo, write_slots
@@ -43,6 +49,8 @@ from storage import (
     ModelFiles,
     ObjectNotFound,
     SlotSnapshotStore,
+    StorageError,
+    StorageUnavailable,
     check_slot_name,
     default_model_path,
     open_store,
@@ -55,9 +63,16 @@ from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_fun
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
-from worker.sampling import DEFAULT_SEED, SamplerConfig, normalize_samplers
+from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
-from worker.snapshots import erase_slot, restore_slot, save_slot
+from worker.snapshots import (
+    SnapshotMeta,
+    check_snapshot,
+    erase_slot,
+    restore_error,
+    restore_slot,
+    save_slot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +288,7 @@ class WorkerRuntime:
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings
-        sampling = SamplerConfig(
+        sampling = SamplingSettings(
             temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
             top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
             top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
@@ -386,15 +401,19 @@ class WorkerRuntime:
         if job.action == "save":
             data, tokens = await asyncio.wrap_future(
                 engine.run_on_slot(job.id_slot, lambda slot: save_slot(model, slot)))
-            await asyncio.to_thread(snapshots.save, job.filename, data,
-                                    {"tokens": tokens, "model": self.model_id})
+            meta = SnapshotMeta(model=self.model_id, tokens=tokens)
+            await asyncio.to_thread(snapshots.save, job.filename, data, meta.model_dump())
             n_tokens, n_bytes = len(tokens), len(data)
         elif job.action == "restore":
             try:
-                data, meta = await asyncio.to_thread(snapshots.load, job.filename)
+                data, stored = await asyncio.to_thread(snapshots.load, job.filename)
             except ObjectNotFound:
-                raise InvalidRequest(f"no saved slot named {job.filename!r}") from None
-            tokens = [int(t) for t in meta.get("tokens", [])]
+                raise restore_error(f"no slot save file named {job.filename!r}") from None
+            except StorageUnavailable:
+                raise
+            except StorageError:  # unreadable metadata
+                raise restore_error("invalid slot save file") from None
+            tokens = check_snapshot(stored, self.model_id).tokens
             n_bytes = await asyncio.wrap_future(engine.run_on_slot(
                 job.id_slot, lambda slot: restore_slot(model, slot, data, tokens)))
             n_tokens = len(tokens)

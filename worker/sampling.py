@@ -1,4 +1,11 @@
-"""Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order."""
+"""Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order.
+
+Owns: resolving a request's sampling overrides against the worker's defaults (one
+`model_copy(update=…)`, after llama-server's checks and clamps of scheduler/limits.py); the
+llama_sampler chain of a run (biases, grammar-first rejection sampling, the samplers in order,
+dist) and its candidates for post-sampling probabilities. The settings themselves are declared
+once, as scheduler/jobs.py SamplingSettings.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,13 @@ import math
 
 import llama_cpp as lc
 import numpy as np
-from pydantic import BaseModel
 
 from scheduler.errors import InvalidRequest
-from scheduler.jobs import SamplingParams
+from scheduler.jobs import DEFAULT_SEED, SamplingParams, SamplingSettings
 from scheduler.limits import SOFT_LIMITS, UINT32_MASK, check_sampling, clamp
 
-DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+__all__ = ["DEFAULT_SEED", "SamplerChain", "normalize_samplers", "resolve_sampling",
+           "token_probabilities"]
 SAMPLER_NAMES = {
     "penalties": "penalties",
     "dry": "dry",
@@ -31,60 +38,28 @@ SAMPLER_NAMES = {
 }
 
 
-class SamplerConfig(BaseModel):
-    """Fully resolved sampling settings of one request (server defaults + request overrides)."""
-
-    temperature: float = 0.8
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    top_n_sigma: float = -1.0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = 0.1
-    repeat_last_n: int = 64
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
-    dry_sequence_breakers: list[str] = ["\n", ":", '"', "*"]
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
-    seed: int = DEFAULT_SEED
-    ignore_eos: bool = False
-    min_keep: int = 0
-    samplers: list[str] = [
-        "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
-        "temperature",
-    ]
-
-    def with_request(self, request: SamplingParams, n_ctx: int) -> SamplerConfig:
-        """This config with the request's values, checked and clamped as llama-server does
-        (scheduler/limits.py), and the penalty windows clamped to the context (`n_ctx`)."""
-        check_sampling(request)
-        overrides = request.model_dump(exclude_none=True)
-        if "samplers" in overrides:
-            overrides["samplers"] = normalize_samplers(overrides["samplers"])
-        seed = overrides.get("seed", 0)
-        if seed < 0:
-            overrides["seed"] = DEFAULT_SEED
-        elif seed > UINT32_MASK:
-            overrides["seed"] = seed & UINT32_MASK
-        for name in SOFT_LIMITS:
-            if name in overrides:
-                overrides[name] = clamp(name, overrides[name])
-        if overrides.get("dry_base", self.dry_base) < 1.0:
-            overrides["dry_base"] = self.dry_base  # llama-server: < 1 takes the server's value
-        config = self.model_copy(update=overrides)
-        config.repeat_last_n = _window(config.repeat_last_n, n_ctx)
-        config.dry_penalty_last_n = _window(config.dry_penalty_last_n, n_ctx)
-        return config
+def resolve_sampling(defaults: SamplingSettings, request: SamplingParams,
+                     n_ctx: int) -> SamplingSettings:
+    """The worker's defaults with the request's values, checked and clamped as llama-server
+    does (scheduler/limits.py), and the penalty windows clamped to the context (`n_ctx`)."""
+    check_sampling(request)
+    overrides = request.model_dump(exclude_none=True)
+    if "samplers" in overrides:
+        overrides["samplers"] = normalize_samplers(overrides["samplers"])
+    seed = overrides.get("seed", 0)
+    if seed < 0:
+        overrides["seed"] = DEFAULT_SEED
+    elif seed > UINT32_MASK:
+        overrides["seed"] = seed & UINT32_MASK
+    for name in SOFT_LIMITS:
+        if name in overrides:
+            overrides[name] = clamp(name, overrides[name])
+    if overrides.get("dry_base", defaults.dry_base) < 1.0:
+        overrides["dry_base"] = defaults.dry_base  # llama-server: < 1 takes the server's value
+    config = defaults.model_copy(update=overrides)
+    config.repeat_last_n = _window(config.repeat_last_n, n_ctx)
+    config.dry_penalty_last_n = _window(config.dry_penalty_last_n, n_ctx)
+    return config
 
 
 def _window(last_n: int, n_ctx: int) -> int:
@@ -103,7 +78,7 @@ class SamplerChain:
     """A slot's samplers for one request: the llama_sampler chain, plus an optional grammar
     applied before it (grammar-first, so every sampled token is valid)."""
 
-    def __init__(self, config: SamplerConfig, vocab: lc.llama_vocab_p, n_vocab: int,
+    def __init__(self, config: SamplingSettings, vocab: lc.llama_vocab_p, n_vocab: int,
                  biases: list[tuple[int, float]], grammar: str | None) -> None:
         self._vocab = vocab
         self._n_vocab = n_vocab
@@ -119,7 +94,7 @@ class SamplerChain:
             lc.llama_sampler_chain_add(self._chain, sampler)
         self._candidates: np.ndarray | None = None
 
-    def _samplers(self, c: SamplerConfig, n_vocab: int,
+    def _samplers(self, c: SamplingSettings, n_vocab: int,
                   biases: list[tuple[int, float]]) -> list[lc.llama_sampler_p]:
         out = [_logit_bias(n_vocab, biases)] if biases else []
         if c.mirostat == 1:
@@ -134,7 +109,7 @@ class SamplerChain:
         out.append(lc.llama_sampler_init_dist(c.seed))
         return out
 
-    def _one(self, name: str, c: SamplerConfig, n_vocab: int) -> lc.llama_sampler_p:
+    def _one(self, name: str, c: SamplingSettings, n_vocab: int) -> lc.llama_sampler_p:
         match name:
             case "penalties":
                 return lc.llama_sampler_init_penalties(

@@ -1,4 +1,8 @@
-"""Slot bookkeeping as plain state: which slot a request gets and how much cache it can reuse."""
+"""Slot bookkeeping as plain state: which slot a request gets and how much cache it can reuse.
+
+Owns: SlotCache (the tokens a slot's KV holds), the choice of slot for a prompt, the reusable
+prefix and --cache-reuse chunks. No llama.cpp calls: the engine applies what these decide.
+"""
 
 from __future__ import annotations
 

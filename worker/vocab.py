@@ -24,6 +24,8 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(vocab)
         self.eos = lc.llama_vocab_eos(vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self.eog_tokens = [t for t in range(self.n_tokens) if lc.llama_vocab_is_eog(vocab, t)]
+        """Every end-of-generation token (EOS, EOT, …): what ignore_eos bans."""
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         try:

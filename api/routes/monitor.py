@@ -7,13 +7,15 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json, raw
 
+from api.chat.caps import chat_template_caps
+from api.chat.templates import ChatTemplate
 from api.fleet import Fleet
 from api.metrics import CONTENT_TYPE, render_metrics
 from api.settings import ApiSettings
 from api.wire.body import json_body
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.jobs import SlotActionJob
-from scheduler.registry import NextToken, SlotState
+from scheduler.registry import ModelMeta, NextToken, SlotState
 from scheduler.results import SlotActionResult
 from scheduler.slot_ids import locate_slot
 
@@ -108,7 +110,7 @@ async def props(request: Request) -> HTTPResponse:
         "model_alias": settings.model_id(),
         "model_path": first.model_path,
         "chat_template": first.meta.chat_template or "",
-        "chat_template_caps": {},
+        "chat_template_caps": _template_caps(settings, first.meta),
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
         "is_sleeping": False,
@@ -117,7 +119,18 @@ async def props(request: Request) -> HTTPResponse:
     })
 
 
+def _template_caps(settings: ApiSettings, meta: ModelMeta) -> dict[str, bool]:
+    """The capabilities of the template that chat requests use (llama.cpp's caps probes)."""
+    try:
+        source = ChatTemplate.for_model(settings, meta).source
+    except LlamaqError:  # a template that cannot be used: /props still answers
+        return {}
+    return chat_template_caps(source)
+
+
 def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
     data = state.model_dump(exclude_none=True)
     data["id"] = state.id + offset
+    if "params" in data:  # with the bans' -inf (null) biases, which exclude_none drops
+        data["params"] = state.params.model_dump() if state.params else data["params"]
     return data

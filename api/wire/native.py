@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from api.wire.body import drop_nulls
 from scheduler import limits
 from scheduler.errors import InvalidRequest, NotSupported
 from scheduler.jobs import (
@@ -34,11 +35,38 @@ class PromptObject(BaseModel):
 SinglePrompt = str | list[PromptPiece] | PromptObject
 
 
-class CompletionRequest(BaseModel):
+NATIVE_ALIASES: dict[str, tuple[str, ...]] = {
+    "n_predict": ("max_completion_tokens", "max_tokens"),
+    "n_cmpl": ("n",),
+    "n_probs": ("logprobs",),
+}
+"""llama-server's `add_alias` (server-schema.cpp): a field's other names, read in this order
+when the field itself is absent. (`grammar` and `reasoning_budget_end_tag` are aliases there
+too, of fields whose handlers read both names; here they are fields of their own.)"""
+
+
+class CompletionRequest(SamplingParams):
     """POST /completion. Unknown fields are ignored, as llama-server does; known fields must
-    have the right type."""
+    have the right type. `null` means the server's default, as in llama-server; llama-server's
+    aliases are read (NATIVE_ALIASES). The sampling fields are SamplingParams' (declared once,
+    in scheduler/jobs.py)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
+    native_aliases: ClassVar[bool] = True
+    """False for the OpenAI requests, whose fields of those names mean their OpenAI thing."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_and_aliases(cls, data: Any) -> Any:
+        data = drop_nulls(data)
+        if not (cls.native_aliases and isinstance(data, dict)):
+            return data
+        for name, aliases in NATIVE_ALIASES.items():
+            if name not in data:
+                alias = next((a for a in aliases if a in data), None)
+                if alias is not None:
+                    data[name] = data[alias]
+        return data
 
     prompt: SinglePrompt | list[SinglePrompt]
     stream: bool = False
@@ -48,6 +76,8 @@ class CompletionRequest(BaseModel):
     return_tokens: bool = False
     id_slot: int = -1
     n_keep: int | None = None
+    n_discard: int | None = None
+    """Tokens dropped by a context shift after the first n_keep (0: half of the rest)."""
     t_max_predict_ms: int = 0
     n_indent: int = Field(default=0, ge=0)
     timings_per_token: bool = False
@@ -65,32 +95,6 @@ class CompletionRequest(BaseModel):
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
-    temperature: float | None = None
-    dynatemp_range: float | None = None
-    dynatemp_exponent: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    typical_p: float | None = None
-    top_n_sigma: float | None = None
-    xtc_probability: float | None = None
-    xtc_threshold: float | None = None
-    repeat_last_n: int | None = None
-    repeat_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    dry_multiplier: float | None = None
-    dry_base: float | None = None
-    dry_allowed_length: int | None = None
-    dry_penalty_last_n: int | None = None
-    dry_sequence_breakers: list[str] | None = None
-    mirostat: int | None = None
-    mirostat_tau: float | None = None
-    mirostat_eta: float | None = None
-    seed: int | None = None
-    ignore_eos: bool | None = None
-    min_keep: int | None = None
-    samplers: list[str] | None = None
     lora: list[Any] | None = None
     """Per-request LoRA scales by adapter id. llama-server ignores ids of adapters that are not
     loaded, and no adapter is loaded yet (--lora is refused): checked, then ignored."""
@@ -150,6 +154,7 @@ class CompletionRequest(BaseModel):
             model=model, prompt=prompt, stream=self.stream, n_predict=self.n_predict,
             stop=self.stop, sampling=sampling, cache_prompt=self.cache_prompt,
             return_tokens=self.return_tokens, id_slot=self.id_slot, n_keep=self.n_keep,
+            n_discard=self.n_discard,
             n_cache_reuse=self.n_cache_reuse,
             t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
             n_indent=self.n_indent, return_progress=self.return_progress, n_probs=self.n_probs,
@@ -191,6 +196,11 @@ def _plain(prompt: SinglePrompt) -> str | list[PromptPiece]:
 class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data: Any) -> Any:
+        return drop_nulls(data)
+
     content: str
     add_special: bool = False
     parse_special: bool = True
@@ -203,6 +213,11 @@ class TokenizeRequest(BaseModel):
 
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data: Any) -> Any:
+        return drop_nulls(data)
 
     tokens: list[int] = Field(default_factory=list)
 

@@ -5,7 +5,7 @@ too (the fields of the native `CompletionRequest`), as llama-server does."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,7 @@ class OpenAIOptions(CompletionRequest):
     options on top of llama.cpp's. A field sent as `null` counts as absent, as in llama-server."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
+    native_aliases: ClassVar[bool] = False
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=-1)

@@ -1,0 +1,96 @@
+"""Admission and the batch budget (worker/admission.py) as plain state, as TGI tests its queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from worker.admission import Admission, prompt_chunks
+from worker.slots import SlotCache
+
+
+@dataclass(frozen=True)
+class FakeJob:
+    job_id: str
+    id_slot: int = -1
+
+
+@dataclass
+class Req:
+    job: FakeJob
+    prompt_tokens: list[int] = field(default_factory=lambda: [1, 2, 3])
+    cache_prompt: bool = True
+
+
+def req(job_id: str, prompt: list[int] | None = None, id_slot: int = -1,
+        cache_prompt: bool = True) -> Req:
+    return Req(FakeJob(job_id, id_slot), prompt or [1, int.from_bytes(job_id.encode())],
+               cache_prompt)
+
+
+def test_admits_in_order_while_slots_are_idle() -> None:
+    slots = [SlotCache(0), SlotCache(1)]
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a"), req("b"), req("c")])
+    decision = queue.admit(slots, set(), running=0, prefilling=[])
+    assert [(r.job.job_id, s.slot_id) for r, s in decision.admitted] in (
+        [("a", 0), ("b", 1)], [("a", 1), ("b", 0)])
+    assert all(s.busy for s in slots)
+    assert [r.job.job_id for r in queue.waiting] == ["c"]
+    assert queue.admit(slots, set(), running=2, prefilling=[]).admitted == []
+    slots[0].busy = False
+    assert [r.job.job_id for r, _ in queue.admit(slots, set(), 1, []).admitted] == ["c"]
+    assert not queue.waiting
+
+
+def test_prefers_the_slot_that_holds_the_prompt() -> None:
+    slots = [SlotCache(0, tokens=[9, 9]), SlotCache(1, tokens=[5, 6, 7])]
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a", [5, 6, 8])])
+    (_, slot), = queue.admit(slots, set(), 0, []).admitted
+    assert slot.slot_id == 1
+
+
+def test_a_requested_slot_waits_until_it_is_idle() -> None:
+    slots = [SlotCache(0, busy=True), SlotCache(1)]
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a", id_slot=0), req("b")])
+    decision = queue.admit(slots, set(), 1, [])
+    assert [(r.job.job_id, s.slot_id) for r, s in decision.admitted] == [("b", 1)]
+    assert [r.job.job_id for r in queue.waiting] == ["a"]  # b went ahead: a waits its slot
+
+
+def test_cancelled_requests_leave_the_queue() -> None:
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a"), req("b")])
+    decision = queue.admit([SlotCache(0)], {"a"}, 0, [])
+    assert [r.job.job_id for r in decision.cancelled] == ["a"]
+    assert [r.job.job_id for r, _ in decision.admitted] == ["b"]
+
+
+def test_a_twin_waits_for_the_prompt_being_evaluated() -> None:
+    slots = [SlotCache(0), SlotCache(1), SlotCache(2)]
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a", [1, 2, 3]), req("b", [1, 2, 3]),
+                  req("c", [1, 2, 3], cache_prompt=False)])
+    decision = queue.admit(slots, set(), 0, [])
+    assert [r.job.job_id for r, _ in decision.admitted] == ["a", "c"]
+    assert [r.job.job_id for r in queue.waiting] == ["b"]
+    assert queue.admit(slots, set(), 2, [[1, 2, 3]]).admitted == []  # a still evaluating
+    assert [r.job.job_id for r, _ in queue.admit(slots, set(), 2, []).admitted] == ["b"]
+
+
+def test_without_continuous_batching_nothing_joins_a_running_batch() -> None:
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a"), req("b")])
+    slots = [SlotCache(0), SlotCache(1), SlotCache(2)]
+    assert queue.admit(slots, set(), 1, [], cont_batching=False).admitted == []
+    assert len(queue.waiting) == 2
+    assert len(queue.admit(slots, set(), 0, [], cont_batching=False).admitted) == 2
+
+
+def test_prompt_chunks_share_the_batch_in_order() -> None:
+    assert prompt_chunks(0, [(0, 10)], 16) == [10]
+    assert prompt_chunks(2, [(0, 10), (0, 10)], 16) == [10, 4]
+    assert prompt_chunks(4, [(3, 10), (0, 10)], 8) == [7, 0]
+    assert prompt_chunks(8, [(0, 10)], 8) == [0]
+    assert prompt_chunks(0, [], 8) == []

@@ -1,0 +1,55 @@
+"""/metrics text as llama-server writes it (series names exact, spec-decode counters at 0)."""
+
+from __future__ import annotations
+
+from api.metrics import render_metrics
+from scheduler.registry import WorkerMetrics
+
+
+def series(text: str) -> dict[str, tuple[str, float]]:
+    """name -> (type, value)."""
+    types = {line.split()[2]: line.split()[3] for line in text.splitlines()
+             if line.startswith("# TYPE ")}
+    return {line.split()[0]: (types[line.split()[0].split("{")[0]], float(line.split()[1]))
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_spec_decode_counters_are_zero_when_it_is_off() -> None:
+    found = series(render_metrics([WorkerMetrics(n_decode_total=3)]).decode())
+    for name in ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+                 "spec_decode_num_drafts_total"):
+        assert found[f"llamacpp:{name}"] == ("counter", 0.0)
+    assert not any("per_pos" in name for name in found)
+
+
+def test_n_tokens_max_keeps_its_name_as_a_counter() -> None:
+    workers = [WorkerMetrics(n_tokens_max=40), WorkerMetrics(n_tokens_max=90)]
+    found = series(render_metrics(workers).decode())
+    assert found["llamacpp:n_tokens_max"] == ("counter", 90.0)
+    assert "llamacpp:n_tokens_max_total" not in found
+
+
+def test_sums_over_workers_and_averages() -> None:
+    workers = [WorkerMetrics(tokens_predicted_total=5, tokens_predicted_seconds_total=0.5,
+                             n_decode_total=4, n_busy_slots_total=8),
+               WorkerMetrics(tokens_predicted_total=15, tokens_predicted_seconds_total=1.5,
+                             n_decode_total=6, n_busy_slots_total=12)]
+    found = series(render_metrics(workers).decode())
+    assert found["llamacpp:tokens_predicted_total"] == ("counter", 20.0)
+    assert found["llamacpp:predicted_tokens_seconds"] == ("gauge", 10.0)
+    assert found["llamacpp:n_busy_slots_per_decode"] == ("gauge", 2.0)
+    assert found["llamacpp:requests_processing"] == ("gauge", 0.0)
+
+
+def test_llamaqs_own_queue_series() -> None:
+    from api.metrics import QueueStats
+
+    text = render_metrics([WorkerMetrics(requests_deferred=1)],
+                          QueueStats(depth=3, oldest_s=1.5, retried=2, failed={"poison": 1}))
+    found = series(text.decode())
+    assert found["llamacpp:requests_deferred"] == ("gauge", 4.0)
+    assert found["llamaq:queue_depth"] == ("gauge", 3.0)
+    assert found["llamaq:queue_oldest_seconds"] == ("gauge", 1.5)
+    assert found["llamaq:jobs_retried_total"] == ("counter", 2.0)
+    assert found['llamaq:jobs_failed_total{cause="poison"}'] == ("counter", 1.0)
+    assert found['llamaq:jobs_failed_total{cause="worker_died"}'] == ("counter", 0.0)
