@@ -68,3 +68,10 @@ class StreamRecords:
     async def holder(self, record_id: str) -> str | None:
         holder = await self._redis.get(keys.stream_holder(record_id))
         return None if holder is None else holder.decode()
+
+    async def job_ids(self, record_id: str) -> list[str]:
+        """The jobs of a streamed response; 404 when the record is unknown or expired."""
+        body = await self._redis.get(keys.stream_record(record_id))
+        if body is None:
+            raise NotFound(f"unknown or expired stream {record_id!r}")
+        return StreamRecord.model_validate_json(body).job_ids

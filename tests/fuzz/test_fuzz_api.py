@@ -224,6 +224,11 @@ def test_fuzz_every_endpoint(tiny_fleet: Fleet, document: dict[str, Any]) -> Non
             if time.monotonic() > deadline:
                 break
             url = api + path.replace("{id_slot}", "0")
+            if method == "delete":  # /v1/streams/{record_id}: ids of no stream
+                for record in ("x", "0-1.2", "-", "a" * 300, "%00", "x-..-"):
+                    tally.check(client.delete(url.replace("{record_id}", record)),
+                                f"DELETE {path} {record[:20]}")
+                continue
             if method == "get":
                 for query in ("", "?fail_on_no_slot=1", "?model=x"):
                     tally.check(client.get(url + query), f"GET {path}{query}")

@@ -89,3 +89,21 @@ def test_lora_adapters_and_props_post(api: str) -> None:
     assert httpx.get(f"{api}/lora-adapters").json() == []
     assert httpx.post(f"{api}/lora-adapters", json=[{"id": 0, "scale": 1}]).status_code == 400
     assert httpx.post(f"{api}/props", json={}).status_code == 501
+
+
+def test_stopping_a_stream_frees_its_slot_at_once(api: str) -> None:
+    """DELETE /v1/streams/{id} (ours) with an event id of the stream: its job ends now, not
+    after the grace a dropped client gets for a resume; an unknown id is a 404."""
+    body = {"prompt": "Count: 1, 2,", "n_predict": 2000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{api}/completion", json=body, timeout=60) as response:
+        n_data = 0
+        for line in response.iter_lines():  # the stream ends well before 2000 tokens
+            n_data += line.startswith("data:")
+            if line.startswith("id:") and n_data == 1:
+                stopped = httpx.delete(f"{api}/v1/streams/{line[3:].strip()}", timeout=10)
+                assert stopped.status_code == 200, stopped.text
+                assert stopped.json()["stopped"] == 1
+    assert 1 <= n_data < 1000
+    missing = httpx.delete(f"{api}/v1/streams/nosuchstream", timeout=10)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "not_found_error"

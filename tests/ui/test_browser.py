@@ -329,8 +329,8 @@ def test_reasoning_streams_folded(redis_url: str, workdir: Path, gemma_path: Pat
     template.write_text(THINKING_TEMPLATE)
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
     try:
-        url = fleet.add_api("--chat-template-file", str(template),
-                            "--ui-config", json.dumps({"max_tokens": 16}))
+        url = fleet.add_api("--chat-template-file", str(template),  # greedy: the same text
+                            "--ui-config", json.dumps({"max_tokens": 16, "temperature": 0}))
         page.goto(f"{url}/")
         expect(page.get_by_label("Model")).to_have_value("gemma")
         before = _send(page, "Why is the sky blue?")

@@ -1,6 +1,6 @@
 // Conversations kept in the browser, streamed answers, stop / regenerate / edit / copy.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { AuthError, streamJson } from './api.js';
+import { AuthError, stopStream, streamJson } from './api.js';
 import { Message } from './Message.jsx';
 import { SettingsPanel } from './SettingsPanel.jsx';
 import { loadConversations, newId, saveConversations } from './storage.js';
@@ -42,6 +42,7 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
   // Ask for an answer to `history` (which ends with a user message) in conversation `id`.
   async function answer(id, history) {
     const abort = new AbortController();
+    abort.eventId = null;
     controller.current = abort;
     setBusy(true);
     const reply = { id: newId(), role: 'assistant', content: '', reasoning: '', model };
@@ -65,6 +66,8 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
           timings: event.timings || last.timings,
           finish: choice.finish_reason || last.finish,
         }));
+      }, (eventId) => {
+        abort.eventId = eventId;
       });
     } catch (error) {
       if (abort.signal.aborted) {
@@ -90,7 +93,12 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
     if (current.messages.length === 0) update(current.id, (c) => ({ ...c, title: text.slice(0, 40) }));
     answer(current.id, history);
   };
-  const stop = () => controller.current && controller.current.abort();
+  const stop = () => {
+    const abort = controller.current;
+    if (!abort) return;
+    abort.abort();
+    if (abort.eventId) stopStream(abort.eventId).catch(() => {});
+  };
   const regenerate = (index) => answer(current.id, current.messages.slice(0, index));
   const edit = (index, content) =>
     answer(current.id, [...current.messages.slice(0, index), { ...current.messages[index], content }]);

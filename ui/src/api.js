@@ -38,8 +38,9 @@ export async function getText(path) {
   return response.text();
 }
 
-// POST a streaming request and call onEvent with every parsed `data:` JSON object.
-export async function streamJson(path, body, signal, onEvent) {
+// POST a streaming request and call onEvent with every parsed `data:` JSON object (and onId
+// with every SSE event id: the stream can be stopped at once with stopStream(id)).
+export async function streamJson(path, body, signal, onEvent, onId = () => {}) {
   const response = await fetch(apiUrl(path), {
     method: 'POST',
     headers: headers({ 'Content-Type': 'application/json' }),
@@ -59,6 +60,7 @@ export async function streamJson(path, body, signal, onEvent) {
       const block = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       for (const line of block.split('\n')) {
+        if (line.startsWith('id:')) onId(line.slice(3).trim());
         if (!line.startsWith('data:')) continue;
         const data = line.slice(5).trim();
         if (data === '[DONE]') return;
@@ -68,6 +70,16 @@ export async function streamJson(path, body, signal, onEvent) {
       }
     }
   }
+}
+
+// Stop a streamed response now: aborting the fetch alone leaves its job a few seconds in which
+// the stream could be resumed; the Stop button means it.
+export async function stopStream(eventId) {
+  const record = eventId.split('-')[0];
+  await fetch(apiUrl(`v1/streams/${encodeURIComponent(record)}`), {
+    method: 'DELETE',
+    headers: headers(),
+  });
 }
 
 // Prometheus text to {name: value}, the llamacpp: / llamaq: prefixes dropped; a labelled
