@@ -136,7 +136,7 @@ def stream_completion(base: str, body: dict[str, object], on_first: Callable[[],
                       timeout=TIMEOUT_S) as response:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
-            if not line:
+            if not line or line.startswith(("id:", ":")):  # event ids and pings
                 continue
             if not line.startswith("data: "):
                 end.errors.append(line)
