@@ -190,6 +190,9 @@ def check_drain(base: str, n_parallel: int, redis: str, containers: list[str],
         after = httpx.post(f"{base}/completion", json={"prompt": "Hello", "n_predict": 4},
                            timeout=TIMEOUT_S)
         assert after.status_code == 200, after.text
+        # a scale-down removes the stopped container; left stopped, podman 4.3's restart
+        # policy may bring it back while `down` runs
+        podman("rm", "-f", second.container)
 
 
 def main() -> None:
