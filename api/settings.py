@@ -6,7 +6,7 @@ from typing import ClassVar, Self
 
 from pydantic import model_validator
 
-from scheduler.config import CommonSettings, flag
+from llamaq.settings import CommonSettings, flag
 from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from api.settings import ApiSettings
-from scheduler.config import CommonSettings, FlagError, ProcessSettings, split_args
-from scheduler.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
+from llamaq.settings import CommonSettings, FlagError, ProcessSettings, split_args
+from llamaq.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
 from worker.settings import WorkerSettings
 
 ROLES: tuple[tuple[str, type[ProcessSettings]], ...] = (

@@ -16,8 +16,8 @@ from pathlib import Path
 from redis import Redis
 from redis.exceptions import RedisError
 
+from llamaq.settings import CommonSettings
 from scheduler import keys
-from scheduler.config import CommonSettings
 
 TIMEOUT_S = 5.0
 

@@ -15,7 +15,7 @@ from api.settings import ApiSettings
 from llamaq.flag_lists import refuse_other_roles_flags
 from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
-from scheduler.config import CommonSettings
+from llamaq.settings import CommonSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """How the worker's llama-server flags reach llama.cpp.
 
 Flags that map onto llama_model_params / llama_context_params are passed through. Flags for
-features the worker does not have are refused before anything loads (scheduler/spec_flags.py)."""
+features the worker does not have are refused before anything loads (llamaq/spec_flags.py)."""
 
 from __future__ import annotations
 

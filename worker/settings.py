@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from scheduler.config import CommonSettings, flag
+from llamaq.settings import CommonSettings, flag
 from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api.settings import ApiSettings
-from scheduler.config import CommonSettings, ProcessSettings, flag
+from llamaq.settings import CommonSettings, ProcessSettings, flag
 from worker.settings import WorkerSettings
 
 

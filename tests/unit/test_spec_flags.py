@@ -13,8 +13,8 @@ import pytest
 
 from api.settings import ApiSettings
 from llamaq.flag_lists import declared_names, render
-from scheduler.config import CommonSettings, FlagError, ProcessSettings, split_args
-from scheduler.spec_flags import (
+from llamaq.settings import CommonSettings, FlagError, ProcessSettings, split_args
+from llamaq.spec_flags import (
     BUILT_ELSEWHERE,
     BUILT_IN_PARSER,
     SPEC_FLAGS,

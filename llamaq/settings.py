@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Self, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from scheduler.spec_flags import FlagStatus, by_status, refused_envs, refused_names
+from llamaq.spec_flags import FlagStatus, by_status, refused_envs, refused_names
 from storage.models import DEFAULT_MODEL_FILE
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
