@@ -143,3 +143,8 @@ requests at once instead of after --timeout."""
 HUB_GRACE_S = 3.0
 """How long an api pod's event hub may be cut from Redis before its open streams end with an
 error (a shorter blip is bridged: missed events are read back from the jobs' logs)."""
+
+MODELS_CHANNEL = f"{PREFIX}:models:events"
+"""Pub/sub of model lifecycle events (router mode): each message is the JSON of one event of the
+spec's `GET /models/sse` (model_status, download_progress, download_finished, download_failed,
+model_remove, models_reload), published by whichever process saw it, relayed by every api pod."""
