@@ -66,7 +66,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     @app.before_server_start
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
-                                            settings.queue_max, settings.n_probs_max)
+                                            settings.queue_max, settings.n_probs_max,
+                                            settings.prefix_affinity)
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
 
     @app.after_server_start

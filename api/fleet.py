@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from api.metrics import QueueStats
 from scheduler import keys, limits
+from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.connections import arq_settings, open_redis
 from scheduler.hub import EventHub
@@ -29,8 +30,9 @@ class CheckedJobClient(JobClient):
 
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
                  queue_limit: QueueLimit | None = None,
-                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> None:
-        super().__init__(redis, arq, hub, timeout_s, queue_limit)
+                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
+                 affinity: Affinity | None = None) -> None:
+        super().__init__(redis, arq, hub, timeout_s, queue_limit, affinity)
         self.n_probs_max = n_probs_max
 
     def submit(self, job: AnyJob) -> AbstractAsyncContextManager[JobEvents]:  # type: ignore[override]
@@ -51,7 +53,10 @@ class Fleet:
 
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
-                      n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> Fleet:
+                      n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
+                      prefix_affinity: int = DEFAULT_MIN_CHARS) -> Fleet:
+        """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
+        a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
         arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
@@ -59,7 +64,9 @@ class Fleet:
         await hub.start()
         fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
                     queue_max)
-        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max)
+        affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
+        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
+                                      affinity)
         return fleet
 
     async def queue_limit(self, model_id: str) -> int | None:

@@ -7,6 +7,7 @@ from typing import ClassVar, Self
 from pydantic import model_validator
 
 from llamaq.settings import CommonSettings, flag
+from scheduler.affinity import DEFAULT_MIN_CHARS
 from scheduler.limits import DEFAULT_N_PROBS_MAX
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
@@ -124,6 +125,12 @@ class ApiSettings(CommonSettings):
                             "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
+    prefix_affinity: int = flag(DEFAULT_MIN_CHARS, "--prefix-affinity",
+                                env="LLAMAQ_PREFIX_AFFINITY",
+                                help="cache-aware routing: a completion whose prompt begins with "
+                                "at least this many characters that a worker's slots hold goes "
+                                "to that worker when it has a free slot (0 = off: every "
+                                "completion goes to the shared queue)")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler import keys
+from scheduler.affinity import Affinity, RoutedJob
 from scheduler.errors import (
     LlamaqError,
     NotFound,
@@ -68,8 +69,10 @@ class JobEvents:
     unless it is due to run again on another worker."""
 
     def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
-                 redis: Redis, hub: EventHub) -> None:
+                 redis: Redis, hub: EventHub, routed: RoutedJob | None = None) -> None:
         self.job_id = job.job_id
+        self._routed = routed
+        """Set when cache-aware routing sent the job to a worker's own queue."""
         self._model_id = job.model
         self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
             else None
@@ -114,6 +117,8 @@ class JobEvents:
         event = envelope.event
         if not isinstance(event, StartedEvent):
             self._shown += 1
+        if self._routed is not None:
+            self._routed.settle()  # whatever came: the job left the worker's queue
         if isinstance(event, ErrorEvent):
             self.finished = True
             raise error_from_info(event.error)
@@ -189,20 +194,27 @@ class JobEvents:
         return logged[0]
 
     async def _check_worker(self) -> None:
-        """Raise if the job's worker died and the job may not run again."""
+        """Raise if the job's worker died and the job may not run again. A job that cache-aware
+        routing sent to a worker's own queue moves to the shared queue when that worker did
+        not take it in time, or when it may run again after its worker died (nobody polls a
+        dead worker's queue)."""
         lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
         if lapse is None or lapse.tries == self._rerun_of:
+            await self._unstick()
             return
         decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
         if decision is Decision.RUN:
             log.warning("job %s: its worker died before it sent anything; it runs again on "
                         "another worker", self.job_id)
             self._rerun_of = lapse.tries
+            await self._unstick()
             return
         await count_failure(self._redis, self._model_id, decision.value)
-        if self._pinned_worker:  # its queue dies with it
-            await forget_queued(self._redis, keys.worker_queue(self._model_id,
-                                                               self._pinned_worker), self.job_id)
+        queued_at = self._pinned_worker or (self._routed.worker_id if self._routed is not None
+                                            and not self._routed.moved else None)
+        if queued_at:  # its queue dies with its worker
+            await forget_queued(self._redis, keys.worker_queue(self._model_id, queued_at),
+                                self.job_id)
         if decision is Decision.POISON:
             log.error("job %s: poison job: it was running when %d workers died; ending it",
                       self.job_id, lapse.tries)
@@ -210,6 +222,11 @@ class JobEvents:
                               "not retried")
         log.warning("job %s: its worker stopped", self.job_id)
         raise Unavailable("the worker running this request stopped")
+
+    async def _unstick(self) -> None:
+        if self._routed is not None and await self._routed.unstick():
+            log.warning("job %s: not taken by worker %s; moved to the shared queue",
+                        self.job_id, self._routed.worker_id)
 
     async def result(self) -> Result:
         async for event in self:
@@ -260,8 +277,11 @@ async def merge_events(streams: list[JobEvents]) -> AsyncGenerator[ChoiceEvent, 
 
 class JobClient:
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
-                 queue_limit: QueueLimit | None = None) -> None:
-        """`queue_limit` says how many jobs of the model may wait (None: no bound)."""
+                 queue_limit: QueueLimit | None = None,
+                 affinity: Affinity | None = None) -> None:
+        """`queue_limit` says how many jobs of the model may wait (None: no bound);
+        `affinity` routes completions to the worker that holds their prompt's beginning."""
+        self._affinity = affinity
         self._redis = redis
         self._arq = arq
         self._hub = hub
@@ -291,21 +311,32 @@ class JobClient:
     @contextlib.asynccontextmanager
     async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         queue_name = queue_for(job)
-        if queue_name == keys.slot_queue(job.model):
+        routed = None
+        if queue_name == keys.slot_queue(job.model) and self._affinity is not None \
+                and isinstance(job, CompletionJob):
+            worker_id = await self._affinity.route(job)
+            if worker_id is not None:
+                routed = RoutedJob(self._affinity, job.model, worker_id, job.job_id)
+                queue_name = keys.worker_queue(job.model, worker_id)
+        if routed is None and queue_name == keys.slot_queue(job.model):
             await self._check_room(job.model, queue_name)
-        async with self._hub.subscription(job.job_id) as queue:
-            self._open[job.job_id] = queue
-            await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
-                                        _job_id=job.job_id, _queue_name=queue_name,
-                                        _expires=keys.JOB_TTL_S)
-            await self._redis.publish(keys.wake_channel(queue_name), b"1")
-            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
-            try:
-                yield events
-            finally:
-                self._open.pop(job.job_id, None)
-                if not events.finished and not events.handed_off:
-                    await asyncio.shield(self.cancel(events.job_id))
+        try:
+            async with self._hub.subscription(job.job_id) as queue:
+                self._open[job.job_id] = queue
+                await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
+                                            _job_id=job.job_id, _queue_name=queue_name,
+                                            _expires=keys.JOB_TTL_S)
+                await self._redis.publish(keys.wake_channel(queue_name), b"1")
+                events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed)
+                try:
+                    yield events
+                finally:
+                    self._open.pop(job.job_id, None)
+                    if not events.finished and not events.handed_off:
+                        await asyncio.shield(self.cancel(events.job_id))
+        finally:
+            if routed is not None:
+                routed.settle()
 
     async def _check_room(self, model_id: str, queue_name: str) -> None:
         """Backpressure: past the bound, 503 with Retry-After at once instead of a wait."""

@@ -148,3 +148,9 @@ MODELS_CHANNEL = f"{PREFIX}:models:events"
 """Pub/sub of model lifecycle events (router mode): each message is the JSON of one event of the
 spec's `GET /models/sse` (model_status, download_progress, download_finished, download_failed,
 model_remove, models_reload), published by whichever process saw it, relayed by every api pod."""
+
+
+def worker_prefixes(worker_id: str) -> str:
+    """JSON PrefixSummary of a worker (scheduler/affinity.py): hashes of the prompt blocks its
+    slots hold and its free slots, for cache-aware routing; expires with its heartbeats."""
+    return f"{PREFIX}:worker:{worker_id}:prefixes"

@@ -160,6 +160,15 @@ class Engine:
     def busy_slots(self) -> int:
         return len(self._active)
 
+    def slot_jobs(self) -> list[CompletionJob | None]:
+        """Per slot, the job whose prompt its cache begins with (the running or the last one;
+        None for an empty slot), for cache-aware routing (read from another thread)."""
+        held = []
+        for slot in self.slots:
+            run = self._active.get(slot.slot_id) or self._previous.get(slot.slot_id)
+            held.append(run.request.job if run is not None and slot.tokens else None)
+        return held
+
     # -- the engine thread ---------------------------------------------------------------
 
     def _run(self) -> None:

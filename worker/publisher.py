@@ -56,8 +56,9 @@ class EventPublisher:
     def __init__(self, redis: Redis,
                  before_results: Callable[[Pipeline], None] = lambda _: None,
                  on_lost: Callable[[str], None] = lambda _: None) -> None:
-        """`before_results` adds commands to the pipeline of a batch that ends jobs, ahead
-        of the events (so what it writes is there when the client gets its result).
+        """`before_results` adds commands to the pipeline of a batch that starts or ends jobs,
+        ahead of the events (so what it writes is there when the client gets its result, and
+        an api that sees a job start reads its slot taken).
         `on_lost(job_id)` ends a job whose events could not be sent (cancels it)."""
         self._redis = redis
         self._before_results = before_results
@@ -110,7 +111,7 @@ class EventPublisher:
     async def _send(self, events: list[JobEvent]) -> None:
         envelopes = self._number([(j, e) for j, e in events
                                   if j not in self._lost and j not in self._dropped])
-        ends = any(e.event.kind in ("final", "error") for e in envelopes)
+        ends = any(e.event.kind in ("started", "final", "error") for e in envelopes)
         if await self._write(self._owed + envelopes, ends):
             self._owed.clear()
         else:

@@ -18,6 +18,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from scheduler import keys
+from scheduler.affinity import PrefixIndex
 from scheduler.connections import arq_settings, open_redis
 from scheduler.errors import (
     InvalidRequest,
@@ -96,6 +97,7 @@ class WorkerRuntime:
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
+        self._prefixes = PrefixIndex()
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -221,9 +223,14 @@ class WorkerRuntime:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
         assert self.engine is not None
-        pipe.set(keys.worker_metrics(self.worker_id),
-                 self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+        metrics = self.engine.metrics_snapshot()
+        pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
+        n_free = len(self.engine.slots) - metrics.requests_processing - metrics.requests_deferred
+        pipe.set(keys.worker_prefixes(self.worker_id),
+                 self._prefixes.summary(self.engine.slot_jobs(), n_free).model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""

@@ -1,0 +1,286 @@
+"""Cache-aware routing: a request whose prompt begins like what a worker's slots already hold
+goes to that worker (when it has a free slot), so the worker reuses its KV cache instead of
+evaluating the prefix again. No llama-server has this; SGLang's router and Ray Serve's prefix
+affinity do.
+
+How it works:
+- Each worker publishes a `PrefixSummary` in the registry (`keys.worker_prefixes`): the hashes
+  of the blocks of the prompts its slots hold, and how many slots are free. It is written with
+  the slot states, and ahead of every batch of events that starts or ends a job, so an api that
+  sees a job start or end reads a summary that already shows it.
+- The api hashes the new prompt the same way and asks `PrefixRouter.choose`: the worker whose
+  summary holds the longest run of the prompt's leading blocks — at least `min_chars` — wins
+  if it has a free slot (its published free slots minus the jobs this pod sent it that have not
+  started yet); otherwise the job goes to the model's shared queue as before.
+- A routed job goes to the chosen worker's own queue, but stays movable (it is not pinned like
+  an `id_slot` job): if no worker took it within `TAKE_WITHIN_S` (the worker stalled, died, is
+  busy after all, or handed it back while draining) or its run died with the worker before it
+  sent anything, the api waiting for it moves it to the shared queue (`MOVE_TO_SHARED`,
+  atomic: only a job still queued and held by nobody moves). The re-run rule of
+  scheduler/leases.py is unchanged: a moved job is an unpinned completion.
+
+What is hashed: the prompt's *text*, in blocks of BLOCK_CHARS characters, each hash chained to
+the one before (a block's hash stands for everything up to its end, so "the first k blocks
+match" is "the k-th hash matches"). Not tokens, because the api has no vocabulary (the api image
+has no llama.cpp; a tokenize job per request would add a round trip to a worker before every
+request, which is what this feature saves). Both sides hash the very same thing: the job's
+`prompt` field (rendered chat template included), which the worker keeps for the job whose
+tokens a slot holds. Text blocks are as good a proxy as token blocks for "the slot's KV holds
+this prefix": equal text gives equal tokens up to the last few tokens before the point where
+the texts differ. Prompts given as token ids hash their ids the same way (`prompt_text`).
+Hashes are 8 bytes of BLAKE2b: a summary of 4 slots x 64 blocks is ~2 KB.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
+from pydantic import BaseModel, ValidationError
+from redis.asyncio import Redis
+
+from scheduler import keys
+from scheduler.jobs import CompletionJob, PromptPiece
+
+BLOCK_CHARS = 256
+"""Characters per hashed block (~64 tokens of English text)."""
+DIGEST_BYTES = 8
+MAX_BLOCKS_PER_SLOT = 512
+"""A slot's prompt is summarized up to this many blocks (128k characters)."""
+DEFAULT_MIN_CHARS = 1024
+"""The shortest shared beginning (characters) worth a routing decision (--prefix-affinity)."""
+TAKE_WITHIN_S = 1.0
+"""A routed job that no worker took within this long moves to the shared queue."""
+
+
+def prompt_text(prompt: list[PromptPiece] | str) -> str:
+    """The prompt as one string for hashing: text pieces as they are, token ids as
+    `\\x00<id>\\x00` (a character no text prompt sends before tokenization)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(p if isinstance(p, str) else f"\x00{p}\x00" for p in prompt)
+
+
+def block_hashes(text: str, block_chars: int = BLOCK_CHARS,
+                 max_blocks: int = MAX_BLOCKS_PER_SLOT) -> list[bytes]:
+    """Chained hashes of the text's whole blocks: hash k covers characters 0 .. k*block_chars.
+    A last partial block is not hashed (what follows it is unknown)."""
+    hashes: list[bytes] = []
+    previous = b""
+    for start in range(0, min(len(text) // block_chars, max_blocks) * block_chars, block_chars):
+        block = text[start : start + block_chars].encode("utf-8", "surrogatepass")
+        previous = hashlib.blake2b(previous + block, digest_size=DIGEST_BYTES).digest()
+        hashes.append(previous)
+    return hashes
+
+
+def job_hashes(job: CompletionJob, block_chars: int = BLOCK_CHARS) -> list[bytes]:
+    """The block hashes of a completion's prompt; none for infill (its prompt is assembled
+    from parts by the worker) and for multimodal or other non-plain prompts."""
+    if job.infill is not None:
+        return []
+    return block_hashes(prompt_text(job.prompt), block_chars)
+
+
+class PrefixSummary(BaseModel):
+    """What a worker publishes for routing (`keys.worker_prefixes`)."""
+
+    block_chars: int = BLOCK_CHARS
+    n_free: int
+    """Slots free for a new request: slots minus running and waiting requests."""
+    blocks: str = ""
+    """Base64 of the concatenated DIGEST_BYTES hashes of every block its slots hold."""
+
+    @classmethod
+    def of(cls, hash_lists: list[list[bytes]], n_free: int,
+           block_chars: int = BLOCK_CHARS) -> PrefixSummary:
+        unique = dict.fromkeys(h for hashes in hash_lists for h in hashes)
+        return cls(block_chars=block_chars, n_free=max(n_free, 0),
+                   blocks=base64.b64encode(b"".join(unique)).decode())
+
+    def digests(self) -> frozenset[bytes]:
+        raw = base64.b64decode(self.blocks)
+        return frozenset(raw[i : i + DIGEST_BYTES] for i in range(0, len(raw), DIGEST_BYTES))
+
+
+class PrefixIndex:
+    """A worker's side: the summary of the prompts its slots hold, each prompt hashed once."""
+
+    def __init__(self, block_chars: int = BLOCK_CHARS) -> None:
+        self._block_chars = block_chars
+        self._hashes: dict[str, list[bytes]] = {}
+
+    def summary(self, held: list[CompletionJob | None], n_free: int) -> PrefixSummary:
+        """`held`: per slot, the job whose prompt the slot's cache begins with (None: empty)."""
+        current = {}
+        for job in held:
+            if job is not None:
+                hashes = self._hashes.get(job.job_id)
+                current[job.job_id] = hashes if hashes is not None else \
+                    job_hashes(job, self._block_chars)
+        self._hashes = current
+        return PrefixSummary.of(list(current.values()), n_free, self._block_chars)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One worker as the router sees it: its free slots and the blocks it holds."""
+
+    worker_id: str
+    n_free: int
+    blocks: frozenset[bytes]
+    block_chars: int = BLOCK_CHARS
+
+
+def shared_blocks(hashes: list[bytes], held: frozenset[bytes]) -> int:
+    """How many of the prompt's leading blocks the worker holds (chained hashes: the run
+    stops at the first block it does not hold)."""
+    n = 0
+    for digest in hashes:
+        if digest not in held:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class PrefixRouter:
+    """The routing state of one api pod: the decision, and the jobs it routed that have not
+    started yet (the worker's published free slots do not count them)."""
+
+    min_chars: int = DEFAULT_MIN_CHARS
+    block_chars: int = BLOCK_CHARS
+    pending: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_chars > 0
+
+    def choose(self, hashes: list[bytes], workers: list[WorkerView]) -> str | None:
+        """The worker holding the longest shared beginning of the prompt (at least
+        min_chars) that has a free slot; None: the shared queue. Among equals, the one with
+        more free slots, then the first listed."""
+        if not self.enabled:
+            return None
+        min_blocks = max(1, -(-self.min_chars // self.block_chars))
+        best: tuple[int, int] | None = None
+        chosen = None
+        for worker in workers:
+            if worker.block_chars != self.block_chars:
+                continue  # a worker of another version: its hashes mean something else
+            free = worker.n_free - self.pending[worker.worker_id]
+            if free <= 0:
+                continue
+            n = shared_blocks(hashes, worker.blocks)
+            if n < min_blocks:
+                continue
+            if best is None or (n, free) > best:
+                best, chosen = (n, free), worker.worker_id
+        return chosen
+
+    def routed(self, worker_id: str) -> None:
+        self.pending[worker_id] += 1
+
+    def settled(self, worker_id: str) -> None:
+        """A routed job started, ended, or moved to the shared queue."""
+        self.pending[worker_id] -= 1
+        if self.pending[worker_id] <= 0:
+            del self.pending[worker_id]
+
+
+MOVE_TO_SHARED = """
+-- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, now (ms),
+-- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it.
+if redis.call('EXISTS', ARGV[3] .. ARGV[1]) == 1 then return 0 end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
+
+class Affinity:
+    """The api's side on Redis: read the workers' summaries, route, move a stuck job."""
+
+    def __init__(self, redis: Redis, router: PrefixRouter) -> None:
+        self._redis = redis
+        self.router = router
+
+    async def views(self, model_id: str) -> list[WorkerView]:
+        """The summaries of the model's workers that heartbeat (a summary expires with its
+        worker's heartbeats)."""
+        worker_ids = await self._redis.zrangebyscore(
+            keys.model_workers(model_id), time.time() - keys.HEARTBEAT_TTL_S, "+inf")
+        if not worker_ids:
+            return []
+        ids = [w.decode() if isinstance(w, bytes) else w for w in worker_ids]
+        documents = await self._redis.mget([keys.worker_prefixes(w) for w in ids])
+        views = []
+        for worker_id, document in zip(ids, documents, strict=True):
+            if document is None:
+                continue
+            try:
+                summary = PrefixSummary.model_validate_json(document)
+            except ValidationError:  # a worker of another version: not routed to
+                continue
+            views.append(WorkerView(worker_id, summary.n_free, summary.digests(),
+                                    summary.block_chars))
+        return views
+
+    async def route(self, job: CompletionJob) -> str | None:
+        """The worker this completion should go to, or None for the shared queue."""
+        if not self.router.enabled or job.worker_id or job.id_slot >= 0:
+            return None
+        hashes = job_hashes(job, self.router.block_chars)
+        if len(hashes) * self.router.block_chars < self.router.min_chars:
+            return None
+        chosen = self.router.choose(hashes, await self.views(job.model))
+        if chosen is not None:
+            self.router.routed(chosen)
+        return chosen
+
+    async def move_to_shared(self, model_id: str, worker_id: str, job_id: str) -> bool:
+        """Move a routed job that its worker did not take to the shared queue (and wake the
+        workers polling it); False when it is held or no longer queued there."""
+        shared = keys.slot_queue(model_id)
+        moved = await self._redis.eval(  # type: ignore[misc]
+            MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
+            str(timestamp_ms()), in_progress_key_prefix)
+        if moved:
+            await self._redis.publish(keys.wake_channel(shared), b"1")
+        return bool(moved)
+
+
+class RoutedJob:
+    """A job the router sent to a worker's own queue, as the api waiting for it tracks it:
+    its reservation of a free slot ends once (started, ended, or moved), and it moves to the
+    shared queue when no worker took it in time."""
+
+    def __init__(self, affinity: Affinity, model_id: str, worker_id: str, job_id: str) -> None:
+        self._affinity = affinity
+        self.model_id = model_id
+        self.worker_id = worker_id
+        self.job_id = job_id
+        self.since = time.monotonic()
+        self.settled = False
+        self.moved = False
+
+    def settle(self) -> None:
+        if not self.settled:
+            self.settled = True
+            self._affinity.router.settled(self.worker_id)
+
+    async def unstick(self) -> bool:
+        """Move the job to the shared queue when nobody took it within TAKE_WITHIN_S, or when
+        it went back to (or stayed in) the worker's queue after its run died. True if moved."""
+        if self.moved or time.monotonic() - self.since < TAKE_WITHIN_S:
+            return False
+        if not await self._affinity.move_to_shared(self.model_id, self.worker_id, self.job_id):
+            return False
+        self.moved = True
+        self.settle()
+        return True

@@ -1,0 +1,134 @@
+"""Cache-aware routing as plain state (scheduler/affinity.py): block hashes, worker summaries,
+the routing decision and the reservations of routed jobs."""
+
+from __future__ import annotations
+
+from scheduler.affinity import (
+    BLOCK_CHARS,
+    PrefixIndex,
+    PrefixRouter,
+    PrefixSummary,
+    WorkerView,
+    block_hashes,
+    job_hashes,
+    prompt_text,
+    shared_blocks,
+)
+from scheduler.jobs import CompletionJob, InfillParts
+
+SYSTEM_A = "You are a careful assistant for the harbour office. " * 40  # ~2000 characters
+SYSTEM_B = "You answer questions about train timetables, briefly. " * 40
+
+
+def view(worker_id: str, prompts: list[str], n_free: int = 1) -> WorkerView:
+    summary = PrefixSummary.of([block_hashes(p) for p in prompts], n_free)
+    return WorkerView(worker_id, summary.n_free, summary.digests(), summary.block_chars)
+
+
+def test_hashes_are_chained_over_whole_blocks() -> None:
+    text = "x" * (3 * BLOCK_CHARS + 10)
+    hashes = block_hashes(text)
+    assert len(hashes) == 3  # the partial last block is not hashed
+    assert len(set(hashes)) == 3  # equal blocks, different hashes: each covers what precedes
+    other = block_hashes("y" + text[1:])
+    assert not set(hashes) & set(other)  # one changed character changes every later hash
+    assert block_hashes(text[: 2 * BLOCK_CHARS]) == hashes[:2]
+
+
+def test_a_shared_beginning_matches_up_to_the_first_different_block() -> None:
+    question_1 = SYSTEM_A + "\nUser: when does the ferry leave?"
+    question_2 = SYSTEM_A + "\nUser: how much is a ticket to the island?"
+    held = frozenset(block_hashes(question_1))
+    n = shared_blocks(block_hashes(question_2), held)
+    assert n == len(SYSTEM_A) // BLOCK_CHARS
+    assert shared_blocks(block_hashes(SYSTEM_B), held) == 0
+
+
+def test_token_id_prompts_hash_their_ids() -> None:
+    assert prompt_text([1, "a", 22]) == "\x001\x00a\x0022\x00"
+    assert prompt_text("plain") == "plain"
+    assert block_hashes(prompt_text([7] * 200)) == block_hashes(prompt_text([7] * 300))[:2]
+    assert block_hashes(prompt_text([7] * 200))[0] != block_hashes("7" * 300)[0]
+
+
+def test_lone_surrogates_from_json_do_not_break_hashing() -> None:
+    assert len(block_hashes("\ud800" * BLOCK_CHARS)) == 1
+
+
+def test_infill_jobs_are_not_hashed() -> None:
+    job = CompletionJob(model="m", prompt=SYSTEM_A,
+                        infill=InfillParts(input_prefix=SYSTEM_A, input_suffix=""))
+    assert job_hashes(job) == []
+    assert job_hashes(CompletionJob(model="m", prompt=SYSTEM_A)) == block_hashes(SYSTEM_A)
+
+
+def test_the_worker_holding_the_longest_beginning_wins() -> None:
+    router = PrefixRouter(min_chars=1024)
+    prompt = block_hashes(SYSTEM_A + "\nUser: when does the ferry leave?")
+    views = [view("b", [SYSTEM_B]), view("a", [SYSTEM_A + "\nUser: a ticket?"]),
+             view("short", [SYSTEM_A[:1100]])]
+    assert router.choose(prompt, views) == "a"
+
+
+def test_no_worker_holds_enough_of_the_prompt_the_shared_queue_takes_it() -> None:
+    router = PrefixRouter(min_chars=1024)
+    views = [view("a", [SYSTEM_A[:900]]), view("b", [SYSTEM_B])]
+    assert router.choose(block_hashes(SYSTEM_A), views) is None
+    assert router.choose(block_hashes(SYSTEM_A[:700]), [view("a", [SYSTEM_A])]) is None
+
+
+def test_a_worker_without_a_free_slot_is_passed_over() -> None:
+    router = PrefixRouter(min_chars=1024)
+    prompt = block_hashes(SYSTEM_A)
+    assert router.choose(prompt, [view("a", [SYSTEM_A], n_free=0)]) is None
+    assert router.choose(prompt, [view("a", [SYSTEM_A], n_free=0),
+                                  view("b", [SYSTEM_A[:1500]], n_free=2)]) == "b"
+
+
+def test_jobs_routed_but_not_started_take_the_free_slots() -> None:
+    router = PrefixRouter(min_chars=1024)
+    prompt = block_hashes(SYSTEM_A)
+    views = [view("a", [SYSTEM_A], n_free=2)]
+    assert router.choose(prompt, views) == "a"
+    router.routed("a")
+    assert router.choose(prompt, views) == "a"
+    router.routed("a")
+    assert router.choose(prompt, views) is None  # both free slots are spoken for
+    router.settled("a")
+    assert router.choose(prompt, views) == "a"
+    router.settled("a")
+    assert not router.pending
+
+
+def test_equal_matches_prefer_more_free_slots_then_the_first_listed() -> None:
+    router = PrefixRouter(min_chars=1024)
+    prompt = block_hashes(SYSTEM_A)
+    assert router.choose(prompt, [view("a", [SYSTEM_A], 1), view("b", [SYSTEM_A], 3)]) == "b"
+    assert router.choose(prompt, [view("a", [SYSTEM_A], 2), view("b", [SYSTEM_A], 2)]) == "a"
+
+
+def test_off_routes_nothing_and_other_block_sizes_are_ignored() -> None:
+    prompt = block_hashes(SYSTEM_A)
+    assert PrefixRouter(min_chars=0).choose(prompt, [view("a", [SYSTEM_A])]) is None
+    summary = PrefixSummary.of([block_hashes(SYSTEM_A, 128)], 1, block_chars=128)
+    other = WorkerView("a", 1, summary.digests(), 128)
+    assert PrefixRouter(min_chars=1024).choose(prompt, [other]) is None
+
+
+def test_summary_round_trips_through_json() -> None:
+    summary = PrefixSummary.of([block_hashes(SYSTEM_A), block_hashes(SYSTEM_A + "!")], 3)
+    again = PrefixSummary.model_validate_json(summary.model_dump_json())
+    assert again.n_free == 3
+    assert again.digests() == frozenset(block_hashes(SYSTEM_A))  # duplicates kept once
+    assert PrefixSummary.of([], -2).n_free == 0
+
+
+def test_the_worker_index_follows_its_slots() -> None:
+    index = PrefixIndex()
+    first = CompletionJob(model="m", prompt=SYSTEM_A)
+    second = CompletionJob(model="m", prompt=SYSTEM_B)
+    summary = index.summary([first, None], n_free=1)
+    assert summary.digests() == frozenset(block_hashes(SYSTEM_A))
+    summary = index.summary([second, None], n_free=1)  # slot 0 now holds another prompt
+    assert summary.digests() == frozenset(block_hashes(SYSTEM_B))
+    assert index.summary([None, None], n_free=2).digests() == frozenset()
