@@ -185,7 +185,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "with the longest common prefix (the least recently used among equals)",
            "-sps --slot-prompt-similarity"),
     *_rows(R, NOT_BUILT_LORA, "--lora-init-without-apply"),
-    *_rows(R, "idle sleep is not built (issue 10)", "--sleep-idle-seconds"),
+    *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
     *_rows(R, NOT_BUILT_SPEC, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
            "LLAMA_ARG_SPEC_DRAFT_HF_REPO", "--spec-draft-threads -td --threads-draft",

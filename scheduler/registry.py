@@ -73,6 +73,8 @@ class WorkerInfo(BaseModel):
     meta: ModelMeta
     default_settings: GenerationSettings
     started_at: float
+    sleeping: bool = False
+    """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
 
 
 class Registry:
@@ -134,6 +136,12 @@ class Registry:
         documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
+
+
+def fleet_sleeping(workers: list[WorkerInfo]) -> bool:
+    """Is the model asleep: it has live workers and every one of them sleeps (/props
+    `is_sleeping`; `/models` status `sleeping`). A model with one awake worker is loaded."""
+    return bool(workers) and all(w.sleeping for w in workers)
 
 
 def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:

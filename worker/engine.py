@@ -107,6 +107,8 @@ class Engine:
 
     def stop(self) -> None:
         with self._wake:
+            if self._stopping:
+                return  # stopped already (a worker that went to sleep)
             self._stopping = True
             self._wake.notify()
         self._thread.join()

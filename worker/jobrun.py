@@ -63,7 +63,9 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
     if start.next_seq and runtime.publisher is not None:
         runtime.publisher.resume(job_id, start.next_seq)  # after an earlier run's "started"
     try:
-        await _dispatch(runtime, payload, kind)
+        assert runtime.sleeper is not None
+        async with runtime.sleeper.job():  # wakes a sleeping worker first
+            await _dispatch(runtime, payload, kind)
     except HandBack:
         log.info("job %s: handed back to the queue by draining worker %s", job_id,
                  runtime.worker_id)

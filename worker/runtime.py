@@ -66,6 +66,7 @@ from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
+from worker.sleep import Sleeper
 from worker.snapshots import (
     SnapshotMeta,
     check_snapshot,
@@ -98,6 +99,9 @@ class WorkerRuntime:
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
         self._prefixes = PrefixIndex()
+        self.info: WorkerInfo | None = None
+        """This worker's registry entry, as its heartbeats write it."""
+        self.sleeper: Sleeper | None = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -121,12 +125,12 @@ class WorkerRuntime:
             self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
                              max_jobs=8),
         ]
-        info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
-                          model_path=str(model.path), n_slots=model.plan.n_slots,
-                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
-                          default_settings=self.engine.default_settings(),
-                          started_at=time.time())
+        self.info = info = WorkerInfo(
+            worker_id=self.worker_id, model_id=self.model_id, model_path=str(model.path),
+            n_slots=model.plan.n_slots, n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
+            default_settings=self.engine.default_settings(), started_at=time.time())
         registry = Registry(self.redis)
+        self.sleeper = Sleeper(self, registry, self.settings.sleep_idle_seconds)
         tasks = [
             asyncio.create_task(self.publisher.run()),
             asyncio.create_task(self._listen(*self._arq_workers)),
@@ -134,6 +138,8 @@ class WorkerRuntime:
             asyncio.create_task(self._report(registry, info)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),
         ]
+        if self.settings.sleep_idle_seconds >= 0:
+            tasks.append(asyncio.create_task(self.sleeper.run()))
         log.info("worker %s serves %s with %d slots", self.worker_id, self.model_id,
                  model.plan.n_slots)
         stopped = asyncio.create_task((stop or asyncio.Event()).wait())
@@ -152,10 +158,21 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
-            model.close()
+            self.engine.model.close()  # the model loaded last (idle sleep reloads it)
             await pool.aclose()
             await self.redis.aclose()
             log.info("worker %s: stopped", self.worker_id)
+
+    def reload_engine(self) -> None:
+        """Load the model again and start a new engine on it (a worker waking from idle
+        sleep); the worker's counters carry on."""
+        old = self.engine
+        assert old is not None and self.publisher is not None
+        engine = Engine(self._load_model(), self._defaults(), self.publisher.from_thread)
+        engine.metrics = old.metrics
+        engine.on_slots_changed = old.on_slots_changed
+        engine.start()
+        self.engine = engine
 
     def _lost(self, job_id: str) -> None:
         """A job whose events Redis would not take: stop generating for nobody."""
@@ -251,7 +268,7 @@ class WorkerRuntime:
                     self._write_metrics(pipe)
                     await pipe.execute()
                 if time.monotonic() >= next_heartbeat:
-                    await registry.heartbeat(info)
+                    await registry.heartbeat(self.info or info)
                     next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
             except RedisError as error:  # Redis away: keep trying, the worker lives on
                 log.warning("cannot report to Redis (%s); retrying", error)

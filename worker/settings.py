@@ -201,6 +201,10 @@ class WorkerSettings(CommonSettings):
     json_schema_file: str | None = flag(None, "-jf", "--json-schema-file",
                                         help="file containing a JSON schema to constrain "
                                         "generations")
+    sleep_idle_seconds: int = flag(-1, "--sleep-idle-seconds",
+                                   help="number of seconds of idleness after which the server "
+                                   "will sleep (unload the model; the next job loads it again) "
+                                   "(-1 = disabled)")
     # ours
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "

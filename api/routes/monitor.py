@@ -15,7 +15,7 @@ from api.settings import ApiSettings
 from api.wire.body import json_body
 from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.jobs import SlotActionJob
-from scheduler.registry import ModelMeta, NextToken, SlotState
+from scheduler.registry import ModelMeta, NextToken, SlotState, fleet_sleeping
 from scheduler.results import SlotActionResult
 from scheduler.slot_ids import locate_slot
 
@@ -113,7 +113,7 @@ async def props(request: Request) -> HTTPResponse:
         "chat_template_caps": _template_caps(settings, first.meta),
         "modalities": {"vision": False, "audio": False},
         "build_info": BUILD_INFO,
-        "is_sleeping": False,
+        "is_sleeping": fleet_sleeping(workers),
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
     })

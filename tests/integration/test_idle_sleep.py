@@ -1,0 +1,72 @@
+"""Idle sleep (--sleep-idle-seconds, issue 12) on a real worker of Gemma 3 270M: the model is
+unloaded after the idle time (the worker's RSS drops by at least the model file's size), the
+endpoints the spec exempts do not wake it, and the next completion does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import make_fleet
+from tests.processes import wait_until
+
+IDLE_S = 2
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def is_sleeping(api: str) -> bool:
+    response = httpx.get(f"{api}/props", timeout=10)
+    assert response.status_code == 200, response.text
+    value = response.json()["is_sleeping"]
+    assert isinstance(value, bool)
+    return value
+
+
+def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
+        redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-sleep")
+    try:
+        worker = fleet.add_worker("-c", "1024", "-np", "1", "-t", "1",
+                                  "--sleep-idle-seconds", str(IDLE_S))
+        api = fleet.add_api("--metrics")
+        fleet.wait_healthy(api)
+        body = {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0}
+        first = httpx.post(f"{api}/completion", json=body, timeout=60)
+        assert first.status_code == 200, first.text
+        awake_rss = rss_bytes(worker.pid)
+        assert not is_sleeping(api)
+
+        wait_until(lambda: is_sleeping(api), timeout=30, what="the worker asleep")
+        time.sleep(0.5)  # the unload is published once done; let the allocator settle
+        asleep_rss = rss_bytes(worker.pid)
+        model_size = gemma_path.stat().st_size
+        assert awake_rss - asleep_rss >= model_size, \
+            f"RSS {awake_rss >> 20} MiB -> {asleep_rss >> 20} MiB, model {model_size >> 20} MiB"
+
+        # The spec's exempt endpoints (and /slots) read the registry: none wakes the worker.
+        deadline = time.monotonic() + IDLE_S + 1
+        while time.monotonic() < deadline:
+            for path in ("/health", "/props", "/models", "/v1/models", "/metrics", "/slots"):
+                assert httpx.get(f"{api}{path}", timeout=10).status_code == 200, path
+            time.sleep(0.2)
+        assert is_sleeping(api)
+        assert rss_bytes(worker.pid) < awake_rss - model_size // 2
+        log = (fleet.logs / "worker-0.log").read_text(errors="replace")
+        assert "loading" not in log.split("sleeping")[-1]
+
+        again = httpx.post(f"{api}/completion", json=body, timeout=120)
+        assert again.status_code == 200, again.text
+        assert again.json()["content"] == first.json()["content"]  # the same model answers
+        assert not is_sleeping(api)
+        assert rss_bytes(worker.pid) > asleep_rss + model_size // 2
+        wait_until(lambda: is_sleeping(api), timeout=30, what="asleep again")
+    finally:
+        fleet.stop()

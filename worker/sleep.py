@@ -1,0 +1,150 @@
+"""Idle sleep (--sleep-idle-seconds, the spec's "Sleeping on idle"): a worker that ran no job
+for that long unloads its model and frees the memory (weights, KV cache, compute buffers); the
+next job it takes wakes it (loads the model again) before it runs.
+
+Only jobs count as activity: the api's GET /health, /props, /models, /metrics and /slots read
+the registry and never reach a worker, so they neither wake it nor reset its idle time. While
+asleep the worker stays in the registry (heartbeats, its queues polled) with `sleeping` true in
+its WorkerInfo: `/props` shows `is_sleeping`, and `scheduler.registry.fleet_sleeping` tells the
+`/models` listing to show `sleeping`. Its prefix summary is empty (its slots hold nothing), so
+cache-aware routing sends it nothing; jobs from the shared queue wake it.
+
+`IdleClock` is the plain state (jobs running, time of the last one); `Sleeper` drives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from scheduler.registry import Registry
+
+if TYPE_CHECKING:
+    from worker.runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 1.0
+"""How often an awake worker looks at its idle time (at most this late to sleep)."""
+
+
+@dataclass
+class IdleClock:
+    """When a worker may sleep: no job running, and the last one ended `idle_s` ago."""
+
+    idle_s: float
+    now: Callable[[], float] = time.monotonic
+    active: int = 0
+    last: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.last = self.now()
+
+    def begin(self) -> None:
+        self.active += 1
+        self.last = self.now()
+
+    def end(self) -> None:
+        self.active -= 1
+        self.last = self.now()
+
+    def due(self) -> bool:
+        return self.idle_s >= 0 and self.active == 0 and self.now() - self.last >= self.idle_s
+
+    def left(self) -> float:
+        """Seconds until `due` (with no job coming)."""
+        return max(0.0, self.idle_s - (self.now() - self.last))
+
+
+def release_freed_memory() -> None:
+    """Give the heap pages freed with the model back to the system (glibc keeps them
+    otherwise, and the process's RSS would not show the unload)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class Sleeper:
+    """Puts the runtime's model to sleep when idle and wakes it for the next job."""
+
+    def __init__(self, runtime: WorkerRuntime, registry: Registry, idle_s: float) -> None:
+        self._runtime = runtime
+        self._registry = registry
+        self.clock = IdleClock(idle_s)
+        self.sleeping = False
+        self._lock = asyncio.Lock()
+        """Held while the model unloads or loads."""
+
+    @contextlib.asynccontextmanager
+    async def job(self) -> AsyncIterator[None]:
+        """Around every job: it counts as activity and finds the model loaded."""
+        self.clock.begin()
+        try:
+            if self.sleeping or self._lock.locked():
+                await self.wake()
+            yield
+        finally:
+            self.clock.end()
+
+    async def run(self) -> None:
+        """The idle timer (runs for the worker's life)."""
+        while True:
+            await asyncio.sleep(max(self.clock.left(), CHECK_EVERY_S) if not self.sleeping
+                                else CHECK_EVERY_S)
+            if not self.sleeping and self.clock.due():
+                await self.sleep()
+
+    async def sleep(self) -> None:
+        runtime = self._runtime
+        async with self._lock:
+            if self.sleeping or not self.clock.due() or runtime.draining:
+                return
+            engine = runtime.engine
+            assert engine is not None
+            log.info("worker %s: idle for %g s, unloading %s", runtime.worker_id,
+                     self.clock.idle_s, runtime.model_id)
+            self.sleeping = True
+            await asyncio.to_thread(self._unload)
+            await self._publish(True)
+            log.info("worker %s: sleeping", runtime.worker_id)
+
+    def _unload(self) -> None:
+        engine = self._runtime.engine
+        assert engine is not None
+        engine.stop()
+        for slot in engine.slots:  # their KV is gone with the context
+            slot.tokens.clear()
+        engine.model.close()
+        release_freed_memory()
+
+    async def wake(self) -> None:
+        runtime = self._runtime
+        async with self._lock:
+            if not self.sleeping:
+                return
+            log.info("worker %s: a job came, loading %s again", runtime.worker_id,
+                     runtime.model_id)
+            started = time.monotonic()
+            await asyncio.to_thread(runtime.reload_engine)
+            self.sleeping = False
+            await self._publish(False)
+            log.info("worker %s: awake after %.2f s", runtime.worker_id,
+                     time.monotonic() - started)
+
+    async def _publish(self, sleeping: bool) -> None:
+        """Rewrite the worker's registry entry now (its heartbeats carry it from then on)."""
+        runtime = self._runtime
+        assert runtime.info is not None
+        runtime.info = runtime.info.model_copy(update={"sleeping": sleeping})
+        try:
+            await self._registry.heartbeat(runtime.info)
+        except RedisError as error:  # the next heartbeat carries it
+            log.warning("worker %s: cannot publish sleeping=%s (%s)", runtime.worker_id,
+                        sleeping, error)
