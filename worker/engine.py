@@ -163,12 +163,15 @@ class Engine:
         return len(self._active)
 
     def slot_jobs(self) -> list[CompletionJob | None]:
-        """Per slot, the job whose prompt its cache begins with (the running or the last one;
-        None for an empty slot), for cache-aware routing (read from another thread)."""
+        """Per slot, the job whose prompt its cache begins with, for cache-aware routing (read
+        from another thread): the running one (its prompt is going in), else the last one
+        unless the cache was emptied since."""
         held = []
         for slot in self.slots:
-            run = self._active.get(slot.slot_id) or self._previous.get(slot.slot_id)
-            held.append(run.request.job if run is not None and slot.tokens else None)
+            run = self._active.get(slot.slot_id)
+            if run is None and slot.tokens:
+                run = self._previous.get(slot.slot_id)
+            held.append(run.request.job if run is not None else None)
         return held
 
     # -- the engine thread ---------------------------------------------------------------
