@@ -11,7 +11,12 @@ How it works:
 - The api hashes the new prompt the same way and asks `PrefixRouter.choose`: the worker whose
   summary holds the longest run of the prompt's leading blocks — at least `min_chars` — wins
   if it has a free slot (its published free slots minus the jobs this pod sent it that have not
-  started yet); otherwise the job goes to the model's shared queue as before.
+  started yet); if the workers holding it are all busy, the job goes to the model's shared
+  queue as before. A long prompt that no worker holds goes to the worker with the most free
+  slots (the shared queue when none is free), and the pod remembers for RECENT_S where it sent
+  it: the questions that follow a new system prompt go where its first one went, even before
+  that worker's summary shows it (SGLang's router does the same: its tree is updated when it
+  routes). Short prompts (under `min_chars`) always take the shared queue.
 - A routed job goes to the chosen worker's own queue, but stays movable (it is not pinned like
   an `id_slot` job): if no worker took it within `TAKE_WITHIN_S` (the worker stalled, died, is
   busy after all, or handed it back while draining) or its run died with the worker before it
@@ -37,6 +42,7 @@ import base64
 import hashlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from arq.constants import in_progress_key_prefix
@@ -56,6 +62,8 @@ DEFAULT_MIN_CHARS = 1024
 """The shortest shared beginning (characters) worth a routing decision (--prefix-affinity)."""
 TAKE_WITHIN_S = 1.0
 """A routed job that no worker took within this long moves to the shared queue."""
+RECENT_S = 10.0
+"""How long a pod remembers where it sent a prompt (until the worker's summary shows it)."""
 
 
 def prompt_text(prompt: list[PromptPiece] | str) -> str:
@@ -150,38 +158,78 @@ def shared_blocks(hashes: list[bytes], held: frozenset[bytes]) -> int:
 
 @dataclass
 class PrefixRouter:
-    """The routing state of one api pod: the decision, and the jobs it routed that have not
-    started yet (the worker's published free slots do not count them)."""
+    """The routing state of one api pod: the decision; the jobs it routed that have not
+    started yet (the workers' published free slots do not count them); and the prompts it
+    sent to each worker in the last RECENT_S (the worker's summary shows them only once the
+    job starts, and the requests that follow a new system prompt must not scatter meanwhile)."""
 
     min_chars: int = DEFAULT_MIN_CHARS
     block_chars: int = BLOCK_CHARS
+    now: Callable[[], float] = time.monotonic
     pending: Counter[str] = field(default_factory=Counter)
+    recent: dict[bytes, tuple[str, float]] = field(default_factory=dict)
+    """Block hash -> (worker it was routed to, when); oldest first."""
 
     @property
     def enabled(self) -> bool:
         return self.min_chars > 0
 
     def choose(self, hashes: list[bytes], workers: list[WorkerView]) -> str | None:
-        """The worker holding the longest shared beginning of the prompt (at least
-        min_chars) that has a free slot; None: the shared queue. Among equals, the one with
-        more free slots, then the first listed."""
-        if not self.enabled:
+        """Where a prompt with these block hashes goes; None: the shared queue.
+
+        - Workers holding at least min_chars of its beginning (published, or routed there by
+          this pod lately): the one holding the longest, among those with a free slot (then
+          the one with more free slots, then the first listed); none free: the shared queue,
+          where the first of them to free a slot (or another worker) takes it.
+        - No worker holds it: the worker with the most free slots, so that the requests that
+          follow with the same beginning find it there; none free: the shared queue."""
+        if not self.enabled or len(hashes) * self.block_chars < self.min_chars:
             return None
+        self._forget_old()
         min_blocks = max(1, -(-self.min_chars // self.block_chars))
-        best: tuple[int, int] | None = None
-        chosen = None
-        for worker in workers:
-            if worker.block_chars != self.block_chars:
-                continue  # a worker of another version: its hashes mean something else
+        usable = [w for w in workers if w.block_chars == self.block_chars]
+        holders, coldest = [], None
+        for worker in usable:
             free = worker.n_free - self.pending[worker.worker_id]
-            if free <= 0:
-                continue
-            n = shared_blocks(hashes, worker.blocks)
-            if n < min_blocks:
-                continue
-            if best is None or (n, free) > best:
-                best, chosen = (n, free), worker.worker_id
+            n = max(shared_blocks(hashes, worker.blocks), self._recent_run(hashes, worker))
+            if n >= min_blocks:
+                holders.append((n, free, worker.worker_id))
+            elif free > 0 and (coldest is None or free > coldest[0]):
+                coldest = (free, worker.worker_id)
+        if holders:
+            free_holders = [h for h in holders if h[1] > 0]
+            if not free_holders:
+                return None
+            n, free, chosen = max(free_holders, key=lambda h: (h[0], h[1]))
+        elif coldest is not None:
+            chosen = coldest[1]
+        else:
+            return None
+        self._remember(hashes, chosen)
         return chosen
+
+    def _recent_run(self, hashes: list[bytes], worker: WorkerView) -> int:
+        n = 0
+        for digest in hashes:
+            entry = self.recent.get(digest)
+            if entry is None or entry[0] != worker.worker_id:
+                break
+            n += 1
+        return n
+
+    def _remember(self, hashes: list[bytes], worker_id: str) -> None:
+        now = self.now()
+        for digest in hashes:
+            self.recent.pop(digest, None)  # re-inserted last: the dict stays oldest first
+            self.recent[digest] = (worker_id, now)
+
+    def _forget_old(self) -> None:
+        cutoff = self.now() - RECENT_S
+        while self.recent:
+            digest, (_, when) = next(iter(self.recent.items()))
+            if when >= cutoff:
+                break
+            del self.recent[digest]
 
     def routed(self, worker_id: str) -> None:
         self.pending[worker_id] += 1
@@ -237,7 +285,7 @@ class Affinity:
             return None
         hashes = job_hashes(job, self.router.block_chars)
         if len(hashes) * self.router.block_chars < self.router.min_chars:
-            return None
+            return None  # not worth a read of the summaries
         chosen = self.router.choose(hashes, await self.views(job.model))
         if chosen is not None:
             self.router.routed(chosen)

@@ -70,11 +70,39 @@ def test_the_worker_holding_the_longest_beginning_wins() -> None:
     assert router.choose(prompt, views) == "a"
 
 
-def test_no_worker_holds_enough_of_the_prompt_the_shared_queue_takes_it() -> None:
+def test_a_prompt_no_worker_holds_goes_to_the_worker_with_the_most_free_slots() -> None:
     router = PrefixRouter(min_chars=1024)
-    views = [view("a", [SYSTEM_A[:900]]), view("b", [SYSTEM_B])]
-    assert router.choose(block_hashes(SYSTEM_A), views) is None
+    views = [view("a", [SYSTEM_A[:900]], n_free=1), view("b", [SYSTEM_B], n_free=3)]
+    assert router.choose(block_hashes(SYSTEM_A), views) == "b"  # a holds too little of it
+    full = [view("a", [SYSTEM_B], n_free=0), view("b", [], n_free=0)]
+    assert PrefixRouter(min_chars=1024).choose(block_hashes(SYSTEM_A), full) is None
+
+
+def test_short_prompts_take_the_shared_queue() -> None:
+    router = PrefixRouter(min_chars=1024)
     assert router.choose(block_hashes(SYSTEM_A[:700]), [view("a", [SYSTEM_A])]) is None
+    assert router.choose(block_hashes(SYSTEM_A[:700]), [view("a", [])]) is None
+
+
+def test_followers_of_a_new_prompt_go_where_it_went_before_the_worker_reports_it() -> None:
+    clock = [0.0]
+    router = PrefixRouter(min_chars=1024, now=lambda: clock[0])
+    empty = [view("a", [], n_free=2), view("b", [], n_free=3)]
+    first = block_hashes(SYSTEM_A + "\nUser: when does the ferry leave?")
+    second = block_hashes(SYSTEM_A + "\nUser: how much is a ticket?")
+    assert router.choose(first, empty) == "b"
+    router.routed("b")
+    router.routed("b")  # b now has fewer free slots than a, yet holds the beginning
+    assert router.choose(second, empty) == "b"
+    clock[0] += 11  # past RECENT_S: by then b's summary would show it, or b dropped it
+    assert router.choose(second, [view("a", [], n_free=2), view("b", [], n_free=1)]) == "a"
+    assert len(router.recent) == len(second)  # the old entries were dropped
+
+
+def test_busy_holders_send_the_prompt_to_the_shared_queue_not_to_a_cold_worker() -> None:
+    router = PrefixRouter(min_chars=1024)
+    views = [view("a", [SYSTEM_A], n_free=0), view("b", [], n_free=4)]
+    assert router.choose(block_hashes(SYSTEM_A), views) is None
 
 
 def test_a_worker_without_a_free_slot_is_passed_over() -> None:
