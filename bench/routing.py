@@ -71,6 +71,8 @@ class Round:
     prompt_n: int = 0
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    placed: dict[int, list[int]] = field(default_factory=dict)
+    """Per system prompt: the fleet slot ids its requests ran on."""
 
     @property
     def hit_rate(self) -> float:
@@ -78,9 +80,10 @@ class Round:
         return self.cache_n / total if total else 0.0
 
 
-async def one_request(http: httpx.AsyncClient, api: str, prompt: str, n_predict: int,
-                      record: Round) -> None:
-    body = {"prompt": prompt, "n_predict": n_predict, "stream": True, "temperature": 0.0,
+async def one_request(http: httpx.AsyncClient, api: str, prompt: tuple[int, str],
+                      n_predict: int, record: Round) -> None:
+    index, text = prompt
+    body = {"prompt": text, "n_predict": n_predict, "stream": True, "temperature": 0.0,
             "cache_prompt": True}
     sent = time.monotonic()
     first = None
@@ -101,13 +104,14 @@ async def one_request(http: httpx.AsyncClient, api: str, prompt: str, n_predict:
                 timings = data.get("timings", {})
                 record.cache_n += int(timings.get("cache_n", 0))
                 record.prompt_n += int(timings.get("prompt_n", 0))
+                record.placed.setdefault(index, []).append(int(data.get("id_slot", -1)))
     record.ttft.append(first if first is not None else time.monotonic() - sent)
 
 
-async def run_round(api: str, prompts: list[str], concurrency: int, n_predict: int,
-                    mode: str) -> Round:
+async def run_round(api: str, prompts: list[tuple[int, str]], concurrency: int,
+                    n_predict: int, mode: str) -> Round:
     record = Round(mode)
-    queue: asyncio.Queue[str] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
     for prompt in prompts:
         queue.put_nowait(prompt)
 
@@ -127,11 +131,11 @@ def erase_slots(api: str) -> None:
         httpx.post(f"{api}/slots/{slot['id']}?action=erase", timeout=60).raise_for_status()
 
 
-def requests(n_prompts: int, n_questions: int, chars: int, seed: int) -> list[str]:
+def requests(n_prompts: int, n_questions: int, chars: int, seed: int) -> list[tuple[int, str]]:
     systems = [system_prompt(i, chars) for i in range(n_prompts)]
     pairs = [(i, j) for i in range(n_prompts) for j in range(n_questions)]
     random.Random(seed).shuffle(pairs)
-    return [f"{systems[i]}\nUser: {QUESTIONS[j % len(QUESTIONS)]} (#{j})\nAssistant:"
+    return [(i, f"{systems[i]}\nUser: {QUESTIONS[j % len(QUESTIONS)]} (#{j})\nAssistant:")
             for i, j in pairs]
 
 
@@ -212,6 +216,9 @@ def main() -> None:
                 print(f"{mode} round {n + 1}: hit rate {record.hit_rate:.3f}, median TTFT "
                       f"{statistics.median(record.ttft):.3f} s, {record.wall_s:.1f} s, "
                       f"{len(record.errors)} errors", flush=True)
+                print("  workers per system prompt: " + ", ".join(
+                    f"{i}: " + "".join("AB"[s // args.n_slots] if s >= 0 else "?" for s in slots)
+                    for i, slots in sorted(record.placed.items())), flush=True)
                 rounds.append(record)
     finally:
         fleet.stop()

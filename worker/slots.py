@@ -27,16 +27,41 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+USEFUL_PREFIX = 16
+"""A cached prefix shorter than this (a chat template's first tokens) saves next to nothing;
+the engine copies another slot's cache from this many more tokens (SHARE_MIN_TOKENS)."""
+
+
 def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCache | None:
-    """The requested slot if it is idle; else the idle slot sharing the longest prefix with the
-    prompt, the least recently used one among equals. None when none is idle."""
+    """The requested slot if it is idle; else the idle slot sharing the longest useful prefix
+    with the prompt. When no idle slot holds a useful prefix (or another slot, maybe busy,
+    holds much more of it: the engine copies that one), the slot to overwrite is one whose
+    cache another slot holds too (a copy: nothing is lost), then the one sharing the longest
+    prefix, then the least recently used. None when none is idle."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot
     idle = [s for s in slots if not s.busy]
     if not idle:
         return None
-    return max(idle, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
+    shared = {s.slot_id: common_prefix(s.tokens, prompt) for s in slots}
+    best = max(shared.values())
+
+    def useful(slot: SlotCache) -> int:
+        n = shared[slot.slot_id]
+        return n if n >= USEFUL_PREFIX and n + USEFUL_PREFIX > best else 0
+
+    return max(idle, key=lambda s: (useful(s), held_elsewhere(s, slots), shared[s.slot_id],
+                                    -s.last_used))
+
+
+def held_elsewhere(slot: SlotCache, slots: list[SlotCache]) -> bool:
+    """Another slot's cache begins with at least 3/4 of this one's (same system prompt)."""
+    if not slot.tokens:
+        return False
+    n = (3 * len(slot.tokens) + 3) // 4
+    head = slot.tokens[:n]
+    return any(o is not slot and o.tokens[:n] == head for o in slots)
 
 
 def reusable_prefix(cached: list[int], prompt: list[int], cache_prompt: bool) -> int:

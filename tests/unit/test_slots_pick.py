@@ -61,6 +61,27 @@ def test_no_match_anywhere_picks_least_recently_used() -> None:
     assert pick_slot(pool, [1, 2], id_slot=-1) is pool[1]
 
 
+def test_a_copy_is_overwritten_before_a_cache_held_nowhere_else() -> None:
+    """Slot 0 (busy) holds the prompt's system prompt; slots 1 and 2 hold it too (copies),
+    slot 3 another one: the new request takes a copy, not the least recently used slot 3,
+    and the engine copies the busy slot's cache into it."""
+    system, other = list(range(100, 140)), list(range(200, 240))
+    pool = slots([*system, 1, 2], [*system, 3, 4], [*system, 5], [*other, 6],
+                 busy=(0,), last_used=(0.0, 5.0, 6.0, 1.0))
+    assert pick_slot(pool, [*system, 7, 8], id_slot=-1) is pool[1]
+    third = list(range(300, 340))
+    pool = slots([*system, 1, 2], [*other, 3], [*system, 5], [*third, 6, 7],
+                 busy=(0,), last_used=(0.0, 5.0, 6.0, 1.0))
+    assert pick_slot(pool, [9, *system], id_slot=-1) is pool[2]  # a cold prompt: a copy too
+
+
+def test_an_idle_slot_holding_the_prompt_beats_copies() -> None:
+    system = list(range(100, 140))
+    pool = slots([*system, 1], [*system, 2], [*system[:20], 3], busy=(0,),
+                 last_used=(0.0, 9.0, 1.0))
+    assert pick_slot(pool, [*system, 7], id_slot=-1) is pool[1]
+
+
 def test_all_busy_gives_none() -> None:
     pool = slots([1], [1, 2], busy=(0, 1))
     assert pick_slot(pool, [1, 2], id_slot=-1) is None
