@@ -13,13 +13,14 @@ import os
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from llamaq.spec_flags import FlagStatus, by_status, refused_envs, refused_names
-from storage.models import DEFAULT_MODEL_FILE
+from storage.models import DEFAULT_MODEL_FILE, url_model_name
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
@@ -307,6 +308,9 @@ class CommonSettings(ProcessSettings):
                              help="model path to load")
     alias: list[str] = flag([], "-a", "--alias", env="LLAMA_ARG_ALIAS",
                             help="set model name aliases, comma-separated (to be used by API)")
+    model_url: str | None = flag(None, "-mu", "--model-url", env="LLAMA_ARG_MODEL_URL",
+                                 help="model download url (http/https; fetched once into the "
+                                 "object store)")
     hf_repo: str | None = flag(None, "-hf", "-hfr", "--hf-repo", env="LLAMA_ARG_HF_REPO",
                                help="Hugging Face model repository <user>/<model>[:quant]")
     hf_file: str | None = flag(None, "-hff", "--hf-file", env="LLAMA_ARG_HF_FILE",
@@ -342,6 +346,8 @@ class CommonSettings(ProcessSettings):
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
                           help="folder where model files are materialised")
+    llama_cache: str | None = flag(None, "--llama-cache", env="LLAMA_CACHE",
+                                   help="llama.cpp's model cache folder; wins over --cache-dir")
     drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
@@ -355,11 +361,17 @@ class CommonSettings(ProcessSettings):
         """Responses carry `__verbose` (llama-server: verbosity above 9)."""
         return self.verbosity() > 9
 
+    def model_cache_dir(self) -> Path:
+        """Where model files are kept on this machine: LLAMA_CACHE, else LLAMAQ_CACHE_DIR."""
+        return Path(self.llama_cache or self.cache_dir).expanduser()
+
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or
-        -hf named, else the default model's file name."""
+        -hf named, else the file name of -mu, else the default model's file name."""
         if self.alias:
             return self.alias[0]
+        if self.model_url and not (self.model or self.hf_repo):
+            return url_model_name(self.model_url)
         return self.model or self.hf_repo or DEFAULT_MODEL_FILE
 
 

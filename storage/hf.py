@@ -1,0 +1,252 @@
+"""The Hugging Face Hub through huggingface-hub (`-hf`, `-hff`, `POST /models`): which files a
+`<user>/<model>[:quant]` names (llama.cpp's rules, common/download.cpp), their SHA-256 from the
+Hub's tree listing, and downloads into the local hub cache with progress and resume."""
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+)
+from huggingface_hub.hf_api import RepoFile
+
+from storage.errors import DownloadCancelled, DownloadFailed, ModelNotFound
+from storage.progress import DownloadListener
+
+logger = logging.getLogger(__name__)
+
+HUB_CACHE_FOLDER = "huggingface"
+DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
+SIDECAR_KEYWORDS = {"mmproj": "mmproj", "mtp": "mtp-", "dflash": "dflash-",
+                    "eagle3": "eagle3-", "dspark": "dspark-"}
+"""The sidecar kinds of the spec's POST /models and the file-name marks -hf finds them by."""
+_NOT_MODEL_MARKS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+_QUANT_BITS = re.compile(r"[QqFf](\d+)")
+HUB_ERRORS: tuple[type[BaseException], ...] = (
+    HfHubHTTPError, EntryNotFoundError, HFValidationError, LocalEntryNotFoundError,
+    httpx.HTTPError, OSError, ValueError)
+"""What huggingface-hub raises (its own errors, its HTTP client's, bad ids, cache I/O)."""
+
+
+def hub_cache_dir(cache_dir: Path) -> Path:
+    """Where Hub downloads live inside a model cache (the hub's own layout, models--org--repo)."""
+    return cache_dir.expanduser() / HUB_CACHE_FOLDER
+
+
+def split_repo_tag(repo: str) -> tuple[str, str]:
+    """`org/name:Q8_0` → (`org/name`, `Q8_0`); the tag may be empty."""
+    repo_id, _, tag = repo.partition(":")
+    return repo_id, tag
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str
+    size: int
+    sha256: str | None
+    """The LFS object id (the file's SHA-256); None for a small file kept in git."""
+
+
+@dataclass(frozen=True)
+class HubPlan:
+    """The files one `-hf` names: the model (every part of a split GGUF) and its sidecars."""
+
+    repo_id: str
+    model_files: tuple[HubFile, ...]
+    sidecars: dict[str, HubFile]
+
+    @property
+    def primary(self) -> HubFile:
+        return self.model_files[0]
+
+    def all_files(self) -> list[HubFile]:
+        return [*self.model_files, *self.sidecars.values()]
+
+
+def _split_info(path: str) -> tuple[str, int, int] | None:
+    match = _SPLIT.match(path)
+    return (match["prefix"], int(match["index"]), int(match["count"])) if match else None
+
+
+def is_model_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".gguf") and not any(mark in name for mark in _NOT_MODEL_MARKS)
+
+
+def _first_part(path: str) -> bool:
+    split = _split_info(path)
+    return split is None or split[1] == 1
+
+
+def pick_model(paths: list[str], tag: str) -> str | None:
+    """llama.cpp's rule: the first model file matching the tag (`<tag>.` or `<tag>-`, any case);
+    without a tag Q4_K_M, then Q8_0, then the first model file; a tag that matches nothing
+    picks nothing."""
+    for wanted in [tag] if tag else list(DEFAULT_TAGS):
+        pattern = re.compile(re.escape(wanted) + r"[.-]", re.IGNORECASE)
+        for path in paths:
+            if is_model_file(path) and pattern.search(path) and _first_part(path):
+                return path
+    if not tag:
+        return next((p for p in paths if is_model_file(p) and _first_part(p)), None)
+    return None
+
+
+def split_parts(paths: list[str], primary: str) -> list[str]:
+    """Every part of the split GGUF `primary` (in order), or [primary]."""
+    split = _split_info(primary)
+    if split is None:
+        return [primary]
+    prefix, _, count = split
+    return [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def _quant_bits(path: str) -> int:
+    match = _QUANT_BITS.search(path.rsplit("/", 1)[-1].split("-")[-1])
+    return int(match[1]) if match else 0
+
+
+def pick_sidecar(paths: list[str], primary: str, kind: str, tag: str) -> str | None:
+    """The sidecar of `kind` llama.cpp would pick: deepest folder shared with the model, then
+    an exact tag, then the closest quantization."""
+    keyword = SIDECAR_KEYWORDS[kind]
+    model_dir = primary.split("/")[:-1]
+    bits = int(m[1]) if tag and (m := re.search(r"\d+", tag)) else _quant_bits(primary)
+    best: tuple[int, bool, int] | None = None
+    chosen = None
+    for path in paths:
+        if not path.endswith(".gguf") or keyword not in path.rsplit("/", 1)[-1]:
+            continue
+        folder = path.split("/")[:-1]
+        if folder != model_dir[:len(folder)]:
+            continue
+        exact = bool(tag) and f"-{tag.upper()}." in path.upper()
+        rank = (len(folder), exact, -abs(_quant_bits(path) - bits))
+        if best is None or rank > best:
+            best, chosen = rank, path
+    return chosen
+
+
+class _ProgressBar:
+    """What huggingface-hub's downloader drives (tqdm's surface): forwards bytes to a listener.
+    Raising from update() stops the download; the hub keeps its `.incomplete` file."""
+
+    listener: DownloadListener
+    source: str
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.total = int(kwargs.get("total") or 0)
+        self.n = int(kwargs.get("initial") or 0)
+        self.listener.on_progress(self.source, self.n, self.total)
+
+    def update(self, n: float | None = 1) -> None:
+        self.n += int(n or 0)
+        self.listener.on_progress(self.source, self.n, self.total)
+        if self.listener.cancelled():
+            raise DownloadCancelled(f"download of {self.source} stopped on request")
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> "_ProgressBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class HubClient:
+    """One Hub (HF_ENDPOINT, or huggingface.co) with one token, downloading into `cache_dir`."""
+
+    def __init__(self, cache_dir: Path, *, endpoint: str | None = None,
+                 token: str | None = None, offline: bool = False) -> None:
+        self.cache_dir = hub_cache_dir(cache_dir)
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.token = token
+        self.offline = offline
+        self._api = HfApi(endpoint=self.endpoint, token=token)
+
+    def file_url(self, repo_id: str, path: str) -> str:
+        base = self.endpoint or self._api.endpoint
+        return f"{base}/{repo_id}/resolve/main/{path}"
+
+    def list_files(self, repo_id: str) -> list[HubFile]:
+        """The repo's files with their sizes and SHA-256, from the Hub (or, offline, from the
+        cached snapshot, without checksums)."""
+        if self.offline:
+            folder = Path(snapshot_download(repo_id, token=self.token, local_files_only=True,
+                                            cache_dir=self.cache_dir))
+            return [HubFile(p.relative_to(folder).as_posix(), p.stat().st_size, None)
+                    for p in sorted(folder.rglob("*")) if p.is_file()]
+        entries = self._api.list_repo_tree(repo_id, recursive=True, token=self.token)
+        return [HubFile(e.path, e.size, e.lfs.sha256 if e.lfs else None)
+                for e in entries if isinstance(e, RepoFile)]
+
+    def plan(self, repo: str, file: str | None = None,
+             sidecars: tuple[str, ...] = ()) -> HubPlan:
+        """The files `-hf repo[:tag]` (`-hff file`) names; ModelNotFound when none matches."""
+        repo_id, tag = split_repo_tag(repo)
+        try:
+            files = self.list_files(repo_id)
+        except HUB_ERRORS as exc:
+            raise ModelNotFound(f"Hugging Face repo {repo_id!r}: {type(exc).__name__}: "
+                                f"{exc}") from exc
+        return plan_from_files(repo_id, tag, files, file, sidecars)
+
+    def cached(self, repo_id: str, hub_file: HubFile) -> Path | None:
+        """The file from the local hub cache when it is there and is the Hub's current one
+        (a cached LFS blob is named by its SHA-256, so no re-hashing is needed)."""
+        if hub_file.sha256 is None:
+            return None
+        found = try_to_load_from_cache(repo_id, hub_file.path, cache_dir=self.cache_dir)
+        if not isinstance(found, str):
+            return None
+        path = Path(found)
+        return path if path.resolve().name == hub_file.sha256 else None
+
+    def download(self, repo_id: str, hub_file: HubFile, listener: DownloadListener) -> Path:
+        """One file into the hub cache (resumed from its `.incomplete` blob if one is there)."""
+        bar = type("Bar", (_ProgressBar,), {"listener": listener,
+                                            "source": self.file_url(repo_id, hub_file.path)})
+        try:
+            result = hf_hub_download(repo_id, hub_file.path, token=self.token,
+                                     cache_dir=self.cache_dir, local_files_only=self.offline,
+                                     endpoint=self.endpoint, tqdm_class=bar)
+        except DownloadCancelled:
+            raise
+        except HUB_ERRORS as exc:
+            raise DownloadFailed(f"Hugging Face file {repo_id}/{hub_file.path}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        return Path(str(result))
+
+
+def plan_from_files(repo_id: str, tag: str, files: list[HubFile], file: str | None,
+                    sidecars: tuple[str, ...]) -> HubPlan:
+    by_path = {f.path: f for f in files}
+    paths = sorted(by_path)
+    if file:
+        if file not in by_path:
+            raise ModelNotFound(f"file {file!r} not found in Hugging Face repo {repo_id!r}")
+        primary: str | None = file
+    else:
+        primary = pick_model(paths, tag)
+    if primary is None:
+        wanted = f"tag {tag!r}" if tag else "GGUF model file"
+        raise ModelNotFound(f"no {wanted} found in Hugging Face repo {repo_id!r} "
+                            f"(GGUF files: {', '.join(p for p in paths if p.endswith('.gguf'))})")
+    parts = split_parts(paths, primary)
+    missing = [p for p in parts if p not in by_path]
+    if missing:
+        raise ModelNotFound(f"Hugging Face repo {repo_id!r} lacks parts {missing} of {primary}")
+    found = {kind: by_path[p] for kind in sidecars
+             if (p := pick_sidecar(paths, primary, kind, tag)) is not None}
+    return HubPlan(repo_id, tuple(by_path[p] for p in parts), found)
