@@ -1,25 +1,38 @@
 """The Hugging Face Hub through huggingface-hub (`-hf`, `-hff`, `POST /models`): which files a
 `<user>/<model>[:quant]` names (llama.cpp's rules, common/download.cpp), their SHA-256 from the
-Hub's tree listing, and downloads into the local hub cache with progress and resume."""
+Hub's tree listing, and downloads into the local hub cache (huggingface-hub's layout) with
+progress and resume: huggingface-hub itself drops a partial file when its download stops, so
+the bytes are fetched by storage.url_fetch into a partial blob that a later attempt continues."""
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download, try_to_load_from_cache
+from huggingface_hub import (
+    HfApi,
+    get_hf_file_metadata,
+    hf_hub_download,
+    hf_hub_url,
+    snapshot_download,
+    try_to_load_from_cache,
+)
 from huggingface_hub.errors import (
     EntryNotFoundError,
     HfHubHTTPError,
     HFValidationError,
     LocalEntryNotFoundError,
 )
+from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import build_hf_headers
 
-from storage.errors import DownloadCancelled, DownloadFailed, ModelNotFound
+from storage.errors import DownloadFailed, ModelNotFound
 from storage.progress import DownloadListener
+from storage.url_fetch import download_url
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +47,15 @@ _QUANT_BITS = re.compile(r"[QqFf](\d+)")
 HUB_ERRORS: tuple[type[BaseException], ...] = (
     HfHubHTTPError, EntryNotFoundError, HFValidationError, LocalEntryNotFoundError,
     httpx.HTTPError, OSError, ValueError)
-"""What huggingface-hub raises (its own errors, its HTTP client's, bad ids, cache I/O)."""
+"""What huggingface-hub raises (its own errors, bad ids, cache I/O); its HTTP client's errors
+(httpx2, a dependency of huggingface-hub only) are recognised by is_hub_error."""
+
+
+def is_hub_error(exc: BaseException) -> bool:
+    """An error of huggingface-hub or of the HTTP client it brings (network, timeouts)."""
+    return isinstance(exc, HUB_ERRORS) or any(
+        cls.__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
+        for cls in type(exc).__mro__)
 
 
 def hub_cache_dir(cache_dir: Path) -> Path:
@@ -136,34 +157,6 @@ def pick_sidecar(paths: list[str], primary: str, kind: str, tag: str) -> str | N
     return chosen
 
 
-class _ProgressBar:
-    """What huggingface-hub's downloader drives (tqdm's surface): forwards bytes to a listener.
-    Raising from update() stops the download; the hub keeps its `.incomplete` file."""
-
-    listener: DownloadListener
-    source: str
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.total = int(kwargs.get("total") or 0)
-        self.n = int(kwargs.get("initial") or 0)
-        self.listener.on_progress(self.source, self.n, self.total)
-
-    def update(self, n: float | None = 1) -> None:
-        self.n += int(n or 0)
-        self.listener.on_progress(self.source, self.n, self.total)
-        if self.listener.cancelled():
-            raise DownloadCancelled(f"download of {self.source} stopped on request")
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> "_ProgressBar":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 class HubClient:
     """One Hub (HF_ENDPOINT, or huggingface.co) with one token, downloading into `cache_dir`."""
 
@@ -197,7 +190,9 @@ class HubClient:
         repo_id, tag = split_repo_tag(repo)
         try:
             files = self.list_files(repo_id)
-        except HUB_ERRORS as exc:
+        except Exception as exc:
+            if not is_hub_error(exc):
+                raise
             raise ModelNotFound(f"Hugging Face repo {repo_id!r}: {type(exc).__name__}: "
                                 f"{exc}") from exc
         return plan_from_files(repo_id, tag, files, file, sidecars)
@@ -214,19 +209,35 @@ class HubClient:
         return path if path.resolve().name == hub_file.sha256 else None
 
     def download(self, repo_id: str, hub_file: HubFile, listener: DownloadListener) -> Path:
-        """One file into the hub cache (resumed from its `.incomplete` blob if one is there)."""
-        bar = type("Bar", (_ProgressBar,), {"listener": listener,
-                                            "source": self.file_url(repo_id, hub_file.path)})
+        """One file into the hub cache (its layout: blobs named by ETag, a snapshot link per
+        commit), resumed from the partial blob an earlier attempt left; offline: the cache."""
         try:
-            result = hf_hub_download(repo_id, hub_file.path, token=self.token,
-                                     cache_dir=self.cache_dir, local_files_only=self.offline,
-                                     endpoint=self.endpoint, tqdm_class=bar)
-        except DownloadCancelled:
-            raise
-        except HUB_ERRORS as exc:
+            if self.offline:
+                return Path(hf_hub_download(repo_id, hub_file.path, cache_dir=self.cache_dir,
+                                            local_files_only=True))
+            url = hf_hub_url(repo_id, hub_file.path, endpoint=self.endpoint)
+            meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint)
+        except Exception as exc:
+            if not is_hub_error(exc):
+                raise
             raise DownloadFailed(f"Hugging Face file {repo_id}/{hub_file.path}: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        return Path(str(result))
+        if not meta.commit_hash or not meta.etag:
+            raise DownloadFailed(f"{url}: not a Hugging Face Hub answer (no commit or ETag)")
+        repo_dir = self.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
+        blob = repo_dir / "blobs" / meta.etag
+        if not blob.is_file():
+            same_host = urlsplit(meta.location).netloc == urlsplit(url).netloc
+            headers = build_hf_headers(token=self.token) if same_host else {}
+            download_url(meta.location, blob, listener, headers=headers, source=url)
+        link = repo_dir / "snapshots" / meta.commit_hash / hub_file.path
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_file():
+            link.unlink(missing_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+        (repo_dir / "refs").mkdir(exist_ok=True)
+        (repo_dir / "refs" / "main").write_text(meta.commit_hash)
+        return link
 
 
 def plan_from_files(repo_id: str, tag: str, files: list[HubFile], file: str | None,

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from storage._fs import atomic_path, file_lock
 from storage.base import ObjectStore, check_key
-from storage.checksum import checksum_key, parse_checksum, sha256_file, verify
+from storage.checksum import CHECKSUM_SUFFIX, checksum_key, parse_checksum, sha256_file, verify
 from storage.errors import (
     ChecksumMismatch,
     ModelNotFound,
@@ -22,7 +22,14 @@ from storage.errors import (
     StorageError,
     StorageUnavailable,
 )
-from storage.hf import HubClient, HubFile, HubPlan, plan_from_files, split_repo_tag
+from storage.hf import (
+    DEFAULT_TAGS,
+    HubClient,
+    HubFile,
+    HubPlan,
+    plan_from_files,
+    split_repo_tag,
+)
 from storage.progress import DownloadListener, LoggedProgress, NoListener
 from storage.url_fetch import download_url
 
@@ -35,6 +42,7 @@ STORE_SCHEME = "store:"
 S3_SCHEME = "s3://"
 DEFAULT_MODEL_FILE = "gemma-3-270m-Q4_K_M.gguf"
 LOCAL_DIGEST_SUFFIX = ".sha256"
+DEFAULT_TAG = DEFAULT_TAGS[0]
 
 
 def _lock_path(target: Path) -> Path:
@@ -171,28 +179,43 @@ class ModelFiles:
 
     def hf_plan(self, repo: str, file: str | None = None, token: str | None = None,
                 sidecars: tuple[str, ...] = ()) -> HubPlan:
-        """Which files `repo` names: from the Hub's listing, else (Hub unreachable, offline, or
-        the repo unknown there) from what the object store holds of it."""
-        hub = self._hub(token)
+        """Which files `repo` names. The object store answers when it holds exactly what the
+        Hub would pick (an explicit file or tag, or the default Q4_K_M, and every sidecar
+        asked for): no Hub round trip, so a machine without internet starts from the store.
+        Else the Hub's listing; if the Hub fails, whatever the store holds of the repo."""
+        repo_id, tag = split_repo_tag(repo)
+        stored = self._store_plan(repo_id, tag, file, sidecars)
+        if stored is not None and (file or tag or DEFAULT_TAG in stored.primary.path.upper()) \
+                and len(stored.sidecars) == len(sidecars):
+            return stored
         try:
-            return hub.plan(repo, file, sidecars)
+            return self._hub(token).plan(repo, file, sidecars)
         except ModelNotFound as hub_error:
-            repo_id, tag = split_repo_tag(repo)
-            files = self._store_hub_files(repo_id)
-            if not files:
+            if stored is None:
                 raise
             logger.info("Hub listing of %s failed (%s); using the object store's copy",
                         repo_id, hub_error)
+            return stored
+
+    def _store_plan(self, repo_id: str, tag: str, file: str | None,
+                    sidecars: tuple[str, ...]) -> HubPlan | None:
+        files = self._store_hub_files(repo_id)
+        if not files:
+            return None
+        try:
             return plan_from_files(repo_id, tag, files, file, sidecars)
+        except ModelNotFound:
+            return None
 
     def _store_hub_files(self, repo_id: str) -> list[HubFile]:
+        """The files of `repo_id` the store holds, with their recorded SHA-256."""
         try:
             prefix = hf_store_prefix(repo_id)
             keys = self.store.list_keys(prefix)
+            return [HubFile(key.removeprefix(prefix), 0, self._recorded_digest(self.store, key))
+                    for key in keys if not key.endswith(CHECKSUM_SUFFIX)]
         except StorageError:
             return []
-        return [HubFile(key.removeprefix(prefix), 0, None) for key in keys
-                if not key.endswith(".sha256")]
 
     def hf_file(self, repo_id: str, hub_file: HubFile, token: str | None = None) -> Path:
         """One file of a Hub repo: from the store if it has it, else from the Hub (then put in

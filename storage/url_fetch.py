@@ -35,13 +35,14 @@ def _hash_existing(path: Path) -> tuple["hashlib._Hash", int]:
 
 
 def download_url(url: str, target: Path, listener: DownloadListener,
-                 headers: dict[str, str] | None = None) -> str:
+                 headers: dict[str, str] | None = None, source: str | None = None) -> str:
     """Download `url` to `target` (renamed into place once complete); returns its SHA-256.
 
     A partial file from an earlier attempt is continued with a Range request when the server
     takes one (206), else started again. DownloadCancelled when the listener asks to stop (the
     partial file stays for a resume), DownloadFailed on an HTTP or network error.
     """
+    source = source or url  # the name progress is reported under
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(target)
     digest, done = _hash_existing(partial)
@@ -63,12 +64,12 @@ def download_url(url: str, target: Path, listener: DownloadListener,
                 total = _total(response, done)
                 mode = "ab" if done else "wb"
                 with partial.open(mode) as out:
-                    listener.on_progress(url, done, total)
-                    for chunk in response.iter_bytes(CHUNK):
+                    listener.on_progress(source, done, total)
+                    for chunk in response.iter_bytes():  # as received: a cut keeps them
                         out.write(chunk)
                         digest.update(chunk)
                         done += len(chunk)
-                        listener.on_progress(url, done, total)
+                        listener.on_progress(source, done, total)
                         if listener.cancelled():
                             raise DownloadCancelled(f"download of {target.name} stopped at "
                                                     f"byte {done} on request")
