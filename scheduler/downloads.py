@@ -222,6 +222,10 @@ class DownloadReporter:
     def cancelled(self) -> bool:
         return self._stop.is_set()
 
+    def stop(self) -> None:
+        """Pause the download from this process (its partial files stay)."""
+        self._stop.set()
+
     async def run(self, download: Callable[[DownloadListener], T]) -> T:
         """Run `download(self)` in a thread, with the record and events around it."""
         try:

@@ -7,8 +7,11 @@ the bytes are fetched by storage.url_fetch into a partial blob that a later atte
 import logging
 import os
 import re
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -27,16 +30,21 @@ from huggingface_hub.errors import (
     LocalEntryNotFoundError,
 )
 from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.utils import (
+    build_hf_headers,
+    get_session,
+    hf_raise_for_status,
+    validate_repo_id,
+)
 
 from storage.errors import DownloadFailed, ModelNotFound
 from storage.progress import DownloadListener
-from storage.url_fetch import download_url
+from storage.url_fetch import PARTIAL_SUFFIX, download_url
 
 logger = logging.getLogger(__name__)
 
 HUB_CACHE_FOLDER = "huggingface"
+LIST_TIMEOUT_S = 10.0
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
 SIDECAR_KEYWORDS = {"mmproj": "mmproj", "mtp": "mtp-", "dflash": "dflash-",
                     "eagle3": "eagle3-", "dspark": "dspark-"}
@@ -141,7 +149,7 @@ def pick_sidecar(paths: list[str], primary: str, kind: str, tag: str) -> str | N
     an exact tag, then the closest quantization."""
     keyword = SIDECAR_KEYWORDS[kind]
     model_dir = primary.split("/")[:-1]
-    bits = int(m[1]) if tag and (m := re.search(r"\d+", tag)) else _quant_bits(primary)
+    bits = int(m[0]) if tag and (m := re.search(r"\d+", tag)) else _quant_bits(primary)
     best: tuple[int, bool, int] | None = None
     chosen = None
     for path in paths:
@@ -180,9 +188,27 @@ class HubClient:
                                             cache_dir=self.cache_dir))
             return [HubFile(p.relative_to(folder).as_posix(), p.stat().st_size, None)
                     for p in sorted(folder.rglob("*")) if p.is_file()]
-        entries = self._api.list_repo_tree(repo_id, recursive=True, token=self.token)
-        return [HubFile(e.path, e.size, e.lfs.sha256 if e.lfs else None)
-                for e in entries if isinstance(e, RepoFile)]
+        entries = [e for e in self._tree(repo_id) if e.get("type") == "file"]
+        return [HubFile(str(e["path"]), int(e.get("size") or 0),
+                        str(e["lfs"]["oid"]) if isinstance(e.get("lfs"), dict) else None)
+                for e in entries]
+
+    def _tree(self, repo_id: str) -> Iterator[dict[str, Any]]:
+        """The Hub's recursive tree listing, page by page, in one try per page (the hub
+        library's own listing retries for half a minute when the Hub is unreachable, and a
+        machine without internet then falls back to the object store)."""
+        validate_repo_id(repo_id)
+        url: str | None = f"{self.endpoint or self._api.endpoint}/api/models/{repo_id}/tree/main"
+        params: dict[str, str] | None = {"recursive": "true", "expand": "false"}
+        while url:
+            response = get_session().get(url, params=params, timeout=LIST_TIMEOUT_S,
+                                         headers=build_hf_headers(token=self.token))
+            hf_raise_for_status(response)
+            page = response.json()
+            if not isinstance(page, list):
+                raise ValueError(f"unexpected tree listing from {url}")
+            yield from (e for e in page if isinstance(e, dict))
+            url, params = response.links.get("next", {}).get("url"), None
 
     def plan(self, repo: str, file: str | None = None,
              sidecars: tuple[str, ...] = ()) -> HubPlan:
@@ -207,6 +233,23 @@ class HubClient:
             return None
         path = Path(found)
         return path if path.resolve().name == hub_file.sha256 else None
+
+    def remove_cached(self, repo_id: str, paths: list[str], *, partials: bool) -> None:
+        """Drop files of `repo_id` from the local hub cache (their snapshot links and blobs;
+        with `partials`, the partial blobs of unfinished downloads too); the whole repo folder
+        when nothing is left in it."""
+        repo_dir = self.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
+        for link in [*repo_dir.glob("snapshots/*/**/*")]:
+            rel = link.relative_to(repo_dir / "snapshots").as_posix().split("/", 1)[-1]
+            if rel in paths and link.is_symlink():
+                link.resolve().unlink(missing_ok=True)
+                link.unlink(missing_ok=True)
+        if partials:
+            for partial in repo_dir.glob(f"blobs/*{PARTIAL_SUFFIX}"):
+                partial.unlink(missing_ok=True)
+        blobs = repo_dir / "blobs"
+        if repo_dir.is_dir() and not (blobs.is_dir() and any(blobs.iterdir())):
+            shutil.rmtree(repo_dir, ignore_errors=True)
 
     def download(self, repo_id: str, hub_file: HubFile, listener: DownloadListener) -> Path:
         """One file into the hub cache (its layout: blobs named by ETag, a snapshot link per

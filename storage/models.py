@@ -253,14 +253,45 @@ class ModelFiles:
         if self._store_has(key, expected):
             return self.fetch(key)
         path = origin()
-        digest = self._check_origin(path, expected, key)
+        self._put(key, path, self._check_origin(path, expected, key))
+        return path
+
+    def _put(self, key: str, path: Path, digest: str) -> None:
+        """The checksum first: a reader never finds the file without it."""
         try:
             self.store.put_bytes(checksum_key(key), (digest + "\n").encode())
             self.store.put_file(key, path)
             logger.info("model file %s put in the object store (sha256 %s)", key, digest)
         except StorageError as exc:  # the model still loads here; the next machine re-fetches
             logger.warning("could not put model file %s in the object store: %s", key, exc)
-        return path
+
+    def hf_into_store(self, plan: HubPlan) -> list[str]:
+        """Every file of `plan` in the object store, from the Hub where the store lacks it
+        (POST /models); a file already stored is kept. Returns the files' keys."""
+        stored = []
+        for hub_file in plan.all_files():
+            key = hf_store_prefix(plan.repo_id) + check_key(hub_file.path)
+            if not self._store_has(key, hub_file.sha256):
+                path = (self.hub.cached(plan.repo_id, hub_file)
+                        or self.hub.download(plan.repo_id, hub_file, self.listener))
+                digest = self._check_origin(path, hub_file.sha256, key)
+                self.store.put_bytes(checksum_key(key), (digest + "\n").encode())
+                self.store.put_file(key, path)
+                logger.info("model file %s put in the object store (sha256 %s)", key, digest)
+            stored.append(key)
+        return stored
+
+    def stored_hf_files(self, repo_id: str) -> list[HubFile]:
+        return self._store_hub_files(repo_id)
+
+    def delete_keys(self, keys: list[str]) -> None:
+        """Remove model files (and their checksums) from the store and from this cache."""
+        for key in keys:
+            self.store.delete(key)
+            self.store.delete(checksum_key(key))
+            local = self.cache_dir / check_key(key)
+            for path in (local, local.with_name(local.name + LOCAL_DIGEST_SUFFIX)):
+                path.unlink(missing_ok=True)
 
     def _store_has(self, key: str, expected: str | None) -> bool:
         try:

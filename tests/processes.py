@@ -52,11 +52,15 @@ class Fleet:
     logs: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     api_urls: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """More environment for every process (no test process reaches the Hugging Face Hub
+    unless a test sets HF_HUB_OFFLINE=0 and HF_ENDPOINT to its local stand-in)."""
 
     def _spawn(self, role: str, args: list[str]) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{role}-{len(self.processes)}.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "LLAMAQ_REDIS_URL": self.redis_url}
+        env = {"HF_HUB_OFFLINE": "1", **os.environ, **self.env,
+               "LLAMAQ_REDIS_URL": self.redis_url}
         process = subprocess.Popen([sys.executable, "-m", "llamaq", role, *self.common, *args],
                                    cwd=self.workdir, env=env, stdout=log, stderr=log)
         self.processes.append(process)

@@ -83,6 +83,7 @@ def test_default_quant_rule() -> None:
     mmprojs = ["mmproj-F16.gguf", "mmproj-Q8_0.gguf", "sub/mmproj-F32.gguf"]
     assert pick_sidecar(mmprojs, "m-Q8_0.gguf", "mmproj", "") == "mmproj-Q8_0.gguf"
     assert pick_sidecar(mmprojs, "sub/m-Q4_0.gguf", "mmproj", "") == "sub/mmproj-F32.gguf"
+    assert pick_sidecar(mmprojs, "m-Q4_K_M.gguf", "mmproj", "Q8_0") == "mmproj-Q8_0.gguf"
 
 
 def test_hf_fetched_once_then_pulled_from_the_store_by_another_machine(
