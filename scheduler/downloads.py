@@ -5,6 +5,7 @@ download events on the models channel, and the pause flag a downloader obeys."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -244,7 +245,12 @@ class DownloadReporter:
         return result
 
     async def _settle(self) -> None:
+        """Wait for the report in flight, then publish the last progress (a report that was
+        due while another was in flight was skipped)."""
         with self._lock:
             pending = self._pending
         if pending is not None:
             await asyncio.wrap_future(pending)
+        if self.begun:
+            with contextlib.suppress(RedisError):
+                await self.board.report(self.record.model_copy(deep=True))
