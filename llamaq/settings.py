@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -345,9 +346,8 @@ class CommonSettings(ProcessSettings):
     s3_endpoint_url: str | None = flag(None, "--s3-endpoint-url", env="LLAMAQ_S3_ENDPOINT_URL",
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
-                          help="folder where model files are materialised")
-    llama_cache: str | None = flag(None, "--llama-cache", env="LLAMA_CACHE",
-                                   help="llama.cpp's model cache folder; wins over --cache-dir")
+                          help="folder where model files are materialised (the spec's "
+                          "LLAMA_CACHE, when set, wins over LLAMAQ_CACHE_DIR)")
     drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
@@ -361,9 +361,22 @@ class CommonSettings(ProcessSettings):
         """Responses carry `__verbose` (llama-server: verbosity above 9)."""
         return self.verbosity() > 9
 
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Self:
+        """As ProcessSettings.from_args; then the spec's LLAMA_CACHE, when set, names the model
+        cache unless --cache-dir is on the command line (it wins over LLAMAQ_CACHE_DIR)."""
+        settings = super().from_args(argv, environ)
+        args = sys.argv[1:] if argv is None else argv
+        env = os.environ if environ is None else environ
+        given = any(a == "--cache-dir" or a.startswith("--cache-dir=") for a in args)
+        if env.get("LLAMA_CACHE") and not given:
+            return settings.model_copy(update={"cache_dir": env["LLAMA_CACHE"]})
+        return settings
+
     def model_cache_dir(self) -> Path:
-        """Where model files are kept on this machine: LLAMA_CACHE, else LLAMAQ_CACHE_DIR."""
-        return Path(self.llama_cache or self.cache_dir).expanduser()
+        """Where model files are kept on this machine."""
+        return Path(self.cache_dir).expanduser()
 
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or

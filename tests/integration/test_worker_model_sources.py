@@ -109,9 +109,9 @@ def test_worker_b_pulls_from_the_store_what_worker_a_fetched_from_the_hub(
 
             requests_before = len(hub.requests)
             channel.seen.clear()
-            # another machine: its own cache (LLAMA_CACHE's flag wins over --cache-dir)
-            fleet.add_worker("--cache-dir", str(tmp_path / "ignored"), "--llama-cache",
-                             str(tmp_path / "b"), *WORKER)
+            # another machine: its own cache (LLAMA_CACHE wins over LLAMAQ_CACHE_DIR)
+            fleet.add_worker(*WORKER, env={"LLAMAQ_CACHE_DIR": str(tmp_path / "ignored"),
+                                           "LLAMA_CACHE": str(tmp_path / "b")})
             wait_until(lambda: complete(api)["tokens_predicted"] > 0, timeout=120,
                        what="worker B serving")
             assert len(hub.requests) == requests_before  # not one call to the Hub
