@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,12 @@ def is_hub_error(exc: BaseException) -> bool:
     return isinstance(exc, HUB_ERRORS) or any(
         cls.__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
         for cls in type(exc).__mro__)
+
+
+def hub_endpoint(environ: Mapping[str, str]) -> str | None:
+    """The Hub to use: MODEL_ENDPOINT, else HF_ENDPOINT (as llama.cpp reads them), else
+    huggingface-hub's default."""
+    return environ.get("MODEL_ENDPOINT") or environ.get("HF_ENDPOINT") or None
 
 
 def hub_cache_dir(cache_dir: Path) -> Path:

@@ -11,14 +11,14 @@ from redis.asyncio import Redis
 
 from scheduler.downloads import DownloadBoard, DownloadReporter
 from storage import ModelFiles, default_model_path, open_store
-from storage.hf import HubClient
+from storage.hf import HubClient, hub_endpoint
 from storage.progress import DownloadListener
 from worker.settings import WorkerSettings
 
 
 def model_files(settings: WorkerSettings, listener: DownloadListener | None = None) -> ModelFiles:
     cache_dir = settings.model_cache_dir()
-    hub = HubClient(cache_dir, endpoint=os.environ.get("HF_ENDPOINT") or None,
+    hub = HubClient(cache_dir, endpoint=hub_endpoint(os.environ),
                     token=settings.hf_token, offline=settings.offline)
     return ModelFiles(open_store(settings.store_url, settings.s3_endpoint_url), cache_dir,
                       offline=settings.offline, hub=hub, s3_endpoint_url=settings.s3_endpoint_url,

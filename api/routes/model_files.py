@@ -13,6 +13,8 @@ import asyncio
 import logging
 import os
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from pydantic import BaseModel, ConfigDict, Field
 from sanic import Blueprint, Request, Sanic
 from sanic.response import HTTPResponse, json
@@ -25,6 +27,7 @@ from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageE
 from storage.hf import (
     SIDECAR_KEYWORDS,
     HubClient,
+    hub_endpoint,
     is_model_file,
     pick_model,
     pick_sidecar,
@@ -64,7 +67,7 @@ class PodDownloads:
         s = self.settings
         if self._store is None:
             self._store = await asyncio.to_thread(open_store, s.store_url, s.s3_endpoint_url)
-        hub = HubClient(s.model_cache_dir(), endpoint=os.environ.get("HF_ENDPOINT") or None,
+        hub = HubClient(s.model_cache_dir(), endpoint=hub_endpoint(os.environ),
                         token=s.hf_token, offline=s.offline)
         return ModelFiles(self._store, s.model_cache_dir(), offline=s.offline, hub=hub,
                           s3_endpoint_url=s.s3_endpoint_url, listener=listener, label=label)
@@ -150,6 +153,10 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -
     if not sidecar and name.endswith(".gguf") and files.store.exists(pushed):
         files.delete_keys([pushed])
         return [pushed]
+    try:
+        validate_repo_id(split_repo_tag(name)[0])
+    except HFValidationError:
+        return []  # not a Hub repo: nothing of it can be cached
     repo_id, victims = _hf_victims(files, name, sidecar)
     prefix = hf_store_prefix(repo_id)
     files.delete_keys([prefix + path for path in victims])

@@ -193,8 +193,10 @@ def test_delete_refuses_bad_requests(pod: tuple[str, Path]) -> None:
     response = httpx.delete(f"{pod[0]}/models", params={"model": REPO, "sidecar": "x"},
                             timeout=30)
     assert response.status_code == 400 and "'x'" in response.json()["error"]["message"]
-    response = httpx.delete(f"{pod[0]}/models", params={"model": "org/never-GGUF"}, timeout=30)
-    assert response.status_code == 404
+    for name in ("org/never-GGUF", "../../etc", "a\x00b", "x.gguf", "org/never-GGUF:Q4_K_M"):
+        response = httpx.delete(f"{pod[0]}/models", params={"model": name}, timeout=30)
+        assert response.status_code == 404, (name, response.text)
+        assert response.json()["error"]["type"] == "not_found_error"
 
 
 def test_paused_download_is_incomplete_and_resumes(

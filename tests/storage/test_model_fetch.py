@@ -231,3 +231,25 @@ def test_s3_url_model(s3_store: S3Store, moto_endpoint: str, tmp_path: Path) -> 
     with pytest.raises(ModelNotFound):
         files.resolve(f"s3://{s3_store.bucket}/absent.gguf")
 
+
+
+def test_stored_models_are_listed_by_name(tmp_path: Path) -> None:
+    from storage.model_catalog import file_tag, list_stored_models
+
+    assert file_tag("a/m-q4_k_m-00001-of-00002.gguf") == ("Q4_K_M", 1)
+    assert file_tag("m.gguf") == ("", 1)
+    store = LocalStore(tmp_path / "store")
+    for key in (f"models/hf/{REPO}/tiny-Q4_K_M.gguf", f"models/hf/{REPO}/tiny-Q8_0.gguf",
+                f"models/hf/{REPO}/mmproj-tiny-F16.gguf",
+                "models/hf/o/big/big-Q2_K-00001-of-00002.gguf",
+                "models/hf/o/big/big-Q2_K-00002-of-00002.gguf",
+                "models/hf/o/half/h-Q2_K-00001-of-00002.gguf",
+                "models/team/pushed.gguf", "models/url/0123/x.gguf"):
+        store.put_bytes(key, b"GGUF")
+        store.put_bytes(checksum_key(key), b"0" * 64)
+    listed = {m.name: m for m in list_stored_models(store)}
+    assert sorted(listed) == ["o/big:Q2_K", f"{REPO}:Q4_K_M", f"{REPO}:Q8_0", "team/pushed.gguf"]
+    assert listed[f"{REPO}:Q4_K_M"].sidecars == ("mmproj",)
+    assert listed["o/big:Q2_K"].keys == ("models/hf/o/big/big-Q2_K-00001-of-00002.gguf",
+                                         "models/hf/o/big/big-Q2_K-00002-of-00002.gguf")
+    assert listed["team/pushed.gguf"].source == "pushed"
