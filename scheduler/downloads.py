@@ -237,11 +237,16 @@ class DownloadReporter:
                 paused = isinstance(exc, DownloadCancelled)
                 log.log(logging.INFO if paused else logging.ERROR, "model %s: download %s: %s",
                         self.record.model, "paused" if paused else "failed", exc)
-                await self.board.fail(self.record, str(exc))
+                with contextlib.suppress(RedisError):  # the record expires into `incomplete`
+                    await self.board.fail(self.record, str(exc))
             raise
         await self._settle()
         if self.begun:
-            await self.board.finish(self.record.model)
+            try:
+                await self.board.finish(self.record.model)
+            except RedisError as exc:  # the file is here; only the fleet's record is stale
+                log.warning("model %s: cannot record the finished download (%s)",
+                            self.record.model, exc)
         return result
 
     async def _settle(self) -> None:
