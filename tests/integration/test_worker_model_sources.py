@@ -169,3 +169,34 @@ def test_model_url_worker(redis_url: str, tmp_path: Path, tiny_model_path: Path)
             assert list((tmp_path / "store" / "models" / "url").rglob("tiny-model.gguf"))
         finally:
             fleet.stop()
+
+
+def test_gemma_from_the_local_hub(redis_url: str, tmp_path: Path, gemma_path: Path) -> None:
+    """The real model through -hf: the default quant rule picks Q4_K_M, the file is checked
+    against the Hub's SHA-256 and loads (Gemma's own chat template is in /props)."""
+    repo = "ggml-org/gemma-3-270m-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/gemma-3-270m-Q4_K_M.gguf", gemma_path.read_bytes())
+    host.add(f"{repo}/gemma-3-270m-F16.gguf", b"GGUF-not-this-one")
+    with serve(host):
+        fleet = Fleet(redis_url, tmp_path, ["-hf", repo, "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+        try:
+            fleet.add_worker("-c", "1024", "-np", "1", "-t", "2")
+            api = fleet.add_api()
+            fleet.wait_healthy(api, timeout=180)
+            props = httpx.get(f"{api}/props", timeout=30).json()
+            assert props["model_path"].endswith("/gemma-3-270m-Q4_K_M.gguf")
+            [model] = httpx.get(f"{api}/v1/models", timeout=30).json()["data"]
+            assert model["id"] == repo and model["meta"]["n_vocab"] == 262144  # Gemma 3's
+            response = httpx.post(f"{api}/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8,
+                "temperature": 0})
+            assert response.status_code == 200, response.text
+            assert response.json()["choices"][0]["message"]["content"].strip()
+            assert host.gets("gemma-3-270m-F16.gguf") == 0
+            stored = tmp_path / "store" / "models" / "hf" / repo / "gemma-3-270m-Q4_K_M.gguf"
+            assert stored.stat().st_size == gemma_path.stat().st_size
+        finally:
+            fleet.stop()
