@@ -144,17 +144,20 @@ def test_post_downloads_model_and_sidecar_into_the_store(
         f"{REPO}/tiny-Q4_K_M.gguf"].data
     assert REPO not in statuses(redis_url)
 
-    gets = hub.gets("tiny-Q4_K_M.gguf")  # posting it again keeps the files already stored
-    response = httpx.post(f"{url}/models", json={"model": f"{REPO}:Q4_K_M"}, timeout=30)
-    assert response.status_code == 200
-    events.wait(f"{REPO}:Q4_K_M", "download_finished")
-    assert hub.gets("tiny-Q4_K_M.gguf") == gets
-
     response = httpx.delete(f"{url}/models", params={"model": f"{REPO}:Q4_K_M",
                                                       "sidecar": "mmproj"}, timeout=30)
     assert response.status_code == 200, response.text
     assert store.list_keys(PREFIX) == [PREFIX + "tiny-Q4_K_M.gguf",
                                        PREFIX + "tiny-Q4_K_M.gguf.sha256"]
+
+    gets = hub.gets("tiny-Q4_K_M.gguf"), hub.gets("mmproj-tiny-F16.gguf")
+    response = httpx.post(f"{url}/models", json={"model": f"{REPO}:Q4_K_M"}, timeout=30)
+    assert response.status_code == 200
+    events.wait(f"{REPO}:Q4_K_M", "download_finished")
+    # the sidecar it lacked is downloaded again, the model file already stored is kept
+    assert (hub.gets("tiny-Q4_K_M.gguf"), hub.gets("mmproj-tiny-F16.gguf")) == \
+        (gets[0], gets[1] + 1)
+    assert store.exists(PREFIX + "mmproj-tiny-F16.gguf")
     response = httpx.delete(f"{url}/models", params={"model": f"{REPO}:Q4_K_M"}, timeout=30)
     assert response.status_code == 200 and response.json() == {"success": True}
     assert events.wait(f"{REPO}:Q4_K_M", "model_remove") == {

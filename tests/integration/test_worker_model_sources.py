@@ -167,6 +167,11 @@ def test_model_url_worker(redis_url: str, tmp_path: Path, tiny_model_path: Path)
             assert complete(api)["tokens_predicted"] > 0
             assert host.gets("tiny-model.gguf") == 1
             assert list((tmp_path / "store" / "models" / "url").rglob("tiny-model.gguf"))
+            loaded = httpx.delete(f"{api}/models", params={"model": "tiny-model.gguf"},
+                                  timeout=30)
+            assert loaded.status_code == 400
+            assert loaded.json()["error"]["message"] == (
+                "model 'tiny-model.gguf' is loaded: unload it before deleting it")
         finally:
             fleet.stop()
 
