@@ -37,6 +37,7 @@ from huggingface_hub.utils import (
     validate_repo_id,
 )
 
+from storage._fs import file_lock
 from storage.errors import DownloadFailed, ModelNotFound
 from storage.progress import DownloadListener
 from storage.url_fetch import PARTIAL_SUFFIX, download_url
@@ -254,7 +255,8 @@ class HubClient:
             for partial in repo_dir.glob(f"blobs/*{PARTIAL_SUFFIX}"):
                 partial.unlink(missing_ok=True)
         blobs = repo_dir / "blobs"
-        if repo_dir.is_dir() and not (blobs.is_dir() and any(blobs.iterdir())):
+        if repo_dir.is_dir() and not (blobs.is_dir() and any(
+                not p.name.startswith(".") for p in blobs.iterdir())):  # lock files only
             shutil.rmtree(repo_dir, ignore_errors=True)
 
     def download(self, repo_id: str, hub_file: HubFile, listener: DownloadListener) -> Path:
@@ -275,10 +277,11 @@ class HubClient:
             raise DownloadFailed(f"{url}: not a Hugging Face Hub answer (no commit or ETag)")
         repo_dir = self.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
         blob = repo_dir / "blobs" / meta.etag
-        if not blob.is_file():
-            same_host = urlsplit(meta.location).netloc == urlsplit(url).netloc
-            headers = build_hf_headers(token=self.token) if same_host else {}
-            download_url(meta.location, blob, listener, headers=headers, source=url)
+        with file_lock(blob.with_name(f".{blob.name}.lock")):  # one writer per machine
+            if not blob.is_file():
+                same_host = urlsplit(meta.location).netloc == urlsplit(url).netloc
+                headers = build_hf_headers(token=self.token) if same_host else {}
+                download_url(meta.location, blob, listener, headers=headers, source=url)
         link = repo_dir / "snapshots" / meta.commit_hash / hub_file.path
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_file():

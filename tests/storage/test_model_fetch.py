@@ -253,3 +253,20 @@ def test_stored_models_are_listed_by_name(tmp_path: Path) -> None:
     assert listed["o/big:Q2_K"].keys == ("models/hf/o/big/big-Q2_K-00001-of-00002.gguf",
                                          "models/hf/o/big/big-Q2_K-00002-of-00002.gguf")
     assert listed["team/pushed.gguf"].source == "pushed"
+
+
+def test_two_workers_on_one_machine_download_once(hub: ModelHost, tmp_path: Path) -> None:
+    hub.chunk_delay_s = 0.005
+    store = LocalStore(tmp_path / "store")
+    results: list[bytes] = []
+
+    def start() -> None:
+        results.append(machine(store, tmp_path / "shared", hub.url).from_hf(REPO).read_bytes())
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [hub.files[f"{REPO}/tiny-Q4_K_M.gguf"].data] * 2
+    assert hub.gets("tiny-Q4_K_M.gguf") == 1
