@@ -101,6 +101,7 @@ class DownloadBoard:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.download_record(record.model), record.model_dump_json())
             pipe.set(keys.download_alive(record.model), "1", ex=keys.DOWNLOAD_ALIVE_TTL_S)
+            pipe.sadd(keys.DOWNLOADS, record.model)
             pipe.exists(keys.download_stop(record.model))
             results = await pipe.execute()
         data = {url: p.model_dump() for url, p in record.progress.items()}

@@ -239,6 +239,11 @@ class ModelFiles:
         return self._materialise(key, None, lambda: self._download_url(url, target))
 
     def _download_url(self, url: str, target: Path) -> Path:
+        if self.offline:
+            if target.is_file():
+                return target
+            raise ModelNotFound(f"model URL {url!r}: not in the cache or the object store, "
+                                "and --offline forbids downloading it")
         with file_lock(_lock_path(target)):
             digest = download_url(url, target, self.listener)
             target.with_name(target.name + LOCAL_DIGEST_SUFFIX).write_text(digest + "\n")

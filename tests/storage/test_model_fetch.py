@@ -171,8 +171,10 @@ def test_model_url_through_the_store(store: ObjectStore, tmp_path: Path,
         assert a.from_url(url) == path and host.gets("model.gguf") == 1
         with pytest.raises(DownloadFailed, match="404"):
             a.from_url(f"{host.url}/files/absent.gguf")
-    b = machine(store, tmp_path / "b", f"http://127.0.0.1:{closed_port}")
+    b = machine(store, tmp_path / "b", f"http://127.0.0.1:{closed_port}", offline=True)
     assert b.from_url(url).read_bytes() == path.read_bytes()  # the host is gone: the store
+    with pytest.raises(ModelNotFound, match="--offline"):
+        b.from_url(f"http://127.0.0.1:{closed_port}/other.gguf")
     with pytest.raises(ModelNotFound, match="http"):
         b.from_url("ftp://example.invalid/m.gguf")
 
