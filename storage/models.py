@@ -244,9 +244,10 @@ class ModelFiles:
                 return target
             raise ModelNotFound(f"model URL {url!r}: not in the cache or the object store, "
                                 "and --offline forbids downloading it")
+        record = target.with_name(target.name + LOCAL_DIGEST_SUFFIX)
         with file_lock(_lock_path(target)):
-            digest = download_url(url, target, self.listener)
-            target.with_name(target.name + LOCAL_DIGEST_SUFFIX).write_text(digest + "\n")
+            if not (target.is_file() and record.is_file()):  # another process just did it
+                record.write_text(download_url(url, target, self.listener) + "\n")
         return target
 
     # -- shared -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
@@ -125,7 +126,7 @@ async def post_models(request: Request) -> HTTPResponse:
         finally:
             downloads.running.pop(name, None)
 
-    request.app.add_task(download(), name=f"llamaq-download-{len(downloads.running)}")
+    request.app.add_task(download(), name=f"llamaq-download-{uuid.uuid4().hex[:12]}")
     return json({"success": True})
 
 
