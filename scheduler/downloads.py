@@ -66,6 +66,14 @@ class DownloadStatus(BaseModel):
         return {"value": "incomplete", "args": []}
 
 
+def incomplete_sidecars(status: DownloadStatus | None, stored: tuple[str, ...]) -> list[str]:
+    """The spec's `incomplete_sidecars` of a model: the kinds its last unfinished download was
+    asked for that the store does not hold yet (`stored`: StoredModel.sidecars)."""
+    if status is None or status.value != "incomplete":
+        return []
+    return [kind for kind in status.sidecars if kind not in stored]
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

@@ -68,3 +68,14 @@ def test_models_push_refuses_what_is_not_a_gguf(tmp_path: Path) -> None:
                               str(tmp_path / "absent.gguf")], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode != 0 and "no such file" in missing.stderr
+
+
+def test_incomplete_sidecars() -> None:
+    from scheduler.downloads import DownloadStatus, incomplete_sidecars
+
+    paused = DownloadStatus(value="incomplete", sidecars=["mmproj", "mtp"])
+    assert incomplete_sidecars(paused, ("mmproj",)) == ["mtp"]
+    assert incomplete_sidecars(paused, ("mmproj", "mtp")) == []
+    running = DownloadStatus(value="downloading", sidecars=["mtp"])
+    assert incomplete_sidecars(running, ()) == [] and incomplete_sidecars(None, ()) == []
+    assert running.to_wire() == {"value": "downloading", "progress": {}}
