@@ -12,11 +12,12 @@ How it works:
   summary holds the longest run of the prompt's leading blocks — at least `min_chars` — wins
   if it has a free slot (its published free slots minus the jobs this pod sent it that have not
   started yet); if the workers holding it are all busy, the job goes to the model's shared
-  queue as before. A long prompt that no worker holds goes to the worker with the most free
-  slots (the shared queue when none is free), and the pod remembers for RECENT_S where it sent
-  it: the questions that follow a new system prompt go where its first one went, even before
-  that worker's summary shows it (SGLang's router does the same: its tree is updated when it
-  routes). Short prompts (under `min_chars`) always take the shared queue.
+  queue as before. A long prompt that no worker holds goes to the worker with a free slot whose
+  slots hold the fewest blocks (the shared queue when none is free), and the pod remembers for
+  RECENT_S where it sent it: the questions that follow a new system prompt go where its first
+  one went, even before that worker's summary shows it (SGLang's router does the same: its
+  tree is updated when it routes, and the smallest tree takes a new prefix). Short prompts
+  (under `min_chars`) always take the shared queue.
 - A routed job goes to the chosen worker's own queue, but stays movable (it is not pinned like
   an `id_slot` job): if no worker took it within `TAKE_WITHIN_S` (the worker stalled, died, is
   busy after all, or handed it back while draining) or its run died with the worker before it
@@ -169,6 +170,8 @@ class PrefixRouter:
     pending: Counter[str] = field(default_factory=Counter)
     recent: dict[bytes, tuple[str, float]] = field(default_factory=dict)
     """Block hash -> (worker it was routed to, when); oldest first."""
+    recent_blocks: Counter[str] = field(default_factory=Counter)
+    """Per worker: how many of `recent` point to it."""
 
     @property
     def enabled(self) -> bool:
@@ -181,8 +184,12 @@ class PrefixRouter:
           this pod lately): the one holding the longest, among those with a free slot (then
           the one with more free slots, then the first listed); none free: the shared queue,
           where the first of them to free a slot (or another worker) takes it.
-        - No worker holds it: the worker with the most free slots, so that the requests that
-          follow with the same beginning find it there; none free: the shared queue."""
+        - No worker holds it: among the workers with a free slot, the one whose slots hold the
+          fewest blocks (published, plus those this pod sent it lately), then the one with the
+          most free slots (SGLang's rule: the smallest cache takes a new prefix, so that the
+          workers split the prefixes instead of one evicting what the other lacks); the
+          requests that follow with the same beginning find it there. None free: the shared
+          queue."""
         if not self.enabled or len(hashes) * self.block_chars < self.min_chars:
             return None
         self._forget_old()
@@ -194,8 +201,10 @@ class PrefixRouter:
             n = max(shared_blocks(hashes, worker.blocks), self._recent_run(hashes, worker))
             if n >= min_blocks:
                 holders.append((n, free, worker.worker_id))
-            elif free > 0 and (coldest is None or free > coldest[0]):
-                coldest = (free, worker.worker_id)
+                continue
+            room = (-(len(worker.blocks) + self.recent_blocks[worker.worker_id]), free)
+            if free > 0 and (coldest is None or room > coldest[0]):
+                coldest = (room, worker.worker_id)
         if holders:
             free_holders = [h for h in holders if h[1] > 0]
             if not free_holders:
@@ -220,16 +229,25 @@ class PrefixRouter:
     def _remember(self, hashes: list[bytes], worker_id: str) -> None:
         now = self.now()
         for digest in hashes:
-            self.recent.pop(digest, None)  # re-inserted last: the dict stays oldest first
+            old = self.recent.pop(digest, None)  # re-inserted last: the dict stays oldest first
+            if old is not None:
+                self._uncount(old[0])
             self.recent[digest] = (worker_id, now)
+            self.recent_blocks[worker_id] += 1
 
     def _forget_old(self) -> None:
         cutoff = self.now() - RECENT_S
         while self.recent:
-            digest, (_, when) = next(iter(self.recent.items()))
+            digest, (worker_id, when) = next(iter(self.recent.items()))
             if when >= cutoff:
                 break
             del self.recent[digest]
+            self._uncount(worker_id)
+
+    def _uncount(self, worker_id: str) -> None:
+        self.recent_blocks[worker_id] -= 1
+        if self.recent_blocks[worker_id] <= 0:
+            del self.recent_blocks[worker_id]
 
     def routed(self, worker_id: str) -> None:
         self.pending[worker_id] += 1

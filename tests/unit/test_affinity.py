@@ -70,10 +70,12 @@ def test_the_worker_holding_the_longest_beginning_wins() -> None:
     assert router.choose(prompt, views) == "a"
 
 
-def test_a_prompt_no_worker_holds_goes_to_the_worker_with_the_most_free_slots() -> None:
+def test_a_prompt_no_worker_holds_goes_to_the_worker_holding_the_least() -> None:
     router = PrefixRouter(min_chars=1024)
-    views = [view("a", [SYSTEM_A[:900]], n_free=1), view("b", [SYSTEM_B], n_free=3)]
-    assert router.choose(block_hashes(SYSTEM_A), views) == "b"  # a holds too little of it
+    views = [view("a", [SYSTEM_B, SYSTEM_A[:900]], n_free=3), view("b", [SYSTEM_B], n_free=1)]
+    assert router.choose(block_hashes(SYSTEM_A), views) == "b"  # a holds more (and too little)
+    equal = [view("a", [SYSTEM_B], n_free=1), view("b", [SYSTEM_B], n_free=3)]
+    assert PrefixRouter(min_chars=1024).choose(block_hashes(SYSTEM_A), equal) == "b"
     full = [view("a", [SYSTEM_B], n_free=0), view("b", [], n_free=0)]
     assert PrefixRouter(min_chars=1024).choose(block_hashes(SYSTEM_A), full) is None
 
@@ -94,9 +96,11 @@ def test_followers_of_a_new_prompt_go_where_it_went_before_the_worker_reports_it
     router.routed("b")
     router.routed("b")  # b now has fewer free slots than a, yet holds the beginning
     assert router.choose(second, empty) == "b"
+    assert router.choose(block_hashes(SYSTEM_B), empty) == "a"  # b got blocks lately: a takes it
     clock[0] += 11  # past RECENT_S: by then b's summary would show it, or b dropped it
     assert router.choose(second, [view("a", [], n_free=2), view("b", [], n_free=1)]) == "a"
     assert len(router.recent) == len(second)  # the old entries were dropped
+    assert router.recent_blocks == {"a": len(second)}
 
 
 def test_busy_holders_send_the_prompt_to_the_shared_queue_not_to_a_cold_worker() -> None:
