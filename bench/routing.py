@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="distinct system prompts")
     parser.add_argument("--questions", type=int, default=8, help="questions per prompt")
     parser.add_argument("--system-chars", type=int, default=2400)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--n-predict", type=int, default=8)
     parser.add_argument("--np", type=int, default=4, dest="n_slots", help="slots per worker")
     parser.add_argument("--ctx-per-slot", type=int, default=1024)

@@ -27,17 +27,21 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-USEFUL_PREFIX = 16
-"""A cached prefix shorter than this (a chat template's first tokens) saves next to nothing;
-the engine copies another slot's cache from this many more tokens (SHARE_MIN_TOKENS)."""
+SIMILARITY = 0.1
+"""llama-server's default --slot-prompt-similarity: a slot's cache counts as a match for a prompt
+only if their common prefix is more than this fraction of what the slot holds. Below it (a
+chat template's first tokens, a shared greeting) the match saves next to nothing, and choosing
+the slot for it would overwrite the same slot again and again while the others sit unused."""
+SHARE_MIN_TOKENS = 16
+"""The engine copies another slot's cache when it holds this many more prompt tokens."""
 
 
 def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCache | None:
-    """The requested slot if it is idle; else the idle slot sharing the longest useful prefix
-    with the prompt. When no idle slot holds a useful prefix (or another slot, maybe busy,
-    holds much more of it: the engine copies that one), the slot to overwrite is one whose
-    cache another slot holds too (a copy: nothing is lost), then the one sharing the longest
-    prefix, then the least recently used. None when none is idle."""
+    """The requested slot if it is idle; else the idle slot whose cache matches the longest
+    prefix of the prompt (llama-server's similarity rule). When no idle slot matches (or
+    another slot, maybe busy, holds much more of the prompt: the engine copies that one), the
+    slot to overwrite is one whose cache another slot holds too (a copy: nothing is lost), else
+    the least recently used. None when none is idle."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot
@@ -47,12 +51,12 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCa
     shared = {s.slot_id: common_prefix(s.tokens, prompt) for s in slots}
     best = max(shared.values())
 
-    def useful(slot: SlotCache) -> int:
+    def match(slot: SlotCache) -> int:
         n = shared[slot.slot_id]
-        return n if n >= USEFUL_PREFIX and n + USEFUL_PREFIX > best else 0
+        similar = n > SIMILARITY * len(slot.tokens)
+        return n if n > 0 and similar and n + SHARE_MIN_TOKENS > best else 0
 
-    return max(idle, key=lambda s: (useful(s), held_elsewhere(s, slots), shared[s.slot_id],
-                                    -s.last_used))
+    return max(idle, key=lambda s: (match(s), held_elsewhere(s, slots), -s.last_used))
 
 
 def held_elsewhere(slot: SlotCache, slots: list[SlotCache]) -> bool:

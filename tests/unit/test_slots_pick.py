@@ -82,6 +82,16 @@ def test_an_idle_slot_holding_the_prompt_beats_copies() -> None:
     assert pick_slot(pool, [*system, 7], id_slot=-1) is pool[1]
 
 
+def test_prompts_sharing_only_a_short_header_spread_over_the_slots() -> None:
+    """Four system prompts that begin with the same 3 tokens (a template's header), each 40
+    tokens long: a new one must not overwrite the slot of the last one for those 3 tokens (the
+    worker would keep one system prompt instead of four); it takes the least recently used."""
+    header = [1, 2, 3]
+    system = [[*header, *range(100 * k, 100 * k + 37)] for k in range(1, 4)]
+    pool = slots(system[0], system[1], [], [], last_used=(5.0, 6.0, 1.0, 2.0))
+    assert pick_slot(pool, [*system[2], 7], id_slot=-1) is pool[2]
+
+
 def test_all_busy_gives_none() -> None:
     pool = slots([1], [1, 2], busy=(0, 1))
     assert pick_slot(pool, [1, 2], id_slot=-1) is None
