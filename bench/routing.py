@@ -3,7 +3,7 @@ short questions, with prefix affinity on and off. Not a test: it measures and pr
 
     .venv/bin/python bench/routing.py                       # both modes, interleaved rounds
     .venv/bin/python bench/routing.py --affinity off        # one mode only
-    .venv/bin/python bench/routing.py --rounds 2 --questions 12 --concurrency 4
+    .venv/bin/python bench/routing.py --rounds 2 --questions 8 --concurrency 4
 
 One fleet (own Redis on 127.0.0.1, Gemma 3 270M, two workers with -np slots each) and two api
 pods on it: one with `--prefix-affinity` (default) and one with `--prefix-affinity 0` (off:
@@ -180,8 +180,8 @@ def main() -> None:
                         help="which mode(s) to measure (off: --prefix-affinity 0)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds per mode (interleaved)")
     parser.add_argument("--prompts", type=int, default=8, help="distinct system prompts")
-    parser.add_argument("--questions", type=int, default=8, help="questions per prompt")
-    parser.add_argument("--system-chars", type=int, default=2400)
+    parser.add_argument("--questions", type=int, default=12, help="questions per prompt")
+    parser.add_argument("--system-chars", type=int, default=1600)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--n-predict", type=int, default=8)
     parser.add_argument("--np", type=int, default=4, dest="n_slots", help="slots per worker")
