@@ -26,6 +26,7 @@ from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.streams import streams
+from api.routes.systemone import systemone
 from api.routes.templates import templates
 from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
@@ -119,8 +120,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
-                      streams, openapi):
+    for blueprint in (native, monitor, openai, templates, anthropic, extras, systemone,
+                      fleet_view, streams, openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

@@ -26,6 +26,7 @@ from scheduler.errors import (
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
     SlotActionJob,
     TokenizeJob,
@@ -51,7 +52,7 @@ from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
 
-AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
+AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | DecisionJob
 QueueLimit = Callable[[str], Awaitable[int | None]]
 """How many jobs of a model may wait for a slot (None: no bound)."""
 RETRY_AFTER_S = 5
@@ -71,9 +72,9 @@ class JobEvents:
                  redis: Redis, hub: EventHub) -> None:
         self.job_id = job.job_id
         self._model_id = job.model
-        self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
-            else None
-        self._movable = job.kind == "completion" and not self._pinned_worker
+        self._pinned_worker = job.worker_id if isinstance(
+            job, CompletionJob | SlotActionJob | DecisionJob) else None
+        self._movable = job.kind in ("completion", "decision") and not self._pinned_worker
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis

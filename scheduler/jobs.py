@@ -25,6 +25,7 @@ class JobKind(StrEnum):
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
     SLOT_ACTION = "slot_action"
+    DECISION = "decision"
 
 
 def new_job_id() -> str:
@@ -210,7 +211,30 @@ class SlotActionJob(BaseModel):
     filename: str = ""
 
 
-Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
+class DecisionQuestion(BaseModel):
+    """One question of a decision job, rendered by the api: the text that follows the shared
+    prefix, and the candidate labels whose continuation probabilities answer it."""
+
+    id: str
+    type: Literal["choice", "score", "noul"]
+    suffix: str
+    labels: list[str] = Field(min_length=1)
+    """The text of each candidate answer, in the order the answer reports them."""
+
+
+class DecisionJob(BaseModel):
+    """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
+    each read from the logits over its labels; nothing is sampled (worker/decisions.py)."""
+
+    kind: Literal[JobKind.DECISION] = JobKind.DECISION
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    prefix: str
+    questions: list[DecisionQuestion] = Field(min_length=1)
+    worker_id: str | None = None
+
+
+Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | DecisionJob,
                 Field(discriminator="kind")]
 JOB: TypeAdapter[Job] = TypeAdapter(Job)
 

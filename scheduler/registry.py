@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler import keys
+from scheduler.decision_meta import DecisionCaps
 from scheduler.results import GenerationSettings
 
 
@@ -25,6 +26,8 @@ class ModelMeta(BaseModel):
     bos_token: str = ""
     eos_token: str = ""
     output_modalities: list[str] = ["text"]
+    decisions: DecisionCaps | None = None
+    """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""
 
 
 class NextToken(BaseModel):

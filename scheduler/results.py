@@ -136,8 +136,33 @@ class SlotActionResult(BaseModel):
     ms: float = 0.0
 
 
+class DecisionAnswer(BaseModel):
+    id: str
+    probabilities: list[float]
+    """Of each label of the question, in its order (restricted softmax, sum 1)."""
+    n_prompt_tokens: int
+    """The question's prompt: the shared prefix plus its own suffix."""
+
+
+class DecisionResult(BaseModel):
+    """The answers of a decision job, and what the worker decoded for them."""
+
+    result_kind: Literal["decision"] = "decision"
+    worker_id: str
+    model: str
+    answers: list[DecisionAnswer]
+    n_prefix_tokens: int
+    prefix_cached: int
+    """Prefix tokens reused from the slot's cache (not decoded again)."""
+    tokens_decoded: int
+    """Every token this job decoded: its prefix (once), the questions' suffixes and the
+    candidate labels' tokens."""
+    temperatures: dict[str, float] = Field(default_factory=dict)
+    """The temperatures applied, by question type (from the model file; 1 when none)."""
+
+
 Result = Annotated[
-    CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult,
+    CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult | DecisionResult,
     Field(discriminator="result_kind"),
 ]
 

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from scheduler import keys
 from scheduler.connections import arq_settings, open_redis
+from scheduler.decision_meta import DecisionCaps, output_modalities
 from scheduler.errors import (
     InvalidRequest,
     LlamaqError,
@@ -28,6 +29,7 @@ from scheduler.errors import (
 )
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
     SamplingSettings,
     SlotActionJob,
@@ -58,8 +60,15 @@ from storage import (
 from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
+from worker.decision_plan import decision_caps, plan_decision
 from worker.engine import Engine
-from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
+from worker.jobrun import (
+    MAX_TRIES,
+    HandBack,
+    completion_functions,
+    slot_functions,
+    utility_functions,
+)
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
@@ -96,6 +105,7 @@ class WorkerRuntime:
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
+        self._decision_caps: DecisionCaps | None = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -106,22 +116,25 @@ class WorkerRuntime:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         model = await asyncio.to_thread(self._load_model)
+        self._decision_caps = decision_caps(model.path, self.settings.decisions)
         self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        completion = completion_functions()
         self._arq_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
+            self._arq_worker(pool, keys.slot_queue(self.model_id), slot_functions(),
                              model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
-                             model.plan.n_slots),
+            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                             completion_functions(), model.plan.n_slots),
             self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
                              max_jobs=8),
         ]
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
-                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
+                          n_ctx_slot=model.n_ctx_slot,
+                          meta=model.meta().model_copy(update={
+                              "decisions": self._decision_caps,
+                              "output_modalities": output_modalities(self._decision_caps)}),
                           default_settings=self.engine.default_settings(),
                           started_at=time.time())
         registry = Registry(self.redis)
@@ -381,6 +394,33 @@ class WorkerRuntime:
             await done
         except asyncio.CancelledError:
             self.engine.cancel(job.job_id)
+            raise
+
+    async def decision(self, job: DecisionJob) -> None:
+        """Answer a /v1/systemone request (worker/decisions.py): the engine runs it in slots,
+        in the same decode steps as the completions."""
+        engine, publisher = self._engine(), self.publisher
+        assert publisher is not None and self.redis is not None
+        caps = self._decision_caps
+        try:
+            if caps is None:
+                raise NotSupported("this model is not a decision model: /v1/systemone needs "
+                                   "one (or a worker started with --decisions)")
+            request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
+                                              engine.model.n_ctx_slot)
+        except LlamaqError as error:
+            publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+            return
+        if self.draining:
+            raise HandBack()
+        done = publisher.expect(job.job_id)
+        engine.decisions.submit(request)
+        if await self.redis.exists(keys.job_cancel(job.job_id)):
+            engine.cancel(job.job_id)
+        try:
+            await done
+        except asyncio.CancelledError:
+            engine.cancel(job.job_id)
             raise
 
     async def slot_action(self, job: SlotActionJob) -> None:

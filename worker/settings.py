@@ -202,6 +202,11 @@ class WorkerSettings(CommonSettings):
                                         help="file containing a JSON schema to constrain "
                                         "generations")
     # ours
+    decisions: bool = flag(False, "--decisions", env="LLAMAQ_DECISIONS",
+                           negative=("--no-decisions",),
+                           help="serve POST /v1/systemone with this text model by prompting "
+                           "(prompted decisions; a native decision model serves it without); "
+                           "the model does not advertise \"decisions\" in /v1/models")
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "
                             "larger values are capped")

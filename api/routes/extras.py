@@ -7,8 +7,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.settings import ApiSettings
-from api.wire.body import json_body, load_json, parse_body, raw_body
-from api.wire.systemone import SystemOneRequest
+from api.wire.body import json_body, load_json, raw_body
 from scheduler.errors import InvalidRequest, NotSupported
 
 extras = Blueprint("extras")
@@ -23,11 +22,6 @@ async def embeddings(request: Request) -> HTTPResponse:
 
 async def rerank(request: Request) -> HTTPResponse:
     raise NotSupported("This server does not support reranking. Start it with `--reranking`")
-
-
-async def systemone(request: Request) -> HTTPResponse:
-    parse_body(request, SystemOneRequest)  # an invalid request is a 400, as the spec says
-    raise NotSupported("this model is not a decision model: /v1/systemone needs one")
 
 
 async def lora_adapters(request: Request) -> HTTPResponse:
@@ -63,7 +57,6 @@ for path in EMBEDDINGS:
     extras.add_route(embeddings, path, methods=["POST"], name=f"embeddings{path.replace('/', '_')}")
 for path in RERANK:
     extras.add_route(rerank, path, methods=["POST"], name=f"rerank{path.replace('/', '_')}")
-extras.add_route(systemone, "/v1/systemone", methods=["POST"], name="systemone")
 extras.add_route(lora_adapters, "/lora-adapters", methods=["GET"], name="lora_adapters")
 extras.add_route(set_lora_adapters, "/lora-adapters", methods=["POST"], name="set_lora_adapters")
 extras.add_route(set_props, "/props", methods=["POST"], name="set_props")

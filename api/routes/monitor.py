@@ -112,11 +112,23 @@ async def props(request: Request) -> HTTPResponse:
         "chat_template": first.meta.chat_template or "",
         "chat_template_caps": _template_caps(settings, first.meta),
         "modalities": {"vision": False, "audio": False},
+        "decisions": _decisions_json(first.meta),
         "build_info": BUILD_INFO,
         "is_sleeping": False,
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
     })
+
+
+def _decisions_json(meta: ModelMeta) -> dict[str, Any]:
+    """Ours: how /v1/systemone is served: "native" (the model file's llamaq decision keys),
+    "prompted" (a text model under the worker's --decisions; it does not advertise
+    "decisions" in /v1/models) or "off" (501)."""
+    caps = meta.decisions
+    if caps is None:
+        return {"mode": "off"}
+    return {"mode": caps.mode, "types": caps.types, "max_options": caps.max_options,
+            "temperatures": caps.temperatures}
 
 
 def _template_caps(settings: ApiSettings, meta: ModelMeta) -> dict[str, bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sanic import Blueprint, Request
@@ -22,6 +23,7 @@ from api.wire.native import (
     TokenizeRequest,
 )
 from scheduler import limits
+from scheduler.decision_meta import file_output_modalities
 from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import least_loaded
@@ -76,8 +78,26 @@ async def models(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     card = model_card(model_id, int(request.app.ctx.started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
-                      aliases=settings.alias, tags=settings.tags)
+                      aliases=settings.alias, tags=settings.tags,
+                      offline_modalities=None if worker else await _offline_modalities(request))
     return json({"models": [ollama_model_json(model_id)], "object": "list", "data": [card]})
+
+
+async def _offline_modalities(request: Request) -> list[str]:
+    """The model file's output modalities from its GGUF header, when the file is here (a
+    native decision model shows "decisions" before any worker loaded it); read once per file
+    version."""
+    settings: ApiSettings = request.app.ctx.settings
+    path = Path(settings.model) if settings.model else None
+    if path is None or not path.is_file():
+        return ["text"]
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    cache: dict[tuple[str, int, int], list[str]] = request.app.ctx.__dict__.setdefault(
+        "offline_modalities", {})
+    if key not in cache:
+        cache[key] = await asyncio.to_thread(file_output_modalities, path)
+    return cache[key]
 
 
 @route(["POST"], "/tokenize")
