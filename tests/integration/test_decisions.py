@@ -4,6 +4,7 @@ cases, through real api and worker processes."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -278,3 +279,49 @@ def test_labels_sharing_first_tokens_are_told_apart(decisions: str) -> None:
         assert abs(sum(answer["probabilities"].values()) - 1) < 1e-6
         assert answer["choice"] == expected, answer
         assert all(p > 0 for p in answer["probabilities"].values())
+
+
+def mutations(seed: int, count: int) -> Iterator[Any]:
+    """Bodies near a valid one: fields dropped, retyped, emptied, huge, nested, unicode."""
+    import random
+
+    rng = random.Random(seed)
+    odd: list[Any] = [None, 0, -1, 1.5, True, "", "x" * 5000, [], {}, [None], {"a": None},
+                      "\u00e9\u65e5\U0001f600", ["a"] * 300, {"true": 1}, {"": None},
+                      [[[[[]]]]], "data:image/png;base64,", 10**30]
+    for _ in range(count):
+        body = json.loads(json.dumps(EXAMPLE))
+        for _ in range(rng.randint(1, 3)):
+            target = rng.choice(["body", "question", "criteria"])
+            if target == "body":
+                key = rng.choice(["state", "questions", "files", "images", "extra"])
+                if rng.random() < 0.2:
+                    body.pop(key, None)
+                else:
+                    body[key] = rng.choice(odd)
+            elif isinstance(body.get("questions"), dict) and body["questions"]:
+                qid = rng.choice(list(body["questions"]))
+                question = body["questions"][qid]
+                if not isinstance(question, dict):
+                    continue
+                key = rng.choice(["type", "instructions", "criteria"]) if target == "question" \
+                    else "criteria"
+                question[key] = rng.choice([*odd, "choice", "score", "noul"])
+        yield rng.choice([body, json.dumps(body)[: rng.randint(0, 200)], body])
+
+
+def test_mutated_bodies_get_answers_or_clean_errors(native: dict[str, str]) -> None:
+    """Never a 500, a hang or a dead worker: 200, or a 400/501 in the spec's format."""
+    url = native["plain"]
+    with httpx.Client(timeout=60) as http:
+        for body in mutations(11, 150):
+            if isinstance(body, str):
+                response = http.post(f"{url}/v1/systemone", content=body,
+                                     headers={"Content-Type": "application/json"})
+            else:
+                response = http.post(f"{url}/v1/systemone", json=body)
+            assert response.status_code in (200, 400, 501), (body, response.text)
+            if response.status_code != 200:
+                error = response.json()["error"]
+                assert set(error) >= {"code", "message", "type"}
+    assert ask(url, EXAMPLE).status_code == 200  # the worker is still there
