@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from scheduler import keys
 from tests.conftest import make_fleet
 from tests.processes import Fleet
 
@@ -325,3 +327,43 @@ def test_mutated_bodies_get_answers_or_clean_errors(native: dict[str, str]) -> N
                 error = response.json()["error"]
                 assert set(error) >= {"code", "message", "type"}
     assert ask(url, EXAMPLE).status_code == 200  # the worker is still there
+
+
+def test_a_decision_whose_worker_dies_runs_again_on_another(
+        redis_url: str, tmp_path: Path, tiny_model_path: Path) -> None:
+    """A decision job is movable like a completion: it sent nothing before its answer, so
+    when its worker is killed mid-job, it runs again on another worker and the client gets
+    its answers (issue 5's faults hold for decisions)."""
+    import threading
+
+    import redis
+
+    fleet = make_fleet(redis_url, tmp_path, tiny_model_path, "tiny-dies")
+    try:
+        first = fleet.add_worker("-c", "4096", "-np", "2", "-t", "1", "--decisions")
+        url = fleet.add_api()
+        fleet.wait_healthy(url)
+        options = {f"o{i}": None for i in range(20)}  # several tokens each: many steps
+        body = {"state": "the cat " * 200, "questions": {
+            f"q{i}": {"type": "choice", "instructions": f"which {i}?", "criteria": options}
+            for i in range(48)}}
+        result: dict[str, httpx.Response] = {}
+        thread = threading.Thread(target=lambda: result.update(answer=ask(url, body)))
+        thread.start()
+        client = redis.Redis.from_url(redis_url)
+        deadline = time.monotonic() + 60
+        while not list(client.scan_iter("llamaq:job:*:owner")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        first.kill()
+        first.wait()
+        assert thread.is_alive()  # killed mid-job
+        fleet.add_worker("-c", "4096", "-np", "2", "-t", "1", "--decisions")
+        thread.join(180)
+        response = result["answer"]
+        assert response.status_code == 200, response.text
+        assert set(response.json()["answers"]) == set(body["questions"])
+        retried = client.hget(keys.model_counters("tiny-dies"), "retried")
+        assert retried is not None and int(retried) >= 1  # type: ignore[arg-type]
+    finally:
+        fleet.stop()
