@@ -489,7 +489,8 @@ class Engine:
         metrics.n_tokens_max = max(metrics.n_tokens_max, n_tokens)
 
     def metrics_snapshot(self) -> WorkerMetrics:
-        return self.metrics.model_copy(update={"requests_processing": len(self._active),
+        return self.metrics.model_copy(update={"requests_processing": len(self._active)
+                                               + len(self.decisions.runs),
                                                "requests_deferred": len(self._arrivals)
                                                + len(self._admission.waiting)})
 
@@ -574,7 +575,7 @@ class Engine:
             processing = active is not None
             active = active or self._previous.get(slot.slot_id)
             state = SlotState(id=slot.slot_id, n_ctx=self.model.n_ctx_slot,
-                              is_processing=processing)
+                              is_processing=processing or slot.busy)  # busy: decisions
             if active is not None:
                 request = active.request
                 n_predict = request.n_predict

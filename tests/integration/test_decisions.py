@@ -4,6 +4,7 @@ cases, through real api and worker processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -367,3 +368,34 @@ def test_a_decision_whose_worker_dies_runs_again_on_another(
         assert retried is not None and int(retried) >= 1  # type: ignore[arg-type]
     finally:
         fleet.stop()
+
+
+def test_a_client_that_leaves_frees_the_decision_slots(native: dict[str, str]) -> None:
+    """The slots a decision holds show busy in /slots while it runs, and are freed soon after
+    its client goes away (the api cancels the job; the engine drops it between two steps)."""
+    import threading
+
+    url = native["plain"]
+    options = {f"o{i}": None for i in range(100)}  # about 17 s of work for this worker
+    body = {"state": "the dog " * 40, "questions": {
+        f"q{i}": {"type": "choice", "instructions": f"which {i}?", "criteria": options}
+        for i in range(128)}}
+
+    def leave_early() -> None:
+        with contextlib.suppress(httpx.TimeoutException):
+            httpx.post(f"{url}/v1/systemone", json=body, timeout=2)
+
+    thread = threading.Thread(target=leave_early)
+    thread.start()
+    deadline = time.monotonic() + 10
+    busy = False
+    while not busy and time.monotonic() < deadline:
+        busy = any(s["is_processing"] for s in httpx.get(f"{url}/slots", timeout=10).json())
+    assert busy
+    thread.join()
+    left = time.monotonic()
+    deadline = left + 8
+    while any(s["is_processing"] for s in httpx.get(f"{url}/slots", timeout=10).json()):
+        assert time.monotonic() < deadline, "the decision kept its slots after its client left"
+        time.sleep(0.2)
+    assert ask(url, EXAMPLE).status_code == 200
