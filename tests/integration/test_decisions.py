@@ -219,7 +219,11 @@ def native(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     for name, path, flags in (("native", native_path, ()), ("plain", plain_path,
                                                              ("--decisions",))):
         fleet = make_fleet(redis_url, folder, path, f"tiny-{name}")
-        urls[f"{name}-offline"] = fleet.add_api()  # before any worker
+        urls[f"{name}-offline"] = fleet.add_api()
+        for route in ("/v1/models", "/models"):  # before any worker: read from the file
+            card = httpx.get(f"{urls[name + '-offline']}{route}", timeout=30).json()["data"][0]
+            assert card["meta"] is None
+            urls[f"{name}-offline{route}"] = json.dumps(card["architecture"])
         fleet.add_worker("-c", "2048", "-np", "2", "-t", "1", *flags)
         fleets.append(fleet)
     for fleet, name in zip(fleets, ("native", "plain"), strict=True):
@@ -231,6 +235,10 @@ def native(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def test_a_native_model_advertises_decisions(native: dict[str, str]) -> None:
+    for route in ("/v1/models", "/models"):  # offline, before the worker loaded the model
+        assert json.loads(native[f"native-offline{route}"]) == {
+            "input_modalities": ["text"], "output_modalities": ["text", "decisions"]}
+        assert json.loads(native[f"plain-offline{route}"])["output_modalities"] == ["text"]
     for path in ("/v1/models", "/models"):
         card = httpx.get(f"{native['native']}{path}", timeout=30).json()["data"][0]
         assert card["architecture"]["output_modalities"] == ["text", "decisions"]
