@@ -103,7 +103,8 @@ class Fleet:
         return workers
 
     async def queue_stats(self, model_id: str, workers: list[WorkerInfo]) -> QueueStats:
-        queues = [keys.slot_queue(model_id),
+        queues = [keys.slot_queue(model_id), keys.embed_queue(model_id),
+                  keys.embed_background_queue(model_id),
                   *(keys.worker_queue(model_id, w.worker_id) for w in workers)]
         depth, oldest = 0, 0.0
         for queue in queues:

@@ -122,6 +122,9 @@ def main() -> None:
     parser.add_argument("--flags", default="-np 8 -c 4096 -t 2",
                         help="flags given to both (besides --embedding, -m, --port)")
     parser.add_argument("--only", choices=("llamaq", "llama-server"))
+    parser.add_argument("--passive", action="store_true",
+                        help="OMP_WAIT_POLICY=PASSIVE for llama-server too (llamaq's workers "
+                        "set it unless it is set): ggml's threads sleep instead of spinning")
     parser.add_argument("--llama-server", type=Path, default=Path(
         os.environ.get("LLAMA_SERVER_BIN", DEFAULT_LLAMA_SERVER)))
     args = parser.parse_args()
@@ -139,6 +142,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     logs = Path(tempfile.mkdtemp(prefix="llamaq-bench-embed-"))
     env = {k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"}
+    if args.passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     results: dict[tuple[str, int], list[float]] = {}
     with ExitStack() as stack:
         urls = {}
@@ -158,8 +163,9 @@ def main() -> None:
                     results.setdefault((name, size), []).append(rate)
                     print(f"round {round_index + 1} size {size:>3} {name:<12} "
                           f"{rate:8.1f} texts/s", flush=True)
-    print(f"\nmodel {model.name}, flags {' '.join(flags[1:])}, {args.texts} texts, "
-          f"{args.clients} clients, {args.rounds} rounds (logs in {logs})")
+    print(f"\nmodel {model.name}, flags {' '.join(flags)}, {args.texts} texts, "
+          f"{args.clients} clients, {args.rounds} rounds, OMP_WAIT_POLICY "
+          f"{env.get('OMP_WAIT_POLICY', 'unset')} (logs in {logs})")
     print(f"{'inputs/request':>14} " + " ".join(f"{n:>14}" for n in names)
           + ("   llamaq/llama-server" if len(names) == 2 else ""))
     for size in sizes:

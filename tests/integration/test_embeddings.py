@@ -255,3 +255,38 @@ def test_concurrent_requests_share_decodes(api: str) -> None:
     assert asyncio.run(run()) == [200] * n_requests
     after, _ = _wait_metrics(api, lambda got: got[0] >= before + n_requests / 4)
     assert after - before < n_requests
+
+
+def test_a_worker_killed_mid_job_hands_it_to_another(redis_url: str, workdir: Path,
+                                                     minilm_path: Path) -> None:
+    """An embedding job sent nothing before its worker died: it runs again on another worker
+    and the client gets every embedding (no error, no duplicate)."""
+    fleet = make_fleet(redis_url, workdir, minilm_path, "minilm-kill")
+    try:
+        victim = fleet.add_worker("--embedding", "-np", "1", "-t", "1")
+        url = fleet.add_api("--metrics")
+        fleet.wait_healthy(url)
+        inputs = [f"{i} " + "word " * 400 for i in range(24)]  # 24 decodes of ~400 tokens
+
+        async def run() -> httpx.Response:
+            async with httpx.AsyncClient(timeout=300) as client:
+                request = asyncio.create_task(client.post(f"{url}/v1/embeddings",
+                                                          json={"input": inputs}))
+                for _ in range(200):  # until the worker has decoded part of it
+                    if _decodes(url)[0] >= 2:
+                        break
+                    await asyncio.sleep(0.05)
+                victim.kill()
+                victim.wait()
+                fleet.add_worker("--embedding", "-np", "1", "-t", "1")
+                return await request
+
+        response = asyncio.run(run())
+        assert response.status_code == 200, response.text
+        data = response.json()["data"]
+        assert [d["index"] for d in data] == list(range(len(inputs)))
+        retried = [line for line in httpx.get(f"{url}/metrics").text.splitlines()
+                   if line.startswith("llamaq:jobs_retried_total ")]
+        assert retried == ["llamaq:jobs_retried_total 1"]  # it ran again, on the new worker
+    finally:
+        fleet.stop()
