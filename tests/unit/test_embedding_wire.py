@@ -36,6 +36,14 @@ def test_content_answers_natively_and_formats_are_checked() -> None:
         embedding_request({"input": [True]}, True)
 
 
+def test_inputs_per_request_are_bounded() -> None:
+    embedding_request({"input": ["x"] * 2048}, True)
+    with pytest.raises(InvalidRequest, match="Too many inputs: 2049"):
+        embedding_request({"input": ["x"] * 2049}, True)
+    with pytest.raises(InvalidRequest, match="Too many documents: 2049"):
+        rerank_request({"query": "q", "documents": ["x"] * 2049})
+
+
 def test_rerank_defaults_and_tei() -> None:
     jina = rerank_request({"query": "q", "documents": ["a", "b"]})
     assert (jina.top_n, jina.tei, jina.return_text) == (2, False, False)
