@@ -297,6 +297,7 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
+
         def tune_context(params: Any) -> None:
             flags.tune_context(params, s)
             if embedding:
