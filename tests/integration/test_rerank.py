@@ -150,3 +150,13 @@ def test_pooling_none_is_not_openai_compatible(none_api: str) -> None:
         "code": 400, "type": "invalid_request_error",
         "message": "Pooling type 'none' is not OAI compatible. Please use a different pooling "
                    "type"}
+
+
+def test_a_rank_worker_embeds_too(rank_api: str) -> None:
+    """--rerank implies --embedding (llama-server): the pooled output is the classifier's,
+    normalized like any pooled embedding."""
+    response = httpx.post(f"{rank_api}/v1/embeddings", json={"input": ["hi", "a bear"]})
+    assert response.status_code == 200, response.text
+    vectors = [d["embedding"] for d in response.json()["data"]]
+    assert [len(v) for v in vectors] == [1, 1]
+    assert all(abs(abs(v[0]) - 1.0) < 1e-6 for v in vectors)
