@@ -257,6 +257,24 @@ def test_concurrent_requests_share_decodes(api: str) -> None:
     assert after - before < n_requests
 
 
+def test_a_client_that_leaves_stops_its_decodes(api: str) -> None:
+    """48 inputs of ~200 tokens (two per decode: 24 decodes); the client gives up after a
+    moment: the worker drops the inputs not decoded yet."""
+    import time
+
+    inputs = [f"{i} " + "word " * 197 for i in range(48)]
+    before, _ = _decodes(api)
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{api}/v1/embeddings", json={"input": inputs}, timeout=1.5)
+    previous, stable_since = -1.0, time.monotonic()
+    while time.monotonic() - stable_since < 3.0:  # until the counter stops moving
+        now, _ = _decodes(api)
+        if now != previous:
+            previous, stable_since = now, time.monotonic()
+        time.sleep(0.2)
+    assert previous - before < 24
+
+
 def test_a_worker_killed_mid_job_hands_it_to_another(redis_url: str, workdir: Path,
                                                      minilm_path: Path) -> None:
     """An embedding job sent nothing before its worker died: it runs again on another worker
