@@ -118,6 +118,18 @@ class ApiSettings(CommonSettings):
     tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")
+    # router mode (started without a model)
+    models_dir: str | None = flag(None, "--models-dir", env="LLAMA_ARG_MODELS_DIR",
+                                  help="directory containing models for the router server")
+    models_preset: str | None = flag(None, "--models-preset", env="LLAMA_ARG_MODELS_PRESET",
+                                     help="path to INI file containing model presets for the "
+                                     "router server")
+    models_max: int = flag(4, "--models-max", env="LLAMA_ARG_MODELS_MAX",
+                           help="for router server, maximum number of models loaded at once "
+                           "across the fleet (0 = unlimited); the least recently used unloads")
+    models_autoload: bool = flag(True, "--models-autoload", env="LLAMA_ARG_MODELS_AUTOLOAD",
+                                 negative=("--no-models-autoload",),
+                                 help="for router server, whether to automatically load models")
     # ours
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "

@@ -86,11 +86,17 @@ def run_worker(argv: list[str]) -> None:
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
 
-    from worker.runtime import WorkerRuntime
-
     prepare_process(settings, "worker")
     watch_parent()
-    runtime = WorkerRuntime(settings)
+    runtime: Any
+    if settings.router_mode():  # no model: a host that loads what the router asks for
+        from worker.host import WorkerHost
+
+        runtime = WorkerHost(settings, argv)
+    else:
+        from worker.runtime import WorkerRuntime
+
+        runtime = WorkerRuntime(settings)
 
     async def drain_on_signal() -> None:
         """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""

@@ -173,7 +173,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--workers N or more api pods", "--threads-http"),
     *_rows(W, "", "--cache-prompt --no-cache-prompt", "--cache-reuse", "--metrics", "--props",
            "--slots --no-slots", "--slot-save-path"),
-    *_rows(R, NOT_BUILT_ROUTER, "--models-dir LLAMA_ARG_MODELS_DIR",
+    *_rows(W, "", "--models-dir LLAMA_ARG_MODELS_DIR",
            "--models-preset LLAMA_ARG_MODELS_PRESET", "--models-max LLAMA_ARG_MODELS_MAX",
            "--models-autoload --no-models-autoload LLAMA_ARG_MODELS_AUTOLOAD"),
     *_rows(W, "", "--jinja --no-jinja", "--reasoning-format", "-rea --reasoning",
