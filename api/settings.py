@@ -137,6 +137,13 @@ class ApiSettings(CommonSettings):
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
 
+    def router_mode(self) -> bool:
+        """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
+        --models-preset make it a router anyway."""
+        if self.model or self.hf_repo:
+            return False
+        return not self.default_model or bool(self.models_dir or self.models_preset)
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:
         if bool(self.ssl_key_file) != bool(self.ssl_cert_file):

@@ -50,8 +50,8 @@ W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 NOT_BUILT_SPEC = "speculative decoding is not built"
 NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
 NOT_BUILT_LORA = "LoRA adapters and control vectors are not built"
-NOT_BUILT_ROUTER = ("router mode (models loaded on demand) and model downloads are not built "
-                    "(issue 10); give each worker -m or -hf")
+NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
+                    "store key) or -hf")
 NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
                    "run on the api pods with file access for every client")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
