@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 SIDECAR_KINDS = ("mmproj", "mtp", "dflash", "eagle3", "dspark")
 DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 PRESET_ONLY = ("load-on-startup", "stop-timeout", "dedup-cache-models")
-DEFAULT_STOP_TIMEOUT_S = 10
 STORE_MODELS = "models/"
 _MODEL_KEYS = ("model", "m", "LLAMA_ARG_MODEL")
 _HF_REPO_KEYS = ("hf-repo", "hf", "hfr", "LLAMA_ARG_HF_REPO")
@@ -78,7 +77,9 @@ class ModelEntry(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     load_on_startup: bool = False
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
+    stop_timeout_s: int | None = None
+    """Preset `stop-timeout`: how long an unload lets running requests finish (the worker's
+    --drain-timeout for this model; none: the worker's own)."""
     hidden: bool = False
     architecture: Architecture = Field(default_factory=Architecture)
 
@@ -291,7 +292,7 @@ def _apply_preset(entries: dict[str, ModelEntry], path: Path) -> None:
             options.pop(key, None)
         entry.load_on_startup = _truthy(options.pop("load-on-startup", ""))
         stop = options.pop("stop-timeout", "")
-        entry.stop_timeout_s = int(stop) if stop.strip().isdigit() else DEFAULT_STOP_TIMEOUT_S
+        entry.stop_timeout_s = int(stop) if stop.strip().isdigit() else None
         dedup = _truthy(options.pop("dedup-cache-models", ""))
         entry.options = options
         entries[name] = entry

@@ -102,6 +102,8 @@ def model_argv(entry: ModelEntry, own: Sequence[str], host_id: str) -> list[str]
         argv += ["-hf", entry.hf_repo]
         if entry.hf_file:
             argv += ["-hff", entry.hf_file]
+    if entry.stop_timeout_s is not None:  # a preset-only key: it wins
+        argv += ["--drain-timeout", str(entry.stop_timeout_s)]
     return [*argv, "--alias", entry.name, "--worker-id", host_id]
 
 

@@ -173,6 +173,8 @@ def test_load_routes_by_name_and_the_other_pod_sees_the_events(
     assert result.json()["tokens_predicted"] == 4
     assert result.json()["model"] == "tiny"
     assert listing(b)["tiny"]["meta"]["n_vocab"] > 0  # the loaded instance's info, merged
+    workers = httpx.get(f"{b}/fleet").json()["workers"]
+    assert [w["model_id"] for w in workers] == ["tiny"]  # the web UI's fleet page
 
 
 def test_autoload_and_model_query_on_get_routes(pods: tuple[str, str],

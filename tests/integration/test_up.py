@@ -54,3 +54,40 @@ def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(
     errors = log.read_text(errors="replace")
     assert "hunter2-pw" not in errors
     assert " DEBUG " in errors  # -v reached the processes
+
+
+def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
+    """`llamaq up` with no -m (and no --default-model, which scripts/up passes) is the
+    spec's router mode: the model in the object store is listed and loads on demand."""
+    from storage import LocalStore
+    from tests.tiny_gguf import write_tiny_llama
+
+    store = tmp_path / "store"
+    LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-c", "512", "-np", "1", "-t", "1",
+         "--no-warmup", "--port", str(port), "--store-url", str(store),
+         "--cache-dir", str(tmp_path / "cache")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=(tmp_path / "up.log").open("w"),
+        text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 120,
+                   what="llamaq up")
+        assert up.stdout is not None
+        assert "in router mode" in up.stdout.readline()
+        models = httpx.get(f"{url}/v1/models").json()["data"]
+        assert [(m["id"], m["status"], m["source"]) for m in models] == [
+            ("tiny", {"value": "unloaded"}, "store")]
+        body = {"model": "tiny", "prompt": "the", "n_predict": 2, "ignore_eos": True}
+        result = httpx.post(f"{url}/completion", json=body, timeout=120)
+        assert result.status_code == 200, result.text
+        assert result.json()["tokens_predicted"] == 2
+        status = httpx.get(f"{url}/models").json()["data"][0]["status"]
+        assert status["value"] == "loaded"
+        assert status["args"][:4] == ["llamaq", "worker", "-m", "store:models/tiny.gguf"]
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)

@@ -87,7 +87,7 @@ def test_preset_precedence_global_then_model_and_preset_only_keys(tmp_path: Path
     assert catalog.find("mini") is tiny
     custom = catalog.entries["custom"]
     assert custom.options == {"c": "8192", "n-gpu-layers": "8"}
-    assert not custom.load_on_startup
+    assert not custom.load_on_startup and custom.stop_timeout_s is None
     assert custom.args()[:4] == ["llamaq", "worker", "-m", str(models / "tiny.gguf")]
     preset.write_text("[orphan]\nc = 1\n")
     with pytest.raises(CatalogError, match="orphan"):
@@ -127,5 +127,9 @@ def test_preset_options_become_worker_flags(tmp_path: Path) -> None:
     entry.options = {"c": "4096", "t": "1"}
     settings = WorkerSettings.from_args(model_argv(entry, ["-c", "512"], "host-1"), environ={})
     assert settings.ctx_size == 512  # the worker's own flags win over the preset
+    assert settings.drain_timeout == 30  # the worker's own, without a stop-timeout
+    entry.stop_timeout_s = 3
+    assert WorkerSettings.from_args(model_argv(entry, ["--drain-timeout", "9"], "h"),
+                                    environ={}).drain_timeout == 3
     assert (settings.threads, settings.model, settings.alias) == (1, str(model), ["m"])
     assert settings.worker_id == "host-1" and not settings.router_mode()
