@@ -91,6 +91,11 @@ class FleetView:
     """Live workers started with -m, per model."""
     idle: dict[str, bool] = field(default_factory=dict)
     """Per host: nothing processing, nothing queued."""
+    downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per model: a download in progress, `{url: {done, total}}` (filled by whoever runs
+    downloads: `status_of` shows it as `downloading`)."""
+    incomplete: set[str] = field(default_factory=set)
+    """Models whose download stopped before the end (`status_of`: `incomplete`)."""
 
     def host_views(self) -> list[HostView]:
         views = []
@@ -106,8 +111,11 @@ class FleetView:
 
 
 def status_of(name: str, entry: ModelEntry | None, view: FleetView) -> ModelStatus:
-    """The status of model `name`. The one place that decides it: a download in progress or a
-    sleeping host shows here by the host state it reports (`downloading`, `sleeping`)."""
+    """The status of model `name`, the one place that decides it, in this order: a host or a
+    pinned worker serving it (`loaded`; `sleeping` and `loading` by the state a host reports,
+    with its loading `progress`), a download (`downloading` with per-file progress,
+    `incomplete`: `view.downloads` / `view.incomplete`), a failed load (`unloaded`, `failed`,
+    `exit_code`), else `unloaded`."""
     args = entry.args() if entry is not None else []
     hosts = {h.host_id: h for h in view.hosts}
     states: list[tuple[HostState, HostInfo | None]] = []
@@ -125,6 +133,10 @@ def status_of(name: str, entry: ModelEntry | None, view: FleetView) -> ModelStat
             if state is HostState.LOADING and info is not None and info.progress:
                 status.progress = info.progress
             return status
+    if name in view.downloads:
+        return ModelStatus(value="downloading", progress=view.downloads[name])
+    if name in view.incomplete:
+        return ModelStatus(value="incomplete", args=[])
     failure = view.failures.get(name)
     if failure is not None:
         return ModelStatus(value="unloaded", args=failure.args or args, failed=True,

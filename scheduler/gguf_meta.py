@@ -92,9 +92,9 @@ def _value(stream: BinaryIO, kind: int) -> Scalar:
 def _skip_array(stream: BinaryIO) -> None:
     kind = _unpack(stream, "<I")
     count = _unpack(stream, "<Q")
-    if kind == _STRING:
+    if kind == _STRING:  # a vocabulary: skipped, not decoded
         for _ in range(count):
-            _string(stream)
+            stream.seek(_unpack(stream, "<Q"), 1)
     elif kind == _ARRAY:
         for _ in range(count):
             _skip_array(stream)

@@ -226,3 +226,24 @@ def test_unload_frees_the_model_everywhere(pods: tuple[str, str], events: Events
                                                        "max_tokens": 2}, timeout=LOAD_S)
     assert response.status_code == 200, response.text
     assert response.json()["model"] == "tiny"
+
+
+def ids(response: httpx.Response) -> list[str]:
+    return [item["id"] for item in response.json()["data"]]
+
+
+def test_reload_reads_the_sources_again_on_every_pod(router: Fleet, pods: tuple[str, str],
+                                                     events: Events) -> None:
+    a, b = pods
+    models = router.workdir / "models"
+    write_tiny_llama(models / "extra.gguf")
+    assert "extra" not in listing(b)  # the catalog is read at start and on reload only
+    assert "extra" in ids(httpx.get(f"{a}/models?reload=1"))
+    wait_until(lambda: any(e.get("event") == "models_reload" and e.get("model") == "*"
+                           for e in events.events), 30, what="models_reload event")
+    wait_until(lambda: "extra" in listing(b), 30, what="pod B reloads too")
+    (models / "extra.gguf").unlink()
+    assert "extra" not in ids(httpx.get(f"{b}/models?reload=1"))
+    wait_until(lambda: any(e == {"model": "extra", "event": "model_remove"}
+                           for e in events.events), 30, what="model_remove event")
+    wait_until(lambda: "extra" not in listing(a), 30, what="pod A reloads too")

@@ -94,3 +94,27 @@ def test_unload_names_every_host_of_the_model_but_never_pinned_ones() -> None:
     placement = Placement(hosts, pinned=frozenset({"m"}))
     assert placement.plan_unload("m") == ["a", "b"]
     assert Placement([host("d")], pinned=frozenset({"m"})).plan_unload("m") == []
+
+
+def test_status_of_each_value_as_the_spec_shows_it() -> None:
+    from scheduler.catalog import ModelEntry
+    from scheduler.fleet_models import Claim, FleetView, HostInfo, ModelFailure, status_of
+
+    entry = ModelEntry(name="m", source="models_dir", model="/m.gguf")
+    args = entry.args()
+    assert status_of("m", entry, FleetView()).to_wire() == {"value": "unloaded"}
+    failed = FleetView(failures={"m": ModelFailure(exit_code=1, args=args)})
+    assert status_of("m", entry, failed).to_wire() == {
+        "value": "unloaded", "args": args, "failed": True, "exit_code": 1}
+    claimed = FleetView(hosts=[HostInfo(host_id="h", state=FREE)],
+                        claims={"h": Claim(model="m")})
+    assert status_of("m", entry, claimed).to_wire() == {"value": "loading", "args": args}
+    for state in (LOADED, HostState.SLEEPING):
+        view = FleetView(hosts=[HostInfo(host_id="h", state=state, model="m", args=["x"])],
+                         failures=failed.failures)
+        assert status_of("m", entry, view).to_wire() == {"value": state.value, "args": ["x"]}
+    progress = {"https://h/m.gguf": {"done": 1, "total": 2}}
+    assert status_of("m", entry, FleetView(downloads={"m": progress})).to_wire() == {
+        "value": "downloading", "progress": progress}
+    assert status_of("m", entry, FleetView(incomplete={"m"})).to_wire() == {
+        "value": "incomplete", "args": []}
