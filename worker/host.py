@@ -16,7 +16,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -40,6 +41,7 @@ from worker.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 READY_POLL_S = 0.2
+PROGRESS_STEP = 0.1
 REDIS_RETRY_S = 1.0
 EXIT_LOAD_FAILED = 1
 EXIT_BAD_ARGS = 2
@@ -117,6 +119,7 @@ class WorkerHost:
         self.models: FleetModels | None = None
         self._serving: tuple[asyncio.Task[None], asyncio.Event, ModelEntry] | None = None
         self._report_task: asyncio.Future[None] | None = None
+        self._progress_tasks: set[asyncio.Future[None]] = set()
 
     async def run(self, redis_url: str, stop: asyncio.Event) -> None:
         self.redis = open_redis(redis_url)
@@ -174,6 +177,7 @@ class WorkerHost:
             return
         stop = asyncio.Event()
         runtime = WorkerRuntime(settings)
+        runtime.on_load_progress = self._progress_reporter(entry.name)
         task = asyncio.create_task(runtime.run(self._redis_url(), stop))
         self._serving = (task, stop, entry)
         while not task.done():
@@ -191,6 +195,27 @@ class WorkerHost:
         await self._set_state(HostState.LOADED, entry.name, args)
         log.info("worker %s: model %s loaded", self.host_id, entry.name)
         await self.models.publish(status_event(entry.name, "loaded"))
+
+    def _progress_reporter(self, model: str) -> Callable[[float], None]:
+        """Load progress from llama.cpp's loading thread, as the spec's loading events (one
+        per tenth, and the end)."""
+        loop = asyncio.get_running_loop()
+        sent = [-1.0]
+
+        def report(value: float) -> None:
+            if value < 1.0 and value - sent[0] < PROGRESS_STEP:
+                return
+            sent[0] = value
+            event = status_event(model, "loading", progress={
+                "stages": ["text_model"], "current": "text_model", "value": round(value, 3)})
+            loop.call_soon_threadsafe(self._publish_soon, event)
+
+        return report
+
+    def _publish_soon(self, event: dict[str, Any]) -> None:
+        assert self.models is not None
+        self._progress_tasks.add(task := asyncio.ensure_future(self.models.publish(event)))
+        task.add_done_callback(self._progress_tasks.discard)
 
     def _crashed(self, task: asyncio.Task[None], entry: ModelEntry) -> None:
         """The runtime ended by itself (not by an unload): the model is gone from here."""

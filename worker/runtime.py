@@ -8,9 +8,11 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
@@ -96,6 +98,10 @@ class WorkerRuntime:
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
+        self.on_load_progress: Callable[[float], None] | None = None
+        """Called from the loading thread with the load's progress, 0..1 (router mode
+        publishes it in /models/sse loading events)."""
+        self._progress_callback: Any = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -269,11 +275,22 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
+        model = LoadedModel(self._model_path(), plan, self._tune_model,
                             lambda p: flags.tune_context(p, s))
         if s.warmup:
             model.warmup()
         return model
+
+    def _tune_model(self, params: lc.llama_model_params) -> None:
+        flags.tune_model(params, self.settings)
+        report = self.on_load_progress
+        if report is not None:
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
+            params.progress_callback = self._progress_callback
 
     def _model_path(self) -> Path:
         s = self.settings

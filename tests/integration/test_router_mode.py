@@ -187,6 +187,12 @@ def test_autoload_and_model_query_on_get_routes(pods: tuple[str, str],
     assert response.json()["model"] == "gemma"
     events.wait_for("gemma", "loaded")
     assert status(b, "gemma")["value"] == "loaded"
+    stages = [e["data"]["progress"] for e in events.events
+              if e.get("model") == "gemma" and "progress" in e.get("data", {})]
+    assert stages and all(p["stages"] == ["text_model"] and p["current"] == "text_model"
+                          for p in stages)
+    values = [p["value"] for p in stages]
+    assert values == sorted(values) and 0 <= values[0] and values[-1] == 1.0
     metrics = httpx.get(f"{b}/metrics?model=tiny")
     assert metrics.status_code == 200 and "llamacpp:tokens_predicted_total 4" in metrics.text
     slots = httpx.get(f"{b}/slots?model=gemma").json()

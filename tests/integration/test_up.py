@@ -58,18 +58,21 @@ def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(
 
 def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     """`llamaq up` with no -m (and no --default-model, which scripts/up passes) is the
-    spec's router mode: the model in the object store is listed and loads on demand."""
+    spec's router mode: the model in the object store is listed; a preset adds options to it
+    (they reach the worker) and loads it at start."""
     from storage import LocalStore
     from tests.tiny_gguf import write_tiny_llama
 
     store = tmp_path / "store"
     LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
+    preset = tmp_path / "presets.ini"
+    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny]\nload-on-startup = true\n")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
     up = subprocess.Popen(
         [sys.executable, "-m", "llamaq", "up", "-c", "512", "-np", "1", "-t", "1",
          "--no-warmup", "--port", str(port), "--store-url", str(store),
-         "--cache-dir", str(tmp_path / "cache")],
+         "--cache-dir", str(tmp_path / "cache"), "--models-preset", str(preset)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=(tmp_path / "up.log").open("w"),
         text=True)
     try:
@@ -79,15 +82,18 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
         assert up.stdout is not None
         assert "in router mode" in up.stdout.readline()
         models = httpx.get(f"{url}/v1/models").json()["data"]
-        assert [(m["id"], m["status"], m["source"]) for m in models] == [
-            ("tiny", {"value": "unloaded"}, "store")]
-        body = {"model": "tiny", "prompt": "the", "n_predict": 2, "ignore_eos": True}
+        assert [(m["id"], m["source"]) for m in models] == [("tiny", "preset")]
+
+        def status() -> dict[str, object]:
+            return dict(httpx.get(f"{url}/models").json()["data"][0]["status"])
+
+        wait_until(lambda: status()["value"] == "loaded", 120, what="load-on-startup")
+        assert status()["args"] == ["llamaq", "worker", "-m", "store:models/tiny.gguf",
+                                    "--alias", "tiny", "--n-predict", "3"]
+        body = {"model": "tiny", "prompt": "the", "ignore_eos": True}
         result = httpx.post(f"{url}/completion", json=body, timeout=120)
         assert result.status_code == 200, result.text
-        assert result.json()["tokens_predicted"] == 2
-        status = httpx.get(f"{url}/models").json()["data"][0]["status"]
-        assert status["value"] == "loaded"
-        assert status["args"][:4] == ["llamaq", "worker", "-m", "store:models/tiny.gguf"]
+        assert result.json()["tokens_predicted"] == 3  # the preset's n-predict
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
