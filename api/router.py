@@ -28,11 +28,12 @@ from sanic import Request
 from api.settings import ApiSettings
 from api.wire.body import load_json, raw_body
 from scheduler import keys
-from scheduler.catalog import Catalog, CatalogSources, ModelEntry, load_catalog
+from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
 from scheduler.errors import InvalidRequest, ServerError, Unavailable
 from scheduler.fleet_models import FleetModels, FleetView, ModelStatus, status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 from storage import open_store
+from storage.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,12 @@ class ModelRouter:
         """Read the sources again (`GET /models?reload=1`, or another pod's reload): a running
         model that changed or left its source unloads."""
         old = self.catalog
-        self.catalog = await asyncio.to_thread(load_catalog, catalog_sources(self.settings))
+        try:
+            self.catalog = await asyncio.to_thread(load_catalog,
+                                                   catalog_sources(self.settings))
+        except CatalogError as exc:  # the old list stays
+            log.error("cannot reload the models: %s", exc)
+            raise ServerError(f"cannot read the model sources: {redact(str(exc))}") from None
         if not announce:
             return
         for name, entry in old.entries.items():
@@ -152,7 +158,9 @@ class ModelRouter:
             if await self.models.registry.live_workers(entry.name):
                 return
             status = await self.status(entry.name)
-            if status.value == "unloaded":
+            if status.value == "loading":  # placed by someone else: its outcome is ours
+                placed = True
+            elif status.value == "unloaded":
                 if placed and status.failed:
                     raise ServerError(f"model name={entry.name} failed to load")
                 try:

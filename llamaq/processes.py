@@ -40,6 +40,11 @@ def run_api(argv: list[str]) -> None:
     watch_parent()
     try:
         validate_chat_template_setting(settings)
+        if settings.router_mode():  # a missing --models-dir, a bad preset: stop now
+            from api.router import catalog_sources
+            from scheduler.catalog import load_catalog
+
+            load_catalog(catalog_sources(settings))
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
     vertex = VertexSettings.from_env(os.environ)

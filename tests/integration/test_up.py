@@ -97,3 +97,13 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
+
+
+def test_api_with_a_missing_models_dir_stops_at_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "llamaq", "api", "--models-dir", str(tmp_path / "nope"),
+         "--port", str(free_port())], capture_output=True, text=True, timeout=60, env=env,
+        cwd=tmp_path)
+    assert done.returncode == 1
+    assert "does not exist or is not a directory" in done.stderr
