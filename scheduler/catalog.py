@@ -216,8 +216,10 @@ def _cache_models(cache: Path) -> dict[str, ModelEntry]:
                 continue
             quant = _QUANT.search(path.name)
             name = f"{repo}:{quant.group(1).upper()}" if quant else repo
+            snapshot = next(p for p in path.parents if p.parent.name == "snapshots")
             entries[name] = ModelEntry(
-                name=name, source="cache", hf_repo=name, local_path=str(path),
+                name=name, source="cache", hf_repo=name,
+                hf_file=path.relative_to(snapshot).as_posix(), local_path=str(path),
                 mmproj=str(mmproj) if mmproj else None,
                 sidecars=["mmproj"] if mmproj else [])
     return entries

@@ -107,6 +107,7 @@ def test_cache_and_store_sources_and_dedup(tmp_path: Path) -> None:
     assert catalog.entries["stored"].model == "store:models/stored.gguf"
     cached = catalog.entries["ggml-org/tiny-GGUF:Q4_K_M"]
     assert cached.source == "cache" and cached.hf_repo == "ggml-org/tiny-GGUF:Q4_K_M"
+    assert cached.hf_file == "tiny-Q4_K_M.gguf"  # loads from the cache without a listing
     preset = tmp_path / "p.ini"
     preset.write_text("[*]\ndedup-cache-models = true\n"
                       "[mine]\nhf-repo = ggml-org/tiny-GGUF:Q4_K_M\n")
