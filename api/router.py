@@ -169,6 +169,10 @@ class ModelRouter:
                 except AlreadyRunning:
                     placed = True
                 except NoCapacity as exc:  # wait for a worker to become free
+                    if not await self.models.hosts():
+                        raise Unavailable("no worker can load a model: every worker was "
+                                          "started with -m (start workers without -m)",
+                                          retry_after_s=5) from None
                     log.debug("model %s waits for a worker: %s", entry.name, exc)
             await asyncio.sleep(READY_POLL_S)
         raise Unavailable(f"model '{entry.name}' did not load in time", retry_after_s=5)

@@ -253,3 +253,27 @@ def test_reload_reads_the_sources_again_on_every_pod(router: Fleet, pods: tuple[
     wait_until(lambda: any(e == {"model": "extra", "event": "model_remove"}
                            for e in events.events), 30, what="model_remove event")
     wait_until(lambda: "extra" not in listing(a), 30, what="pod A reloads too")
+
+
+def test_a_router_without_free_workers_answers_503_at_once(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_tiny_llama(models / "tiny.gguf")
+    redis_process, redis_url = start_redis(tmp_path / "redis")
+    fleet = Fleet(redis_url, tmp_path, ["--store-url", str(tmp_path / "store")],
+                  logs=tmp_path / "logs")
+    try:
+        url = fleet.add_api("--models-dir", str(models))
+        started = time.monotonic()
+        response = httpx.post(f"{url}/completion", json={"model": "tiny", "prompt": "a"},
+                              timeout=60)
+        error(response, 503, "no worker can load a model: every worker was started with -m "
+              "(start workers without -m)", "unavailable_error")
+        assert response.headers["Retry-After"] == "5"
+        assert time.monotonic() - started < 10
+        load = httpx.post(f"{url}/models/load", json={"model": "tiny"})
+        assert load.status_code == 503 and "cannot load model 'tiny' now" in load.text
+    finally:
+        fleet.stop()
+        redis_process.terminate()
+        redis_process.wait()
