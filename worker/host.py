@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import time
 import uuid
@@ -170,10 +171,13 @@ class WorkerHost:
         args = entry.args()
         await self._set_state(HostState.LOADING, entry.name, args)
         await self._claim_done(entry.name)
+        said = io.StringIO()
         try:
-            settings = WorkerSettings.from_args(model_argv(entry, self.argv, self.host_id))
+            with contextlib.redirect_stderr(said):
+                settings = WorkerSettings.from_args(model_argv(entry, self.argv, self.host_id))
         except (SystemExit, ValueError) as exc:  # the parser exits 2 naming the flag
-            await self._failed(entry, args, EXIT_BAD_ARGS, f"bad options: {exc}")
+            why = said.getvalue().strip().splitlines()[-1:] or [str(exc)]
+            await self._failed(entry, args, EXIT_BAD_ARGS, f"bad options: {why[0]}")
             return
         stop = asyncio.Event()
         runtime = WorkerRuntime(settings)

@@ -66,7 +66,8 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
     preset = tmp_path / "presets.ini"
-    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny]\nload-on-startup = true\n")
+    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny]\nload-on-startup = true\n"
+                      f"[bad]\nmodel = {tmp_path / 't.gguf'}\nno-such-option = 1\n")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
     up = subprocess.Popen(
@@ -82,10 +83,12 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
         assert up.stdout is not None
         assert "in router mode" in up.stdout.readline()
         models = httpx.get(f"{url}/v1/models").json()["data"]
-        assert [(m["id"], m["source"]) for m in models] == [("tiny", "preset")]
+        assert sorted((m["id"], m["source"]) for m in models) == [("bad", "preset"),
+                                                                   ("tiny", "preset")]
 
-        def status() -> dict[str, object]:
-            return dict(httpx.get(f"{url}/models").json()["data"][0]["status"])
+        def status(name: str = "tiny") -> dict[str, object]:
+            data = httpx.get(f"{url}/models").json()["data"]
+            return dict(next(m["status"] for m in data if m["id"] == name))
 
         wait_until(lambda: status()["value"] == "loaded", 120, what="load-on-startup")
         assert status()["args"] == ["llamaq", "worker", "-m", "store:models/tiny.gguf",
@@ -94,6 +97,12 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
         result = httpx.post(f"{url}/completion", json=body, timeout=120)
         assert result.status_code == 200, result.text
         assert result.json()["tokens_predicted"] == 3  # the preset's n-predict
+        # the one worker is idle: a load evicts tiny; an option no worker takes fails it (2)
+        assert httpx.post(f"{url}/models/load", json={"model": "bad"}).status_code == 200
+        wait_until(lambda: status("bad").get("failed"), 60, what="the failed load")
+        assert status("bad")["exit_code"] == 2 and status() == {"value": "unloaded"}
+        result = httpx.post(f"{url}/completion", json=body, timeout=120)  # loads tiny again
+        assert result.status_code == 200 and status()["value"] == "loaded"
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
