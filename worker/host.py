@@ -184,9 +184,11 @@ class WorkerHost:
         runtime.on_load_progress = self._progress_reporter(entry.name)
         task = asyncio.create_task(runtime.run(self._redis_url(), stop))
         self._serving = (task, stop, entry)
+        mine = None
         while not task.done():
             workers = await self.models.registry.live_workers(entry.name)
-            if any(w.worker_id == self.host_id for w in workers):
+            mine = next((w for w in workers if w.worker_id == self.host_id), None)
+            if mine is not None:
                 break
             await asyncio.sleep(READY_POLL_S)
         if task.done():
@@ -198,7 +200,11 @@ class WorkerHost:
         task.add_done_callback(lambda t: self._crashed(t, entry))
         await self._set_state(HostState.LOADED, entry.name, args)
         log.info("worker %s: model %s loaded", self.host_id, entry.name)
-        await self.models.publish(status_event(entry.name, "loaded"))
+        info = {} if mine is None else {"id": entry.name, "n_slots": mine.n_slots,
+                                        "n_ctx": mine.n_ctx_slot, "meta": mine.meta.model_dump(
+                                            include={"vocab_type", "n_vocab", "n_ctx_train",
+                                                     "n_embd", "n_params", "size"})}
+        await self.models.publish(status_event(entry.name, "loaded", info=info))
 
     def _progress_reporter(self, model: str) -> Callable[[float], None]:
         """Load progress from llama.cpp's loading thread, as the spec's loading events (one

@@ -161,7 +161,8 @@ def test_load_routes_by_name_and_the_other_pod_sees_the_events(
     a, b = pods
     assert httpx.post(f"{a}/models/load", json={"model": "tiny"}).json() == {"success": True}
     events.wait_for("tiny", "loading")
-    events.wait_for("tiny", "loaded")
+    info = events.wait_for("tiny", "loaded")["data"]["info"]
+    assert info["id"] == "tiny" and info["n_ctx"] == 512 and info["meta"]["n_vocab"] > 0
     loaded = status(b, "tiny")
     assert loaded["value"] == "loaded" and loaded["args"][:2] == ["llamaq", "worker"]
     assert "--alias" in loaded["args"]
