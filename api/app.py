@@ -22,6 +22,7 @@ from api.router import ModelRouter
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
 from api.routes.fleet_view import fleet_view
+from api.routes.model_files import model_files
 from api.routes.models import models_api
 from api.routes.monitor import monitor
 from api.routes.native import native
@@ -137,7 +138,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         add_allow_origin(request, response, settings)
 
     for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
-                      streams, models_api, openapi):
+                      streams, models_api, openapi, model_files):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

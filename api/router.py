@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from scheduler.errors import InvalidRequest, ServerError, Unavailable
 from scheduler.fleet_models import FleetModels, FleetView, ModelStatus, status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 from storage import open_store
+from storage.hf import hub_cache_dir
 from storage.redact import redact
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,12 @@ NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/comple
 
 
 def catalog_sources(settings: ApiSettings) -> CatalogSources:
-    """The sources of the spec: LLAMA_CACHE (else our cache's Hugging Face folder), the
-    object store, --models-dir, --models-preset."""
-    cache = os.environ.get("LLAMA_CACHE") or str(Path(settings.cache_dir) / "huggingface")
+    """The sources of the spec: the Hub cache of this machine (under LLAMA_CACHE, which wins
+    over --cache-dir), the object store, --models-dir, --models-preset."""
     return CatalogSources(
         models_dir=Path(settings.models_dir) if settings.models_dir else None,
         models_preset=Path(settings.models_preset) if settings.models_preset else None,
-        cache_dir=Path(cache).expanduser(),
+        cache_dir=hub_cache_dir(settings.model_cache_dir()),
         store=open_store(settings.store_url, settings.s3_endpoint_url),
     )
 
@@ -65,6 +64,9 @@ class ModelRouter:
         self.models = FleetModels(redis)
         self.catalog = catalog
         self._listeners: set[asyncio.Queue[str]] = set()
+        self.stale = False
+        """A download finished or a model was deleted: the next listing reads the sources
+        again (the spec: "call GET /models to trigger model list update")."""
 
     @classmethod
     async def create(cls, settings: ApiSettings, redis: Redis) -> ModelRouter:
@@ -77,6 +79,7 @@ class ModelRouter:
     async def reload(self, announce: bool = True) -> None:
         """Read the sources again (`GET /models?reload=1`, or another pod's reload): a running
         model that changed or left its source unloads."""
+        self.stale = False
         old = self.catalog
         try:
             self.catalog = await asyncio.to_thread(load_catalog,
@@ -234,9 +237,12 @@ class ModelRouter:
         except ValueError:
             log.warning("model events: junk message %r", text[:100])
             return
-        if isinstance(event, dict) and event.get("event") == "models_reload":
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind == "models_reload":
             with contextlib.suppress(Exception):
                 await self.reload(announce=False)
+        elif kind in ("download_finished", "model_remove"):
+            self.stale = True
         for queue in list(self._listeners):
             with contextlib.suppress(asyncio.QueueFull):  # a stuck client loses events
                 queue.put_nowait(text)

@@ -140,7 +140,7 @@ class ApiSettings(CommonSettings):
     def router_mode(self) -> bool:
         """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
         --models-preset make it a router anyway."""
-        if self.model or self.hf_repo:
+        if self.model or self.hf_repo or self.model_url:
             return False
         return not self.default_model or bool(self.models_dir or self.models_preset)
 

@@ -3,7 +3,8 @@ sources"), merged in its order of precedence:
 
 1. the cache (`LLAMA_CACHE`, else `<cache dir>/huggingface`; Hugging Face's layout): a model
    per cached repo and quant, named `user/repo:QUANT`;
-2. the object store: `models/NAME.gguf` is the model `NAME` (ours: a fleet's shared source);
+2. the object store (ours: the fleet's shared source): Hub downloads as `user/repo:TAG`
+   (source `cache`, as llama-server lists downloads), pushed files as `NAME.gguf`;
 3. `--models-dir`: `NAME.gguf` files and `NAME/` folders (a model file, split parts from
    `-00001-of-`, an `mmproj*` projector, `mtp-`/`dflash-`/`dspark-` draft sidecars);
    a folder or file there replaces a cache or store model of the same name;
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import configparser
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +29,14 @@ from pydantic import BaseModel, Field
 
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import ObjectStore, StorageError
+from storage.hf import is_model_file
+from storage.model_catalog import file_tag, list_stored_models
 
 log = logging.getLogger(__name__)
 
 SIDECAR_KINDS = ("mmproj", "mtp", "dflash", "eagle3", "dspark")
 DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 PRESET_ONLY = ("load-on-startup", "stop-timeout", "dedup-cache-models")
-STORE_MODELS = "models/"
 _MODEL_KEYS = ("model", "m", "LLAMA_ARG_MODEL")
 _HF_REPO_KEYS = ("hf-repo", "hf", "hfr", "LLAMA_ARG_HF_REPO")
 _HF_FILE_KEYS = ("hf-file", "hff", "LLAMA_ARG_HF_FILE")
@@ -45,7 +46,6 @@ _TAGS_KEYS = ("tags", "LLAMA_ARG_TAGS")
 _RESERVED_KEYS = ("host", "port", "api-key", "api-key-file", "LLAMA_ARG_HOST", "LLAMA_ARG_PORT",
                   "LLAMA_API_KEY", "LLAMA_ARG_API_KEY_FILE")
 """Set by the router (llama-server removes them from a preset when it loads a model)."""
-_QUANT = re.compile(r"(?i)(?:^|[-_.])((?:UD-)?(?:I?Q\d[A-Z0-9_]*|F16|BF16|F32))\.gguf$")
 TRUE_WORDS = ("true", "1", "on", "yes", "enabled")
 
 
@@ -201,7 +201,8 @@ def _folder_model(folder: Path) -> ModelEntry | None:
 
 
 def _cache_models(cache: Path) -> dict[str, ModelEntry]:
-    """Hugging Face cache folders `models--user--repo/snapshots/<rev>/*.gguf`."""
+    """Hugging Face cache folders `models--user--repo/snapshots/<rev>/*.gguf`, named as
+    llama.cpp names cached models (`user/repo:TAG`, the tag from the file name)."""
     entries: dict[str, ModelEntry] = {}
     if not cache.is_dir():
         return entries
@@ -210,12 +211,10 @@ def _cache_models(cache: Path) -> dict[str, ModelEntry]:
         files = sorted(p for p in (repo_dir / "snapshots").glob("*/**/*.gguf") if p.exists())
         mmproj = next((p for p in files if _is_mmproj(p.name)), None)
         for path in files:
-            if _is_mmproj(path.name) or _draft_kind(path.name) is not None:
+            tag, part = file_tag(path.name)
+            if not is_model_file(path.name) or part != 1:
                 continue
-            if "-of-" in path.name and "-00001-of-" not in path.name:
-                continue
-            quant = _QUANT.search(path.name)
-            name = f"{repo}:{quant.group(1).upper()}" if quant else repo
+            name = f"{repo}:{tag}" if tag else repo
             snapshot = next(p for p in path.parents if p.parent.name == "snapshots")
             entries[name] = ModelEntry(
                 name=name, source="cache", hf_repo=name,
@@ -226,18 +225,23 @@ def _cache_models(cache: Path) -> dict[str, ModelEntry]:
 
 
 def _store_models(store: ObjectStore) -> dict[str, ModelEntry]:
+    """The object store's models, named as storage/model_catalog.py names them: Hub files
+    (`POST /models`, a worker's -hf) as `user/repo:TAG`, pushed files as `NAME.gguf`."""
     try:
-        keys = store.list_keys(STORE_MODELS)
+        stored = list_stored_models(store)
     except StorageError as exc:
         log.warning("cannot list the models in the object store: %s", exc)
         return {}
     entries: dict[str, ModelEntry] = {}
-    for key in keys:
-        base = key.removeprefix(STORE_MODELS)
-        if not base.endswith(".gguf") or _is_mmproj(base) or _draft_kind(base) is not None:
+    for model in stored:
+        if model.source == "hf":
+            entry = ModelEntry(name=model.name, source="cache", hf_repo=model.name)
+        elif is_model_file(model.name):  # not a projector or draft pushed on its own
+            entry = ModelEntry(name=model.name, source="store", model=model.name)
+        else:
             continue
-        name = base.removesuffix(".gguf")
-        entries[name] = ModelEntry(name=name, source="store", model=f"store:{key}")
+        entry.sidecars = [k for k in SIDECAR_KINDS if k in model.sidecars]
+        entries[model.name] = entry
     return entries
 
 

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from scheduler import keys
 from scheduler.catalog import ModelEntry
+from scheduler.downloads import DownloadBoard, DownloadStatus
 from scheduler.errors import Unavailable
 from scheduler.placement import HostState, HostView, LoadPlan, Placement
 from scheduler.registry import Registry, WorkerInfo
@@ -96,6 +97,8 @@ class FleetView:
     downloads: `status_of` shows it as `downloading`)."""
     incomplete: set[str] = field(default_factory=set)
     """Models whose download stopped before the end (`status_of`: `incomplete`)."""
+    download_status: dict[str, DownloadStatus] = field(default_factory=dict)
+    """The download status of each model that has one (for `incomplete_sidecars`)."""
 
     def host_views(self) -> list[HostView]:
         views = []
@@ -135,8 +138,8 @@ def status_of(name: str, entry: ModelEntry | None, view: FleetView) -> ModelStat
             return status
     if name in view.downloads:
         return ModelStatus(value="downloading", progress=view.downloads[name])
-    if name in view.incomplete:
-        return ModelStatus(value="incomplete", args=[])
+    if name in view.incomplete and entry is None:  # a loadable model stays unloaded (its
+        return ModelStatus(value="incomplete", args=[])  # missing sidecars are listed apart)
     failure = view.failures.get(name)
     if failure is not None:
         return ModelStatus(value="unloaded", args=failure.args or args, failed=True,
@@ -175,6 +178,12 @@ class FleetModels:
         hosts = await self.hosts()
         host_ids = {h.host_id for h in hosts}
         view = FleetView(hosts=hosts)
+        for name, download in (await DownloadBoard(self.redis).statuses()).items():
+            if download.value == "downloading":
+                view.downloads[name] = download.to_wire()["progress"]
+            else:
+                view.incomplete.add(name)
+            view.download_status[name] = download
         if hosts:
             claims = await self.redis.mget([keys.host_claim(h.host_id) for h in hosts])
             for host, claim in zip(hosts, claims, strict=True):

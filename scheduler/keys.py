@@ -181,3 +181,31 @@ PLACEMENT_LOCK_MS = 5000
 def model_failure(model_id: str) -> str:
     """JSON of the last failed load of a model (exit code, args); cleared by the next load."""
     return f"{PREFIX}:model:{model_id}:failure"
+
+
+# Model downloads (POST /models, a worker's -hf/-mu): one record per model while a download
+# runs or after it stopped unfinished, so that any api pod lists it as `downloading` (its
+# downloader is alive) or `incomplete`.
+DOWNLOADS = f"{PREFIX}:downloads"
+"""Set of the model names that have a download record."""
+
+
+def download_record(model: str) -> str:
+    """JSON DownloadRecord of the model's last unfinished download (gone once it finished)."""
+    return f"{PREFIX}:download:{model}"
+
+
+def download_alive(model: str) -> str:
+    """Set while a process is downloading the model; expires DOWNLOAD_ALIVE_TTL_S after the
+    downloader's last progress (a dead downloader leaves an `incomplete` model)."""
+    return f"{PREFIX}:download:{model}:alive"
+
+
+def download_stop(model: str) -> str:
+    """Flag asking the model's downloader to stop (pause: its partial files are kept)."""
+    return f"{PREFIX}:download:{model}:stop"
+
+
+DOWNLOAD_ALIVE_TTL_S = 15
+DOWNLOAD_REPORT_EVERY_S = 0.5
+"""Progress events and records of one download are written at most this often."""

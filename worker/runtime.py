@@ -48,13 +48,11 @@ from scheduler.results import (
 )
 from storage import (
     InvalidKey,
-    ModelFiles,
     ObjectNotFound,
     SlotSnapshotStore,
     StorageError,
     StorageUnavailable,
     check_slot_name,
-    default_model_path,
     open_store,
 )
 from storage.redact import redact
@@ -63,6 +61,7 @@ from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
 from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
 from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
@@ -111,7 +110,8 @@ class WorkerRuntime:
         self.redis = open_redis(redis_url)
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
-        model = await asyncio.to_thread(self._load_model)
+        model_path = await fetch_model(self.settings, self.redis)
+        model = await asyncio.to_thread(self._load_model, model_path)
         self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
@@ -261,7 +261,7 @@ class WorkerRuntime:
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
-    def _load_model(self) -> LoadedModel:
+    def _load_model(self, path: Path) -> LoadedModel:
         s = self.settings
         n_slots = 4 if s.n_parallel < 0 else s.n_parallel
         threads = default_threads() if s.threads < 1 else s.threads
@@ -275,7 +275,7 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        model = LoadedModel(self._model_path(), plan, self._tune_model,
+        model = LoadedModel(path, plan, self._tune_model,
                             lambda p: flags.tune_context(p, s))
         if s.warmup:
             model.warmup()
@@ -291,17 +291,6 @@ class WorkerRuntime:
 
             self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
             params.progress_callback = self._progress_callback
-
-    def _model_path(self) -> Path:
-        s = self.settings
-        cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
-                           offline=s.offline)
-        if s.model:
-            return files.resolve(s.model)
-        if s.hf_repo:
-            return files.from_hf(s.hf_repo, s.hf_file, s.hf_token)
-        return default_model_path(cache_dir)
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings

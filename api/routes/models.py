@@ -14,6 +14,7 @@ from api.render import model_card
 from api.router import RUNNING, ModelRouter
 from api.sse import open_stream
 from api.wire.body import json_body
+from scheduler.downloads import incomplete_sidecars
 from scheduler.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.fleet_models import status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
@@ -39,6 +40,8 @@ async def router_models(request: Request) -> HTTPResponse:
     router = _router(request)
     if request.args.get("reload"):
         await router.reload()
+    elif router.stale:  # a download finished or a model was deleted somewhere
+        await router.reload(announce=False)
     view = await router.view()
     created = int(request.app.ctx.started_at)
     data: list[dict[str, Any]] = []
@@ -54,18 +57,28 @@ async def router_models(request: Request) -> HTTPResponse:
             "status": status.to_wire(),
             "architecture": entry.architecture.model_dump(),
             "source": entry.source,
-            "can_remove": entry.source == "cache",
+            "can_remove": entry.source in ("cache", "store"),
         }
         if entry.model:
             item["path"] = entry.model
         if entry.sidecars:
             item["sidecars"] = entry.sidecars
+        if missing := incomplete_sidecars(view.download_status.get(entry.name),
+                                          tuple(entry.sidecars)):
+            item["incomplete_sidecars"] = missing
         if status.value in RUNNING:  # the loaded instance's /v1/models info, added
             workers = await router.models.registry.live_workers(entry.name)
             if workers:
                 card = model_card(entry.name, created, workers[0].meta, workers[0].n_ctx_slot)
                 item.update({k: v for k, v in card.items() if k not in item})
         data.append(item)
+    for name, download in view.download_status.items():  # not in any source yet
+        if router.catalog.find(name) is None:
+            data.append({"id": name, "aliases": [], "tags": [], "object": "model",
+                         "owned_by": "llamacpp", "created": created,
+                         "status": download.to_wire(), "source": "cache", "can_remove": True,
+                         "architecture": {"input_modalities": ["text"],
+                                          "output_modalities": ["text"]}})
     for name, workers in view.pinned.items():  # workers started with -m: always loaded
         if router.catalog.find(name) is None:
             card = model_card(name, created, workers[0].meta, workers[0].n_ctx_slot)

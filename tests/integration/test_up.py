@@ -66,7 +66,7 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
     preset = tmp_path / "presets.ini"
-    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny]\nload-on-startup = true\n"
+    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny.gguf]\nload-on-startup = true\n"
                       f"[bad]\nmodel = {tmp_path / 't.gguf'}\nno-such-option = 1\n")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
@@ -84,16 +84,16 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
         assert "in router mode" in up.stdout.readline()
         models = httpx.get(f"{url}/v1/models").json()["data"]
         assert sorted((m["id"], m["source"]) for m in models) == [("bad", "preset"),
-                                                                   ("tiny", "preset")]
+                                                                   ("tiny.gguf", "preset")]
 
-        def status(name: str = "tiny") -> dict[str, object]:
+        def status(name: str = "tiny.gguf") -> dict[str, object]:
             data = httpx.get(f"{url}/models").json()["data"]
             return dict(next(m["status"] for m in data if m["id"] == name))
 
         wait_until(lambda: status()["value"] == "loaded", 120, what="load-on-startup")
-        assert status()["args"] == ["llamaq", "worker", "-m", "store:models/tiny.gguf",
-                                    "--alias", "tiny", "--n-predict", "3"]
-        body = {"model": "tiny", "prompt": "the", "ignore_eos": True}
+        assert status()["args"] == ["llamaq", "worker", "-m", "tiny.gguf",
+                                    "--alias", "tiny.gguf", "--n-predict", "3"]
+        body = {"model": "tiny.gguf", "prompt": "the", "ignore_eos": True}
         result = httpx.post(f"{url}/completion", json=body, timeout=120)
         assert result.status_code == 200, result.text
         assert result.json()["tokens_predicted"] == 3  # the preset's n-predict

@@ -102,9 +102,12 @@ def test_cache_and_store_sources_and_dedup(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     store.put_bytes("models/stored.gguf", b"x")
     store.put_bytes("models/mmproj-stored.gguf", b"x")
+    store.put_bytes("models/hf/ggml-org/other-GGUF/other-Q8_0.gguf", b"x")
     catalog = load_catalog(CatalogSources(cache_dir=cache, store=store))
-    assert sorted(catalog.entries) == ["ggml-org/tiny-GGUF:Q4_K_M", "stored"]
-    assert catalog.entries["stored"].model == "store:models/stored.gguf"
+    assert sorted(catalog.entries) == ["ggml-org/other-GGUF:Q8_0",
+                                       "ggml-org/tiny-GGUF:Q4_K_M", "stored.gguf"]
+    assert catalog.entries["stored.gguf"].model == "stored.gguf"  # -m NAME.gguf: the store's
+    assert catalog.entries["ggml-org/other-GGUF:Q8_0"].hf_repo == "ggml-org/other-GGUF:Q8_0"
     cached = catalog.entries["ggml-org/tiny-GGUF:Q4_K_M"]
     assert cached.source == "cache" and cached.hf_repo == "ggml-org/tiny-GGUF:Q4_K_M"
     assert cached.hf_file == "tiny-Q4_K_M.gguf"  # loads from the cache without a listing

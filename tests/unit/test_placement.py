@@ -116,5 +116,6 @@ def test_status_of_each_value_as_the_spec_shows_it() -> None:
     progress = {"https://h/m.gguf": {"done": 1, "total": 2}}
     assert status_of("m", entry, FleetView(downloads={"m": progress})).to_wire() == {
         "value": "downloading", "progress": progress}
-    assert status_of("m", entry, FleetView(incomplete={"m"})).to_wire() == {
+    assert status_of("m", None, FleetView(incomplete={"m"})).to_wire() == {
         "value": "incomplete", "args": []}
+    assert status_of("m", entry, FleetView(incomplete={"m"})).to_wire() == {"value": "unloaded"}
