@@ -14,7 +14,7 @@ from api.render import model_card
 from api.router import RUNNING, ModelRouter
 from api.sse import open_stream
 from api.wire.body import json_body
-from scheduler.downloads import incomplete_sidecars
+from scheduler.downloads import DownloadBoard, incomplete_sidecars
 from scheduler.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.fleet_models import status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
@@ -109,6 +109,8 @@ async def load(request: Request) -> HTTPResponse:
 async def unload(request: Request) -> HTTPResponse:
     router = _router(request)
     name = _model_name(request)
+    if name and await DownloadBoard(router.models.redis).request_stop(name):
+        return json({"success": True})  # a download pauses (listed as incomplete)
     entry = router.entry(name)
     if entry is None:
         raise InvalidRequest("model is not found")
