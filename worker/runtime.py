@@ -8,9 +8,11 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
@@ -108,6 +110,10 @@ class WorkerRuntime:
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
+        self.on_load_progress: Callable[[float], None] | None = None
+        """Called from the loading thread with the load's progress, 0..1 (router mode
+        publishes it in /models/sse loading events)."""
+        self._progress_callback: Any = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -303,10 +309,21 @@ class WorkerRuntime:
             if embedding:
                 tune_embedding_context(params, s)
 
-        model = LoadedModel(path, plan, lambda p: flags.tune_model(p, s), tune_context)
+        model = LoadedModel(path, plan, self._tune_model, tune_context)
         if s.warmup:
             model.warmup()
         return model
+
+    def _tune_model(self, params: lc.llama_model_params) -> None:
+        flags.tune_model(params, self.settings)
+        report = self.on_load_progress
+        if report is not None:
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
+            params.progress_callback = self._progress_callback
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings
