@@ -18,10 +18,13 @@ from api.cors import add_allow_origin, preflight
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.openapi import openapi
+from api.router import ModelRouter
 from api.routes.anthropic import anthropic
+from api.routes.embeddings import embeddings
 from api.routes.extras import extras
 from api.routes.fleet_view import fleet_view
 from api.routes.model_files import model_files
+from api.routes.models import models_api
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
@@ -70,6 +73,13 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max)
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
+        app.ctx.router = None
+        if settings.router_mode():
+            router = await ModelRouter.create(settings, app.ctx.fleet.redis)
+            app.ctx.router = router
+            relay = asyncio.ensure_future(router.relay(app.ctx.fleet.redis))
+            exit_when_done(relay, "model events relay", _exit_for_restart)
+            app.ctx.startup_loads = asyncio.ensure_future(router.load_on_startup())
 
     @app.after_server_start
     async def drain_on_signal(app: Sanic) -> None:
@@ -117,12 +127,20 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
             return None
         return check_api_key(request, api_keys, settings.api_prefix)
 
+    @app.on_request
+    async def route_by_model(request: Request) -> None:
+        """Router mode: the model a request names (body `model`, or `?model=`), checked and
+        loaded on demand; handlers read it with api.router.request_model."""
+        router: ModelRouter | None = app.ctx.router
+        if router is not None and request.method != "OPTIONS" and not is_ui_route(request):
+            request.ctx.model_id = await router.route(request)
+
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, systemone,
-                      fleet_view, streams, openapi, model_files):
+    for blueprint in (native, monitor, openai, templates, anthropic, embeddings, extras,
+                      systemone, fleet_view, streams, models_api, openapi, model_files):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from storage.gguf_header import GGUFHeaderError, read_metadata
+from scheduler.gguf_meta import GgufError, read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def file_output_modalities(path: Path) -> list[str]:
     """`output_modalities` computed offline from a GGUF file's header (no load, no download);
     ["text"] when the file or its metadata cannot be read, as the spec says."""
     try:
-        return output_modalities(native_caps(read_metadata(path, (KEY_PREFIX,))))
-    except (OSError, ValueError, GGUFHeaderError, DecisionMetaError) as error:
+        return output_modalities(native_caps(read_metadata(path)))
+    except (OSError, GgufError, DecisionMetaError) as error:
         log.debug("no decision metadata read from %s: %s", path.name, error)
         return ["text"]

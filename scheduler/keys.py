@@ -43,6 +43,18 @@ def utility_queue(model_id: str) -> str:
     return f"{PREFIX}:queue:{model_id}:utility"
 
 
+def embed_queue(model_id: str) -> str:
+    """arq queue of online embedding and rerank jobs (workers started with --embedding or
+    --rerank take them)."""
+    return f"{PREFIX}:queue:{model_id}:embed"
+
+
+def embed_background_queue(model_id: str) -> str:
+    """arq queue of background embedding and rerank jobs (batch chunks): a worker takes few of
+    them at a time and decodes their inputs after the online ones."""
+    return f"{PREFIX}:queue:{model_id}:embed:background"
+
+
 def wake_channel(queue_name: str) -> str:
     """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
     return f"{queue_name}:wake"
@@ -148,6 +160,40 @@ MODELS_CHANNEL = f"{PREFIX}:models:events"
 """Pub/sub of model lifecycle events (router mode): each message is the JSON of one event of the
 spec's `GET /models/sse` (model_status, download_progress, download_finished, download_failed,
 model_remove, models_reload), published by whichever process saw it, relayed by every api pod."""
+
+# Router mode: worker processes started without a model ("hosts") load one when asked.
+HOSTS = f"{PREFIX}:hosts"
+"""Sorted set of host workers (member = host id, score = last heartbeat, unix s)."""
+
+
+def host_info(host_id: str) -> str:
+    """JSON HostInfo of a host worker: the model it holds and its state; expires with its
+    heartbeats."""
+    return f"{PREFIX}:host:{host_id}"
+
+
+def host_commands(host_id: str) -> str:
+    """List of JSON HostCommand (load / unload) for one host, taken in order (BLPOP)."""
+    return f"{PREFIX}:host:{host_id}:commands"
+
+
+def host_claim(host_id: str) -> str:
+    """The model a placement just gave the host (until the host reports it is loading it)."""
+    return f"{PREFIX}:host:{host_id}:claim"
+
+
+HOST_CLAIM_TTL_S = 30
+MODELS_LAST_USED = f"{PREFIX}:models:last_used"
+"""Sorted set: model name -> when a POST request last asked for it (the fleet's LRU clock)."""
+PLACEMENT_LOCK = f"{PREFIX}:models:placement"
+"""Held (SET NX PX) while one api pod decides where a model loads and what unloads."""
+PLACEMENT_LOCK_MS = 5000
+
+
+def model_failure(model_id: str) -> str:
+    """JSON of the last failed load of a model (exit code, args); cleared by the next load."""
+    return f"{PREFIX}:model:{model_id}:failure"
+
 
 # Model downloads (POST /models, a worker's -hf/-mu): one record per model while a download
 # runs or after it stopped unfinished, so that any api pod lists it as `downloading` (its

@@ -74,6 +74,9 @@ MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
 """Prompts in one request (times n_cmpl: jobs per request)."""
+MAX_EMBEDDING_INPUTS = 2048
+"""Inputs of one embedding request, and documents of one rerank (OpenAI's limit); larger sets go
+through the Batch API."""
 MAX_DECISION_QUESTIONS = 256
 """Questions in one /v1/systemone request."""
 MAX_DECISION_OPTIONS = 255

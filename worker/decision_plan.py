@@ -23,10 +23,10 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.decision_meta import KEY_PREFIX, DecisionCaps, native_caps
+from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.errors import ExceedContextSize, InvalidRequest
+from scheduler.gguf_meta import read_metadata
 from scheduler.jobs import DecisionJob
-from storage.gguf_header import read_metadata
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""
@@ -69,7 +69,7 @@ class Tokenizer(Protocol):
 def decision_caps(model_path: FilePath, prompted: bool) -> DecisionCaps | None:
     """How this worker serves decisions: natively when the model file carries llamaq's
     decision keys (scheduler/decision_meta.py), by prompting under --decisions, else not."""
-    caps = native_caps(read_metadata(model_path, (KEY_PREFIX,)))
+    caps = native_caps(read_metadata(model_path))
     if caps is None and prompted:
         caps = DecisionCaps(mode="prompted")
     return caps

@@ -15,12 +15,21 @@ from scheduler.jobs import (
     CompletionJob,
     DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
     JobKind,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
     parse_job,
 )
-from scheduler.leases import Decision, Start, count_failure, count_retry, decide
+from scheduler.leases import (
+    MOVABLE_KINDS,
+    Decision,
+    Start,
+    count_failure,
+    count_retry,
+    decide,
+)
 from scheduler.results import ErrorEvent
 from storage import StorageError
 from storage.redact import redact
@@ -40,8 +49,9 @@ class HandBack(Exception):
 
 
 def movable(kind: str, payload: dict[str, Any]) -> bool:
-    """Only completions and decisions that no worker was chosen for may run elsewhere."""
-    return kind in ("completion", "decision") and not payload.get("worker_id")
+    """Only completions, embeddings, reranks and decisions that no worker was chosen for may
+    run elsewhere."""
+    return kind in MOVABLE_KINDS and not payload.get("worker_id")
 
 
 async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
@@ -97,6 +107,8 @@ async def _dispatch(runtime: WorkerRuntime, payload: dict[str, Any], kind: str) 
             await runtime.tokenize(tokenize)
         case DetokenizeJob() as detokenize:
             await runtime.detokenize(detokenize)
+        case EmbeddingJob() | RerankJob() as embed:
+            await runtime.embed(embed)
 
 
 async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,

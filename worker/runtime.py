@@ -8,9 +8,11 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
@@ -31,6 +33,8 @@ from scheduler.jobs import (
     CompletionJob,
     DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SamplingSettings,
     SlotActionJob,
     TokenizeJob,
@@ -59,6 +63,15 @@ from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.decision_plan import decision_caps, plan_decision
+from worker.embed_jobs import (
+    embed_functions,
+    embed_queues,
+    embedding_batch,
+    embedding_mode,
+    run_embed_job,
+    tune_embedding_context,
+)
+from worker.embedder import Embedder
 from worker.engine import Engine
 from worker.jobrun import (
     MAX_TRIES,
@@ -67,7 +80,7 @@ from worker.jobrun import (
     slot_functions,
     utility_functions,
 )
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
@@ -100,11 +113,17 @@ class WorkerRuntime:
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         self.redis: Redis | None = None
         self.engine: Engine | None = None
+        self.embedder: Embedder | None = None
+        """Set on a worker started with --embedding or --rerank (worker/embed_jobs.py)."""
         self.publisher: EventPublisher | None = None
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
         self._decision_caps: DecisionCaps | None = None
+        self.on_load_progress: Callable[[float], None] | None = None
+        """Called from the loading thread with the load's progress, 0..1 (router mode
+        publishes it in /models/sse loading events)."""
+        self._progress_callback: Any = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -114,21 +133,32 @@ class WorkerRuntime:
         self.redis = open_redis(redis_url)
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
+        if self.settings.decisions and embedding_mode(self.settings):
+            raise ModelLoadError("--decisions needs a worker that serves completions: it "
+                                 "cannot be combined with --embedding or --rerank")
         model_path = await fetch_model(self.settings, self.redis)
         model = await asyncio.to_thread(self._load_model, model_path)
-        self._decision_caps = decision_caps(model.path, self.settings.decisions)
+        if not embedding_mode(self.settings):  # decisions run in the completion engine
+            self._decision_caps = decision_caps(model.path, self.settings.decisions)
         self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        self._arq_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), slot_functions(),
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
-                             completion_functions(), model.plan.n_slots),
-            self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
-                             max_jobs=8),
-        ]
+        if embedding_mode(self.settings):
+            self.embedder = Embedder(model)
+            self.embedder.start()
+            self._arq_workers = [self._arq_worker(pool, queue, embed_functions(), n)
+                                 for queue, n in embed_queues(self.model_id,
+                                                              self.embedder.n_seq_max)]
+        else:
+            self._arq_workers = [
+                self._arq_worker(pool, keys.slot_queue(self.model_id), slot_functions(),
+                                 model.plan.n_slots),
+                self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                                 completion_functions(), model.plan.n_slots),
+            ]
+        self._arq_workers.append(self._arq_worker(pool, keys.utility_queue(self.model_id),
+                                                  utility_functions(), max_jobs=8))
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
                           n_ctx_slot=model.n_ctx_slot,
@@ -136,7 +166,8 @@ class WorkerRuntime:
                               "decisions": self._decision_caps,
                               "output_modalities": output_modalities(self._decision_caps)}),
                           default_settings=self.engine.default_settings(),
-                          started_at=time.time())
+                          started_at=time.time(), embedding=self.embedder is not None,
+                          pooling=self.embedder.pooling if self.embedder else None)
         registry = Registry(self.redis)
         tasks = [
             asyncio.create_task(self.publisher.run()),
@@ -163,6 +194,8 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
+            if self.embedder is not None:
+                self.embedder.stop()
             model.close()
             await pool.aclose()
             await self.redis.aclose()
@@ -201,6 +234,8 @@ class WorkerRuntime:
         error = Unavailable("the worker stopped before this request finished (drain timeout)")
         for job_id in left:
             self.engine.cancel(job_id, error)
+            if self.embedder is not None:
+                self.embedder.cancel(job_id, error)
         assert self.redis is not None
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
@@ -234,8 +269,9 @@ class WorkerRuntime:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
         assert self.engine is not None
-        pipe.set(keys.worker_metrics(self.worker_id),
-                 self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+        metrics = (self.embedder or self.engine).metrics_snapshot()
+        pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
@@ -272,21 +308,39 @@ class WorkerRuntime:
         s = self.settings
         n_slots = 4 if s.n_parallel < 0 else s.n_parallel
         threads = default_threads() if s.threads < 1 else s.threads
+        embedding = embedding_mode(s)
         plan = ContextPlan(
             n_ctx=s.ctx_size, n_slots=n_slots,
             kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-            n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
+            n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
+            n_threads=threads,
             n_threads_batch=s.threads_batch or threads,
             # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
             swa_full=s.swa_full or s.cache_prompt,
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        model = LoadedModel(path, plan, lambda p: flags.tune_model(p, s),
-                            lambda p: flags.tune_context(p, s))
+
+        def tune_context(params: Any) -> None:
+            flags.tune_context(params, s)
+            if embedding:
+                tune_embedding_context(params, s)
+
+        model = LoadedModel(path, plan, self._tune_model, tune_context)
         if s.warmup:
             model.warmup()
         return model
+
+    def _tune_model(self, params: lc.llama_model_params) -> None:
+        flags.tune_model(params, self.settings)
+        report = self.on_load_progress
+        if report is not None:
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
+            params.progress_callback = self._progress_callback
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings
@@ -357,6 +411,8 @@ class WorkerRuntime:
             return
         if channel == keys.CANCEL_CHANNEL:
             self.engine.cancel(data)
+            if self.embedder is not None:
+                self.embedder.cancel(data)
         elif channel == keys.CONTROL_CHANNEL:
             self.engine.end_reasoning(data)
         elif channel in by_channel:
@@ -453,6 +509,13 @@ class WorkerRuntime:
         self._final(job.job_id, SlotActionResult(
             action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
             n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
+
+    async def embed(self, job: EmbeddingJob | RerankJob) -> None:
+        """An embedding or rerank job, on a worker started with --embedding or --rerank."""
+        if self.embedder is None:
+            raise NotSupported("This server does not support embeddings. Start it with "
+                               "`--embeddings`")
+        await run_embed_job(self, job)
 
     async def tokenize(self, job: TokenizeJob) -> None:
         """In a thread: a big body must not starve the loop that renews leases."""

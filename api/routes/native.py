@@ -12,6 +12,8 @@ from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.render import completion_json, model_card, ollama_model_json, partial_json
+from api.router import request_model
+from api.routes.models import router_models
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
@@ -59,12 +61,13 @@ def _fleet(request: Request) -> Fleet:
 
 
 def _model_id(request: Request) -> str:
-    settings: ApiSettings = request.app.ctx.settings
-    return settings.model_id()
+    return request_model(request)
 
 
 @route(["GET"], "/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:  # a router is healthy without any model loaded
+        return json({"status": "ok"})
     if not await _fleet(request).workers(_model_id(request), fresh=True):
         raise Unavailable("Loading model")
     return json({"status": "ok"})
@@ -72,6 +75,8 @@ async def health(request: Request) -> HTTPResponse:
 
 @route(["GET"], "/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:
+        return await router_models(request)
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
@@ -80,7 +85,10 @@ async def models(request: Request) -> HTTPResponse:
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
                       aliases=settings.alias, tags=settings.tags,
                       offline_modalities=None if worker else await _offline_modalities(request))
-    return json({"models": [ollama_model_json(model_id)], "object": "list", "data": [card]})
+    capabilities = worker.capabilities() if worker else ["completion"]
+    card["capabilities"] = capabilities  # ours: what the model serves
+    return json({"models": [ollama_model_json(model_id, capabilities)], "object": "list",
+                 "data": [card]})
 
 
 async def _offline_modalities(request: Request) -> list[str]:

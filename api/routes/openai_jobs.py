@@ -11,6 +11,7 @@ from sanic import Request
 
 from api.fleet import Fleet
 from api.render_openai import Envelope, random_id
+from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.errors import InvalidRequest, Unavailable
@@ -35,7 +36,7 @@ class OpenAIContext:
 
     @property
     def model_id(self) -> str:
-        return self.settings.model_id()
+        return request_model(self.request)
 
     async def workers(self) -> list[WorkerInfo]:
         """The model's live workers; none yet is the spec's 503 "Loading model"."""

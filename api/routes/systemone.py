@@ -12,6 +12,7 @@ from api.chat.templates import ChatTemplate, template_kwargs
 from api.decision_prompt import decision_job
 from api.fleet import Fleet
 from api.render_decisions import systemone_json
+from api.router import request_model
 from api.settings import ApiSettings
 from api.wire.body import parse_body
 from api.wire.systemone import SystemOneRequest
@@ -28,7 +29,7 @@ async def answer(request: Request) -> HTTPResponse:
     body = parse_body(request, SystemOneRequest)
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
-    model_id = settings.model_id()
+    model_id = request_model(request)
     workers = await fleet.workers(model_id)
     if not workers:
         raise Unavailable("Loading model")
