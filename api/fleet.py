@@ -33,10 +33,11 @@ class CheckedJobClient(JobClient):
         super().__init__(redis, arq, hub, timeout_s, queue_limit)
         self.n_probs_max = n_probs_max
 
-    def submit(self, job: AnyJob) -> AbstractAsyncContextManager[JobEvents]:  # type: ignore[override]
+    def submit(self, job: AnyJob,  # type: ignore[override]
+               queue: str | None = None) -> AbstractAsyncContextManager[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
-        return super().submit(job)
+        return super().submit(job, queue)
 
 
 @dataclass
