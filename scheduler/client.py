@@ -27,10 +27,13 @@ from scheduler.hub import EventHub, EventPointer, HubItem, Resync
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
 )
 from scheduler.leases import (
+    MOVABLE_KINDS,
     Decision,
     count_failure,
     died_after,
@@ -40,9 +43,11 @@ from scheduler.leases import (
 )
 from scheduler.queueing import queue_for
 from scheduler.results import (
+    EmbeddingResult,
     ErrorEvent,
     EventEnvelope,
     FinalEvent,
+    RerankResult,
     Result,
     StartedEvent,
     TokenEvent,
@@ -51,7 +56,7 @@ from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
 
-AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
+AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob | RerankJob
 QueueLimit = Callable[[str], Awaitable[int | None]]
 """How many jobs of a model may wait for a slot (None: no bound)."""
 RETRY_AFTER_S = 5
@@ -73,7 +78,7 @@ class JobEvents:
         self._model_id = job.model
         self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
             else None
-        self._movable = job.kind == "completion" and not self._pinned_worker
+        self._movable = job.kind in MOVABLE_KINDS and not self._pinned_worker
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -360,6 +365,32 @@ class JobClient:
     async def run(self, job: AnyJob, queue: str | None = None) -> Result:
         async with self.submit(job, queue) as events:
             return await events.result()
+
+    async def run_embedding(self, job: EmbeddingJob) -> EmbeddingResult:
+        """Embed the job's inputs on a worker of `job.model` started with --embedding; wait
+        for all of them. One item per input, in input order (scheduler/results.py).
+
+        Raises the typed error of the failing input (as llama-server answers: 400
+        InvalidRequest for an empty input, 400 ExceedContextSize, 500 ServerError for an
+        input larger than the physical batch) unless `job.per_input_errors`, where failed
+        inputs carry their error in their item. A worker that dies before answering hands the
+        job to another worker (nothing was sent yet); past that, 503 Unavailable (or 500 for
+        a job that killed two workers). Leaving early (task cancelled) cancels it."""
+        result = await self.run(job)
+        if not isinstance(result, EmbeddingResult):
+            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for an "
+                              "embedding job")
+        return result
+
+    async def run_rerank(self, job: RerankJob) -> RerankResult:
+        """Score the job's documents against its query on a worker of `job.model` started
+        with --rerank. One item per document, in document order (not sorted: sorting and
+        top_n are the caller's). Errors as run_embedding."""
+        result = await self.run(job)
+        if not isinstance(result, RerankResult):
+            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for a rerank "
+                              "job")
+        return result
 
     @contextlib.asynccontextmanager
     async def controllable(self, completion_id: str, jobs: list[CompletionJob],

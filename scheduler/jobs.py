@@ -25,6 +25,8 @@ class JobKind(StrEnum):
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
     SLOT_ACTION = "slot_action"
+    EMBEDDING = "embedding"
+    RERANK = "rerank"
 
 
 def new_job_id() -> str:
@@ -210,8 +212,57 @@ class SlotActionJob(BaseModel):
     filename: str = ""
 
 
-Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
-                Field(discriminator="kind")]
+EmbeddingInput = str | list[PromptPiece]
+"""One input of an embedding job: a string, token ids, or token ids mixed with strings (as a
+prompt of /completion: the first string gets the model's special tokens)."""
+
+
+class EmbeddingJob(BaseModel):
+    """Embed many inputs (`/embedding`, `/embeddings`, `/v1/embeddings`, a chunk of a batch).
+
+    Runs on a worker started with `--embedding` (queue: scheduler/queueing.py queue_for). The
+    worker decodes the inputs of this job, and of every other embedding job it holds, together
+    as separate sequences. The result (scheduler/results.py EmbeddingResult) has one item per
+    input, in the order of `inputs`: one row when the worker pools (`--pooling` other than
+    none), one row per token when it does not."""
+
+    kind: Literal[JobKind.EMBEDDING] = JobKind.EMBEDDING
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    inputs: list[EmbeddingInput] = Field(min_length=1)
+    embd_normalize: int | None = None
+    """-1 none, 0 max absolute (int16 range), 1 taxicab, 2 euclidean, >2 p-norm; None: the
+    worker's --embd-normalize. Pooled embeddings only (token rows are never normalized)."""
+    per_input_errors: bool = False
+    """False (online requests): the first input that fails fails the job with that error, as
+    llama-server answers. True (batch chunks): a failed input gets its error in its item and
+    the other inputs still get their embeddings."""
+    background: bool = False
+    """A batch chunk: it waits in the model's background queue and its inputs fill a decode
+    only after every waiting online input."""
+
+
+class RerankJob(BaseModel):
+    """Score `documents` against `query` (`/rerank` and its aliases, a chunk of a batch).
+
+    Runs on a worker started with `--rerank`; each (query, document) pair is one sequence,
+    formatted as llama-server's format_prompt_rerank does (the model's "rerank" template, else
+    BOS query EOS SEP document EOS as the vocabulary asks). The result (RerankResult) has one
+    item per document, in the order of `documents`; sorting and `top_n` are the api's."""
+
+    kind: Literal[JobKind.RERANK] = JobKind.RERANK
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    query: str
+    documents: list[str] = Field(min_length=1)
+    per_input_errors: bool = False
+    """As EmbeddingJob.per_input_errors."""
+    background: bool = False
+    """As EmbeddingJob.background."""
+
+
+Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob
+                | RerankJob, Field(discriminator="kind")]
 JOB: TypeAdapter[Job] = TypeAdapter(Job)
 
 

@@ -43,6 +43,18 @@ def utility_queue(model_id: str) -> str:
     return f"{PREFIX}:queue:{model_id}:utility"
 
 
+def embed_queue(model_id: str) -> str:
+    """arq queue of online embedding and rerank jobs (workers started with --embedding or
+    --rerank take them)."""
+    return f"{PREFIX}:queue:{model_id}:embed"
+
+
+def embed_background_queue(model_id: str) -> str:
+    """arq queue of background embedding and rerank jobs (batch chunks): a worker takes few of
+    them at a time and decodes their inputs after the online ones."""
+    return f"{PREFIX}:queue:{model_id}:embed:background"
+
+
 def wake_channel(queue_name: str) -> str:
     """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
     return f"{queue_name}:wake"

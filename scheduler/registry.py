@@ -73,6 +73,18 @@ class WorkerInfo(BaseModel):
     meta: ModelMeta
     default_settings: GenerationSettings
     started_at: float
+    embedding: bool = False
+    """Started with --embedding or --rerank: it serves embedding (and, with rank pooling,
+    rerank) jobs from the model's embed queues, and no completions."""
+    pooling: str | None = None
+    """Its pooling (none, mean, cls, last, rank) when `embedding`."""
+
+    def capabilities(self) -> list[str]:
+        """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
+        pooling)."""
+        if not self.embedding:
+            return ["completion"]
+        return ["embedding", "rerank"] if self.pooling == "rank" else ["embedding"]
 
 
 class Registry:

@@ -19,7 +19,14 @@ from scheduler.jobs import (
     TokenizeJob,
     parse_job,
 )
-from scheduler.leases import Decision, Start, count_failure, count_retry, decide
+from scheduler.leases import (
+    MOVABLE_KINDS,
+    Decision,
+    Start,
+    count_failure,
+    count_retry,
+    decide,
+)
 from scheduler.results import ErrorEvent
 from storage import StorageError
 from storage.redact import redact
@@ -39,8 +46,9 @@ class HandBack(Exception):
 
 
 def movable(kind: str, payload: dict[str, Any]) -> bool:
-    """Only completions that no worker was chosen for may run elsewhere."""
-    return kind == "completion" and not payload.get("worker_id")
+    """Only completions, embeddings and reranks that no worker was chosen for may run
+    elsewhere."""
+    return kind in MOVABLE_KINDS and not payload.get("worker_id")
 
 
 async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
