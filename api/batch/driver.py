@@ -22,8 +22,9 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from api.batch.embeddings import run_embedding_chunk
 from api.batch.input import BatchInput, BatchLine, read_input
-from api.batch.lines import LineResult, run_line, unrun_line
+from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
 from api.fleet import Fleet
 from api.routes.openai_jobs import OpenAIContext
 from api.settings import ApiSettings
@@ -47,6 +48,8 @@ CHUNK_LINES_MIN = 16
 CHUNK_LINES_MAX = 256
 CHUNK_PER_SLOT = 4
 """A chunk holds this many lines per slot of the largest worker (so one fills its batch)."""
+EMBEDDING_CHUNK_LINES = 64
+"""Lines of a /v1/embeddings chunk (one background job with all their inputs)."""
 OPEN_CHUNKS = 4
 """Chunks of one batch running at once."""
 IN_FLIGHT_PER_SLOT = 2
@@ -168,6 +171,8 @@ class BatchRun:
         workers = await self.driver.fleet.workers(self.driver.settings.model_id())
         slots = max((w.n_slots for w in workers), default=0)
         chunk = min(CHUNK_LINES_MAX, max(CHUNK_LINES_MIN, CHUNK_PER_SLOT * slots))
+        if record.endpoint in CHUNK_ENDPOINTS:  # one job per chunk: a worker's whole batch
+            chunk = EMBEDDING_CHUNK_LINES
         plan = BatchPlan(lines=len(parsed.lines), chunk_size=chunk)
         model = parsed.model or self.driver.settings.model_id()
 
@@ -242,7 +247,11 @@ class BatchRun:
             async with limit:
                 return await run_line(context, endpoint, line)
 
-        results = await asyncio.gather(*(one(line) for line in lines))
+        if endpoint in CHUNK_ENDPOINTS:
+            async with limit:
+                results = await run_embedding_chunk(context, lines)
+        else:
+            results = await asyncio.gather(*(one(line) for line in lines))
         chunk = ChunkResult(output=[r.text for r in results if r.ok],
                             errors=[r.text for r in results if not r.ok])
         await asyncio.to_thread(self.driver.chunks.put, self.batch_id, index, chunk)

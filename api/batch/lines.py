@@ -26,7 +26,9 @@ HANDLERS: dict[str, LineHandler] = {
     "/v1/completions": batch_completion,
     "/v1/chat/completions": batch_chat_completion,
 }
-"""What runs a line of each endpoint a batch may name (scheduler/batches.py ENDPOINTS)."""
+"""What runs a line of each endpoint a batch may name (scheduler/batches.py ENDPOINTS), one
+job per line; /v1/embeddings runs a chunk's lines together (api/batch/embeddings.py)."""
+CHUNK_ENDPOINTS = ("/v1/embeddings",)
 RETRIES = 3
 """A line whose run ended with 503 (its worker died after it sent something, no answer within
 the timeout) runs again, as a new job, this many times before it fails."""
@@ -70,16 +72,16 @@ async def run_line(context: OpenAIContext, endpoint: str, line: BatchLine) -> Li
                             error.message)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            return _failed(line, error)
+            return failed_line(line, error)
         except LlamaqError as error:
-            return _failed(line, error)
+            return failed_line(line, error)
         except Exception as error:  # a bug must fail the line, not the whole batch
             log.exception("batch line %s failed", line.custom_id)
-            return _failed(line, ServerError(f"internal error: {type(error).__name__}"))
+            return failed_line(line, ServerError(f"internal error: {type(error).__name__}"))
         return LineResult(True, output_line(line.custom_id, 200, body))
     raise AssertionError("unreachable")
 
 
-def _failed(line: BatchLine, error: LlamaqError) -> LineResult:
+def failed_line(line: BatchLine, error: LlamaqError) -> LineResult:
     return LineResult(False, output_line(line.custom_id, error.status,
                                          {"error": error.to_info().to_wire()}))

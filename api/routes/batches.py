@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from api.batch.lines import HANDLERS
+from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.errors import validation_message
 from api.routes.files import file_store, in_thread
 from api.wire.body import json_body
@@ -39,9 +39,10 @@ class CreateBatch(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        if value not in ENDPOINTS or value not in HANDLERS:
-            served = ", ".join(e for e in ENDPOINTS if e in HANDLERS)
-            raise ValueError(f"endpoint {value!r} is not supported; a batch may run: {served}")
+        served = [e for e in ENDPOINTS if e in HANDLERS or e in CHUNK_ENDPOINTS]
+        if value not in served:
+            raise ValueError(f"endpoint {value!r} is not supported; a batch may run: "
+                             + ", ".join(served))
         return value
 
     @field_validator("completion_window")
