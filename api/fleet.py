@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from api.metrics import QueueStats
 from scheduler import keys, limits
+from scheduler.batches import Batches
 from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.connections import arq_settings, open_redis
 from scheduler.hub import EventHub
@@ -91,8 +92,12 @@ class Fleet:
         counts = await counters(self.redis, model_id)
         failed = {k.removeprefix("failed:"): v for k, v in counts.items()
                   if k.startswith("failed:")}
+        batches = Batches(self.redis)
+        lines = await batches.counters()
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
-                          failed=failed)
+                          failed=failed, batches_in_progress=len(await batches.active()),
+                          batch_lines_completed=lines.get("lines_completed", 0),
+                          batch_lines_failed=lines.get("lines_failed", 0))
 
     async def close(self) -> None:
         await self.hub.close()

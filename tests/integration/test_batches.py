@@ -5,6 +5,8 @@ SIGKILLed mid-batch, an api pod (the batch's driver) SIGKILLed mid-batch, cancel
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,7 +56,7 @@ def batch_fleet(redis_url: str, workdir: Path, tiny_model_path: Path,
                 s3_endpoint: str) -> Iterator[Fleet]:
     fleet = s3_fleet(redis_url, workdir, tiny_model_path, s3_endpoint)
     fleet.add_worker(*WORKER)
-    fleet.wait_healthy(fleet.add_api())
+    fleet.wait_healthy(fleet.add_api("--metrics"))
     yield fleet
     fleet.stop()
 
@@ -284,3 +286,31 @@ def test_the_driver_killed_mid_batch_is_resumed_by_another_pod(
         assert [line["custom_id"] for line in output] == [f"d{i}" for i in range(300)]
     finally:
         fleet.stop()
+
+
+def test_the_batch_command(batch_fleet: Fleet, tmp_path: Path) -> None:
+    api = batch_fleet.api_urls[0]
+    source = tmp_path / "lines.jsonl"
+    source.write_bytes(jsonl([chat_line(f"cli-{i}", f"hi {i}") for i in range(5)]))
+
+    def llamaq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "llamaq", "batch", "--url", api, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    submitted = llamaq("submit", str(source), "--wait", "--metadata", "who=cli")
+    assert submitted.returncode == 0, submitted.stderr
+    batch_id = submitted.stdout.split()[0]
+    assert batch_id.startswith("batch_") and "completed" in submitted.stdout
+    assert "5/5 lines" in submitted.stderr  # the progress bar's last state
+    results = llamaq("results", batch_id)
+    assert [json.loads(line)["custom_id"] for line in results.stdout.splitlines()] == [
+        f"cli-{i}" for i in range(5)]
+    assert batch_id in llamaq("list", "--limit", "3").stdout
+    assert json.loads(llamaq("status", batch_id).stdout)["metadata"] == {"who": "cli"}
+    refused = llamaq("cancel", batch_id)
+    assert refused.returncode != 0 and "completed" in refused.stderr
+    metrics = httpx.get(f"{api}/metrics").text
+    assert "llamaq:batches_in_progress " in metrics
+    completed = [line for line in metrics.splitlines()
+                 if line.startswith("llamaq:batch_lines_completed_total ")]
+    assert completed and float(completed[0].split()[1]) >= 5
