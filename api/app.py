@@ -21,6 +21,7 @@ from api.fleet import Fleet
 from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.batches import batches
+from api.routes.embeddings import embeddings
 from api.routes.extras import extras
 from api.routes.files import files
 from api.routes.fleet_view import fleet_view
@@ -131,8 +132,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
-                      streams, files, batches, openapi):
+    for blueprint in (native, monitor, openai, templates, anthropic, embeddings, extras,
+                      fleet_view, streams, files, batches, openapi):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

@@ -141,7 +141,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-kvu --kv-unified -no-kvu --no-kv-unified",
            "--context-shift --no-context-shift", "-r --reverse-prompt", "-sp --special",
            "--warmup --no-warmup", "--spm-infill"),
-    *_rows(R, "embeddings and rerank are not built", "--pooling LLAMA_ARG_POOLING",
+    *_rows(W, "", "--pooling LLAMA_ARG_POOLING",
            "--embedding --embeddings LLAMA_ARG_EMBEDDINGS", "--rerank --reranking "
            "LLAMA_ARG_RERANKING", "--embd-normalize"),
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),

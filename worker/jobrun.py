@@ -14,7 +14,9 @@ from scheduler.errors import LlamaqError, ServerError, Unavailable
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
+    EmbeddingJob,
     JobKind,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
     parse_job,
@@ -102,6 +104,8 @@ async def _dispatch(runtime: WorkerRuntime, payload: dict[str, Any], kind: str) 
             await runtime.tokenize(tokenize)
         case DetokenizeJob() as detokenize:
             await runtime.detokenize(detokenize)
+        case EmbeddingJob() | RerankJob() as embed:
+            await runtime.embed(embed)
 
 
 async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,

@@ -29,6 +29,8 @@ from scheduler.errors import (
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SamplingSettings,
     SlotActionJob,
     TokenizeJob,
@@ -58,6 +60,15 @@ from storage import (
 from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
+from worker.embed_jobs import (
+    embed_functions,
+    embed_queues,
+    embedding_batch,
+    embedding_mode,
+    run_embed_job,
+    tune_embedding_context,
+)
+from worker.embedder import Embedder
 from worker.engine import Engine
 from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
 from worker.model import ContextPlan, LoadedModel, default_threads
@@ -92,6 +103,8 @@ class WorkerRuntime:
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         self.redis: Redis | None = None
         self.engine: Engine | None = None
+        self.embedder: Embedder | None = None
+        """Set on a worker started with --embedding or --rerank (worker/embed_jobs.py)."""
         self.publisher: EventPublisher | None = None
         self.leases: Leases | None = None
         self.draining = False
@@ -110,21 +123,29 @@ class WorkerRuntime:
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        completion = completion_functions()
-        self._arq_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
-                             max_jobs=8),
-        ]
-        self._add_batch_worker(pool, completion[:1], model.plan.n_slots)
+        if embedding_mode(self.settings):
+            self.embedder = Embedder(model)
+            self.embedder.start()
+            self._arq_workers = [self._arq_worker(pool, queue, embed_functions(), n)
+                                 for queue, n in embed_queues(self.model_id,
+                                                              self.embedder.n_seq_max)]
+        else:
+            completion = completion_functions()
+            self._arq_workers = [
+                self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
+                                 model.plan.n_slots),
+                self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                                 completion, model.plan.n_slots),
+            ]
+            self._add_batch_worker(pool, completion[:1], model.plan.n_slots)
+        self._arq_workers.append(self._arq_worker(pool, keys.utility_queue(self.model_id),
+                                                  utility_functions(), max_jobs=8))
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
                           n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
                           default_settings=self.engine.default_settings(),
-                          started_at=time.time())
+                          started_at=time.time(), embedding=self.embedder is not None,
+                          pooling=self.embedder.pooling if self.embedder else None)
         registry = Registry(self.redis)
         tasks = [
             asyncio.create_task(self.publisher.run()),
@@ -151,6 +172,8 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
+            if self.embedder is not None:
+                self.embedder.stop()
             model.close()
             await pool.aclose()
             await self.redis.aclose()
@@ -189,6 +212,8 @@ class WorkerRuntime:
         error = Unavailable("the worker stopped before this request finished (drain timeout)")
         for job_id in left:
             self.engine.cancel(job_id, error)
+            if self.embedder is not None:
+                self.embedder.cancel(job_id, error)
         assert self.redis is not None
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
@@ -239,8 +264,9 @@ class WorkerRuntime:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
         assert self.engine is not None
-        pipe.set(keys.worker_metrics(self.worker_id),
-                 self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+        metrics = (self.embedder or self.engine).metrics_snapshot()
+        pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
@@ -277,18 +303,25 @@ class WorkerRuntime:
         s = self.settings
         n_slots = 4 if s.n_parallel < 0 else s.n_parallel
         threads = default_threads() if s.threads < 1 else s.threads
+        embedding = embedding_mode(s)
         plan = ContextPlan(
             n_ctx=s.ctx_size, n_slots=n_slots,
             kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-            n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
+            n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
+            n_threads=threads,
             n_threads_batch=s.threads_batch or threads,
             # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
             swa_full=s.swa_full or s.cache_prompt,
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
+        def tune_context(params: Any) -> None:
+            flags.tune_context(params, s)
+            if embedding:
+                tune_embedding_context(params, s)
+
         model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                            lambda p: flags.tune_context(p, s))
+                            tune_context)
         if s.warmup:
             model.warmup()
         return model
@@ -373,6 +406,8 @@ class WorkerRuntime:
             return
         if channel == keys.CANCEL_CHANNEL:
             self.engine.cancel(data)
+            if self.embedder is not None:
+                self.embedder.cancel(data)
         elif channel == keys.CONTROL_CHANNEL:
             self.engine.end_reasoning(data)
         elif channel in by_channel:
@@ -442,6 +477,13 @@ class WorkerRuntime:
         self._final(job.job_id, SlotActionResult(
             action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
             n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
+
+    async def embed(self, job: EmbeddingJob | RerankJob) -> None:
+        """An embedding or rerank job, on a worker started with --embedding or --rerank."""
+        if self.embedder is None:
+            raise NotSupported("This server does not support embeddings. Start it with "
+                               "`--embeddings`")
+        await run_embed_job(self, job)
 
     async def tokenize(self, job: TokenizeJob) -> None:
         """In a thread: a big body must not starve the loop that renews leases."""
