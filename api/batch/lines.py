@@ -42,7 +42,7 @@ class LineResult:
     """The output line (JSON, no newline)."""
 
 
-def output_line(custom_id: str, status: int, body: dict[str, Any]) -> str:
+def output_line(custom_id: str, status: int, body: Any) -> str:
     return json.dumps({
         "id": "batch_req_" + secrets.token_hex(12),
         "custom_id": custom_id,

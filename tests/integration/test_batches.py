@@ -4,6 +4,7 @@ SIGKILLed mid-batch, an api pod (the batch's driver) SIGKILLed mid-batch, cancel
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 
 import boto3
 import httpx
+import numpy as np
 import openai
 import pytest
 import redis
@@ -314,3 +316,46 @@ def test_the_batch_command(batch_fleet: Fleet, tmp_path: Path) -> None:
     completed = [line for line in metrics.splitlines()
                  if line.startswith("llamaq:batch_lines_completed_total ")]
     assert completed and float(completed[0].split()[1]) >= 5
+
+
+def test_embeddings_batch(redis_url: str, workdir: Path, minilm_path: Path,
+                          s3_endpoint: str) -> None:
+    fleet = s3_fleet(redis_url, workdir, minilm_path, s3_endpoint)
+    try:
+        fleet.add_worker("--embedding", "-c", "512", "-np", "4", "-t", "1")
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        client = client_of(api)
+        texts = [f"sentence number {i} about the sea" for i in range(150)]
+        lines = [{"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+                  "body": {"model": "minilm", "input": text}} for i, text in enumerate(texts)]
+        lines[3]["body"]["input"] = [texts[3], "a second input of the same line"]
+        lines[4]["body"]["encoding_format"] = "base64"
+        lines[4]["body"]["input"] = texts[5]  # same text as line 5, as base64
+        lines[10]["body"]["input"] = []  # bad: empty
+        lines[11]["body"]["dimensions"] = 8  # bad: refused field
+        batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
+                                      endpoint="/v1/embeddings", completion_window="24h")
+        done = wait_final(client, batch.id, timeout=300)
+        assert done.status == "completed", done
+        assert done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (148, 2)
+        output = {o["custom_id"]: o for o in read_lines(client, done.output_file_id)}
+        errors = read_lines(client, done.error_file_id)
+        assert [e["custom_id"] for e in errors] == ["e10", "e11"]
+        assert all(e["response"]["status_code"] == 400 for e in errors)
+        assert len(output) == 148 and "e10" not in output and "e11" not in output
+        body = output["e3"]["response"]["body"]
+        assert [d["index"] for d in body["data"]] == [0, 1]
+        assert body["object"] == "list" and body["usage"]["prompt_tokens"] > 0
+        floats = output["e5"]["response"]["body"]["data"][0]["embedding"]
+        assert len(floats) == 384
+        packed = output["e4"]["response"]["body"]["data"][0]
+        assert packed["encoding_format"] == "base64"
+        unpacked = np.frombuffer(base64.b64decode(packed["embedding"]), dtype="<f4")
+        assert np.allclose(unpacked, floats, atol=1e-5)
+        online = httpx.post(f"{api}/v1/embeddings", json={"input": texts[7]}, timeout=60).json()
+        batched = output["e7"]["response"]["body"]["data"][0]["embedding"]
+        assert np.allclose(online["data"][0]["embedding"], batched, atol=1e-4)
+    finally:
+        fleet.stop()
