@@ -327,8 +327,9 @@ def test_embeddings_batch(redis_url: str, workdir: Path, minilm_path: Path,
         fleet.wait_healthy(api)
         client = client_of(api)
         texts = [f"sentence number {i} about the sea" for i in range(150)]
-        lines = [{"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
-                  "body": {"model": "minilm", "input": text}} for i, text in enumerate(texts)]
+        lines: list[dict[str, Any]] = [
+            {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+             "body": {"model": "minilm", "input": text}} for i, text in enumerate(texts)]
         lines[3]["body"]["input"] = [texts[3], "a second input of the same line"]
         lines[4]["body"]["encoding_format"] = "base64"
         lines[4]["body"]["input"] = texts[5]  # same text as line 5, as base64
