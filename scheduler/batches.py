@@ -154,7 +154,7 @@ class Batches:
     async def create(self, record: BatchRecord) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.set(keys.batch_record(record.id), record.model_dump_json())
-            pipe.zadd(keys.BATCHES, {record.id: record.created_at})
+            pipe.zadd(keys.BATCHES, {record.id: time.time()})  # not created_at: seconds tie
             pipe.sadd(keys.BATCHES_ACTIVE, record.id)
             await pipe.execute()
 

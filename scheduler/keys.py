@@ -188,7 +188,8 @@ def batch_driver(batch_id: str) -> str:
 
 
 BATCHES = f"{PREFIX}:batches"
-"""Sorted set of every batch id, scored by creation time (GET /v1/batches pages through it)."""
+"""Sorted set of every batch id, scored by creation time in (fractional) seconds, so that
+batches created within one second keep their order (GET /v1/batches pages through it)."""
 BATCHES_ACTIVE = f"{PREFIX}:batches:active"
 """Set of the batch ids that are not in a final state: what the drivers look for."""
 BATCH_COUNTERS = f"{PREFIX}:batches:counters"

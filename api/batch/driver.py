@@ -209,6 +209,7 @@ class BatchRun:
                     for task in finished - {stopped}:
                         running.discard(task)
                         task.result()
+                await self._wait_for_workers()
                 if self.stop.is_set():
                     break
                 chunk_lines = [lines[i] for i in plan.chunk_lines(index)]
@@ -224,6 +225,14 @@ class BatchRun:
             for task in (*running, watcher, stopped):
                 task.cancel()
             await asyncio.gather(*running, watcher, stopped, return_exceptions=True)
+
+    async def _wait_for_workers(self) -> None:
+        """A chunk starts only while the model has a live worker: with none, its lines would
+        fail ("Loading model") instead of waiting."""
+        model_id = self.driver.settings.model_id()
+        while not self.stop.is_set() and not await self.driver.fleet.workers(model_id):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), WATCH_EVERY_S)
 
     async def _watch(self, record: BatchRecord, limit: _Limit) -> None:
         """Cancel and expiry (from any pod, any time), and the fleet's size (lines in

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sanic import Blueprint, Request
-from sanic.response import HTTPResponse, json, raw
+from sanic.response import HTTPResponse, json
 
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
 from scheduler.errors import InvalidRequest, NotFound
@@ -21,6 +23,7 @@ files = Blueprint("files")
 UPLOAD_LIMIT = MAX_INPUT_BYTES + (1 << 20)
 """A multipart body: the file (200 MB, OpenAI's limit for batch input) and the form around it."""
 PURPOSES = ("batch",)
+CONTENT_PART = 1 << 20
 T = TypeVar("T")
 
 
@@ -114,10 +117,18 @@ async def get_file(request: Request, file_id: str) -> HTTPResponse:
 
 
 @files.get("/v1/files/<file_id:str>/content", name="get_file_content")
-async def get_file_content(request: Request, file_id: str) -> HTTPResponse:
+async def get_file_content(request: Request, file_id: str) -> None:
+    """Streamed from a local copy: an output file (20,000 embeddings are ~150 MB) is never
+    held in memory."""
     store = file_store(request)
-    data = await in_thread(lambda: store.content(file_id), file_id)
-    return raw(data, content_type="application/octet-stream")
+    with tempfile.TemporaryDirectory(prefix="llamaq-file-") as folder:
+        path = Path(folder) / "content"
+        await in_thread(lambda: store.content_to(file_id, path), file_id)
+        response = await request.respond(content_type="application/octet-stream")
+        with path.open("rb") as content:
+            while part := await asyncio.to_thread(content.read, CONTENT_PART):
+                await response.send(part)
+        await response.eof()
 
 
 @files.delete("/v1/files/<file_id:str>", name="delete_file")
