@@ -233,6 +233,14 @@ def test_cancel_finalizes_what_is_done(batch_fleet: Fleet) -> None:
         client.batches.cancel(finished.id)
 
 
+def rerun_jobs(redis_url: str, fleet: Fleet) -> int:
+    """Jobs of the fleet's model that ran again (or ended) because their worker died."""
+    alias = fleet.common[fleet.common.index("--alias") + 1]
+    counters: dict[bytes, bytes] = redis.Redis.from_url(redis_url).hgetall(  # type: ignore[assignment]
+        f"llamaq:model:{alias}:counters")
+    return sum(int(counters.get(k, 0)) for k in (b"retried", b"failed:worker_died"))
+
+
 def test_a_worker_killed_mid_batch_loses_nothing(redis_url: str, workdir: Path,
                                                  tiny_model_path: Path,
                                                  s3_endpoint: str) -> None:
@@ -251,11 +259,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(redis_url: str, workdir: Path,
         doomed.kill()  # SIGKILL, with lines of the batch in its slots
         done = wait_final(client, batch.id, timeout=300)
         assert done.status == "completed", done
-        alias = fleet.common[fleet.common.index("--alias") + 1]
-        counters: dict[bytes, bytes] = redis.Redis.from_url(redis_url).hgetall(  # type: ignore[assignment]
-            f"llamaq:model:{alias}:counters")
-        rerun = sum(int(counters.get(k, 0)) for k in (b"retried", b"failed:worker_died"))
-        assert rerun >= 1, counters  # the kill did catch lines of the batch running
+        assert rerun_jobs(redis_url, fleet) >= 1  # the kill did catch lines running
         output = read_lines(client, done.output_file_id)
         assert read_lines(client, done.error_file_id) == []
         assert [line["custom_id"] for line in output] == [f"w{i}" for i in range(300)]
@@ -360,5 +364,56 @@ def test_embeddings_batch(redis_url: str, workdir: Path, minilm_path: Path,
         alone = np.array(online["data"][0]["embedding"])
         cosine = float(alone @ np.array(batched) / np.linalg.norm(alone) / np.linalg.norm(batched))
         assert cosine > 0.9999, (cosine, float(np.abs(alone - batched).max()))
+    finally:
+        fleet.stop()
+
+
+def test_batch_lines_leave_a_slot_to_online_requests(batch_fleet: Fleet) -> None:
+    """The worker (-np 4, --batch-reserve 1 by default) runs at most 3 batch lines at once; an
+    online request takes the fourth slot at once, while the batch still runs."""
+    api = batch_fleet.api_urls[0]
+    client = client_of(api)
+    lines = [chat_line(f"p{i}", f"poem {i}", max_tokens=64) for i in range(200)]
+    batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
+                                  endpoint="/v1/chat/completions", completion_window="24h")
+    busy: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(busy) < 60:
+        busy.append(sum(s["is_processing"] for s in httpx.get(f"{api}/slots").json()))
+        time.sleep(0.05)
+    assert max(busy) == 3, busy  # the batch filled what it may, and no more
+    online = httpx.post(f"{api}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "now"}], "max_tokens": 4}).json()
+    assert online["choices"][0]["message"]["role"] == "assistant"
+    assert client.batches.retrieve(batch.id).status == "in_progress"  # it did not wait for it
+    client.batches.cancel(batch.id)
+    assert wait_final(client, batch.id).status == "cancelled"
+
+
+def test_an_embedding_worker_killed_mid_batch_loses_nothing(
+        redis_url: str, workdir: Path, minilm_path: Path, s3_endpoint: str) -> None:
+    fleet = s3_fleet(redis_url, workdir, minilm_path, s3_endpoint)
+    try:
+        flags = ("--embedding", "-c", "512", "-np", "8", "-t", "1")
+        doomed = fleet.add_worker(*flags)
+        fleet.add_worker(*flags)
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        client = client_of(api)
+        lines = [{"custom_id": f"k{i}", "method": "POST", "url": "/v1/embeddings",
+                  "body": {"input": f"text {i} of the killed worker test"}} for i in range(640)]
+        batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
+                                      endpoint="/v1/embeddings", completion_window="24h")
+        wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed > 0,  # type: ignore[union-attr]
+                   timeout=120, what="some lines done")
+        doomed.kill()  # SIGKILL, with chunks of the batch in its queue and decodes
+        done = wait_final(client, batch.id, timeout=300)
+        assert done.status == "completed", done
+        assert rerun_jobs(redis_url, fleet) >= 1  # the kill did catch chunks running
+        assert read_lines(client, done.error_file_id) == []
+        output = read_lines(client, done.output_file_id)
+        assert [line["custom_id"] for line in output] == [f"k{i}" for i in range(640)]
+        assert all(len(line["response"]["body"]["data"][0]["embedding"]) == 384
+                   for line in output)
     finally:
         fleet.stop()
