@@ -237,16 +237,20 @@ class BatchRun:
     async def _watch(self, record: BatchRecord, limit: _Limit) -> None:
         """Cancel and expiry (from any pod, any time), and the fleet's size (lines in
         flight follow the live slots)."""
-        expires_at = record.expires_at or record.created_at + COMPLETION_WINDOW_S
         while True:
-            current = await self.batches.get(self.batch_id)
+            try:
+                current = await self.batches.get(self.batch_id)
+                workers = await self.driver.fleet.workers(self.driver.settings.model_id())
+            except RedisError as error:  # Redis away: the lines wait too; look again soon
+                log.warning("batch %s: cannot read its record (%s)", self.batch_id, error)
+                await asyncio.sleep(WATCH_EVERY_S)
+                continue
             if current.status == "cancelling":
                 log.info("batch %s: cancelling", self.batch_id)
                 self.stop.set()
-            if now() >= expires_at:
+            if now() >= (current.expires_at or current.created_at + COMPLETION_WINDOW_S):
                 log.info("batch %s: expired", self.batch_id)
                 self.stop.set()
-            workers = await self.driver.fleet.workers(self.driver.settings.model_id())
             await limit.resize(IN_FLIGHT_PER_SLOT * sum(w.n_slots for w in workers))
             await asyncio.sleep(WATCH_EVERY_S)
 

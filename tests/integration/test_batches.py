@@ -417,3 +417,35 @@ def test_an_embedding_worker_killed_mid_batch_loses_nothing(
                    for line in output)
     finally:
         fleet.stop()
+
+
+def test_a_batch_that_expires_keeps_what_is_done(batch_fleet: Fleet, redis_url: str) -> None:
+    client = client_of(batch_fleet.api_urls[0])
+    lines = [chat_line(f"x{i}", f"essay {i}", max_tokens=48) for i in range(300)]
+    batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
+                                  endpoint="/v1/chat/completions", completion_window="24h")
+    wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed > 0,  # type: ignore[union-attr]
+               timeout=120, what="some lines done")
+    store = redis.Redis.from_url(redis_url)
+    with store.pipeline() as pipe:  # the 24 h window ends now (as a transaction: no lost write)
+        while True:
+            try:
+                pipe.watch(f"llamaq:batch:{batch.id}")
+                record = json.loads(pipe.get(f"llamaq:batch:{batch.id}"))  # type: ignore[arg-type]
+                record["expires_at"] = int(time.time()) - 1
+                pipe.multi()
+                pipe.set(f"llamaq:batch:{batch.id}", json.dumps(record))
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    done = wait_final(client, batch.id, timeout=60)
+    assert done.status == "expired" and done.expired_at, done
+    output, errors = read_lines(client, done.output_file_id), read_lines(client,
+                                                                        done.error_file_id)
+    assert once_each(output + errors) == {f"x{i}" for i in range(300)}  # each line once
+    assert output and errors
+    assert all(e["response"] is None and e["error"]["code"] == "batch_expired" for e in errors)
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (len(output),
+                                                                           len(errors))
