@@ -7,8 +7,8 @@
    wall time from create to `completed`, lines/s, and the ratio 2 workers / 1 worker.
 2. priority: the median latency ("TTFT") of online requests sent one after another, without a
    batch and while a batch runs on the same worker(s): /v1/embeddings on MiniLM, and streamed
-   /v1/chat/completions (time to the first content chunk) on the tiny test GGUF with a
-   /v1/chat/completions batch.
+   /v1/chat/completions (time to the first content chunk) on Gemma 3 270M and on the tiny test
+   GGUF, with a /v1/chat/completions batch.
 
     .venv/bin/python bench/batch.py [--lines 20000] [--online 40] [--skip-scaling]
 
@@ -33,9 +33,11 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from storage import default_model_path  # noqa: E402
 from tests.processes import Fleet, start_redis  # noqa: E402
 
-MINILM = Path.home() / ".cache" / "llamaq-tests" / "all-MiniLM-L6-v2-f32.gguf"
+GEMMA_CACHE = Path.home() / ".cache" / "llamaq-tests"
+MINILM = GEMMA_CACHE / "all-MiniLM-L6-v2-f32.gguf"
 WORDS = ("sea", "mountain", "river", "city", "forest", "music", "bread", "engine", "garden",
          "winter", "letter", "planet", "window", "dog", "market", "bridge")
 
@@ -209,14 +211,17 @@ def main() -> None:
                          args.online, "/v1/embeddings (MiniLM)", report)
             finally:
                 fleet.stop()
-            tiny = write_tiny_llama(folder / "tiny.gguf")
-            fleet, api = fleet_of(redis_url, folder / "prio-c", tiny, "tiny-prio", 1,
-                                  ["-t", "1", "-np", "4", "-c", "4096"])
-            try:
-                priority(api, chat_ttft(api), chat_lines(20000), "/v1/chat/completions",
-                         args.online, "streamed chat TTFT (tiny GGUF)", report)
-            finally:
-                fleet.stop()
+            models = [("Gemma 3 270M", default_model_path(GEMMA_CACHE)),
+                      ("tiny GGUF", write_tiny_llama(folder / "tiny.gguf"))]
+            for name, model in models:
+                fleet, api = fleet_of(redis_url, folder / f"prio-{len(report)}", model,
+                                      f"chat-prio-{len(report)}", 1,
+                                      ["-t", "1", "-np", "4", "-c", "4096"])
+                try:
+                    priority(api, chat_ttft(api), chat_lines(20000), "/v1/chat/completions",
+                             args.online, f"streamed chat TTFT ({name})", report)
+                finally:
+                    fleet.stop()
         finally:
             redis.terminate()
     results = REPO / "bench" / "results"

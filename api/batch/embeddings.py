@@ -23,6 +23,9 @@ from scheduler.results import EmbeddingItem, EmbeddingResult
 
 log = logging.getLogger(__name__)
 
+MAX_JOB_INPUTS = 512
+"""Inputs of one chunk job (lines with many inputs make several jobs)."""
+
 
 @dataclass
 class EmbeddingLine:
@@ -67,27 +70,49 @@ async def run_embedding_chunk(context: OpenAIContext, lines: list[BatchLine]
             results[position] = failed_line(line, error)
             continue
         groups.setdefault(parsed.request.embd_normalize, []).append((position, parsed))
-    for normalize, members in groups.items():
-        inputs = [i for _, parsed in members for i in parsed.request.inputs]
-        try:
-            result = await _embed(context, inputs, normalize)
-        except LlamaqError as error:
-            for position, parsed in members:
-                results[position] = failed_line(parsed.line, error)
-            continue
-        start = 0
-        for position, parsed in members:
-            items = result.items[start:start + len(parsed.request.inputs)]
-            start += len(parsed.request.inputs)
-            error_info = next((item.error for item in items if item.error is not None), None)
-            if error_info is not None:
-                results[position] = LineResult(False, output_line(
-                    parsed.line.custom_id, error_info.code, {"error": error_info.to_wire()}))
-            else:
-                results[position] = LineResult(True, output_line(
-                    parsed.line.custom_id, 200,
-                    render(parsed, result.pooling, items, context.model_id)))
+    for normalize, group in groups.items():
+        for members in _jobs_of(group):
+            await _run_job(context, normalize, members, results)
     return [results[i] for i in range(len(lines))]
+
+
+def _jobs_of(group: list[tuple[int, EmbeddingLine]]) -> list[list[tuple[int, EmbeddingLine]]]:
+    """Lines into jobs of at most MAX_JOB_INPUTS inputs (a line is never split)."""
+    jobs: list[list[tuple[int, EmbeddingLine]]] = [[]]
+    size = 0
+    for member in group:
+        n = len(member[1].request.inputs)
+        if jobs[-1] and size + n > MAX_JOB_INPUTS:
+            jobs.append([])
+            size = 0
+        jobs[-1].append(member)
+        size += n
+    return jobs
+
+
+async def _run_job(context: OpenAIContext, normalize: int | None,
+                   members: list[tuple[int, EmbeddingLine]],
+                   results: dict[int, LineResult]) -> None:
+    """One job's lines: each gets its inputs' embeddings, or the first error among them."""
+    inputs = [i for _, parsed in members for i in parsed.request.inputs]
+    try:
+        result = await _embed(context, inputs, normalize)
+    except LlamaqError as error:
+        for position, parsed in members:
+            results[position] = failed_line(parsed.line, error)
+        return
+    start = 0
+    for position, parsed in members:
+        items = result.items[start:start + len(parsed.request.inputs)]
+        start += len(parsed.request.inputs)
+        error_info = next((item.error for item in items if item.error is not None), None)
+        if error_info is not None:
+            results[position] = LineResult(False, output_line(
+                parsed.line.custom_id, error_info.code, {"error": error_info.to_wire()}))
+        else:
+            results[position] = LineResult(True, output_line(
+                parsed.line.custom_id, 200,
+                render(parsed, result.pooling, items, context.model_id)))
 
 
 async def _embed(context: OpenAIContext, inputs: list[EmbeddingInput],

@@ -64,3 +64,20 @@ def test_plan_cuts_lines_into_chunks() -> None:
     assert plan.n_chunks == 3
     assert [list(plan.chunk_lines(i)) for i in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert BatchPlan().n_chunks == 0
+
+
+def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
+    from api.batch import embeddings
+    from api.batch.input import BatchLine
+    from api.wire.embeddings import embedding_request
+
+    monkeypatch.setattr(embeddings, "MAX_JOB_INPUTS", 4)
+
+    def member(i: int, n: int) -> tuple[int, embeddings.EmbeddingLine]:
+        body = {"input": [f"t{k}" for k in range(n)]}
+        return i, embeddings.EmbeddingLine(BatchLine(str(i), body),
+                                           embedding_request(body, oai_route=True))
+
+    jobs = embeddings._jobs_of([member(0, 1), member(1, 3), member(2, 2), member(3, 9),
+                                member(4, 1)])
+    assert [[i for i, _ in job] for job in jobs] == [[0, 1], [2], [3], [4]]
