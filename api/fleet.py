@@ -95,7 +95,7 @@ class Fleet:
         batches = Batches(self.redis)
         lines = await batches.counters()
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
-                          failed=failed, batches_in_progress=len(await batches.active()),
+                          failed=failed, batches_in_progress=len(await batches.active(model_id)),
                           batch_lines_completed=lines.get("lines_completed", 0),
                           batch_lines_failed=lines.get("lines_failed", 0))
 

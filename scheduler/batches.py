@@ -105,13 +105,16 @@ class BatchRecord(BaseModel):
     request_counts: RequestCounts = Field(default_factory=RequestCounts)
     metadata: dict[str, str] | None = None
     plan: BatchPlan = Field(default_factory=BatchPlan)
+    fleet_model: str = ""
+    """The model whose workers run it: the model of the api pod that created it (only the
+    pods serving that model drive it). Not on the wire."""
 
     @property
     def final(self) -> bool:
         return self.status in FINAL_STATUSES
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"plan"})
+        return self.model_dump(mode="json", exclude={"plan", "fleet_model"})
 
 
 class Progress(BaseModel):
@@ -155,7 +158,7 @@ class Batches:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.set(keys.batch_record(record.id), record.model_dump_json())
             pipe.zadd(keys.BATCHES, {record.id: time.time()})  # not created_at: seconds tie
-            pipe.sadd(keys.BATCHES_ACTIVE, record.id)
+            pipe.sadd(keys.batches_active(record.fleet_model), record.id)
             await pipe.execute()
 
     async def get(self, batch_id: str) -> BatchRecord:
@@ -185,7 +188,7 @@ class Batches:
                     pipe.multi()
                     pipe.set(key, changed.model_dump_json())
                     if changed.final:
-                        pipe.srem(keys.BATCHES_ACTIVE, batch_id)
+                        pipe.srem(keys.batches_active(changed.fleet_model), batch_id)
                         pipe.expire(key, keys.BATCH_RECORD_TTL_S)
                         pipe.expire(keys.batch_chunks(batch_id), keys.BATCH_RECORD_TTL_S)
                     await pipe.execute()
@@ -216,8 +219,10 @@ class Batches:
             if not await self._redis.exists(keys.batch_record(_text(batch_id))):
                 await self._redis.zrem(keys.BATCHES, batch_id)
 
-    async def active(self) -> list[str]:
-        return sorted(_text(b) for b in await self._redis.smembers(keys.BATCHES_ACTIVE))  # type: ignore[misc]
+    async def active(self, model_id: str) -> list[str]:
+        """The model's batches not in a final state."""
+        members = await self._redis.smembers(keys.batches_active(model_id))  # type: ignore[misc]
+        return sorted(_text(b) for b in members)
 
     # -- progress ------------------------------------------------------------------------
 

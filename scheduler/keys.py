@@ -190,8 +190,10 @@ def batch_driver(batch_id: str) -> str:
 BATCHES = f"{PREFIX}:batches"
 """Sorted set of every batch id, scored by creation time in (fractional) seconds, so that
 batches created within one second keep their order (GET /v1/batches pages through it)."""
-BATCHES_ACTIVE = f"{PREFIX}:batches:active"
-"""Set of the batch ids that are not in a final state: what the drivers look for."""
+def batches_active(model_id: str) -> str:
+    """Set of the model's batch ids that are not in a final state: what the drivers of the api
+    pods serving that model look for."""
+    return f"{PREFIX}:model:{model_id}:batches:active"
 BATCH_COUNTERS = f"{PREFIX}:batches:counters"
 """Hash of fleet-wide batch counters: `lines_completed`, `lines_failed` (for /metrics)."""
 BATCH_LEASE_S = 10.0

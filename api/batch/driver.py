@@ -78,7 +78,7 @@ class BatchDriver:
         """Look for batches nobody drives, for the pod's lifetime."""
         while True:
             try:
-                for batch_id in await self.batches.active():
+                for batch_id in await self.batches.active(self.settings.model_id()):
                     if batch_id in self._driving:
                         continue
                     if await self.batches.take(batch_id, self.token):

@@ -83,7 +83,8 @@ async def create_batch(request: Request) -> HTTPResponse:
     created = now()
     record = BatchRecord(endpoint=body.endpoint, input_file_id=body.input_file_id,
                          completion_window=body.completion_window, metadata=body.metadata,
-                         created_at=created, expires_at=created + COMPLETION_WINDOW_S)
+                         created_at=created, expires_at=created + COMPLETION_WINDOW_S,
+                         fleet_model=request.app.ctx.settings.model_id())
     await store_of(request).create(record)
     return json(record.to_wire())
 

@@ -373,15 +373,17 @@ def test_batch_lines_leave_a_slot_to_online_requests(batch_fleet: Fleet) -> None
     online request takes the fourth slot at once, while the batch still runs."""
     api = batch_fleet.api_urls[0]
     client = client_of(api)
-    lines = [chat_line(f"p{i}", f"poem {i}", max_tokens=64) for i in range(200)]
+    lines = [chat_line(f"p{i}", f"poem {i}", max_tokens=64, ignore_eos=True)
+             for i in range(2000)]
     batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
                                   endpoint="/v1/chat/completions", completion_window="24h")
-    busy: list[int] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(busy) < 60:
-        busy.append(sum(s["is_processing"] for s in httpx.get(f"{api}/slots").json()))
-        time.sleep(0.05)
-    assert max(busy) == 3, busy  # the batch filled what it may, and no more
+
+    def busy() -> int:
+        return sum(s["is_processing"] for s in httpx.get(f"{api}/slots").json())
+
+    wait_until(lambda: busy() == 3, timeout=60, what="three slots busy with the batch")
+    seen = [busy() for _ in range(40)]
+    assert max(seen) == 3, seen  # the batch fills what it may, and no more
     online = httpx.post(f"{api}/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": "now"}], "max_tokens": 4}).json()
     assert online["choices"][0]["message"]["role"] == "assistant"

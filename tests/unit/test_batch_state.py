@@ -26,16 +26,20 @@ async def batches(redis_url: str) -> AsyncIterator[Batches]:
 
 async def test_final_states_leave_the_active_set(
         batches: Batches) -> None:
-    record = BatchRecord(endpoint="/v1/completions", input_file_id="file-x")
+    record = BatchRecord(endpoint="/v1/completions", input_file_id="file-x", fleet_model="m")
     await batches.create(record)
-    assert await batches.active() == [record.id]
+    other = BatchRecord(endpoint="/v1/completions", input_file_id="file-y", fleet_model="n")
+    await batches.create(other)
+    assert await batches.active("m") == [record.id]  # each model's pods drive its own
+    assert await batches.active("n") == [other.id]
 
     def finish(r: BatchRecord) -> BatchRecord:
         r.status = "cancelled"
         return r
 
     await batches.update(record.id, finish)
-    assert await batches.active() == []
+    assert await batches.active("m") == []
+    assert "fleet_model" not in record.to_wire()
     with pytest.raises(NotFound):
         await batches.get("batch_missing")
 
