@@ -251,11 +251,14 @@ def test_a_worker_killed_mid_batch_loses_nothing(redis_url: str, workdir: Path,
         api = fleet.add_api()
         fleet.wait_healthy(api)
         client = client_of(api)
-        lines = [chat_line(f"w{i}", f"tale {i}", max_tokens=32) for i in range(300)]
+        lines = [chat_line(f"w{i}", f"tale {i}", max_tokens=48, ignore_eos=True)
+                 for i in range(300)]
         batch = client.batches.create(input_file_id=upload(client, jsonl(lines)),
                                       endpoint="/v1/chat/completions", completion_window="24h")
         wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed > 0,  # type: ignore[union-attr]
                    timeout=120, what="some lines done")
+        wait_until(lambda: sum(s["is_processing"] for s in httpx.get(f"{api}/slots").json())
+                   >= 4, timeout=60, what="both workers running lines (3 slots each at most)")
         doomed.kill()  # SIGKILL, with lines of the batch in its slots
         done = wait_final(client, batch.id, timeout=300)
         assert done.status == "completed", done
