@@ -190,10 +190,14 @@ def batch_driver(batch_id: str) -> str:
 BATCHES = f"{PREFIX}:batches"
 """Sorted set of every batch id, scored by creation time in (fractional) seconds, so that
 batches created within one second keep their order (GET /v1/batches pages through it)."""
+
+
 def batches_active(model_id: str) -> str:
     """Set of the model's batch ids that are not in a final state: what the drivers of the api
     pods serving that model look for."""
     return f"{PREFIX}:model:{model_id}:batches:active"
+
+
 BATCH_COUNTERS = f"{PREFIX}:batches:counters"
 """Hash of fleet-wide batch counters: `lines_completed`, `lines_failed` (for /metrics)."""
 BATCH_LEASE_S = 10.0
@@ -201,3 +205,64 @@ BATCH_RENEW_EVERY_S = 2.0
 BATCH_SCAN_EVERY_S = 1.0
 BATCH_RECORD_TTL_S = 30 * 24 * 3600
 """A batch in a final state is kept this long (OpenAI keeps batches listed for 30 days)."""
+
+# Router mode: worker processes started without a model ("hosts") load one when asked.
+HOSTS = f"{PREFIX}:hosts"
+"""Sorted set of host workers (member = host id, score = last heartbeat, unix s)."""
+
+
+def host_info(host_id: str) -> str:
+    """JSON HostInfo of a host worker: the model it holds and its state; expires with its
+    heartbeats."""
+    return f"{PREFIX}:host:{host_id}"
+
+
+def host_commands(host_id: str) -> str:
+    """List of JSON HostCommand (load / unload) for one host, taken in order (BLPOP)."""
+    return f"{PREFIX}:host:{host_id}:commands"
+
+
+def host_claim(host_id: str) -> str:
+    """The model a placement just gave the host (until the host reports it is loading it)."""
+    return f"{PREFIX}:host:{host_id}:claim"
+
+
+HOST_CLAIM_TTL_S = 30
+MODELS_LAST_USED = f"{PREFIX}:models:last_used"
+"""Sorted set: model name -> when a POST request last asked for it (the fleet's LRU clock)."""
+PLACEMENT_LOCK = f"{PREFIX}:models:placement"
+"""Held (SET NX PX) while one api pod decides where a model loads and what unloads."""
+PLACEMENT_LOCK_MS = 5000
+
+
+def model_failure(model_id: str) -> str:
+    """JSON of the last failed load of a model (exit code, args); cleared by the next load."""
+    return f"{PREFIX}:model:{model_id}:failure"
+
+
+# Model downloads (POST /models, a worker's -hf/-mu): one record per model while a download
+# runs or after it stopped unfinished, so that any api pod lists it as `downloading` (its
+# downloader is alive) or `incomplete`.
+DOWNLOADS = f"{PREFIX}:downloads"
+"""Set of the model names that have a download record."""
+
+
+def download_record(model: str) -> str:
+    """JSON DownloadRecord of the model's last unfinished download (gone once it finished)."""
+    return f"{PREFIX}:download:{model}"
+
+
+def download_alive(model: str) -> str:
+    """Set while a process is downloading the model; expires DOWNLOAD_ALIVE_TTL_S after the
+    downloader's last progress (a dead downloader leaves an `incomplete` model)."""
+    return f"{PREFIX}:download:{model}:alive"
+
+
+def download_stop(model: str) -> str:
+    """Flag asking the model's downloader to stop (pause: its partial files are kept)."""
+    return f"{PREFIX}:download:{model}:stop"
+
+
+DOWNLOAD_ALIVE_TTL_S = 15
+DOWNLOAD_REPORT_EVERY_S = 0.5
+"""Progress events and records of one download are written at most this often."""

@@ -8,9 +8,11 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
@@ -48,13 +50,11 @@ from scheduler.results import (
 )
 from storage import (
     InvalidKey,
-    ModelFiles,
     ObjectNotFound,
     SlotSnapshotStore,
     StorageError,
     StorageUnavailable,
     check_slot_name,
-    default_model_path,
     open_store,
 )
 from storage.redact import redact
@@ -72,6 +72,7 @@ from worker.embedder import Embedder
 from worker.engine import Engine
 from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
 from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
@@ -109,6 +110,10 @@ class WorkerRuntime:
         self.leases: Leases | None = None
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
+        self.on_load_progress: Callable[[float], None] | None = None
+        """Called from the loading thread with the load's progress, 0..1 (router mode
+        publishes it in /models/sse loading events)."""
+        self._progress_callback: Any = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -118,7 +123,8 @@ class WorkerRuntime:
         self.redis = open_redis(redis_url)
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
-        model = await asyncio.to_thread(self._load_model)
+        model_path = await fetch_model(self.settings, self.redis)
+        model = await asyncio.to_thread(self._load_model, model_path)
         self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
@@ -299,7 +305,7 @@ class WorkerRuntime:
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
-    def _load_model(self) -> LoadedModel:
+    def _load_model(self, path: Path) -> LoadedModel:
         s = self.settings
         n_slots = 4 if s.n_parallel < 0 else s.n_parallel
         threads = default_threads() if s.threads < 1 else s.threads
@@ -315,27 +321,27 @@ class WorkerRuntime:
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
+
         def tune_context(params: Any) -> None:
             flags.tune_context(params, s)
             if embedding:
                 tune_embedding_context(params, s)
 
-        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                            tune_context)
+        model = LoadedModel(path, plan, self._tune_model, tune_context)
         if s.warmup:
             model.warmup()
         return model
 
-    def _model_path(self) -> Path:
-        s = self.settings
-        cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
-                           offline=s.offline)
-        if s.model:
-            return files.resolve(s.model)
-        if s.hf_repo:
-            return files.from_hf(s.hf_repo, s.hf_file, s.hf_token)
-        return default_model_path(cache_dir)
+    def _tune_model(self, params: lc.llama_model_params) -> None:
+        flags.tune_model(params, self.settings)
+        report = self.on_load_progress
+        if report is not None:
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
+            params.progress_callback = self._progress_callback
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings

@@ -194,9 +194,9 @@ class BatchRun:
         plan = record.plan
         done = set((await self.batches.progress(self.batch_id)).chunks)
         todo = [i for i in range(plan.n_chunks) if i not in done]
-        settings = self.driver.settings
-        context = OpenAIContext(None, self.driver.fleet, settings,
-                                queue=keys.batch_queue(settings.model_id()))
+        model_id = record.fleet_model or self.driver.settings.model_id()
+        context = OpenAIContext(None, self.driver.fleet, self.driver.settings,
+                                queue=keys.batch_queue(model_id), model=model_id)
         limit = _Limit()
         watcher = asyncio.create_task(self._watch(record, limit))
         running: set[asyncio.Task[None]] = set()

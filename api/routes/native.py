@@ -11,6 +11,8 @@ from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.render import completion_json, model_card, ollama_model_json, partial_json
+from api.router import request_model
+from api.routes.models import router_models
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
@@ -57,12 +59,13 @@ def _fleet(request: Request) -> Fleet:
 
 
 def _model_id(request: Request) -> str:
-    settings: ApiSettings = request.app.ctx.settings
-    return settings.model_id()
+    return request_model(request)
 
 
 @route(["GET"], "/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:  # a router is healthy without any model loaded
+        return json({"status": "ok"})
     if not await _fleet(request).workers(_model_id(request), fresh=True):
         raise Unavailable("Loading model")
     return json({"status": "ok"})
@@ -70,6 +73,8 @@ async def health(request: Request) -> HTTPResponse:
 
 @route(["GET"], "/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:
+        return await router_models(request)
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None

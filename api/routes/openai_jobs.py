@@ -11,6 +11,7 @@ from sanic import Request
 
 from api.fleet import Fleet
 from api.render_openai import Envelope, random_id
+from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.errors import InvalidRequest, Unavailable
@@ -31,6 +32,8 @@ class OpenAIContext:
     resume: Resume | None = None
     queue: str | None = None
     """Where the jobs go instead of the model's own queue (a batch line: its batch queue)."""
+    model: str | None = None
+    """The model of a batch line (there is no request to route)."""
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
@@ -38,7 +41,9 @@ class OpenAIContext:
 
     @property
     def model_id(self) -> str:
-        return self.settings.model_id()
+        if self.request is None:
+            return self.model or self.settings.model_id()
+        return request_model(self.request)
 
     async def workers(self) -> list[WorkerInfo]:
         """The model's live workers; none yet is the spec's 503 "Loading model"."""
