@@ -112,11 +112,14 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
     }
 
 
-def ollama_model_json(model_id: str) -> dict[str, Any]:
-    """The `models` entry of /models (Ollama's list format, as llama-server fills it)."""
+def ollama_model_json(model_id: str,
+                      capabilities: list[str] | None = None) -> dict[str, Any]:
+    """The `models` entry of /models (Ollama's list format, as llama-server fills it);
+    `capabilities` as Ollama names them (completion, embedding; ours: rerank)."""
     return {
         "name": model_id, "model": model_id, "modified_at": "", "size": "", "digest": "",
-        "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+        "type": "model", "description": "", "tags": [""],
+        "capabilities": capabilities or ["completion"],
         "parameters": "",
         "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
                     "parameter_size": "", "quantization_level": ""},

@@ -204,6 +204,10 @@ class JobEvents:
                         "another worker", self.job_id)
             self._rerun_of = lapse.tries
             return
+        if await self._hub.read_log(self.job_id, self._next_seq):
+            # Its last events went out (the worker logs them before it counts them as sent)
+            # and the lease ended after our look at the log: it finished, it did not die.
+            return
         await count_failure(self._redis, self._model_id, decision.value)
         if self._pinned_worker:  # its queue dies with it
             await forget_queued(self._redis, keys.worker_queue(self._model_id,

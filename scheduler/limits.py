@@ -74,6 +74,9 @@ MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
 """Prompts in one request (times n_cmpl: jobs per request)."""
+MAX_EMBEDDING_INPUTS = 2048
+"""Inputs of one embedding request, and documents of one rerank (OpenAI's limit); larger sets go
+through the Batch API."""
 MAX_JSON_DEPTH = 128
 """Nesting of arrays and objects in a request body."""
 DEFAULT_BODY_LIMIT = 32 << 20

@@ -99,4 +99,6 @@ async def run_embed_job(runtime: WorkerRuntime, job: EmbeddingJob | RerankJob) -
     except asyncio.CancelledError:
         embedder.cancel(job.job_id)
         raise
+    sent = runtime.publisher.expect(job.job_id)
     runtime.publisher.publish([(job.job_id, FinalEvent(result=result))])
+    await sent  # the lease ends after the result is on Redis, as a completion's does

@@ -243,7 +243,8 @@ class Embedder:
         request = sequence.request
         if request.future.done():  # cancelled meanwhile
             return
-        if self.pooling_type not in (lc.LLAMA_POOLING_TYPE_NONE, lc.LLAMA_POOLING_TYPE_RANK):
+        pooled = self.pooling_type != lc.LLAMA_POOLING_TYPE_NONE
+        if pooled and isinstance(request.job, EmbeddingJob):  # a rerank's score stays raw
             rows = normalize(rows[0], request.normalize)[None, :]
         request.rows[sequence.input.index] = rows
         request.left -= 1

@@ -12,7 +12,7 @@ from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.render_embeddings import native_embeddings_json, oai_embeddings_json, rerank_json
-from api.settings import ApiSettings
+from api.router import request_model
 from api.wire.body import json_body
 from api.wire.embeddings import embedding_request, rerank_request
 from scheduler.errors import InvalidRequest, NotSupported, Unavailable
@@ -29,9 +29,8 @@ NO_RERANK = "This server does not support reranking. Start it with `--reranking`
 
 async def _serving(request: Request, capability: str) -> tuple[str, WorkerInfo]:
     """The model and a live worker of it that serves `capability`; 501 when none does."""
-    settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
-    model_id = settings.model_id()
+    model_id = request_model(request)
     workers = await fleet.workers(model_id)
     if not workers:
         raise Unavailable("Loading model")

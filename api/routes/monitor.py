@@ -16,7 +16,7 @@ from api.settings import ApiSettings
 from api.wire.body import json_body
 from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.jobs import SlotActionJob
-from scheduler.registry import ModelMeta, NextToken, SlotState
+from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo
 from scheduler.results import SlotActionResult
 from scheduler.slot_ids import locate_slot
 
@@ -118,7 +118,17 @@ async def props(request: Request) -> HTTPResponse:
         "is_sleeping": False,
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
+        **_serves(workers),
     })
+
+
+def _serves(workers: list[WorkerInfo]) -> dict[str, Any]:
+    """Ours: what the model's workers serve (completion, embedding, rerank), and their pooling
+    when they embed."""
+    capabilities = sorted({c for w in workers for c in w.capabilities()},
+                          key=["completion", "embedding", "rerank"].index)
+    pooling = next((w.pooling for w in workers if w.embedding), None)
+    return {"capabilities": capabilities, **({"pooling": pooling} if pooling else {})}
 
 
 def _router_props(request: Request, settings: ApiSettings) -> dict[str, Any]:

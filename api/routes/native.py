@@ -82,7 +82,10 @@ async def models(request: Request) -> HTTPResponse:
     card = model_card(model_id, int(request.app.ctx.started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
                       aliases=settings.alias, tags=settings.tags)
-    return json({"models": [ollama_model_json(model_id)], "object": "list", "data": [card]})
+    capabilities = worker.capabilities() if worker else ["completion"]
+    card["capabilities"] = capabilities  # ours: what the model serves
+    return json({"models": [ollama_model_json(model_id, capabilities)], "object": "list",
+                 "data": [card]})
 
 
 @route(["POST"], "/tokenize")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler import limits
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 
@@ -98,6 +99,7 @@ def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest
     inputs = read_inputs(prompt)
     if not inputs:
         raise InvalidRequest("\"input\" must not be empty")
+    _check_count(len(inputs), "inputs")
     normalize = body.get("embd_normalize")
     if normalize is not None and not _is_int(normalize):
         raise InvalidRequest("\"embd_normalize\" must be an integer")
@@ -118,6 +120,12 @@ class RerankRequest:
         return RerankJob(model=model_id, query=self.query, documents=self.documents)
 
 
+def _check_count(count: int, what: str) -> None:
+    if count > limits.MAX_EMBEDDING_INPUTS:
+        raise InvalidRequest(f"Too many {what}: {count} (at most {limits.MAX_EMBEDDING_INPUTS} "
+                             "per request; use the Batch API for more)")
+
+
 def _strings(value: Any) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
@@ -135,6 +143,7 @@ def rerank_request(body: dict[str, Any]) -> RerankRequest:
         documents = _strings(body.get("texts")) or []
     if not documents:
         raise InvalidRequest("\"documents\" must be a non-empty string array")
+    _check_count(len(documents), "documents")
     top_n = body.get("top_n", len(documents))
     if not _is_int(top_n):
         top_n = len(documents)  # llama-server's json_value: a wrong type reads as the default
