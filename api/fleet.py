@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from api.metrics import QueueStats
 from scheduler import keys, limits
+from scheduler.batches import Batches
 from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.connections import arq_settings, open_redis
 from scheduler.errors import NotSupported
@@ -43,14 +44,15 @@ class CheckedJobClient(JobClient):
         self._capabilities = capabilities
 
     @contextlib.asynccontextmanager
-    async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
+    async def submit(self, job: AnyJob,  # type: ignore[override]
+                     queue: str | None = None) -> AsyncIterator[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
             if self._capabilities is not None:
                 serves = await self._capabilities(job.model)
                 if serves is not None and "completion" not in serves:
                     raise NotSupported(NO_COMPLETIONS)
-        async with super().submit(job) as events:
+        async with super().submit(job, queue) as events:
             yield events
 
 
@@ -113,8 +115,12 @@ class Fleet:
         counts = await counters(self.redis, model_id)
         failed = {k.removeprefix("failed:"): v for k, v in counts.items()
                   if k.startswith("failed:")}
+        batches = Batches(self.redis)
+        lines = await batches.counters()
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
-                          failed=failed)
+                          failed=failed, batches_in_progress=len(await batches.active(model_id)),
+                          batch_lines_completed=lines.get("lines_completed", 0),
+                          batch_lines_failed=lines.get("lines_failed", 0))
 
     async def close(self) -> None:
         await self.hub.close()

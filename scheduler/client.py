@@ -294,14 +294,16 @@ class JobClient:
             queue.put_nowait(type(error)(error.message))
 
     @contextlib.asynccontextmanager
-    async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
-        """Run `job`; leaving the block before its last event cancels it on the worker."""
-        async with self._submit(job) as events:
+    async def submit(self, job: AnyJob, queue: str | None = None) -> AsyncIterator[JobEvents]:
+        """Run `job` (on `queue` instead of the job's own, e.g. a batch queue); leaving the
+        block before its last event cancels it on the worker."""
+        async with self._submit(job, queue) as events:
             yield events
 
     @contextlib.asynccontextmanager
-    async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
-        queue_name = queue_for(job)
+    async def _submit(self, job: AnyJob, queue_name: str | None = None
+                      ) -> AsyncIterator[JobEvents]:
+        queue_name = queue_name or queue_for(job)
         if queue_name == keys.slot_queue(job.model):
             await self._check_room(job.model, queue_name)
         async with self._hub.subscription(job.job_id) as queue:
@@ -366,8 +368,8 @@ class JobClient:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def run(self, job: AnyJob) -> Result:
-        async with self.submit(job) as events:
+    async def run(self, job: AnyJob, queue: str | None = None) -> Result:
+        async with self.submit(job, queue) as events:
             return await events.result()
 
     async def run_embedding(self, job: EmbeddingJob) -> EmbeddingResult:

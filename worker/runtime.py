@@ -157,6 +157,7 @@ class WorkerRuntime:
                 self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
                                  completion_functions(), model.plan.n_slots),
             ]
+            self._add_batch_worker(pool, slot_functions()[:1], model.plan.n_slots)
         self._arq_workers.append(self._arq_worker(pool, keys.utility_queue(self.model_id),
                                                   utility_functions(), max_jobs=8))
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
@@ -242,6 +243,23 @@ class WorkerRuntime:
         deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
         while self._running_job_ids() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+
+    def _add_batch_worker(self, pool: ArqRedis, functions: list[Any], n_slots: int) -> None:
+        """Batch lines (keys.batch_queue) start only in slots that online jobs leave free,
+        keeping `reserve` slots for the next online request (online traffic keeps priority:
+        a worker takes online jobs first, and a batch never fills the last slots)."""
+        online = self._arq_workers[:2]
+        batch = self._arq_worker(pool, keys.batch_queue(self.model_id), functions, n_slots)
+        reserve = min(self.settings.batch_reserve, n_slots - 1)
+
+        def room() -> int:
+            busy = sum(w.job_counter for w in online) + batch.job_counter
+            return n_slots - reserve - busy
+
+        batch.room = room
+        for worker in online:
+            worker.also_wake.append(batch)
+        self._arq_workers.append(batch)
 
     def _running_job_ids(self) -> list[str]:
         return [j for w in self._arq_workers for j in w.running_job_ids()]

@@ -226,5 +226,8 @@ class WorkerSettings(CommonSettings):
                             "larger values are capped")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
+    batch_reserve: int = flag(1, "--batch-reserve", env="LLAMAQ_BATCH_RESERVE",
+                              help="slots that batch lines (the Batch API) leave free for "
+                              "online requests (at most -np minus 1)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
