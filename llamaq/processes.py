@@ -40,6 +40,11 @@ def run_api(argv: list[str]) -> None:
     watch_parent()
     try:
         validate_chat_template_setting(settings)
+        if settings.router_mode():  # a missing --models-dir, a bad preset: stop now
+            from api.router import catalog_sources
+            from scheduler.catalog import load_catalog
+
+            load_catalog(catalog_sources(settings))
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
     vertex = VertexSettings.from_env(os.environ)
@@ -86,11 +91,17 @@ def run_worker(argv: list[str]) -> None:
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
 
-    from worker.runtime import WorkerRuntime
-
     prepare_process(settings, "worker")
     watch_parent()
-    runtime = WorkerRuntime(settings)
+    runtime: Any
+    if settings.router_mode():  # no model: a host that loads what the router asks for
+        from worker.host import WorkerHost
+
+        runtime = WorkerHost(settings, argv)
+    else:
+        from worker.runtime import WorkerRuntime
+
+        runtime = WorkerRuntime(settings)
 
     async def drain_on_signal() -> None:
         """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""

@@ -8,9 +8,11 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
@@ -20,6 +22,7 @@ from redis.exceptions import RedisError
 from scheduler import keys
 from scheduler.affinity import PrefixIndex
 from scheduler.connections import arq_settings, open_redis
+from scheduler.decision_meta import DecisionCaps, output_modalities
 from scheduler.errors import (
     InvalidRequest,
     LlamaqError,
@@ -29,7 +32,10 @@ from scheduler.errors import (
 )
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SamplingSettings,
     SlotActionJob,
     TokenizeJob,
@@ -57,9 +63,25 @@ from storage import (
 from storage.redact import redact
 from worker import flags
 from worker.arq_worker import WakeableWorker
+from worker.decision_plan import decision_caps, plan_decision
+from worker.embed_jobs import (
+    embed_functions,
+    embed_queues,
+    embedding_batch,
+    embedding_mode,
+    run_embed_job,
+    tune_embedding_context,
+)
+from worker.embedder import Embedder
 from worker.engine import Engine
-from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.jobrun import (
+    MAX_TRIES,
+    HandBack,
+    completion_functions,
+    slot_functions,
+    utility_functions,
+)
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
@@ -93,6 +115,8 @@ class WorkerRuntime:
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         self.redis: Redis | None = None
         self.engine: Engine | None = None
+        self.embedder: Embedder | None = None
+        """Set on a worker started with --embedding or --rerank (worker/embed_jobs.py)."""
         self.publisher: EventPublisher | None = None
         self.leases: Leases | None = None
         self.draining = False
@@ -101,6 +125,11 @@ class WorkerRuntime:
         self.info: WorkerInfo | None = None
         """This worker's registry entry, as its heartbeats write it."""
         self.sleeper: Sleeper | None = None
+        self._decision_caps: DecisionCaps | None = None
+        self.on_load_progress: Callable[[float], None] | None = None
+        """Called from the loading thread with the load's progress, 0..1 (router mode
+        publishes it in /models/sse loading events)."""
+        self._progress_callback: Any = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -110,25 +139,45 @@ class WorkerRuntime:
         self.redis = open_redis(redis_url)
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
+        if self.settings.decisions and embedding_mode(self.settings):
+            raise ModelLoadError("--decisions needs a worker that serves completions: it "
+                                 "cannot be combined with --embedding or --rerank")
+        if self.settings.sleep_idle_seconds >= 0 and embedding_mode(self.settings):
+            raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or "
+                                 "--rerank workers (only completion workers sleep)")
         model_path = await fetch_model(self.settings, self.redis)
         model = await asyncio.to_thread(self._load_model, model_path)
+        if not embedding_mode(self.settings):  # decisions run in the completion engine
+            self._decision_caps = decision_caps(model.path, self.settings.decisions)
         self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
         self.leases = Leases(self.redis, self.worker_id)
         self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
         self.engine.start()
-        completion = completion_functions()
-        self._arq_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
-                             max_jobs=8),
-        ]
+        if embedding_mode(self.settings):
+            self.embedder = Embedder(model)
+            self.embedder.start()
+            self._arq_workers = [self._arq_worker(pool, queue, embed_functions(), n)
+                                 for queue, n in embed_queues(self.model_id,
+                                                              self.embedder.n_seq_max)]
+        else:
+            self._arq_workers = [
+                self._arq_worker(pool, keys.slot_queue(self.model_id), slot_functions(),
+                                 model.plan.n_slots),
+                self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                                 completion_functions(), model.plan.n_slots),
+            ]
+            self._add_batch_worker(pool, slot_functions()[:1], model.plan.n_slots)
+        self._arq_workers.append(self._arq_worker(pool, keys.utility_queue(self.model_id),
+                                                  utility_functions(), max_jobs=8))
         self.info = info = WorkerInfo(
             worker_id=self.worker_id, model_id=self.model_id, model_path=str(model.path),
-            n_slots=model.plan.n_slots, n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
-            default_settings=self.engine.default_settings(), started_at=time.time())
+            n_slots=model.plan.n_slots, n_ctx_slot=model.n_ctx_slot,
+            meta=model.meta().model_copy(update={
+                "decisions": self._decision_caps,
+                "output_modalities": output_modalities(self._decision_caps)}),
+            default_settings=self.engine.default_settings(), started_at=time.time(),
+            embedding=self.embedder is not None,
+            pooling=self.embedder.pooling if self.embedder else None)
         registry = Registry(self.redis)
         self.sleeper = Sleeper(self, registry, self.settings.sleep_idle_seconds)
         tasks = [
@@ -158,6 +207,8 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
+            if self.embedder is not None:
+                self.embedder.stop()
             self.engine.model.close()  # the model loaded last (idle sleep reloads it)
             await pool.aclose()
             await self.redis.aclose()
@@ -208,12 +259,31 @@ class WorkerRuntime:
         error = Unavailable("the worker stopped before this request finished (drain timeout)")
         for job_id in left:
             self.engine.cancel(job_id, error)
+            if self.embedder is not None:
+                self.embedder.cancel(job_id, error)
         assert self.redis is not None
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
         deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
         while self._running_job_ids() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+
+    def _add_batch_worker(self, pool: ArqRedis, functions: list[Any], n_slots: int) -> None:
+        """Batch lines (keys.batch_queue) start only in slots that online jobs leave free,
+        keeping `reserve` slots for the next online request (online traffic keeps priority:
+        a worker takes online jobs first, and a batch never fills the last slots)."""
+        online = self._arq_workers[:2]
+        batch = self._arq_worker(pool, keys.batch_queue(self.model_id), functions, n_slots)
+        reserve = min(self.settings.batch_reserve, n_slots - 1)
+
+        def room() -> int:
+            busy = sum(w.job_counter for w in online) + batch.job_counter
+            return n_slots - reserve - busy
+
+        batch.room = room
+        for worker in online:
+            worker.also_wake.append(batch)
+        self._arq_workers.append(batch)
 
     def _running_job_ids(self) -> list[str]:
         return [j for w in self._arq_workers for j in w.running_job_ids()]
@@ -241,14 +311,16 @@ class WorkerRuntime:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
         assert self.engine is not None
-        metrics = self.engine.metrics_snapshot()
+        metrics = (self.embedder or self.engine).metrics_snapshot()
         pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
                  ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
-        n_free = len(self.engine.slots) - metrics.requests_processing - metrics.requests_deferred
-        pipe.set(keys.worker_prefixes(self.worker_id),
-                 self._prefixes.summary(self.engine.slot_jobs(), n_free).model_dump_json(),
-                 ex=keys.HEARTBEAT_TTL_S)
+        if self.embedder is None:  # cache-aware routing: only completion workers take part
+            n_free = (len(self.engine.slots) - metrics.requests_processing
+                      - metrics.requests_deferred)
+            pipe.set(keys.worker_prefixes(self.worker_id),
+                     self._prefixes.summary(self.engine.slot_jobs(), n_free).model_dump_json(),
+                     ex=keys.HEARTBEAT_TTL_S)
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
@@ -284,21 +356,39 @@ class WorkerRuntime:
         s = self.settings
         n_slots = 4 if s.n_parallel < 0 else s.n_parallel
         threads = default_threads() if s.threads < 1 else s.threads
+        embedding = embedding_mode(s)
         plan = ContextPlan(
             n_ctx=s.ctx_size, n_slots=n_slots,
             kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-            n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
+            n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
+            n_threads=threads,
             n_threads_batch=s.threads_batch or threads,
             # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
             swa_full=s.swa_full or s.cache_prompt,
             flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
             n_ctx_slot_cap=s.kv_unified_per_slot,
         )
-        model = LoadedModel(path, plan, lambda p: flags.tune_model(p, s),
-                            lambda p: flags.tune_context(p, s))
+
+        def tune_context(params: Any) -> None:
+            flags.tune_context(params, s)
+            if embedding:
+                tune_embedding_context(params, s)
+
+        model = LoadedModel(path, plan, self._tune_model, tune_context)
         if s.warmup:
             model.warmup()
         return model
+
+    def _tune_model(self, params: lc.llama_model_params) -> None:
+        flags.tune_model(params, self.settings)
+        report = self.on_load_progress
+        if report is not None:
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
+            params.progress_callback = self._progress_callback
 
     def _defaults(self) -> EngineDefaults:
         s = self.settings
@@ -369,6 +459,8 @@ class WorkerRuntime:
             return
         if channel == keys.CANCEL_CHANNEL:
             self.engine.cancel(data)
+            if self.embedder is not None:
+                self.embedder.cancel(data)
         elif channel == keys.CONTROL_CHANNEL:
             self.engine.end_reasoning(data)
         elif channel in by_channel:
@@ -395,6 +487,33 @@ class WorkerRuntime:
             await done
         except asyncio.CancelledError:
             self.engine.cancel(job.job_id)
+            raise
+
+    async def decision(self, job: DecisionJob) -> None:
+        """Answer a /v1/systemone request (worker/decisions.py): the engine runs it in slots,
+        in the same decode steps as the completions."""
+        engine, publisher = self._engine(), self.publisher
+        assert publisher is not None and self.redis is not None
+        caps = self._decision_caps
+        try:
+            if caps is None:
+                raise NotSupported("this model is not a decision model: /v1/systemone needs "
+                                   "one (or a worker started with --decisions)")
+            request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
+                                              engine.model.n_ctx_slot)
+        except LlamaqError as error:
+            publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+            return
+        if self.draining:
+            raise HandBack()
+        done = publisher.expect(job.job_id)
+        engine.decisions.submit(request)
+        if await self.redis.exists(keys.job_cancel(job.job_id)):
+            engine.cancel(job.job_id)
+        try:
+            await done
+        except asyncio.CancelledError:
+            engine.cancel(job.job_id)
             raise
 
     async def slot_action(self, job: SlotActionJob) -> None:
@@ -438,6 +557,13 @@ class WorkerRuntime:
         self._final(job.job_id, SlotActionResult(
             action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
             n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
+
+    async def embed(self, job: EmbeddingJob | RerankJob) -> None:
+        """An embedding or rerank job, on a worker started with --embedding or --rerank."""
+        if self.embedder is None:
+            raise NotSupported("This server does not support embeddings. Start it with "
+                               "`--embeddings`")
+        await run_embed_job(self, job)
 
     async def tokenize(self, job: TokenizeJob) -> None:
         """In a thread: a big body must not starve the loop that renews leases."""

@@ -26,6 +26,7 @@ from api.render_anthropic import (
     sse_error,
     sse_event,
 )
+from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from api.wire.anthropic import ChatInput, MessagesRequest
@@ -63,7 +64,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
     settings = _settings(request)
-    job = body.to_job(settings.model_id(), prepared.prompt, json_schema=prepared.json_schema)
+    job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.json_schema)
     budget = prepared.chat.reasoning_budget
     job.reasoning = reasoning_spec(
         prepared.template.source, prepared.prompt,
@@ -74,7 +75,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     if body.stream:
         resume = await resume_of(request, _fleet(request), {"message_id": message_id})
         message_id = str(resume.record.minted["message_id"])
-    stream = MessageStream(message_id, settings.model_id(), list(body.stop_sequences))
+    stream = MessageStream(message_id, request_model(request), list(body.stop_sequences))
     parser = _parser(settings, prepared)
     if resume is not None:
         await _stream(request, job, parser, stream, resume, body.sse_ping_interval)
@@ -90,7 +91,7 @@ async def messages(request: Request) -> HTTPResponse | None:
 async def count_tokens(request: Request) -> HTTPResponse:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
-    job = TokenizeJob(model=_settings(request).model_id(), content=prepared.prompt,
+    job = TokenizeJob(model=request_model(request), content=prepared.prompt,
                       add_special=True, parse_special=True)
     result = await _fleet(request).jobs.run(job)
     assert isinstance(result, TokenizeResult)
@@ -111,7 +112,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
         raise InvalidRequest("Cannot use output_config.format with a forced tool call")
     if hint is not None:
         messages = add_system_hint(messages, hint)
-    workers = await _fleet(request).workers(settings.model_id())
+    workers = await _fleet(request).workers(request_model(request))
     if not workers:
         raise Unavailable("Loading model")
     template = ChatTemplate.for_model(settings, workers[0].meta)
