@@ -86,16 +86,15 @@ def run_worker(argv: list[str]) -> None:
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
 
-    from worker.runtime import WorkerRuntime
+    from worker.runtime import serve
 
     prepare_process(settings, "worker")
     watch_parent()
-    runtime = WorkerRuntime(settings)
 
     async def drain_on_signal() -> None:
         """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""
         stop = asyncio.Event()
-        task = asyncio.ensure_future(runtime.run(redis_url_of(settings), stop))
+        task = asyncio.ensure_future(serve(settings, redis_url_of(settings), stop))
         loop = asyncio.get_running_loop()
 
         def on_signal() -> None:

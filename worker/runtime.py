@@ -1,5 +1,12 @@
 """A worker process: loads the model, runs the engine, takes jobs from arq, publishes events,
-keeps its registry entry alive and listens for cancellations and wake-ups."""
+keeps its registry entry alive and listens for cancellations and wake-ups.
+
+Owns: building the worker whole (`serve`: Redis, the model, then WorkerRuntime with its engine,
+publisher and leases, none of them optional) and taking it down; draining; the background
+loops (listener, lease renewal, reports); the job bodies (completion, slot actions, tokenize).
+Hands off: what a job function does around its body (worker/jobrun.py), the model and the
+engine's defaults from the settings (worker/startup.py), the engine (worker/engine.py).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,9 @@ import contextlib
 import logging
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from arq.connections import ArqRedis, create_pool
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -25,11 +30,11 @@ from scheduler.errors import (
     NotSupported,
     ServerError,
     Unavailable,
+    translate,
 )
 from scheduler.jobs import (
     CompletionJob,
     DetokenizeJob,
-    SamplingSettings,
     SlotActionJob,
     TokenizeJob,
 )
@@ -46,24 +51,19 @@ from scheduler.results import (
 )
 from storage import (
     InvalidKey,
-    ModelFiles,
     ObjectNotFound,
     SlotSnapshotStore,
     StorageError,
     StorageUnavailable,
     check_slot_name,
-    default_model_path,
     open_store,
 )
 from storage.redact import redact
-from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
 from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.model import LoadedModel
 from worker.publisher import EventPublisher
-from worker.requests import EngineDefaults
-from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 from worker.snapshots import (
     SnapshotMeta,
@@ -73,6 +73,7 @@ from worker.snapshots import (
     restore_slot,
     save_slot,
 )
+from worker.startup import engine_defaults, load_model
 
 log = logging.getLogger(__name__)
 
@@ -85,30 +86,49 @@ DRAIN_LAST_EVENTS_S = 5.0
 """After the drain timeout, how long the ended jobs' error events have to go out."""
 
 
+async def serve(settings: WorkerSettings, redis_url: str,
+                stop: asyncio.Event | None = None) -> None:
+    """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
+    or until `stop` is set (then drain), and take it all down again."""
+    redis = open_redis(redis_url)
+    try:
+        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
+                                 job_deserializer=deserialize_job)
+        try:
+            model = await asyncio.to_thread(load_model, settings)
+            try:
+                await WorkerRuntime(settings, redis, model).run(pool, stop)
+            finally:
+                model.close()
+        finally:
+            await pool.aclose()
+    finally:
+        await redis.aclose()
+
+
 class WorkerRuntime:
-    def __init__(self, settings: WorkerSettings) -> None:
+    """A worker's parts, built together: nothing in it is missing once it exists."""
+
+    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
+        """Needs the running event loop (the publisher hands events over to it)."""
         self.settings = settings
         self.model_id = settings.model_id()
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
-        self.redis: Redis | None = None
-        self.engine: Engine | None = None
-        self.publisher: EventPublisher | None = None
-        self.leases: Leases | None = None
+        self.redis = redis
+        self.model = model
+        self.publisher = EventPublisher(redis, self._write_metrics, self._lost)
+        self.leases = Leases(redis, self.worker_id)
+        self.engine = Engine(model, engine_defaults(settings, self.model_id, self.worker_id),
+                             self.publisher.from_thread)
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
 
     # -- start and stop -----------------------------------------------------------------
 
-    async def run(self, redis_url: str, stop: asyncio.Event | None = None) -> None:
+    async def run(self, pool: ArqRedis, stop: asyncio.Event | None = None) -> None:
         """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
         to the drain timeout, hand the others back) and leave."""
-        self.redis = open_redis(redis_url)
-        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
-                                 job_deserializer=deserialize_job)
-        model = await asyncio.to_thread(self._load_model)
-        self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
-        self.leases = Leases(self.redis, self.worker_id)
-        self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
+        model = self.model
         self.engine.start()
         completion = completion_functions()
         self._arq_workers = [
@@ -150,20 +170,15 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
-            model.close()
-            await pool.aclose()
-            await self.redis.aclose()
             log.info("worker %s: stopped", self.worker_id)
 
     def _lost(self, job_id: str) -> None:
         """A job whose events Redis would not take: stop generating for nobody."""
-        if self.engine is not None:
-            self.engine.cancel(job_id)
+        self.engine.cancel(job_id)
 
     async def _drain(self) -> None:
         """Stop taking jobs; hand back those not started; let running generations finish up
         to the drain timeout; end the rest with an error event."""
-        assert self.engine is not None and self.publisher is not None
         self.draining = True
         timeout = self.settings.drain_timeout
         log.info("worker %s: draining (running jobs have up to %g s)", self.worker_id, timeout)
@@ -188,7 +203,6 @@ class WorkerRuntime:
         error = Unavailable("the worker stopped before this request finished (drain timeout)")
         for job_id in left:
             self.engine.cancel(job_id, error)
-        assert self.redis is not None
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
         deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
@@ -201,8 +215,6 @@ class WorkerRuntime:
     async def _renew_leases(self) -> None:
         """Keep the leases of running jobs; a job whose lease lapsed anyway (this loop was
         starved) may run elsewhere now: this worker stops it and sends nothing more for it."""
-        assert self.leases is not None and self.engine is not None
-        assert self.publisher is not None
         while True:
             try:
                 lost = await self.leases.renew()
@@ -220,14 +232,12 @@ class WorkerRuntime:
     def _write_metrics(self, pipe: Pipeline) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
-        assert self.engine is not None
         pipe.set(keys.worker_metrics(self.worker_id),
                  self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
-        assert self.engine is not None
         changed = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -240,7 +250,7 @@ class WorkerRuntime:
             changed.clear()
             try:
                 await registry.publish_slots(self.worker_id, self.engine.slot_states())
-                async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
+                async with self.redis.pipeline(transaction=False) as pipe:
                     self._write_metrics(pipe)
                     await pipe.execute()
                 if time.monotonic() >= next_heartbeat:
@@ -255,67 +265,6 @@ class WorkerRuntime:
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
-    def _load_model(self) -> LoadedModel:
-        s = self.settings
-        n_slots = 4 if s.n_parallel < 0 else s.n_parallel
-        threads = default_threads() if s.threads < 1 else s.threads
-        plan = ContextPlan(
-            n_ctx=s.ctx_size, n_slots=n_slots,
-            kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-            n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
-            n_threads_batch=s.threads_batch or threads,
-            # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
-            swa_full=s.swa_full or s.cache_prompt,
-            flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
-            n_ctx_slot_cap=s.kv_unified_per_slot,
-        )
-        model = LoadedModel(self._model_path(), plan, lambda p: flags.tune_model(p, s),
-                            lambda p: flags.tune_context(p, s))
-        if s.warmup:
-            model.warmup()
-        return model
-
-    def _model_path(self) -> Path:
-        s = self.settings
-        cache_dir = Path(s.cache_dir)
-        files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir,
-                           offline=s.offline)
-        if s.model:
-            return files.resolve(s.model)
-        if s.hf_repo:
-            return files.from_hf(s.hf_repo, s.hf_file, s.hf_token)
-        return default_model_path(cache_dir)
-
-    def _defaults(self) -> EngineDefaults:
-        s = self.settings
-        sampling = SamplingSettings(
-            temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
-            top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
-            top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
-            xtc_threshold=s.xtc_threshold, repeat_last_n=s.repeat_last_n,
-            repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
-            frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
-            dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
-            dry_penalty_last_n=s.dry_penalty_last_n,
-            dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
-                                   for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
-            mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
-            seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
-            samplers=normalize_samplers(flags.sampler_names(s)),
-        )
-        grammar, schema = flags.default_grammar(s)
-        if schema and not grammar:
-            grammar = str(json_schema_to_gbnf(schema))
-        return EngineDefaults(sampling=sampling, n_predict=s.n_predict, n_keep=s.keep,
-                              cache_prompt=s.cache_prompt, special=s.special,
-                              model_alias=self.model_id, worker_id=self.worker_id,
-                              grammar=grammar, logit_bias=flags.default_logit_bias(s),
-                              cont_batching=s.cont_batching, spm_infill=s.spm_infill,
-                              context_shift=s.context_shift, cache_reuse=s.cache_reuse,
-                              stop=[flags.process_escapes(r) if s.escape else r
-                                    for r in s.reverse_prompt],
-                              n_probs_max=s.n_probs_max)
-
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
         return WakeableWorker(
@@ -328,7 +277,6 @@ class WorkerRuntime:
 
     async def _listen(self, *workers: WakeableWorker) -> None:
         """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
-        assert self.redis is not None and self.engine is not None
         by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         while True:
@@ -344,7 +292,6 @@ class WorkerRuntime:
 
     def _on_message(self, message: dict[str, Any],
                     by_channel: dict[str, WakeableWorker]) -> None:
-        assert self.engine is not None
         if message["type"] != "message":
             return
         channel = message["channel"].decode()
@@ -364,7 +311,6 @@ class WorkerRuntime:
 
     async def completion(self, job: CompletionJob) -> None:
         """Run a completion (under the lease the caller took)."""
-        assert self.engine is not None and self.publisher is not None and self.redis is not None
         try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
             request = await asyncio.to_thread(self.engine.prepare, job)
         except LlamaqError as error:
@@ -386,7 +332,7 @@ class WorkerRuntime:
     async def slot_action(self, job: SlotActionJob) -> None:
         """Save a slot's KV to object storage, restore it (possibly saved by another worker),
         or erase it; the engine runs it while the slot is idle."""
-        engine, model = self._engine(), self._engine().model
+        engine, model = self.engine, self.model
         if not self.settings.slot_save_path:
             raise NotSupported(
                 "This server does not support slots action. Start it with `--slot-save-path`")
@@ -430,7 +376,7 @@ class WorkerRuntime:
         self._final(job.job_id, await asyncio.to_thread(self._tokenize, job))
 
     def _tokenize(self, job: TokenizeJob) -> TokenizeResult:
-        vocab = self._engine().model.vocab
+        vocab = self.model.vocab
         ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
         tokens: list[int] | list[TokenPiece] = ids
         if job.with_pieces:
@@ -438,28 +384,22 @@ class WorkerRuntime:
         return TokenizeResult(tokens=tokens)
 
     async def detokenize(self, job: DetokenizeJob) -> None:
-        vocab = self._engine().model.vocab
+        vocab = self.model.vocab
         content = await asyncio.to_thread(
             vocab.detokenize, [t for t in job.tokens if vocab.valid(t)])
         self._final(job.job_id, DetokenizeResult(content=content))
 
     def _final(self, job_id: str,
                result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:
-        assert self.publisher is not None
         self.publisher.publish([(job_id, FinalEvent(result=result))])
 
-    def _engine(self) -> Engine:
-        assert self.engine is not None
-        return self.engine
-
     def fail(self, job_id: str, error: Exception) -> None:
-        assert self.publisher is not None
-        if isinstance(error, LlamaqError):
-            info = error.to_info()
-        else:
+        """End the job with `error` (translated as the api translates it; a bug is a 500)."""
+        ours = translate(error)
+        if ours is None:
             log.exception("job %s: failed", job_id, exc_info=error)
-            info = ServerError(f"internal error: {redact(str(error))}").to_info()
-        self.publisher.publish([(job_id, ErrorEvent(error=info))])
+            ours = ServerError(f"internal error: {redact(str(error))}")
+        self.publisher.publish([(job_id, ErrorEvent(error=ours.to_info()))])
 
 
 def _piece_json(piece: bytes) -> str | list[int]:
