@@ -40,12 +40,18 @@ from scheduler.leases import (
 )
 from scheduler.queueing import queue_for
 from scheduler.results import (
+    AnyResult,
+    CompletionResult,
+    DetokenizeResult,
     ErrorEvent,
     EventEnvelope,
     FinalEvent,
     Result,
+    SlotActionResult,
     StartedEvent,
     TokenEvent,
+    TokenizeResult,
+    expect_result,
 )
 from scheduler.streams import StreamRecords
 
@@ -356,8 +362,24 @@ class JobClient:
         task.add_done_callback(self._background.discard)
 
     async def run(self, job: AnyJob) -> Result:
+        """The job's result, of whatever kind (prefer the typed calls below)."""
         async with self.submit(job) as events:
             return await events.result()
+
+    async def _run_as(self, job: AnyJob, kind: type[AnyResult]) -> AnyResult:
+        return expect_result(await self.run(job), kind)
+
+    async def run_completion(self, job: CompletionJob) -> CompletionResult:
+        return await self._run_as(job, CompletionResult)
+
+    async def tokenize(self, job: TokenizeJob) -> TokenizeResult:
+        return await self._run_as(job, TokenizeResult)
+
+    async def detokenize(self, job: DetokenizeJob) -> DetokenizeResult:
+        return await self._run_as(job, DetokenizeResult)
+
+    async def slot_action(self, job: SlotActionJob) -> SlotActionResult:
+        return await self._run_as(job, SlotActionResult)
 
     @contextlib.asynccontextmanager
     async def controllable(self, completion_id: str, jobs: list[CompletionJob],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -12,7 +12,7 @@ from pydantic import (
     model_serializer,
 )
 
-from scheduler.errors import ErrorInfo
+from scheduler.errors import ErrorInfo, ServerError
 from scheduler.jobs import SamplingSettings
 
 
@@ -140,6 +140,19 @@ Result = Annotated[
     CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult,
     Field(discriminator="result_kind"),
 ]
+
+
+AnyResult = TypeVar("AnyResult", CompletionResult, TokenizeResult, DetokenizeResult,
+                     SlotActionResult)
+
+
+def expect_result(result: Result, kind: type[AnyResult]) -> AnyResult:
+    """`result` as the kind its job asked for (a worker that answers with another kind is a
+    bug: 500, not an assert)."""
+    if not isinstance(result, kind):
+        raise ServerError(f"a worker answered with a {type(result).__name__}, not a "
+                          f"{kind.__name__}")
+    return result
 
 
 class PromptProgress(BaseModel):

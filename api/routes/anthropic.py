@@ -32,7 +32,12 @@ from api.wire.anthropic import ChatInput, MessagesRequest
 from api.wire.body import parse_body
 from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob, TokenizeJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
+from scheduler.results import (
+    CompletionResult,
+    FinalEvent,
+    TokenEvent,
+    expect_result,
+)
 
 anthropic = Blueprint("anthropic")
 
@@ -79,8 +84,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     if resume is not None:
         await _stream(request, job, parser, stream, resume, body.sse_ping_interval)
         return None
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, CompletionResult)
+    result = await _fleet(request).jobs.run_completion(job)
     parser.feed(result.content)
     return json_response(message_json(stream.message_id, stream.model, result, parser.finish(),
                                       stream.stop_sequences))
@@ -92,8 +96,7 @@ async def count_tokens(request: Request) -> HTTPResponse:
     prepared = await _prepare(request, body)
     job = TokenizeJob(model=_settings(request).model_id(), content=prepared.prompt,
                       add_special=True, parse_special=True)
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, TokenizeResult)
+    result = await _fleet(request).jobs.tokenize(job)
     return json_response({"input_tokens": len(result.tokens)})
 
 
@@ -148,9 +151,8 @@ async def _stream(request: Request, job: CompletionJob, parser: ChatOutputParser
             started = True
             out += stream.start(None if isinstance(event, FinalEvent) else event.timings)
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
             out += stream.feed(parser.flush())
-            out += stream.finish(event.result, parser.finish())
+            out += stream.finish(expect_result(event.result, CompletionResult), parser.finish())
         elif event.content:
             out += stream.feed(parser.feed(event.content))
         return [sse_event(name, data) for name, data in out]

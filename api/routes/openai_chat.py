@@ -43,7 +43,12 @@ from api.wire.body import json_body, parse_body
 from api.wire.openai import ChatCompletionRequest, ControlRequest, responses_to_chat
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob, ReasoningSpec, TokenizeJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
+from scheduler.results import (
+    CompletionResult,
+    FinalEvent,
+    TokenEvent,
+    expect_result,
+)
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +200,7 @@ class ChatStream:
             chunks.append(chat_chunk_json(self.envelope, index, dict(ROLE_DELTA)))
         parser = self.parsers[index]
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
-            result = event.result
+            result = expect_result(event.result, CompletionResult)
             first = len(chunks)
             deltas = parser.feed(result.content) + parser.flush()
             chunks.extend(self._deltas(index, deltas))
@@ -245,8 +249,7 @@ async def count_prompt_tokens(context: OpenAIContext, body: ChatCompletionReques
     plan = await plan_chat(context, body)
     job = TokenizeJob(model=context.model_id, content=plan.prompt, add_special=True,
                       parse_special=True)
-    result = await context.fleet.jobs.run(job)
-    assert isinstance(result, TokenizeResult)
+    result = await context.fleet.jobs.tokenize(job)
     return json({"object": "response.input_tokens", "input_tokens": len(result.tokens)})
 
 

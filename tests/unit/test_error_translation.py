@@ -52,3 +52,12 @@ def test_redis_errors_are_unreachable_and_others_are_not_ours() -> None:
     error = InvalidRequest("bad")
     assert translate(error) is error
     assert translate(ValueError("a bug")) is None
+
+
+def test_a_result_of_another_kind_is_a_500_not_an_assert() -> None:
+    from scheduler.results import DetokenizeResult, TokenizeResult, expect_result
+
+    result = TokenizeResult(tokens=[1, 2])
+    assert expect_result(result, TokenizeResult) is result
+    with pytest.raises(ServerError, match="TokenizeResult, not a DetokenizeResult"):
+        expect_result(result, DetokenizeResult)
