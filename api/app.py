@@ -21,6 +21,7 @@ from api.openapi import openapi
 from api.routes.anthropic import anthropic
 from api.routes.extras import extras
 from api.routes.fleet_view import fleet_view
+from api.routes.model_files import model_files
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
@@ -120,7 +121,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         add_allow_origin(request, response, settings)
 
     for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
-                      streams, openapi):
+                      streams, openapi, model_files):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

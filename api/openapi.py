@@ -12,6 +12,7 @@ from pydantic.json_schema import models_json_schema
 from sanic import Blueprint, Request, Sanic
 from sanic.response import HTTPResponse, json
 
+from api.routes.model_files import DownloadRequest
 from api.routes.openai_chat import ControlRequest
 from api.routes.templates import ApplyTemplateRequest
 from api.wire.anthropic import MessagesRequest
@@ -51,6 +52,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/v1/messages": MessagesRequest,
     "/v1/messages/count_tokens": MessagesRequest,
     "/v1/systemone": SystemOneRequest,
+    "/models": DownloadRequest,
 }
 """The wire model of each POST route's body (routes not listed take any JSON object)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health} [flags]
+USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health,models} [flags]
 
   up         everything on this machine: Redis (started if none answers), one worker, the api
   api        a stateless api pod (Sanic)
@@ -12,6 +12,7 @@ USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health} [flags]
   scheduler  fleet housekeeping (registry pruning)
   flags      every llama-server flag: works, refused (and why) or no-op (and why)
   health     exit 0 if a worker heartbeats (--worker ID) or a URL answers 200 (--url)
+  models     `models push FILE`: upload a local GGUF to the object store
 
 `llamaq COMMAND --help` lists that command's flags with their environment variables."""
 
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> None:
         from llamaq.health import run_health
 
         run_health(rest)
+    elif command == "models":
+        from llamaq.models_cli import run_models
+
+        run_models(rest)
     elif command == "up":
         from llamaq.up import run_up
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from llamaq.spec_flags import FlagStatus, by_status, refused_envs, refused_names
-from storage.models import DEFAULT_MODEL_FILE
+from storage.models import DEFAULT_MODEL_FILE, url_model_name
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
@@ -307,6 +309,9 @@ class CommonSettings(ProcessSettings):
                              help="model path to load")
     alias: list[str] = flag([], "-a", "--alias", env="LLAMA_ARG_ALIAS",
                             help="set model name aliases, comma-separated (to be used by API)")
+    model_url: str | None = flag(None, "-mu", "--model-url", env="LLAMA_ARG_MODEL_URL",
+                                 help="model download url (http/https; fetched once into the "
+                                 "object store)")
     hf_repo: str | None = flag(None, "-hf", "-hfr", "--hf-repo", env="LLAMA_ARG_HF_REPO",
                                help="Hugging Face model repository <user>/<model>[:quant]")
     hf_file: str | None = flag(None, "-hff", "--hf-file", env="LLAMA_ARG_HF_FILE",
@@ -341,7 +346,8 @@ class CommonSettings(ProcessSettings):
     s3_endpoint_url: str | None = flag(None, "--s3-endpoint-url", env="LLAMAQ_S3_ENDPOINT_URL",
                                        help="S3 endpoint URL (MinIO, moto, ...)")
     cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
-                          help="folder where model files are materialised")
+                          help="folder where model files are materialised (the spec's "
+                          "LLAMA_CACHE, when set, wins over LLAMAQ_CACHE_DIR)")
     drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
@@ -355,11 +361,30 @@ class CommonSettings(ProcessSettings):
         """Responses carry `__verbose` (llama-server: verbosity above 9)."""
         return self.verbosity() > 9
 
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Self:
+        """As ProcessSettings.from_args; then the spec's LLAMA_CACHE, when set, names the model
+        cache unless --cache-dir is on the command line (it wins over LLAMAQ_CACHE_DIR)."""
+        settings = super().from_args(argv, environ)
+        args = sys.argv[1:] if argv is None else argv
+        env = os.environ if environ is None else environ
+        given = any(a == "--cache-dir" or a.startswith("--cache-dir=") for a in args)
+        if env.get("LLAMA_CACHE") and not given:
+            return settings.model_copy(update={"cache_dir": env["LLAMA_CACHE"]})
+        return settings
+
+    def model_cache_dir(self) -> Path:
+        """Where model files are kept on this machine."""
+        return Path(self.cache_dir).expanduser()
+
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the first alias, else what -m or
-        -hf named, else the default model's file name."""
+        -hf named, else the file name of -mu, else the default model's file name."""
         if self.alias:
             return self.alias[0]
+        if self.model_url and not (self.model or self.hf_repo):
+            return url_model_name(self.model_url)
         return self.model or self.hf_repo or DEFAULT_MODEL_FILE
 
 

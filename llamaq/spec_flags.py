@@ -102,7 +102,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(R, NOT_BUILT_LORA, "--lora", "--lora-scaled", "--control-vector",
            "--control-vector-scaled", "--control-vector-layer-range"),
     *_rows(W, "", "-m --model"),
-    *_rows(R, NOT_BUILT_ROUTER, "-mu --model-url LLAMA_ARG_MODEL_URL"),
+    *_rows(W, "", "-mu --model-url LLAMA_ARG_MODEL_URL"),
     *_rows(R, "Docker Hub model downloads are not built; give -hf or -m",
            "-dr --docker-repo LLAMA_ARG_DOCKER_REPO"),
     *_rows(W, "", "-hf -hfr --hf-repo", "-hff --hf-file", "-hft --hf-token"),

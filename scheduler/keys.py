@@ -148,3 +148,30 @@ MODELS_CHANNEL = f"{PREFIX}:models:events"
 """Pub/sub of model lifecycle events (router mode): each message is the JSON of one event of the
 spec's `GET /models/sse` (model_status, download_progress, download_finished, download_failed,
 model_remove, models_reload), published by whichever process saw it, relayed by every api pod."""
+
+# Model downloads (POST /models, a worker's -hf/-mu): one record per model while a download
+# runs or after it stopped unfinished, so that any api pod lists it as `downloading` (its
+# downloader is alive) or `incomplete`.
+DOWNLOADS = f"{PREFIX}:downloads"
+"""Set of the model names that have a download record."""
+
+
+def download_record(model: str) -> str:
+    """JSON DownloadRecord of the model's last unfinished download (gone once it finished)."""
+    return f"{PREFIX}:download:{model}"
+
+
+def download_alive(model: str) -> str:
+    """Set while a process is downloading the model; expires DOWNLOAD_ALIVE_TTL_S after the
+    downloader's last progress (a dead downloader leaves an `incomplete` model)."""
+    return f"{PREFIX}:download:{model}:alive"
+
+
+def download_stop(model: str) -> str:
+    """Flag asking the model's downloader to stop (pause: its partial files are kept)."""
+    return f"{PREFIX}:download:{model}:stop"
+
+
+DOWNLOAD_ALIVE_TTL_S = 15
+DOWNLOAD_REPORT_EVERY_S = 0.5
+"""Progress events and records of one download are written at most this often."""

@@ -3,6 +3,9 @@ model-file resolution and slot snapshots. Imports nothing else of llamaq."""
 
 from storage.base import ObjectStore, check_key, check_prefix
 from storage.errors import (
+    ChecksumMismatch,
+    DownloadCancelled,
+    DownloadFailed,
     InvalidKey,
     ModelNotFound,
     ObjectNotFound,
@@ -16,6 +19,9 @@ from storage.s3 import S3Store, make_s3_client
 from storage.slots import SlotSnapshotStore, check_slot_name
 
 __all__ = [
+    "ChecksumMismatch",
+    "DownloadCancelled",
+    "DownloadFailed",
     "InvalidKey",
     "LocalStore",
     "ModelFiles",

@@ -1,5 +1,6 @@
 """The object-store interface and the key rules every implementation shares."""
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -18,8 +19,10 @@ class ObjectStore(Protocol):
 
     def put_file(self, key: str, path: Path) -> None: ...
 
-    def get_file(self, key: str, path: Path) -> None:
-        """Download to `path` atomically (temp file then rename); ObjectNotFound if absent."""
+    def get_file(self, key: str, path: Path,
+                 on_bytes: Callable[[int], None] | None = None) -> None:
+        """Download to `path` atomically (temp file then rename); ObjectNotFound if absent.
+        `on_bytes` is called with the bytes written so far, as they arrive."""
         ...
 
     def exists(self, key: str) -> bool: ...

@@ -39,3 +39,24 @@ class ModelNotFound(StorageError):
 
     http_status = 404
     error_type = "not_found_error"
+
+
+class ChecksumMismatch(StorageError):
+    """A downloaded file's SHA-256 is not the one recorded for it: the file is refused."""
+
+    http_status = 502
+    error_type = "server_error"
+
+
+class DownloadCancelled(StorageError):
+    """A download was paused or cancelled on request; its partial files are kept."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+
+class DownloadFailed(StorageError):
+    """A file could not be downloaded from its origin (Hugging Face, a URL)."""
+
+    http_status = 502
+    error_type = "server_error"

@@ -2,7 +2,7 @@
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -10,6 +10,7 @@ from storage._fs import atomic_path
 from storage.base import check_key, check_prefix
 from storage.errors import InvalidKey, ObjectNotFound, StorageError
 
+COPY_CHUNK = 1024 * 1024
 STAGING_DIR = ".staging"  # temp files live here until renamed into place; never listed
 
 
@@ -40,7 +41,8 @@ class LocalStore:
         with self._translated("upload", key), atomic_path(target, self._staging) as tmp:
             shutil.copyfile(path, tmp)
 
-    def get_file(self, key: str, path: Path) -> None:
+    def get_file(self, key: str, path: Path,
+                 on_bytes: Callable[[int], None] | None = None) -> None:
         source = self._path(key)
         with self._translated("read", key, reading=True):
             reader = source.open("rb")
@@ -50,7 +52,12 @@ class LocalStore:
             atomic_path(path) as tmp,
             tmp.open("wb") as writer,
         ):
-            shutil.copyfileobj(reader, writer, 1024 * 1024)
+            done = 0
+            while chunk := reader.read(COPY_CHUNK):
+                writer.write(chunk)
+                done += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(done)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -1,7 +1,8 @@
 """An object store in an S3 bucket (AWS, MinIO, moto) via boto3."""
 
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -118,10 +119,12 @@ class S3Store:
         with self._translated("upload", key):
             self._client.upload_file(str(path), self.bucket, self._full(key))
 
-    def get_file(self, key: str, path: Path) -> None:
+    def get_file(self, key: str, path: Path,
+                 on_bytes: Callable[[int], None] | None = None) -> None:
         full = self._full(key)
         with self._translated("download", key), atomic_path(path) as tmp:
-            self._client.download_file(self.bucket, full, str(tmp))
+            self._client.download_file(self.bucket, full, str(tmp),
+                                       Callback=_Counter(on_bytes) if on_bytes else None)
 
     def exists(self, key: str) -> bool:
         try:
@@ -157,6 +160,20 @@ class S3Store:
             yield
         except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
             raise _storage_error(exc, f"{action} {key!r} in {self.describe()}") from exc
+
+
+class _Counter:
+    """boto3's transfer callback gets increments from several threads: report the total."""
+
+    def __init__(self, on_bytes: Callable[[int], None]) -> None:
+        self.on_bytes = on_bytes
+        self.done = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, increment: int) -> None:
+        with self.lock:
+            self.done += increment
+            self.on_bytes(self.done)
 
 
 def _is_code(exc: BaseException | None, code: str) -> bool:

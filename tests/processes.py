@@ -52,18 +52,24 @@ class Fleet:
     logs: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     api_urls: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """More environment for every process (no test process reaches the Hugging Face Hub
+    unless a test sets HF_HUB_OFFLINE=0 and HF_ENDPOINT to its local stand-in)."""
 
-    def _spawn(self, role: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, role: str, args: list[str],
+               env_more: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{role}-{len(self.processes)}.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "LLAMAQ_REDIS_URL": self.redis_url}
+        env = {"HF_HUB_OFFLINE": "1", **os.environ, **self.env, **(env_more or {}),
+               "LLAMAQ_REDIS_URL": self.redis_url}
         process = subprocess.Popen([sys.executable, "-m", "llamaq", role, *self.common, *args],
                                    cwd=self.workdir, env=env, stdout=log, stderr=log)
         self.processes.append(process)
         return process
 
-    def add_worker(self, *args: str) -> subprocess.Popen[bytes]:
-        return self._spawn("worker", list(args))
+    def add_worker(self, *args: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self._spawn("worker", list(args), env)
 
     def add_api(self, *args: str) -> str:
         port = free_port()

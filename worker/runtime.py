@@ -63,6 +63,7 @@ from worker.arq_worker import WakeableWorker
 from worker.engine import Engine
 from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
 from worker.model import LoadedModel
+from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
 from worker.snapshots import (
@@ -95,7 +96,8 @@ async def serve(settings: WorkerSettings, redis_url: str,
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         try:
-            model = await asyncio.to_thread(load_model, settings)
+            model_path = await fetch_model(settings, redis)
+            model = await asyncio.to_thread(load_model, settings, model_path)
             try:
                 await WorkerRuntime(settings, redis, model).run(pool, stop)
             finally:

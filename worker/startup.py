@@ -1,8 +1,8 @@
-"""What a worker builds from its settings before it serves: the model (file resolved through
-the object store or the Hub, context laid out by llama-server's rules) and the engine's
-defaults (the sampling flags resolved once into one SamplingSettings).
+"""What a worker builds from its settings before it serves: the model (its context laid out by
+llama-server's rules; the file comes from worker/model_source.py) and the engine's defaults
+(the sampling flags resolved once into one SamplingSettings).
 
-Owns: settings → ContextPlan, settings → model path, settings → EngineDefaults. Plain
+Owns: settings → ContextPlan and the loaded model, settings → EngineDefaults. Plain
 functions of the settings: worker/runtime.py calls them once and builds the runtime whole.
 """
 
@@ -13,7 +13,6 @@ from pathlib import Path
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.jobs import SamplingSettings
-from storage import ModelFiles, default_model_path, open_store
 from worker import flags
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.requests import EngineDefaults
@@ -21,8 +20,9 @@ from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 
 
-def load_model(s: WorkerSettings) -> LoadedModel:
-    """The model and its one context (blocking: call it off the event loop)."""
+def load_model(s: WorkerSettings, path: Path) -> LoadedModel:
+    """The model file at `path` (worker/model_source.py fetched it) and its one context
+    (blocking: call it off the event loop)."""
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     plan = ContextPlan(
@@ -35,21 +35,11 @@ def load_model(s: WorkerSettings) -> LoadedModel:
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
     )
-    model = LoadedModel(model_path(s), plan, lambda p: flags.tune_model(p, s),
+    model = LoadedModel(path, plan, lambda p: flags.tune_model(p, s),
                         lambda p: flags.tune_context(p, s))
     if s.warmup:
         model.warmup()
     return model
-
-
-def model_path(s: WorkerSettings) -> Path:
-    cache_dir = Path(s.cache_dir)
-    files = ModelFiles(open_store(s.store_url, s.s3_endpoint_url), cache_dir, offline=s.offline)
-    if s.model:
-        return files.resolve(s.model)
-    if s.hf_repo:
-        return files.from_hf(s.hf_repo, s.hf_file, s.hf_token)
-    return default_model_path(cache_dir)
 
 
 def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineDefaults:

@@ -111,7 +111,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_MODEL_URL", "LLAMA_ARG_MODELS_DIR", "LLAMA_ARG_CACHE_RAM",
+    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MODELS_DIR", "LLAMA_ARG_CACHE_RAM",
                 "LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_TOOLS"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
@@ -145,7 +145,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
-    (["-mu", "http://x/m.gguf"], "-mu is not supported by llamaq: router mode"),
+    (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--models-dir", "m"], "--models-dir is not supported"),
     (["--cache-ram", "0"], "--cache-ram is not supported"),
     (["-c"], "-c expects a value"),
@@ -163,7 +163,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
 
 @pytest.mark.parametrize("argv", [
     ["up", "-v", "--prio", "2", "--frobnicate"],
-    ["up", "-mu", "https://example.test/m.gguf"],
+    ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
     ["api", "--tools", "all"],
     ["worker", "--cache-ram", "0"],
@@ -198,7 +198,8 @@ def test_llamaq_flags_prints_the_three_lists() -> None:
     counts = [int(m) for m in re.findall(r"^(?:works|refused \(exit 2\)|no-op \(accepted, does "
                                          r"nothing\)): (\d+) flags$", out, re.M)]
     assert sum(counts) == len(SPEC_FLAGS)
-    assert re.search(r"^  -mu, --model-url +router mode", out, re.M)
+    assert re.search(r"^  -dr, --docker-repo +Docker Hub model downloads", out, re.M)
+    assert re.search(r"^  -mu, --model-url +every role$", out, re.M)
     assert re.search(r"^  -c, --ctx-size +worker$", out, re.M)
     assert re.search(r"^  --api-key +api$", out, re.M)
     assert re.search(r"^  --redis-url +api, worker, scheduler: ", out, re.M)

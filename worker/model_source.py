@@ -1,0 +1,45 @@
+"""Where a worker's model file comes from (-m, -hf/-hff, -mu, or the default model), with the
+download's progress in the log and as the spec's /models/sse events on the models channel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from scheduler.downloads import DownloadBoard, DownloadReporter
+from storage import ModelFiles, default_model_path, open_store
+from storage.hf import HubClient, hub_endpoint
+from storage.progress import DownloadListener
+from worker.settings import WorkerSettings
+
+
+def model_files(settings: WorkerSettings, listener: DownloadListener | None = None) -> ModelFiles:
+    cache_dir = settings.model_cache_dir()
+    hub = HubClient(cache_dir, endpoint=hub_endpoint(os.environ),
+                    token=settings.hf_token, offline=settings.offline)
+    return ModelFiles(open_store(settings.store_url, settings.s3_endpoint_url), cache_dir,
+                      offline=settings.offline, hub=hub, s3_endpoint_url=settings.s3_endpoint_url,
+                      listener=listener, label=settings.model_id())
+
+
+def resolve_model(settings: WorkerSettings, listener: DownloadListener | None = None) -> Path:
+    """The local path of the model the settings name (blocking: run it in a thread)."""
+    files = model_files(settings, listener)
+    if settings.model:
+        return files.resolve(settings.model)
+    if settings.hf_repo:
+        return files.from_hf(settings.hf_repo, settings.hf_file, settings.hf_token)
+    if settings.model_url:
+        return files.from_url(settings.model_url)
+    return default_model_path(settings.model_cache_dir())
+
+
+async def fetch_model(settings: WorkerSettings, redis: Redis) -> Path:
+    """resolve_model in a thread; a download from the Hub, a URL or the store is reported to
+    the fleet (download_progress / download_finished / download_failed events)."""
+    reporter = DownloadReporter(DownloadBoard(redis), settings.model_id(),
+                                asyncio.get_running_loop(), stoppable=False)
+    return await reporter.run(lambda listener: resolve_model(settings, listener))
