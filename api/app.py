@@ -13,20 +13,27 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
 from api.auth import check_api_key, load_api_keys
+from api.batch.driver import BatchDriver
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.openapi import openapi
+from api.router import ModelRouter
 from api.routes.anthropic import anthropic
+from api.routes.batches import batches
+from api.routes.embeddings import embeddings
 from api.routes.extras import extras
+from api.routes.files import files
 from api.routes.fleet_view import fleet_view
 from api.routes.model_files import model_files
+from api.routes.models import models_api
 from api.routes.monitor import monitor
 from api.routes.native import native
 from api.routes.openai import openai
 from api.routes.predict import VertexSettings, add_predict_route
 from api.routes.streams import streams
+from api.routes.systemone import systemone
 from api.routes.templates import templates
 from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
@@ -34,6 +41,8 @@ from api.ui.config import ui_defaults
 from scheduler.errors import Unavailable
 from scheduler.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
+from storage import open_store
+from storage.lazy import LazyStore
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +78,18 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max)
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
+        app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
+                                                     settings.s3_endpoint_url))
+        app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store)
+        driving = asyncio.create_task(app.ctx.batch_driver.run())
+        exit_when_done(driving, "batch driver", _exit_for_restart)
+        app.ctx.router = None
+        if settings.router_mode():
+            router = await ModelRouter.create(settings, app.ctx.fleet.redis)
+            app.ctx.router = router
+            relay = asyncio.ensure_future(router.relay(app.ctx.fleet.redis))
+            exit_when_done(relay, "model events relay", _exit_for_restart)
+            app.ctx.startup_loads = asyncio.ensure_future(router.load_on_startup())
 
     @app.after_server_start
     async def drain_on_signal(app: Sanic) -> None:
@@ -89,6 +110,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
                 loop.add_signal_handler(sig, on_signal)
 
     async def drain_then_stop(app: Sanic) -> None:
+        await app.ctx.batch_driver.close()  # another pod takes its batches over at once
         jobs = app.ctx.fleet.jobs
         deadline = time.monotonic() + settings.drain_timeout
         log.info("draining: %d open requests have up to %g s", jobs.active,
@@ -103,6 +125,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
+        await app.ctx.batch_driver.close()
         await app.ctx.fleet.close()
 
     @app.on_request
@@ -116,12 +139,21 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
             return None
         return check_api_key(request, api_keys, settings.api_prefix)
 
+    @app.on_request
+    async def route_by_model(request: Request) -> None:
+        """Router mode: the model a request names (body `model`, or `?model=`), checked and
+        loaded on demand; handlers read it with api.router.request_model."""
+        router: ModelRouter | None = app.ctx.router
+        if router is not None and request.method != "OPTIONS" and not is_ui_route(request):
+            request.ctx.model_id = await router.route(request)
+
     @app.on_response
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, extras, fleet_view,
-                      streams, openapi, model_files):
+    for blueprint in (native, monitor, openai, templates, anthropic, embeddings, extras,
+                      systemone, fleet_view, streams, files, batches, models_api, openapi,
+                      model_files):
         app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis, create_pool
@@ -11,8 +12,10 @@ from redis.asyncio import Redis
 
 from api.metrics import QueueStats
 from scheduler import keys, limits
+from scheduler.batches import Batches
 from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
 from scheduler.connections import arq_settings, open_redis
+from scheduler.errors import NotSupported
 from scheduler.hub import EventHub
 from scheduler.jobs import CompletionJob
 from scheduler.leases import counters, waiting_jobs
@@ -21,22 +24,36 @@ from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
 QUEUE_PER_SLOT = 4
+Capabilities = Callable[[str], Awaitable[set[str] | None]]
+"""What a model's live workers serve (None: no live worker, nothing is known yet)."""
+NO_COMPLETIONS = ("This server does not support completions: its workers were started with "
+                  "`--embedding` or `--rerank`")
 
 
 class CheckedJobClient(JobClient):
     """A job client that checks every completion against the limits before it exists on
-    Redis (whatever route made it), and caps n_probs."""
+    Redis (whatever route made it), and caps n_probs; a completion for a model whose workers
+    serve only embeddings is the spec's 501."""
 
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
                  queue_limit: QueueLimit | None = None,
-                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX) -> None:
+                 n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
+                 capabilities: Capabilities | None = None) -> None:
         super().__init__(redis, arq, hub, timeout_s, queue_limit)
         self.n_probs_max = n_probs_max
+        self._capabilities = capabilities
 
-    def submit(self, job: AnyJob) -> AbstractAsyncContextManager[JobEvents]:  # type: ignore[override]
+    @contextlib.asynccontextmanager
+    async def submit(self, job: AnyJob,  # type: ignore[override]
+                     queue: str | None = None) -> AsyncIterator[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
-        return super().submit(job)
+            if self._capabilities is not None:
+                serves = await self._capabilities(job.model)
+                if serves is not None and "completion" not in serves:
+                    raise NotSupported(NO_COMPLETIONS)
+        async with super().submit(job, queue) as events:
+            yield events
 
 
 @dataclass
@@ -59,7 +76,8 @@ class Fleet:
         await hub.start()
         fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
                     queue_max)
-        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max)
+        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
+                                      fleet.capabilities)
         return fleet
 
     async def queue_limit(self, model_id: str) -> int | None:
@@ -69,6 +87,12 @@ class Fleet:
             return self.queue_max
         slots = sum(w.n_slots for w in await self.workers(model_id))
         return QUEUE_PER_SLOT * slots if slots else None
+
+    async def capabilities(self, model_id: str) -> set[str] | None:
+        workers = await self.workers(model_id)
+        if not workers:
+            return None
+        return {c for worker in workers for c in worker.capabilities()}
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for
@@ -81,7 +105,8 @@ class Fleet:
         return workers
 
     async def queue_stats(self, model_id: str, workers: list[WorkerInfo]) -> QueueStats:
-        queues = [keys.slot_queue(model_id),
+        queues = [keys.slot_queue(model_id), keys.embed_queue(model_id),
+                  keys.embed_background_queue(model_id),
                   *(keys.worker_queue(model_id, w.worker_id) for w in workers)]
         depth, oldest = 0, 0.0
         for queue in queues:
@@ -90,8 +115,12 @@ class Fleet:
         counts = await counters(self.redis, model_id)
         failed = {k.removeprefix("failed:"): v for k, v in counts.items()
                   if k.startswith("failed:")}
+        batches = Batches(self.redis)
+        lines = await batches.counters()
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
-                          failed=failed)
+                          failed=failed, batches_in_progress=len(await batches.active(model_id)),
+                          batch_lines_completed=lines.get("lines_completed", 0),
+                          batch_lines_failed=lines.get("lines_failed", 0))
 
     async def close(self) -> None:
         await self.hub.close()

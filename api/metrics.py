@@ -28,6 +28,10 @@ class QueueStats:
     retried: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     """Failed jobs by cause (worker_died, poison, drain_timeout)."""
+    batches_in_progress: int = 0
+    """Batches (the Batch API) not yet in a final state, fleet-wide."""
+    batch_lines_completed: int = 0
+    batch_lines_failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,14 @@ def _ours(queue: QueueStats) -> list[str]:
              queue.oldest_s),
             ("jobs_retried_total", "counter",
              "Jobs run again after their worker died before they sent anything.",
-             queue.retried)):
+             queue.retried),
+            ("batches_in_progress", "gauge",
+             "Batches (Batch API) validating, in progress, finalizing or cancelling.",
+             queue.batches_in_progress),
+            ("batch_lines_completed_total", "counter", "Batch lines that succeeded.",
+             queue.batch_lines_completed),
+            ("batch_lines_failed_total", "counter", "Batch lines that failed.",
+             queue.batch_lines_failed)):
         lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} {kind}",
                   f"{OURS}{name} {_number(float(value))}"]
     lines += [f"# HELP {OURS}jobs_failed_total Jobs ended by a fault, by cause.",

@@ -86,9 +86,11 @@ def verbose_partial_json(event: TokenEvent, index: int,
 
 def model_card(model_id: str, created: int, meta: ModelMeta | None,
                n_ctx: int | None, aliases: list[str] | None = None,
-               tags: list[str] | None = None) -> dict[str, Any]:
+               tags: list[str] | None = None,
+               offline_modalities: list[str] | None = None) -> dict[str, Any]:
     """A /v1/models item; `aliases` (every --alias) and `tags` (--tags) are listed sorted and
-    without repeats, as llama-server keeps them (in a set)."""
+    without repeats, as llama-server keeps them (in a set). Without a live worker's `meta`,
+    `offline_modalities` (read from the model file's header) are the output modalities."""
     return {
         "id": model_id,
         "aliases": sorted(set(aliases or [])),
@@ -98,7 +100,8 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
         "owned_by": "llamacpp",
         "architecture": {
             "input_modalities": ["text"],
-            "output_modalities": meta.output_modalities if meta else ["text"],
+            "output_modalities": meta.output_modalities if meta
+            else offline_modalities or ["text"],
         },
         "meta": None if meta is None else {
             "vocab_type": meta.vocab_type,
@@ -112,11 +115,14 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
     }
 
 
-def ollama_model_json(model_id: str) -> dict[str, Any]:
-    """The `models` entry of /models (Ollama's list format, as llama-server fills it)."""
+def ollama_model_json(model_id: str,
+                      capabilities: list[str] | None = None) -> dict[str, Any]:
+    """The `models` entry of /models (Ollama's list format, as llama-server fills it);
+    `capabilities` as Ollama names them (completion, embedding; ours: rerank)."""
     return {
         "name": model_id, "model": model_id, "modified_at": "", "size": "", "digest": "",
-        "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+        "type": "model", "description": "", "tags": [""],
+        "capabilities": capabilities or ["completion"],
         "parameters": "",
         "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
                     "parameter_size": "", "quantization_level": ""},

@@ -118,12 +118,31 @@ class ApiSettings(CommonSettings):
     tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")
+    # router mode (started without a model)
+    models_dir: str | None = flag(None, "--models-dir", env="LLAMA_ARG_MODELS_DIR",
+                                  help="directory containing models for the router server")
+    models_preset: str | None = flag(None, "--models-preset", env="LLAMA_ARG_MODELS_PRESET",
+                                     help="path to INI file containing model presets for the "
+                                     "router server")
+    models_max: int = flag(4, "--models-max", env="LLAMA_ARG_MODELS_MAX",
+                           help="for router server, maximum number of models loaded at once "
+                           "across the fleet (0 = unlimited); the least recently used unloads")
+    models_autoload: bool = flag(True, "--models-autoload", env="LLAMA_ARG_MODELS_AUTOLOAD",
+                                 negative=("--no-models-autoload",),
+                                 help="for router server, whether to automatically load models")
     # ours
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "
                             "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
+
+    def router_mode(self) -> bool:
+        """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
+        --models-preset make it a router anyway."""
+        if self.model or self.hf_repo or self.model_url:
+            return False
+        return not self.default_model or bool(self.models_dir or self.models_preset)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health,models} [flags]
+USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health,models,batch} [flags]
 
   up         everything on this machine: Redis (started if none answers), one worker, the api
   api        a stateless api pod (Sanic)
@@ -13,6 +13,7 @@ USAGE = """usage: llamaq {up,api,worker,scheduler,flags,health,models} [flags]
   flags      every llama-server flag: works, refused (and why) or no-op (and why)
   health     exit 0 if a worker heartbeats (--worker ID) or a URL answers 200 (--url)
   models     `models push FILE`: upload a local GGUF to the object store
+  batch      the Batch API: submit FILE.jsonl [--wait], status, list, cancel, results
 
 `llamaq COMMAND --help` lists that command's flags with their environment variables."""
 
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> None:
         from llamaq.models_cli import run_models
 
         run_models(rest)
+    elif command == "batch":
+        from llamaq.batch_cli import run_batch_cli
+
+        run_batch_cli(rest)
     elif command == "up":
         from llamaq.up import run_up
 

@@ -40,6 +40,11 @@ def run_api(argv: list[str]) -> None:
     watch_parent()
     try:
         validate_chat_template_setting(settings)
+        if settings.router_mode():  # a missing --models-dir, a bad preset: stop now
+            from api.router import catalog_sources
+            from scheduler.catalog import load_catalog
+
+            load_catalog(catalog_sources(settings))
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
     vertex = VertexSettings.from_env(os.environ)
@@ -86,15 +91,22 @@ def run_worker(argv: list[str]) -> None:
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
 
-    from worker.runtime import serve
-
     prepare_process(settings, "worker")
     watch_parent()
+
+    def serving(redis_url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]:
+        if settings.router_mode():  # no model: a host that loads what the router asks for
+            from worker.host import WorkerHost
+
+            return WorkerHost(settings, argv).run(redis_url, stop)
+        from worker.runtime import serve
+
+        return serve(settings, redis_url, stop)
 
     async def drain_on_signal() -> None:
         """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""
         stop = asyncio.Event()
-        task = asyncio.ensure_future(serve(settings, redis_url_of(settings), stop))
+        task = asyncio.ensure_future(serving(redis_url_of(settings), stop))
         loop = asyncio.get_running_loop()
 
         def on_signal() -> None:

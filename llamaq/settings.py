@@ -318,6 +318,10 @@ class CommonSettings(ProcessSettings):
                                help="Hugging Face model file, overrides the quant in --hf-repo")
     hf_token: str | None = flag(None, "-hft", "--hf-token", env="HF_TOKEN",
                                 help="Hugging Face access token")
+    default_model: bool = flag(False, "--default-model", env="LLAMAQ_DEFAULT_MODEL",
+                               negative=("--no-default-model",),
+                               help="without -m or -hf, serve the default model (Gemma 3 270M) "
+                               "instead of router mode (`scripts/up` sets it)")
     offline: bool = flag(False, "--offline", env="LLAMA_ARG_OFFLINE",
                          help="offline mode: forces use of cache, prevents network access")
     log_verbosity: int = flag(3, "-lv", "--verbosity", "--log-verbosity",
@@ -360,6 +364,11 @@ class CommonSettings(ProcessSettings):
     def debug_responses(self) -> bool:
         """Responses carry `__verbose` (llama-server: verbosity above 9)."""
         return self.verbosity() > 9
+
+    def router_mode(self) -> bool:
+        """No model named and no default-model opt-in: the api routes by each request's model
+        and a worker waits to be told which model to load (the spec's router mode)."""
+        return not (self.model or self.hf_repo or self.model_url or self.default_model)
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None,

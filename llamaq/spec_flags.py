@@ -50,8 +50,8 @@ W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 NOT_BUILT_SPEC = "speculative decoding is not built"
 NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
 NOT_BUILT_LORA = "LoRA adapters and control vectors are not built"
-NOT_BUILT_ROUTER = ("router mode (models loaded on demand) and model downloads are not built "
-                    "(issue 10); give each worker -m or -hf")
+NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
+                    "store key) or -hf")
 NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
                    "run on the api pods with file access for every client")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
@@ -141,7 +141,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-kvu --kv-unified -no-kvu --no-kv-unified",
            "--context-shift --no-context-shift", "-r --reverse-prompt", "-sp --special",
            "--warmup --no-warmup", "--spm-infill"),
-    *_rows(R, "embeddings and rerank are not built", "--pooling LLAMA_ARG_POOLING",
+    *_rows(W, "", "--pooling LLAMA_ARG_POOLING",
            "--embedding --embeddings LLAMA_ARG_EMBEDDINGS", "--rerank --reranking "
            "LLAMA_ARG_RERANKING", "--embd-normalize"),
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
@@ -173,7 +173,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--workers N or more api pods", "--threads-http"),
     *_rows(W, "", "--cache-prompt --no-cache-prompt", "--cache-reuse", "--metrics", "--props",
            "--slots --no-slots", "--slot-save-path"),
-    *_rows(R, NOT_BUILT_ROUTER, "--models-dir LLAMA_ARG_MODELS_DIR",
+    *_rows(W, "", "--models-dir LLAMA_ARG_MODELS_DIR",
            "--models-preset LLAMA_ARG_MODELS_PRESET", "--models-max LLAMA_ARG_MODELS_MAX",
            "--models-autoload --no-models-autoload LLAMA_ARG_MODELS_AUTOLOAD"),
     *_rows(W, "", "--jinja --no-jinja", "--reasoning-format", "-rea --reasoning",

@@ -43,7 +43,10 @@ def run_up(argv: list[str]) -> None:
               file=sys.stderr)
         sys.exit(2)
     api_settings = ApiSettings.from_args(parts[ApiSettings])
-    WorkerSettings.from_args(parts[WorkerSettings])  # fail fast on bad flags
+    worker_args = parts[WorkerSettings]
+    if api_settings.router_mode():  # the worker waits to be told which model to load
+        worker_args = [*worker_args, "--no-default-model"]
+    WorkerSettings.from_args(worker_args)  # fail fast on bad flags
     prepare_process(api_settings, "up")
     supervisor = Supervisor(api_settings.drain_timeout)
     supervisor.handle_signals()
@@ -53,11 +56,12 @@ def run_up(argv: list[str]) -> None:
         supervisor.adopt(Child("redis", [], redis_process))
     env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url, PARENT_PID_ENV: str(os.getpid())}
     me = [sys.executable, "-m", "llamaq"]
-    supervisor.start("worker", [*me, "worker", *parts[WorkerSettings]], env, restart=True)
+    supervisor.start("worker", [*me, "worker", *worker_args], env, restart=True)
     supervisor.start("api", [*me, "api", *parts[ApiSettings]], env)
     scheme = "https" if api_settings.ssl_cert_file else "http"
+    mode = " in router mode" if api_settings.router_mode() else ""
     print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
-          f"(Redis {redacted_url(redis_url)}); Ctrl-C stops", flush=True)
+          f"(Redis {redacted_url(redis_url)}){mode}; Ctrl-C stops", flush=True)
     sys.exit(supervisor.run())
 
 

@@ -26,11 +26,15 @@ from scheduler.errors import (
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
 )
 from scheduler.leases import (
+    MOVABLE_KINDS,
     Decision,
     count_failure,
     died_after,
@@ -43,9 +47,11 @@ from scheduler.results import (
     AnyResult,
     CompletionResult,
     DetokenizeResult,
+    EmbeddingResult,
     ErrorEvent,
     EventEnvelope,
     FinalEvent,
+    RerankResult,
     Result,
     SlotActionResult,
     StartedEvent,
@@ -57,7 +63,8 @@ from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
 
-AnyJob = CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob
+AnyJob = (CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob | RerankJob
+          | DecisionJob)
 QueueLimit = Callable[[str], Awaitable[int | None]]
 """How many jobs of a model may wait for a slot (None: no bound)."""
 RETRY_AFTER_S = 5
@@ -77,9 +84,9 @@ class JobEvents:
                  redis: Redis, hub: EventHub) -> None:
         self.job_id = job.job_id
         self._model_id = job.model
-        self._pinned_worker = job.worker_id if isinstance(job, CompletionJob | SlotActionJob) \
-            else None
-        self._movable = job.kind == "completion" and not self._pinned_worker
+        self._pinned_worker = job.worker_id if isinstance(
+            job, CompletionJob | SlotActionJob | DecisionJob) else None
+        self._movable = job.kind in MOVABLE_KINDS and not self._pinned_worker
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -205,6 +212,10 @@ class JobEvents:
                         "another worker", self.job_id)
             self._rerun_of = lapse.tries
             return
+        if await self._hub.read_log(self.job_id, self._next_seq):
+            # Its last events went out (the worker logs them before it counts them as sent)
+            # and the lease ended after our look at the log: it finished, it did not die.
+            return
         await count_failure(self._redis, self._model_id, decision.value)
         if self._pinned_worker:  # its queue dies with it
             await forget_queued(self._redis, keys.worker_queue(self._model_id,
@@ -289,14 +300,16 @@ class JobClient:
             queue.put_nowait(type(error)(error.message))
 
     @contextlib.asynccontextmanager
-    async def submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
-        """Run `job`; leaving the block before its last event cancels it on the worker."""
-        async with self._submit(job) as events:
+    async def submit(self, job: AnyJob, queue: str | None = None) -> AsyncIterator[JobEvents]:
+        """Run `job` (on `queue` instead of the job's own, e.g. a batch queue); leaving the
+        block before its last event cancels it on the worker."""
+        async with self._submit(job, queue) as events:
             yield events
 
     @contextlib.asynccontextmanager
-    async def _submit(self, job: AnyJob) -> AsyncIterator[JobEvents]:
-        queue_name = queue_for(job)
+    async def _submit(self, job: AnyJob, queue_name: str | None = None
+                      ) -> AsyncIterator[JobEvents]:
+        queue_name = queue_name or queue_for(job)
         if queue_name == keys.slot_queue(job.model):
             await self._check_room(job.model, queue_name)
         async with self._hub.subscription(job.job_id) as queue:
@@ -361,25 +374,55 @@ class JobClient:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def run(self, job: AnyJob) -> Result:
+    async def run(self, job: AnyJob, queue: str | None = None) -> Result:
         """The job's result, of whatever kind (prefer the typed calls below)."""
-        async with self.submit(job) as events:
+        async with self.submit(job, queue) as events:
             return await events.result()
 
-    async def _run_as(self, job: AnyJob, kind: type[AnyResult]) -> AnyResult:
-        return expect_result(await self.run(job), kind)
+    async def run_embedding(self, job: EmbeddingJob) -> EmbeddingResult:
+        """Embed the job's inputs on a worker of `job.model` started with --embedding; wait
+        for all of them. One item per input, in input order (scheduler/results.py).
 
-    async def run_completion(self, job: CompletionJob) -> CompletionResult:
-        return await self._run_as(job, CompletionResult)
+        Raises the typed error of the failing input (as llama-server answers: 400
+        InvalidRequest for an empty input, 400 ExceedContextSize, 500 ServerError for an
+        input larger than the physical batch) unless `job.per_input_errors`, where failed
+        inputs carry their error in their item. A worker that dies before answering hands the
+        job to another worker (nothing was sent yet); past that, 503 Unavailable (or 500 for
+        a job that killed two workers). Leaving early (task cancelled) cancels it."""
+        result = await self.run(job)
+        if not isinstance(result, EmbeddingResult):
+            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for an "
+                              "embedding job")
+        return result
 
-    async def tokenize(self, job: TokenizeJob) -> TokenizeResult:
-        return await self._run_as(job, TokenizeResult)
+    async def run_rerank(self, job: RerankJob) -> RerankResult:
+        """Score the job's documents against its query on a worker of `job.model` started
+        with --rerank. One item per document, in document order (not sorted: sorting and
+        top_n are the caller's). Errors as run_embedding."""
+        result = await self.run(job)
+        if not isinstance(result, RerankResult):
+            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for a rerank "
+                              "job")
+        return result
 
-    async def detokenize(self, job: DetokenizeJob) -> DetokenizeResult:
-        return await self._run_as(job, DetokenizeResult)
+    async def _run_as(self, job: AnyJob, kind: type[AnyResult],
+                      queue: str | None) -> AnyResult:
+        return expect_result(await self.run(job, queue), kind)
 
-    async def slot_action(self, job: SlotActionJob) -> SlotActionResult:
-        return await self._run_as(job, SlotActionResult)
+    async def run_completion(self, job: CompletionJob,
+                             queue: str | None = None) -> CompletionResult:
+        return await self._run_as(job, CompletionResult, queue)
+
+    async def tokenize(self, job: TokenizeJob, queue: str | None = None) -> TokenizeResult:
+        return await self._run_as(job, TokenizeResult, queue)
+
+    async def detokenize(self, job: DetokenizeJob,
+                         queue: str | None = None) -> DetokenizeResult:
+        return await self._run_as(job, DetokenizeResult, queue)
+
+    async def slot_action(self, job: SlotActionJob,
+                          queue: str | None = None) -> SlotActionResult:
+        return await self._run_as(job, SlotActionResult, queue)
 
     @contextlib.asynccontextmanager
     async def controllable(self, completion_id: str, jobs: list[CompletionJob],

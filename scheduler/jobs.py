@@ -25,6 +25,9 @@ class JobKind(StrEnum):
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
     SLOT_ACTION = "slot_action"
+    EMBEDDING = "embedding"
+    RERANK = "rerank"
+    DECISION = "decision"
 
 
 def new_job_id() -> str:
@@ -210,8 +213,81 @@ class SlotActionJob(BaseModel):
     filename: str = ""
 
 
-Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob,
-                Field(discriminator="kind")]
+EmbeddingInput = str | list[PromptPiece]
+"""One input of an embedding job: a string, token ids, or token ids mixed with strings (as a
+prompt of /completion: the first string gets the model's special tokens)."""
+
+
+class EmbeddingJob(BaseModel):
+    """Embed many inputs (`/embedding`, `/embeddings`, `/v1/embeddings`, a chunk of a batch).
+
+    Runs on a worker started with `--embedding` (queue: scheduler/queueing.py queue_for). The
+    worker decodes the inputs of this job, and of every other embedding job it holds, together
+    as separate sequences. The result (scheduler/results.py EmbeddingResult) has one item per
+    input, in the order of `inputs`: one row when the worker pools (`--pooling` other than
+    none), one row per token when it does not."""
+
+    kind: Literal[JobKind.EMBEDDING] = JobKind.EMBEDDING
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    inputs: list[EmbeddingInput] = Field(min_length=1)
+    embd_normalize: int | None = None
+    """-1 none, 0 max absolute (int16 range), 1 taxicab, 2 euclidean, >2 p-norm; None: the
+    worker's --embd-normalize. Pooled embeddings only (token rows are never normalized)."""
+    per_input_errors: bool = False
+    """False (online requests): the first input that fails fails the job with that error, as
+    llama-server answers. True (batch chunks): a failed input gets its error in its item and
+    the other inputs still get their embeddings."""
+    background: bool = False
+    """A batch chunk: it waits in the model's background queue and its inputs fill a decode
+    only after every waiting online input."""
+
+
+class RerankJob(BaseModel):
+    """Score `documents` against `query` (`/rerank` and its aliases, a chunk of a batch).
+
+    Runs on a worker started with `--rerank`; each (query, document) pair is one sequence,
+    formatted as llama-server's format_prompt_rerank does (the model's "rerank" template, else
+    BOS query EOS SEP document EOS as the vocabulary asks). The result (RerankResult) has one
+    item per document, in the order of `documents`; sorting and `top_n` are the api's."""
+
+    kind: Literal[JobKind.RERANK] = JobKind.RERANK
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    query: str
+    documents: list[str] = Field(min_length=1)
+    per_input_errors: bool = False
+    """As EmbeddingJob.per_input_errors."""
+    background: bool = False
+    """As EmbeddingJob.background."""
+
+
+
+class DecisionQuestion(BaseModel):
+    """One question of a decision job, rendered by the api: the text that follows the shared
+    prefix, and the candidate labels whose continuation probabilities answer it."""
+
+    id: str
+    type: Literal["choice", "score", "noul"]
+    suffix: str
+    labels: list[str] = Field(min_length=1)
+    """The text of each candidate answer, in the order the answer reports them."""
+
+
+class DecisionJob(BaseModel):
+    """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
+    each read from the logits over its labels; nothing is sampled (worker/decisions.py)."""
+
+    kind: Literal[JobKind.DECISION] = JobKind.DECISION
+    job_id: str = Field(default_factory=new_job_id)
+    model: str
+    prefix: str
+    questions: list[DecisionQuestion] = Field(min_length=1)
+    worker_id: str | None = None
+
+
+Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob
+                | RerankJob | DecisionJob, Field(discriminator="kind")]
 JOB: TypeAdapter[Job] = TypeAdapter(Job)
 
 

@@ -43,6 +43,18 @@ def utility_queue(model_id: str) -> str:
     return f"{PREFIX}:queue:{model_id}:utility"
 
 
+def embed_queue(model_id: str) -> str:
+    """arq queue of online embedding and rerank jobs (workers started with --embedding or
+    --rerank take them)."""
+    return f"{PREFIX}:queue:{model_id}:embed"
+
+
+def embed_background_queue(model_id: str) -> str:
+    """arq queue of background embedding and rerank jobs (batch chunks): a worker takes few of
+    them at a time and decodes their inputs after the online ones."""
+    return f"{PREFIX}:queue:{model_id}:embed:background"
+
+
 def wake_channel(queue_name: str) -> str:
     """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
     return f"{queue_name}:wake"
@@ -148,6 +160,85 @@ MODELS_CHANNEL = f"{PREFIX}:models:events"
 """Pub/sub of model lifecycle events (router mode): each message is the JSON of one event of the
 spec's `GET /models/sse` (model_status, download_progress, download_finished, download_failed,
 model_remove, models_reload), published by whichever process saw it, relayed by every api pod."""
+
+
+# Batch jobs (the OpenAI Batch API). Files and result chunks live in object storage; a batch's
+# record and progress live here (scheduler/batches.py).
+def batch_queue(model_id: str) -> str:
+    """arq queue of batch lines: a worker takes them only when it has room that online jobs
+    do not need (worker/arq_worker.py RoomGate)."""
+    return f"{PREFIX}:queue:{model_id}:batch"
+
+
+def batch_record(batch_id: str) -> str:
+    """JSON BatchRecord of one batch (the OpenAI Batch object and its plan)."""
+    return f"{PREFIX}:batch:{batch_id}"
+
+
+def batch_chunks(batch_id: str) -> str:
+    """Hash of a batch's finished chunks: chunk index -> "completed failed" line counts (a
+    chunk run again overwrites its entry, so counts never double)."""
+    return f"{PREFIX}:batch:{batch_id}:chunks"
+
+
+def batch_driver(batch_id: str) -> str:
+    """The batch's driver lease: the token of the api pod driving it, expiring
+    BATCH_LEASE_S after its last renewal; another pod takes the batch over once it lapses."""
+    return f"{PREFIX}:batch:{batch_id}:driver"
+
+
+BATCHES = f"{PREFIX}:batches"
+"""Sorted set of every batch id, scored by creation time in (fractional) seconds, so that
+batches created within one second keep their order (GET /v1/batches pages through it)."""
+
+
+def batches_active(model_id: str) -> str:
+    """Set of the model's batch ids that are not in a final state: what the drivers of the api
+    pods serving that model look for."""
+    return f"{PREFIX}:model:{model_id}:batches:active"
+
+
+BATCH_COUNTERS = f"{PREFIX}:batches:counters"
+"""Hash of fleet-wide batch counters: `lines_completed`, `lines_failed` (for /metrics)."""
+BATCH_LEASE_S = 10.0
+BATCH_RENEW_EVERY_S = 2.0
+BATCH_SCAN_EVERY_S = 1.0
+BATCH_RECORD_TTL_S = 30 * 24 * 3600
+"""A batch in a final state is kept this long (OpenAI keeps batches listed for 30 days)."""
+
+# Router mode: worker processes started without a model ("hosts") load one when asked.
+HOSTS = f"{PREFIX}:hosts"
+"""Sorted set of host workers (member = host id, score = last heartbeat, unix s)."""
+
+
+def host_info(host_id: str) -> str:
+    """JSON HostInfo of a host worker: the model it holds and its state; expires with its
+    heartbeats."""
+    return f"{PREFIX}:host:{host_id}"
+
+
+def host_commands(host_id: str) -> str:
+    """List of JSON HostCommand (load / unload) for one host, taken in order (BLPOP)."""
+    return f"{PREFIX}:host:{host_id}:commands"
+
+
+def host_claim(host_id: str) -> str:
+    """The model a placement just gave the host (until the host reports it is loading it)."""
+    return f"{PREFIX}:host:{host_id}:claim"
+
+
+HOST_CLAIM_TTL_S = 30
+MODELS_LAST_USED = f"{PREFIX}:models:last_used"
+"""Sorted set: model name -> when a POST request last asked for it (the fleet's LRU clock)."""
+PLACEMENT_LOCK = f"{PREFIX}:models:placement"
+"""Held (SET NX PX) while one api pod decides where a model loads and what unloads."""
+PLACEMENT_LOCK_MS = 5000
+
+
+def model_failure(model_id: str) -> str:
+    """JSON of the last failed load of a model (exit code, args); cleared by the next load."""
+    return f"{PREFIX}:model:{model_id}:failure"
+
 
 # Model downloads (POST /models, a worker's -hf/-mu): one record per model while a download
 # runs or after it stopped unfinished, so that any api pod lists it as `downloading` (its

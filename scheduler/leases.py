@@ -113,6 +113,11 @@ class Decision(enum.Enum):
     """500: the job was running at a second worker death."""
 
 
+MOVABLE_KINDS = ("completion", "embedding", "rerank", "decision")
+"""Kinds of job that may run again on another worker when theirs died before sending output
+(a job pinned to a worker never may)."""
+
+
 def decide(tries: int, sent: int, movable: bool) -> Decision:
     """What to do with a job at its `tries`-th start (1 = first), or, on the api's side,
     after its `tries`-th run died."""

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, SamplingParams
+from scheduler.jobs import CompletionJob, DecisionJob, SamplingParams
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -74,6 +74,16 @@ MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
 """Prompts in one request (times n_cmpl: jobs per request)."""
+MAX_EMBEDDING_INPUTS = 2048
+"""Inputs of one embedding request, and documents of one rerank (OpenAI's limit); larger sets go
+through the Batch API."""
+MAX_DECISION_QUESTIONS = 256
+"""Questions in one /v1/systemone request."""
+MAX_DECISION_OPTIONS = 255
+"""Options of a choice question (the spec's limit for most decision models; a native model's
+file may lower it)."""
+MAX_DECISION_TEXT = 1 << 20
+"""Characters of a decision prompt: the state and the text of all questions, rendered."""
 MAX_JSON_DEPTH = 128
 """Nesting of arrays and objects in a request body."""
 DEFAULT_BODY_LIMIT = 32 << 20
@@ -207,3 +217,18 @@ def grammar_shape(grammar: str) -> tuple[int, int, int]:
         elif token[0] == "{":
             repeat = max(repeat, *(int(b) for b in re.findall(r"\d+", token)), 0)
     return deepest, grammar.count("::="), repeat
+
+
+def check_decision(job: DecisionJob) -> None:
+    """The bounds of a decision job (the api's wire model checks them on the request first)."""
+    if len(job.questions) > MAX_DECISION_QUESTIONS:
+        raise InvalidRequest(f"Too many questions: {len(job.questions)} (at most "
+                             f"{MAX_DECISION_QUESTIONS})")
+    for question in job.questions:
+        if len(question.labels) > MAX_DECISION_OPTIONS:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.labels)} options "
+                                 f"(at most {MAX_DECISION_OPTIONS})")
+    size = len(job.prefix) + sum(len(q.suffix) + sum(map(len, q.labels)) for q in job.questions)
+    if size > MAX_DECISION_TEXT:
+        raise InvalidRequest(f"the decision prompt is too long: {size} characters (at most "
+                             f"{MAX_DECISION_TEXT})")

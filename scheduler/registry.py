@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler import keys
+from scheduler.decision_meta import DecisionCaps
 from scheduler.results import GenerationSettings
 
 
@@ -25,6 +26,8 @@ class ModelMeta(BaseModel):
     bos_token: str = ""
     eos_token: str = ""
     output_modalities: list[str] = ["text"]
+    decisions: DecisionCaps | None = None
+    """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""
 
 
 class NextToken(BaseModel):
@@ -73,6 +76,18 @@ class WorkerInfo(BaseModel):
     meta: ModelMeta
     default_settings: GenerationSettings
     started_at: float
+    embedding: bool = False
+    """Started with --embedding or --rerank: it serves embedding (and, with rank pooling,
+    rerank) jobs from the model's embed queues, and no completions."""
+    pooling: str | None = None
+    """Its pooling (none, mean, cls, last, rank) when `embedding`."""
+
+    def capabilities(self) -> list[str]:
+        """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
+        pooling)."""
+        if not self.embedding:
+            return ["completion"]
+        return ["embedding", "rerank"] if self.pooling == "rank" else ["embedding"]
 
 
 class Registry:

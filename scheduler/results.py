@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import sys
+from array import array
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -136,14 +139,117 @@ class SlotActionResult(BaseModel):
     ms: float = 0.0
 
 
+def pack_floats(values: Any) -> str:
+    """float32 values (any buffer or sequence of them) as base64 of their little-endian bytes:
+    the `encoding_format: base64` of /v1/embeddings, and how vectors cross Redis (exact and a
+    third of the size of JSON numbers)."""
+    packed = array("f", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack_floats(data: str) -> list[float]:
+    values = array("f")
+    values.frombytes(base64.b64decode(data))
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()
+
+
+class EmbeddingItem(BaseModel):
+    """The embedding of one input of an EmbeddingJob."""
+
+    index: int
+    """The input's position in the job's `inputs`."""
+    n_tokens: int
+    """Tokens the input was (`tokens_evaluated`, `usage`)."""
+    n_embd: int = 0
+    data: str = ""
+    """Rows of `n_embd` float32 values, packed (pack_floats): one row when the worker pools,
+    one per token with pooling none."""
+    error: ErrorInfo | None = None
+    """Set (and `data` empty) when this input failed in a job with per_input_errors."""
+
+    def rows(self) -> list[list[float]]:
+        values = unpack_floats(self.data)
+        width = self.n_embd or len(values) or 1
+        return [values[i:i + width] for i in range(0, len(values), width)]
+
+    def vector(self) -> list[float]:
+        """The pooled embedding (the first row)."""
+        return unpack_floats(self.data)[:self.n_embd]
+
+
+class EmbeddingResult(BaseModel):
+    result_kind: Literal["embedding"] = "embedding"
+    pooling: Literal["none", "mean", "cls", "last", "rank"]
+    """The worker's pooling: with "none" each item holds one row per token, unnormalized."""
+    items: list[EmbeddingItem]
+    """One per input, in input order."""
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(item.n_tokens for item in self.items)
+
+
+class RerankItem(BaseModel):
+    """The score of one document of a RerankJob."""
+
+    index: int
+    """The document's position in the job's `documents`."""
+    score: float
+    n_tokens: int
+    """Tokens of the (query, document) sequence."""
+    error: ErrorInfo | None = None
+    """Set (score meaningless) when this document failed in a job with per_input_errors."""
+
+
+class RerankResult(BaseModel):
+    result_kind: Literal["rerank"] = "rerank"
+    items: list[RerankItem]
+    """One per document, in document order (not sorted)."""
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(item.n_tokens for item in self.items)
+
+
+class DecisionAnswer(BaseModel):
+    id: str
+    probabilities: list[float]
+    """Of each label of the question, in its order (restricted softmax, sum 1)."""
+    n_prompt_tokens: int
+    """The question's prompt: the shared prefix plus its own suffix."""
+
+
+class DecisionResult(BaseModel):
+    """The answers of a decision job, and what the worker decoded for them."""
+
+    result_kind: Literal["decision"] = "decision"
+    worker_id: str
+    model: str
+    answers: list[DecisionAnswer]
+    n_prefix_tokens: int
+    prefix_cached: int
+    """Prefix tokens reused from the slot's cache (not decoded again)."""
+    tokens_decoded: int
+    """Every token this job decoded: its prefix (once), the questions' suffixes and the
+    candidate labels' tokens."""
+    temperatures: dict[str, float] = Field(default_factory=dict)
+    """The temperatures applied, by question type (from the model file; 1 when none)."""
+
+
 Result = Annotated[
-    CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult,
+    CompletionResult | TokenizeResult | DetokenizeResult | SlotActionResult | EmbeddingResult
+    | RerankResult | DecisionResult,
     Field(discriminator="result_kind"),
 ]
+RESULT: TypeAdapter[Result] = TypeAdapter(Result)
 
 
 AnyResult = TypeVar("AnyResult", CompletionResult, TokenizeResult, DetokenizeResult,
-                     SlotActionResult)
+                     SlotActionResult, EmbeddingResult, RerankResult, DecisionResult)
 
 
 def expect_result(result: Result, kind: type[AnyResult]) -> AnyResult:

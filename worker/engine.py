@@ -52,6 +52,8 @@ from scheduler.results import (
     TokenProbs,
 )
 from worker.admission import Admission, prompt_chunks
+from worker.decision_plan import DecisionRequest
+from worker.decisions import DecisionRunner
 from worker.model import LoadedModel
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
@@ -98,6 +100,10 @@ class Engine:
         self._wake = threading.Condition()
         self._stopping = False
         self._batch = lc.llama_batch_init(model.plan.n_batch, 0, 1)
+        self.decisions = DecisionRunner(model, self.metrics, self._wake, defaults.worker_id,
+                                        defaults.model_alias, self._cancel_event,
+                                        lambda: self.on_slots_changed())
+        """Decision jobs (/v1/systemone): their tokens join each step's batch."""
         self._thread = threading.Thread(target=self._run, name="llamaq-engine", daemon=True)
 
     # -- called from other threads -------------------------------------------------------
@@ -128,7 +134,7 @@ class Engine:
                 self._cancel_errors[job_id] = error
             self._wake.notify()
 
-    def withdraw_waiting(self) -> list[Request]:
+    def withdraw_waiting(self) -> list[Request | DecisionRequest]:
         """Take back every request that waits for a slot (a draining worker hands them to
         another); no event is sent for them."""
         with self._admission_lock:
@@ -136,9 +142,10 @@ class Engine:
                 arrivals, self._arrivals = list(self._arrivals), deque()
             waiting = [*self._admission.waiting, *arrivals]
             self._admission.waiting.clear()
+            decisions = self.decisions.withdraw()
         for request in waiting:
             request.sampler.free()
-        return waiting
+        return [*waiting, *decisions]
 
     def end_reasoning(self, job_id: str) -> None:
         """/v1/chat/completions/control: force the end of the job's thinking block."""
@@ -166,7 +173,8 @@ class Engine:
         while True:
             with self._wake:  # held only to take what other threads handed over
                 while (not self._stopping and not self._active and not self._arrivals
-                       and not self._admission.waiting and not self._slot_tasks):
+                       and not self._admission.waiting and not self._slot_tasks
+                       and not self.decisions.has_work()):
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -174,6 +182,8 @@ class Engine:
                 end_reasoning, self._end_reasoning = self._end_reasoning, set()
             events: list[JobEvent] = []
             self._admit(cancelled, events)
+            with self._admission_lock:
+                self.decisions.admit(self.slots, cancelled, not self._admission.waiting, events)
             if events:  # "started" goes out before the prompt is evaluated
                 self._sink(events)
                 events = []
@@ -182,7 +192,7 @@ class Engine:
             for active in self._active.values():
                 if active.reasoning is not None and active.request.job.job_id in end_reasoning:
                     active.reasoning.request_end(self.model.vocab)
-            if self._active:
+            if self._active or self.decisions.runs:
                 self._step(events)
             if events:
                 self._sink(events)
@@ -296,6 +306,7 @@ class Engine:
                 n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
             active.last_prompt_index = n - 1
             active.prompt_done = end
+        n = self.decisions.fill(self._batch, n, self.model.plan.n_batch)
         self.metrics.n_busy_slots_total += len(self._active)
         self._decode(n, events)
 
@@ -319,6 +330,7 @@ class Engine:
                 return
             self.metrics.n_decode_total += 1
             self._after_view(off, size, events)
+            self.decisions.after_view(off, size, events)
             off += size
 
     def _view(self, off: int, size: int) -> lc.llama_batch:
@@ -477,7 +489,8 @@ class Engine:
         metrics.n_tokens_max = max(metrics.n_tokens_max, n_tokens)
 
     def metrics_snapshot(self) -> WorkerMetrics:
-        return self.metrics.model_copy(update={"requests_processing": len(self._active),
+        return self.metrics.model_copy(update={"requests_processing": len(self._active)
+                                               + len(self.decisions.runs),
                                                "requests_deferred": len(self._arrivals)
                                                + len(self._admission.waiting)})
 
@@ -562,7 +575,7 @@ class Engine:
             processing = active is not None
             active = active or self._previous.get(slot.slot_id)
             state = SlotState(id=slot.slot_id, n_ctx=self.model.n_ctx_slot,
-                              is_processing=processing)
+                              is_processing=processing or slot.busy)  # busy: decisions
             if active is not None:
                 request = active.request
                 n_predict = request.n_predict
@@ -605,6 +618,7 @@ class Engine:
 
     def _fail_all(self, error: LlamaqError, events: list[JobEvent]) -> None:
         log.error("decode failed, failing %d requests: %s", len(self._active), error)
+        self.decisions.fail_all(error, events)
         for active in list(self._active.values()):
             events.append((active.request.job.job_id, ErrorEvent(error=error.to_info())))
             lc.llama_memory_seq_rm(self.model.memory, active.slot.slot_id, -1, -1)

@@ -13,13 +13,23 @@ from arq.worker import Function, func
 from scheduler.errors import LlamaqError, ServerError, Unavailable
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
     JobKind,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
     parse_job,
 )
-from scheduler.leases import Decision, Start, count_failure, count_retry, decide
+from scheduler.leases import (
+    MOVABLE_KINDS,
+    Decision,
+    Start,
+    count_failure,
+    count_retry,
+    decide,
+)
 from scheduler.results import ErrorEvent
 from storage import StorageError
 
@@ -38,8 +48,9 @@ class HandBack(Exception):
 
 
 def movable(kind: str, payload: dict[str, Any]) -> bool:
-    """Only completions that no worker was chosen for may run elsewhere."""
-    return kind == "completion" and not payload.get("worker_id")
+    """Only completions, embeddings, reranks and decisions that no worker was chosen for may
+    run elsewhere."""
+    return kind in MOVABLE_KINDS and not payload.get("worker_id")
 
 
 async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
@@ -84,12 +95,16 @@ async def _dispatch(runtime: WorkerRuntime, payload: dict[str, Any], kind: str) 
     match parse_job(payload, JobKind(kind)):
         case CompletionJob() as completion:
             await runtime.completion(completion)
+        case DecisionJob() as decision:
+            await runtime.decision(decision)
         case SlotActionJob() as action:
             await runtime.slot_action(action)
         case TokenizeJob() as tokenize:
             await runtime.tokenize(tokenize)
         case DetokenizeJob() as detokenize:
             await runtime.detokenize(detokenize)
+        case EmbeddingJob() | RerankJob() as embed:
+            await runtime.embed(embed)
 
 
 async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,
@@ -115,6 +130,10 @@ async def _completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     await run_job(ctx, payload, "completion")
 
 
+async def _decision(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    await run_job(ctx, payload, "decision")
+
+
 async def _slot_action(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     await run_job(ctx, payload, "slot_action")
 
@@ -127,9 +146,14 @@ async def _detokenize(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     await run_job(ctx, payload, "detokenize")
 
 
+def slot_functions() -> list[Function]:
+    """What the model's slot queue carries: jobs that need a slot of any worker."""
+    return [func(_completion, name="completion"), func(_decision, name="decision")]
+
+
 def completion_functions() -> list[Function]:
-    """`completion` first: the model's slot queue takes only that."""
-    return [func(_completion, name="completion"), func(_slot_action, name="slot_action")]
+    """A worker's own queue: jobs for a slot, and slot actions."""
+    return [*slot_functions(), func(_slot_action, name="slot_action")]
 
 
 def utility_functions() -> list[Function]:

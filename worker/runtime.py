@@ -3,9 +3,10 @@ keeps its registry entry alive and listens for cancellations and wake-ups.
 
 Owns: building the worker whole (`serve`: Redis, the model, then WorkerRuntime with its engine,
 publisher and leases, none of them optional) and taking it down; draining; the background
-loops (listener, lease renewal, reports); the job bodies (completion, slot actions, tokenize).
-Hands off: what a job function does around its body (worker/jobrun.py), the model and the
-engine's defaults from the settings (worker/startup.py), the engine (worker/engine.py).
+loops (listener, lease renewal, reports); the job bodies (completion, decision, slot actions,
+tokenize). Hands off: what a job function does around its body (worker/jobrun.py), the model
+and the engine's defaults from the settings (worker/startup.py), the engine
+(worker/engine.py), embeddings and rerank (worker/embed_jobs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from arq.connections import ArqRedis, create_pool
@@ -24,6 +26,7 @@ from redis.exceptions import RedisError
 
 from scheduler import keys
 from scheduler.connections import arq_settings, open_redis
+from scheduler.decision_meta import DecisionCaps, output_modalities
 from scheduler.errors import (
     InvalidRequest,
     LlamaqError,
@@ -34,7 +37,10 @@ from scheduler.errors import (
 )
 from scheduler.jobs import (
     CompletionJob,
+    DecisionJob,
     DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
     SlotActionJob,
     TokenizeJob,
 )
@@ -60,9 +66,23 @@ from storage import (
 )
 from storage.redact import redact
 from worker.arq_worker import WakeableWorker
+from worker.decision_plan import decision_caps, plan_decision
+from worker.embed_jobs import (
+    embed_functions,
+    embed_queues,
+    embedding_mode,
+    run_embed_job,
+)
+from worker.embedder import Embedder
 from worker.engine import Engine
-from worker.jobrun import MAX_TRIES, HandBack, completion_functions, utility_functions
-from worker.model import LoadedModel
+from worker.jobrun import (
+    MAX_TRIES,
+    HandBack,
+    completion_functions,
+    slot_functions,
+    utility_functions,
+)
+from worker.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
@@ -90,17 +110,22 @@ DRAIN_LAST_EVENTS_S = 5.0
 """After the drain timeout, how long the ended jobs' error events have to go out."""
 
 
-async def serve(settings: WorkerSettings, redis_url: str,
-                stop: asyncio.Event | None = None) -> None:
+async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | None = None,
+                on_load_progress: Callable[[float], None] | None = None) -> None:
     """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
-    or until `stop` is set (then drain), and take it all down again."""
+    or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
+    called from the loading thread with the load's progress, 0..1 (router mode publishes it
+    in /models/sse loading events)."""
+    if settings.decisions and embedding_mode(settings):
+        raise ModelLoadError("--decisions needs a worker that serves completions: it "
+                             "cannot be combined with --embedding or --rerank")
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         try:
             model_path = await fetch_model(settings, redis)
-            model = await asyncio.to_thread(load_model, settings, model_path)
+            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
             try:
                 await WorkerRuntime(settings, redis, model).run(pool, stop)
             finally:
@@ -112,7 +137,9 @@ async def serve(settings: WorkerSettings, redis_url: str,
 
 
 class WorkerRuntime:
-    """A worker's parts, built together: nothing in it is missing once it exists."""
+    """A worker's parts, built together: nothing in it is missing once it exists (an
+    embedder only on an --embedding/--rerank worker, decision caps only on a decision
+    model)."""
 
     def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
         """Needs the running event loop (the publisher hands events over to it)."""
@@ -125,6 +152,12 @@ class WorkerRuntime:
         self.leases = Leases(redis, self.worker_id)
         self.engine = Engine(model, engine_defaults(settings, self.model_id, self.worker_id),
                              self.publisher.from_thread)
+        embedding = embedding_mode(settings)
+        self.embedder: Embedder | None = Embedder(model) if embedding else None
+        """Set on a worker started with --embedding or --rerank (worker/embed_jobs.py)."""
+        self._decision_caps: DecisionCaps | None = \
+            None if embedding else decision_caps(model.path, settings.decisions)
+        """Decisions run in the completion engine, on a decision model."""
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
 
@@ -135,20 +168,30 @@ class WorkerRuntime:
         to the drain timeout, hand the others back) and leave."""
         model = self.model
         self.engine.start()
-        completion = completion_functions()
-        self._arq_workers = [
-            self._arq_worker(pool, keys.slot_queue(self.model_id), completion[:1],
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id), completion,
-                             model.plan.n_slots),
-            self._arq_worker(pool, keys.utility_queue(self.model_id), utility_functions(),
-                             max_jobs=8),
-        ]
+        if self.embedder is not None:
+            self.embedder.start()
+            self._arq_workers = [self._arq_worker(pool, queue, embed_functions(), n)
+                                 for queue, n in embed_queues(self.model_id,
+                                                              self.embedder.n_seq_max)]
+        else:
+            self._arq_workers = [
+                self._arq_worker(pool, keys.slot_queue(self.model_id), slot_functions(),
+                                 model.plan.n_slots),
+                self._arq_worker(pool, keys.worker_queue(self.model_id, self.worker_id),
+                                 completion_functions(), model.plan.n_slots),
+            ]
+            self._add_batch_worker(pool, slot_functions()[:1], model.plan.n_slots)
+        self._arq_workers.append(self._arq_worker(pool, keys.utility_queue(self.model_id),
+                                                  utility_functions(), max_jobs=8))
         info = WorkerInfo(worker_id=self.worker_id, model_id=self.model_id,
                           model_path=str(model.path), n_slots=model.plan.n_slots,
-                          n_ctx_slot=model.n_ctx_slot, meta=model.meta(),
+                          n_ctx_slot=model.n_ctx_slot,
+                          meta=model.meta().model_copy(update={
+                              "decisions": self._decision_caps,
+                              "output_modalities": output_modalities(self._decision_caps)}),
                           default_settings=self.engine.default_settings(),
-                          started_at=time.time())
+                          started_at=time.time(), embedding=self.embedder is not None,
+                          pooling=self.embedder.pooling if self.embedder else None)
         registry = Registry(self.redis)
         tasks = [
             asyncio.create_task(self.publisher.run()),
@@ -175,6 +218,8 @@ class WorkerRuntime:
             await asyncio.gather(*tasks, return_exceptions=True)
             log.info("worker %s: tasks stopped", self.worker_id)
             self.engine.stop()
+            if self.embedder is not None:
+                self.embedder.stop()
             log.info("worker %s: stopped", self.worker_id)
 
     def _lost(self, job_id: str) -> None:
@@ -208,11 +253,30 @@ class WorkerRuntime:
         error = Unavailable("the worker stopped before this request finished (drain timeout)")
         for job_id in left:
             self.engine.cancel(job_id, error)
+            if self.embedder is not None:
+                self.embedder.cancel(job_id, error)
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
         deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
         while self._running_job_ids() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+
+    def _add_batch_worker(self, pool: ArqRedis, functions: list[Any], n_slots: int) -> None:
+        """Batch lines (keys.batch_queue) start only in slots that online jobs leave free,
+        keeping `reserve` slots for the next online request (online traffic keeps priority:
+        a worker takes online jobs first, and a batch never fills the last slots)."""
+        online = self._arq_workers[:2]
+        batch = self._arq_worker(pool, keys.batch_queue(self.model_id), functions, n_slots)
+        reserve = min(self.settings.batch_reserve, n_slots - 1)
+
+        def room() -> int:
+            busy = sum(w.job_counter for w in online) + batch.job_counter
+            return n_slots - reserve - busy
+
+        batch.room = room
+        for worker in online:
+            worker.also_wake.append(batch)
+        self._arq_workers.append(batch)
 
     def _running_job_ids(self) -> list[str]:
         return [j for w in self._arq_workers for j in w.running_job_ids()]
@@ -237,8 +301,9 @@ class WorkerRuntime:
     def _write_metrics(self, pipe: Pipeline) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
-        pipe.set(keys.worker_metrics(self.worker_id),
-                 self.engine.metrics_snapshot().model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+        metrics = (self.embedder or self.engine).metrics_snapshot()
+        pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
         write_slots(pipe, self.worker_id, self.engine.slot_states())
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
@@ -307,6 +372,8 @@ class WorkerRuntime:
             return
         if channel == keys.CANCEL_CHANNEL:
             self.engine.cancel(data)
+            if self.embedder is not None:
+                self.embedder.cancel(data)
         elif channel == keys.CONTROL_CHANNEL:
             self.engine.end_reasoning(data)
         elif channel in by_channel:
@@ -343,6 +410,32 @@ class WorkerRuntime:
         return (isinstance(job.prompt, str) and len(job.prompt) <= QUICK_PREPARE_MAX_CHARS
                 and job.infill is None and not job.grammar and not job.json_schema
                 and not self.engine.defaults.grammar)
+
+    async def decision(self, job: DecisionJob) -> None:
+        """Answer a /v1/systemone request (worker/decisions.py): the engine runs it in slots,
+        in the same decode steps as the completions."""
+        engine, publisher = self.engine, self.publisher
+        caps = self._decision_caps
+        try:
+            if caps is None:
+                raise NotSupported("this model is not a decision model: /v1/systemone needs "
+                                   "one (or a worker started with --decisions)")
+            request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
+                                              engine.model.n_ctx_slot)
+        except LlamaqError as error:
+            publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+            return
+        if self.draining:
+            raise HandBack()
+        done = publisher.expect(job.job_id)
+        engine.decisions.submit(request)
+        if await self.redis.exists(keys.job_cancel(job.job_id)):
+            engine.cancel(job.job_id)
+        try:
+            await done
+        except asyncio.CancelledError:
+            engine.cancel(job.job_id)
+            raise
 
     async def slot_action(self, job: SlotActionJob) -> None:
         """Save a slot's KV to object storage, restore it (possibly saved by another worker),
@@ -385,6 +478,13 @@ class WorkerRuntime:
         self._final(job.job_id, SlotActionResult(
             action=job.action, id_slot=job.id_slot, filename=job.filename, n_tokens=n_tokens,
             n_bytes=n_bytes, ms=(time.perf_counter() - started) * 1000))
+
+    async def embed(self, job: EmbeddingJob | RerankJob) -> None:
+        """An embedding or rerank job, on a worker started with --embedding or --rerank."""
+        if self.embedder is None:
+            raise NotSupported("This server does not support embeddings. Start it with "
+                               "`--embeddings`")
+        await run_embed_job(self, job)
 
     async def tokenize(self, job: TokenizeJob) -> None:
         """In a thread: a big body must not starve the loop that renews leases."""

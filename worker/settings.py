@@ -201,11 +201,33 @@ class WorkerSettings(CommonSettings):
     json_schema_file: str | None = flag(None, "-jf", "--json-schema-file",
                                         help="file containing a JSON schema to constrain "
                                         "generations")
+    # embeddings and rerank
+    embedding: bool = flag(False, "--embedding", "--embeddings", env="LLAMA_ARG_EMBEDDINGS",
+                           help="restrict to only support embedding use case; use only with "
+                           "dedicated embedding models")
+    rerank: bool = flag(False, "--rerank", "--reranking", env="LLAMA_ARG_RERANKING",
+                        help="enable reranking endpoint on server (embeddings with rank "
+                        "pooling)")
+    pooling: str | None = flag(None, "--pooling", env="LLAMA_ARG_POOLING",
+                               choices=("none", "mean", "cls", "last", "rank"),
+                               help="pooling type for embeddings, use model default if "
+                               "unspecified")
+    embd_normalize: int = flag(2, "--embd-normalize",
+                               help="normalisation for embeddings (-1=none, 0=max absolute "
+                               "int16, 1=taxicab, 2=euclidean, >2=p-norm)")
     # ours
+    decisions: bool = flag(False, "--decisions", env="LLAMAQ_DECISIONS",
+                           negative=("--no-decisions",),
+                           help="serve POST /v1/systemone with this text model by prompting "
+                           "(prompted decisions; a native decision model serves it without); "
+                           "the model does not advertise \"decisions\" in /v1/models")
     n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
                             help="largest n_probs (logprobs, top_logprobs) a request gets; "
                             "larger values are capped")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
+    batch_reserve: int = flag(1, "--batch-reserve", env="LLAMAQ_BATCH_RESERVE",
+                              help="slots that batch lines (the Batch API) leave free for "
+                              "online requests (at most -np minus 1)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")

@@ -8,35 +8,61 @@ functions of the settings: worker/runtime.py calls them once and builds the runt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.jobs import SamplingSettings
 from worker import flags
+from worker.embed_jobs import embedding_batch, embedding_mode, tune_embedding_context
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 
 
-def load_model(s: WorkerSettings, path: Path) -> LoadedModel:
-    """The model file at `path` (worker/model_source.py fetched it) and its one context
-    (blocking: call it off the event loop)."""
+def load_model(s: WorkerSettings, path: Path,
+               on_load_progress: Callable[[float], None] | None = None) -> LoadedModel:
+    """The model file at `path` (worker/model_source.py fetched it) and its one context,
+    laid out for embeddings on an --embedding/--rerank worker (blocking: call it off the
+    event loop). `on_load_progress` gets the load's progress, 0..1, from this thread."""
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
+    embedding = embedding_mode(s)
     plan = ContextPlan(
         n_ctx=s.ctx_size, n_slots=n_slots,
         kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-        n_batch=s.batch_size, n_ubatch=s.ubatch_size, n_threads=threads,
+        n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
+        n_threads=threads,
         n_threads_batch=s.threads_batch or threads,
         # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
         swa_full=s.swa_full or s.cache_prompt,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
     )
-    model = LoadedModel(path, plan, lambda p: flags.tune_model(p, s),
-                        lambda p: flags.tune_context(p, s))
+    callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
+
+    def tune_model(params: lc.llama_model_params) -> None:
+        flags.tune_model(params, s)
+        if on_load_progress is not None:
+            report = on_load_progress
+
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True  # go on loading
+
+            callbacks.append(lc.llama_progress_callback(progress))
+            params.progress_callback = callbacks[-1]
+
+    def tune_context(params: Any) -> None:
+        flags.tune_context(params, s)
+        if embedding:
+            tune_embedding_context(params, s)
+
+    model = LoadedModel(path, plan, tune_model, tune_context)
     if s.warmup:
         model.warmup()
     return model

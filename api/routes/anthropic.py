@@ -21,6 +21,7 @@ from api.render_anthropic import (
     sse_error,
     sse_event,
 )
+from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from api.wire.anthropic import MessagesRequest
@@ -51,15 +52,14 @@ def _fleet(request: Request) -> Fleet:
 async def messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
-    settings = _settings(request)
-    job = body.to_job(settings.model_id(), prepared.prompt, json_schema=prepared.tool_schema)
+    job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     job.reasoning = prepared.reasoning
     message_id = new_message_id()
     resume = None
     if body.stream:
         resume = await resume_of(request, _fleet(request), {"message_id": message_id})
         message_id = str(resume.record.minted["message_id"])
-    stream = MessageStream(message_id, settings.model_id(), list(body.stop_sequences))
+    stream = MessageStream(message_id, request_model(request), list(body.stop_sequences))
     parser = prepared.parser()
     if resume is not None:
         await _stream(request, job, parser, stream, resume, body.sse_ping_interval)
@@ -74,7 +74,7 @@ async def messages(request: Request) -> HTTPResponse | None:
 async def count_tokens(request: Request) -> HTTPResponse:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
-    job = TokenizeJob(model=_settings(request).model_id(), content=prepared.prompt,
+    job = TokenizeJob(model=request_model(request), content=prepared.prompt,
                       add_special=True, parse_special=True)
     result = await _fleet(request).jobs.tokenize(job)
     return json_response({"input_tokens": len(result.tokens)})
@@ -86,7 +86,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     --prefill-assistant, and a forced tool call cannot also have `output_config.format`."""
     settings = _settings(request)
     chat = body.to_chat()
-    workers = await _fleet(request).workers(settings.model_id())
+    workers = await _fleet(request).workers(request_model(request))
     if not workers:
         raise Unavailable("Loading model")
     prepared = prepare_chat(settings, workers[0].meta, ChatRequest(

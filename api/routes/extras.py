@@ -1,5 +1,6 @@
 """Endpoints of llama-server whose features this fleet does not have yet, answered the way
-llama-server answers when the feature is off: 501 with a message, never a 404 or a 500."""
+llama-server answers when the feature is off: 501 with a message, never a 404 or a 500.
+(Embeddings and rerank: api/routes/embeddings.py.)"""
 
 from __future__ import annotations
 
@@ -7,27 +8,10 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.settings import ApiSettings
-from api.wire.body import json_body, load_json, parse_body, raw_body
-from api.wire.systemone import SystemOneRequest
+from api.wire.body import json_body, load_json, raw_body
 from scheduler.errors import InvalidRequest, NotSupported
 
 extras = Blueprint("extras")
-
-EMBEDDINGS = ("/embedding", "/embeddings", "/v1/embeddings")
-RERANK = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
-
-
-async def embeddings(request: Request) -> HTTPResponse:
-    raise NotSupported("This server does not support embeddings. Start it with `--embeddings`")
-
-
-async def rerank(request: Request) -> HTTPResponse:
-    raise NotSupported("This server does not support reranking. Start it with `--reranking`")
-
-
-async def systemone(request: Request) -> HTTPResponse:
-    parse_body(request, SystemOneRequest)  # an invalid request is a 400, as the spec says
-    raise NotSupported("this model is not a decision model: /v1/systemone needs one")
 
 
 async def lora_adapters(request: Request) -> HTTPResponse:
@@ -59,11 +43,6 @@ def json_body_list(request: Request) -> list[object]:
     return body
 
 
-for path in EMBEDDINGS:
-    extras.add_route(embeddings, path, methods=["POST"], name=f"embeddings{path.replace('/', '_')}")
-for path in RERANK:
-    extras.add_route(rerank, path, methods=["POST"], name=f"rerank{path.replace('/', '_')}")
-extras.add_route(systemone, "/v1/systemone", methods=["POST"], name="systemone")
 extras.add_route(lora_adapters, "/lora-adapters", methods=["GET"], name="lora_adapters")
 extras.add_route(set_lora_adapters, "/lora-adapters", methods=["POST"], name="set_lora_adapters")
 extras.add_route(set_props, "/props", methods=["POST"], name="set_props")

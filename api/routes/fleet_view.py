@@ -10,6 +10,7 @@ from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.settings import ApiSettings
+from scheduler.registry import WorkerInfo
 
 fleet_view = Blueprint("fleet_view")
 
@@ -18,8 +19,22 @@ fleet_view = Blueprint("fleet_view")
 async def fleet_status(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
-    model_id = settings.model_id()
-    workers = await fleet.workers(model_id, fresh=True)
+    router = request.app.ctx.router
+    model_ids = [settings.model_id()] if router is None else list(router.catalog.entries)
+    out: list[dict[str, Any]] = []
+    queued, oldest = 0, 0.0
+    for model_id in model_ids:  # router mode: every model's workers
+        workers = await fleet.workers(model_id, fresh=True)
+        out += await _workers_json(fleet, settings, workers)
+        queue = await fleet.queue_stats(model_id, workers)
+        queued, oldest = queued + queue.depth, max(oldest, queue.oldest_s)
+    return json({"model": None if router else model_ids[0], "workers": out,
+                 "queued": queued, "oldest_queued_s": oldest})
+
+
+async def _workers_json(fleet: Fleet, settings: ApiSettings,
+                        workers: list[WorkerInfo]) -> list[dict[str, Any]]:
+    """One model's workers, their slots numbered fleet-wide as /slots numbers them."""
     out: list[dict[str, Any]] = []
     offset = 0
     for worker in workers:
@@ -42,6 +57,4 @@ async def fleet_status(request: Request) -> HTTPResponse:
             "slots": slots,
             "metrics": counters[0].model_dump() if counters else None,
         })
-    queue = await fleet.queue_stats(model_id, workers)
-    return json({"model": model_id, "workers": out, "queued": queue.depth,
-                 "oldest_queued_s": queue.oldest_s})
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sanic import Blueprint, Request
@@ -11,6 +12,8 @@ from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
 from api.render import completion_json, model_card, ollama_model_json, partial_json
+from api.router import request_model
+from api.routes.models import router_models
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
@@ -22,6 +25,7 @@ from api.wire.native import (
     TokenizeRequest,
 )
 from scheduler import limits
+from scheduler.decision_meta import file_output_modalities
 from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import least_loaded
@@ -56,12 +60,13 @@ def _fleet(request: Request) -> Fleet:
 
 
 def _model_id(request: Request) -> str:
-    settings: ApiSettings = request.app.ctx.settings
-    return settings.model_id()
+    return request_model(request)
 
 
 @route(["GET"], "/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:  # a router is healthy without any model loaded
+        return json({"status": "ok"})
     if not await _fleet(request).workers(_model_id(request), fresh=True):
         raise Unavailable("Loading model")
     return json({"status": "ok"})
@@ -69,14 +74,37 @@ async def health(request: Request) -> HTTPResponse:
 
 @route(["GET"], "/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
+    if request.app.ctx.router is not None:
+        return await router_models(request)
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
     settings: ApiSettings = request.app.ctx.settings
     card = model_card(model_id, int(request.app.ctx.started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
-                      aliases=settings.alias, tags=settings.tags)
-    return json({"models": [ollama_model_json(model_id)], "object": "list", "data": [card]})
+                      aliases=settings.alias, tags=settings.tags,
+                      offline_modalities=None if worker else await _offline_modalities(request))
+    capabilities = worker.capabilities() if worker else ["completion"]
+    card["capabilities"] = capabilities  # ours: what the model serves
+    return json({"models": [ollama_model_json(model_id, capabilities)], "object": "list",
+                 "data": [card]})
+
+
+async def _offline_modalities(request: Request) -> list[str]:
+    """The model file's output modalities from its GGUF header, when the file is here (a
+    native decision model shows "decisions" before any worker loaded it); read once per file
+    version."""
+    settings: ApiSettings = request.app.ctx.settings
+    path = Path(settings.model) if settings.model else None
+    if path is None or not path.is_file():
+        return ["text"]
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    cache: dict[tuple[str, int, int], list[str]] = request.app.ctx.__dict__.setdefault(
+        "offline_modalities", {})
+    if key not in cache:
+        cache[key] = await asyncio.to_thread(file_output_modalities, path)
+    return cache[key]
 
 
 @route(["POST"], "/tokenize")

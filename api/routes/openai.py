@@ -4,12 +4,14 @@ counting and control in openai_chat.py, the Responses API in openai_responses.py
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from api.render import completion_json, verbose_partial_json
 from api.render_openai import (
+    Envelope,
     logprobs_json,
     text_chunk_json,
     text_completion_json,
@@ -20,12 +22,15 @@ from api.routes.openai_chat import (
     chat_input_tokens,
     control,
     responses_input_tokens,
+    validate_as,
 )
 from api.routes.openai_jobs import OpenAIContext
 from api.routes.openai_responses import responses
 from api.sse import sse_data
 from api.wire.body import parse_body
 from api.wire.openai import OpenAICompletionRequest
+from scheduler.errors import InvalidRequest
+from scheduler.jobs import CompletionJob
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 openai = Blueprint("openai")
@@ -40,12 +45,7 @@ async def completions(request: Request) -> HTTPResponse | None:
     verbose = context.verbose(body.verbose)
     offsets = await context.slot_offsets() if verbose else {}
     if not body.stream:
-        results = await context.run(jobs)
-        out = text_completion_json(envelope, results, body.choices)
-        if verbose:
-            out["__verbose"] = completion_json(results[0], 0,
-                                               offsets.get(results[0].worker_id, 0))
-        return json(out)
+        return json(await text_completion(context, body, jobs, envelope, verbose, offsets))
 
     def render(index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
         if isinstance(event, FinalEvent):
@@ -68,6 +68,30 @@ async def completions(request: Request) -> HTTPResponse | None:
 
     await context.stream(jobs, render, ping_field=body.sse_ping_interval)
     return None
+
+
+async def text_completion(context: OpenAIContext, body: OpenAICompletionRequest,
+                          jobs: list[CompletionJob], envelope: Envelope, verbose: bool,
+                          offsets: dict[str, int]) -> dict[str, Any]:
+    """The text_completion object of a request that does not stream (and of a batch line)."""
+    results = await context.run(jobs)
+    out = text_completion_json(envelope, results, body.choices)
+    if verbose:
+        out["__verbose"] = completion_json(results[0], 0, offsets.get(results[0].worker_id, 0))
+    return out
+
+
+async def batch_completion(context: OpenAIContext, data: dict[str, Any]) -> dict[str, Any]:
+    """One line of a /v1/completions batch: the body a request without `stream` gets."""
+    body = validate_as(OpenAICompletionRequest, data)
+    if body.stream:
+        raise InvalidRequest("stream is not supported in a batch")
+    jobs = body.to_jobs(context.model_id)
+    await context.prepare(jobs, body.id_slot, body.choices)
+    envelope = await context.envelope("cmpl-", False)
+    verbose = context.verbose(body.verbose)
+    offsets = await context.slot_offsets() if verbose else {}
+    return await text_completion(context, body, jobs, envelope, verbose, offsets)
 
 
 def _register() -> None:

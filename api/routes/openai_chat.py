@@ -128,18 +128,40 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     offsets = await context.slot_offsets() if verbose else None
     async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
         if not body.stream:
-            results = await context.run(jobs)
-            choices = [(i, result, plan.parse(result.content)) for i, result in
-                       enumerate(results)]
-            out = chat_completion_json(envelope, choices)
-            if offsets is not None:
-                out["__verbose"] = completion_json(results[0], 0,
-                                                   offsets.get(results[0].worker_id, 0))
-            return json(out)
+            return json(await chat_completion(context, plan, jobs, envelope, offsets))
         stream = ChatStream(plan, envelope, jobs, offsets)
         await context.stream(jobs, stream.render, stream.end,
                              ping_field=body.sse_ping_interval)
         return None
+
+
+async def chat_completion(context: OpenAIContext, plan: ChatPlan, jobs: list[CompletionJob],
+                          envelope: Envelope, offsets: dict[str, int] | None
+                          ) -> dict[str, Any]:
+    """The chat.completion object of a request that does not stream (and of a batch line);
+    `offsets` (the workers' slot offsets) asks for `__verbose`."""
+    results = await context.run(jobs)
+    choices = [(i, result, plan.parse(result.content)) for i, result in enumerate(results)]
+    out = chat_completion_json(envelope, choices)
+    if offsets is not None:
+        out["__verbose"] = completion_json(results[0], 0, offsets.get(results[0].worker_id, 0))
+    return out
+
+
+async def batch_chat_completion(context: OpenAIContext, data: dict[str, Any]
+                                ) -> dict[str, Any]:
+    """One line of a /v1/chat/completions batch: the body a request without `stream` gets."""
+    body = validate_as(ChatCompletionRequest, data)
+    if body.stream:
+        raise InvalidRequest("stream is not supported in a batch")
+    if body.reasoning_control:
+        raise InvalidRequest("reasoning_control is not supported in a batch")
+    plan = await plan_chat(context, body)
+    jobs = plan.jobs(context.model_id)
+    await context.prepare(jobs, body.id_slot, body.choices)
+    envelope = await context.envelope("chatcmpl-", False)
+    offsets = await context.slot_offsets() if context.verbose(body.verbose) else None
+    return await chat_completion(context, plan, jobs, envelope, offsets)
 
 
 class ChatStream:

@@ -11,6 +11,7 @@ from sanic import Request
 
 from api.fleet import Fleet
 from api.render_openai import Envelope, random_id
+from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.errors import InvalidRequest, Unavailable
@@ -24,10 +25,15 @@ DONE = "data: [DONE]\n\n"
 
 @dataclass
 class OpenAIContext:
-    request: Request
+    request: Request | None
+    """None for a batch line (api/batch/): it never streams."""
     fleet: Fleet
     settings: ApiSettings
     resume: Resume | None = None
+    queue: str | None = None
+    """Where the jobs go instead of the model's own queue (a batch line: its batch queue)."""
+    model: str | None = None
+    """The model of a batch line (there is no request to route)."""
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
@@ -35,7 +41,9 @@ class OpenAIContext:
 
     @property
     def model_id(self) -> str:
-        return self.settings.model_id()
+        if self.request is None:
+            return self.model or self.settings.model_id()
+        return request_model(self.request)
 
     async def workers(self) -> list[WorkerInfo]:
         """The model's live workers; none yet is the spec's 503 "Loading model"."""
@@ -71,7 +79,7 @@ class OpenAIContext:
 
     async def run(self, jobs: list[CompletionJob]) -> list[CompletionResult]:
         """Every job's final result, in the jobs' order."""
-        return list(await asyncio.gather(*(self.fleet.jobs.run_completion(job)
+        return list(await asyncio.gather(*(self.fleet.jobs.run_completion(job, self.queue)
                                            for job in jobs)))
 
     async def envelope(self, prefix: str, stream: bool) -> Envelope:
@@ -80,6 +88,7 @@ class OpenAIContext:
         envelope = Envelope(random_id(prefix), self.model_id)
         if not stream:
             return envelope
+        assert self.request is not None
         self.resume = await resume_of(self.request, self.fleet,
                                       {"id": envelope.id, "created": envelope.created})
         minted = self.resume.record.minted
@@ -91,6 +100,7 @@ class OpenAIContext:
                      terminator: str = DONE, ping_field: float | None = None) -> None:
         """SSE of the jobs' events (api/streaming.py), each rendered to framed SSE text by
         `render`; then `end()` and `terminator`."""
+        assert self.request is not None
         resume = self.resume or await resume_of(self.request, self.fleet)
         await stream_jobs(self.request, self.fleet, jobs, resume,
                           StreamFormat(render, end, terminator),

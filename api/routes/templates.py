@@ -10,6 +10,7 @@ from sanic.response import HTTPResponse, json
 
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.fleet import Fleet
+from api.router import request_model
 from api.settings import ApiSettings
 from api.wire.body import parse_body
 from scheduler.errors import InvalidRequest, Unavailable
@@ -33,7 +34,7 @@ async def apply_template(request: Request) -> HTTPResponse:
     body = parse_body(request, ApplyTemplateRequest)
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
-    workers = await fleet.workers(settings.model_id())
+    workers = await fleet.workers(request_model(request))
     if not workers:
         raise Unavailable("Loading model")
     if body.continue_final_message and body.add_generation_prompt:

@@ -238,3 +238,41 @@ def test_paused_download_is_incomplete_and_resumes(
     assert store.get_bytes(key) == hub.files["org/slow-GGUF/slow-Q4_K_M.gguf"].data
     assert store.exists(checksum_key(key))
     assert model not in statuses(redis_url)
+
+
+def test_router_lists_downloads_and_unload_pauses_one(
+        pod: tuple[str, Path], hub: ModelHost, events: Events) -> None:
+    """The api pod is a router (no -m): GET /models shows a download as `downloading` with
+    per-file progress, `/models/unload` pauses it (`incomplete`), and once it finished the
+    model is in the list (as a cached model) after the download_finished event."""
+    url, _ = pod
+    model = "org/paused-GGUF"
+    hub.add(f"{model}/paused-Q4_K_M.gguf", blob(1_500_000, 6))
+
+    def listed() -> dict[str, dict[str, Any]]:
+        return {m["id"]: m for m in httpx.get(f"{url}/models", timeout=30).json()["data"]}
+
+    hub.chunk_delay_s = 0.05
+    try:
+        response = httpx.post(f"{url}/models", json={"model": model, "sidecars": []},
+                              timeout=30)
+        assert response.status_code == 200
+        wait_until(lambda: listed().get(model, {}).get("status", {}).get("value")
+                   == "downloading", what="a downloading model in GET /models")
+        [(file_url, progress)] = listed()[model]["status"]["progress"].items()
+        assert file_url.endswith(f"/{model}/resolve/main/paused-Q4_K_M.gguf")
+        assert progress["total"] == 1_500_000 // 32 * 32 + 4
+        unload = httpx.post(f"{url}/models/unload", json={"model": model}, timeout=30)
+        assert unload.json() == {"success": True}
+        events.wait(model, "download_failed")
+        wait_until(lambda: listed()[model]["status"] == {"value": "incomplete", "args": []},
+                   what="the incomplete status in GET /models")
+    finally:
+        hub.chunk_delay_s = 0.0
+    response = httpx.post(f"{url}/models", json={"model": model, "sidecars": []}, timeout=30)
+    assert response.status_code == 200
+    events.wait(model, "download_finished")
+    wait_until(lambda: f"{model}:Q4_K_M" in listed(), what="the downloaded model listed")
+    item = listed()[f"{model}:Q4_K_M"]
+    assert item["status"] == {"value": "unloaded"} and item["source"] == "cache"
+    assert item["can_remove"] is True and model not in listed()

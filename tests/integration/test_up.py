@@ -54,3 +54,65 @@ def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(
     errors = log.read_text(errors="replace")
     assert "hunter2-pw" not in errors
     assert " DEBUG " in errors  # -v reached the processes
+
+
+def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
+    """`llamaq up` with no -m (and no --default-model, which scripts/up passes) is the
+    spec's router mode: the model in the object store is listed; a preset adds options to it
+    (they reach the worker) and loads it at start."""
+    from storage import LocalStore
+    from tests.tiny_gguf import write_tiny_llama
+
+    store = tmp_path / "store"
+    LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
+    preset = tmp_path / "presets.ini"
+    preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny.gguf]\nload-on-startup = true\n"
+                      f"[bad]\nmodel = {tmp_path / 't.gguf'}\nno-such-option = 1\n")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-c", "512", "-np", "1", "-t", "1",
+         "--no-warmup", "--port", str(port), "--store-url", str(store),
+         "--cache-dir", str(tmp_path / "cache"), "--models-preset", str(preset)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=(tmp_path / "up.log").open("w"),
+        text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 120,
+                   what="llamaq up")
+        assert up.stdout is not None
+        assert "in router mode" in up.stdout.readline()
+        models = httpx.get(f"{url}/v1/models").json()["data"]
+        assert sorted((m["id"], m["source"]) for m in models) == [("bad", "preset"),
+                                                                   ("tiny.gguf", "preset")]
+
+        def status(name: str = "tiny.gguf") -> dict[str, object]:
+            data = httpx.get(f"{url}/models").json()["data"]
+            return dict(next(m["status"] for m in data if m["id"] == name))
+
+        wait_until(lambda: status()["value"] == "loaded", 120, what="load-on-startup")
+        assert status()["args"] == ["llamaq", "worker", "-m", "tiny.gguf",
+                                    "--alias", "tiny.gguf", "--n-predict", "3"]
+        body = {"model": "tiny.gguf", "prompt": "the", "ignore_eos": True}
+        result = httpx.post(f"{url}/completion", json=body, timeout=120)
+        assert result.status_code == 200, result.text
+        assert result.json()["tokens_predicted"] == 3  # the preset's n-predict
+        # the one worker is idle: a load evicts tiny; an option no worker takes fails it (2)
+        assert httpx.post(f"{url}/models/load", json={"model": "bad"}).status_code == 200
+        wait_until(lambda: status("bad").get("failed"), 60, what="the failed load")
+        assert status("bad")["exit_code"] == 2 and status() == {"value": "unloaded"}
+        result = httpx.post(f"{url}/completion", json=body, timeout=120)  # loads tiny again
+        assert result.status_code == 200 and status()["value"] == "loaded"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
+
+
+def test_api_with_a_missing_models_dir_stops_at_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "llamaq", "api", "--models-dir", str(tmp_path / "nope"),
+         "--port", str(free_port())], capture_output=True, text=True, timeout=60, env=env,
+        cwd=tmp_path)
+    assert done.returncode == 1
+    assert "does not exist or is not a directory" in done.stderr

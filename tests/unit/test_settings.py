@@ -202,3 +202,15 @@ def test_a_custom_settings_class() -> None:
     assert Demo.from_args([], environ={"DEMO_LEVEL": "3"}).level == 3
     assert Demo.from_args([], environ={}).names == ["x"]
     assert Demo.from_args(["--names", "a,b"], environ={}).names == ["a", "b"]
+
+
+def test_router_mode_is_no_model_and_no_default_model_opt_in() -> None:
+    assert ApiSettings.from_args([], environ={}).router_mode()
+    assert not ApiSettings.from_args(["--default-model"], environ={}).router_mode()
+    assert not ApiSettings.from_args([], environ={"LLAMAQ_DEFAULT_MODEL": "1"}).router_mode()
+    assert not ApiSettings.from_args(["-m", "x.gguf"], environ={}).router_mode()
+    assert ApiSettings.from_args(["--default-model", "--models-dir", "d"],
+                                 environ={}).router_mode()
+    assert WorkerSettings.from_args([], environ={}).router_mode()
+    assert not WorkerSettings.from_args(["--default-model"], environ={}).router_mode()
+    assert not WorkerSettings.from_args(["-hf", "a/b"], environ={}).router_mode()

@@ -1,0 +1,87 @@
+"""One line of a batch: run as the same request sent online without `stream` would run (same
+parsing, templates, limits, jobs and rendering), on the model's batch queue, and written as
+OpenAI's batch output line `{"id", "custom_id", "response": {"status_code", "request_id",
+"body"}, "error"}`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from api.batch.input import BatchLine
+from api.routes.openai import batch_completion
+from api.routes.openai_chat import batch_chat_completion
+from api.routes.openai_jobs import OpenAIContext
+from scheduler.errors import LlamaqError, ServerError, Unavailable
+
+log = logging.getLogger(__name__)
+
+LineHandler = Callable[[OpenAIContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+HANDLERS: dict[str, LineHandler] = {
+    "/v1/completions": batch_completion,
+    "/v1/chat/completions": batch_chat_completion,
+}
+"""What runs a line of each endpoint a batch may name (scheduler/batches.py ENDPOINTS), one
+job per line; /v1/embeddings runs a chunk's lines together (api/batch/embeddings.py)."""
+CHUNK_ENDPOINTS = ("/v1/embeddings",)
+RETRIES = 3
+"""A line whose run ended with 503 (its worker died after it sent something, no answer within
+the timeout) runs again, as a new job, this many times before it fails."""
+RETRY_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True)
+class LineResult:
+    ok: bool
+    text: str
+    """The output line (JSON, no newline)."""
+
+
+def output_line(custom_id: str, status: int, body: Any) -> str:
+    return json.dumps({
+        "id": "batch_req_" + secrets.token_hex(12),
+        "custom_id": custom_id,
+        "response": {"status_code": status, "request_id": secrets.token_hex(16), "body": body},
+        "error": None,
+    }, separators=(",", ":"), ensure_ascii=False)
+
+
+def unrun_line(custom_id: str, code: str, message: str) -> str:
+    """A line that never ran (the batch expired first): no response, an error."""
+    return json.dumps({
+        "id": "batch_req_" + secrets.token_hex(12),
+        "custom_id": custom_id,
+        "response": None,
+        "error": {"code": code, "message": message},
+    }, separators=(",", ":"), ensure_ascii=False)
+
+
+async def run_line(context: OpenAIContext, endpoint: str, line: BatchLine) -> LineResult:
+    handler = HANDLERS[endpoint]
+    for attempt in range(RETRIES + 1):
+        try:
+            body = await handler(context, line.body)
+        except Unavailable as error:
+            if attempt < RETRIES:
+                log.warning("batch line %s: %s; running it again", line.custom_id,
+                            error.message)
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            return failed_line(line, error)
+        except LlamaqError as error:
+            return failed_line(line, error)
+        except Exception as error:  # a bug must fail the line, not the whole batch
+            log.exception("batch line %s failed", line.custom_id)
+            return failed_line(line, ServerError(f"internal error: {type(error).__name__}"))
+        return LineResult(True, output_line(line.custom_id, 200, body))
+    raise AssertionError("unreachable")
+
+
+def failed_line(line: BatchLine, error: LlamaqError) -> LineResult:
+    return LineResult(False, output_line(line.custom_id, error.status,
+                                         {"error": error.to_info().to_wire()}))

@@ -1,0 +1,263 @@
+"""Router mode on an api pod: the model catalog, which model a request is for, loading it on
+demand, and the relay of `/models/sse` events from Redis to this pod's clients.
+
+llama-server's router checks each routed request the same way (server-models.cpp,
+`router_validate_model`): no model named -> 400 "model name is missing from the request";
+unknown -> 400 "model 'X' not found"; not running and autoload off -> 400 "model is not
+loaded". With autoload (--models-autoload, or `?autoload=true|false` per request), a model
+that is not running is placed on a worker (scheduler/placement.py) and the request waits for
+it; a load that fails ends the request with 500 "model name=X failed to load".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from sanic import Request
+
+from api.settings import ApiSettings
+from api.wire.body import load_json, raw_body
+from scheduler import keys
+from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
+from scheduler.errors import InvalidRequest, ServerError, Unavailable
+from scheduler.fleet_models import FleetModels, FleetView, ModelStatus, status_of
+from scheduler.placement import AlreadyRunning, NoCapacity
+from storage import open_store
+from storage.hf import hub_cache_dir
+from storage.redact import redact
+
+log = logging.getLogger(__name__)
+
+READY_POLL_S = 0.2
+RELAY_RETRY_S = 1.0
+STARTUP_LOAD_S = 60.0
+RUNNING = ("loading", "loaded", "sleeping")
+ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
+NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control")
+
+
+def catalog_sources(settings: ApiSettings) -> CatalogSources:
+    """The sources of the spec: the Hub cache of this machine (under LLAMA_CACHE, which wins
+    over --cache-dir), the object store, --models-dir, --models-preset."""
+    return CatalogSources(
+        models_dir=Path(settings.models_dir) if settings.models_dir else None,
+        models_preset=Path(settings.models_preset) if settings.models_preset else None,
+        cache_dir=hub_cache_dir(settings.model_cache_dir()),
+        store=open_store(settings.store_url, settings.s3_endpoint_url),
+    )
+
+
+class ModelRouter:
+    """One per api pod in router mode."""
+
+    def __init__(self, settings: ApiSettings, redis: Redis, catalog: Catalog) -> None:
+        self.settings = settings
+        self.models = FleetModels(redis)
+        self.catalog = catalog
+        self._listeners: set[asyncio.Queue[str]] = set()
+        self.stale = False
+        """A download finished or a model was deleted: the next listing reads the sources
+        again (the spec: "call GET /models to trigger model list update")."""
+
+    @classmethod
+    async def create(cls, settings: ApiSettings, redis: Redis) -> ModelRouter:
+        catalog = await asyncio.to_thread(load_catalog, catalog_sources(settings))
+        log.info("router mode: %d models known", len(catalog.entries))
+        return cls(settings, redis, catalog)
+
+    # -- the catalog ----------------------------------------------------------------------
+
+    async def reload(self, announce: bool = True) -> None:
+        """Read the sources again (`GET /models?reload=1`, or another pod's reload): a running
+        model that changed or left its source unloads."""
+        self.stale = False
+        old = self.catalog
+        try:
+            self.catalog = await asyncio.to_thread(load_catalog,
+                                                   catalog_sources(self.settings))
+        except CatalogError as exc:  # the old list stays
+            log.error("cannot reload the models: %s", exc)
+            raise ServerError(f"cannot read the model sources: {redact(str(exc))}") from None
+        if not announce:
+            return
+        for name, entry in old.entries.items():
+            new = self.catalog.entries.get(name)
+            if new is not None and _same_load(new, entry):
+                continue
+            if await self.models.unload(name):
+                log.info("model %s changed or left its source: unloading it", name)
+            if new is None:
+                await self.models.publish({"model": name, "event": "model_remove"})
+        await self.models.publish({"model": "*", "event": "models_reload"})
+
+    def entry(self, name: str) -> ModelEntry | None:
+        return self.catalog.find(name)
+
+    async def view(self) -> FleetView:
+        return await self.models.view(list(self.catalog.entries))
+
+    async def status(self, name: str) -> ModelStatus:
+        return status_of(name, self.catalog.entries.get(name), await self.models.view([name]))
+
+    # -- routing a request ----------------------------------------------------------------
+
+    async def route(self, request: Request) -> str | None:
+        """The model a request is for (None: the route is not routed by model)."""
+        path = request.path.removeprefix(self.settings.api_prefix) or "/"
+        if request.method == "POST":
+            if path in NOT_ROUTED_POST or request.route is None:
+                return None
+            raw = raw_body(request)
+            body = load_json(raw) if raw.strip() else None
+            name = body.get("model") if isinstance(body, dict) else None
+            post = True
+        elif request.method == "GET" and (path in ROUTED_GET
+                                          or (path == "/props" and "model" in request.args)):
+            name, post = request.args.get("model"), False
+        else:
+            return None
+        return await self.validate(str(name) if isinstance(name, str) else "",
+                                   self.autoload(request), post)
+
+    def autoload(self, request: Request) -> bool:
+        asked = request.args.get("autoload")
+        if asked is None:
+            return self.settings.models_autoload
+        return asked in ("true", "1")
+
+    async def validate(self, name: str, autoload: bool, post: bool) -> str:
+        if not name:
+            raise InvalidRequest("model name is missing from the request")
+        entry = self.entry(name)
+        if entry is None:
+            if not await self.models.registry.live_workers(name):  # a worker's -m model
+                raise InvalidRequest(f"model '{name}' not found")
+            return name
+        name = entry.name  # an alias names its model
+        if not await self.models.registry.live_workers(name):
+            status = await self.status(name)
+            if status.value not in RUNNING and not autoload:
+                raise InvalidRequest("model is not loaded")
+            if autoload and status.value not in ("loaded", "sleeping"):
+                await self.ensure_ready(entry)
+        if post:
+            await self.models.touch(name)
+        return name
+
+    async def ensure_ready(self, entry: ModelEntry) -> None:
+        """Load `entry` if nothing runs it, and wait until a worker serves it."""
+        deadline = time.monotonic() + self.settings.timeout
+        placed = False
+        while time.monotonic() < deadline:
+            if await self.models.registry.live_workers(entry.name):
+                return
+            status = await self.status(entry.name)
+            if status.value == "loading":  # placed by someone else: its outcome is ours
+                placed = True
+            elif status.value == "unloaded":
+                if placed and status.failed:
+                    raise ServerError(f"model name={entry.name} failed to load")
+                try:
+                    await self.place(entry)
+                    placed = True
+                except AlreadyRunning:
+                    placed = True
+                except NoCapacity as exc:  # wait for a worker to become free
+                    if not await self.models.hosts():
+                        raise Unavailable("no worker can load a model: every worker was "
+                                          "started with -m (start workers without -m)",
+                                          retry_after_s=5) from None
+                    log.debug("model %s waits for a worker: %s", entry.name, exc)
+            await asyncio.sleep(READY_POLL_S)
+        raise Unavailable(f"model '{entry.name}' did not load in time", retry_after_s=5)
+
+    async def place(self, entry: ModelEntry) -> None:
+        await self.models.place(entry, self.settings.models_max, list(self.catalog.entries))
+
+    async def load_on_startup(self) -> None:
+        """Preset models with `load-on-startup`: placed once workers are there (any pod may
+        do it; the second finds them running)."""
+        wanted = [e for e in self.catalog.entries.values() if e.load_on_startup]
+        deadline = time.monotonic() + STARTUP_LOAD_S
+        while wanted and time.monotonic() < deadline:
+            for entry in list(wanted):
+                try:
+                    await self.place(entry)
+                except AlreadyRunning:
+                    pass
+                except (NoCapacity, Unavailable, RedisError):
+                    continue
+                wanted.remove(entry)
+            await asyncio.sleep(1.0)
+        for entry in wanted:
+            log.warning("model %s: load-on-startup: no worker took it", entry.name)
+
+    # -- events ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def listen(self) -> AsyncIterator[asyncio.Queue[str]]:
+        """The events published from now on (each one JSON), for one SSE client."""
+        queue: asyncio.Queue[str] = asyncio.Queue(maxsize=1000)
+        self._listeners.add(queue)
+        try:
+            yield queue
+        finally:
+            self._listeners.discard(queue)
+
+    async def relay(self, redis: Redis) -> None:
+        """Every model event published by any process (keys.MODELS_CHANNEL), to this pod's
+        SSE clients; another pod's models_reload reloads this pod's catalog too."""
+        while True:
+            pubsub = redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(keys.MODELS_CHANNEL)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        await self._deliver(message["data"])
+            except RedisError as error:
+                log.warning("model events: lost Redis (%s); resubscribing", error)
+                await asyncio.sleep(RELAY_RETRY_S)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def _deliver(self, data: bytes | str) -> None:
+        text = data.decode(errors="replace") if isinstance(data, bytes) else data
+        try:
+            event: Any = json.loads(text)
+        except ValueError:
+            log.warning("model events: junk message %r", text[:100])
+            return
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind == "models_reload":
+            with contextlib.suppress(Exception):
+                await self.reload(announce=False)
+        elif kind in ("download_finished", "model_remove"):
+            self.stale = True
+        for queue in list(self._listeners):
+            with contextlib.suppress(asyncio.QueueFull):  # a stuck client loses events
+                queue.put_nowait(text)
+
+
+def _same_load(a: ModelEntry, b: ModelEntry) -> bool:
+    fields = ("model", "hf_repo", "hf_file", "options", "mmproj")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def request_model(request: Request) -> str:
+    """The model a request is served by: in router mode the one it named (set by the routing
+    middleware), else the pod's model."""
+    routed: str | None = getattr(request.ctx, "model_id", None)
+    if routed:
+        return routed
+    settings: ApiSettings = request.app.ctx.settings
+    return settings.model_id()

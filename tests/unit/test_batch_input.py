@@ -1,0 +1,83 @@
+"""Reading a batch input file: the rules that fail a whole batch, one by one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api.batch.input import read_input
+from scheduler.batches import BatchPlan
+
+URL = "/v1/chat/completions"
+
+
+def line(custom_id: str = "a", **changes: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {"custom_id": custom_id, "method": "POST", "url": URL,
+                            "body": {"model": "m", "messages": []}}
+    item.update(changes)
+    return item
+
+
+def jsonl(*items: Any) -> bytes:
+    return "".join(json.dumps(i) + "\n" for i in items).encode()
+
+
+def codes(data: bytes) -> list[tuple[str, int | None]]:
+    return [(e.code, e.line) for e in read_input(data, URL).errors]
+
+
+def test_good_lines_in_order_blank_lines_skipped() -> None:
+    parsed = read_input(jsonl(line("x"), line("y")) + b"\n\n" + jsonl(line("z")), URL)
+    assert not parsed.errors and parsed.model == "m"
+    assert [item.custom_id for item in parsed.lines] == ["x", "y", "z"]
+
+
+def test_each_rule_names_its_line() -> None:
+    assert codes(jsonl(line()) + b"{nope\n") == [("invalid_json_line", 2)]
+    assert codes(b"[1, 2]\n") == [("invalid_json_line", 1)]
+    assert codes(b'{"x": NaN}\n') == [("invalid_json_line", 1)]
+    assert codes(jsonl(line("a"), line("a"))) == [("duplicate_custom_id", 2)]
+    assert codes(jsonl(line(url="/v1/completions"))) == [("invalid_url", 1)]
+    assert codes(jsonl(line(method="GET"))) == [("invalid_method", 1)]
+    assert codes(jsonl({"method": "POST", "url": URL, "body": {}})) == [
+        ("missing_required_parameter", 1)]
+    assert codes(jsonl(line(body=[1]))) == [("missing_required_parameter", 1)]
+    assert codes(jsonl(line(extra=1))) == [("invalid_request", 1)]
+    other = line("b", body={"model": "n"})
+    assert codes(jsonl(line("a"), other)) == [("mismatched_model", 2)]
+    assert codes(b"") == [("empty_file", None)]
+
+
+def test_errors_are_collected_and_no_line_runs() -> None:
+    parsed = read_input(jsonl(line("a"), line("a")) + b"junk\n", URL)
+    assert [e.code for e in parsed.errors] == ["duplicate_custom_id", "invalid_json_line"]
+    assert parsed.lines == []
+
+
+def test_too_many_lines(monkeypatch: Any) -> None:
+    monkeypatch.setattr("api.batch.input.MAX_LINES", 3)
+    assert codes(jsonl(*(line(str(i)) for i in range(4)))) == [("too_many_requests", None)]
+
+
+def test_plan_cuts_lines_into_chunks() -> None:
+    plan = BatchPlan(lines=10, chunk_size=4)
+    assert plan.n_chunks == 3
+    assert [list(plan.chunk_lines(i)) for i in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert BatchPlan().n_chunks == 0
+
+
+def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
+    from api.batch import embeddings
+    from api.batch.input import BatchLine
+    from api.wire.embeddings import embedding_request
+
+    monkeypatch.setattr(embeddings, "MAX_JOB_INPUTS", 4)
+
+    def member(i: int, n: int) -> tuple[int, embeddings.EmbeddingLine]:
+        body = {"input": [f"t{k}" for k in range(n)]}
+        return i, embeddings.EmbeddingLine(BatchLine(str(i), body),
+                                           embedding_request(body, oai_route=True))
+
+    jobs = embeddings._jobs_of([member(0, 1), member(1, 3), member(2, 2), member(3, 9),
+                                member(4, 1)])
+    assert [[i for i, _ in job] for job in jobs] == [[0, 1], [2], [3], [4]]

@@ -1,0 +1,165 @@
+"""A decision job made ready for the engine, and the readout math (no llama.cpp calls here).
+
+How an answer is read (README "Decisions"): each question's prompt is the shared prefix plus
+its own suffix; its candidate labels are scored as whole token sequences continuing it:
+log P(label) = sum of the log-probabilities (full-vocabulary softmax) of its tokens, each given
+the ones before. Labels form a trie of tokens; a label that is itself a prefix of a longer one
+("red" / "reddish") gets only the mass of not continuing towards the longer labels, so labels
+that share first tokens are told apart and the candidates are disjoint events. The
+probabilities are the softmax of those log-scores divided by the type's temperature, restricted
+to the candidates (sum 1). Nothing is sampled.
+
+What must be decoded: the suffix (the logits of its last token give the first label tokens),
+then one branch per deepest inner node of the trie (a label's tokens but its last), with logits
+on every token of the branch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path as FilePath
+from typing import Protocol
+
+import numpy as np
+
+from scheduler.decision_meta import DecisionCaps, native_caps
+from scheduler.errors import ExceedContextSize, InvalidRequest
+from scheduler.gguf_meta import read_metadata
+from scheduler.jobs import DecisionJob
+
+Path = tuple[int, ...]
+"""A node of a question's label trie: the label tokens read so far."""
+
+
+@dataclass
+class QuestionPlan:
+    id: str
+    type: str
+    suffix: list[int]
+    labels: list[list[int]]
+    branches: list[list[int]]
+    """Token paths to decode after the suffix (each in turn, from the suffix's end)."""
+    temperature: float
+    children: dict[Path, set[int]] = field(default_factory=dict)
+    """The trie: for each inner node, the tokens that lead on to a label."""
+
+
+@dataclass
+class DecisionRequest:
+    """A decision job, tokenized and checked: what the engine runs (worker/decisions.py)."""
+
+    job: DecisionJob
+    prefix: list[int]
+    questions: list[QuestionPlan]
+
+    @property
+    def n_tokens_max(self) -> int:
+        """The most tokens one question's sequence holds (prefix, suffix, longest branch)."""
+        return len(self.prefix) + max(len(q.suffix) + max((len(b) for b in q.branches),
+                                                          default=0) for q in self.questions)
+
+
+class Tokenizer(Protocol):
+    """What planning needs of the vocabulary (worker/vocab.py Vocab has it)."""
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]: ...
+
+
+def decision_caps(model_path: FilePath, prompted: bool) -> DecisionCaps | None:
+    """How this worker serves decisions: natively when the model file carries llamaq's
+    decision keys (scheduler/decision_meta.py), by prompting under --decisions, else not."""
+    caps = native_caps(read_metadata(model_path))
+    if caps is None and prompted:
+        caps = DecisionCaps(mode="prompted")
+    return caps
+
+
+def label_trie(labels: list[list[int]]) -> dict[Path, set[int]]:
+    children: dict[Path, set[int]] = {}
+    for label in labels:
+        for depth in range(len(label)):
+            children.setdefault(tuple(label[:depth]), set()).add(label[depth])
+    return children
+
+
+def branches_of(labels: list[list[int]]) -> list[list[int]]:
+    """The fewest paths whose decoding gives the logits at every inner node of the trie but
+    the root: the deepest inner nodes, longest first."""
+    inner = {tuple(label[:depth]) for label in labels for depth in range(1, len(label))}
+    deepest = [node for node in inner
+               if not any(len(other) > len(node) and other[:len(node)] == node
+                          for other in inner)]
+    return [list(node) for node in sorted(deepest, key=lambda n: (-len(n), n))]
+
+
+def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
+                  n_ctx_slot: int) -> DecisionRequest:
+    """Tokenize and check a decision job; raises its 400 before it takes a slot."""
+    prefix = vocab.tokenize(job.prefix, True, True)
+    if not prefix:
+        raise InvalidRequest("the decision prompt is empty")
+    questions = []
+    for question in job.questions:
+        if question.type not in caps.types:
+            raise InvalidRequest(f"question {question.id!r}: this model does not answer "
+                                 f"{question.type} questions")
+        if question.type == "choice" and len(question.labels) > caps.max_options:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.labels)} options; "
+                                 f"this model takes at most {caps.max_options}")
+        labels = [vocab.tokenize(label, False, False) for label in question.labels]
+        seen: dict[Path, str] = {}
+        for text, tokens in zip(question.labels, labels, strict=True):
+            if not tokens:
+                raise InvalidRequest(f"question {question.id!r}: option {text!r} has no tokens")
+            if tuple(tokens) in seen:
+                raise InvalidRequest(f"question {question.id!r}: options {seen[tuple(tokens)]!r} "
+                                     f"and {text!r} are the same tokens")
+            seen[tuple(tokens)] = text
+        questions.append(QuestionPlan(
+            id=question.id, type=question.type,
+            suffix=vocab.tokenize(question.suffix, False, True), labels=labels,
+            branches=branches_of(labels), temperature=caps.temperature(question.type),
+            children=label_trie(labels)))
+    request = DecisionRequest(job, prefix, questions)
+    if request.n_tokens_max >= n_ctx_slot:
+        raise ExceedContextSize(
+            f"the request exceeds the available context size ({request.n_tokens_max} tokens, "
+            f"context {n_ctx_slot})", n_prompt_tokens=request.n_tokens_max, n_ctx=n_ctx_slot)
+    for plan in questions:
+        if not plan.suffix:
+            raise InvalidRequest(f"question {plan.id!r}: its prompt is empty")
+    return request
+
+
+def child_logprobs(logits: np.ndarray, tokens: set[int]) -> dict[int, float]:
+    """log P(token) under the full-vocabulary softmax of one row of logits."""
+    row = logits.astype(np.float64, copy=False)
+    peak = float(row.max())
+    scale = peak + math.log(float(np.exp(row - peak).sum()))
+    return {t: float(row[t]) - scale for t in tokens}
+
+
+def label_scores(question: QuestionPlan,
+                 logprobs: dict[Path, dict[int, float]]) -> list[float]:
+    """log P(label, and not a longer label) for each label, from each inner node's
+    log-probabilities of its children."""
+    scores = []
+    for label in question.labels:
+        total = sum(logprobs[tuple(label[:depth])][label[depth]] for depth in range(len(label)))
+        longer = question.children.get(tuple(label))
+        if longer:  # a prefix of other labels: only the mass that does not go on to them
+            onward = sum(math.exp(logprobs[tuple(label)][t]) for t in longer)
+            total += math.log(max(1.0 - onward, 1e-300))
+        scores.append(total)
+    return scores
+
+
+def restricted_softmax(scores: list[float], temperature: float = 1.0) -> list[float]:
+    """Softmax over the candidates only, of the log-scores divided by the temperature."""
+    values = np.asarray(scores, dtype=np.float64) / temperature
+    if not np.isfinite(values).any():
+        return [1.0 / len(scores)] * len(scores)
+    values = np.exp(values - values[np.isfinite(values)].max())
+    values[~np.isfinite(values)] = 0.0
+    return [float(v) for v in values / values.sum()]

@@ -1,0 +1,303 @@
+"""The embedder: one thread that decodes the inputs of every embedding and rerank job the worker
+holds together, as separate sequences of one llama_decode (llama.cpp's n_seq_max), on a context
+made with embeddings on.
+
+Each decode takes waiting sequences in order, online jobs' first, then background ones (batch
+chunks), as many as fit: at most n_seq_max sequences and n_batch tokens (an embedding worker's
+logical batch is its physical one, as llama-server forces it). A sequence is decoded whole in
+one decode, so a job is done once each of its sequences went through one. The context keeps
+nothing between decodes.
+
+Owns: the thread and its queues, the batch, reading embeddings back (pooled per sequence or one
+row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
+(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` under
+`_wake`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import llama_cpp as lc
+import numpy as np
+
+from scheduler.errors import ErrorInfo, LlamaqError, ServerError, Unavailable
+from scheduler.jobs import EmbeddingJob, RerankJob
+from scheduler.registry import WorkerMetrics
+from scheduler.results import (
+    EmbeddingItem,
+    EmbeddingResult,
+    RerankItem,
+    RerankResult,
+    pack_floats,
+)
+from worker.embed_inputs import Prepared
+from worker.model import LoadedModel
+
+log = logging.getLogger(__name__)
+
+POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN: "mean",
+                 lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last",
+                 lc.LLAMA_POOLING_TYPE_RANK: "rank"}
+POOLING_TYPES = {name: value for value, name in POOLING_NAMES.items()}
+
+
+def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
+    """llama.cpp's common_embd_normalize: -1 none, 0 max absolute scaled to int16, 2 euclidean,
+    any other p-norm (1 taxicab)."""
+    values = vector.astype(np.float64)
+    if norm == -1:
+        total = 1.0
+    elif norm == 0:
+        total = float(np.max(np.abs(values), initial=0.0)) / 32760.0
+    elif norm == 2:
+        total = float(np.sqrt(np.sum(values * values)))
+    else:
+        total = float(np.sum(np.abs(values) ** norm) ** (1.0 / norm))
+    scale = np.float32(1.0 / total if total > 0.0 else 0.0)
+    return (vector * scale).astype(np.float32)
+
+
+@dataclass
+class EmbedRequest:
+    """A job's inputs on their way through the embedder; `future` gets the result."""
+
+    job: EmbeddingJob | RerankJob
+    inputs: list[Prepared]
+    """The inputs to decode (tokens checked)."""
+    normalize: int
+    errors: dict[int, ErrorInfo] = field(default_factory=dict)
+    """Inputs that failed their checks (a job with per_input_errors): index -> error."""
+    future: Future[EmbeddingResult | RerankResult] = field(default_factory=Future)
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+    """Finished inputs: index -> the rows (pooled: one row) of float32."""
+    left: int = 0
+
+    @property
+    def background(self) -> bool:
+        return self.job.background
+
+
+@dataclass
+class Sequence:
+    request: EmbedRequest
+    input: Prepared
+
+
+class Embedder:
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.n_seq_max = lc.llama_n_seq_max(model.ctx)
+        self.n_batch = lc.llama_n_batch(model.ctx)
+        self.pooling_type = lc.llama_pooling_type(model.ctx)
+        self.pooling = POOLING_NAMES.get(self.pooling_type, "none")
+        self.n_embd_out = lc.llama_model_n_embd_out(model.model)
+        self.metrics = WorkerMetrics()
+        self._waiting: deque[Sequence] = deque()
+        self._background: deque[Sequence] = deque()
+        self._cancelled: dict[str, LlamaqError] = {}
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._processing = 0
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._thread = threading.Thread(target=self._run, name="llamaq-embedder", daemon=True)
+
+    # -- called from other threads -------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+        lc.llama_batch_free(self._batch)
+
+    def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:
+        """Queue the request's inputs (each must have tokens and no error)."""
+        request.left = len(request.inputs)
+        if not request.inputs:
+            request.future.set_result(self._result(request))
+            return request.future
+        queue = self._background if request.background else self._waiting
+        with self._wake:
+            queue.extend(Sequence(request, item) for item in request.inputs)
+            self._processing += 1
+            self._wake.notify()
+        return request.future
+
+    def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
+        with self._wake:
+            self._cancelled[job_id] = error or Unavailable("cancelled")
+            self._wake.notify()
+
+    def metrics_snapshot(self) -> WorkerMetrics:
+        with self._wake:
+            deferred = len({id(s.request) for s in (*self._waiting, *self._background)})
+            processing = self._processing
+        return self.metrics.model_copy(update={"requests_processing": processing,
+                                               "requests_deferred": deferred})
+
+    # -- the embedder thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._stopping or self._waiting or self._background
+                           or self._cancelled):
+                    self._wake.wait()
+                if self._stopping:
+                    self._fail_all(Unavailable("the worker stopped"))
+                    return
+                self._drop_cancelled()
+                step = self._take()
+            if step:
+                try:
+                    self._decode(step)
+                except Exception as error:  # a bug fails the step's jobs, not the worker
+                    log.exception("embedding decode failed")
+                    self._fail(step, ServerError(f"internal error: {error}"))
+
+    def _drop_cancelled(self) -> None:
+        """Under `_wake`: forget the waiting sequences of cancelled jobs; end those jobs."""
+        if not self._cancelled:
+            return
+        cancelled, self._cancelled = self._cancelled, {}
+        for queue in (self._waiting, self._background):
+            kept = [s for s in queue if s.request.job.job_id not in cancelled]
+            for sequence in queue:
+                request = sequence.request
+                if request.job.job_id in cancelled and not request.future.done():
+                    request.future.set_exception(cancelled[request.job.job_id])
+                    self._processing -= 1
+            queue.clear()
+            queue.extend(kept)
+
+    def _take(self) -> list[Sequence]:
+        """Under `_wake`: the next decode's sequences, online ones first, in arrival order,
+        while they fit (n_seq_max sequences, n_batch tokens)."""
+        step: list[Sequence] = []
+        n_tokens = 0
+        for queue in (self._waiting, self._background):
+            while queue and len(step) < self.n_seq_max:
+                size = len(queue[0].input.tokens)
+                if n_tokens + size > self.n_batch:
+                    return step
+                step.append(queue.popleft())
+                n_tokens += size
+        return step
+
+    def _decode(self, step: list[Sequence]) -> None:
+        batch, n = self._batch, 0
+        for seq_id, sequence in enumerate(step):
+            for pos, token in enumerate(sequence.input.tokens):
+                batch.token[n] = token
+                batch.pos[n] = pos
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = seq_id
+                batch.logits[n] = True
+                n += 1
+        batch.n_tokens = n
+        started = time.perf_counter()
+        status = lc.llama_decode(self.model.ctx, batch)
+        elapsed = time.perf_counter() - started
+        if status != 0:
+            lc.llama_memory_clear(self.model.memory, True)
+            self._fail(step, ServerError(f"llama_decode failed with status {status}"))
+            return
+        m = self.metrics
+        m.n_decode_total += 1
+        m.n_busy_slots_total += len(step)
+        m.prompt_tokens_total += n
+        m.prompt_seconds_total += elapsed
+        m.n_tokens_max = max(m.n_tokens_max, max(len(s.input.tokens) for s in step))
+        offset = 0
+        for seq_id, sequence in enumerate(step):
+            rows = self._read(seq_id, offset, len(sequence.input.tokens))
+            offset += len(sequence.input.tokens)
+            self._done(sequence, rows)
+        lc.llama_memory_clear(self.model.memory, True)  # memory-less models: a no-op
+
+    def _read(self, seq_id: int, offset: int, n_tokens: int) -> np.ndarray:
+        """The sequence's pooled embedding (one row), or one row per token with pooling none."""
+        ctx, width = self.model.ctx, self.n_embd_out
+        if self.pooling_type == lc.LLAMA_POOLING_TYPE_NONE:
+            rows = []
+            for i in range(offset, offset + n_tokens):
+                pointer = lc.llama_get_embeddings_ith(ctx, i)
+                rows.append(_floats(pointer, width))
+            return np.stack(rows)
+        pointer = lc.llama_get_embeddings_seq(ctx, seq_id)
+        if self.pooling_type == lc.LLAMA_POOLING_TYPE_RANK:
+            width = max(1, lc.llama_model_n_cls_out(self.model.model))
+        return _floats(pointer, width)[None, :]
+
+    def _done(self, sequence: Sequence, rows: np.ndarray) -> None:
+        request = sequence.request
+        if request.future.done():  # cancelled meanwhile
+            return
+        pooled = self.pooling_type != lc.LLAMA_POOLING_TYPE_NONE
+        if pooled and isinstance(request.job, EmbeddingJob):  # a rerank's score stays raw
+            rows = normalize(rows[0], request.normalize)[None, :]
+        request.rows[sequence.input.index] = rows
+        request.left -= 1
+        if request.left == 0:
+            with self._wake:
+                self._processing -= 1
+            request.future.set_result(self._result(request))
+
+    def _result(self, request: EmbedRequest) -> EmbeddingResult | RerankResult:
+        """Every input's item in input order: failed inputs (per_input_errors) carry their
+        error."""
+        inputs = {item.index: item for item in request.inputs}
+        if isinstance(request.job, RerankJob):
+            scores = []
+            for index in range(len(request.job.documents)):
+                item = inputs.get(index)
+                if item is None or index not in request.rows:
+                    scores.append(RerankItem(index=index, score=-1e6, n_tokens=0,
+                                             error=request.errors.get(index)))
+                    continue
+                scores.append(RerankItem(index=index, score=float(request.rows[index][0][0]),
+                                         n_tokens=len(item.tokens)))
+            return RerankResult(items=scores)
+        items = []
+        for index in range(len(request.job.inputs)):
+            item = inputs.get(index)
+            if item is None or index not in request.rows:
+                items.append(EmbeddingItem(index=index, n_tokens=0,
+                                           error=request.errors.get(index)))
+                continue
+            rows = request.rows[index]
+            items.append(EmbeddingItem(index=index, n_tokens=len(item.tokens),
+                                       n_embd=rows.shape[1], data=pack_floats(rows.ravel())))
+        return EmbeddingResult(pooling=self.pooling,  # type: ignore[arg-type]
+                               items=items)
+
+    def _fail(self, step: list[Sequence], error: LlamaqError) -> None:
+        for request in {id(s.request): s.request for s in step}.values():
+            if not request.future.done():
+                request.future.set_exception(error)
+                with self._wake:
+                    self._processing -= 1
+
+    def _fail_all(self, error: LlamaqError) -> None:
+        """Under `_wake`."""
+        for queue in (self._waiting, self._background):
+            for sequence in queue:
+                if not sequence.request.future.done():
+                    sequence.request.future.set_exception(error)
+            queue.clear()
+
+
+def _floats(pointer: ctypes._Pointer[ctypes.c_float] | None, width: int) -> np.ndarray:
+    if not pointer:
+        raise ServerError("failed to get embeddings")
+    return np.ctypeslib.as_array(pointer, shape=(width,)).copy()
