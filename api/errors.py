@@ -13,9 +13,8 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler.errors import InvalidRequest, LlamaqError, NotFound, RedisUnreachable, ServerError
+from scheduler.errors import InvalidRequest, LlamaqError, NotFound, ServerError, translate
 from storage import StorageError
-from storage.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +43,15 @@ def validation_message(exc: ValidationError) -> str:
 
 def as_llamaq_error(exc: Exception) -> LlamaqError:
     """Map anything a handler raised to one of our errors (third-party ones at this edge)."""
-    if isinstance(exc, LlamaqError):
-        return exc
-    if isinstance(exc, ValidationError):
-        return InvalidRequest(validation_message(exc))
     if isinstance(exc, RedisError):
         log.warning("Redis error: %r", exc)
-        return RedisUnreachable()
-    if isinstance(exc, StorageError):
+    elif isinstance(exc, StorageError):
         log.debug("storage error: %s", exc)
-        return ServerError(f"storage error: {redact(str(exc))}")
+    ours = translate(exc)  # the translation the worker uses too
+    if ours is not None:
+        return ours
+    if isinstance(exc, ValidationError):
+        return InvalidRequest(validation_message(exc))
     if isinstance(exc, SanicException):
         if exc.status_code == 404:
             return NotFound("File Not Found")

@@ -248,8 +248,10 @@ def command(system: str, binary: Path, model: Path, port: int, shared: list[str]
 
 
 @contextmanager
-def running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(cmd: list[str], log: Path,
+            extra_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"}  # private Redis
+    env.update(extra_env or {})
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
@@ -257,6 +259,15 @@ def running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             yield process
         finally:
             stop(process)
+
+
+def system_env(system: str, args: argparse.Namespace) -> dict[str, str]:
+    """--llama-server-env KEY=VALUE: for llama-server only (e.g. OMP_WAIT_POLICY=PASSIVE,
+    the wait policy `llamaq worker` sets for itself, to compare serving with the same
+    ggml thread behaviour)."""
+    if system != "llama-server":
+        return {}
+    return dict(item.split("=", 1) for item in args.llama_server_env)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -293,7 +304,7 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
     cmd = command(system, args.llama_server, model, port, shared)
     print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
     load_before = os.getloadavg()[0]
-    with running(cmd, log) as process:
+    with running(cmd, log, system_env(system, args)) as process:
         try:
             ready = wait_healthy(url, process, args.start_timeout)
             print(f"  {system}: healthy after {ready:.1f} s", flush=True)
@@ -352,7 +363,7 @@ def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
             cmd = command(system, args.llama_server, model, port, shared)
             log = RESULTS / f"streaming-{stamp}-{system}.log"
             print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
-            process = stack.enter_context(running(cmd, log))
+            process = stack.enter_context(running(cmd, log, system_env(system, args)))
             urls[system], sessions[system] = f"http://127.0.0.1:{port}", process.pid
             wait_healthy(urls[system], process, args.start_timeout)
         for system in SYSTEMS:
@@ -418,7 +429,8 @@ def interleaved_report(args: argparse.Namespace, model: Path,
         f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
         f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
         f" temperature 0.8; {args.rounds} rounds, order alternating; median [min–max];"
-        f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end.",
+        f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end;"
+        f" nice {os.nice(0)}; llama-server env: {' '.join(args.llama_server_env) or 'as is'}.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
@@ -519,6 +531,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="llama-server binary (bench/build_llama_server.sh builds it)")
     parser.add_argument("--model", type=Path, help="GGUF (default: Gemma 3 270M Q4_K_M)")
     parser.add_argument("--start-timeout", type=float, default=120.0)
+    parser.add_argument("--llama-server-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment for llama-server only (repeatable), e.g. "
+                             "OMP_WAIT_POLICY=PASSIVE as llamaq's worker sets it")
     parser.add_argument("--rounds", type=int, default=0,
                         help="A/B interleaved: both systems up, N rounds alternating order; "
                              "reports the ratio's median and spread (see the module doc)")

@@ -93,20 +93,20 @@ def run_worker(argv: list[str]) -> None:
 
     prepare_process(settings, "worker")
     watch_parent()
-    runtime: Any
-    if settings.router_mode():  # no model: a host that loads what the router asks for
-        from worker.host import WorkerHost
 
-        runtime = WorkerHost(settings, argv)
-    else:
-        from worker.runtime import WorkerRuntime
+    def serving(redis_url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]:
+        if settings.router_mode():  # no model: a host that loads what the router asks for
+            from worker.host import WorkerHost
 
-        runtime = WorkerRuntime(settings)
+            return WorkerHost(settings, argv).run(redis_url, stop)
+        from worker.runtime import serve
+
+        return serve(settings, redis_url, stop)
 
     async def drain_on_signal() -> None:
         """SIGTERM/SIGINT: drain (up to --drain-timeout); a second one: stop now."""
         stop = asyncio.Event()
-        task = asyncio.ensure_future(runtime.run(redis_url_of(settings), stop))
+        task = asyncio.ensure_future(serving(redis_url_of(settings), stop))
         loop = asyncio.get_running_loop()
 
         def on_signal() -> None:

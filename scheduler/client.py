@@ -45,14 +45,20 @@ from scheduler.leases import (
 )
 from scheduler.queueing import queue_for
 from scheduler.results import (
+    AnyResult,
+    CompletionResult,
+    DetokenizeResult,
     EmbeddingResult,
     ErrorEvent,
     EventEnvelope,
     FinalEvent,
     RerankResult,
     Result,
+    SlotActionResult,
     StartedEvent,
     TokenEvent,
+    TokenizeResult,
+    expect_result,
 )
 from scheduler.streams import StreamRecords
 
@@ -400,6 +406,7 @@ class JobClient:
         task.add_done_callback(self._background.discard)
 
     async def run(self, job: AnyJob, queue: str | None = None) -> Result:
+        """The job's result, of whatever kind (prefer the typed calls below)."""
         async with self.submit(job, queue) as events:
             return await events.result()
 
@@ -428,6 +435,25 @@ class JobClient:
             raise ServerError(f"job {job.job_id}: a {result.result_kind} result for a rerank "
                               "job")
         return result
+
+    async def _run_as(self, job: AnyJob, kind: type[AnyResult],
+                      queue: str | None) -> AnyResult:
+        return expect_result(await self.run(job, queue), kind)
+
+    async def run_completion(self, job: CompletionJob,
+                             queue: str | None = None) -> CompletionResult:
+        return await self._run_as(job, CompletionResult, queue)
+
+    async def tokenize(self, job: TokenizeJob, queue: str | None = None) -> TokenizeResult:
+        return await self._run_as(job, TokenizeResult, queue)
+
+    async def detokenize(self, job: DetokenizeJob,
+                         queue: str | None = None) -> DetokenizeResult:
+        return await self._run_as(job, DetokenizeResult, queue)
+
+    async def slot_action(self, job: SlotActionJob,
+                          queue: str | None = None) -> SlotActionResult:
+        return await self._run_as(job, SlotActionResult, queue)
 
     @contextlib.asynccontextmanager
     async def controllable(self, completion_id: str, jobs: list[CompletionJob],

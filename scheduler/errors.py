@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
+
+from storage import StorageError
+from storage.redact import redact
 
 
 class ErrorInfo(BaseModel):
@@ -101,5 +105,27 @@ _BY_TYPE: dict[str, type[LlamaqError]] = {
 
 
 def error_from_info(info: ErrorInfo) -> LlamaqError:
-    """Rebuild the typed error a worker reported."""
-    return _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)  # type: ignore[arg-type]
+    """Rebuild the typed error a worker reported (a known type keeps its status, should it not
+    be the class's own; an unknown one is a 500)."""
+    error = _BY_TYPE.get(info.type, ServerError)(info.message, **info.extra)  # type: ignore[arg-type]
+    if info.type in _BY_TYPE and info.code != error.status:
+        error.status = info.code  # type: ignore[misc]
+    return error
+
+
+def translate(error: BaseException) -> LlamaqError | None:
+    """The one translation into ours, used by the api and the worker alike: ours as they are,
+    Redis errors as RedisUnreachable, object-storage errors with the status and type they
+    declare (`http_status`, `error_type`) and a redacted message; None for anything else
+    (a bug, which the caller reports as a 500)."""
+    if isinstance(error, LlamaqError):
+        return error
+    if isinstance(error, RedisError):
+        return RedisUnreachable()
+    if isinstance(error, StorageError):
+        translated = _BY_TYPE.get(error.error_type, ServerError)(
+            f"object storage: {redact(str(error))}")
+        if error.http_status != translated.status:
+            translated.status = error.http_status  # type: ignore[misc]
+        return translated
+    return None

@@ -116,13 +116,14 @@ class EventHub:
 
     async def _read_forever(self, pubsub: PubSub) -> None:
         lost_at: float | None = None
+        lost_with: set[str] = set()  # the jobs waiting when Redis went away
         failed = False
         while True:
             try:
                 message = await pubsub.get_message(timeout=None)
             except RedisError as error:
                 if lost_at is None:
-                    lost_at = time.monotonic()
+                    lost_at, lost_with = time.monotonic(), set(self._queues)
                     log.error("event hub lost Redis (%s); reconnecting", error)
                 if not failed and time.monotonic() - lost_at >= keys.HUB_GRACE_S:
                     failed = True
@@ -134,17 +135,20 @@ class EventHub:
                 log.warning("event hub reconnected to Redis after %.1f s",
                             time.monotonic() - lost_at)
                 lost_at, failed = None, False
-                task = asyncio.create_task(self._after_reconnect(pubsub))
+                task = asyncio.create_task(self._after_reconnect(pubsub, lost_with))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
             if message is not None:
                 self._dispatch(message)
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, only: set[str] | None = None) -> None:
         """Whatever was on its way may be lost (and the jobs may be gone with Redis's data), so
-        every waiting job ends now with a retryable error (and is cancelled by its client)."""
-        log.error("event hub: ending %d waiting jobs: %s", len(self._queues), message)
-        for queue in self._queues.values():
+        every waiting job (of `only`, when given) ends now with a retryable error (and is
+        cancelled by its client)."""
+        queues = [queue for channel, queue in self._queues.items()
+                  if only is None or channel in only]
+        log.error("event hub: ending %d waiting jobs: %s", len(queues), message)
+        for queue in queues:
             queue.put_nowait(RedisUnreachable(message))
 
     def _fail_confirmations(self) -> None:
@@ -159,15 +163,18 @@ class EventHub:
         epoch = await self._redis.get(keys.EPOCH)
         return fresh if epoch is None else _text(epoch)
 
-    async def _after_reconnect(self, pubsub: PubSub) -> None:
-        """Back on Redis: if it lost its data, the waiting jobs are gone; else every waiting
+    async def _after_reconnect(self, pubsub: PubSub, lost_with: set[str]) -> None:
+        """Back on Redis: if it lost its data, the jobs that were waiting when it went away
+        (`lost_with`) are gone -- not those submitted since, to the Redis that came back (the
+        hub may only notice the reconnection when such a job subscribes); else every waiting
         job reads back from its log what pub/sub did not bring meanwhile."""
         stale, self._stale = self._stale - set(self._queues), set()
         try:
             epoch = await self._read_epoch()
             if epoch != self._epoch:
                 self._epoch = epoch
-                self._fail_all("the job queue (Redis) restarted and lost this request")
+                self._fail_all("the job queue (Redis) restarted and lost this request",
+                               only=lost_with)
             else:
                 for queue in self._queues.values():
                     queue.put_nowait(RESYNC)

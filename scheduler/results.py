@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -15,7 +15,7 @@ from pydantic import (
     model_serializer,
 )
 
-from scheduler.errors import ErrorInfo
+from scheduler.errors import ErrorInfo, ServerError
 from scheduler.jobs import SamplingSettings
 
 
@@ -246,6 +246,19 @@ Result = Annotated[
     Field(discriminator="result_kind"),
 ]
 RESULT: TypeAdapter[Result] = TypeAdapter(Result)
+
+
+AnyResult = TypeVar("AnyResult", CompletionResult, TokenizeResult, DetokenizeResult,
+                     SlotActionResult, EmbeddingResult, RerankResult, DecisionResult)
+
+
+def expect_result(result: Result, kind: type[AnyResult]) -> AnyResult:
+    """`result` as the kind its job asked for (a worker that answers with another kind is a
+    bug: 500, not an assert)."""
+    if not isinstance(result, kind):
+        raise ServerError(f"a worker answered with a {type(result).__name__}, not a "
+                          f"{kind.__name__}")
+    return result
 
 
 class PromptProgress(BaseModel):

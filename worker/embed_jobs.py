@@ -80,7 +80,7 @@ async def run_embed_job(runtime: WorkerRuntime, job: EmbeddingJob | RerankJob) -
     """Run an embedding or rerank job (under the lease the caller took); its error is raised
     for the caller to publish."""
     embedder = runtime.embedder
-    assert embedder is not None and runtime.publisher is not None
+    assert embedder is not None  # only embed queues run this, and only an embedder has them
     model = embedder.model
     prepare = embedding_inputs if isinstance(job, EmbeddingJob) else rerank_inputs
     prepared = await asyncio.to_thread(prepare, job, model)  # type: ignore[arg-type]

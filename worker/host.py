@@ -165,7 +165,7 @@ class WorkerHost:
     # -- loading and unloading --------------------------------------------------------------
 
     async def _load(self, entry: ModelEntry) -> None:
-        from worker.runtime import WorkerRuntime  # llama.cpp: only once a model is asked for
+        from worker.runtime import serve  # llama.cpp: only once a model is asked for
 
         assert self.models is not None
         args = entry.args()
@@ -180,9 +180,8 @@ class WorkerHost:
             await self._failed(entry, args, EXIT_BAD_ARGS, f"bad options: {why[0]}")
             return
         stop = asyncio.Event()
-        runtime = WorkerRuntime(settings)
-        runtime.on_load_progress = self._progress_reporter(entry.name)
-        task = asyncio.create_task(runtime.run(self._redis_url(), stop))
+        task = asyncio.create_task(serve(settings, self._redis_url(), stop,
+                                         self._progress_reporter(entry.name)))
         self._serving = (task, stop, entry)
         mine = None
         while not task.done():

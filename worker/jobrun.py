@@ -32,7 +32,6 @@ from scheduler.leases import (
 )
 from scheduler.results import ErrorEvent
 from storage import StorageError
-from storage.redact import redact
 
 if TYPE_CHECKING:
     from worker.runtime import WorkerRuntime
@@ -56,7 +55,6 @@ def movable(kind: str, payload: dict[str, Any]) -> bool:
 
 async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> None:
     runtime: WorkerRuntime = ctx["runtime"]
-    assert runtime.leases is not None and runtime.redis is not None
     job_id = str(payload.get("job_id", "?"))
     start = await runtime.leases.start(job_id)
     if start.cancelled:
@@ -71,7 +69,7 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
         log.warning("job %s: its worker died before it sent anything; running it again on "
                     "worker %s (try %d)", job_id, runtime.worker_id, start.tries)
         await count_retry(runtime.redis, runtime.model_id)
-    if start.next_seq and runtime.publisher is not None:
+    if start.next_seq:
         runtime.publisher.resume(job_id, start.next_seq)  # after an earlier run's "started"
     try:
         assert runtime.sleeper is not None
@@ -85,12 +83,10 @@ async def run_job(ctx: dict[str, Any], payload: dict[str, Any], kind: str) -> No
     except asyncio.CancelledError:
         runtime.leases.held.discard(job_id)  # the lease lapses: the job may run elsewhere
         raise
-    except LlamaqError as error:
-        runtime.fail(job_id, error)
     except StorageError as error:
         log.debug("job %s: object storage: %s", job_id, error)
-        runtime.fail(job_id, Unavailable(f"object storage: {redact(str(error))}"))
-    except Exception as error:  # a bug must still end the job for its client
+        runtime.fail(job_id, error)
+    except Exception as error:  # ours, translated, or a bug: it still ends the job
         runtime.fail(job_id, error)
     await runtime.leases.release(job_id)
 
@@ -117,8 +113,6 @@ async def _end_dead_run(runtime: WorkerRuntime, job_id: str, decision: Decision,
                         start: Start) -> None:
     """The job's last run died with its worker and it may not run again: tell its client
     (if the api waiting for it has not already)."""
-    assert runtime.publisher is not None and runtime.leases is not None
-    assert runtime.redis is not None
     error: LlamaqError
     if decision is Decision.POISON:
         log.error("job %s: poison job: it was running when %d workers died; not running it "

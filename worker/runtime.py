@@ -1,5 +1,13 @@
 """A worker process: loads the model, runs the engine, takes jobs from arq, publishes events,
-keeps its registry entry alive and listens for cancellations and wake-ups."""
+keeps its registry entry alive and listens for cancellations and wake-ups.
+
+Owns: building the worker whole (`serve`: Redis, the model, then WorkerRuntime with its engine,
+publisher and leases, none of them optional) and taking it down; draining; the background
+loops (listener, lease renewal, reports); the job bodies (completion, decision, slot actions,
+tokenize). Hands off: what a job function does around its body (worker/jobrun.py), the model
+and the engine's defaults from the settings (worker/startup.py), the engine
+(worker/engine.py), embeddings and rerank (worker/embed_jobs.py).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +17,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
 from arq.connections import ArqRedis, create_pool
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -29,6 +34,7 @@ from scheduler.errors import (
     NotSupported,
     ServerError,
     Unavailable,
+    translate,
 )
 from scheduler.jobs import (
     CompletionJob,
@@ -36,7 +42,6 @@ from scheduler.jobs import (
     DetokenizeJob,
     EmbeddingJob,
     RerankJob,
-    SamplingSettings,
     SlotActionJob,
     TokenizeJob,
 )
@@ -61,16 +66,13 @@ from storage import (
     open_store,
 )
 from storage.redact import redact
-from worker import flags
 from worker.arq_worker import WakeableWorker
 from worker.decision_plan import decision_caps, plan_decision
 from worker.embed_jobs import (
     embed_functions,
     embed_queues,
-    embedding_batch,
     embedding_mode,
     run_embed_job,
-    tune_embedding_context,
 )
 from worker.embedder import Embedder
 from worker.engine import Engine
@@ -81,11 +83,9 @@ from worker.jobrun import (
     slot_functions,
     utility_functions,
 )
-from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
+from worker.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_model
 from worker.publisher import EventPublisher
-from worker.requests import EngineDefaults
-from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 from worker.sleep import Sleeper
 from worker.snapshots import (
@@ -96,6 +96,7 @@ from worker.snapshots import (
     restore_slot,
     save_slot,
 )
+from worker.startup import engine_defaults, load_model
 
 log = logging.getLogger(__name__)
 
@@ -104,57 +105,80 @@ JOB_TIMEOUT_S = 7 * 24 * 3600
 (a dead worker's jobs are freed by their lease, not by this)."""
 SLOT_REPORT_MIN_GAP_S = 0.05
 REDIS_RETRY_S = 1.0
+QUICK_PREPARE_MAX_CHARS = 4096
+"""Up to this many characters of plain prompt are tokenized on the event loop (see
+WorkerRuntime._quick_to_prepare)."""
 DRAIN_LAST_EVENTS_S = 5.0
 """After the drain timeout, how long the ended jobs' error events have to go out."""
 
 
+async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | None = None,
+                on_load_progress: Callable[[float], None] | None = None) -> None:
+    """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
+    or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
+    called from the loading thread with the load's progress, 0..1 (router mode publishes it
+    in /models/sse loading events)."""
+    if settings.decisions and embedding_mode(settings):
+        raise ModelLoadError("--decisions needs a worker that serves completions: it "
+                             "cannot be combined with --embedding or --rerank")
+    if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
+        raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
+                             "workers (only completion workers sleep)")
+    redis = open_redis(redis_url)
+    try:
+        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
+                                 job_deserializer=deserialize_job)
+        try:
+            model_path = await fetch_model(settings, redis)
+            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
+            try:
+                await WorkerRuntime(settings, redis, model).run(pool, stop)
+            finally:
+                model.close()
+        finally:
+            await pool.aclose()
+    finally:
+        await redis.aclose()
+
+
 class WorkerRuntime:
-    def __init__(self, settings: WorkerSettings) -> None:
+    """A worker's parts, built together: nothing in it is missing once it exists (an
+    embedder only on an --embedding/--rerank worker, decision caps only on a decision
+    model)."""
+
+    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
+        """Needs the running event loop (the publisher hands events over to it)."""
         self.settings = settings
         self.model_id = settings.model_id()
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
-        self.redis: Redis | None = None
-        self.engine: Engine | None = None
-        self.embedder: Embedder | None = None
+        self.redis = redis
+        self.model = model
+        self.publisher = EventPublisher(redis, self._write_metrics, self._lost)
+        self.leases = Leases(redis, self.worker_id)
+        self.engine = Engine(model, engine_defaults(settings, self.model_id, self.worker_id),
+                             self.publisher.from_thread)
+        embedding = embedding_mode(settings)
+        self.embedder: Embedder | None = Embedder(model) if embedding else None
         """Set on a worker started with --embedding or --rerank (worker/embed_jobs.py)."""
-        self.publisher: EventPublisher | None = None
-        self.leases: Leases | None = None
+        self._decision_caps: DecisionCaps | None = \
+            None if embedding else decision_caps(model.path, settings.decisions)
+        """Decisions run in the completion engine, on a decision model."""
         self.draining = False
         self._arq_workers: list[WakeableWorker] = []
         self._prefixes = PrefixIndex()
         self.info: WorkerInfo | None = None
         """This worker's registry entry, as its heartbeats write it."""
         self.sleeper: Sleeper | None = None
-        self._decision_caps: DecisionCaps | None = None
-        self.on_load_progress: Callable[[float], None] | None = None
-        """Called from the loading thread with the load's progress, 0..1 (router mode
-        publishes it in /models/sse loading events)."""
-        self._progress_callback: Any = None
+        """Idle sleep (--sleep-idle-seconds; worker/sleep.py), set once the worker runs."""
 
     # -- start and stop -----------------------------------------------------------------
 
-    async def run(self, redis_url: str, stop: asyncio.Event | None = None) -> None:
+    async def run(self, pool: ArqRedis, stop: asyncio.Event | None = None) -> None:
         """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
         to the drain timeout, hand the others back) and leave."""
-        self.redis = open_redis(redis_url)
-        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
-                                 job_deserializer=deserialize_job)
-        if self.settings.decisions and embedding_mode(self.settings):
-            raise ModelLoadError("--decisions needs a worker that serves completions: it "
-                                 "cannot be combined with --embedding or --rerank")
-        if self.settings.sleep_idle_seconds >= 0 and embedding_mode(self.settings):
-            raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or "
-                                 "--rerank workers (only completion workers sleep)")
-        model_path = await fetch_model(self.settings, self.redis)
-        model = await asyncio.to_thread(self._load_model, model_path)
-        if not embedding_mode(self.settings):  # decisions run in the completion engine
-            self._decision_caps = decision_caps(model.path, self.settings.decisions)
-        self.publisher = EventPublisher(self.redis, self._write_metrics, self._lost)
-        self.leases = Leases(self.redis, self.worker_id)
-        self.engine = Engine(model, self._defaults(), self.publisher.from_thread)
+        model = self.model
         self.engine.start()
-        if embedding_mode(self.settings):
-            self.embedder = Embedder(model)
+        if self.embedder is not None:
             self.embedder.start()
             self._arq_workers = [self._arq_worker(pool, queue, embed_functions(), n)
                                  for queue, n in embed_queues(self.model_id,
@@ -209,32 +233,29 @@ class WorkerRuntime:
             self.engine.stop()
             if self.embedder is not None:
                 self.embedder.stop()
-            self.engine.model.close()  # the model loaded last (idle sleep reloads it)
-            await pool.aclose()
-            await self.redis.aclose()
+            if self.model is not model:  # loaded again after an idle sleep: ours to close
+                self.model.close()
             log.info("worker %s: stopped", self.worker_id)
 
     def reload_engine(self) -> None:
         """Load the model again and start a new engine on it (a worker waking from idle
-        sleep); the worker's counters carry on."""
+        sleep; blocking: call it off the event loop); the worker's counters carry on."""
         old = self.engine
-        assert old is not None and self.publisher is not None
-        engine = Engine(self._load_model(old.model.path), self._defaults(),
+        model = load_model(self.settings, self.model.path)
+        engine = Engine(model, engine_defaults(self.settings, self.model_id, self.worker_id),
                         self.publisher.from_thread)
         engine.metrics = old.metrics
         engine.on_slots_changed = old.on_slots_changed
         engine.start()
-        self.engine = engine
+        self.model, self.engine = model, engine
 
     def _lost(self, job_id: str) -> None:
         """A job whose events Redis would not take: stop generating for nobody."""
-        if self.engine is not None:
-            self.engine.cancel(job_id)
+        self.engine.cancel(job_id)
 
     async def _drain(self) -> None:
         """Stop taking jobs; hand back those not started; let running generations finish up
         to the drain timeout; end the rest with an error event."""
-        assert self.engine is not None and self.publisher is not None
         self.draining = True
         timeout = self.settings.drain_timeout
         log.info("worker %s: draining (running jobs have up to %g s)", self.worker_id, timeout)
@@ -261,7 +282,6 @@ class WorkerRuntime:
             self.engine.cancel(job_id, error)
             if self.embedder is not None:
                 self.embedder.cancel(job_id, error)
-        assert self.redis is not None
         await asyncio.gather(*(count_failure(self.redis, self.model_id, "drain_timeout")
                                for _ in left), return_exceptions=True)
         deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
@@ -291,8 +311,6 @@ class WorkerRuntime:
     async def _renew_leases(self) -> None:
         """Keep the leases of running jobs; a job whose lease lapsed anyway (this loop was
         starved) may run elsewhere now: this worker stops it and sends nothing more for it."""
-        assert self.leases is not None and self.engine is not None
-        assert self.publisher is not None
         while True:
             try:
                 lost = await self.leases.renew()
@@ -310,7 +328,6 @@ class WorkerRuntime:
     def _write_metrics(self, pipe: Pipeline) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
         got its result sees its slot idle in /slots, as llama-server shows it."""
-        assert self.engine is not None
         metrics = (self.embedder or self.engine).metrics_snapshot()
         pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
                  ex=keys.HEARTBEAT_TTL_S)
@@ -324,7 +341,6 @@ class WorkerRuntime:
 
     async def _report(self, registry: Registry, info: WorkerInfo) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
-        assert self.engine is not None
         changed = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -337,7 +353,7 @@ class WorkerRuntime:
             changed.clear()
             try:
                 await registry.publish_slots(self.worker_id, self.engine.slot_states())
-                async with self.redis.pipeline(transaction=False) as pipe:  # type: ignore[union-attr]
+                async with self.redis.pipeline(transaction=False) as pipe:
                     self._write_metrics(pipe)
                     await pipe.execute()
                 if time.monotonic() >= next_heartbeat:
@@ -352,74 +368,6 @@ class WorkerRuntime:
                 await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
-    def _load_model(self, path: Path) -> LoadedModel:
-        s = self.settings
-        n_slots = 4 if s.n_parallel < 0 else s.n_parallel
-        threads = default_threads() if s.threads < 1 else s.threads
-        embedding = embedding_mode(s)
-        plan = ContextPlan(
-            n_ctx=s.ctx_size, n_slots=n_slots,
-            kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-            n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
-            n_threads=threads,
-            n_threads_batch=s.threads_batch or threads,
-            # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
-            swa_full=s.swa_full or s.cache_prompt,
-            flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
-            n_ctx_slot_cap=s.kv_unified_per_slot,
-        )
-
-        def tune_context(params: Any) -> None:
-            flags.tune_context(params, s)
-            if embedding:
-                tune_embedding_context(params, s)
-
-        model = LoadedModel(path, plan, self._tune_model, tune_context)
-        if s.warmup:
-            model.warmup()
-        return model
-
-    def _tune_model(self, params: lc.llama_model_params) -> None:
-        flags.tune_model(params, self.settings)
-        report = self.on_load_progress
-        if report is not None:
-            def progress(value: float, _: object) -> bool:
-                report(value)
-                return True  # go on loading
-
-            self._progress_callback = lc.llama_progress_callback(progress)  # kept alive here
-            params.progress_callback = self._progress_callback
-
-    def _defaults(self) -> EngineDefaults:
-        s = self.settings
-        sampling = SamplingSettings(
-            temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
-            top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
-            top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
-            xtc_threshold=s.xtc_threshold, repeat_last_n=s.repeat_last_n,
-            repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
-            frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
-            dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
-            dry_penalty_last_n=s.dry_penalty_last_n,
-            dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
-                                   for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
-            mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
-            seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
-            samplers=normalize_samplers(flags.sampler_names(s)),
-        )
-        grammar, schema = flags.default_grammar(s)
-        if schema and not grammar:
-            grammar = str(json_schema_to_gbnf(schema))
-        return EngineDefaults(sampling=sampling, n_predict=s.n_predict, n_keep=s.keep,
-                              cache_prompt=s.cache_prompt, special=s.special,
-                              model_alias=self.model_id, worker_id=self.worker_id,
-                              grammar=grammar, logit_bias=flags.default_logit_bias(s),
-                              cont_batching=s.cont_batching, spm_infill=s.spm_infill,
-                              context_shift=s.context_shift, cache_reuse=s.cache_reuse,
-                              stop=[flags.process_escapes(r) if s.escape else r
-                                    for r in s.reverse_prompt],
-                              n_probs_max=s.n_probs_max)
-
     def _arq_worker(self, pool: ArqRedis, queue: str, functions: list[Any],
                     max_jobs: int) -> WakeableWorker:
         return WakeableWorker(
@@ -432,7 +380,6 @@ class WorkerRuntime:
 
     async def _listen(self, *workers: WakeableWorker) -> None:
         """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
-        assert self.redis is not None and self.engine is not None
         by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         while True:
@@ -448,7 +395,6 @@ class WorkerRuntime:
 
     def _on_message(self, message: dict[str, Any],
                     by_channel: dict[str, WakeableWorker]) -> None:
-        assert self.engine is not None
         if message["type"] != "message":
             return
         channel = message["channel"].decode()
@@ -470,9 +416,11 @@ class WorkerRuntime:
 
     async def completion(self, job: CompletionJob) -> None:
         """Run a completion (under the lease the caller took)."""
-        assert self.engine is not None and self.publisher is not None and self.redis is not None
         try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
-            request = await asyncio.to_thread(self.engine.prepare, job)
+            if self._quick_to_prepare(job):  # a thread hop costs more than the work
+                request = self.engine.prepare(job)
+            else:
+                request = await asyncio.to_thread(self.engine.prepare, job)
         except LlamaqError as error:
             self.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
             return
@@ -489,11 +437,17 @@ class WorkerRuntime:
             self.engine.cancel(job.job_id)
             raise
 
+    def _quick_to_prepare(self, job: CompletionJob) -> bool:
+        """A short text prompt with no grammar to compile prepares in well under a
+        millisecond: on the event loop it saves the thread hand-offs of to_thread."""
+        return (isinstance(job.prompt, str) and len(job.prompt) <= QUICK_PREPARE_MAX_CHARS
+                and job.infill is None and not job.grammar and not job.json_schema
+                and not self.engine.defaults.grammar)
+
     async def decision(self, job: DecisionJob) -> None:
         """Answer a /v1/systemone request (worker/decisions.py): the engine runs it in slots,
         in the same decode steps as the completions."""
-        engine, publisher = self._engine(), self.publisher
-        assert publisher is not None and self.redis is not None
+        engine, publisher = self.engine, self.publisher
         caps = self._decision_caps
         try:
             if caps is None:
@@ -519,7 +473,7 @@ class WorkerRuntime:
     async def slot_action(self, job: SlotActionJob) -> None:
         """Save a slot's KV to object storage, restore it (possibly saved by another worker),
         or erase it; the engine runs it while the slot is idle."""
-        engine, model = self._engine(), self._engine().model
+        engine, model = self.engine, self.model
         if not self.settings.slot_save_path:
             raise NotSupported(
                 "This server does not support slots action. Start it with `--slot-save-path`")
@@ -570,7 +524,7 @@ class WorkerRuntime:
         self._final(job.job_id, await asyncio.to_thread(self._tokenize, job))
 
     def _tokenize(self, job: TokenizeJob) -> TokenizeResult:
-        vocab = self._engine().model.vocab
+        vocab = self.model.vocab
         ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
         tokens: list[int] | list[TokenPiece] = ids
         if job.with_pieces:
@@ -578,28 +532,22 @@ class WorkerRuntime:
         return TokenizeResult(tokens=tokens)
 
     async def detokenize(self, job: DetokenizeJob) -> None:
-        vocab = self._engine().model.vocab
+        vocab = self.model.vocab
         content = await asyncio.to_thread(
             vocab.detokenize, [t for t in job.tokens if vocab.valid(t)])
         self._final(job.job_id, DetokenizeResult(content=content))
 
     def _final(self, job_id: str,
                result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:
-        assert self.publisher is not None
         self.publisher.publish([(job_id, FinalEvent(result=result))])
 
-    def _engine(self) -> Engine:
-        assert self.engine is not None
-        return self.engine
-
     def fail(self, job_id: str, error: Exception) -> None:
-        assert self.publisher is not None
-        if isinstance(error, LlamaqError):
-            info = error.to_info()
-        else:
+        """End the job with `error` (translated as the api translates it; a bug is a 500)."""
+        ours = translate(error)
+        if ours is None:
             log.exception("job %s: failed", job_id, exc_info=error)
-            info = ServerError(f"internal error: {redact(str(error))}").to_info()
-        self.publisher.publish([(job_id, ErrorEvent(error=info))])
+            ours = ServerError(f"internal error: {redact(str(error))}")
+        self.publisher.publish([(job_id, ErrorEvent(error=ours.to_info()))])
 
 
 def _piece_json(piece: bytes) -> str | list[int]:

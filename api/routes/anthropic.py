@@ -7,17 +7,12 @@ tool_use blocks. Errors keep the spec's `{"error": {"code", "message", "type"}}`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from api.chat.messages import validate_messages, validate_tools
-from api.chat.parsing import ChatOutputParser, prompt_opens_thinking
-from api.chat.reasoning import reasoning_spec
-from api.chat.templates import ChatTemplate, template_kwargs
-from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.chat.parsing import ChatOutputParser
+from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.fleet import Fleet
 from api.render_anthropic import (
     MessageStream,
@@ -29,24 +24,18 @@ from api.render_anthropic import (
 from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from api.wire.anthropic import ChatInput, MessagesRequest
+from api.wire.anthropic import MessagesRequest
 from api.wire.body import parse_body
 from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob, TokenizeJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
+from scheduler.results import (
+    CompletionResult,
+    FinalEvent,
+    TokenEvent,
+    expect_result,
+)
 
 anthropic = Blueprint("anthropic")
-
-
-@dataclass
-class PreparedChat:
-    """A request rendered for the model: the prompt and how to read the model's output."""
-
-    chat: ChatInput
-    template: ChatTemplate
-    prompt: str
-    json_schema: str | None = None
-    """The schema a forced tool call must follow (tool_choice any/tool), as JSON text."""
 
 
 def _settings(request: Request) -> ApiSettings:
@@ -63,25 +52,19 @@ def _fleet(request: Request) -> Fleet:
 async def messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
-    settings = _settings(request)
-    job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.json_schema)
-    budget = prepared.chat.reasoning_budget
-    job.reasoning = reasoning_spec(
-        prepared.template.source, prepared.prompt,
-        settings.reasoning_budget if budget is None else budget,
-        settings.reasoning_budget_message or "", armed=False)
+    job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
+    job.reasoning = prepared.reasoning
     message_id = new_message_id()
     resume = None
     if body.stream:
         resume = await resume_of(request, _fleet(request), {"message_id": message_id})
         message_id = str(resume.record.minted["message_id"])
     stream = MessageStream(message_id, request_model(request), list(body.stop_sequences))
-    parser = _parser(settings, prepared)
+    parser = prepared.parser()
     if resume is not None:
         await _stream(request, job, parser, stream, resume, body.sse_ping_interval)
         return None
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, CompletionResult)
+    result = await _fleet(request).jobs.run_completion(job)
     parser.feed(result.content)
     return json_response(message_json(stream.message_id, stream.model, result, parser.finish(),
                                       stream.stop_sequences))
@@ -93,47 +76,27 @@ async def count_tokens(request: Request) -> HTTPResponse:
     prepared = await _prepare(request, body)
     job = TokenizeJob(model=request_model(request), content=prepared.prompt,
                       add_special=True, parse_special=True)
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, TokenizeResult)
+    result = await _fleet(request).jobs.tokenize(job)
     return json_response({"input_tokens": len(result.tokens)})
 
 
 async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
-    """Validate the converted messages and tools, render the prompt (a final assistant message
-    is continued under --prefill-assistant) and, when a tool call is forced, its schema."""
+    """The chat preparation every chat API shares (api/chat/prepare.py), from the converted
+    messages and tools: none at all renders too, a final assistant message is continued under
+    --prefill-assistant, and a forced tool call cannot also have `output_config.format`."""
     settings = _settings(request)
     chat = body.to_chat()
-    messages = validate_messages(chat.messages, allow_empty=True)
-    tools = validate_tools(chat.tools)
-    if tools and not settings.jinja:
-        raise InvalidRequest("tools param requires --jinja flag")
-    schema, hint = tool_call_grammar(tools, chat.tool_choice, chat.parallel_tool_calls)
-    if schema is not None and body.output_schema() is not None:
-        raise InvalidRequest("Cannot use output_config.format with a forced tool call")
-    if hint is not None:
-        messages = add_system_hint(messages, hint)
     workers = await _fleet(request).workers(request_model(request))
     if not workers:
         raise Unavailable("Loading model")
-    template = ChatTemplate.for_model(settings, workers[0].meta)
-    prompt = template.render(
-        messages, tools=tools or None,
-        extra_context=template_kwargs(settings, chat.chat_template_kwargs),
-        continue_final_message=None if settings.prefill_assistant else False,
-        allow_empty=True)
-    return PreparedChat(chat=chat, template=template, prompt=prompt, json_schema=schema)
-
-
-def _parser(settings: ApiSettings, prepared: PreparedChat) -> ChatOutputParser:
-    if settings.skip_chat_parsing:
-        return ChatOutputParser(reasoning_format="none", tools=False)
-    chat = prepared.chat
-    tools = bool(chat.tools) and chat.tool_choice.mode != "none"
-    return ChatOutputParser(
-        reasoning_format=settings.reasoning_format, tools=tools,
-        template_source=prepared.template.source,
-        thinking_forced_open=prompt_opens_thinking(prepared.prompt, prepared.template.source),
-        tool_names=[tool["function"]["name"] for tool in chat.tools] if tools else None)
+    prepared = prepare_chat(settings, workers[0].meta, ChatRequest(
+        messages=chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
+        parallel_tool_calls=chat.parallel_tool_calls,
+        chat_template_kwargs=chat.chat_template_kwargs, allow_empty=True,
+        reasoning_budget=chat.reasoning_budget))
+    if prepared.tool_schema is not None and body.output_schema() is not None:
+        raise InvalidRequest("Cannot use output_config.format with a forced tool call")
+    return prepared
 
 
 async def _stream(request: Request, job: CompletionJob, parser: ChatOutputParser,
@@ -149,9 +112,8 @@ async def _stream(request: Request, job: CompletionJob, parser: ChatOutputParser
             started = True
             out += stream.start(None if isinstance(event, FinalEvent) else event.timings)
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
             out += stream.feed(parser.flush())
-            out += stream.finish(event.result, parser.finish())
+            out += stream.finish(expect_result(event.result, CompletionResult), parser.finish())
         elif event.content:
             out += stream.feed(parser.feed(event.content))
         return [sse_event(name, data) for name, data in out]

@@ -73,10 +73,9 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
         if not isinstance(filename, str) or not filename:
             raise InvalidRequest("Invalid filename")
     worker, local_id = locate_slot(await fleet.workers(request_model(request), fresh=True), slot_id)
-    result = await fleet.jobs.run(SlotActionJob(
+    result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
         action=action, filename=filename))  # type: ignore[arg-type]
-    assert isinstance(result, SlotActionResult)
     return json(slot_action_json(result, slot_id))
 
 

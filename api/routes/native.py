@@ -31,10 +31,9 @@ from scheduler.jobs import CompletionJob
 from scheduler.registry import least_loaded
 from scheduler.results import (
     CompletionResult,
-    DetokenizeResult,
     FinalEvent,
     TokenEvent,
-    TokenizeResult,
+    expect_result,
 )
 from scheduler.slot_ids import locate_slot, slot_offset
 
@@ -111,16 +110,14 @@ async def _offline_modalities(request: Request) -> list[str]:
 @route(["POST"], "/tokenize")
 async def tokenize(request: Request) -> HTTPResponse:
     job = parse_body(request, TokenizeRequest).to_job(_model_id(request))
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, TokenizeResult)
+    result = await _fleet(request).jobs.tokenize(job)
     return json(result.model_dump(exclude={"result_kind"}))
 
 
 @route(["POST"], "/detokenize")
 async def detokenize(request: Request) -> HTTPResponse:
     job = parse_body(request, DetokenizeRequest).to_job(_model_id(request))
-    result = await _fleet(request).jobs.run(job)
-    assert isinstance(result, DetokenizeResult)
+    result = await _fleet(request).jobs.detokenize(job)
     return json({"content": result.content})
 
 
@@ -143,9 +140,9 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     if body.stream:
         await _stream(request, body, jobs)
         return None
-    results = await asyncio.gather(*(_fleet(request).jobs.run(job) for job in jobs))
+    results = await asyncio.gather(*(_fleet(request).jobs.run_completion(job) for job in jobs))
     rendered = [await _render(request, r, i, body.response_fields)
-                for i, r in enumerate(results) if isinstance(r, CompletionResult)]
+                for i, r in enumerate(results)]
     return json(rendered[0] if len(rendered) == 1 else rendered)
 
 
@@ -190,8 +187,8 @@ async def _stream(request: Request, body: CompletionRequest, jobs: list[Completi
 
     async def render(index: int, event: TokenEvent | FinalEvent) -> list[str]:
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
-            return [sse_data(await _render(request, event.result, index, body.response_fields))]
+            result = expect_result(event.result, CompletionResult)
+            return [sse_data(await _render(request, result, index, body.response_fields))]
         return [sse_data(partial_json(event, index if multiple else None,
                                       jobs[index].post_sampling_probs))]
 

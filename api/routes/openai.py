@@ -31,7 +31,7 @@ from api.wire.body import parse_body
 from api.wire.openai import OpenAICompletionRequest
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent
+from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 openai = Blueprint("openai")
 
@@ -49,11 +49,11 @@ async def completions(request: Request) -> HTTPResponse | None:
 
     def render(index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
-            final = text_final_chunk_json(envelope, index, event.result)
+            result = expect_result(event.result, CompletionResult)
+            final = text_final_chunk_json(envelope, index, result)
             if verbose:
                 final["__verbose"] = completion_json(
-                    event.result, index, offsets.get(event.result.worker_id, 0))
+                    result, index, offsets.get(result.worker_id, 0))
             return [sse_data(final)]
         post_sampling = jobs[index].post_sampling_probs
         chunk = text_chunk_json(envelope, index, event.content,

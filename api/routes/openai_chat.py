@@ -13,17 +13,8 @@ from pydantic import BaseModel, ValidationError
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.chat.messages import (
-    ToolChoice,
-    tool_names,
-    validate_messages,
-    validate_tool_choice,
-    validate_tools,
-)
-from api.chat.parsing import ChatMessage, ChatOutputParser, prompt_opens_thinking
-from api.chat.reasoning import reasoning_spec
-from api.chat.templates import ChatTemplate, template_kwargs
-from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.chat.parsing import ChatMessage, ChatOutputParser
+from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.errors import validation_message
 from api.render import completion_json
 from api.render_openai import (
@@ -42,82 +33,61 @@ from api.sse import sse_data
 from api.wire.body import json_body, parse_body
 from api.wire.openai import ChatCompletionRequest, ControlRequest, responses_to_chat
 from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, ReasoningSpec, TokenizeJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, TokenizeResult
+from scheduler.jobs import CompletionJob, TokenizeJob
+from scheduler.results import (
+    CompletionResult,
+    FinalEvent,
+    TokenEvent,
+    expect_result,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ChatPlan:
-    """A chat request made ready to run: its rendered prompt and how to read the output."""
+    """A chat completion made ready to run: the request and its prepared chat."""
 
     body: ChatCompletionRequest
-    template: ChatTemplate
-    prompt: str
-    tools: list[dict[str, Any]]
-    tool_choice: ToolChoice
-    tool_schema: str | None
-    reasoning_format: str
-    parse_tools: bool
-    reasoning: ReasoningSpec | None = None
+    prepared: PreparedChat
+
+    @property
+    def prompt(self) -> str:
+        return self.prepared.prompt
 
     def jobs(self, model_id: str) -> list[CompletionJob]:
-        jobs = self.body.chat_jobs(model_id, self.prompt, self.tool_schema)
+        jobs = self.body.chat_jobs(model_id, self.prepared.prompt, self.prepared.tool_schema)
         for job in jobs:
-            job.reasoning = self.reasoning
+            job.reasoning = self.prepared.reasoning
         return jobs
 
     def parser(self) -> ChatOutputParser:
-        return ChatOutputParser(
-            reasoning_format=self.reasoning_format, tools=self.parse_tools,
-            template_source=self.template.source,
-            thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
-            tool_names=tool_names(self.tools) if self.parse_tools else None)
+        return self.prepared.parser()
 
     def parse(self, text: str) -> ChatMessage:
-        parser = self.parser()
-        parser.feed(text)
-        return parser.finish()
+        return self.prepared.parse(text)
 
 
 async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> ChatPlan:
-    """Check the messages and tools, render the template (llama-server's
-    oaicompat_chat_params_parse)."""
-    settings = context.settings
+    """The chat preparation every chat API shares (api/chat/prepare.py), from this body."""
     workers = await context.workers()
-    messages = validate_messages(body.messages)
-    tools = validate_tools(body.tools)
-    choice = validate_tool_choice(body.tool_choice, tools)
-    if not settings.jinja:
-        if tools:
-            raise InvalidRequest("tools param requires --jinja flag")
-        if choice.mode != "auto":
-            raise InvalidRequest("tool_choice param requires --jinja flag")
-    parse_tools = bool(tools) and choice.mode != "none"
-    schema, hint = tool_call_grammar(tools, choice, bool(body.parallel_tool_calls))
-    if hint:
-        messages = add_system_hint(messages, hint)
-    continue_final = body.continue_final_message
-    if continue_final is None and not settings.prefill_assistant:
-        continue_final = False
-    template = ChatTemplate.for_model(settings, workers[0].meta)
-    prompt = template.render(
-        messages, tools=tools or None, add_generation_prompt=body.add_generation_prompt,
-        extra_context=template_kwargs(settings, body.chat_template_kwargs,
-                                      body.reasoning_effort),
-        continue_final_message=continue_final)
-    log.debug("chat prompt: %s template, %d characters, tools %d (%s)", template.name,
-              len(prompt), len(tools), choice.mode)
-    reasoning_format = body.reasoning_format or settings.reasoning_format
-    if settings.skip_chat_parsing:
-        reasoning_format, parse_tools = "none", False
     budget = next((b for b in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
-                   if b is not None), settings.reasoning_budget)
-    message = body.reasoning_budget_message or settings.reasoning_budget_message or ""
-    reasoning = reasoning_spec(template.source, prompt, budget, message, body.reasoning_control)
-    return ChatPlan(body, template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                    reasoning)
+                   if b is not None), None)
+    prepared = prepare_chat(context.settings, workers[0].meta, ChatRequest(
+        messages=body.messages, tools=body.tools,
+        tool_choice=body.tool_choice,
+        parallel_tool_calls=bool(body.parallel_tool_calls),
+        chat_template_kwargs=body.chat_template_kwargs,
+        reasoning_effort=body.reasoning_effort,
+        add_generation_prompt=body.add_generation_prompt,
+        continue_final_message=body.continue_final_message,
+        reasoning_format=body.reasoning_format, reasoning_budget=budget,
+        reasoning_budget_message=body.reasoning_budget_message,
+        reasoning_control=body.reasoning_control))
+    log.debug("chat prompt: %s template, %d characters, tools %d (%s)",
+              prepared.template.name, len(prepared.prompt), len(prepared.tools),
+              prepared.tool_choice.mode)
+    return ChatPlan(body, prepared)
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -217,8 +187,7 @@ class ChatStream:
             chunks.append(chat_chunk_json(self.envelope, index, dict(ROLE_DELTA)))
         parser = self.parsers[index]
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
-            result = event.result
+            result = expect_result(event.result, CompletionResult)
             first = len(chunks)
             deltas = parser.feed(result.content) + parser.flush()
             chunks.extend(self._deltas(index, deltas))
@@ -267,8 +236,7 @@ async def count_prompt_tokens(context: OpenAIContext, body: ChatCompletionReques
     plan = await plan_chat(context, body)
     job = TokenizeJob(model=context.model_id, content=plan.prompt, add_special=True,
                       parse_special=True)
-    result = await context.fleet.jobs.run(job)
-    assert isinstance(result, TokenizeResult)
+    result = await context.fleet.jobs.tokenize(job)
     return json({"object": "response.input_tokens", "input_tokens": len(result.tokens)})
 
 

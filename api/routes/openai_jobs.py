@@ -79,11 +79,8 @@ class OpenAIContext:
 
     async def run(self, jobs: list[CompletionJob]) -> list[CompletionResult]:
         """Every job's final result, in the jobs' order."""
-        results = await asyncio.gather(*(self.fleet.jobs.run(job, self.queue) for job in jobs))
-        completed = [result for result in results if isinstance(result, CompletionResult)]
-        if len(completed) != len(jobs):
-            raise Unavailable("a worker answered a completion with another kind of result")
-        return completed
+        return list(await asyncio.gather(*(self.fleet.jobs.run_completion(job, self.queue)
+                                           for job in jobs)))
 
     async def envelope(self, prefix: str, stream: bool) -> Envelope:
         """The response's id and creation time: new, or those of the stream a

@@ -14,7 +14,7 @@ from api.routes.openai_jobs import OpenAIContext
 from api.wire.body import json_body
 from api.wire.openai import ChatCompletionRequest, responses_to_chat
 from scheduler.errors import InvalidRequest
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent
+from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 
 async def responses(request: Request) -> HTTPResponse | None:
@@ -41,10 +41,10 @@ async def responses(request: Request) -> HTTPResponse | None:
             started = True
             out.extend(events.start())
         if isinstance(event, FinalEvent):
-            assert isinstance(event.result, CompletionResult)
-            for delta in parser.feed(event.result.content) + parser.flush():
+            result = expect_result(event.result, CompletionResult)
+            for delta in parser.feed(result.content) + parser.flush():
                 out.extend(events.delta(delta))
-            out.extend(events.finish(parser.finish(), [event.result]))
+            out.extend(events.finish(parser.finish(), [result]))
             return [sse_event(item) for item in out]
         if event.progress is not None and len(out) == 0:
             out.append(events.in_progress())

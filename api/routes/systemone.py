@@ -19,7 +19,7 @@ from api.wire.systemone import SystemOneRequest
 from scheduler import limits
 from scheduler.errors import InvalidRequest, NotSupported, Unavailable
 from scheduler.registry import least_loaded
-from scheduler.results import DecisionResult
+from scheduler.results import DecisionResult, expect_result
 
 systemone = Blueprint("systemone")
 
@@ -56,6 +56,5 @@ async def answer(request: Request) -> HTTPResponse:
     limits.check_decision(job)
     if len(able) < len(workers):  # only some workers serve decisions: one of them
         job.worker_id = least_loaded(able, await fleet.registry.loads(able), 1).worker_id
-    result = await fleet.jobs.run(job)
-    assert isinstance(result, DecisionResult)
+    result = expect_result(await fleet.jobs.run(job), DecisionResult)
     return json(systemone_json(body, result, model_id))

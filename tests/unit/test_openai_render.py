@@ -11,6 +11,7 @@ import pytest
 
 from api.chat.messages import ToolChoice, validate_tools
 from api.chat.parsing import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.prepare import PreparedChat
 from api.chat.templates import ChatTemplate
 from api.render_openai import (
     Envelope,
@@ -128,9 +129,9 @@ def test_delta_json() -> None:
 def plan(tools: bool = False, reasoning_format: str = "auto", **body: Any) -> ChatPlan:
     request = ChatCompletionRequest.model_validate(
         {"messages": [{"role": "user", "content": "hi"}], "stream": True, **body})
-    return ChatPlan(request, ChatTemplate.builtin_named("chatml"), "<prompt>",
-                    validate_tools([TOOL]) if tools else [], ToolChoice("auto"), None,
-                    reasoning_format, tools)
+    return ChatPlan(request, PreparedChat(
+        ChatTemplate.builtin_named("chatml"), "<prompt>", validate_tools([TOOL]) if tools else [],
+        ToolChoice("auto"), None, reasoning_format, tools))
 
 
 def run_stream(chat_plan: ChatPlan, pieces: list[str], n: int = 1,

@@ -1,0 +1,119 @@
+"""One chat preparation for every API family that speaks chat (OpenAI chat completions and
+Responses, Anthropic Messages), as llama-server runs them all through
+`oaicompat_chat_params_parse`.
+
+Owns: checking messages and tools (and --jinja for them), the forced tool call's grammar and
+its system hint, rendering the template (continuing a final assistant message under
+--prefill-assistant), the reasoning budget, and how to read the model's output (reasoning
+format, tool-call parsing). Hands off: each API's own fields become a ChatRequest in its route
+(the Anthropic wire model converts itself to OpenAI's shapes first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.chat.messages import (
+    ToolChoice,
+    tool_names,
+    validate_messages,
+    validate_tool_choice,
+    validate_tools,
+)
+from api.chat.parsing import ChatMessage, ChatOutputParser, prompt_opens_thinking
+from api.chat.reasoning import reasoning_spec
+from api.chat.templates import ChatTemplate, template_kwargs
+from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.settings import ApiSettings
+from scheduler.errors import InvalidRequest
+from scheduler.jobs import ReasoningSpec
+from scheduler.registry import ModelMeta
+
+
+@dataclass
+class ChatRequest:
+    """A chat request in OpenAI's shapes, whichever API it came in; None: the server's."""
+
+    messages: Any
+    tools: Any
+    tool_choice: Any
+    """OpenAI's `tool_choice` as sent (checked here against the tools), or a ToolChoice
+    already checked (the Anthropic wire model converts and checks its own)."""
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    reasoning_effort: str | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool | None = None
+    allow_empty: bool = False
+    """Anthropic: an empty message list renders (count_tokens of nothing but a system)."""
+    reasoning_format: str | None = None
+    reasoning_budget: int | None = None
+    reasoning_budget_message: str | None = None
+    reasoning_control: bool = False
+
+
+@dataclass
+class PreparedChat:
+    """A chat request made ready to run: its rendered prompt and how to read the output."""
+
+    template: ChatTemplate
+    prompt: str
+    tools: list[dict[str, Any]]
+    tool_choice: ToolChoice
+    tool_schema: str | None
+    """The JSON schema a forced tool call must follow, as JSON text."""
+    reasoning_format: str
+    parse_tools: bool
+    reasoning: ReasoningSpec | None = None
+
+    def parser(self) -> ChatOutputParser:
+        return ChatOutputParser(
+            reasoning_format=self.reasoning_format, tools=self.parse_tools,
+            template_source=self.template.source,
+            thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
+            tool_names=tool_names(self.tools) if self.parse_tools else None)
+
+    def parse(self, text: str) -> ChatMessage:
+        parser = self.parser()
+        parser.feed(text)
+        return parser.finish()
+
+
+def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
+                 request: ChatRequest) -> PreparedChat:
+    """Check the messages and tools, render the template, decide how to parse the output."""
+    messages = validate_messages(request.messages, allow_empty=request.allow_empty)
+    tools = validate_tools(request.tools)
+    choice = request.tool_choice
+    if not isinstance(choice, ToolChoice):
+        choice = validate_tool_choice(choice, tools)
+    if not settings.jinja:
+        if tools:
+            raise InvalidRequest("tools param requires --jinja flag")
+        if choice.mode != "auto":
+            raise InvalidRequest("tool_choice param requires --jinja flag")
+    parse_tools = bool(tools) and choice.mode != "none"
+    schema, hint = tool_call_grammar(tools, choice, request.parallel_tool_calls)
+    if hint:
+        messages = add_system_hint(messages, hint)
+    continue_final = request.continue_final_message
+    if continue_final is None and not settings.prefill_assistant:
+        continue_final = False
+    template = ChatTemplate.for_model(settings, meta)
+    prompt = template.render(
+        messages, tools=tools or None, add_generation_prompt=request.add_generation_prompt,
+        extra_context=template_kwargs(settings, request.chat_template_kwargs,
+                                      request.reasoning_effort),
+        continue_final_message=continue_final, allow_empty=request.allow_empty)
+    reasoning_format = request.reasoning_format or settings.reasoning_format
+    if settings.skip_chat_parsing:
+        reasoning_format, parse_tools = "none", False
+    budget = settings.reasoning_budget if request.reasoning_budget is None \
+        else request.reasoning_budget
+    message = request.reasoning_budget_message or settings.reasoning_budget_message or ""
+    reasoning = reasoning_spec(template.source, prompt, budget, message,
+                               request.reasoning_control)
+    return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
+                        reasoning)

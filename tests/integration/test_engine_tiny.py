@@ -1,0 +1,149 @@
+"""The slot engine in-process on the tiny GGUF (tests/tiny_gguf.py): no Redis, no api, no
+worker process; seconds, not minutes. Continuous batching (requests decoded together, a late
+one joining running ones), prefix reuse, stop rules, cancellation and its free slot, and the
+events a run emits in order."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler.jobs import CompletionJob, SamplingParams, SamplingSettings
+from scheduler.results import CompletionResult, ErrorEvent, FinalEvent, StartedEvent, TokenEvent
+from worker.engine import Engine, JobEvent
+from worker.model import ContextPlan, LoadedModel
+from worker.requests import EngineDefaults
+
+N_SLOTS = 4
+TIMEOUT_S = 60
+ENDLESS = SamplingParams(temperature=0.0, ignore_eos=True)
+"""Random weights often pick EOS first: runs that must go on ignore it."""
+
+
+class Events:
+    """The engine's sink: every step's events, read back per job in order."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[JobEvent] = queue.Queue()
+        self.by_job: dict[str, list[object]] = {}
+
+    def sink(self, events: list[JobEvent]) -> None:
+        for event in events:
+            self.queue.put(event)
+
+    def until_done(self, job_ids: list[str]) -> dict[str, list[object]]:
+        """Every event of `job_ids` up to their final or error event."""
+        left = set(job_ids)
+        while left:
+            job_id, event = self.queue.get(timeout=TIMEOUT_S)
+            self.by_job.setdefault(job_id, []).append(event)
+            if isinstance(event, FinalEvent | ErrorEvent):
+                left.discard(job_id)
+        return {j: self.by_job[j] for j in job_ids}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_path: Path) -> Iterator[LoadedModel]:
+    plan = ContextPlan(n_ctx=2048, n_slots=N_SLOTS, kv_unified=False, n_batch=512,
+                       n_ubatch=512, n_threads=1, n_threads_batch=1, swa_full=True,
+                       flash_attn="auto", cache_type_k="f16", cache_type_v="f16")
+    loaded = LoadedModel(tiny_model_path, plan)
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture
+def engine(model: LoadedModel) -> Iterator[tuple[Engine, Events]]:
+    events = Events()
+    defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,
+                              cache_prompt=True, special=False, model_alias="tiny",
+                              worker_id="w-test")
+    engine = Engine(model, defaults, events.sink)
+    engine.start()
+    yield engine, events
+    engine.stop()
+
+
+def job(prompt: str, n_predict: int, sampling: SamplingParams = ENDLESS,
+        **fields: object) -> CompletionJob:
+    return CompletionJob(model="tiny", prompt=prompt, n_predict=n_predict, sampling=sampling,
+                         **fields)  # type: ignore[arg-type]
+
+
+def result(events: list[object]) -> CompletionResult:
+    final = events[-1]
+    assert isinstance(final, FinalEvent), final
+    assert isinstance(final.result, CompletionResult)
+    return final.result
+
+
+def test_requests_run_together_in_one_batch(engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    jobs = [job(f"hello world {i}", 24, stream=True) for i in range(N_SLOTS)]
+    decodes = eng.metrics.n_decode_total
+    for j in jobs:
+        eng.submit(eng.prepare(j))
+    done = events.until_done([j.job_id for j in jobs])
+    for j in jobs:
+        run = done[j.job_id]
+        assert isinstance(run[0], StartedEvent)
+        tokens = [t for e in run if isinstance(e, TokenEvent) for t in e.tokens]
+        assert len(tokens) == 24 and result(run).tokens_predicted == 24
+        assert result(run).stop_type == "limit"
+    # 4 x 24 tokens in far fewer decodes than 96: one batch carried every slot per step.
+    assert eng.metrics.n_decode_total - decodes <= 24 + 4
+    assert eng.busy_slots() == 0
+
+
+def test_a_late_request_joins_the_running_ones(engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    long_job = job("once upon a time", 200, stream=True)
+    eng.submit(eng.prepare(long_job))
+    while True:  # the long one generates ...
+        job_id, event = events.queue.get(timeout=TIMEOUT_S)
+        events.by_job.setdefault(job_id, []).append(event)
+        if isinstance(event, TokenEvent):
+            break
+    late = job("the cat", 4)
+    eng.submit(eng.prepare(late))
+    done = events.until_done([late.job_id])  # ... and the late one ends first
+    assert result(done[late.job_id]).tokens_predicted == 4
+    assert not any(isinstance(e, FinalEvent) for e in events.by_job[long_job.job_id])
+    eng.cancel(long_job.job_id)
+    cancelled = events.until_done([long_job.job_id])[long_job.job_id]
+    assert isinstance(cancelled[-1], ErrorEvent)
+    assert eng.busy_slots() == 0
+
+
+def test_the_same_prompt_again_reuses_the_slots_cache(engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    prompt = "the sky is blue and the cat is a dog " * 4
+    first = job(prompt, 2, id_slot=2)
+    eng.submit(eng.prepare(first))
+    n_prompt = result(events.until_done([first.job_id])[first.job_id]).tokens_evaluated
+    again = job(prompt, 2, id_slot=2)
+    eng.submit(eng.prepare(again))
+    second = result(events.until_done([again.job_id])[again.job_id])
+    assert second.timings.cache_n >= n_prompt - 1  # all but the last prompt token
+    assert second.timings.prompt_n <= 1
+    off = job(prompt, 2, id_slot=2, cache_prompt=False)
+    eng.submit(eng.prepare(off))
+    assert result(events.until_done([off.job_id])[off.job_id]).timings.cache_n == 0
+
+
+def test_stop_words_end_a_run_and_are_not_sent(engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    free = job("hello", 12)
+    eng.submit(eng.prepare(free))
+    text = result(events.until_done([free.job_id])[free.job_id]).content
+    word = text[len(text) // 2:][:3]
+    if not word.strip():
+        pytest.skip(f"no usable stop word in {text!r}")
+    stopped = job("hello", 12, stop=[word])
+    eng.submit(eng.prepare(stopped))
+    out = result(events.until_done([stopped.job_id])[stopped.job_id])
+    assert out.stop_type == "word" and out.stopping_word == word
+    assert word not in out.content and text.startswith(out.content)
