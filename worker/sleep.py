@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from scheduler import keys
+from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
 
 if TYPE_CHECKING:
@@ -139,12 +142,16 @@ class Sleeper:
                      time.monotonic() - started)
 
     async def _publish(self, sleeping: bool) -> None:
-        """Rewrite the worker's registry entry now (its heartbeats carry it from then on)."""
+        """Rewrite the worker's registry entry now (its heartbeats carry it from then on) and
+        tell `/models/sse` (a wake-up is `loaded` without `info`, as the spec shows)."""
         runtime = self._runtime
         assert runtime.info is not None
         runtime.info = runtime.info.model_copy(update={"sleeping": sleeping})
+        event = status_event(runtime.model_id, "sleeping" if sleeping else "loaded")
         try:
             await self._registry.heartbeat(runtime.info)
+            await runtime.redis.publish(keys.MODELS_CHANNEL,
+                                        json.dumps(event, separators=(",", ":")))
         except RedisError as error:  # the next heartbeat carries it
             log.warning("worker %s: cannot publish sleeping=%s (%s)", runtime.worker_id,
                         sleeping, error)

@@ -4,11 +4,14 @@ endpoints the spec exempts do not wake it, and the next completion does."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import httpx
+import redis
 
+from scheduler import keys
 from tests.conftest import make_fleet
 from tests.processes import wait_until
 
@@ -38,6 +41,8 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
                                   "--sleep-idle-seconds", str(IDLE_S))
         api = fleet.add_api("--metrics")
         fleet.wait_healthy(api)
+        events = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+        events.subscribe(keys.MODELS_CHANNEL)
         body = {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0}
         first = httpx.post(f"{api}/completion", json=body, timeout=60)
         assert first.status_code == 200, first.text
@@ -68,5 +73,17 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
         assert not is_sleeping(api)
         assert rss_bytes(worker.pid) > asleep_rss + model_size // 2
         wait_until(lambda: is_sleeping(api), timeout=30, what="asleep again")
+        # /models/sse tells of each change: sleeping, then loaded (no `info`: a wake-up), ...
+        model_id = httpx.get(f"{api}/v1/models", timeout=10).json()["data"][0]["id"]
+        seen = []
+        quiet_until = time.monotonic() + 1
+        while time.monotonic() < quiet_until:  # until a second passes without an event
+            if (message := events.get_message(timeout=0.2)) is not None:
+                seen.append(json.loads(message["data"]))
+                quiet_until = time.monotonic() + 1
+        statuses = [(event["model"], event["data"]) for event in seen
+                    if event["event"] == "model_status"]
+        assert statuses == [(model_id, {"status": "sleeping"}), (model_id, {"status": "loaded"}),
+                            (model_id, {"status": "sleeping"})], seen
     finally:
         fleet.stop()
