@@ -43,6 +43,8 @@ STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
 NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control")
+NOT_ROUTED_PREFIXES = ("/v1/files", "/v1/batches")
+"""The Files and Batch API: not routed by a `model` (api/routes/files.py refuses it on a router)."""
 
 
 def catalog_sources(settings: ApiSettings) -> CatalogSources:
@@ -114,7 +116,8 @@ class ModelRouter:
         """The model a request is for (None: the route is not routed by model)."""
         path = request.path.removeprefix(self.settings.api_prefix) or "/"
         if request.method == "POST":
-            if path in NOT_ROUTED_POST or request.route is None:
+            if (path in NOT_ROUTED_POST or path.startswith(NOT_ROUTED_PREFIXES)
+                    or request.route is None):
                 return None
             raw = raw_body(request)
             body = load_json(raw) if raw.strip() else None

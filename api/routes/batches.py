@@ -12,7 +12,7 @@ from sanic.response import HTTPResponse, json
 
 from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.errors import validation_message
-from api.routes.files import file_store, in_thread
+from api.routes.files import file_store, in_thread, refuse_on_a_router
 from api.wire.body import json_body
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
@@ -26,6 +26,7 @@ from scheduler.batches import (
 from scheduler.errors import InvalidRequest
 
 batches = Blueprint("batches")
+batches.on_request(refuse_on_a_router)
 
 
 class CreateBatch(BaseModel):

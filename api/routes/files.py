@@ -14,11 +14,22 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
-from scheduler.errors import InvalidRequest, NotFound
+from scheduler.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
 from storage.files import FileStore, StoredFile
 
 files = Blueprint("files")
+
+
+def refuse_on_a_router(request: Request) -> None:
+    """A batch runs on the model of the pod that took it (api/batch/driver.py), and a router pod
+    has none: refused by name rather than accepted and never run."""
+    if request.app.ctx.settings.router_mode():
+        raise NotSupported("the Files and Batch API (/v1/files, /v1/batches) is not served in "
+                           "router mode: send it to an api pod started with a model (-m)")
+
+
+files.on_request(refuse_on_a_router)
 
 UPLOAD_LIMIT = MAX_INPUT_BYTES + (1 << 20)
 """A multipart body: the file (200 MB, OpenAI's limit for batch input) and the form around it."""

@@ -156,6 +156,21 @@ def test_requests_are_checked_as_llama_server_checks_them(pods: tuple[str, str])
     assert status(url, "tiny") == {"value": "unloaded"}  # nothing was loaded by the above
 
 
+def test_batches_say_they_need_a_pod_with_a_model(pods: tuple[str, str]) -> None:
+    """A batch runs on the model of the pod that took it: a router pod refuses the Files and
+    Batch API by name (501), never a misleading 400 or a batch that waits forever."""
+    url = pods[0]
+    needs = ("the Files and Batch API (/v1/files, /v1/batches) is not served in router mode: "
+             "send it to an api pod started with a model (-m)")
+    error(httpx.post(f"{url}/v1/files", data={"purpose": "batch"},
+                     files={"file": ("in.jsonl", b"{}")}), 501, needs, "not_supported_error")
+    error(httpx.post(f"{url}/v1/batches", json={"input_file_id": "file-x", "completion_window":
+                                                "24h", "endpoint": "/v1/completions"}),
+          501, needs, "not_supported_error")
+    error(httpx.post(f"{url}/v1/batches/batch_x/cancel"), 501, needs, "not_supported_error")
+    error(httpx.get(f"{url}/v1/batches"), 501, needs, "not_supported_error")
+
+
 def test_load_routes_by_name_and_the_other_pod_sees_the_events(
         pods: tuple[str, str], events: Events) -> None:
     a, b = pods
