@@ -1,5 +1,9 @@
 """The arq job functions of a worker: take the job's lease, apply the re-run rule of
-scheduler/leases.py, run the job, and make sure its client hears how it ended."""
+scheduler/leases.py, run the job, and make sure its client hears how it ended.
+
+Owns: the arq functions of each queue, the lease around a job, dispatch by job kind (`match`
+over scheduler/jobs.py's union), the end event of a job that died. Does not own: the job
+bodies (worker/runtime.py, worker/embed_jobs.py), the re-run rule (scheduler/leases.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,12 @@ Each event goes to the job's capped event log (a Redis stream kept for a bounded
 announced on the job's pub/sub channel: inline when small, as a pointer to the log when big.
 Events Redis refuses are retried in order; past PUBLISH_GRACE_S their jobs are ended (cancelled
 in the engine) and each gets an error event as soon as Redis takes writes again, so that no
-client waits for events that were never sent."""
+client waits for events that were never sent.
+
+Owns: the order and delivery of a worker's job events (log + pub/sub), the retry of refused
+writes and the end of jobs whose events could not be written. Does not own: what the events say
+(the engine and the job functions make them), the api's reading of them (scheduler/hub.py,
+scheduler/streams.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 
 Safe from any thread by construction: the engine thread and the event loop call it at once, and
 ctypes releases the GIL during each llama.cpp call, so no call writes into memory another call
-may be using: every call has its own buffers, and the llama_vocab is only read."""
+may be using: every call has its own buffers, and the llama_vocab is only read.
+
+Owns: text ↔ tokens, token pieces, the special tokens (FIM, end of generation). Does not
+own: the model handle
+(worker/model.py)."""
 
 from __future__ import annotations
 
