@@ -5,8 +5,7 @@ ctypes releases the GIL during each llama.cpp call, so no call writes into memor
 may be using: every call has its own buffers, and the llama_vocab is only read.
 
 Owns: text ↔ tokens, token pieces, the special tokens (FIM, end of generation). Does not
-own: the model handle
-(worker/model.py)."""
+own: the model handle (worker/model.py)."""
 
 from __future__ import annotations
 
