@@ -59,7 +59,7 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
 TABLE = re.compile("|".join([  # the README's table "Redis keys and their lifetimes"
     r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)", r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
-    r"llamaq:worker:[^:]+(:slots|:metrics)?", r"llamaq:model:[^:]+:(workers|counters)",
+    r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?", r"llamaq:model:[^:]+:(workers|counters)",
     r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch"]))
 
 

@@ -117,6 +117,12 @@ def test_one_tls_file_without_the_other_is_refused(pods: Fleet, tmp_path: Path) 
     assert process.wait(timeout=60) == 2
 
 
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+"""So that the worker reaches for the endpoint (without credentials boto3 fails before it
+tries, a configuration error: 500)."""
+
+
 def test_storage_errors_name_no_bucket_endpoint_or_path(redis_url: str, workdir: Path,
                                                          gemma_path: Path) -> None:
     """A slot save to an S3 endpoint that does not answer: the client gets a 503 that says
@@ -126,12 +132,12 @@ def test_storage_errors_name_no_bucket_endpoint_or_path(redis_url: str, workdir:
     try:
         fleet.add_worker("-c", "1024", "-np", "1", "-t", "1", "--slot-save-path",
                          "s3://secret-bucket-x/private/prefix", "--s3-endpoint-url",
-                         f"http://127.0.0.1:{port}")
+                         f"http://127.0.0.1:{port}", env=S3_CREDENTIALS)
         api = fleet.add_api()
         fleet.wait_healthy(api)
         response = httpx.post(f"{api}/slots/0?action=save", json={"filename": "a.bin"},
                               timeout=120)
-        assert response.status_code == 503
+        assert response.status_code == 503, response.text
         message = response.json()["error"]["message"]
         assert message.startswith("object storage:")
         logs = "".join(p.read_text(errors="replace") for p in fleet.logs.glob("worker-*.log"))

@@ -14,8 +14,10 @@ from playwright.sync_api import Browser, Page, sync_playwright
 Shot = Callable[[Page, str], Path]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Module-scoped: Playwright's sync API keeps an asyncio loop running in the main thread
+    while it is started, which would stop every async test that comes after it."""
     executable = shutil.which("chromium")
     assert executable, "the web UI tests need chromium (scripts/install test installs it)"
     with sync_playwright() as playwright:
