@@ -277,16 +277,16 @@ class HubClient:
             raise DownloadFailed(f"{url}: not a Hugging Face Hub answer (no commit or ETag)")
         repo_dir = self.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
         blob = repo_dir / "blobs" / meta.etag
+        link = repo_dir / "snapshots" / meta.commit_hash / hub_file.path
         with file_lock(blob.with_name(f".{blob.name}.lock")):  # one writer per machine
             if not blob.is_file():
                 same_host = urlsplit(meta.location).netloc == urlsplit(url).netloc
                 headers = build_hf_headers(token=self.token) if same_host else {}
                 download_url(meta.location, blob, listener, headers=headers, source=url)
-        link = repo_dir / "snapshots" / meta.commit_hash / hub_file.path
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.is_file():
-            link.unlink(missing_ok=True)
-            link.symlink_to(os.path.relpath(blob, link.parent))
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_file():  # under the lock: another process never unlinks ours
+                link.unlink(missing_ok=True)
+                link.symlink_to(os.path.relpath(blob, link.parent))
         (repo_dir / "refs").mkdir(exist_ok=True)
         (repo_dir / "refs" / "main").write_text(meta.commit_hash)
         return link

@@ -120,7 +120,7 @@ class WorkerHost:
         self.models: FleetModels | None = None
         self._serving: tuple[asyncio.Task[None], asyncio.Event, ModelEntry] | None = None
         self._report_task: asyncio.Future[None] | None = None
-        self._progress_tasks: set[asyncio.Future[None]] = set()
+        self._progress_tasks: dict[asyncio.Future[None], None] = {}  # in order
 
     async def run(self, redis_url: str, stop: asyncio.Event) -> None:
         self.redis = open_redis(redis_url)
@@ -222,9 +222,19 @@ class WorkerHost:
         return report
 
     def _publish_soon(self, event: dict[str, Any]) -> None:
-        assert self.models is not None
-        self._progress_tasks.add(task := asyncio.ensure_future(self.models.publish(event)))
-        task.add_done_callback(self._progress_tasks.discard)
+        """Publish after the previous progress event, so that they arrive in order."""
+        models = self.models
+        assert models is not None
+        previous = next(reversed(self._progress_tasks), None)
+
+        async def publish_in_order() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            await models.publish(event)
+
+        self._progress_tasks[task := asyncio.ensure_future(publish_in_order())] = None
+        task.add_done_callback(lambda done: self._progress_tasks.pop(done, None))
 
     def _crashed(self, task: asyncio.Task[None], entry: ModelEntry) -> None:
         """The runtime ended by itself (not by an unload): the model is gone from here."""
