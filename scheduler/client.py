@@ -11,6 +11,9 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from arq.connections import ArqRedis
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -70,6 +73,22 @@ QueueLimit = Callable[[str], Awaitable[int | None]]
 """How many jobs of a model may wait for a slot (None: no bound)."""
 RETRY_AFTER_S = 5
 """Retry-After of a 503 for a full queue."""
+
+ENQUEUE = """
+-- KEYS: arq's job key, the job's arq result key, the queue; ARGV: job id, score (ms), expiry
+-- (ms), the job as arq's serialize_job wrote it, the queue's wake channel.
+-- arq's enqueue_job in one step (no second job under an id whose job or result key exists:
+-- PSETEX the job, ZADD it to the queue), then the wake-up of the queue's workers.
+-- Returns 1 if it enqueued the job, 0 if the id was taken.
+local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
+if fresh then
+  redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
+  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+end
+redis.call('PUBLISH', ARGV[5], '1')
+if fresh then return 1 end
+return 0
+"""
 
 
 class JobEvents:
@@ -308,6 +327,20 @@ class JobClient:
         self._background: set[asyncio.Task[None]] = set()
         hub.on_reconnect.append(self._flush_deferred_cancels)
         self._open: dict[str, asyncio.Queue[HubItem]] = {}
+        self._enqueue_script = redis.register_script(ENQUEUE)
+
+    async def _enqueue(self, job: AnyJob, queue_name: str) -> None:
+        """arq's enqueue_job (its serializer, so workers read the job unchanged; expiry
+        JOB_TTL_S) and the wake-up of the queue's workers, in one round trip (EVALSHA)."""
+        now_ms = timestamp_ms()
+        data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
+                             serializer=self._arq.job_serializer)
+        enqueued = await self._enqueue_script(
+            keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name],
+            args=[job.job_id, now_ms, int(keys.JOB_TTL_S * 1000), data,
+                  keys.wake_channel(queue_name)])
+        if not enqueued:
+            log.warning("job %s: already enqueued (its id is taken)", job.job_id)
 
     @property
     def active(self) -> int:
@@ -342,10 +375,7 @@ class JobClient:
         try:
             async with self._hub.subscription(job.job_id) as queue:
                 self._open[job.job_id] = queue
-                await self._arq.enqueue_job(job.kind, job.model_dump(mode="json"),
-                                            _job_id=job.job_id, _queue_name=queue_name,
-                                            _expires=keys.JOB_TTL_S)
-                await self._redis.publish(keys.wake_channel(queue_name), b"1")
+                await self._enqueue(job, queue_name)
                 events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed)
                 try:
                     yield events

@@ -25,35 +25,45 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.utils import timestamp_ms
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from scheduler import keys
 
 log = logging.getLogger(__name__)
 
-READY_JOBS = """
--- KEYS[1]: an arq queue; ARGV: now (ms), how many ids, arq's in-progress prefix.
--- The oldest due job ids that no live worker holds, however many running jobs come first
--- (arq itself reads a window of ~100 ids and skips the held ones: a cap on the fleet).
+CLAIM_JOBS = """
+-- KEYS[1]: an arq queue; ARGV: now (ms), how many jobs, arq's in-progress prefix, lease (ms).
+-- Claims the oldest due jobs that no live worker holds, however many running jobs come first
+-- (arq itself reads a window of ~100 ids and skips the held ones: a cap on the fleet): sets
+-- each one's in-progress key for the lease as arq's start_jobs does, in the same step, so two
+-- workers never take one job. Returns id, score, id, score, ...
 local wanted = tonumber(ARGV[2])
-local found = {}
+local claimed = {}
+local n = 0
 local offset = 0
-while #found < wanted do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', offset, 200)
-  if #ids == 0 then break end
-  for _, id in ipairs(ids) do
-    if redis.call('EXISTS', ARGV[3] .. id) == 0 then
-      found[#found + 1] = id
-      if #found >= wanted then break end
+while n < wanted do
+  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES',
+                          'LIMIT', offset, 200)
+  if #page == 0 then break end
+  for i = 1, #page, 2 do
+    local key = ARGV[3] .. page[i]
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('PSETEX', key, ARGV[4], '1')
+      claimed[#claimed + 1] = page[i]
+      claimed[#claimed + 1] = page[i + 1]
+      n = n + 1
+      if n >= wanted then break end
     end
   end
   offset = offset + 200
 end
-return found
+return claimed
 """
 
 WAITING_JOBS = """
@@ -92,6 +102,18 @@ for i = 3, #ARGV do
   end
 end
 return lost
+"""
+
+
+RELEASE = """
+-- KEYS: the owner keys of jobs that ended; ARGV[1]: this worker's id. Deletes those this
+-- worker still holds (a lease that lapsed may be another worker's by now).
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+  end
+end
+return 0
 """
 
 
@@ -154,6 +176,9 @@ class Leases:
         self._renew = redis.register_script(_renew_script())
         self.held: set[str] = set()
         """Jobs whose lease this worker took and has not let go."""
+        self.releasing: set[str] = set()
+        """Jobs let go whose last event (with their release) is on its way: still renewed,
+        never reported lost."""
 
     async def start(self, job_id: str) -> Start:
         self.held.add(job_id)
@@ -177,15 +202,43 @@ class Leases:
             await pipe.execute()
 
     async def release(self, job_id: str) -> None:
+        """Let the job's lease go (a no-op when it went already with the job's last event,
+        see `let_go`, or was lost)."""
+        if job_id not in self.held:
+            return
         self.held.discard(job_id)
         await self._redis.delete(keys.job_owner(job_id))
 
+    def let_go(self, job_ids: Iterable[str]) -> list[str]:
+        """Of jobs whose last event goes out now, those this worker holds: `release_on` lets
+        their leases go in the same pipeline as that event, after it (so the api never sees a
+        lease gone before the job's end). Until `released`, they are renewed still (the event
+        may take retries) but never reported lost."""
+        ids = [job_id for job_id in dict.fromkeys(job_ids) if job_id in self.held]
+        self.held.difference_update(ids)
+        self.releasing.update(ids)
+        return ids
+
+    def released(self, job_ids: list[str]) -> None:
+        """The pipeline of `let_go`'s jobs went out (or was given up: their leases lapse)."""
+        self.releasing.difference_update(job_ids)
+
+    def release_on(self, pipe: Pipeline, job_ids: list[str]) -> None:
+        """Queue on `pipe` the release of the leases `let_go` returned (of those this worker
+        still holds: no other worker's lease is touched). EVAL, not EVALSHA: a script in a
+        pipeline would cost redis-py a SCRIPT EXISTS round trip per execute."""
+        if job_ids:
+            pipe.eval(RELEASE, len(job_ids), *(keys.job_owner(j) for j in job_ids),
+                      self._worker_id)
+
     async def renew(self) -> list[str]:
-        """Renew the leases this worker holds; the ids of those it lost."""
-        if not self.held:
+        """Renew the leases this worker holds; the ids of those it lost (not those let go
+        meanwhile: a job that ended is not lost)."""
+        if not self.held and not self.releasing:
             return []
         lost = [_text(j) for j in await self._renew(
-            args=[self._worker_id, lease_ms(), *self.held])]
+            args=[self._worker_id, lease_ms(), *self.held, *self.releasing])]
+        lost = [job_id for job_id in lost if job_id in self.held]
         self.held.difference_update(lost)
         return lost
 

@@ -92,15 +92,29 @@ class WorkerInfo(BaseModel):
         return ["embedding", "rerank"] if self.pooling == "rank" else ["embedding"]
 
 
+LIVE_WORKERS = """
+-- KEYS[1]: a model's workers (a sorted set scored by last heartbeat); ARGV: the cutoff (s),
+-- the prefix and suffix of a worker's registry key. Drops the entries whose heartbeat is older
+-- than the cutoff; returns the registry entries of the others (nil: it expired meanwhile).
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+if #ids == 0 then return {} end
+local names = {}
+for i, id in ipairs(ids) do
+  names[i] = ARGV[2] .. id .. ARGV[3]
+end
+return redis.call('MGET', unpack(names))
+"""
+
+
 class Registry:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._live_workers = redis.register_script(LIVE_WORKERS)
 
     async def heartbeat(self, info: WorkerInfo) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(),
-                     ex=keys.HEARTBEAT_TTL_S)
-            pipe.zadd(keys.model_workers(info.model_id), {info.worker_id: time.time()})
+            write_heartbeat(pipe, info)
             await pipe.execute()
 
     async def remove(self, info: WorkerInfo) -> None:
@@ -142,13 +156,10 @@ class Registry:
 
     async def live_workers(self, model_id: str) -> list[WorkerInfo]:
         """Workers of the model whose last heartbeat is recent; stale entries are dropped."""
-        workers_key = keys.model_workers(model_id)
-        cutoff = time.time() - keys.HEARTBEAT_TTL_S
-        await self._redis.zremrangebyscore(workers_key, "-inf", cutoff)
-        worker_ids = await self._redis.zrange(workers_key, 0, -1)
-        if not worker_ids:
-            return []
-        documents = await self._redis.mget([keys.worker_info(_text(w)) for w in worker_ids])
+        prefix, suffix = keys.worker_info("\0").split("\0")
+        documents = await self._live_workers(  # one round trip (EVALSHA)
+            keys=[keys.model_workers(model_id)],
+            args=[repr(time.time() - keys.HEARTBEAT_TTL_S), prefix, suffix])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
 
@@ -157,6 +168,12 @@ def fleet_sleeping(workers: list[WorkerInfo]) -> bool:
     """Is the model asleep: it has live workers and every one of them sleeps (/props
     `is_sleeping`; `/models` status `sleeping`). A model with one awake worker is loaded."""
     return bool(workers) and all(w.sleeping for w in workers)
+
+
+def write_heartbeat(pipe: Pipeline, info: WorkerInfo) -> None:
+    """Queue a worker's heartbeat on `pipe`: its registry entry, alive for HEARTBEAT_TTL_S."""
+    pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
+    pipe.zadd(keys.model_workers(info.model_id), {info.worker_id: time.time()})
 
 
 def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:
@@ -172,10 +189,6 @@ def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int
     chosen = min(able, key=lambda w: loads.get(w.worker_id, 0.0))
     loads[chosen.worker_id] = loads.get(chosen.worker_id, 0.0) + n_jobs / max(chosen.n_slots, 1)
     return chosen
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _SLOTS = TypeAdapter(list[SlotState])

@@ -4,11 +4,15 @@
   (which alone would add up to that much to every time to first token);
 - a taken job holds a short lease (arq's in-progress key), renewed by `LeaseKeeper` while the
   job runs, instead of a lock as long as `job_timeout`;
-- a poll reads the oldest due jobs no worker holds, however many running jobs precede them
-  (arq reads a window of ~100 ids and skips held ones, which caps the whole fleet).
+- a poll claims the oldest due jobs no worker holds, however many running jobs precede them
+  (arq reads a window of ~100 ids and skips held ones, which caps the whole fleet), in one
+  round trip: the script that finds them sets their in-progress keys (arq's start_jobs spends
+  four round trips per job on WATCH, EXISTS, ZSCORE and MULTI/PSETEX/EXEC), and `start_claimed`
+  starts them with arq's own bookkeeping.
 
-It relies on arq 0.28 internals (`_poll_iteration`, `start_jobs`, `tasks`,
-`in_progress_timeout_s`, `_release_sem_dec_counter_on_complete`), pinned in pyproject.
+It relies on arq 0.28 internals (`_poll_iteration`, `start_jobs`' bookkeeping: `sem`,
+`job_counter`, `tasks`, `run_job`; `in_progress_timeout_s`,
+`_release_sem_dec_counter_on_complete`), pinned in pyproject.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from arq import Worker
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.utils import timestamp_ms
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from scheduler import keys
-from scheduler.leases import READY_JOBS
+from scheduler.leases import CLAIM_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,7 @@ class WakeableWorker(Worker):
         batch queue's worker gets one: batch lines take only what online jobs leave."""
         self.also_wake: list[WakeableWorker] = []
         """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
+        self._claim: AsyncScript | None = None
 
     async def main(self) -> None:
         assert isinstance(self._pool, ArqRedis), "WakeableWorker needs a redis_pool"
@@ -72,11 +78,35 @@ class WakeableWorker(Worker):
             free = min(free, self.room())
         if free <= 0 or not self.taking:
             return
-        job_ids = await self.pool.eval(  # type: ignore[misc]
-            READY_JOBS, 1, self.queue_name, str(timestamp_ms()), str(free),
-            in_progress_key_prefix)
-        if job_ids and self.taking:
-            await self.start_jobs(job_ids)
+        if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
+            self._claim = self.pool.register_script(CLAIM_JOBS)
+        claimed = await self._claim(keys=[self.queue_name], args=[
+            timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000)])
+        if claimed:
+            await self.start_claimed([(_text(claimed[i]), int(float(claimed[i + 1])))
+                                      for i in range(0, len(claimed), 2)])
+
+    async def start_claimed(self, jobs: list[tuple[str, int]]) -> None:
+        """arq's start_jobs for jobs whose in-progress key the poll set already (job id, queue
+        score): the same bookkeeping (sem, job_counter, tasks, the done callback), without its
+        round trips. Jobs it cannot start now (the worker began draining meanwhile) are given
+        back at once instead of waiting for their lease to lapse."""
+        for i, (job_id, score) in enumerate(jobs):
+            if not self.taking:
+                await self._unclaim([j for j, _ in jobs[i:]])
+                return
+            await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                await self._unclaim([j for j, _ in jobs[i:]])
+                return
+            self.job_counter = self.job_counter + 1
+            task = self.loop.create_task(self.run_job(job_id, score))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
+
+    async def _unclaim(self, job_ids: list[str]) -> None:
+        await self.pool.delete(*(in_progress_key_prefix + job_id for job_id in job_ids))
 
     def running_job_ids(self) -> list[str]:
         return [job_id for job_id, task in self.tasks.items() if not task.done()]
@@ -87,3 +117,7 @@ class WakeableWorker(Worker):
         self.wake.set()
         for other in self.also_wake:
             other.wake.set()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

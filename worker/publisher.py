@@ -1,10 +1,12 @@
-"""Job events from the engine thread to Redis: one pipeline per batch of steps.
+"""Job events from the engine thread to Redis: one pipeline (one round trip) per batch of steps.
 
 Each event goes to the job's capped event log (a Redis stream kept for a bounded time) and is
 announced on the job's pub/sub channel: inline when small, as a pointer to the log when big.
 Events Redis refuses are retried in order; past PUBLISH_GRACE_S their jobs are ended (cancelled
 in the engine) and each gets an error event as soon as Redis takes writes again, so that no
-client waits for events that were never sent.
+client waits for events that were never sent. The pipeline also carries, after the events, the
+job state a re-run reads and the release of the leases of the jobs that ended (no round trip of
+their own).
 
 Owns: the order and delivery of a worker's job events (log + pub/sub), the retry of refused
 writes and the end of jobs whose events could not be written. Does not own: what the events say
@@ -24,6 +26,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from scheduler import keys
 from scheduler.errors import Unavailable
+from scheduler.leases import Leases
 from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent
 from worker.engine import JobEvent
 
@@ -60,14 +63,17 @@ class EventPublisher:
 
     def __init__(self, redis: Redis,
                  before_results: Callable[[Pipeline], None] = lambda _: None,
-                 on_lost: Callable[[str], None] = lambda _: None) -> None:
+                 on_lost: Callable[[str], None] = lambda _: None,
+                 leases: Leases | None = None) -> None:
         """`before_results` adds commands to the pipeline of a batch that starts or ends jobs,
         ahead of the events (so what it writes is there when the client gets its result, and
         an api that sees a job start reads its slot taken).
-        `on_lost(job_id)` ends a job whose events could not be sent (cancels it)."""
+        `on_lost(job_id)` ends a job whose events could not be sent (cancels it).
+        `leases`: the worker's; a job's lease is let go with its final or error event."""
         self._redis = redis
         self._before_results = before_results
         self._on_lost = on_lost
+        self._leases = leases
         self._loop = asyncio.get_running_loop()
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
@@ -117,10 +123,14 @@ class EventPublisher:
         envelopes = self._number([(j, e) for j, e in events
                                   if j not in self._lost and j not in self._dropped])
         ends = any(e.event.kind in ("started", "final", "error") for e in envelopes)
-        if await self._write(self._owed + envelopes, ends):
+        released = [] if self._leases is None else self._leases.let_go(
+            e.job_id for e in envelopes if e.event.kind in ("final", "error"))
+        if await self._write(self._owed + envelopes, ends, released):
             self._owed.clear()
         else:
             self._give_up(envelopes)
+        if self._leases is not None:
+            self._leases.released(released)
         for job_id, event in events:
             if event.kind in ("final", "error"):
                 self._lost.discard(job_id)
@@ -136,8 +146,10 @@ class EventPublisher:
             envelopes.append(EventEnvelope(job_id=job_id, seq=seq, event=event))
         return envelopes
 
-    async def _write(self, envelopes: list[EventEnvelope], ends: bool) -> bool:
-        """Send the events, retrying while Redis refuses them (up to PUBLISH_GRACE_S)."""
+    async def _write(self, envelopes: list[EventEnvelope], ends: bool,
+                     released: list[str]) -> bool:
+        """Send the events, retrying while Redis refuses them (up to PUBLISH_GRACE_S); the
+        leases of `released` go after them."""
         if not envelopes:
             return True
         deadline = time.monotonic() + keys.PUBLISH_GRACE_S
@@ -155,6 +167,8 @@ class EventPublisher:
                         pipe.hset(keys.job_state(job_id), mapping={
                             "sent": str(self._shown.get(job_id, 0)), "seq": str(seq)})
                         pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
+                    if self._leases is not None:
+                        self._leases.release_on(pipe, released)
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
                 return True

@@ -47,7 +47,7 @@ from scheduler.jobs import (
 )
 from scheduler.leases import Leases, count_failure
 from scheduler.queueing import deserialize_job, serialize_job
-from scheduler.registry import Registry, WorkerInfo, write_slots
+from scheduler.registry import Registry, WorkerInfo, write_heartbeat, write_slots
 from scheduler.results import (
     DetokenizeResult,
     ErrorEvent,
@@ -103,7 +103,8 @@ log = logging.getLogger(__name__)
 JOB_TIMEOUT_S = 7 * 24 * 3600
 """Generations are bounded by n_predict, the context and cancellation, not by arq's timer
 (a dead worker's jobs are freed by their lease, not by this)."""
-SLOT_REPORT_MIN_GAP_S = 0.05
+SLOT_REPORT_MIN_GAP_S = 0.1
+"""Slot changes are reported at most this often (the last one always is)."""
 REDIS_RETRY_S = 1.0
 QUICK_PREPARE_MAX_CHARS = 4096
 """Up to this many characters of plain prompt are tokenized on the event loop (see
@@ -153,8 +154,8 @@ class WorkerRuntime:
         self.worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         self.redis = redis
         self.model = model
-        self.publisher = EventPublisher(redis, self._write_metrics, self._lost)
         self.leases = Leases(redis, self.worker_id)
+        self.publisher = EventPublisher(redis, self._write_metrics, self._lost, self.leases)
         self.engine = Engine(model, engine_defaults(settings, self.model_id, self.worker_id),
                              self.publisher.from_thread)
         embedding = embedding_mode(settings)
@@ -325,13 +326,15 @@ class WorkerRuntime:
                 self.engine.cancel(job_id)
             await asyncio.sleep(keys.LEASE_RENEW_EVERY_S)
 
-    def _write_metrics(self, pipe: Pipeline) -> None:
+    def _write_metrics(self, pipe: Pipeline, report: bool = False) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
-        got its result sees its slot idle in /slots, as llama-server shows it."""
+        got its result sees its slot idle in /slots, as llama-server shows it. An embedding
+        worker's slots (its completion engine's, always idle) go in its reports only."""
         metrics = (self.embedder or self.engine).metrics_snapshot()
         pipe.set(keys.worker_metrics(self.worker_id), metrics.model_dump_json(),
                  ex=keys.HEARTBEAT_TTL_S)
-        write_slots(pipe, self.worker_id, self.engine.slot_states())
+        if self.embedder is None or report:
+            write_slots(pipe, self.worker_id, self.engine.slot_states())
         if self.embedder is None:  # cache-aware routing: only completion workers take part
             n_free = (len(self.engine.slots) - metrics.requests_processing
                       - metrics.requests_deferred)
@@ -351,13 +354,14 @@ class WorkerRuntime:
         next_heartbeat = 0.0
         while True:
             changed.clear()
-            try:
-                await registry.publish_slots(self.worker_id, self.engine.slot_states())
+            try:  # one round trip: slots, metrics, and the heartbeat when due
                 async with self.redis.pipeline(transaction=False) as pipe:
-                    self._write_metrics(pipe)
+                    self._write_metrics(pipe, report=True)
+                    beat = time.monotonic() >= next_heartbeat
+                    if beat:
+                        write_heartbeat(pipe, self.info or info)
                     await pipe.execute()
-                if time.monotonic() >= next_heartbeat:
-                    await registry.heartbeat(self.info or info)
+                if beat:
                     next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
             except RedisError as error:  # Redis away: keep trying, the worker lives on
                 log.warning("cannot report to Redis (%s); retrying", error)

@@ -31,7 +31,8 @@ async def pool(redis_url: str) -> AsyncIterator[ArqRedis]:
 
 
 def make_worker(pool: ArqRedis, queue: str, runs: list[tuple[str, int]],
-                block: asyncio.Event | None = None, hand_back: bool = False) -> WakeableWorker:
+                block: asyncio.Event | None = None, hand_back: bool = False,
+                max_jobs: int = 1) -> WakeableWorker:
     async def job(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
         runs.append((ctx["job_id"], ctx["job_try"]))
         if hand_back and ctx["job_try"] == 1:
@@ -40,7 +41,7 @@ def make_worker(pool: ArqRedis, queue: str, runs: list[tuple[str, int]],
             await block.wait()
 
     return WakeableWorker([func(job, name="job")], queue_name=queue, redis_pool=pool,
-                          max_jobs=1, job_timeout=3600, max_tries=100, keep_result=0,
+                          max_jobs=max_jobs, job_timeout=3600, max_tries=100, keep_result=0,
                           poll_delay=0.1, handle_signals=False, job_serializer=serialize_job,
                           job_deserializer=deserialize_job, log_results=False)
 
@@ -101,3 +102,39 @@ async def test_a_handed_back_job_goes_to_the_front_of_the_queue(pool: ArqRedis) 
     async with running(make_worker(pool, queue, runs, hand_back=True)):
         await until(lambda: len(runs) == 2)
     assert runs == [("back", 1), ("back", 2)]
+
+
+async def test_two_workers_polling_one_queue_never_start_one_job(pool: ArqRedis,
+                                                                 redis_url: str) -> None:
+    """A poll claims the jobs it returns in the same step (one round trip): a second poll,
+    concurrent or right after the first started its jobs (before any ran), never gets them."""
+    queue = f"seam:{uuid.uuid4().hex}"
+    ids = [f"claim-{i}" for i in range(40)]
+    for job_id in ids:
+        await pool.enqueue_job("job", {}, _job_id=job_id, _queue_name=queue)
+    other = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
+                              job_deserializer=deserialize_job)
+    runs: list[tuple[str, int]] = []
+    block = asyncio.Event()
+    first, second, third = (make_worker(p, queue, runs, block=block, max_jobs=15)
+                            for p in (pool, other, pool))
+    try:
+        await asyncio.gather(first._poll_iteration(), second._poll_iteration())
+        await third._poll_iteration()  # the others' tasks exist, none has run yet
+        workers = (first, second, third)
+        assert sum(len(w.tasks) for w in workers) == 40
+        assert sum(w.job_counter for w in workers) == 40
+        await until(lambda: len(runs) == 40)
+        await asyncio.sleep(0.2)
+        assert sorted(runs) == sorted((job_id, 1) for job_id in ids)
+        for job_id in ids:
+            assert 0 < await pool.pttl(in_progress_key_prefix + job_id) \
+                <= keys.JOB_LEASE_S * 1000
+        block.set()
+        tasks = [t for w in workers for t in w.tasks.values()]
+        await asyncio.gather(*tasks)
+        assert all(w.job_counter == 0 for w in workers)  # arq's bookkeeping, as start_jobs'
+        assert await pool.zcard(queue) == 0
+    finally:
+        block.set()
+        await other.aclose()
