@@ -17,8 +17,10 @@ The rule (decided here, applied by the worker that starts a job and by the api t
 - pinned and utility jobs (`worker_id`, slot actions, tokenize) never move: 503.
 
 Relies on arq 0.28's in-progress key name (`arq.constants.in_progress_key_prefix`) and on its
-Worker attributes `in_progress_timeout_s`, `tasks` and `start_jobs` (pinned in pyproject; the seam
-is tested in tests/integration/test_faults_jobs.py).
+Worker attributes `in_progress_timeout_s`, `tasks` and `start_jobs`' bookkeeping (pinned in
+pyproject; the seam is tested in tests/integration/test_arq_seam.py and test_faults_jobs.py).
+A poll claims jobs (sets their in-progress keys) in the script that finds them (CLAIM_JOBS), and
+a job's owner key goes in the pipeline of its last event (`let_go`, `release_on`).
 """
 
 from __future__ import annotations
@@ -280,8 +282,8 @@ async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
 async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
     """How many jobs of the queue wait for a worker, and how long the oldest has waited (s)."""
     now_ms = timestamp_ms()  # arq's own clock: it rounds, so int() could miss a new job
-    count, oldest = await redis.eval(WAITING_JOBS, 1, queue_name, str(now_ms),  # type: ignore[misc]
-                                     in_progress_key_prefix)
+    script = redis.register_script(WAITING_JOBS)  # EVALSHA: not the text on every request
+    count, oldest = await script(keys=[queue_name], args=[now_ms, in_progress_key_prefix])
     oldest_ms = float(oldest)
     return int(count), (now_ms - oldest_ms) / 1000 if oldest_ms >= 0 else 0.0
 
