@@ -149,9 +149,9 @@ def test_stop_words_end_a_run_and_are_not_sent(engine: tuple[Engine, Events]) ->
     assert word not in out.content and text.startswith(out.content)
 
 
-def _until(events: Events, job_id: str, kind: type) -> list[tuple[str, object]]:
+def _until(events: Events, job_id: str, kind: type) -> list[JobEvent]:
     """Every event read until `job_id`'s first event of `kind` (included)."""
-    seen = []
+    seen: list[JobEvent] = []
     while True:
         got, event = events.queue.get(timeout=TIMEOUT_S)
         events.by_job.setdefault(got, []).append(event)
