@@ -2,22 +2,30 @@
 holds together, as separate sequences of one llama_decode (llama.cpp's n_seq_max), on a context
 made with embeddings on.
 
-Each decode takes waiting sequences in order, online jobs' first, then background ones (batch
-chunks), as many as fit: at most n_seq_max sequences and n_batch tokens (an embedding worker's
-logical batch is its physical one, as llama-server forces it). A sequence is decoded whole in
-one decode, so a job is done once each of its sequences went through one. The context keeps
-nothing between decodes.
+Each decode takes waiting sequences in order, online jobs' when there are, else background ones
+(batch chunks), as many as fit: at most n_seq_max sequences and n_batch tokens (an embedding
+worker's logical batch is its physical one, as llama-server forces it). A sequence is decoded
+whole in one decode, so a job is done once each of its sequences went through one. The context
+keeps nothing between decodes.
+
+Online work does not wait for a decode of background sequences: it aborts it (llama.cpp's abort
+callback, checked after every graph node) and the background sequences go back to the front of
+their queue. A background decode yields once at most, so a batch always moves on. The decode
+thread runs at a lower CPU priority than the event loop (`yield_cpu_to_event_loop`).
 
 Owns: the thread and its queues, the batch, reading embeddings back (pooled per sequence or one
 row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
-(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` under
-`_wake`.
+(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
+raise the abort flag under `_wake`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import logging
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -46,6 +54,10 @@ POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN:
                  lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last",
                  lc.LLAMA_POOLING_TYPE_RANK: "rank"}
 POOLING_TYPES = {name: value for value, name in POOLING_NAMES.items()}
+ABORTED = 2
+"""llama_decode's status when the abort callback stopped it."""
+DECODE_NICE = 10
+"""How much lower than the event loop's the decode thread's CPU priority is (nice steps)."""
 
 
 def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
@@ -88,6 +100,28 @@ class EmbedRequest:
 class Sequence:
     request: EmbedRequest
     input: Prepared
+    yielded: bool = False
+    """Its decode was aborted once for online work: the next one runs to the end."""
+
+
+class AbortFlag:
+    """llama.cpp's abort callback without Python: ggml calls it after every graph node, on the
+    decoding thread, where a Python callback would take the GIL each time. The callback is
+    libc's strlen on a two-byte buffer: "" reads 0 (go on), "\x01" reads 1 (abort); its size_t
+    result is 0 or 1, which is the C bool ggml reads."""
+
+    def __init__(self, ctx: lc.llama_context_p) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        self._buffer = ctypes.create_string_buffer(2)
+        self._callback = ctypes.cast(libc.strlen, lc.ggml_abort_callback)
+        lc.llama_set_abort_callback(ctx, self._callback,
+                                    ctypes.cast(self._buffer, ctypes.c_void_p))
+
+    def set(self) -> None:
+        self._buffer[0] = b"\x01"
+
+    def clear(self) -> None:
+        self._buffer[0] = b"\x00"
 
 
 class Embedder:
@@ -106,6 +140,11 @@ class Embedder:
         self._stopping = False
         self._processing = 0
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._abort = AbortFlag(model.ctx)
+        self._abortable = False
+        """The decode under way holds only background sequences that never yielded."""
+        self.n_decode_yielded = 0
+        """Background decodes aborted for online work."""
         self._thread = threading.Thread(target=self._run, name="llamaq-embedder", daemon=True)
 
     # -- called from other threads -------------------------------------------------------
@@ -130,6 +169,8 @@ class Embedder:
         with self._wake:
             queue.extend(Sequence(request, item) for item in request.inputs)
             self._processing += 1
+            if not request.background and self._abortable:
+                self._abort.set()
             self._wake.notify()
         return request.future
 
@@ -137,6 +178,11 @@ class Embedder:
         with self._wake:
             self._cancelled[job_id] = error or Unavailable("cancelled")
             self._wake.notify()
+
+    def yields_to_online(self) -> bool:
+        """Whether the decode under way would stop for an online request now."""
+        with self._wake:
+            return self._abortable
 
     def metrics_snapshot(self) -> WorkerMetrics:
         with self._wake:
@@ -148,6 +194,7 @@ class Embedder:
     # -- the embedder thread ---------------------------------------------------------------
 
     def _run(self) -> None:
+        yield_cpu_to_event_loop()
         while True:
             with self._wake:
                 while not (self._stopping or self._waiting or self._background
@@ -158,6 +205,9 @@ class Embedder:
                     return
                 self._drop_cancelled()
                 step = self._take()
+                self._abortable = bool(step) and not any(
+                    s.yielded or not s.request.background for s in step)
+                self._abort.clear()
             if step:
                 try:
                     self._decode(step)
@@ -181,17 +231,19 @@ class Embedder:
             queue.extend(kept)
 
     def _take(self) -> list[Sequence]:
-        """Under `_wake`: the next decode's sequences, online ones first, in arrival order,
-        while they fit (n_seq_max sequences, n_batch tokens)."""
+        """Under `_wake`: the next decode's sequences in arrival order, while they fit
+        (n_seq_max sequences, n_batch tokens): online ones when there are, else background
+        ones (an online decode carries no background sequence: it would take as long as
+        theirs)."""
         step: list[Sequence] = []
         n_tokens = 0
-        for queue in (self._waiting, self._background):
-            while queue and len(step) < self.n_seq_max:
-                size = len(queue[0].input.tokens)
-                if n_tokens + size > self.n_batch:
-                    return step
-                step.append(queue.popleft())
-                n_tokens += size
+        queue = self._waiting or self._background
+        while queue and len(step) < self.n_seq_max:
+            size = len(queue[0].input.tokens)
+            if n_tokens + size > self.n_batch:
+                break
+            step.append(queue.popleft())
+            n_tokens += size
         return step
 
     def _decode(self, step: list[Sequence]) -> None:
@@ -208,6 +260,11 @@ class Embedder:
         started = time.perf_counter()
         status = lc.llama_decode(self.model.ctx, batch)
         elapsed = time.perf_counter() - started
+        with self._wake:
+            self._abortable = False
+        if status == ABORTED:
+            self._yield(step)
+            return
         if status != 0:
             lc.llama_memory_clear(self.model.memory, True)
             self._fail(step, ServerError(f"llama_decode failed with status {status}"))
@@ -224,6 +281,16 @@ class Embedder:
             offset += len(sequence.input.tokens)
             self._done(sequence, rows)
         lc.llama_memory_clear(self.model.memory, True)  # memory-less models: a no-op
+
+    def _yield(self, step: list[Sequence]) -> None:
+        """An aborted background decode: its sequences go back to the front of their queue,
+        in order, not to yield again."""
+        lc.llama_memory_clear(self.model.memory, True)
+        self.n_decode_yielded += 1
+        for sequence in step:
+            sequence.yielded = True
+        with self._wake:
+            self._background.extendleft(reversed(step))
 
     def _read(self, seq_id: int, offset: int, n_tokens: int) -> np.ndarray:
         """The sequence's pooled embedding (one row), or one row per token with pooling none."""
@@ -295,6 +362,21 @@ class Embedder:
                 if not sequence.request.future.done():
                     sequence.request.future.set_exception(error)
             queue.clear()
+
+
+def yield_cpu_to_event_loop() -> None:
+    """Run the calling thread (and the ggml threads it starts) at a lower CPU priority than the
+    worker's event loop, which hands jobs in and results out: that loop is idle most of the
+    time, but when it has work (an online request to start, a result to send) it should not
+    wait for a core behind a long decode. Linux only (a thread id is a process id for
+    setpriority there); elsewhere nothing changes."""
+    if sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + DECODE_NICE)
+    except OSError as error:
+        log.warning("cannot lower the decode thread's priority: %s", error)
 
 
 def _floats(pointer: ctypes._Pointer[ctypes.c_float] | None, width: int) -> np.ndarray:
