@@ -10,10 +10,11 @@ keeps nothing between decodes.
 
 Online work does not wait for a decode of background sequences: it aborts it (llama.cpp's abort
 callback, checked after every graph node) and the background sequences go back to the front of
-their queue. A background decode yields once at most, so a batch always moves on. The decode
-thread runs at a lower CPU priority than the event loop (`yield_cpu_to_event_loop`).
+their queue. A background decode yields once at most, so a batch always moves on. Two threads
+take turns on the context: one decodes online inputs, the other background ones at a lower CPU
+priority (`lower_cpu_priority`).
 
-Owns: the thread and its queues, the batch, reading embeddings back (pooled per sequence or one
+Owns: the threads and their queues, the batch, reading embeddings back (pooled per sequence or one
 row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
 (worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
 raise the abort flag under `_wake`.
@@ -56,8 +57,8 @@ POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN:
 POOLING_TYPES = {name: value for value, name in POOLING_NAMES.items()}
 ABORTED = 2
 """llama_decode's status when the abort callback stopped it."""
-DECODE_NICE = 10
-"""How much lower than the event loop's the decode thread's CPU priority is (nice steps)."""
+BACKGROUND_NICE = 10
+"""How much lower the background decode thread's CPU priority is (nice steps)."""
 
 
 def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
@@ -141,22 +142,30 @@ class Embedder:
         self._processing = 0
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._abort = AbortFlag(model.ctx)
+        self._decoding = False
+        """One of the two threads decodes now (they take turns on the one context)."""
         self._abortable = False
         """The decode under way holds only background sequences that never yielded."""
         self.n_decode_yielded = 0
         """Background decodes aborted for online work."""
-        self._thread = threading.Thread(target=self._run, name="llamaq-embedder", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, args=(False,), name="llamaq-embedder",
+                             daemon=True),
+            threading.Thread(target=self._run, args=(True,), name="llamaq-embedder-background",
+                             daemon=True)]
 
     # -- called from other threads -------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         with self._wake:
             self._stopping = True
-            self._wake.notify()
-        self._thread.join()
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join()
         lc.llama_batch_free(self._batch)
 
     def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:
@@ -171,13 +180,13 @@ class Embedder:
             self._processing += 1
             if not request.background and self._abortable:
                 self._abort.set()
-            self._wake.notify()
+            self._wake.notify_all()
         return request.future
 
     def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
         with self._wake:
             self._cancelled[job_id] = error or Unavailable("cancelled")
-            self._wake.notify()
+            self._wake.notify_all()
 
     def yields_to_online(self) -> bool:
         """Whether the decode under way would stop for an online request now."""
@@ -191,29 +200,45 @@ class Embedder:
         return self.metrics.model_copy(update={"requests_processing": processing,
                                                "requests_deferred": deferred})
 
-    # -- the embedder thread ---------------------------------------------------------------
+    # -- the decode threads ----------------------------------------------------------------
 
-    def _run(self) -> None:
-        yield_cpu_to_event_loop()
+    def _run(self, background: bool) -> None:
+        """One of the two decode threads: online inputs, or background ones (at a lower CPU
+        priority, and only while no online input waits). They take turns on the context."""
+        if background:
+            lower_cpu_priority()
         while True:
             with self._wake:
-                while not (self._stopping or self._waiting or self._background
-                           or self._cancelled):
+                while not (self._stopping or self._ready(background)):
                     self._wake.wait()
                 if self._stopping:
                     self._fail_all(Unavailable("the worker stopped"))
                     return
                 self._drop_cancelled()
-                step = self._take()
-                self._abortable = bool(step) and not any(
-                    s.yielded or not s.request.background for s in step)
+                step = self._take(self._background if background else self._waiting)
+                if not step:  # only cancelled inputs were left: the other thread may go on
+                    self._wake.notify_all()
+                    continue
+                self._decoding = True
+                self._abortable = background and not any(s.yielded for s in step)
                 self._abort.clear()
-            if step:
-                try:
-                    self._decode(step)
-                except Exception as error:  # a bug fails the step's jobs, not the worker
-                    log.exception("embedding decode failed")
-                    self._fail(step, ServerError(f"internal error: {error}"))
+            try:
+                self._decode(step)
+            except Exception as error:  # a bug fails the step's jobs, not the worker
+                log.exception("embedding decode failed")
+                self._fail(step, ServerError(f"internal error: {error}"))
+            finally:
+                with self._wake:
+                    self._decoding = self._abortable = False
+                    self._wake.notify_all()
+
+    def _ready(self, background: bool) -> bool:
+        """Under `_wake`: whether the thread has something to do now."""
+        if self._decoding:
+            return False
+        if background:
+            return bool(self._background) and not self._waiting
+        return bool(self._waiting or self._cancelled)
 
     def _drop_cancelled(self) -> None:
         """Under `_wake`: forget the waiting sequences of cancelled jobs; end those jobs."""
@@ -230,14 +255,12 @@ class Embedder:
             queue.clear()
             queue.extend(kept)
 
-    def _take(self) -> list[Sequence]:
-        """Under `_wake`: the next decode's sequences in arrival order, while they fit
-        (n_seq_max sequences, n_batch tokens): online ones when there are, else background
-        ones (an online decode carries no background sequence: it would take as long as
-        theirs)."""
+    def _take(self, queue: deque[Sequence]) -> list[Sequence]:
+        """Under `_wake`: the next decode's sequences of `queue` in arrival order, while they
+        fit (n_seq_max sequences, n_batch tokens). An online decode carries no background
+        sequence: it would take as long as theirs."""
         step: list[Sequence] = []
         n_tokens = 0
-        queue = self._waiting or self._background
         while queue and len(step) < self.n_seq_max:
             size = len(queue[0].input.tokens)
             if n_tokens + size > self.n_batch:
@@ -260,7 +283,7 @@ class Embedder:
         started = time.perf_counter()
         status = lc.llama_decode(self.model.ctx, batch)
         elapsed = time.perf_counter() - started
-        with self._wake:
+        with self._wake:  # before any result goes out
             self._abortable = False
         if status == ABORTED:
             self._yield(step)
@@ -364,19 +387,19 @@ class Embedder:
             queue.clear()
 
 
-def yield_cpu_to_event_loop() -> None:
-    """Run the calling thread (and the ggml threads it starts) at a lower CPU priority than the
-    worker's event loop, which hands jobs in and results out: that loop is idle most of the
-    time, but when it has work (an online request to start, a result to send) it should not
-    wait for a core behind a long decode. Linux only (a thread id is a process id for
-    setpriority there); elsewhere nothing changes."""
+def lower_cpu_priority() -> None:
+    """Run the calling thread (and the ggml threads it starts: OpenMP gives each thread that
+    starts a parallel region a pool of its own) at a lower CPU priority than the rest of the
+    worker, and of the machine's processes: batch work yields the cores to online requests,
+    to the event loop that hands them in and out, and to the api and Redis beside it. Linux
+    only (a thread id is a process id for setpriority there); elsewhere nothing changes."""
     if sys.platform != "linux":
         return
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + DECODE_NICE)
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
     except OSError as error:
-        log.warning("cannot lower the decode thread's priority: %s", error)
+        log.warning("cannot lower the background decode thread's priority: %s", error)
 
 
 def _floats(pointer: ctypes._Pointer[ctypes.c_float] | None, width: int) -> np.ndarray:

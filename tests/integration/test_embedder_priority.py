@@ -6,6 +6,8 @@ decode mates differ)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -18,7 +20,7 @@ from scheduler.jobs import EmbeddingJob
 from scheduler.results import EmbeddingResult, RerankResult
 from worker.embed_inputs import embedding_inputs
 from worker.embed_jobs import tune_embedding_context
-from worker.embedder import Embedder, EmbedRequest
+from worker.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
 from worker.model import ContextPlan, LoadedModel
 from worker.settings import WorkerSettings
 
@@ -85,3 +87,11 @@ def test_a_background_decode_yields_only_once(embedder: Embedder) -> None:
         time.sleep(0.001)
     assert len(vectors(background.result())) == N_SEQ
     assert embedder.n_decode_yielded <= yielded_before + 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priorities are Linux's")
+def test_background_inputs_decode_at_a_lower_cpu_priority(embedder: Embedder) -> None:
+    online, background = embedder._threads
+    assert online.native_id is not None and background.native_id is not None
+    base = os.getpriority(os.PRIO_PROCESS, online.native_id)
+    assert os.getpriority(os.PRIO_PROCESS, background.native_id) == min(19, base + BACKGROUND_NICE)
