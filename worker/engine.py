@@ -67,14 +67,14 @@ log = logging.getLogger(__name__)
 
 SlotResult = TypeVar("SlotResult")
 SHARE_MIN_TOKENS = 16
+"""Copying another slot's cache (a whole KV stream when slots do not share one) pays off
+from about this many prompt tokens."""
 BACKGROUND_STEP_S = 0.05
 """A step takes about this long at most of batch lines' prompt tokens (at the measured decode
 speed), so that an online request arriving meanwhile waits that little for its turn."""
 BACKGROUND_MIN_TOKENS = 8
 SPEED_SAMPLE_TOKENS = 8
 """Decodes of at least this many tokens measure the decode speed (seconds per token)."""
-"""Copying another slot's cache (a whole KV stream when slots do not share one) pays off
-from about this many prompt tokens."""
 JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent | StartedEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
