@@ -4,6 +4,11 @@ Rendered as llama-server renders them (server-task.cpp `to_metrics`): every seri
 `llamacpp:<name>` exactly (a counter keeps its own name: `llamacpp:n_tokens_max` has no
 `_total` added), counters first, then gauges. Speculative decoding is not built, so its three
 counters read 0 and the per-position series is absent (the spec's rule when it is off).
+
+Written by hand, not with prometheus_client: its counters always end in `_total` (its
+Counter("llamacpp:n_tokens_max") is written `llamacpp:n_tokens_max_total`) and come with a
+`_created` gauge each, so it cannot write llama-server's series names. The tests read this text
+back with prometheus_client's parser (tests/metrics_text.py), which proves it valid.
 """
 
 from __future__ import annotations

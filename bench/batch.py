@@ -186,6 +186,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--online", type=int, default=40)
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--priority", default="minilm,gemma,tiny",
+                        help="which online-latency cases to run (comma-separated; '' for none)")
     args = parser.parse_args()
     if not MINILM.is_file():
         sys.exit(f"{MINILM} is missing: run the tests' minilm fixture once (pytest -k minilm)")
@@ -204,15 +206,18 @@ def main() -> None:
             report += ["## Online latency while a batch runs (same workers)\n",
                        "| online requests | median alone (before / after) | median with batch "
                        "| ratio | batch still running |", "|---|---|---|---|---|"]
-            fleet, api = fleet_of(redis_url, folder / "prio-e", MINILM, "minilm-prio", 1,
-                                  ["--embedding", "-t", "1", "-np", "8", "-c", "2048"])
-            try:
-                priority(api, embed_once(api), embedding_lines(50000, "p"), "/v1/embeddings",
-                         args.online, "/v1/embeddings (MiniLM)", report)
-            finally:
-                fleet.stop()
-            models = [("Gemma 3 270M", default_model_path(GEMMA_CACHE)),
-                      ("tiny GGUF", write_tiny_llama(folder / "tiny.gguf"))]
+            cases = args.priority.split(",")
+            if "minilm" in cases:
+                fleet, api = fleet_of(redis_url, folder / "prio-e", MINILM, "minilm-prio", 1,
+                                      ["--embedding", "-t", "1", "-np", "8", "-c", "2048"])
+                try:
+                    priority(api, embed_once(api), embedding_lines(50000, "p"),
+                             "/v1/embeddings", args.online, "/v1/embeddings (MiniLM)", report)
+                finally:
+                    fleet.stop()
+            models = [(name, model) for case, name, model in (
+                ("gemma", "Gemma 3 270M", default_model_path(GEMMA_CACHE)),
+                ("tiny", "tiny GGUF", write_tiny_llama(folder / "tiny.gguf"))) if case in cases]
             for name, model in models:
                 fleet, api = fleet_of(redis_url, folder / f"prio-{len(report)}", model,
                                       f"chat-prio-{len(report)}", 1,

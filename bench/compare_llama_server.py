@@ -14,58 +14,24 @@ import argparse
 import concurrent.futures
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from storage import default_model_path
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.processes import free_port, running, server_env, wait_healthy  # noqa: E402
+from storage import default_model_path  # noqa: E402
+
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-server"
 FLAGS = ["-c", "256", "-np", "4", "-kvu", "--seed", "42", "--temp", "0.8", "-t", "2",
          "--verbose", "--metrics", "--alias", "gemma,other", "--tags", "t2,t1"]
 Check = Callable[[str], Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def running(cmd: list[str], log: Path, env: dict[str, str]) -> Iterator[None]:
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
-        try:
-            yield
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                with suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=30)
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-
-
-def wait_healthy(url: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"{url}/health is not 200 after {timeout_s:.0f} s")
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -235,8 +201,7 @@ POINTS: list[tuple[str, Check]] = [
 
 def observe(command: list[str], log: Path) -> dict[str, Any]:
     port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"},
-           "AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}
+    env = server_env({"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)})
     url = f"http://127.0.0.1:{port}"
     seen: dict[str, Any] = {}
     with running([*command, "--host", "127.0.0.1,127.0.0.2", "--port", str(port)], log, env):

@@ -16,58 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
-from storage import default_model_path
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.processes import free_port, running, server_env, wait_healthy  # noqa: E402
+from storage import default_model_path  # noqa: E402
+
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-server"
 MINILM = Path.home() / ".cache" / "llamaq-tests" / "all-MiniLM-L6-v2-f32.gguf"
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven",
          "cats", "watch", "from", "an", "old", "red", "barn", "near", "the", "river", "bank",
          "in", "early", "spring", "morning", "light"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def running(cmd: list[str], log: Path, env: dict[str, str]) -> Iterator[None]:
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
-        try:
-            yield
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                with suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=30)
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-
-
-def wait_healthy(url: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"{url}/health is not 200 after {timeout_s:.0f} s")
 
 
 def minilm_path() -> Path:
@@ -141,7 +109,7 @@ def main() -> None:
         systems = {args.only: systems[args.only]}
     sizes = [int(s) for s in args.sizes.split(",")]
     logs = Path(tempfile.mkdtemp(prefix="llamaq-bench-embed-"))
-    env = {k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"}
+    env = server_env()
     if args.passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     results: dict[tuple[str, int], list[float]] = {}

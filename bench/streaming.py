@@ -25,22 +25,20 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from storage import default_model_path
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.processes import free_port, running, server_env, wait_healthy  # noqa: E402
+from storage import default_model_path  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 SYSTEMS = ("llama-server", "llamaq")
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-server"
@@ -233,32 +231,12 @@ async def measure(result: Result, url: str, concurrency: list[int], n_predict: i
 # ---------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def command(system: str, binary: Path, model: Path, port: int, shared: list[str]) -> list[str]:
     if system == "llama-server":
         return [str(binary), "-m", str(model), *shared, "--host", "127.0.0.1",
                 "--port", str(port)]
     return [str(REPO / ".venv" / "bin" / "llamaq"), "up", "-m", str(model), *shared,
             "--host", "127.0.0.1", "--port", str(port)]
-
-
-@contextmanager
-def running(cmd: list[str], log: Path,
-            extra_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    env = {k: v for k, v in os.environ.items() if k != "LLAMAQ_REDIS_URL"}  # private Redis
-    env.update(extra_env or {})
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
-        try:
-            yield process
-        finally:
-            stop(process)
 
 
 def system_env(system: str, args: argparse.Namespace) -> dict[str, str]:
@@ -270,31 +248,6 @@ def system_env(system: str, args: argparse.Namespace) -> dict[str, str]:
     return dict(item.split("=", 1) for item in args.llama_server_env)
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            print(f"  pid {process.pid} ignored SIGTERM for 30 s: killing its group", flush=True)
-    with suppress(ProcessLookupError):  # what is left of its group (llamaq's worker, api, Redis)
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if process.poll() is not None:
-            raise RuntimeError(f"exited with code {process.returncode} before /health was 200")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return time.monotonic() - start
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"/health not 200 after {timeout_s:.0f} s")
-
-
 def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) -> Result:
     result = Result(system)
     port = free_port()
@@ -304,9 +257,9 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
     cmd = command(system, args.llama_server, model, port, shared)
     print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
     load_before = os.getloadavg()[0]
-    with running(cmd, log, system_env(system, args)) as process:
+    with running(cmd, log, server_env(system_env(system, args))) as process:
         try:
-            ready = wait_healthy(url, process, args.start_timeout)
+            ready = wait_healthy(url, args.start_timeout, process)
             print(f"  {system}: healthy after {ready:.1f} s", flush=True)
             asyncio.run(measure(result, url, args.concurrency, args.n_predict, args.repeats))
         except (RuntimeError, TimeoutError) as exc:
@@ -363,9 +316,9 @@ def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
             cmd = command(system, args.llama_server, model, port, shared)
             log = RESULTS / f"streaming-{stamp}-{system}.log"
             print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
-            process = stack.enter_context(running(cmd, log, system_env(system, args)))
+            process = stack.enter_context(running(cmd, log, server_env(system_env(system, args))))
             urls[system], sessions[system] = f"http://127.0.0.1:{port}", process.pid
-            wait_healthy(urls[system], process, args.start_timeout)
+            wait_healthy(urls[system], args.start_timeout, process)
         for system in SYSTEMS:
             warm = asyncio.run(run_round(urls[system], 1, args.n_predict, "warm-up"))
             if warm.errors:

@@ -170,7 +170,25 @@ class _HelpFormatter(argparse.HelpFormatter):
         return f"{', '.join(action.option_strings)} {value}"
 
 
-class _SwitchAction(argparse.Action):
+class _NameAction(argparse.Action):
+    """An action that acts on which of its option names was given (never on a value)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.given(parser, namespace, option_string)
+
+    def given(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, name: str | None
+    ) -> None:
+        raise NotImplementedError
+
+
+class _SwitchAction(_NameAction):
     """A bool flag without a value: its own names set True, its negative names False."""
 
     def __init__(
@@ -179,31 +197,23 @@ class _SwitchAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kw)
         self.negative = tuple(negative)
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
+    def given(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, name: str | None
     ) -> None:
-        setattr(namespace, self.dest, option_string not in self.negative)
+        setattr(namespace, self.dest, name not in self.negative)
 
 
-class _RefusedAction(argparse.Action):
+class _RefusedAction(_NameAction):
     """A spec flag llamaq does not implement: stops the parse with the reason."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, why: str = "", **kw: Any) -> None:
         super().__init__(option_strings, dest, nargs="?", **kw)
         self.why = why
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
+    def given(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, name: str | None
     ) -> None:
-        parser.error(f"{option_string} is not supported by llamaq: {self.why}")
+        parser.error(f"{name} is not supported by llamaq: {self.why}")
 
 
 def _version() -> str:

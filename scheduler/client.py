@@ -450,21 +450,13 @@ class JobClient:
         inputs carry their error in their item. A worker that dies before answering hands the
         job to another worker (nothing was sent yet); past that, 503 Unavailable (or 500 for
         a job that killed two workers). Leaving early (task cancelled) cancels it."""
-        result = await self.run(job)
-        if not isinstance(result, EmbeddingResult):
-            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for an "
-                              "embedding job")
-        return result
+        return await self._run_as(job, EmbeddingResult, None)
 
     async def run_rerank(self, job: RerankJob) -> RerankResult:
         """Score the job's documents against its query on a worker of `job.model` started
         with --rerank. One item per document, in document order (not sorted: sorting and
         top_n are the caller's). Errors as run_embedding."""
-        result = await self.run(job)
-        if not isinstance(result, RerankResult):
-            raise ServerError(f"job {job.job_id}: a {result.result_kind} result for a rerank "
-                              "job")
-        return result
+        return await self._run_as(job, RerankResult, None)
 
     async def _run_as(self, job: AnyJob, kind: type[AnyResult],
                       queue: str | None) -> AnyResult:

@@ -181,6 +181,9 @@ class CompletionJob(BaseModel):
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None
+    background: bool = False
+    """A batch line: while an online request's prompt is evaluated it sits the step out, and
+    its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""
 
 
 class TokenizeJob(BaseModel):

@@ -26,8 +26,16 @@ log = logging.getLogger(__name__)
 ONLINE_JOBS_PER_SEQ = 4
 """Online jobs a worker holds per sequence of a decode: enough that a decode is full while the
 next jobs are tokenized."""
+QUICK_PREPARE_MAX_CHARS = 2048
+"""Inputs of up to this many characters (or token ids) in all are tokenized on the event loop:
+that takes well under a millisecond, less than the thread hand-offs of to_thread."""
 BACKGROUND_JOBS = 2
 """Background jobs (batch chunks) a worker holds at once: one decoding, one being prepared."""
+
+
+def _text_chars(job: EmbeddingJob | RerankJob) -> int:
+    texts = [job.query, *job.documents] if isinstance(job, RerankJob) else job.inputs
+    return sum(len(text) for text in texts)
 
 
 def embedding_mode(settings: WorkerSettings) -> bool:
@@ -83,7 +91,10 @@ async def run_embed_job(runtime: WorkerRuntime, job: EmbeddingJob | RerankJob) -
     assert embedder is not None  # only embed queues run this, and only an embedder has them
     model = embedder.model
     prepare = embedding_inputs if isinstance(job, EmbeddingJob) else rerank_inputs
-    prepared = await asyncio.to_thread(prepare, job, model)  # type: ignore[arg-type]
+    if _text_chars(job) <= QUICK_PREPARE_MAX_CHARS:  # a thread hop costs more than the work
+        prepared = prepare(job, model)  # type: ignore[arg-type]
+    else:
+        prepared = await asyncio.to_thread(prepare, job, model)  # type: ignore[arg-type]
     failed = [item for item in prepared if item.error is not None]
     if failed and not job.per_input_errors:
         raise failed[0].error  # type: ignore[misc]

@@ -2,22 +2,31 @@
 holds together, as separate sequences of one llama_decode (llama.cpp's n_seq_max), on a context
 made with embeddings on.
 
-Each decode takes waiting sequences in order, online jobs' first, then background ones (batch
-chunks), as many as fit: at most n_seq_max sequences and n_batch tokens (an embedding worker's
-logical batch is its physical one, as llama-server forces it). A sequence is decoded whole in
-one decode, so a job is done once each of its sequences went through one. The context keeps
-nothing between decodes.
+Each decode takes waiting sequences in order, online jobs' when there are, else background ones
+(batch chunks), as many as fit: at most n_seq_max sequences and n_batch tokens (an embedding
+worker's logical batch is its physical one, as llama-server forces it). A sequence is decoded
+whole in one decode, so a job is done once each of its sequences went through one. The context
+keeps nothing between decodes.
 
-Owns: the thread and its queues, the batch, reading embeddings back (pooled per sequence or one
+Online work does not wait for a decode of background sequences: it aborts it (llama.cpp's abort
+callback, checked after every graph node) and the background sequences go back to the front of
+their queue. A background decode yields once at most, so a batch always moves on. Two threads
+take turns on the context: one decodes online inputs, the other background ones at a lower CPU
+priority (`lower_cpu_priority`).
+
+Owns: the threads and their queues, the batch, reading embeddings back (pooled per sequence or one
 row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
-(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` under
-`_wake`.
+(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
+raise the abort flag under `_wake`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import logging
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -46,6 +55,10 @@ POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN:
                  lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last",
                  lc.LLAMA_POOLING_TYPE_RANK: "rank"}
 POOLING_TYPES = {name: value for value, name in POOLING_NAMES.items()}
+ABORTED = 2
+"""llama_decode's status when the abort callback stopped it."""
+BACKGROUND_NICE = 10
+"""How much lower the background decode thread's CPU priority is (nice steps)."""
 
 
 def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
@@ -88,6 +101,28 @@ class EmbedRequest:
 class Sequence:
     request: EmbedRequest
     input: Prepared
+    yielded: bool = False
+    """Its decode was aborted once for online work: the next one runs to the end."""
+
+
+class AbortFlag:
+    """llama.cpp's abort callback without Python: ggml calls it after every graph node, on the
+    decoding thread, where a Python callback would take the GIL each time. The callback is
+    libc's strlen on a two-byte buffer: "" reads 0 (go on), "\x01" reads 1 (abort); its size_t
+    result is 0 or 1, which is the C bool ggml reads."""
+
+    def __init__(self, ctx: lc.llama_context_p) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        self._buffer = ctypes.create_string_buffer(2)
+        self._callback = ctypes.cast(libc.strlen, lc.ggml_abort_callback)
+        lc.llama_set_abort_callback(ctx, self._callback,
+                                    ctypes.cast(self._buffer, ctypes.c_void_p))
+
+    def set(self) -> None:
+        self._buffer[0] = b"\x01"
+
+    def clear(self) -> None:
+        self._buffer[0] = b"\x00"
 
 
 class Embedder:
@@ -106,18 +141,31 @@ class Embedder:
         self._stopping = False
         self._processing = 0
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self._thread = threading.Thread(target=self._run, name="llamaq-embedder", daemon=True)
+        self._abort = AbortFlag(model.ctx)
+        self._decoding = False
+        """One of the two threads decodes now (they take turns on the one context)."""
+        self._abortable = False
+        """The decode under way holds only background sequences that never yielded."""
+        self.n_decode_yielded = 0
+        """Background decodes aborted for online work."""
+        self._threads = [
+            threading.Thread(target=self._run, args=(False,), name="llamaq-embedder",
+                             daemon=True),
+            threading.Thread(target=self._run, args=(True,), name="llamaq-embedder-background",
+                             daemon=True)]
 
     # -- called from other threads -------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         with self._wake:
             self._stopping = True
-            self._wake.notify()
-        self._thread.join()
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join()
         lc.llama_batch_free(self._batch)
 
     def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:
@@ -130,13 +178,20 @@ class Embedder:
         with self._wake:
             queue.extend(Sequence(request, item) for item in request.inputs)
             self._processing += 1
-            self._wake.notify()
+            if not request.background and self._abortable:
+                self._abort.set()
+            self._wake.notify_all()
         return request.future
 
     def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
         with self._wake:
             self._cancelled[job_id] = error or Unavailable("cancelled")
-            self._wake.notify()
+            self._wake.notify_all()
+
+    def yields_to_online(self) -> bool:
+        """Whether the decode under way would stop for an online request now."""
+        with self._wake:
+            return self._abortable
 
     def metrics_snapshot(self) -> WorkerMetrics:
         with self._wake:
@@ -145,25 +200,45 @@ class Embedder:
         return self.metrics.model_copy(update={"requests_processing": processing,
                                                "requests_deferred": deferred})
 
-    # -- the embedder thread ---------------------------------------------------------------
+    # -- the decode threads ----------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, background: bool) -> None:
+        """One of the two decode threads: online inputs, or background ones (at a lower CPU
+        priority, and only while no online input waits). They take turns on the context."""
+        if background:
+            lower_cpu_priority()
         while True:
             with self._wake:
-                while not (self._stopping or self._waiting or self._background
-                           or self._cancelled):
+                while not (self._stopping or self._ready(background)):
                     self._wake.wait()
                 if self._stopping:
                     self._fail_all(Unavailable("the worker stopped"))
                     return
                 self._drop_cancelled()
-                step = self._take()
-            if step:
-                try:
-                    self._decode(step)
-                except Exception as error:  # a bug fails the step's jobs, not the worker
-                    log.exception("embedding decode failed")
-                    self._fail(step, ServerError(f"internal error: {error}"))
+                step = self._take(self._background if background else self._waiting)
+                if not step:  # only cancelled inputs were left: the other thread may go on
+                    self._wake.notify_all()
+                    continue
+                self._decoding = True
+                self._abortable = background and not any(s.yielded for s in step)
+                self._abort.clear()
+            try:
+                self._decode(step)
+            except Exception as error:  # a bug fails the step's jobs, not the worker
+                log.exception("embedding decode failed")
+                self._fail(step, ServerError(f"internal error: {error}"))
+            finally:
+                with self._wake:
+                    self._decoding = self._abortable = False
+                    self._wake.notify_all()
+
+    def _ready(self, background: bool) -> bool:
+        """Under `_wake`: whether the thread has something to do now."""
+        if self._decoding:
+            return False
+        if background:
+            return bool(self._background) and not self._waiting
+        return bool(self._waiting or self._cancelled)
 
     def _drop_cancelled(self) -> None:
         """Under `_wake`: forget the waiting sequences of cancelled jobs; end those jobs."""
@@ -180,18 +255,18 @@ class Embedder:
             queue.clear()
             queue.extend(kept)
 
-    def _take(self) -> list[Sequence]:
-        """Under `_wake`: the next decode's sequences, online ones first, in arrival order,
-        while they fit (n_seq_max sequences, n_batch tokens)."""
+    def _take(self, queue: deque[Sequence]) -> list[Sequence]:
+        """Under `_wake`: the next decode's sequences of `queue` in arrival order, while they
+        fit (n_seq_max sequences, n_batch tokens). An online decode carries no background
+        sequence: it would take as long as theirs."""
         step: list[Sequence] = []
         n_tokens = 0
-        for queue in (self._waiting, self._background):
-            while queue and len(step) < self.n_seq_max:
-                size = len(queue[0].input.tokens)
-                if n_tokens + size > self.n_batch:
-                    return step
-                step.append(queue.popleft())
-                n_tokens += size
+        while queue and len(step) < self.n_seq_max:
+            size = len(queue[0].input.tokens)
+            if n_tokens + size > self.n_batch:
+                break
+            step.append(queue.popleft())
+            n_tokens += size
         return step
 
     def _decode(self, step: list[Sequence]) -> None:
@@ -208,6 +283,11 @@ class Embedder:
         started = time.perf_counter()
         status = lc.llama_decode(self.model.ctx, batch)
         elapsed = time.perf_counter() - started
+        with self._wake:  # before any result goes out
+            self._abortable = False
+        if status == ABORTED:
+            self._yield(step)
+            return
         if status != 0:
             lc.llama_memory_clear(self.model.memory, True)
             self._fail(step, ServerError(f"llama_decode failed with status {status}"))
@@ -224,6 +304,16 @@ class Embedder:
             offset += len(sequence.input.tokens)
             self._done(sequence, rows)
         lc.llama_memory_clear(self.model.memory, True)  # memory-less models: a no-op
+
+    def _yield(self, step: list[Sequence]) -> None:
+        """An aborted background decode: its sequences go back to the front of their queue,
+        in order, not to yield again."""
+        lc.llama_memory_clear(self.model.memory, True)
+        self.n_decode_yielded += 1
+        for sequence in step:
+            sequence.yielded = True
+        with self._wake:
+            self._background.extendleft(reversed(step))
 
     def _read(self, seq_id: int, offset: int, n_tokens: int) -> np.ndarray:
         """The sequence's pooled embedding (one row), or one row per token with pooling none."""
@@ -295,6 +385,21 @@ class Embedder:
                 if not sequence.request.future.done():
                     sequence.request.future.set_exception(error)
             queue.clear()
+
+
+def lower_cpu_priority() -> None:
+    """Run the calling thread (and the ggml threads it starts: OpenMP gives each thread that
+    starts a parallel region a pool of its own) at a lower CPU priority than the rest of the
+    worker, and of the machine's processes: batch work yields the cores to online requests,
+    to the event loop that hands them in and out, and to the api and Redis beside it. Linux
+    only (a thread id is a process id for setpriority there); elsewhere nothing changes."""
+    if sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
+    except OSError as error:
+        log.warning("cannot lower the background decode thread's priority: %s", error)
 
 
 def _floats(pointer: ctypes._Pointer[ctypes.c_float] | None, width: int) -> np.ndarray:

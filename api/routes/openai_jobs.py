@@ -78,7 +78,10 @@ class OpenAIContext:
                     job.worker_id, job.id_slot = worker.worker_id, local_id
 
     async def run(self, jobs: list[CompletionJob]) -> list[CompletionResult]:
-        """Every job's final result, in the jobs' order."""
+        """Every job's final result, in the jobs' order (a batch line's jobs are background
+        jobs)."""
+        for job in jobs:
+            job.background = self.request is None
         return list(await asyncio.gather(*(self.fleet.jobs.run_completion(job, self.queue)
                                            for job in jobs)))
 

@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import make_fleet
+from tests.metrics_text import series
 from tests.minilm_reference import MiniLMReference
 from tests.processes import Fleet
 
@@ -210,14 +211,8 @@ def test_props_and_models_say_what_the_model_serves(api: str) -> None:
 
 
 def _decodes(api: str) -> tuple[float, float]:
-    text = httpx.get(f"{api}/metrics").text
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("llamacpp:n_decode_total ") or \
-                line.startswith("llamacpp:n_busy_slots_per_decode "):
-            name, value = line.split()
-            values[name] = float(value)
-    return values["llamacpp:n_decode_total"], values["llamacpp:n_busy_slots_per_decode"]
+    found = series(httpx.get(f"{api}/metrics").text)
+    return found["llamacpp:n_decode_total"][1], found["llamacpp:n_busy_slots_per_decode"][1]
 
 
 def _wait_metrics(api: str, predicate: object) -> tuple[float, float]:

@@ -13,7 +13,7 @@ import pytest
 
 from scheduler.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.results import CompletionResult, ErrorEvent, FinalEvent, StartedEvent, TokenEvent
-from worker.engine import Engine, JobEvent
+from worker.engine import BACKGROUND_STEP_S, Engine, JobEvent
 from worker.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
@@ -147,3 +147,51 @@ def test_stop_words_end_a_run_and_are_not_sent(engine: tuple[Engine, Events]) ->
     out = result(events.until_done([stopped.job_id])[stopped.job_id])
     assert out.stop_type == "word" and out.stopping_word == word
     assert word not in out.content and text.startswith(out.content)
+
+
+def _until(events: Events, job_id: str, kind: type) -> list[JobEvent]:
+    """Every event read until `job_id`'s first event of `kind` (included)."""
+    seen: list[JobEvent] = []
+    while True:
+        got, event = events.queue.get(timeout=TIMEOUT_S)
+        events.by_job.setdefault(got, []).append(event)
+        seen.append((got, event))
+        if got == job_id and isinstance(event, kind):
+            return seen
+
+
+def test_a_batch_line_sits_out_while_an_online_prompt_is_evaluated(
+        engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    line = job("once upon a time", 400, stream=True, background=True, id_slot=0)
+    eng.submit(eng.prepare(line))
+    _until(events, line.job_id, TokenEvent)  # the batch line generates
+    online = job("the cat sat on the mat and looked at the dog " * 4, 2, stream=True,
+                 id_slot=1)
+    eng.submit(eng.prepare(online))
+    seen = _until(events, online.job_id, StartedEvent)
+    seen = _until(events, online.job_id, TokenEvent)
+    # the step that evaluated the online prompt carried no token of the batch line
+    assert not [e for j, e in seen if j == line.job_id and isinstance(e, TokenEvent)]
+    events.until_done([online.job_id])
+    eng.cancel(line.job_id)
+    events.until_done([line.job_id])
+    assert eng.busy_slots() == 0
+
+
+def test_a_batch_lines_prompt_goes_in_parts(engine: tuple[Engine, Events]) -> None:
+    eng, events = engine
+    eng._s_per_token = BACKGROUND_STEP_S / 16  # as if measured: 16 tokens in the next step
+    prompt = "the sky is blue and the cat is a dog " * 12
+    line = job(prompt, 1, stream=True, return_progress=True, background=True, id_slot=3,
+               cache_prompt=False)
+    eng.submit(eng.prepare(line))
+    run = events.until_done([line.job_id])[line.job_id]
+    steps = [e.progress.processed for e in run if isinstance(e, TokenEvent) and e.progress]
+    n_prompt = result(run).tokens_evaluated
+    assert n_prompt > 64 and steps[0] == 0 and steps[1] == 16 and steps[-1] == n_prompt
+    online = job(prompt, 1, stream=True, return_progress=True, id_slot=2, cache_prompt=False)
+    eng.submit(eng.prepare(online))  # an online prompt goes whole
+    run = events.until_done([online.job_id])[online.job_id]
+    assert [e.progress.processed for e in run if isinstance(e, TokenEvent) and e.progress] \
+        == [0, n_prompt]

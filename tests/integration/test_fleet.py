@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import WORKER_FLAGS, make_fleet
+from tests.metrics_text import series
 from tests.processes import wait_until
 
 UNAVAILABLE = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
@@ -112,15 +113,14 @@ def test_metrics(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> N
     try:
         url = fleet.add_api("--metrics")
 
-        def value(text: str, name: str) -> float:
-            line = next(x for x in text.splitlines() if x.startswith(f"llamacpp:{name} "))
-            return float(line.split()[1])
+        def value(found: dict[str, tuple[str, float]], name: str) -> float:
+            return found[f"llamacpp:{name}"][1]
 
-        before = httpx.get(f"{url}/metrics").text
+        before = series(httpx.get(f"{url}/metrics").text)  # valid Prometheus text
         httpx.post(f"{url}/completion", json={"prompt": "Hi", "n_predict": 5}, timeout=60)
         response = httpx.get(f"{url}/metrics")
         assert response.headers["content-type"].startswith("text/plain")
-        after = response.text
+        after = series(response.text)
         grown = value(after, "tokens_predicted_total") - value(before, "tokens_predicted_total")
         assert grown == 5
         assert value(after, "n_decode_total") > value(before, "n_decode_total")

@@ -5,64 +5,23 @@ models channel and the downloading / incomplete statuses; a paused download resu
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from scheduler import keys
 from scheduler.connections import open_redis
 from scheduler.downloads import DownloadBoard, DownloadStatus
 from storage import LocalStore
 from storage.checksum import checksum_key
+from tests.model_events import ModelEvents
 from tests.model_hosts import ModelHost, serve
 from tests.processes import Fleet, wait_until
 
 REPO = "org/tiny-GGUF"
 PREFIX = f"models/hf/{REPO}/"
-
-
-class Events:
-    """Every message of the models channel, from a background subscriber."""
-
-    def __init__(self, redis_url: str) -> None:
-        self.client = redis.Redis.from_url(redis_url)
-        self.pubsub = self.client.pubsub()
-        self.pubsub.subscribe(keys.MODELS_CHANNEL)
-        self.seen: list[dict[str, Any]] = []
-        self.running = True
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        while self.running:
-            message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
-            if message is not None:
-                self.seen.append(json.loads(message["data"]))
-
-    def wait(self, model: str, event: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for item in self.seen:
-                if item["model"] == model and item["event"] == event:
-                    return item
-            time.sleep(0.05)
-        raise TimeoutError(f"no {event} for {model}; saw {self.seen[-5:]}")
-
-    def of(self, model: str, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.seen if e["model"] == model and e["event"] == event]
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join(timeout=2)
-        self.pubsub.close()
-        self.client.close()
 
 
 def blob(n: int, seed: int) -> bytes:
@@ -96,8 +55,8 @@ def pod(redis_url: str, tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture
-def events(redis_url: str) -> Iterator[Events]:
-    watcher = Events(redis_url)
+def events(redis_url: str) -> Iterator[ModelEvents]:
+    watcher = ModelEvents(redis_url)
     yield watcher
     watcher.close()
 
@@ -125,7 +84,7 @@ def request_pause(redis_url: str, model: str) -> bool:
 
 
 def test_post_downloads_model_and_sidecar_into_the_store(
-        pod: tuple[str, Path], hub: ModelHost, events: Events, redis_url: str) -> None:
+        pod: tuple[str, Path], hub: ModelHost, events: ModelEvents, redis_url: str) -> None:
     url, store_dir = pod
     response = httpx.post(f"{url}/models", json={"model": REPO}, timeout=30)
     assert response.status_code == 200 and response.json() == {"success": True}
@@ -203,7 +162,7 @@ def test_delete_refuses_bad_requests(pod: tuple[str, Path]) -> None:
 
 
 def test_paused_download_is_incomplete_and_resumes(
-        pod: tuple[str, Path], hub: ModelHost, events: Events, redis_url: str) -> None:
+        pod: tuple[str, Path], hub: ModelHost, events: ModelEvents, redis_url: str) -> None:
     url, store_dir = pod
     model = "org/slow-GGUF"
     hub.chunk_delay_s = 0.05  # 1.5 MB in 64 KiB chunks: over a second
@@ -241,7 +200,7 @@ def test_paused_download_is_incomplete_and_resumes(
 
 
 def test_router_lists_downloads_and_unload_pauses_one(
-        pod: tuple[str, Path], hub: ModelHost, events: Events) -> None:
+        pod: tuple[str, Path], hub: ModelHost, events: ModelEvents) -> None:
     """The api pod is a router (no -m): GET /models shows a download as `downloading` with
     per-file progress, `/models/unload` pauses it (`incomplete`), and once it finished the
     model is in the list (as a cached model) after the download_finished event."""

@@ -5,8 +5,6 @@ Each serves a real completion from the fetched tiny GGUF."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +12,9 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-import redis
 from moto.server import ThreadedMotoServer
 
-from scheduler import keys
+from tests.model_events import ModelEvents
 from tests.model_hosts import ModelHost, serve
 from tests.processes import Fleet, wait_until
 
@@ -44,29 +41,6 @@ def s3(endpoint: str) -> Any:
         "region_name": "us-east-1"})
 
 
-class ChannelLog:
-    def __init__(self, redis_url: str) -> None:
-        self.client = redis.Redis.from_url(redis_url)
-        self.pubsub = self.client.pubsub()
-        self.pubsub.subscribe(keys.MODELS_CHANNEL)
-        self.seen: list[dict[str, Any]] = []
-        self.running = True
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        while self.running:
-            message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
-            if message is not None:
-                self.seen.append(json.loads(message["data"]))
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join(timeout=2)
-        self.pubsub.close()
-        self.client.close()
-
-
 def complete(url: str) -> dict[str, Any]:
     response = httpx.post(f"{url}/completion", json={"prompt": "hello", "n_predict": 4},
                           timeout=60)
@@ -84,7 +58,7 @@ def test_worker_b_pulls_from_the_store_what_worker_a_fetched_from_the_hub(
     hub = ModelHost()
     hub.add(f"{REPO}/tiny-Q4_K_M.gguf", tiny_model_path.read_bytes())
     hub.add(f"{REPO}/tiny-Q8_0.gguf", b"GGUF-not-this-one")
-    channel = ChannelLog(redis_url)
+    channel = ModelEvents(redis_url)
     with serve(hub):
         fleet = Fleet(redis_url, tmp_path, ["-hf", REPO, "--store-url", f"s3://{BUCKET}/fleet",
                                             "--s3-endpoint-url", moto],

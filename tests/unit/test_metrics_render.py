@@ -1,17 +1,11 @@
-"""/metrics text as llama-server writes it (series names exact, spec-decode counters at 0)."""
+"""/metrics text as llama-server writes it (series names exact, spec-decode counters at 0), valid
+Prometheus text (read with prometheus_client's parser)."""
 
 from __future__ import annotations
 
 from api.metrics import render_metrics
 from scheduler.registry import WorkerMetrics
-
-
-def series(text: str) -> dict[str, tuple[str, float]]:
-    """name -> (type, value)."""
-    types = {line.split()[2]: line.split()[3] for line in text.splitlines()
-             if line.startswith("# TYPE ")}
-    return {line.split()[0]: (types[line.split()[0].split("{")[0]], float(line.split()[1]))
-            for line in text.splitlines() if line and not line.startswith("#")}
+from tests.metrics_text import series
 
 
 def test_spec_decode_counters_are_zero_when_it_is_off() -> None:
