@@ -377,12 +377,8 @@ class JobClient:
                 self._open[job.job_id] = queue
                 await self._enqueue(job, queue_name)
                 events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed)
-                try:
+                async with self._watched(events):
                     yield events
-                finally:
-                    self._open.pop(job.job_id, None)
-                    if not events.finished and not events.handed_off:
-                        await asyncio.shield(self.cancel(events.job_id))
         finally:
             if routed is not None:
                 routed.settle()
@@ -410,12 +406,19 @@ class JobClient:
             events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
             events.prefill(logged)
             self._open[job.job_id] = queue
-            try:
+            async with self._watched(events):
                 yield events
-            finally:
-                self._open.pop(job.job_id, None)
-                if not events.finished and not events.handed_off:
-                    await asyncio.shield(self.cancel(events.job_id))
+
+    @contextlib.asynccontextmanager
+    async def _watched(self, events: JobEvents) -> AsyncIterator[None]:
+        """Leaving the block (its events in `_open`) before the job's last event cancels it
+        on the worker, unless the events were handed off."""
+        try:
+            yield
+        finally:
+            self._open.pop(events.job_id, None)
+            if not events.finished and not events.handed_off:
+                await asyncio.shield(self.cancel(events.job_id))
 
     def cancel_later(self, record_id: str, holder: str, job_ids: list[str]) -> None:
         """The client of a resumable stream went away: cancel its jobs after RESUME_GRACE_S

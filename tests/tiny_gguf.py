@@ -5,6 +5,7 @@ It decodes hundreds of tokens a second on a CPU, so tests can run thousands of r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -70,13 +71,7 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
-    for key, value in (metadata or {}).items():
-        if isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        else:
-            writer.add_uint32(key, value)
+    add_metadata(writer, metadata or {})
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", weight(n_vocab, n_embd) * 8)
@@ -93,3 +88,14 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:
+    """Key-value pairs of the model's metadata: strings, float32 or uint32 by value type."""
+    for key, value in metadata.items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, value)

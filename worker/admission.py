@@ -95,3 +95,33 @@ def prompt_chunks(n_generating: int, prefilling: list[tuple[int, int]],
         budget -= end - done
         ends.append(end)
     return ends
+
+
+BACKGROUND_STEP_S = 0.05
+"""A step takes about this long at most of batch lines' prompt tokens (at the measured decode
+speed), so that an online request arriving meanwhile waits that little for its turn."""
+BACKGROUND_MIN_TOKENS = 8
+SPEED_SAMPLE_TOKENS = 8
+"""Decodes of at least this many tokens measure the decode speed (seconds per token)."""
+
+
+class DecodeSpeed:
+    """Decode seconds per token, a moving average over decodes of SPEED_SAMPLE_TOKENS or more,
+    and what it allows batch lines' prompts in one step."""
+
+    def __init__(self) -> None:
+        self.s_per_token = 0.0
+        """0 until the first measure."""
+
+    def add(self, seconds: float, n_tokens: int) -> None:
+        if n_tokens >= SPEED_SAMPLE_TOKENS:
+            per_token = seconds / n_tokens
+            self.s_per_token = (0.8 * self.s_per_token + 0.2 * per_token if self.s_per_token
+                                else per_token)
+
+    def background_prompt_tokens(self, n_batch: int) -> int:
+        """Batch lines' prompt tokens in one step: about BACKGROUND_STEP_S of decoding (all of
+        n_batch until the speed is measured)."""
+        if not self.s_per_token:
+            return n_batch
+        return max(BACKGROUND_MIN_TOKENS, int(BACKGROUND_STEP_S / self.s_per_token))

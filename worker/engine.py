@@ -51,7 +51,7 @@ from scheduler.results import (
     TokenEvent,
     TokenProbs,
 )
-from worker.admission import Admission, prompt_chunks
+from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.model import LoadedModel
@@ -69,12 +69,6 @@ SlotResult = TypeVar("SlotResult")
 SHARE_MIN_TOKENS = 16
 """Copying another slot's cache (a whole KV stream when slots do not share one) pays off
 from about this many prompt tokens."""
-BACKGROUND_STEP_S = 0.05
-"""A step takes about this long at most of batch lines' prompt tokens (at the measured decode
-speed), so that an online request arriving meanwhile waits that little for its turn."""
-BACKGROUND_MIN_TOKENS = 8
-SPEED_SAMPLE_TOKENS = 8
-"""Decodes of at least this many tokens measure the decode speed (seconds per token)."""
 JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent | StartedEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
@@ -90,9 +84,7 @@ class Engine:
         self._previous: dict[int, SlotRun] = {}
         self._tasks_started = 0
         self.metrics = WorkerMetrics()
-        self._s_per_token = 0.0
-        """Decode seconds per token, a moving average over decodes of SPEED_SAMPLE_TOKENS or
-        more (0 until the first)."""
+        self.speed = DecodeSpeed()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
         self._arrivals: deque[Request] = deque()
@@ -314,7 +306,7 @@ class Engine:
     def _step(self, events: list[JobEvent]) -> None:
         """One decode: a token for each generating run, then prompt tokens. Batch lines
         (background jobs) sit the step out while an online prompt is evaluated, and their
-        prompts go in parts of about BACKGROUND_STEP_S, so an online request waits little."""
+        prompts go in parts (DecodeSpeed), so an online request waits little."""
         n = 0
         runs = list(self._active.values())
         for active in runs:
@@ -332,7 +324,7 @@ class Engine:
         n_online = n + sum(end - a.prompt_done for a, end in zip(online, ends, strict=True))
         ends += prompt_chunks(0, [(a.prompt_done, len(a.request.prompt_tokens))
                                   for a in background],
-                              min(n_batch - n_online, self._background_prompt_tokens()))
+                              min(n_batch - n_online, self.speed.background_prompt_tokens(n_batch)))
         prefilling = online + background
         for active, end in zip(prefilling, ends, strict=True):
             if end == active.prompt_done:
@@ -346,13 +338,6 @@ class Engine:
         self.metrics.n_busy_slots_total += len(self._active)
         self._decode(n, events)
 
-    def _background_prompt_tokens(self) -> int:
-        """Batch lines' prompt tokens in one step: about BACKGROUND_STEP_S of decoding (all of
-        n_batch until the speed is measured)."""
-        if not self._s_per_token:
-            return self.model.plan.n_batch
-        return max(BACKGROUND_MIN_TOKENS, int(BACKGROUND_STEP_S / self._s_per_token))
-
     def _decode(self, n: int, events: list[JobEvent]) -> None:
         """Decode the step's batch; when the KV cache has no room, free an idle slot's cache
         (unified KV) or retry in smaller views, and end every request with llama-server's
@@ -362,10 +347,8 @@ class Engine:
             size = min(n_view, n - off)
             started = time.perf_counter()
             rc = lc.llama_decode(self.model.ctx, self._view(off, size))
-            if rc == 0 and size >= SPEED_SAMPLE_TOKENS:  # a moving average of the speed
-                per_token = (time.perf_counter() - started) / size
-                self._s_per_token = 0.8 * self._s_per_token + 0.2 * per_token \
-                    if self._s_per_token else per_token
+            if rc == 0:
+                self.speed.add(time.perf_counter() - started, size)
             if rc == 1 and self._clear_idle_slot():
                 continue
             if rc == 1 and size > 1:

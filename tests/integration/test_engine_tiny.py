@@ -13,7 +13,8 @@ import pytest
 
 from scheduler.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.results import CompletionResult, ErrorEvent, FinalEvent, StartedEvent, TokenEvent
-from worker.engine import BACKGROUND_STEP_S, Engine, JobEvent
+from worker.admission import BACKGROUND_STEP_S
+from worker.engine import Engine, JobEvent
 from worker.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
@@ -181,7 +182,7 @@ def test_a_batch_line_sits_out_while_an_online_prompt_is_evaluated(
 
 def test_a_batch_lines_prompt_goes_in_parts(engine: tuple[Engine, Events]) -> None:
     eng, events = engine
-    eng._s_per_token = BACKGROUND_STEP_S / 16  # as if measured: 16 tokens in the next step
+    eng.speed.s_per_token = BACKGROUND_STEP_S / 16  # as if measured: 16 tokens in the next step
     prompt = "the sky is blue and the cat is a dog " * 12
     line = job(prompt, 1, stream=True, return_progress=True, background=True, id_slot=3,
                cache_prompt=False)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.admission import Admission, prompt_chunks
+from worker.admission import (
+    BACKGROUND_MIN_TOKENS,
+    BACKGROUND_STEP_S,
+    Admission,
+    DecodeSpeed,
+    prompt_chunks,
+)
 from worker.slots import SlotCache
 
 
@@ -94,3 +100,14 @@ def test_prompt_chunks_share_the_batch_in_order() -> None:
     assert prompt_chunks(4, [(3, 10), (0, 10)], 8) == [7, 0]
     assert prompt_chunks(8, [(0, 10)], 8) == [0]
     assert prompt_chunks(0, [], 8) == []
+
+
+def test_decode_speed_sizes_a_batch_lines_prompt_part() -> None:
+    speed = DecodeSpeed()
+    assert speed.background_prompt_tokens(512) == 512  # nothing measured: no cap
+    speed.add(0.5, 4)  # too few tokens to measure
+    assert speed.background_prompt_tokens(512) == 512
+    speed.add(BACKGROUND_STEP_S, 20)  # 20 tokens per BACKGROUND_STEP_S
+    assert speed.background_prompt_tokens(512) == 20
+    speed.add(1.0, 10)  # slower: the average moves, never below the minimum
+    assert speed.background_prompt_tokens(512) == BACKGROUND_MIN_TOKENS

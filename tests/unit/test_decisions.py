@@ -30,6 +30,7 @@ from scheduler.jobs import DecisionJob, DecisionQuestion, JobKind, parse_job
 from scheduler.limits import check_decision
 from scheduler.queueing import queue_for
 from scheduler.results import DecisionAnswer, DecisionResult
+from tests.tiny_gguf import add_metadata
 from worker.decision_plan import (
     QuestionPlan,
     branches_of,
@@ -240,13 +241,7 @@ def test_decision_jobs_have_a_kind_and_a_slot_queue_of_their_own() -> None:
 def write_gguf(path: Path, metadata: dict[str, Any]) -> Path:
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_token_list(["<unk>", "a", "b"])
-    for key, value in metadata.items():
-        if isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        else:
-            writer.add_uint32(key, value)
+    add_metadata(writer, metadata)
     writer.add_tensor("x", np.zeros(4, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
