@@ -52,6 +52,7 @@ from scheduler.results import (
     TokenProbs,
 )
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
+from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.model import LoadedModel
@@ -101,6 +102,8 @@ class Engine:
         self._wake = threading.Condition()
         self._stopping = False
         self._batch = lc.llama_batch_init(model.plan.n_batch, 0, 1)
+        self._threads = ComputeThreads(model.plan.n_threads, model.plan.n_threads_batch,
+                                       machine_cores()) if defaults.adapt_threads else None
         self.decisions = DecisionRunner(model, self.metrics, self._wake, defaults.worker_id,
                                         defaults.model_alias, self._cancel_event,
                                         lambda: self.on_slots_changed())
@@ -236,7 +239,7 @@ class Engine:
             decision = self._admission.admit(
                 self.slots, cancelled, len(self._active),
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
-                self.defaults.cont_batching)
+                self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified)
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -345,6 +348,7 @@ class Engine:
         """Decode the step's batch; when the KV cache has no room, free an idle slot's cache
         (unified KV) or retry in smaller views, and end every request with llama-server's
         message when not even one token fits."""
+        self._adapt_threads()
         off, n_view = 0, n
         while off < n:
             size = min(n_view, n - off)
@@ -366,6 +370,18 @@ class Engine:
             self._after_view(off, size, events)
             self.decisions.after_view(off, size, events)
             off += size
+
+    def _adapt_threads(self) -> None:
+        """Fewer compute threads while other processes want the cores
+        (worker/compute_threads.py)."""
+        threads = self._threads
+        now = time.monotonic()
+        if threads is None or not threads.due(now) or not threads.observe(CpuSample.read(now)):
+            return
+        n_threads, n_threads_batch = threads.threads()
+        lc.llama_set_n_threads(self.model.ctx, n_threads, n_threads_batch)
+        log.info("computing with %d thread(s) (%d for prompts): other processes used %.2f of "
+                 "%d cores", n_threads, n_threads_batch, threads.others_cores, threads.cores)
 
     def _view(self, off: int, size: int) -> lc.llama_batch:
         """Tokens [off, off + size) of the step's batch, as a batch of their own."""

@@ -8,6 +8,8 @@ functions of the settings: worker/runtime.py calls them once and builds the runt
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.jobs import SamplingSettings
 from worker import flags
+from worker.compute_threads import wait_policy_by_hand
 from worker.embed_jobs import embedding_batch, embedding_mode, tune_embedding_context
 from worker.model import ContextPlan, LoadedModel, default_threads
 from worker.requests import EngineDefaults
@@ -64,8 +67,19 @@ def load_model(s: WorkerSettings, path: Path,
 
     model = LoadedModel(path, plan, tune_model, tune_context)
     if s.warmup:
-        model.warmup()
+        warm_up_on_own_thread(model)
     return model
+
+
+def warm_up_on_own_thread(model: LoadedModel) -> None:
+    """--warmup on a thread that ends with it. libgomp gives each thread that starts a
+    parallel region a team of its own, kept while that thread lives; with more team threads
+    than cores it cuts every wait's spinning to ~100 rounds (GOMP_SPINCOUNT no longer
+    applies). The loading thread stays in the event loop's pool, so a warmup there would leave
+    a second team beside the engine's."""
+    thread = threading.Thread(target=model.warmup, name="llamaq-warmup")
+    thread.start()
+    thread.join()
 
 
 def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineDefaults:
@@ -96,4 +110,5 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           context_shift=s.context_shift, cache_reuse=s.cache_reuse,
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
-                          n_probs_max=s.n_probs_max)
+                          n_probs_max=s.n_probs_max,
+                          adapt_threads=not wait_policy_by_hand(os.environ))
