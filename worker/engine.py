@@ -304,11 +304,14 @@ class Engine:
                 self._release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
-        """One decode: a token for each generating run, then prompt tokens. Batch lines
-        (background jobs) sit the step out while an online prompt is evaluated, and their
-        prompts go in parts (DecodeSpeed), so an online request waits little."""
+        """One decode: a token for each generating run, then prompt tokens, each part in
+        slot order (llama-server's), since without a unified KV cache llama.cpp puts only
+        consecutive sequence ids in one ubatch (llama_batch_allocr::split_equal): slots in
+        the order their requests arrived cost one graph computation per break in the order.
+        Batch lines (background jobs) sit the step out while an online prompt is evaluated,
+        and their prompts go in parts (DecodeSpeed), so an online request waits little."""
         n = 0
-        runs = list(self._active.values())
+        runs = sorted(self._active.values(), key=lambda a: a.slot.slot_id)
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
         if any(a.prefilling and not a.request.job.background for a in runs):
