@@ -38,8 +38,8 @@ from api.routes.templates import templates
 from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
 from api.ui.config import ui_defaults
-from scheduler.errors import Unavailable
-from scheduler.limits import largest_body_limit
+from scheduler.contract.errors import Unavailable
+from scheduler.contract.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
 from storage import open_store
 from storage.lazy import LazyStore

@@ -11,14 +11,15 @@ from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
 from api.metrics import QueueStats
-from scheduler import keys, limits
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
-from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
+from scheduler.client import JobClient, QueueLimit
 from scheduler.connections import arq_settings, open_redis
-from scheduler.errors import NotSupported
+from scheduler.contract import keys, limits
+from scheduler.contract.errors import NotSupported
+from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
-from scheduler.jobs import CompletionJob
+from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo

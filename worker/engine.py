@@ -31,15 +31,14 @@ from typing import Any, TypeVar
 import llama_cpp as lc
 import numpy as np
 
-from scheduler.errors import (
+from scheduler.contract.errors import (
     InvalidRequest,
     LlamaqError,
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob, SamplingSettings
-from scheduler.registry import NextToken, SlotState, WorkerMetrics
-from scheduler.results import (
+from scheduler.contract.jobs import CompletionJob, SamplingSettings
+from scheduler.contract.results import (
     Candidate,
     CompletionResult,
     ErrorEvent,
@@ -51,6 +50,7 @@ from scheduler.results import (
     TokenEvent,
     TokenProbs,
 )
+from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
@@ -496,7 +496,8 @@ class Engine:
             events.append((request.job.job_id, TokenEvent(
                 content=content, tokens=[token], timings=timings,
                 n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
-                probs=[probs] if probs is not None else [])))
+                probs=[probs] if probs is not None else [],
+                post_sampling_probs=request.job.post_sampling_probs)))
         if reason is not None:
             self._finish(active, reason.stop_type, now, events)
 

@@ -28,7 +28,6 @@ from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
 from api.fleet import Fleet
 from api.routes.openai_jobs import OpenAIContext
 from api.settings import ApiSettings
-from scheduler import keys
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
     BatchError,
@@ -39,6 +38,7 @@ from scheduler.batches import (
     RequestCounts,
     now,
 )
+from scheduler.contract import keys
 from storage import ObjectNotFound, ObjectStore
 from storage.files import ChunkResult, ChunkStore, FileStore, StoredFile
 

@@ -17,9 +17,15 @@ from api.render_embeddings import native_embeddings_json, oai_embeddings_json
 from api.routes.embeddings import NO_EMBEDDINGS
 from api.routes.openai_jobs import OpenAIContext
 from api.wire.embeddings import EmbeddingRequest, embedding_request
-from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, ServerError, Unavailable
-from scheduler.jobs import EmbeddingInput, EmbeddingJob
-from scheduler.results import EmbeddingItem, EmbeddingResult
+from scheduler.contract.errors import (
+    InvalidRequest,
+    LlamaqError,
+    NotSupported,
+    ServerError,
+    Unavailable,
+)
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
+from scheduler.contract.results import EmbeddingItem, EmbeddingResult
 
 log = logging.getLogger(__name__)
 

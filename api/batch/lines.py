@@ -17,7 +17,7 @@ from api.batch.input import BatchLine
 from api.routes.openai import batch_completion
 from api.routes.openai_chat import batch_chat_completion
 from api.routes.openai_jobs import OpenAIContext
-from scheduler.errors import LlamaqError, ServerError, Unavailable
+from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
 
 log = logging.getLogger(__name__)
 

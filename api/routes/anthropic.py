@@ -26,9 +26,9 @@ from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from api.wire.anthropic import MessagesRequest
 from api.wire.body import parse_body
-from scheduler.errors import InvalidRequest, Unavailable
-from scheduler.jobs import CompletionJob, TokenizeJob
-from scheduler.results import (
+from scheduler.contract.errors import InvalidRequest, Unavailable
+from scheduler.contract.jobs import CompletionJob, TokenizeJob
+from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,

@@ -23,7 +23,7 @@ from scheduler.batches import (
     BatchRecord,
     now,
 )
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 batches = Blueprint("batches")
 batches.on_request(refuse_on_a_router)

@@ -15,7 +15,7 @@ from api.render_embeddings import native_embeddings_json, oai_embeddings_json, r
 from api.router import request_model
 from api.wire.body import json_body
 from api.wire.embeddings import embedding_request, rerank_request
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
 from scheduler.registry import WorkerInfo
 
 embeddings = Blueprint("embeddings")

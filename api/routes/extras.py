@@ -9,7 +9,7 @@ from sanic.response import HTTPResponse, json
 
 from api.settings import ApiSettings
 from api.wire.body import json_body, load_json, raw_body
-from scheduler.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import InvalidRequest, NotSupported
 
 extras = Blueprint("extras")
 

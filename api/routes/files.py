@@ -14,7 +14,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
-from scheduler.errors import InvalidRequest, NotFound, NotSupported
+from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
 from storage.files import FileStore, StoredFile
 

@@ -14,10 +14,10 @@ from api.metrics import CONTENT_TYPE, render_metrics
 from api.router import request_model
 from api.settings import ApiSettings
 from api.wire.body import json_body
-from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
-from scheduler.jobs import SlotActionJob
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
+from scheduler.contract.jobs import SlotActionJob
+from scheduler.contract.results import SlotActionResult
 from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
-from scheduler.results import SlotActionResult
 from scheduler.slot_ids import locate_slot
 
 monitor = Blueprint("monitor")

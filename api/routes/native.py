@@ -24,17 +24,17 @@ from api.wire.native import (
     InfillRequest,
     TokenizeRequest,
 )
-from scheduler import limits
-from scheduler.decision_meta import file_output_modalities
-from scheduler.errors import InvalidRequest, Unavailable
-from scheduler.jobs import CompletionJob
-from scheduler.registry import least_loaded
-from scheduler.results import (
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest, Unavailable
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,
     expect_result,
 )
+from scheduler.decision_meta import file_output_modalities
+from scheduler.registry import least_loaded
 from scheduler.slot_ids import locate_slot, slot_offset
 
 native = Blueprint("native")
@@ -190,7 +190,7 @@ async def _stream(request: Request, body: CompletionRequest, jobs: list[Completi
             result = expect_result(event.result, CompletionResult)
             return [sse_data(await _render(request, result, index, body.response_fields))]
         return [sse_data(partial_json(event, index if multiple else None,
-                                      jobs[index].post_sampling_probs))]
+                                      event.post_sampling_probs))]
 
     await stream_jobs(request, _fleet(request), jobs, resume, StreamFormat(render),
                       ping_interval(request, body.sse_ping_interval))

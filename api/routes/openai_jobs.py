@@ -14,10 +14,10 @@ from api.render_openai import Envelope, random_id
 from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.errors import InvalidRequest, Unavailable
-from scheduler.jobs import CompletionJob
+from scheduler.contract.errors import InvalidRequest, Unavailable
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from scheduler.registry import WorkerInfo
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent
 from scheduler.slot_ids import locate_slot, slot_offset
 
 DONE = "data: [DONE]\n\n"

@@ -13,8 +13,8 @@ from api.routes.openai_chat import plan_chat, validate_as
 from api.routes.openai_jobs import OpenAIContext
 from api.wire.body import json_body
 from api.wire.openai import ChatCompletionRequest, responses_to_chat
-from scheduler.errors import InvalidRequest
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 
 async def responses(request: Request) -> HTTPResponse | None:

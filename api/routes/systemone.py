@@ -16,10 +16,10 @@ from api.router import request_model
 from api.settings import ApiSettings
 from api.wire.body import parse_body
 from api.wire.systemone import SystemOneRequest
-from scheduler import limits
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.contract.results import DecisionResult, expect_result
 from scheduler.registry import least_loaded
-from scheduler.results import DecisionResult, expect_result
 
 systemone = Blueprint("systemone")
 

@@ -13,7 +13,7 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.settings import ApiSettings
 from api.wire.body import parse_body
-from scheduler.errors import InvalidRequest, Unavailable
+from scheduler.contract.errors import InvalidRequest, Unavailable
 
 templates = Blueprint("templates")
 

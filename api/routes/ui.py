@@ -10,7 +10,7 @@ from sanic.response import HTTPResponse, raw, redirect
 
 from api.settings import ApiSettings
 from api.ui.bundle import REVALIDATE, StaticFile, load_bundle, resolve_in, static_file
-from scheduler.errors import NotFound
+from scheduler.contract.errors import NotFound
 
 ISOLATION = {"Cross-Origin-Embedder-Policy": "require-corp",
              "Cross-Origin-Opener-Policy": "same-origin"}

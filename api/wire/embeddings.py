@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import limits
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import EmbeddingInput, EmbeddingJob, RerankJob
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 
 REFUSED_FIELDS = {"dimensions": "\"dimensions\" is not supported: the model's embeddings have "
                                 "one size"}

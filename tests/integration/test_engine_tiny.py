@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.jobs import CompletionJob, SamplingParams, SamplingSettings
-from scheduler.results import CompletionResult, ErrorEvent, FinalEvent, StartedEvent, TokenEvent
+from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
+from scheduler.contract.results import (
+    CompletionResult,
+    ErrorEvent,
+    FinalEvent,
+    StartedEvent,
+    TokenEvent,
+)
 from worker.admission import BACKGROUND_STEP_S
 from worker.engine import Engine, JobEvent
 from worker.model import ContextPlan, LoadedModel

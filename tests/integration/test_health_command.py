@@ -10,7 +10,7 @@ from typing import cast
 
 import redis
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.processes import free_port
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from api.wire.embeddings import embedding_request, read_inputs, rerank_request
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(("prompt", "inputs"), [

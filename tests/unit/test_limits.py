@@ -1,4 +1,5 @@
-"""The limits table (scheduler/limits.py) and the body reader's guards (api/wire/body.py)."""
+"""The limits table (scheduler/contract/limits.py) and the body reader's guards
+(api/wire/body.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 
 from api.wire.body import load_json
 from api.wire.native import CompletionRequest
-from scheduler import limits
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, SamplingParams
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, SamplingParams
 from worker.textstream import TextStream
 
 

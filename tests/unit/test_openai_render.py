@@ -28,7 +28,7 @@ from api.render_openai import (
 )
 from api.routes.openai_chat import ChatPlan, ChatStream
 from api.wire.openai import ChatCompletionRequest
-from scheduler.results import (
+from scheduler.contract.results import (
     Candidate,
     CompletionResult,
     FinalEvent,

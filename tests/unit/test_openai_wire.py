@@ -17,7 +17,7 @@ from api.wire.openai import (
     responses_to_chat,
     schema_of_response_format,
 )
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 HELLO = [{"role": "user", "content": "hi"}]
 
