@@ -26,6 +26,8 @@ from tests.conftest import make_fleet
 from tests.faults import start_streams
 from tests.processes import Fleet, start_redis, wait_until
 
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
+
 ONE_SLOT = ("-c", "1024", "-np", "1", "-t", "1")
 HOUR_S = 3600
 KEPT = {keys.EPOCH}

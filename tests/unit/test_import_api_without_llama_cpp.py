@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process  # runs python itself (tests/lanes.py)
+
 CODE = """
 import sys
 sys.modules["llama_cpp"] = None  # any import of llama_cpp now raises ImportError
