@@ -16,28 +16,28 @@ from api.auth import check_api_key, load_api_keys
 from api.batch.driver import BatchDriver
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
+from api.endpoints.anthropic.api_router import anthropic
+from api.endpoints.batches.api_router import batches
+from api.endpoints.embeddings.api_router import embeddings
+from api.endpoints.extras.api_router import extras
+from api.endpoints.files.api_router import files
+from api.endpoints.fleet.api_router import fleet_view
+from api.endpoints.models.api_router import models_api
+from api.endpoints.models.downloads import model_files
+from api.endpoints.monitor.api_router import monitor
+from api.endpoints.native.api_router import native
+from api.endpoints.openai.api_router import openai
+from api.endpoints.openapi.api_router import openapi
+from api.endpoints.streams.api_router import streams
+from api.endpoints.systemone.api_router import systemone
+from api.endpoints.templates.api_router import templates
+from api.endpoints.ui.api_router import is_ui_route, ui_blueprint
+from api.endpoints.ui.config import ui_defaults
+from api.endpoints.vertex.api_router import VertexSettings, add_predict_route
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
-from api.openapi import openapi
 from api.router import ModelRouter
-from api.routes.anthropic import anthropic
-from api.routes.batches import batches
-from api.routes.embeddings import embeddings
-from api.routes.extras import extras
-from api.routes.files import files
-from api.routes.fleet_view import fleet_view
-from api.routes.model_files import model_files
-from api.routes.models import models_api
-from api.routes.monitor import monitor
-from api.routes.native import native
-from api.routes.openai import openai
-from api.routes.predict import VertexSettings, add_predict_route
-from api.routes.streams import streams
-from api.routes.systemone import systemone
-from api.routes.templates import templates
-from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
-from api.ui.config import ui_defaults
 from scheduler.errors import Unavailable
 from scheduler.limits import largest_body_limit
 from scheduler.supervise import exit_when_done

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
-from api.metrics import QueueStats
+from api.endpoints.monitor.metrics import QueueStats
 from scheduler import keys, limits
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches

@@ -25,8 +25,8 @@ from redis.exceptions import RedisError
 from api.batch.embeddings import run_embedding_chunk
 from api.batch.input import BatchInput, BatchLine, read_input
 from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
+from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
-from api.routes.openai_jobs import OpenAIContext
 from api.settings import ApiSettings
 from scheduler import keys
 from scheduler.batches import (

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from api.chat.parsing import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
-from api.render_anthropic import MessageStream, message_json, sse_error, sse_events
+from api.endpoints.anthropic.render import MessageStream, message_json, sse_error, sse_events
 from scheduler.errors import ServerError
 from scheduler.results import CompletionResult, Timings
 

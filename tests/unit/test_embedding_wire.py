@@ -1,12 +1,13 @@
-"""Reading embedding and rerank bodies as llama-server reads them (api/wire/embeddings.py),
-and the embedder's normalization (llama.cpp's common_embd_normalize)."""
+"""Reading embedding and rerank bodies as llama-server reads them
+(api/endpoints/embeddings/protocol.py), and the embedder's normalization (llama.cpp's
+common_embd_normalize)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from api.wire.embeddings import embedding_request, read_inputs, rerank_request
+from api.endpoints.embeddings.protocol import embedding_request, read_inputs, rerank_request
 from scheduler.errors import InvalidRequest
 
 

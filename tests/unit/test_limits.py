@@ -1,4 +1,4 @@
-"""The limits table (scheduler/limits.py) and the body reader's guards (api/wire/body.py)."""
+"""The limits table (scheduler/limits.py) and the body reader's guards (api/body.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from api.wire.body import load_json
-from api.wire.native import CompletionRequest
+from api.body import load_json
+from api.endpoints.native.protocol import CompletionRequest
 from scheduler import limits
 from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob, SamplingParams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from api.wire.native import CompletionRequest
+from api.endpoints.native.protocol import CompletionRequest
 from scheduler.jobs import SamplingParams, SamplingSettings
 from scheduler.results import REPORT_ORDER, GenerationSettings, TokenBias
 from worker.sampling import resolve_sampling
