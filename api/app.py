@@ -16,21 +16,7 @@ from api.auth import check_api_key, load_api_keys
 from api.batch.driver import BatchDriver
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
-from api.endpoints.anthropic.api_router import anthropic
-from api.endpoints.batches.api_router import batches
-from api.endpoints.embeddings.api_router import embeddings
-from api.endpoints.extras.api_router import extras
-from api.endpoints.files.api_router import files
-from api.endpoints.fleet.api_router import fleet_view
-from api.endpoints.models.api_router import models_api
-from api.endpoints.models.downloads import model_files
-from api.endpoints.monitor.api_router import monitor
-from api.endpoints.native.api_router import native
-from api.endpoints.openai.api_router import openai
-from api.endpoints.openapi.api_router import openapi
-from api.endpoints.streams.api_router import streams
-from api.endpoints.systemone.api_router import systemone
-from api.endpoints.templates.api_router import templates
+from api.endpoints.families import FAMILIES
 from api.endpoints.ui.api_router import is_ui_route, ui_blueprint
 from api.endpoints.ui.config import ui_defaults
 from api.endpoints.vertex.api_router import VertexSettings, add_predict_route
@@ -152,10 +138,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, embeddings, extras,
-                      systemone, fleet_view, streams, files, batches, models_api, openapi,
-                      model_files):
-        app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
+    for family in FAMILIES:
+        app.blueprint(family.blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)
     if vertex.enabled:  # after every other route: /predict dispatches to them

@@ -13,10 +13,10 @@ from typing import Any
 
 from api.batch.input import BatchLine
 from api.batch.lines import RETRIES, RETRY_PAUSE_S, LineResult, failed_line, output_line
-from api.endpoints.embeddings.api_router import NO_EMBEDDINGS
 from api.endpoints.embeddings.protocol import EmbeddingRequest, embedding_request
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
 from api.endpoints.openai.context import OpenAIContext
+from api.placement import NO_EMBEDDINGS
 from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, ServerError, Unavailable
 from scheduler.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.results import EmbeddingItem, EmbeddingResult

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.batch.input import BatchLine
-from api.endpoints.openai.api_router import batch_completion
 from api.endpoints.openai.chat import batch_chat_completion
+from api.endpoints.openai.completions import batch_completion
 from api.endpoints.openai.context import OpenAIContext
 from scheduler.errors import LlamaqError, ServerError, Unavailable
 

@@ -7,7 +7,7 @@ tool_use blocks. Errors keep the spec's `{"error": {"code", "message", "type"}}`
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
@@ -24,9 +24,10 @@ from api.endpoints.anthropic.render import (
 )
 from api.fleet import Fleet
 from api.router import request_model
+from api.routing import Routes
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.errors import InvalidRequest, Unavailable
+from scheduler.errors import InvalidRequest
 from scheduler.jobs import CompletionJob, TokenizeJob
 from scheduler.results import (
     CompletionResult,
@@ -35,7 +36,7 @@ from scheduler.results import (
     expect_result,
 )
 
-anthropic = Blueprint("anthropic")
+routes = Routes("anthropic")
 
 
 def _settings(request: Request) -> ApiSettings:
@@ -48,7 +49,7 @@ def _fleet(request: Request) -> Fleet:
     return fleet
 
 
-@anthropic.post("/v1/messages")
+@routes.post("/v1/messages", body=MessagesRequest)
 async def messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
@@ -70,7 +71,7 @@ async def messages(request: Request) -> HTTPResponse | None:
                                       stream.stop_sequences))
 
 
-@anthropic.post("/v1/messages/count_tokens")
+@routes.post("/v1/messages/count_tokens", body=MessagesRequest)
 async def count_tokens(request: Request) -> HTTPResponse:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
@@ -86,9 +87,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     --prefill-assistant, and a forced tool call cannot also have `output_config.format`."""
     settings = _settings(request)
     chat = body.to_chat()
-    workers = await _fleet(request).workers(request_model(request))
-    if not workers:
-        raise Unavailable("Loading model")
+    workers = await _fleet(request).placement.workers(request_model(request))
     prepared = prepare_chat(settings, workers[0].meta, ChatRequest(
         messages=chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
         parallel_tool_calls=chat.parallel_tool_calls,

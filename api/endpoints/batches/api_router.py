@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.body import json_body
 from api.endpoints.files.api_router import file_store, in_thread, refuse_on_a_router
 from api.errors import validation_message
+from api.routing import Routes
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
     ENDPOINTS,
@@ -25,8 +26,8 @@ from scheduler.batches import (
 )
 from scheduler.errors import InvalidRequest
 
-batches = Blueprint("batches")
-batches.on_request(refuse_on_a_router)
+routes = Routes("batches")
+routes.blueprint.on_request(refuse_on_a_router)
 
 
 class CreateBatch(BaseModel):
@@ -70,7 +71,7 @@ def store_of(request: Request) -> Batches:
     return Batches(request.app.ctx.fleet.redis)
 
 
-@batches.post("/v1/batches", name="create_batch")
+@routes.post("/v1/batches", name="create_batch")
 async def create_batch(request: Request) -> HTTPResponse:
     try:
         body = CreateBatch.model_validate(json_body(request))
@@ -90,7 +91,7 @@ async def create_batch(request: Request) -> HTTPResponse:
     return json(record.to_wire())
 
 
-@batches.get("/v1/batches", name="list_batches")
+@routes.get("/v1/batches", name="list_batches")
 async def list_batches(request: Request) -> HTTPResponse:
     try:
         limit = int(request.args.get("limit", "20"))
@@ -109,13 +110,13 @@ def page_json(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
             "last_id": data[-1]["id"] if data else None, "has_more": has_more}
 
 
-@batches.get("/v1/batches/<batch_id:str>", name="get_batch")
+@routes.get("/v1/batches/<batch_id:str>", name="get_batch")
 async def get_batch(request: Request, batch_id: str) -> HTTPResponse:
     store = store_of(request)
     return json((await store.with_counts(await store.get(batch_id))).to_wire())
 
 
-@batches.post("/v1/batches/<batch_id:str>/cancel", name="cancel_batch")
+@routes.post("/v1/batches/<batch_id:str>/cancel", name="cancel_batch")
 async def cancel_batch(request: Request, batch_id: str) -> HTTPResponse:
     store = store_of(request)
 

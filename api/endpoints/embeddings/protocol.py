@@ -5,7 +5,9 @@ server-common.cpp tokenize_input_prompts), into jobs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from scheduler import limits
 from scheduler.errors import InvalidRequest
@@ -104,6 +106,71 @@ def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest
     if normalize is not None and not _is_int(normalize):
         raise InvalidRequest("\"embd_normalize\" must be an integer")
     return EmbeddingRequest(inputs, oai, use_base64, normalize, body.get("model"))
+
+
+class TextPart(BaseModel):
+    """A part of OpenAI's `content` array: only text (no multimodal projector is loaded)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"] = "text"
+    text: Any = ""
+    """A string (anything else reads as no text)."""
+
+
+class ContentInput(BaseModel):
+    """OpenAI's `{"content": [{"type": "text", "text": ...}, ...]}`: its texts, joined."""
+
+    model_config = ConfigDict(extra="allow")
+
+    content: list[TextPart]
+
+
+class PromptInput(BaseModel):
+    """llama-server's `{"prompt_string": ...}` (multimodal_data is refused)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt_string: EmbeddingElement
+
+
+EmbeddingElement = str | list[StrictInt | str] | ContentInput | PromptInput
+"""One input: a string, token ids (mixed with strings), or one of the objects."""
+EmbeddingPrompt = Annotated[
+    EmbeddingElement | list[EmbeddingElement],
+    Field(description="one input, or an array of inputs (an array with an integer in it is "
+                      "one input of token ids)")]
+PromptInput.model_rebuild()
+
+
+class EmbeddingsRequest(BaseModel):
+    """The body of /embedding, /embeddings and /v1/embeddings, as llama-server reads it: the
+    checks of `embedding_request` run first (their messages are llama-server's), then the
+    fields are these."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input: EmbeddingPrompt | None = None
+    content: EmbeddingPrompt | None = Field(
+        None, description="llama-server's own name for the input: answered natively")
+    encoding_format: Literal["float", "base64"] | None = None
+    embd_normalize: StrictInt | None = Field(
+        None, description="-1: none, 0: max absolute int16, 1: taxicab, 2: euclidean (the "
+                          "default), >2: p-norm")
+    model: Any = None
+    dimensions: None = Field(None, description="not supported: the model's embeddings have "
+                                               "one size")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_llama_server_reads_it(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            embedding_request(data, oai_route=False)  # raises InvalidRequest as it does
+        return data
+
+    def read(self, oai_route: bool) -> EmbeddingRequest:
+        """The inputs and options of this body; `oai_route`: it came to /v1/embeddings."""
+        return embedding_request(self.model_dump(exclude_unset=True), oai_route)
 
 
 @dataclass

@@ -4,21 +4,24 @@ llama-server answers when the feature is off: 501 with a message, never a 404 or
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import json_body, load_json, raw_body
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.errors import InvalidRequest, NotSupported
 
-extras = Blueprint("extras")
+routes = Routes("extras")
 
 
+@routes.get("/lora-adapters")
 async def lora_adapters(request: Request) -> HTTPResponse:
     """No LoRA adapter is loaded (workers refuse --lora for now): the list is empty."""
     return json([])
 
 
+@routes.post("/lora-adapters")
 async def set_lora_adapters(request: Request) -> HTTPResponse:
     body = json_body_list(request)
     if body:
@@ -26,6 +29,7 @@ async def set_lora_adapters(request: Request) -> HTTPResponse:
     return json({"success": True})
 
 
+@routes.post("/props")
 async def set_props(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     if not settings.props:
@@ -41,8 +45,3 @@ def json_body_list(request: Request) -> list[object]:
     if not isinstance(body, list):
         raise InvalidRequest("Request body must be an array")
     return body
-
-
-extras.add_route(lora_adapters, "/lora-adapters", methods=["GET"], name="lora_adapters")
-extras.add_route(set_lora_adapters, "/lora-adapters", methods=["POST"], name="set_lora_adapters")
-extras.add_route(set_props, "/props", methods=["POST"], name="set_props")

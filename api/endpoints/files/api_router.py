@@ -1,3 +1,4 @@
+
 """The OpenAI Files API (ours: llama-server has none), for batch input and output files:
 `POST /v1/files`, `GET /v1/files`, `GET /v1/files/{id}`, `GET /v1/files/{id}/content`,
 `DELETE /v1/files/{id}`. Files live in the object store (storage/files.py), never in Redis."""
@@ -10,15 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
+from api.routing import Routes
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
 from scheduler.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
 from storage.files import FileStore, StoredFile
 
-files = Blueprint("files")
+routes = Routes("files")
 
 
 def refuse_on_a_router(request: Request) -> None:
@@ -29,7 +31,7 @@ def refuse_on_a_router(request: Request) -> None:
                            "router mode: send it to an api pod started with a model (-m)")
 
 
-files.on_request(refuse_on_a_router)
+routes.blueprint.on_request(refuse_on_a_router)
 
 UPLOAD_LIMIT = MAX_INPUT_BYTES + (1 << 20)
 """A multipart body: the file (200 MB, OpenAI's limit for batch input) and the form around it."""
@@ -64,7 +66,7 @@ async def _read_body(request: Request) -> None:
     request.body = bytes(body)
 
 
-@files.post("/v1/files", name="upload_file", stream=True)
+@routes.post("/v1/files", name="upload_file", stream=True)
 async def upload_file(request: Request) -> HTTPResponse:
     await _read_body(request)
     if not (request.content_type or "").startswith("multipart/form-data"):
@@ -93,7 +95,7 @@ async def upload_file(request: Request) -> HTTPResponse:
     return json(meta.model_dump())
 
 
-@files.get("/v1/files", name="list_files")
+@routes.get("/v1/files", name="list_files")
 async def list_files(request: Request) -> HTTPResponse:
     purpose = request.args.get("purpose")
     order = request.args.get("order", "desc")
@@ -120,14 +122,14 @@ async def list_files(request: Request) -> HTTPResponse:
                  "last_id": page[-1].id if page else None, "has_more": len(found) > limit})
 
 
-@files.get("/v1/files/<file_id:str>", name="get_file")
+@routes.get("/v1/files/<file_id:str>", name="get_file")
 async def get_file(request: Request, file_id: str) -> HTTPResponse:
     store = file_store(request)
     meta = await in_thread(lambda: store.meta(file_id), file_id)
     return json(meta.model_dump())
 
 
-@files.get("/v1/files/<file_id:str>/content", name="get_file_content")
+@routes.get("/v1/files/<file_id:str>/content", name="get_file_content")
 async def get_file_content(request: Request, file_id: str) -> None:
     """Streamed from a local copy: an output file (20,000 embeddings are ~150 MB) is never
     held in memory."""
@@ -142,7 +144,7 @@ async def get_file_content(request: Request, file_id: str) -> None:
         await response.eof()
 
 
-@files.delete("/v1/files/<file_id:str>", name="delete_file")
+@routes.delete("/v1/files/<file_id:str>", name="delete_file")
 async def delete_file(request: Request, file_id: str) -> HTTPResponse:
     store = file_store(request)
     await in_thread(lambda: store.delete(file_id), file_id)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.registry import WorkerInfo
 
-fleet_view = Blueprint("fleet_view")
+routes = Routes("fleet_view")
 
 
-@fleet_view.get("/fleet", name="fleet")
+@routes.get("/fleet", name="fleet")
 async def fleet_status(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet

@@ -7,19 +7,20 @@ import asyncio
 import contextlib
 from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import json_body
 from api.endpoints.native.render import model_card
 from api.router import RUNNING, ModelRouter
+from api.routing import Routes
 from api.sse import open_stream
 from scheduler.downloads import DownloadBoard, incomplete_sidecars
 from scheduler.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.fleet_models import status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 
-models_api = Blueprint("models_api")
+routes = Routes("models_api")
 SSE_KEEPALIVE_S = 15.0
 
 
@@ -87,7 +88,7 @@ async def router_models(request: Request) -> HTTPResponse:
     return json({"data": data, "object": "list"})
 
 
-@models_api.post("/models/load", name="models_load")
+@routes.post("/models/load", name="models_load")
 async def load(request: Request) -> HTTPResponse:
     router = _router(request)
     entry = router.entry(_model_name(request))
@@ -105,7 +106,7 @@ async def load(request: Request) -> HTTPResponse:
     return json({"success": True})
 
 
-@models_api.post("/models/unload", name="models_unload")
+@routes.post("/models/unload", name="models_unload")
 async def unload(request: Request) -> HTTPResponse:
     router = _router(request)
     name = _model_name(request)
@@ -123,7 +124,7 @@ async def unload(request: Request) -> HTTPResponse:
     return json({"success": True})
 
 
-@models_api.get("/models/sse", name="models_sse")
+@routes.get("/models/sse", name="models_sse")
 async def sse(request: Request) -> None:
     """Each model event of the fleet, as `data: {json}`, from whichever process saw it."""
     router = _router(request)

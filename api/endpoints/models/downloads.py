@@ -17,10 +17,11 @@ import uuid
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from pydantic import BaseModel, ConfigDict, Field
-from sanic import Blueprint, Request, Sanic
+from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
 from scheduler.errors import InvalidRequest, NotFound
@@ -40,7 +41,7 @@ from storage.progress import DownloadListener
 
 log = logging.getLogger(__name__)
 
-model_files = Blueprint("model_files")
+routes = Routes("model_files")
 
 STOP_WAIT_S = 30.0
 """How long DELETE waits for a running download of the model to stop."""
@@ -81,7 +82,7 @@ def _downloads(app: Sanic) -> PodDownloads:
     return downloads
 
 
-@model_files.listener("before_server_stop")
+@routes.blueprint.listener("before_server_stop")
 async def pause_downloads(app: Sanic) -> None:
     """A stopping pod pauses its downloads (listed as incomplete; a POST resumes them)."""
     for reporter in _downloads(app).running.values():
@@ -95,7 +96,7 @@ def _check_sidecars(kinds: list[str]) -> None:
                              f"{', '.join(SIDECAR_KEYWORDS)})")
 
 
-@model_files.post("/models")
+@routes.post("/models", body=DownloadRequest)
 async def post_models(request: Request) -> HTTPResponse:
     body = parse_body(request, DownloadRequest)
     name = body.model.strip()
@@ -165,7 +166,7 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -
     return victims
 
 
-@model_files.delete("/models")
+@routes.delete("/models")
 async def delete_models(request: Request) -> HTTPResponse:
     name = (request.args.get("model") or "").strip()
     if not name:

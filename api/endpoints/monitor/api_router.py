@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json, raw
 
 from api.body import json_body
@@ -13,18 +13,18 @@ from api.chat.templates import ChatTemplate
 from api.endpoints.monitor.metrics import CONTENT_TYPE, render_metrics
 from api.fleet import Fleet
 from api.router import request_model
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.jobs import SlotActionJob
 from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
 from scheduler.results import SlotActionResult
-from scheduler.slot_ids import locate_slot
 
-monitor = Blueprint("monitor")
+routes = Routes("monitor")
 BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"
 
 
-@monitor.get("/slots", name="slots")
+@routes.get("/slots", name="slots")
 async def slots(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     if not settings.slots:
@@ -40,7 +40,7 @@ async def slots(request: Request) -> HTTPResponse:
     return json(states)
 
 
-@monitor.get("/metrics", name="metrics")
+@routes.get("/metrics", name="metrics")
 async def metrics(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     if not settings.metrics:
@@ -55,7 +55,7 @@ async def metrics(request: Request) -> HTTPResponse:
                headers={"Process-Start-Time-Unix": started})
 
 
-@monitor.post("/slots/<id_slot>", name="slot_action")
+@routes.post("/slots/<id_slot>", name="slot_action")
 async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     """save / restore / erase a slot's prompt cache, on the worker that holds the slot; saved
     slots live in object storage, so any worker of the model can restore them."""
@@ -72,7 +72,7 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
         filename = json_body(request).get("filename")
         if not isinstance(filename, str) or not filename:
             raise InvalidRequest("Invalid filename")
-    worker, local_id = locate_slot(await fleet.workers(request_model(request), fresh=True), slot_id)
+    worker, local_id = await fleet.placement.slot(request_model(request), slot_id)
     result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
         action=action, filename=filename))  # type: ignore[arg-type]
@@ -89,15 +89,13 @@ def slot_action_json(result: SlotActionResult, slot_id: int) -> dict[str, Any]:
             "n_read": result.n_bytes, "timings": {"restore_ms": result.ms}}
 
 
-@monitor.get("/props", name="props")
+@routes.get("/props", name="props")
 async def props(request: Request) -> HTTPResponse:
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
     if request.app.ctx.router is not None and not getattr(request.ctx, "model_id", None):
         return json(_router_props(request, settings))
-    workers = await fleet.workers(request_model(request), fresh=True)
-    if not workers:
-        raise Unavailable("Loading model")
+    workers = await fleet.placement.workers(request_model(request), fresh=True)
     first = workers[0]
     default = SlotState(id=0, n_ctx=first.n_ctx_slot, is_processing=False, id_task=-1,
                         params=first.default_settings,

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
@@ -21,37 +20,21 @@ from api.endpoints.native.protocol import (
 from api.endpoints.native.render import completion_json, model_card, ollama_model_json, partial_json
 from api.fleet import Fleet
 from api.router import request_model
+from api.routing import Routes
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler import limits
 from scheduler.decision_meta import file_output_modalities
-from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
-from scheduler.registry import least_loaded
 from scheduler.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,
     expect_result,
 )
-from scheduler.slot_ids import locate_slot, slot_offset
+from scheduler.slot_ids import slot_offset
 
-native = Blueprint("native")
-Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
-
-
-def route(methods: list[str], *paths: str) -> Callable[[Handler], Handler]:
-    """Register a handler under several paths (llama-server has many aliases)."""
-
-    def register(handler: Handler) -> Handler:
-        for path in paths:
-            native.add_route(handler, path,  # type: ignore[arg-type]
-                             methods=methods,
-                             name=f"{handler.__name__}{path.replace('/', '_').replace('.', '_')}")
-        return handler
-
-    return register
+routes = Routes("native")
 
 
 def _fleet(request: Request) -> Fleet:
@@ -63,16 +46,15 @@ def _model_id(request: Request) -> str:
     return request_model(request)
 
 
-@route(["GET"], "/health", "/v1/health")
+@routes.get("/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
     if request.app.ctx.router is not None:  # a router is healthy without any model loaded
         return json({"status": "ok"})
-    if not await _fleet(request).workers(_model_id(request), fresh=True):
-        raise Unavailable("Loading model")
+    await _fleet(request).placement.workers(_model_id(request), fresh=True)
     return json({"status": "ok"})
 
 
-@route(["GET"], "/models", "/v1/models")
+@routes.get("/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
     if request.app.ctx.router is not None:
         return await router_models(request)
@@ -107,36 +89,34 @@ async def _offline_modalities(request: Request) -> list[str]:
     return cache[key]
 
 
-@route(["POST"], "/tokenize")
+@routes.post("/tokenize", body=TokenizeRequest)
 async def tokenize(request: Request) -> HTTPResponse:
     job = parse_body(request, TokenizeRequest).to_job(_model_id(request))
     result = await _fleet(request).jobs.tokenize(job)
     return json(result.model_dump(exclude={"result_kind"}))
 
 
-@route(["POST"], "/detokenize")
+@routes.post("/detokenize", body=DetokenizeRequest)
 async def detokenize(request: Request) -> HTTPResponse:
     job = parse_body(request, DetokenizeRequest).to_job(_model_id(request))
     result = await _fleet(request).jobs.detokenize(job)
     return json({"content": result.content})
 
 
-@route(["POST"], "/completion", "/completions")
+@routes.post("/completion", "/completions", body=CompletionRequest)
 async def completion(request: Request) -> HTTPResponse | None:
     return await _complete(request, parse_body(request, CompletionRequest))
 
 
-@route(["POST"], "/infill")
+@routes.post("/infill", body=InfillRequest)
 async def infill(request: Request) -> HTTPResponse | None:
     return await _complete(request, parse_body(request, InfillRequest))
 
 
 async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse | None:
     jobs = body.to_jobs(_model_id(request))
-    if body.n_cmpl > 1 and body.id_slot < 0:
-        await _keep_completions_together(request, jobs, body.n_cmpl)
-    if body.id_slot >= 0:
-        await _route_to_slot(request, jobs, body.id_slot, body.n_cmpl)
+    await _fleet(request).placement.pin(_model_id(request), jobs, choices=body.n_cmpl,
+                                        id_slot=body.id_slot, field="n_cmpl", together=True)
     if body.stream:
         await _stream(request, body, jobs)
         return None
@@ -144,33 +124,6 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     rendered = [await _render(request, r, i, body.response_fields)
                 for i, r in enumerate(results)]
     return json(rendered[0] if len(rendered) == 1 else rendered)
-
-
-async def _keep_completions_together(request: Request, jobs: list[CompletionJob],
-                                     n_cmpl: int) -> None:
-    """The n_cmpl completions of one prompt run on one worker (its queue), so they share its
-    prompt cache; more than that worker's slots is a 400, as in llama-server."""
-    fleet = _fleet(request)
-    workers = await fleet.workers(_model_id(request))
-    if not workers:
-        raise Unavailable("Loading model")
-    loads = await fleet.registry.loads(workers)
-    for first in range(0, len(jobs), n_cmpl):
-        worker = least_loaded(workers, loads, n_cmpl)
-        if n_cmpl > worker.n_slots:
-            raise InvalidRequest(
-                f"n_cmpl ({n_cmpl}) exceeds the number of slots ({worker.n_slots})")
-        for job in jobs[first : first + n_cmpl]:
-            job.worker_id = worker.worker_id
-
-
-async def _route_to_slot(request: Request, jobs: list[CompletionJob], id_slot: int,
-                         n_cmpl: int) -> None:
-    worker, local_id = locate_slot(await _fleet(request).workers(_model_id(request)), id_slot)
-    limits.check_fan_out(1, n_cmpl, worker.n_slots)  # the worker that holds the slot runs all
-    for job in jobs:
-        job.worker_id = worker.worker_id
-        job.id_slot = local_id
 
 
 async def _render(request: Request, result: CompletionResult, index: int,

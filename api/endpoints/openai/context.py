@@ -14,11 +14,10 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.errors import InvalidRequest, Unavailable
 from scheduler.jobs import CompletionJob
 from scheduler.registry import WorkerInfo
 from scheduler.results import CompletionResult, FinalEvent, TokenEvent
-from scheduler.slot_ids import locate_slot, slot_offset
+from scheduler.slot_ids import slot_offset
 
 DONE = "data: [DONE]\n\n"
 
@@ -47,10 +46,7 @@ class OpenAIContext:
 
     async def workers(self) -> list[WorkerInfo]:
         """The model's live workers; none yet is the spec's 503 "Loading model"."""
-        workers = await self.fleet.workers(self.model_id)
-        if not workers:
-            raise Unavailable("Loading model")
-        return workers
+        return await self.fleet.placement.workers(self.model_id)
 
     def verbose(self, asked: bool) -> bool:
         """Responses carry llama-server's `__verbose` debug object: the request's `verbose`,
@@ -64,18 +60,8 @@ class OpenAIContext:
 
     async def prepare(self, jobs: list[CompletionJob], id_slot: int, choices: int) -> None:
         """Check `n` against the slots (llama-server's limit) and pin jobs to `id_slot`."""
-        if choices > 1 or id_slot >= 0:
-            workers = await self.workers()
-            n_slots = max(worker.n_slots for worker in workers)
-            if choices > n_slots:
-                raise InvalidRequest(f"n ({choices}) exceeds the number of slots ({n_slots})")
-            if id_slot >= 0:
-                worker, local_id = locate_slot(workers, id_slot)
-                if choices > worker.n_slots:  # that worker runs every choice
-                    raise InvalidRequest(
-                        f"n ({choices}) exceeds the number of slots ({worker.n_slots})")
-                for job in jobs:
-                    job.worker_id, job.id_slot = worker.worker_id, local_id
+        await self.fleet.placement.pin(self.model_id, jobs, choices=choices, id_slot=id_slot,
+                                       field="n")
 
     async def run(self, jobs: list[CompletionJob]) -> list[CompletionResult]:
         """Every job's final result, in the jobs' order (a batch line's jobs are background

@@ -1,6 +1,7 @@
-"""The OpenAPI document of the HTTP API, generated from the app's routes and the wire models
-(pydantic's JSON schema), served at /openapi.json. Nothing in it is written by hand: a route
-without a wire model takes any JSON object (its handler checks it)."""
+"""The OpenAPI document of the HTTP API, generated from the app's routes and the wire model each
+was registered with (api/routing.py `body=`; pydantic's JSON schema), served at /openapi.json.
+Nothing in it is written by hand: a route without a wire model takes any JSON object (its
+handler checks it)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
-from sanic import Blueprint, Request, Sanic
+from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
-from api.endpoints.anthropic.protocol import MessagesRequest
-from api.endpoints.models.downloads import DownloadRequest
-from api.endpoints.native.protocol import (
-    CompletionRequest,
-    DetokenizeRequest,
-    InfillRequest,
-    TokenizeRequest,
-)
-from api.endpoints.openai.chat import ControlRequest
-from api.endpoints.openai.protocol import ChatCompletionRequest, OpenAICompletionRequest
-from api.endpoints.systemone.protocol import SystemOneRequest
-from api.endpoints.templates.api_router import ApplyTemplateRequest
+from api.routing import Routes, body_model
 
-openapi = Blueprint("openapi")
+routes = Routes("openapi")
 PATH_PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
 
 
@@ -41,29 +31,9 @@ class ErrorResponse(BaseModel):
     error: ErrorInfoWire
 
 
-REQUEST_MODELS: dict[str, type[BaseModel]] = {
-    "/completion": CompletionRequest,
-    "/completions": CompletionRequest,
-    "/infill": InfillRequest,
-    "/tokenize": TokenizeRequest,
-    "/detokenize": DetokenizeRequest,
-    "/apply-template": ApplyTemplateRequest,
-    "/v1/completions": OpenAICompletionRequest,
-    "/v1/chat/completions": ChatCompletionRequest,
-    "/chat/completions": ChatCompletionRequest,
-    "/v1/chat/completions/input_tokens": ChatCompletionRequest,
-    "/chat/completions/input_tokens": ChatCompletionRequest,
-    "/v1/chat/completions/control": ControlRequest,
-    "/v1/messages": MessagesRequest,
-    "/v1/messages/count_tokens": MessagesRequest,
-    "/v1/systemone": SystemOneRequest,
-    "/models": DownloadRequest,
-}
-"""The wire model of each POST route's body (routes not listed take any JSON object)."""
-
-
-def openapi_document(app: Sanic, prefix: str = "") -> dict[str, Any]:
-    models: list[type[BaseModel]] = sorted({*REQUEST_MODELS.values(), ErrorResponse},
+def openapi_document(app: Sanic) -> dict[str, Any]:
+    bodies = {body_model(route) for route in app.router.routes}
+    models: list[type[BaseModel]] = sorted({*(m for m in bodies if m), ErrorResponse},
                                            key=lambda m: m.__name__)
     refs, defs = models_json_schema([(m, "validation") for m in models],
                                     ref_template="#/components/schemas/{model}")
@@ -74,7 +44,6 @@ def openapi_document(app: Sanic, prefix: str = "") -> dict[str, Any]:
         path = "/" + route.path.strip("/")
         if path == "/openapi.json":
             continue
-        route_path = path[len(prefix):] if prefix and path.startswith(prefix) else path
         params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                   for name in PATH_PARAM.findall(path)]
         path = PATH_PARAM.sub(r"{\1}", path)
@@ -88,7 +57,7 @@ def openapi_document(app: Sanic, prefix: str = "") -> dict[str, Any]:
             if params:
                 operation["parameters"] = params
             if method == "POST":
-                model = REQUEST_MODELS.get(route_path)
+                model = body_model(route)
                 schema = refs[(model, "validation")] if model else {"type": "object"}
                 operation["requestBody"] = {"required": True,
                                             "content": {"application/json": {"schema": schema}}}
@@ -102,9 +71,9 @@ def openapi_document(app: Sanic, prefix: str = "") -> dict[str, Any]:
     }
 
 
-@openapi.get("/openapi.json", name="openapi")
+@routes.get("/openapi.json", name="openapi")
 async def openapi_json(request: Request) -> HTTPResponse:
     app = request.app
     if not hasattr(app.ctx, "openapi"):
-        app.ctx.openapi = openapi_document(app, app.ctx.settings.api_prefix)
+        app.ctx.openapi = openapi_document(app)
     return json(app.ctx.openapi)

@@ -6,16 +6,17 @@ here, with the record id that starts every event id of the stream, and the slots
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.fleet import Fleet
+from api.routing import Routes
 from scheduler.streams import StreamRecords
 
-streams = Blueprint("streams")
+routes = Routes("streams")
 
 
-@streams.delete("/v1/streams/<record_id:str>", name="stop_stream")
+@routes.delete("/v1/streams/<record_id:str>", name="stop_stream")
 async def stop_stream(request: Request, record_id: str) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
     job_ids = await StreamRecords(fleet.redis).job_ids(record_id.partition("-")[0])

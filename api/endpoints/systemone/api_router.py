@@ -5,7 +5,7 @@ projector (none is ever loaded), is a 501."""
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
@@ -15,28 +15,22 @@ from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import systemone_json
 from api.fleet import Fleet
 from api.router import request_model
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler import limits
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
-from scheduler.registry import least_loaded
+from scheduler.errors import InvalidRequest, NotSupported
 from scheduler.results import DecisionResult, expect_result
 
-systemone = Blueprint("systemone")
+routes = Routes("systemone")
 
 
-@systemone.post("/v1/systemone", name="systemone")
+@routes.post("/v1/systemone", name="systemone", body=SystemOneRequest)
 async def answer(request: Request) -> HTTPResponse:
     body = parse_body(request, SystemOneRequest)
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
     model_id = request_model(request)
-    workers = await fleet.workers(model_id)
-    if not workers:
-        raise Unavailable("Loading model")
-    able = [w for w in workers if w.meta.decisions is not None]
-    if not able:
-        raise NotSupported("this model is not a decision model: /v1/systemone needs one (or a "
-                           "worker started with --decisions)")
+    workers, able = await fleet.placement.deciding(model_id)
     if body.media():
         raise NotSupported("image input is not supported: no multimodal projector is loaded")
     caps = able[0].meta.decisions
@@ -55,6 +49,6 @@ async def answer(request: Request) -> HTTPResponse:
                        {**template_kwargs(settings), "enable_thinking": False})
     limits.check_decision(job)
     if len(able) < len(workers):  # only some workers serve decisions: one of them
-        job.worker_id = least_loaded(able, await fleet.registry.loads(able), 1).worker_id
+        job.worker_id = (await fleet.placement.pick(able)).worker_id
     result = expect_result(await fleet.jobs.run(job), DecisionResult)
     return json(systemone_json(body, result, model_id))

@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from sanic import Blueprint, Request
+from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.fleet import Fleet
 from api.router import request_model
+from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, Unavailable
+from scheduler.errors import InvalidRequest
 
-templates = Blueprint("templates")
+routes = Routes("templates")
 
 
 class ApplyTemplateRequest(BaseModel):
@@ -29,14 +30,12 @@ class ApplyTemplateRequest(BaseModel):
     continue_final_message: bool | None = None
 
 
-@templates.post("/apply-template")
+@routes.post("/apply-template", body=ApplyTemplateRequest)
 async def apply_template(request: Request) -> HTTPResponse:
     body = parse_body(request, ApplyTemplateRequest)
     settings: ApiSettings = request.app.ctx.settings
     fleet: Fleet = request.app.ctx.fleet
-    workers = await fleet.workers(request_model(request))
-    if not workers:
-        raise Unavailable("Loading model")
+    workers = await fleet.placement.workers(request_model(request))
     if body.continue_final_message and body.add_generation_prompt:
         raise InvalidRequest("Cannot set both add_generation_prompt and continue_final_message "
                              "to true.")

@@ -9,6 +9,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, raw, redirect
 
 from api.endpoints.ui.bundle import REVALIDATE, StaticFile, load_bundle, resolve_in, static_file
+from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.errors import NotFound
 
@@ -52,15 +53,16 @@ def send(request: Request, file: StaticFile, page: bool = False) -> HTTPResponse
 def ui_blueprint(settings: ApiSettings) -> Blueprint:
     """The UI's routes for these settings (with --no-ui only the removing sw.js: `/` is a 404).
     """
-    ui = Blueprint("ui", strict_slashes=True)
+    routes = Routes("ui", strict_slashes=True)
+    ui = routes.blueprint
     prefix = settings.api_prefix.rstrip("/")
     methods = ["GET", "HEAD"]
     if not settings.ui:
         async def remove_worker(request: Request) -> HTTPResponse:
             return send(request, SW_REMOVE)
 
-        ui.add_route(remove_worker, f"{prefix}/sw.js", methods=methods, name="ui_sw_remove",
-                     ctx_ui_public=True)
+        routes.route(methods, f"{prefix}/sw.js", name="ui_sw_remove",
+                     ctx_ui_public=True)(remove_worker)
         return ui
 
     if prefix:
@@ -68,7 +70,7 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
             return redirect(prefix + "/", status=308)
 
         # The page's URLs are relative to it: under a prefix it must be seen at `prefix/`.
-        ui.add_route(to_slash, prefix, methods=methods, name="ui_redirect", ctx_ui_public=True)
+        routes.route(methods, prefix, name="ui_redirect", ctx_ui_public=True)(to_slash)
 
     if settings.path:
         folder = Path(settings.path)
@@ -84,8 +86,8 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
             return send(request, static_file(found.name, found.read_bytes(), REVALIDATE))
 
         for route in ("/", "/<rest:path>"):
-            ui.add_route(from_folder, prefix + route, methods=methods,
-                         name=f"ui_path{route.count('<')}", ctx_ui_public=True)
+            routes.route(methods, prefix + route, name=f"ui_path{route.count('<')}",
+                         ctx_ui_public=True)(from_folder)
         return ui
 
     bundle = load_bundle()
@@ -96,6 +98,5 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
             return send(request, file, page)
 
         name = "ui_" + (relative or "index").replace("/", "_").replace(".", "_").replace("-", "_")
-        ui.add_route(bundled, f"{prefix}/{relative}", methods=methods, name=name,
-                     ctx_ui_public=True)
+        routes.route(methods, f"{prefix}/{relative}", name=name, ctx_ui_public=True)(bundled)
     return ui

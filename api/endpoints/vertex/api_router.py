@@ -19,6 +19,7 @@ from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
 from api.errors import as_llamaq_error, error_body
+from api.routing import Routes
 from scheduler.errors import InvalidRequest, LlamaqError
 
 MAX_INSTANCES = 128
@@ -89,12 +90,13 @@ def add_predict_route(app: Sanic, vertex: VertexSettings, prefix: str) -> None:
             _one(request, instance, by_alias, paths, prefix) for instance in instances))
         return json_response({"predictions": predictions})
 
-    app.add_route(predict, prefix + vertex.predict_route, methods=["POST"], name="vertex_predict")
+    routes = Routes("vertex")
+    routes.post(prefix + vertex.predict_route, name="vertex_predict")(predict)
     health = next((route.handler for route in app.router.routes
                    if _route_path(route.uri, prefix) == "/health"), None)
     if vertex.health_route and health is not None:
-        app.add_route(health, prefix + vertex.health_route, methods=["GET"],
-                      name="vertex_health")
+        routes.get(prefix + vertex.health_route, name="vertex_health")(health)
+    app.blueprint(routes.blueprint)
 
 
 def _route_path(uri: str, prefix: str) -> str:
