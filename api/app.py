@@ -24,8 +24,8 @@ from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.router import ModelRouter
 from api.settings import ApiSettings
-from scheduler.errors import Unavailable
-from scheduler.limits import largest_body_limit
+from scheduler.contract.errors import Unavailable
+from scheduler.contract.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
 from storage import open_store
 from storage.lazy import LazyStore

@@ -9,7 +9,7 @@ from sanic import Request
 from sanic.response import HTTPResponse
 
 from api.errors import error_response
-from scheduler.errors import AuthenticationFailed
+from scheduler.contract.errors import AuthenticationFailed
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ValidationError
 from sanic import Request
 
 from api.errors import validation_message
-from scheduler import limits
-from scheduler.errors import InvalidRequest
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
 
 Model = TypeVar("Model", bound=BaseModel)
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")

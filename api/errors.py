@@ -13,7 +13,7 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler.errors import InvalidRequest, LlamaqError, NotFound, ServerError, translate
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotFound, ServerError, translate
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,7 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
         if exc.status_code == 404:
             return NotFound("File Not Found")
         if exc.status_code < 500:
-            error = InvalidRequest(str(exc))
-            error.status = exc.status_code  # type: ignore[misc]
-            return error
+            return InvalidRequest(str(exc), status=exc.status_code)
     log.exception("unexpected error", exc_info=exc)
     return ServerError(f"Internal server error: {type(exc).__name__}")
 

@@ -13,13 +13,14 @@ from redis.asyncio import Redis
 
 from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
-from scheduler import keys, limits
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
-from scheduler.client import AnyJob, JobClient, JobEvents, QueueLimit
+from scheduler.client import JobClient, QueueLimit
 from scheduler.connections import arq_settings, open_redis
+from scheduler.contract import keys, limits
+from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
-from scheduler.jobs import CompletionJob
+from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
-from scheduler.jobs import CompletionJob
+from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.contract.jobs import CompletionJob
 from scheduler.registry import WorkerInfo, least_loaded
 from scheduler.slot_ids import locate_slot
 

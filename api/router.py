@@ -26,9 +26,9 @@ from sanic import Request
 
 from api.body import load_json, raw_body
 from api.settings import ApiSettings
-from scheduler import keys
 from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
-from scheduler.errors import InvalidRequest, ServerError, Unavailable
+from scheduler.contract import keys
+from scheduler.contract.errors import InvalidRequest, ServerError, Unavailable
 from scheduler.fleet_models import FleetModels, FleetView, ModelStatus, status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 from storage import open_store

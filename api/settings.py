@@ -6,15 +6,15 @@ from typing import ClassVar, Self
 
 from pydantic import model_validator
 
-from llamaq.settings import CommonSettings, flag
 from scheduler.affinity import DEFAULT_MIN_CHARS
-from scheduler.limits import DEFAULT_N_PROBS_MAX
+from scheduler.common_settings import RoleSettings
+from scheduler.config.settings import flag
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 ON_OFF_AUTO = ("on", "off", "auto")
 
 
-class ApiSettings(CommonSettings):
+class ApiSettings(RoleSettings):
     """llamaq api pod: serves the llama-server HTTP API and submits jobs to workers."""
 
     prog: ClassVar[str] = "llamaq-api"
@@ -132,9 +132,6 @@ class ApiSettings(CommonSettings):
                                  negative=("--no-models-autoload",),
                                  help="for router server, whether to automatically load models")
     # ours
-    n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
-                            help="largest n_probs (logprobs, top_logprobs) a request gets; "
-                            "larger values are capped")
     workers: int = flag(1, "--workers", env="LLAMAQ_API_WORKERS",
                         help="number of Sanic worker processes")
     prefix_affinity: int = flag(DEFAULT_MIN_CHARS, "--prefix-affinity",

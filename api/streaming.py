@@ -28,10 +28,10 @@ from api.errors import sse_error
 from api.fleet import Fleet
 from api.settings import ApiSettings
 from api.sse import open_stream
-from scheduler.client import ChoiceEvent, JobEvents, merge_events
-from scheduler.errors import LlamaqError
-from scheduler.jobs import CompletionJob
-from scheduler.results import FinalEvent, StartedEvent, TokenEvent
+from scheduler.contract.errors import LlamaqError
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import FinalEvent, StartedEvent, TokenEvent
+from scheduler.job_events import ChoiceEvent, JobEvents, merge_events
 from scheduler.streams import EventId, StreamRecord, StreamRecords
 
 PING = ": ping\n\n"

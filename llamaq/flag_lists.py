@@ -7,8 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from api.settings import ApiSettings
-from llamaq.settings import CommonSettings, FlagError, ProcessSettings, split_args
-from llamaq.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
+from scheduler.common_settings import CommonSettings
+from scheduler.config.settings import FlagError, ProcessSettings, split_args
+from scheduler.config.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
 from worker.settings import WorkerSettings
 
 ROLES: tuple[tuple[str, type[ProcessSettings]], ...] = (

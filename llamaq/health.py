@@ -16,8 +16,8 @@ from pathlib import Path
 from redis import Redis
 from redis.exceptions import RedisError
 
-from llamaq.settings import CommonSettings
-from scheduler import keys
+from scheduler.common_settings import CommonSettings, redis_url_of
+from scheduler.contract import keys
 
 TIMEOUT_S = 5.0
 
@@ -55,7 +55,6 @@ def run_health(argv: list[str]) -> None:
     if args.url:
         problem = url_problem(args.url)
     else:
-        from llamaq.processes import redis_url_of
 
         try:
             worker_id = args.worker or Path(args.worker_file).read_text().strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from llamaq.settings import CommonSettings
+from scheduler.common_settings import CommonSettings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llamaq.settings import ProcessSettings, flag
+from scheduler.config.settings import ProcessSettings, flag
 from storage import StorageError, open_store
 from storage.checksum import checksum_key, sha256_file
 from storage.models import MODELS_PREFIX

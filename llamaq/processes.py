@@ -15,16 +15,9 @@ from api.settings import ApiSettings
 from llamaq.flag_lists import refuse_other_roles_flags
 from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
-from llamaq.settings import CommonSettings
+from scheduler.common_settings import CommonSettings, redis_url_of
 
 log = logging.getLogger(__name__)
-
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def redis_url_of(settings: CommonSettings) -> str:
-    return settings.redis_url or DEFAULT_REDIS_URL
-
 
 def run_api(argv: list[str]) -> None:
     from sanic import Sanic
@@ -96,10 +89,10 @@ def run_worker(argv: list[str]) -> None:
 
     def serving(redis_url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]:
         if settings.router_mode():  # no model: a host that loads what the router asks for
-            from worker.host import WorkerHost
+            from worker.process.host import WorkerHost
 
             return WorkerHost(settings, argv).run(redis_url, stop)
-        from worker.runtime import serve
+        from worker.process.serve import serve
 
         return serve(settings, redis_url, stop)
 

@@ -22,8 +22,8 @@ import redis
 from api.settings import ApiSettings
 from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
-from llamaq.settings import FlagError, split_args
 from llamaq.supervisor import Child, Supervisor
+from scheduler.config.settings import FlagError, split_args
 from storage.redact import redacted_url
 from worker.settings import WorkerSettings
 

@@ -51,8 +51,8 @@ from arq.utils import timestamp_ms
 from pydantic import BaseModel, ValidationError
 from redis.asyncio import Redis
 
-from scheduler import keys
-from scheduler.jobs import CompletionJob, PromptPiece
+from scheduler.contract import keys
+from scheduler.contract.jobs import CompletionJob, PromptPiece
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""

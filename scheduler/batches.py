@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from scheduler import keys
-from scheduler.errors import NotFound
+from scheduler.contract import keys
+from scheduler.contract.errors import NotFound
 
 BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "completed",
                       "expired", "cancelling", "cancelled"]

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
 
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379

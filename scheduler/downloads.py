@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler import keys
+from scheduler.contract import keys
 from storage.errors import DownloadCancelled, StorageError
 from storage.progress import DownloadListener
 

@@ -21,10 +21,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 from redis.asyncio import Redis
 
-from scheduler import keys
 from scheduler.catalog import ModelEntry
+from scheduler.contract import keys
+from scheduler.contract.errors import Unavailable
 from scheduler.downloads import DownloadBoard, DownloadStatus
-from scheduler.errors import Unavailable
 from scheduler.placement import HostState, HostView, LoadPlan, Placement
 from scheduler.registry import Registry, WorkerInfo, fleet_sleeping
 

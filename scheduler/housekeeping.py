@@ -7,8 +7,8 @@ import logging
 
 from redis.exceptions import RedisError
 
-from scheduler import keys
 from scheduler.connections import open_redis
+from scheduler.contract import keys
 from scheduler.registry import Registry
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from scheduler import keys
-from scheduler.errors import LlamaqError, RedisUnreachable
-from scheduler.results import ENVELOPE, EventEnvelope
+from scheduler.contract import keys
+from scheduler.contract.errors import LlamaqError, RedisUnreachable
+from scheduler.contract.results import ENVELOPE, EventEnvelope
 
 log = logging.getLogger(__name__)
 

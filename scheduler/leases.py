@@ -35,7 +35,7 @@ from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from scheduler import keys
+from scheduler.contract import keys
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +135,6 @@ class Decision(enum.Enum):
     """503: the job cannot run again (it sent something, or it is pinned)."""
     POISON = "poison"
     """500: the job was running at a second worker death."""
-
-
-MOVABLE_KINDS = ("completion", "embedding", "rerank", "decision")
-"""Kinds of job that may run again on another worker when theirs died before sending output
-(a job pinned to a worker never may)."""
 
 
 def decide(tries: int, sent: int, movable: bool) -> Decision:

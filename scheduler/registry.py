@@ -8,9 +8,9 @@ from pydantic import BaseModel, TypeAdapter
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from scheduler import keys
+from scheduler.contract import keys
+from scheduler.contract.results import GenerationSettings
 from scheduler.decision_meta import DecisionCaps
-from scheduler.results import GenerationSettings
 
 
 class ModelMeta(BaseModel):

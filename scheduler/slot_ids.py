@@ -6,7 +6,7 @@ ids do when llama-server restarts with another -np."""
 
 from __future__ import annotations
 
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 from scheduler.registry import WorkerInfo
 
 

@@ -12,8 +12,8 @@ import uuid
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 
-from scheduler import keys
-from scheduler.errors import NotFound
+from scheduler.contract import keys
+from scheduler.contract.errors import NotFound
 
 
 class StreamRecord(BaseModel):

@@ -1,62 +1,64 @@
 """The storage package's errors; third-party errors are translated into these at the boundary.
 
-Each class names the HTTP status and error ``type`` the api should render it with.
+Each class names the error of llamaq's one table (scheduler/contract/errors.py) it is rendered
+as; what of its message leaves the process is redacted (storage/redact.py).
 """
 
-from typing import ClassVar
+from scheduler.contract.errors import (
+    BadGateway,
+    Conflict,
+    InvalidRequest,
+    MappedError,
+    NotFound,
+    Unavailable,
+)
+from storage.redact import redact
 
 
-class StorageError(Exception):
-    """Base of every error the storage package raises."""
+class StorageError(MappedError):
+    """Base of every error the storage package raises (a 500 unless a subclass says)."""
 
-    http_status: ClassVar[int] = 500
-    error_type: ClassVar[str] = "server_error"
+    def public_message(self) -> str:
+        return f"object storage: {redact(str(self))}"
 
 
 class ObjectNotFound(StorageError):
     """The key does not exist in the store."""
 
-    http_status = 404
-    error_type = "not_found_error"
+    renders_as = NotFound
 
 
 class StorageUnavailable(StorageError):
     """The store could not be reached (connection refused, timeout, 5xx)."""
 
-    http_status = 503
-    error_type = "unavailable_error"
+    renders_as = Unavailable
 
 
 class InvalidKey(StorageError, ValueError):
     """A key, prefix, slot name or store URL that is not allowed."""
 
-    http_status = 400
-    error_type = "invalid_request_error"
+    renders_as = InvalidRequest
 
 
 class ModelNotFound(StorageError):
     """A model spec resolves to no file (not local, not in the store, not on the Hub)."""
 
-    http_status = 404
-    error_type = "not_found_error"
+    renders_as = NotFound
 
 
 class ChecksumMismatch(StorageError):
     """A downloaded file's SHA-256 is not the one recorded for it: the file is refused."""
 
-    http_status = 502
-    error_type = "server_error"
+    renders_as = BadGateway
 
 
 class DownloadCancelled(StorageError):
     """A download was paused or cancelled on request; its partial files are kept."""
 
-    http_status = 409
-    error_type = "invalid_request_error"
+    renders_as = Conflict
 
 
 class DownloadFailed(StorageError):
     """A file could not be downloaded from its origin (Hugging Face, a URL)."""
 
-    http_status = 502
-    error_type = "server_error"
+    renders_as = BadGateway

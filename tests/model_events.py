@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from scheduler import keys
+from scheduler.contract import keys
 
 
 class ModelEvents:

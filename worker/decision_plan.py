@@ -23,10 +23,10 @@ from typing import Protocol
 
 import numpy as np
 
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest
+from scheduler.contract.jobs import DecisionJob
 from scheduler.decision_meta import DecisionCaps, native_caps
-from scheduler.errors import ExceedContextSize, InvalidRequest
 from scheduler.gguf_meta import read_metadata
-from scheduler.jobs import DecisionJob
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""

@@ -29,9 +29,8 @@ from typing import Any
 import llama_cpp as lc
 import numpy as np
 
-from scheduler.errors import ErrorInfo, LlamaqError, ServerError
-from scheduler.registry import WorkerMetrics
-from scheduler.results import (
+from scheduler.contract.errors import ErrorInfo, LlamaqError, ServerError
+from scheduler.contract.results import (
     DecisionAnswer,
     DecisionResult,
     ErrorEvent,
@@ -39,6 +38,7 @@ from scheduler.results import (
     StartedEvent,
     TokenEvent,
 )
+from scheduler.registry import WorkerMetrics
 from worker.decision_plan import (
     DecisionRequest,
     Path,

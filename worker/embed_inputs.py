@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
-from scheduler.errors import ExceedContextSize, InvalidRequest, LlamaqError, ServerError
-from scheduler.jobs import EmbeddingInput, EmbeddingJob, RerankJob
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest, LlamaqError, ServerError
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 from worker.model import LoadedModel
 
 

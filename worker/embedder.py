@@ -36,16 +36,16 @@ from dataclasses import dataclass, field
 import llama_cpp as lc
 import numpy as np
 
-from scheduler.errors import ErrorInfo, LlamaqError, ServerError, Unavailable
-from scheduler.jobs import EmbeddingJob, RerankJob
-from scheduler.registry import WorkerMetrics
-from scheduler.results import (
+from scheduler.contract.errors import ErrorInfo, LlamaqError, ServerError, Unavailable
+from scheduler.contract.jobs import EmbeddingJob, RerankJob
+from scheduler.contract.results import (
     EmbeddingItem,
     EmbeddingResult,
     RerankItem,
     RerankResult,
     pack_floats,
 )
+from scheduler.registry import WorkerMetrics
 from worker.embed_inputs import Prepared
 from worker.model import LoadedModel
 

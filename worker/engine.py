@@ -31,15 +31,14 @@ from typing import Any, TypeVar
 import llama_cpp as lc
 import numpy as np
 
-from scheduler.errors import (
+from scheduler.contract.errors import (
     InvalidRequest,
     LlamaqError,
     ServerError,
     Unavailable,
 )
-from scheduler.jobs import CompletionJob, SamplingSettings
-from scheduler.registry import NextToken, SlotState, WorkerMetrics
-from scheduler.results import (
+from scheduler.contract.jobs import CompletionJob, SamplingSettings
+from scheduler.contract.results import (
     Candidate,
     CompletionResult,
     ErrorEvent,
@@ -51,6 +50,7 @@ from scheduler.results import (
     TokenEvent,
     TokenProbs,
 )
+from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
@@ -304,11 +304,14 @@ class Engine:
                 self._release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
-        """One decode: a token for each generating run, then prompt tokens. Batch lines
-        (background jobs) sit the step out while an online prompt is evaluated, and their
-        prompts go in parts (DecodeSpeed), so an online request waits little."""
+        """One decode: a token for each generating run, then prompt tokens, each part in
+        slot order (llama-server's), since without a unified KV cache llama.cpp puts only
+        consecutive sequence ids in one ubatch (llama_batch_allocr::split_equal): slots in
+        the order their requests arrived cost one graph computation per break in the order.
+        Batch lines (background jobs) sit the step out while an online prompt is evaluated,
+        and their prompts go in parts (DecodeSpeed), so an online request waits little."""
         n = 0
-        runs = list(self._active.values())
+        runs = sorted(self._active.values(), key=lambda a: a.slot.slot_id)
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
         if any(a.prefilling and not a.request.job.background for a in runs):
@@ -477,7 +480,8 @@ class Engine:
             events.append((request.job.job_id, TokenEvent(
                 content=content, tokens=[token], timings=timings,
                 n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
-                probs=[probs] if probs is not None else [])))
+                probs=[probs] if probs is not None else [],
+                post_sampling_probs=request.job.post_sampling_probs)))
         if reason is not None:
             self._finish(active, reason.stop_type, now, events)
 

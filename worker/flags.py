@@ -1,7 +1,8 @@
 """How the worker's llama-server flags reach llama.cpp.
 
 Flags that map onto llama_model_params / llama_context_params are passed through. Flags for
-features the worker does not have are refused before anything loads (llamaq/spec_flags.py)."""
+features the worker does not have are refused before anything loads
+(scheduler/config/spec_flags.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from scheduler.jobs import LogitBias, samplers_from_letters
+from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def sampler_names(settings: WorkerSettings) -> list[str]:
     default_seq = WorkerSettings.model_fields["sampling_seq"].get_default()
     if settings.sampling_seq != default_seq:
         return samplers_from_letters(settings.sampling_seq)
-    return list(settings.samplers)
+    return list(settings.sampling.samplers)
 
 
 def default_grammar(settings: WorkerSettings) -> tuple[str | None, str | None]:

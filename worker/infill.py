@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler.errors import NotSupported
-from scheduler.jobs import InfillParts, PromptPiece
+from scheduler.contract.errors import NotSupported
+from scheduler.contract.jobs import InfillParts, PromptPiece
 
 CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
 

@@ -24,10 +24,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
-from scheduler import keys
-from scheduler.errors import Unavailable
+from scheduler.contract import keys
+from scheduler.contract.errors import Unavailable
+from scheduler.contract.results import ErrorEvent, EventEnvelope, FinalEvent
 from scheduler.leases import Leases
-from scheduler.results import ErrorEvent, EventEnvelope, FinalEvent
 from worker.engine import JobEvent
 
 log = logging.getLogger(__name__)

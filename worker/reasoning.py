@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from scheduler.jobs import ReasoningSpec
+from scheduler.contract.jobs import ReasoningSpec
 from worker.vocab import Vocab
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from scheduler.errors import ExceedContextSize, InvalidRequest
-from scheduler.jobs import CompletionJob, LogitBias, SamplingSettings
-from scheduler.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest
+from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings
+from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from worker.infill import infill_tokens
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling

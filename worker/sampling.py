@@ -1,10 +1,10 @@
 """Per-slot sampler chains built from llama.cpp's own samplers, in llama-server's order.
 
 Owns: resolving a request's sampling overrides against the worker's defaults (one
-`model_copy(update=…)`, after llama-server's checks and clamps of scheduler/limits.py); the
+`model_copy(update=…)`, after llama-server's checks and clamps of scheduler/contract/limits.py); the
 llama_sampler chain of a run (biases, grammar-first rejection sampling, the samplers in order,
 dist) and its candidates for post-sampling probabilities. The settings themselves are declared
-once, as scheduler/jobs.py SamplingSettings.
+once, as scheduler/contract/jobs.py SamplingSettings.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import math
 import llama_cpp as lc
 import numpy as np
 
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import DEFAULT_SEED, SamplingParams, SamplingSettings
-from scheduler.limits import SOFT_LIMITS, UINT32_MASK, check_sampling, clamp
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import DEFAULT_SEED, SamplingParams, SamplingSettings
+from scheduler.contract.limits import SOFT_LIMITS, UINT32_MASK, check_sampling, clamp
 
 __all__ = ["DEFAULT_SEED", "SamplerChain", "normalize_samplers", "resolve_sampling",
            "token_probabilities"]
@@ -41,7 +41,8 @@ SAMPLER_NAMES = {
 def resolve_sampling(defaults: SamplingSettings, request: SamplingParams,
                      n_ctx: int) -> SamplingSettings:
     """The worker's defaults with the request's values, checked and clamped as llama-server
-    does (scheduler/limits.py), and the penalty windows clamped to the context (`n_ctx`)."""
+    does (scheduler/contract/limits.py), and the penalty windows clamped to the context
+    (`n_ctx`)."""
     check_sampling(request)
     overrides = request.model_dump(exclude_none=True)
     if "samplers" in overrides:

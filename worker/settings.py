@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from llamaq.settings import CommonSettings, flag
-from scheduler.limits import DEFAULT_N_PROBS_MAX
+from scheduler.common_settings import RoleSettings
+from scheduler.config.settings import flag, flag_group
+from scheduler.contract.jobs import SamplingSettings
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 ON_OFF_AUTO = ("on", "off", "auto")
-DEFAULT_SAMPLERS = (
-    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
-)
 
 
-class WorkerSettings(CommonSettings):
+class WorkerSettings(RoleSettings):
     """llamaq worker: one engine (model, context, slots) fed by arq jobs."""
 
     prog: ClassVar[str] = "llamaq-worker"
@@ -140,56 +138,11 @@ class WorkerSettings(CommonSettings):
     spm_infill: bool = flag(False, "--spm-infill",
                             help="use Suffix/Prefix/Middle pattern for infill")
     # sampling
-    samplers: list[str] = flag(list(DEFAULT_SAMPLERS), "--samplers", sep=";",
-                               help="samplers used for generation in order, separated by ';'")
-    seed: int = flag(-1, "-s", "--seed", help="RNG seed (-1 = random seed)")
+    sampling: SamplingSettings = flag_group(
+        SamplingSettings, help="the server-wide sampling defaults a request falls back on (each "
+        "field's flag is declared in scheduler/contract/jobs.py SamplingSettings)")
     sampling_seq: str = flag("edskypmxt", "--sampler-seq", "--sampling-seq",
                              help="simplified sequence for samplers that will be used")
-    ignore_eos: bool = flag(False, "--ignore-eos",
-                            help="ignore end of stream token and continue generating")
-    temp: float = flag(0.80, "--temp", "--temperature", env="LLAMA_ARG_TEMPERATURE",
-                       help="temperature")
-    top_k: int = flag(40, "--top-k", env="LLAMA_ARG_TOP_K", help="top-k sampling (0 = disabled)")
-    top_p: float = flag(0.95, "--top-p", env="LLAMA_ARG_TOP_P",
-                        help="top-p sampling (1.0 = disabled)")
-    min_p: float = flag(0.05, "--min-p", env="LLAMA_ARG_MIN_P",
-                        help="min-p sampling (0.0 = disabled)")
-    top_n_sigma: float = flag(-1.0, "--top-nsigma", "--top-n-sigma",
-                              help="top-n-sigma sampling (-1.0 = disabled)")
-    xtc_probability: float = flag(0.0, "--xtc-probability",
-                                  help="xtc probability (0.0 = disabled)")
-    xtc_threshold: float = flag(0.10, "--xtc-threshold", help="xtc threshold (1.0 = disabled)")
-    typical_p: float = flag(1.0, "--typical", "--typical-p",
-                            help="locally typical sampling, parameter p (1.0 = disabled)")
-    repeat_last_n: int = flag(64, "--repeat-last-n",
-                              help="last n tokens to consider for penalize (0 = disabled)")
-    repeat_penalty: float = flag(1.0, "--repeat-penalty", env="LLAMA_ARG_REPEAT_PENALTY",
-                                 help="penalize repeat sequence of tokens (1.0 = disabled)")
-    presence_penalty: float = flag(0.0, "--presence-penalty", env="LLAMA_ARG_PRESENCE_PENALTY",
-                                   help="repeat alpha presence penalty (0.0 = disabled)")
-    frequency_penalty: float = flag(0.0, "--frequency-penalty",
-                                    env="LLAMA_ARG_FREQUENCY_PENALTY",
-                                    help="repeat alpha frequency penalty (0.0 = disabled)")
-    dry_multiplier: float = flag(0.0, "--dry-multiplier",
-                                 help="DRY sampling multiplier (0.0 = disabled)")
-    dry_base: float = flag(1.75, "--dry-base", help="DRY sampling base value")
-    dry_allowed_length: int = flag(2, "--dry-allowed-length",
-                                   help="allowed length for DRY sampling")
-    dry_penalty_last_n: int = flag(64, "--dry-penalty-last-n",
-                                   help="DRY penalty for the last n tokens (0 = disable)")
-    dry_sequence_breaker: list[str] = flag([], "--dry-sequence-breaker", sep=None,
-                                           help="add sequence breaker for DRY sampling, one per "
-                                           "flag, clearing the default breakers ('\\n', ':', "
-                                           "'\"', '*'); 'none' for no breakers")
-    dynatemp_range: float = flag(0.0, "--dynatemp-range",
-                                 help="dynamic temperature range (0.0 = disabled)")
-    dynatemp_exp: float = flag(1.0, "--dynatemp-exp", help="dynamic temperature exponent")
-    mirostat: int = flag(0, "--mirostat", choices=(0, 1, 2),
-                         help="use Mirostat sampling (0 = disabled, 1 = Mirostat, "
-                         "2 = Mirostat 2.0)")
-    mirostat_lr: float = flag(0.10, "--mirostat-lr", help="Mirostat learning rate, parameter eta")
-    mirostat_ent: float = flag(5.0, "--mirostat-ent",
-                               help="Mirostat target entropy, parameter tau")
     logit_bias: list[str] = flag([], "-l", "--logit-bias",
                                  help="modify the likelihood of a token: TOKEN_ID(+/-)BIAS, "
                                  "e.g. 15043+1")
@@ -225,9 +178,6 @@ class WorkerSettings(CommonSettings):
                            help="serve POST /v1/systemone with this text model by prompting "
                            "(prompted decisions; a native decision model serves it without); "
                            "the model does not advertise \"decisions\" in /v1/models")
-    n_probs_max: int = flag(DEFAULT_N_PROBS_MAX, "--n-probs-max", env="LLAMAQ_N_PROBS_MAX",
-                            help="largest n_probs (logprobs, top_logprobs) a request gets; "
-                            "larger values are capped")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
     batch_reserve: int = flag(1, "--batch-reserve", env="LLAMAQ_BATCH_RESERVE",

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.results import GenerationSettings, PromptProgress, Timings, TokenEvent, TokenProbs
+from scheduler.contract.results import (
+    GenerationSettings,
+    PromptProgress,
+    Timings,
+    TokenEvent,
+    TokenProbs,
+)
 from worker.reasoning import ReasoningTracker
 from worker.requests import Request
 from worker.slots import SlotCache

@@ -14,7 +14,7 @@ from typing import Any
 import llama_cpp as lc
 from pydantic import BaseModel, ValidationError
 
-from scheduler.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import InvalidRequest, ServerError
 from worker.model import LoadedModel
 from worker.slots import SlotCache
 

@@ -13,8 +13,8 @@ import ctypes
 
 import llama_cpp as lc
 
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import PromptPiece
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import PromptPiece
 
 PIECE_BUFFER = 64
 """Bytes for one token's piece; a longer piece gets a buffer of its own size."""

@@ -17,9 +17,15 @@ from api.endpoints.embeddings.protocol import EmbeddingRequest, embedding_reques
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
 from api.endpoints.openai.context import OpenAIContext
 from api.placement import NO_EMBEDDINGS
-from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, ServerError, Unavailable
-from scheduler.jobs import EmbeddingInput, EmbeddingJob
-from scheduler.results import EmbeddingItem, EmbeddingResult
+from scheduler.contract.errors import (
+    InvalidRequest,
+    LlamaqError,
+    NotSupported,
+    ServerError,
+    Unavailable,
+)
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
+from scheduler.contract.results import EmbeddingItem, EmbeddingResult
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from api.body import load_json
 from scheduler.batches import MAX_INPUT_BYTES, MAX_LINES, BatchError
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 MAX_ERRORS = 100
 """Validation errors reported for one file (the first ones)."""

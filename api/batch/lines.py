@@ -17,7 +17,7 @@ from api.batch.input import BatchLine
 from api.endpoints.openai.chat import batch_chat_completion
 from api.endpoints.openai.completions import batch_completion
 from api.endpoints.openai.context import OpenAIContext
-from scheduler.errors import LlamaqError, ServerError, Unavailable
+from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 Role = Literal["system", "developer", "user", "assistant", "tool"]

@@ -43,7 +43,7 @@ from api.chat.tool_formats import (
     parse_tool_call_block,
     random_string,
 )
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 

@@ -27,8 +27,8 @@ from api.chat.reasoning import reasoning_spec
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import ReasoningSpec
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import ReasoningSpec
 from scheduler.registry import ModelMeta
 
 

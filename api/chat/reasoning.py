@@ -4,7 +4,7 @@ and /v1/chat/completions/control."""
 from __future__ import annotations
 
 from api.chat.parsing import prompt_opens_thinking, reasoning_tags
-from scheduler.jobs import ReasoningSpec
+from scheduler.contract.jobs import ReasoningSpec
 
 
 def reasoning_spec(template_source: str, prompt: str, budget: int, message: str,

@@ -33,7 +33,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_builtin_template
 from api.chat.messages import media_part_error
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import httpx
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from scheduler import keys
+from scheduler.contract import keys
 
 TIMEOUT_S = 180.0
 

@@ -15,11 +15,11 @@ from arq.connections import ArqRedis, create_pool
 from arq.constants import in_progress_key_prefix
 from arq.worker import func
 
-from scheduler import keys
 from scheduler.connections import arq_settings
+from scheduler.contract import keys
 from scheduler.leases import waiting_jobs
 from scheduler.queueing import deserialize_job, serialize_job
-from worker.arq_worker import WakeableWorker
+from worker.process.arq_worker import WakeableWorker
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scheduler import limits
+from scheduler.contract import limits
 from tests.processes import Fleet
 
 DEEP = 100_000

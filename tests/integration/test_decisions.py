@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.conftest import make_fleet
 from tests.processes import Fleet
 

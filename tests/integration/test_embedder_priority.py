@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.jobs import EmbeddingJob
-from scheduler.results import EmbeddingResult, RerankResult
+from scheduler.contract.jobs import EmbeddingJob
+from scheduler.contract.results import EmbeddingResult, RerankResult
 from worker.embed_inputs import embedding_inputs
-from worker.embed_jobs import tune_embedding_context
 from worker.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
 from worker.model import ContextPlan, LoadedModel
+from worker.process.startup import tune_embedding_context
 from worker.settings import WorkerSettings
 
 N_SEQ = 8

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import redis
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.conftest import make_fleet
 from tests.faults import start_streams
 from tests.processes import Fleet, start_redis, wait_until

@@ -17,7 +17,7 @@ import pytest
 import redis
 from arq.constants import in_progress_key_prefix
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.conftest import make_fleet
 from tests.faults import alive, descendants_of, processing, slots_of, start_streams
 from tests.processes import Fleet, free_port, wait_until

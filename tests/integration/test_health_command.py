@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 import redis
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.processes import free_port
 
 pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)

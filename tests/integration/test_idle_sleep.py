@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from scheduler import keys
+from scheduler.contract import keys
 from tests.conftest import make_fleet
 from tests.processes import wait_until
 

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from scheduler import keys
 from scheduler.connections import open_redis
+from scheduler.contract import keys
+from scheduler.contract.results import FinalEvent, TokenizeResult
 from scheduler.leases import Leases
-from scheduler.results import FinalEvent, TokenizeResult
 from worker.publisher import EventPublisher
 
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import asyncio
 
-from scheduler import keys
-from scheduler.client import JobEvents
 from scheduler.connections import open_redis
-from scheduler.hub import EventHub, HubItem
-from scheduler.jobs import EmbeddingJob
-from scheduler.results import (
+from scheduler.contract import keys
+from scheduler.contract.jobs import EmbeddingJob
+from scheduler.contract.results import (
     EmbeddingItem,
     EmbeddingResult,
     EventEnvelope,
     FinalEvent,
     pack_floats,
 )
+from scheduler.hub import EventHub, HubItem
+from scheduler.job_events import JobEvents
 
 
 async def test_a_result_logged_as_the_lease_ends_is_read_not_a_dead_worker(

@@ -14,7 +14,7 @@ from scheduler.affinity import (
     prompt_text,
     shared_blocks,
 )
-from scheduler.jobs import CompletionJob, InfillParts
+from scheduler.contract.jobs import CompletionJob, InfillParts
 
 SYSTEM_A = "You are a careful assistant for the harbour office. " * 40  # ~2000 characters
 SYSTEM_B = "You answer questions about train timetables, briefly. " * 40

@@ -7,8 +7,8 @@ from typing import Any
 
 from api.chat.parsing import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.endpoints.anthropic.render import MessageStream, message_json, sse_error, sse_events
-from scheduler.errors import ServerError
-from scheduler.results import CompletionResult, Timings
+from scheduler.contract.errors import ServerError
+from scheduler.contract.results import CompletionResult, Timings
 
 
 def result(stop_type: str = "eos", word: str = "", evaluated: int = 10, cached: int = 4,

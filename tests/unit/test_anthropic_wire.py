@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from api.chat.messages import ToolChoice
 from api.endpoints.anthropic.protocol import MessagesRequest, normalize_billing_header
-from scheduler.errors import ServerError
+from scheduler.contract.errors import ServerError
 
 
 def request(**fields: Any) -> MessagesRequest:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from api.placement import LOADING, NO_COMPLETIONS, NO_EMBEDDINGS, NO_RERANK, Placement
+from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
+from scheduler.contract.jobs import CompletionJob
 from scheduler.decision_meta import DecisionCaps
-from scheduler.errors import InvalidRequest, NotSupported, Unavailable
-from scheduler.jobs import CompletionJob
 from scheduler.registry import GenerationSettings, ModelMeta, WorkerInfo
 
 

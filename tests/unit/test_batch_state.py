@@ -10,9 +10,9 @@ import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
 
-from scheduler import keys
 from scheduler.batches import Batches, BatchRecord
-from scheduler.errors import NotFound
+from scheduler.contract import keys
+from scheduler.contract.errors import NotFound
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from api.chat.messages import (
     validate_tools,
 )
 from api.chat.tool_grammar import GENERIC_TOOL_HINT_REQUIRED, add_system_hint, tool_call_grammar
-from scheduler.errors import InvalidRequest, NotSupported, ServerError
+from scheduler.contract.errors import InvalidRequest, NotSupported, ServerError
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",

@@ -20,7 +20,7 @@ from api.chat.parsing import (
 )
 from api.chat.tool_formats import JsonScanner, random_string
 from api.chat.tool_grammar import tool_call_grammar
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 WEATHER = '{"location": "Paris, France", "unit": "celsius"}'
 

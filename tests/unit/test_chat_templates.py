@@ -15,7 +15,7 @@ import pytest
 from api.chat.builtin import builtin_template_names
 from api.chat.templates import ChatTemplate, template_kwargs, validate_chat_template_setting
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
 
 CHATML_SOURCE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "

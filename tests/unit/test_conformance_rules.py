@@ -9,7 +9,7 @@ from api.endpoints.native.render import model_card, verbose_partial_json
 from api.endpoints.vertex.api_router import VertexSettings, request_format
 from api.settings import ApiSettings
 from llamaq.processes import listen_hosts
-from scheduler.results import PromptProgress, Timings, TokenEvent
+from scheduler.contract.results import PromptProgress, Timings, TokenEvent
 
 
 @pytest.mark.parametrize(("path", "alias"), [

@@ -18,18 +18,18 @@ from api.chat.templates import ChatTemplate
 from api.endpoints.systemone.prompt import decision_job
 from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import choice_confidence, score_confidence, systemone_json
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest
+from scheduler.contract.jobs import DecisionJob, DecisionQuestion, JobKind, parse_job
+from scheduler.contract.kinds import queue_for
+from scheduler.contract.limits import check_decision
+from scheduler.contract.results import DecisionAnswer, DecisionResult
 from scheduler.decision_meta import (
     DecisionCaps,
     DecisionMetaError,
     file_output_modalities,
     native_caps,
 )
-from scheduler.errors import ExceedContextSize, InvalidRequest
 from scheduler.gguf_meta import GgufError, read_metadata
-from scheduler.jobs import DecisionJob, DecisionQuestion, JobKind, parse_job
-from scheduler.limits import check_decision
-from scheduler.queueing import queue_for
-from scheduler.results import DecisionAnswer, DecisionResult
 from tests.tiny_gguf import add_metadata
 from worker.decision_plan import (
     QuestionPlan,

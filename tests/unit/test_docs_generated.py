@@ -8,7 +8,7 @@ from llamaq import docs
 
 def test_every_redis_key_has_a_lifetime() -> None:
     missing = sorted(set(docs.key_names()) - set(docs.LIFETIMES))
-    assert not missing, f"scheduler/keys.py names without a row in llamaq/docs.py: {missing}"
+    assert not missing, f"keys without a row in llamaq/docs.py: {missing}"
     assert not set(docs.LIFETIMES) - set(docs.key_names()), "rows of keys that are gone"
 
 

@@ -1,4 +1,4 @@
-"""The embedding and rerank job contract (scheduler/jobs.py, scheduler/results.py)."""
+"""The embedding and rerank job contract (scheduler/contract/jobs.py and results.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import struct
 
 import pytest
 
-from scheduler import keys
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import EmbeddingJob, JobKind, RerankJob, parse_job
-from scheduler.leases import MOVABLE_KINDS
-from scheduler.queueing import queue_for
-from scheduler.results import (
+from scheduler.contract import keys
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import EmbeddingJob, JobKind, RerankJob, parse_job
+from scheduler.contract.kinds import movable, queue_for
+from scheduler.contract.results import (
     RESULT,
     EmbeddingItem,
     EmbeddingResult,
@@ -53,7 +52,7 @@ def test_queues_online_and_background_apart() -> None:
 
 
 def test_embeddings_may_run_again_elsewhere() -> None:
-    assert {"embedding", "rerank"} <= set(MOVABLE_KINDS)
+    assert movable("embedding", None) and movable("rerank", None)
 
 
 def test_packed_floats_are_float32_little_endian_as_openai_base64() -> None:

@@ -15,7 +15,7 @@ from api.endpoints.embeddings.protocol import (
     read_inputs,
     rerank_request,
 )
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(("prompt", "inputs"), [

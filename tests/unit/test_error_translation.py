@@ -1,6 +1,6 @@
 """One translation of Redis and object-storage errors into ours, for api and worker alike:
-a storage error keeps the status and type it declares (`http_status`, `error_type`) on the
-way to the client, with its message redacted."""
+a storage error is rendered as the class of the one table it names (`renders_as`), with its
+message redacted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from api.errors import as_llamaq_error
-from scheduler.errors import (
+from scheduler.contract.errors import (
+    ERROR_TABLE,
+    BadGateway,
+    Conflict,
     InvalidRequest,
     NotFound,
     RedisUnreachable,
@@ -17,7 +20,15 @@ from scheduler.errors import (
     error_from_info,
     translate,
 )
-from storage import InvalidKey, ObjectNotFound, StorageError, StorageUnavailable
+from storage import (
+    ChecksumMismatch,
+    DownloadCancelled,
+    DownloadFailed,
+    InvalidKey,
+    ObjectNotFound,
+    StorageError,
+    StorageUnavailable,
+)
 
 
 @pytest.mark.parametrize(("error", "cls"), [
@@ -30,21 +41,34 @@ def test_storage_errors_keep_their_declared_status(error: StorageError,
                                                     cls: type[Exception]) -> None:
     for translated in (translate(error), as_llamaq_error(error)):
         assert isinstance(translated, cls)
-        assert translated.status == error.http_status
-        assert translated.error_type == error.error_type
+        assert type(translated) is error.renders_as is cls
         assert translated.message.startswith("object storage: ")
         assert "/srv/secret" not in translated.message and "bucket-x" not in translated.message
 
 
-def test_a_status_outside_the_hierarchy_survives_the_trip_through_redis() -> None:
-    class Conflict(StorageError):
-        http_status = 409
-        error_type = "invalid_request_error"
-
-    translated = translate(Conflict("busy"))
-    assert translated is not None and translated.status == 409
+@pytest.mark.parametrize(("error", "cls", "status"), [
+    (DownloadCancelled("paused"), Conflict, 409),
+    (DownloadFailed("origin said 500"), BadGateway, 502),
+    (ChecksumMismatch("sha256 differs"), BadGateway, 502),
+])
+def test_storage_statuses_beside_the_base_ones_survive_the_trip_through_redis(
+        error: StorageError, cls: type[Exception], status: int) -> None:
+    translated = translate(error)
+    assert type(translated) is cls and translated.status == status
     back = error_from_info(translated.to_info())
-    assert isinstance(back, InvalidRequest) and back.status == 409
+    assert type(back) is cls and back.status == status
+
+
+def test_a_known_type_with_a_status_of_its_own_keeps_it() -> None:
+    error = InvalidRequest("Method Not Allowed", status=405)
+    back = error_from_info(error.to_info())
+    assert type(back) is InvalidRequest and back.status == 405
+    assert InvalidRequest.status == 400  # the class is untouched
+
+
+def test_every_class_of_the_table_has_its_own_status_and_type() -> None:
+    pairs = [(cls.status, cls.error_type) for cls in ERROR_TABLE]
+    assert len(set(pairs)) == len(pairs)
 
 
 def test_redis_errors_are_unreachable_and_others_are_not_ours() -> None:
@@ -55,7 +79,7 @@ def test_redis_errors_are_unreachable_and_others_are_not_ours() -> None:
 
 
 def test_a_result_of_another_kind_is_a_500_not_an_assert() -> None:
-    from scheduler.results import DetokenizeResult, TokenizeResult, expect_result
+    from scheduler.contract.results import DetokenizeResult, TokenizeResult, expect_result
 
     result = TokenizeResult(tokens=[1, 2])
     assert expect_result(result, TokenizeResult) is result

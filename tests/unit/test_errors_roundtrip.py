@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import (
+from scheduler.contract.errors import (
     AuthenticationFailed,
     ErrorInfo,
     ExceedContextSize,

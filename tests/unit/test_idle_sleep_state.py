@@ -1,10 +1,10 @@
-"""Idle sleep as plain state: the idle clock (worker/sleep.py) and the fleet's sleeping
+"""Idle sleep as plain state: the idle clock (worker/process/sleep.py) and the fleet's sleeping
 state that /props `is_sleeping` and the /models status read (scheduler/registry.py)."""
 
 from __future__ import annotations
 
 from scheduler.registry import WorkerInfo, fleet_sleeping
-from worker.sleep import IdleClock
+from worker.process.sleep import IdleClock
 
 
 class FakeTime:

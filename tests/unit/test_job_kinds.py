@@ -1,14 +1,26 @@
-"""Jobs are validated by the discriminated union and dispatched by kind (scheduler/jobs.py)."""
+"""Jobs are validated by the discriminated union and dispatched by kind
+(scheduler/contract/jobs.py)."""
 
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
 
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, DetokenizeJob, JobKind, TokenizeJob, parse_job
-from scheduler.queueing import queue_for
+from scheduler.contract import keys
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import (
+    CompletionJob,
+    DetokenizeJob,
+    Job,
+    JobKind,
+    SlotActionJob,
+    TokenizeJob,
+    parse_job,
+)
+from scheduler.contract.kinds import KINDS, Lane, kinds_of, movable, queue_for
+from scheduler.contract.results import Result
 
 
 def test_a_job_round_trips_through_json_as_its_kind() -> None:
@@ -38,3 +50,35 @@ def test_queues_by_kind() -> None:
         DetokenizeJob(model="m", tokens=[]))
     assert queue_for(CompletionJob(model="m", prompt="x")) != queue_for(
         TokenizeJob(model="m", content="x"))
+
+
+def test_the_kind_table_has_every_kind_and_matches_the_unions() -> None:
+    assert set(KINDS) == set(JobKind)
+    jobs = {arg for arg in get_args(get_args(Job)[0])}
+    results = {arg for arg in get_args(get_args(Result)[0])}
+    assert {spec.job for spec in KINDS.values()} == jobs
+    assert {spec.result for spec in KINDS.values()} == results
+    for kind, spec in KINDS.items():
+        assert spec.job.model_fields["kind"].default is kind
+        assert spec.home in spec.lanes
+        assert spec.background is None or spec.background in spec.lanes
+
+
+def test_queues_and_movability_come_from_the_table() -> None:
+    assert queue_for(CompletionJob(model="m", prompt="x")) == keys.slot_queue("m")
+    assert queue_for(CompletionJob(model="m", prompt="x", worker_id="w", id_slot=1)) == \
+        keys.worker_queue("m", "w")
+    assert queue_for(CompletionJob(model="m", prompt="x", background=True)) == \
+        keys.batch_queue("m")
+    assert queue_for(SlotActionJob(model="m", worker_id="w", id_slot=0, action="erase")) == \
+        keys.worker_queue("m", "w")
+    assert queue_for(TokenizeJob(model="m", content="x")) == keys.utility_queue("m")
+    assert movable("completion", None) and not movable("completion", "w")
+    assert not movable("slot_action", None) and not movable("tokenize", None)
+    assert not movable("no-such-kind", None)
+    assert kinds_of(Lane.SLOT) == [JobKind.COMPLETION, JobKind.DECISION]
+    assert kinds_of(Lane.WORKER) == [JobKind.COMPLETION, JobKind.DECISION, JobKind.SLOT_ACTION]
+    assert kinds_of(Lane.BATCH) == [JobKind.COMPLETION]
+    assert kinds_of(Lane.UTILITY) == [JobKind.TOKENIZE, JobKind.DETOKENIZE]
+    assert kinds_of(Lane.EMBED) == kinds_of(Lane.EMBED_BACKGROUND) == [JobKind.EMBEDDING,
+                                                                         JobKind.RERANK]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from scheduler.contract.results import GenerationSettings
 from scheduler.leases import Decision, decide, died_after
 from scheduler.registry import ModelMeta, WorkerInfo, least_loaded
-from scheduler.results import GenerationSettings
 
 
 def test_first_start_runs() -> None:

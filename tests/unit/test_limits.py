@@ -1,4 +1,4 @@
-"""The limits table (scheduler/limits.py) and the body reader's guards (api/body.py)."""
+
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from api.body import load_json
 from api.endpoints.native.protocol import CompletionRequest
-from scheduler import limits
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, SamplingParams
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, SamplingParams
 from worker.textstream import TextStream
 
 

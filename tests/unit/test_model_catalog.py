@@ -11,7 +11,7 @@ import pytest
 from scheduler.catalog import CatalogError, CatalogSources, load_catalog
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import LocalStore
-from worker.host import PresetError, model_argv, preset_argv
+from worker.process.host import PresetError, model_argv, preset_argv
 from worker.settings import WorkerSettings
 
 

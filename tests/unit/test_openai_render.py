@@ -28,7 +28,7 @@ from api.endpoints.openai.render import (
     text_completion_json,
     usage_json,
 )
-from scheduler.results import (
+from scheduler.contract.results import (
     Candidate,
     CompletionResult,
     FinalEvent,

@@ -17,7 +17,7 @@ from api.endpoints.openai.protocol import (
     schema_of_response_format,
 )
 from api.settings import REASONING_FORMATS
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 HELLO = [{"role": "user", "content": "hi"}]
 

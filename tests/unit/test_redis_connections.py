@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.connections import arq_settings, parse_sentinel_url
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 
 def test_plain_urls_are_not_sentinel() -> None:

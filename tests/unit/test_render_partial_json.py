@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.endpoints.native.render import partial_json
-from scheduler.results import Timings, TokenEvent
+from scheduler.contract.results import Timings, TokenEvent
 
 
 def test_keys_are_content_tokens_stop() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.errors import ErrorInfo
-from scheduler.results import (
+from scheduler.contract.errors import ErrorInfo
+from scheduler.contract.results import (
     ENVELOPE,
     DetokenizeResult,
     ErrorEvent,

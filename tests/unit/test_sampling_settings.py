@@ -1,12 +1,13 @@
-"""One sampling declaration from defaults to report: SamplingSettings (scheduler/jobs.py)."""
+"""One sampling declaration from defaults to report: SamplingSettings
+(scheduler/contract/jobs.py)."""
 
 from __future__ import annotations
 
 import json
 
 from api.endpoints.native.protocol import CompletionRequest
-from scheduler.jobs import SamplingParams, SamplingSettings
-from scheduler.results import REPORT_ORDER, GenerationSettings, TokenBias
+from scheduler.contract.jobs import SamplingParams, SamplingSettings
+from scheduler.contract.results import REPORT_ORDER, GenerationSettings, TokenBias
 from worker.sampling import resolve_sampling
 
 

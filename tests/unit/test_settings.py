@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from api.settings import ApiSettings
-from llamaq.settings import CommonSettings, ProcessSettings, flag
+from scheduler.common_settings import CommonSettings
+from scheduler.config.settings import ProcessSettings, flag
 from worker.settings import WorkerSettings
 
 
@@ -27,8 +28,8 @@ def test_defaults_follow_the_spec() -> None:
     assert worker.flash_attn == "auto"
     assert worker.cache_prompt is True
     assert worker.cont_batching is True
-    assert worker.repeat_penalty == 1.0
-    assert worker.samplers == [
+    assert worker.sampling.repeat_penalty == 1.0
+    assert worker.sampling.samplers == [
         "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
         "temperature",
     ]
@@ -107,7 +108,7 @@ def test_list_values_are_comma_separated() -> None:
         environ={"LLAMA_ARG_TENSOR_SPLIT": "0.5,0.25"},
     )
     assert worker.tensor_split == [3.0, 1.0]
-    assert worker.samplers == ["top_k", "temperature"]
+    assert worker.sampling.samplers == ["top_k", "temperature"]
     assert worker.alias == ["m1", "m2"]
     assert WorkerSettings.from_args([], environ={"LLAMA_ARG_TENSOR_SPLIT": "0.5,0.25"}
                                     ).tensor_split == [0.5, 0.25]
@@ -115,7 +116,7 @@ def test_list_values_are_comma_separated() -> None:
 
 def test_dry_sequence_breakers_are_not_split() -> None:
     argv = ["--dry-sequence-breaker", ",", "--dry-sequence-breaker", "a,b"]
-    assert WorkerSettings.from_args(argv, environ={}).dry_sequence_breaker == [",", "a,b"]
+    assert WorkerSettings.from_args(argv, environ={}).sampling.dry_sequence_breakers == [",", "a,b"]
 
 
 def test_env_names_that_do_not_follow_the_flag() -> None:
@@ -129,7 +130,7 @@ def test_env_names_that_do_not_follow_the_flag() -> None:
     }
     worker = WorkerSettings.from_args([], environ=environ)
     assert (worker.n_parallel, worker.batch_size, worker.ubatch_size) == (4, 1024, 256)
-    assert worker.temp == 0.5
+    assert worker.sampling.temperature == 0.5
     assert worker.hf_token == "hf_secret"
     assert worker.poll_delay == 0.05
     api = ApiSettings.from_args(
@@ -160,8 +161,9 @@ def test_short_and_alias_flags() -> None:
     assert (worker.hf_repo, worker.hf_file, worker.hf_token) == ("org/repo:Q4_K_M", "m.gguf", "tok")
     assert worker.log_verbosity == 4
     assert worker.logit_bias == ["15043+1"]
-    assert (worker.seed, worker.n_predict, worker.n_parallel) == (-1, 7, 2)
-    assert (worker.n_gpu_layers, worker.typical_p, worker.temp) == ("all", 0.9, 0.1)
+    assert (worker.sampling.seed, worker.n_predict, worker.n_parallel) == (-1, 7, 2)
+    assert (worker.n_gpu_layers, worker.sampling.typical_p, worker.sampling.temperature) == (
+        "all", 0.9, 0.1)
     assert (worker.yarn_ext_factor, worker.cache_type_k) == (-0.5, "q8_0")
 
 
@@ -214,3 +216,26 @@ def test_router_mode_is_no_model_and_no_default_model_opt_in() -> None:
     assert WorkerSettings.from_args([], environ={}).router_mode()
     assert not WorkerSettings.from_args(["--default-model"], environ={}).router_mode()
     assert not WorkerSettings.from_args(["-hf", "a/b"], environ={}).router_mode()
+
+
+def test_the_sampling_flags_are_sampling_settings_fields() -> None:
+    """One declaration: each SamplingSettings field declared with a flag is a worker flag,
+    with that field's default (llama.cpp's common_params_sampling), env and aliases."""
+    from scheduler.contract.jobs import SamplingSettings
+
+    options = {o.name: o for o in WorkerSettings.options()}
+    for name, info in SamplingSettings.model_fields.items():
+        option = options.get(f"sampling.{name}")
+        if name == "min_keep":  # no flag in llama-server either
+            assert option is None
+            continue
+        assert option is not None, name
+        assert option.default == info.get_default(call_default_factory=True), name
+    assert options["sampling.temperature"].flags == ("--temp", "--temperature")
+    assert options["sampling.temperature"].env == "LLAMA_ARG_TEMPERATURE"
+    assert WorkerSettings.from_args([], environ={}).sampling == SamplingSettings()
+    assert SamplingSettings().dry_penalty_last_n == 64  # common.h: dry_penalty_last_n = 64
+    worker = WorkerSettings.from_args(["--dry-penalty-last-n", "32", "--mirostat-lr", "0.2"],
+                                      environ={"LLAMA_ARG_TOP_K": "9"})
+    assert (worker.sampling.dry_penalty_last_n, worker.sampling.mirostat_eta,
+            worker.sampling.top_k) == (32, 0.2, 9)

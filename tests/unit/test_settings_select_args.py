@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.settings import ApiSettings
-from llamaq.settings import select_args
+from scheduler.config.settings import select_args
 from worker.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
@@ -27,7 +27,7 @@ def test_selected_lines_parse() -> None:
     assert (api.model, api.port, api.api_key) == ("x", 1234, ["k"])
     worker = WorkerSettings.from_args(select_args(ARGV, WorkerSettings, ROLES), environ={})
     assert (worker.model, worker.ctx_size, worker.cache_prompt) == ("x", 2048, False)
-    assert (worker.seed, worker.temp) == (-1, 0.5)
+    assert (worker.sampling.seed, worker.sampling.temperature) == (-1, 0.5)
 
 
 def test_negative_values_are_values_not_flags() -> None:

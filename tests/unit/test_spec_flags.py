@@ -13,8 +13,9 @@ import pytest
 
 from api.settings import ApiSettings
 from llamaq.flag_lists import declared_names, render
-from llamaq.settings import CommonSettings, FlagError, ProcessSettings, split_args
-from llamaq.spec_flags import (
+from scheduler.common_settings import CommonSettings
+from scheduler.config.settings import FlagError, ProcessSettings, split_args
+from scheduler.config.spec_flags import (
     BUILT_ELSEWHERE,
     BUILT_IN_PARSER,
     SPEC_FLAGS,

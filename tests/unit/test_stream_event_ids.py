@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import keys
-from scheduler.errors import NotFound
-from scheduler.results import EventEnvelope, TokenEvent
+from scheduler.contract import keys
+from scheduler.contract.errors import NotFound
+from scheduler.contract.results import EventEnvelope, TokenEvent
 from scheduler.streams import EventId
 
 

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from api.endpoints.native.protocol import SAMPLING_FIELDS, CompletionRequest
-from scheduler.errors import InvalidRequest, NotSupported
-from scheduler.jobs import SamplingParams
+from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.jobs import SamplingParams
 
 
 def request(**body: Any) -> CompletionRequest:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import NotSupported
-from scheduler.jobs import ExtraContext, InfillParts
+from scheduler.contract.errors import NotSupported
+from scheduler.contract.jobs import ExtraContext, InfillParts
 from worker.infill import infill_tokens
 
 

@@ -27,9 +27,9 @@ from api.router import request_model
 from api.routing import Routes
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, TokenizeJob
-from scheduler.results import (
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, TokenizeJob
+from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.body import drop_nulls
 from api.chat.messages import ToolChoice as OpenAIToolChoice
 from api.chat.messages import media_not_supported
-from scheduler.jobs import CompletionJob, SamplingParams
+from scheduler.contract.jobs import CompletionJob, SamplingParams
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 10000

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from api.chat.parsing import ChatDelta, ChatMessage
-from scheduler.errors import LlamaqError
-from scheduler.results import CompletionResult, Timings
+from scheduler.contract.errors import LlamaqError
+from scheduler.contract.results import CompletionResult, Timings
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 Event = tuple[str, dict[str, Any]]

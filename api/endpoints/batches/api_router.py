@@ -24,7 +24,7 @@ from scheduler.batches import (
     BatchRecord,
     now,
 )
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 routes = Routes("batches")
 routes.blueprint.on_request(refuse_on_a_router)

@@ -16,7 +16,7 @@ from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddin
 from api.fleet import Fleet
 from api.router import request_model
 from api.routing import Routes
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 routes = Routes("embeddings")
 

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from scheduler import limits
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import EmbeddingInput, EmbeddingJob, RerankJob
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 
 REFUSED_FIELDS = {"dimensions": "\"dimensions\" is not supported: the model's embeddings have "
                                 "one size"}

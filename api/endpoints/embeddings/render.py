@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.results import EmbeddingResult, RerankResult
+from scheduler.contract.results import EmbeddingResult, RerankResult
 
 
 def native_embeddings_json(result: EmbeddingResult) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from sanic.response import HTTPResponse, json
 from api.body import json_body, load_json, raw_body
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import InvalidRequest, NotSupported
 
 routes = Routes("extras")
 

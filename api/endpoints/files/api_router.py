@@ -16,7 +16,7 @@ from sanic.response import HTTPResponse, json
 
 from api.routing import Routes
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
-from scheduler.errors import InvalidRequest, NotFound, NotSupported
+from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
 from storage.files import FileStore, StoredFile
 

@@ -15,8 +15,8 @@ from api.endpoints.native.render import model_card
 from api.router import RUNNING, ModelRouter
 from api.routing import Routes
 from api.sse import open_stream
+from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, incomplete_sidecars
-from scheduler.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.fleet_models import status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 

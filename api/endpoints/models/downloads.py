@@ -23,8 +23,8 @@ from sanic.response import HTTPResponse, json
 from api.body import parse_body
 from api.routing import Routes
 from api.settings import ApiSettings
+from scheduler.contract.errors import InvalidRequest, NotFound
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
-from scheduler.errors import InvalidRequest, NotFound
 from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageError, open_store
 from storage.hf import (
     SIDECAR_KEYWORDS,

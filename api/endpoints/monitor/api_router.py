@@ -15,10 +15,10 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
-from scheduler.jobs import SlotActionJob
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
+from scheduler.contract.jobs import SlotActionJob
+from scheduler.contract.results import SlotActionResult
 from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
-from scheduler.results import SlotActionResult
 
 routes = Routes("monitor")
 BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"

@@ -24,14 +24,14 @@ from api.routing import Routes
 from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.decision_meta import file_output_modalities
-from scheduler.jobs import CompletionJob
-from scheduler.results import (
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,
     expect_result,
 )
+from scheduler.decision_meta import file_output_modalities
 from scheduler.slot_ids import slot_offset
 
 routes = Routes("native")
@@ -143,7 +143,7 @@ async def _stream(request: Request, body: CompletionRequest, jobs: list[Completi
             result = expect_result(event.result, CompletionResult)
             return [sse_data(await _render(request, result, index, body.response_fields))]
         return [sse_data(partial_json(event, index if multiple else None,
-                                      jobs[index].post_sampling_probs))]
+                                      event.post_sampling_probs))]
 
     await stream_jobs(request, _fleet(request), jobs, resume, StreamFormat(render),
                       ping_interval(request, body.sse_ping_interval))

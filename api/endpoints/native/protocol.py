@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.body import drop_nulls
-from scheduler import limits
-from scheduler.errors import InvalidRequest, NotSupported
-from scheduler.jobs import (
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.jobs import (
     CompletionJob,
     DetokenizeJob,
     ExtraContext,
@@ -49,7 +49,7 @@ class CompletionRequest(SamplingParams):
     """POST /completion. Unknown fields are ignored, as llama-server does; known fields must
     have the right type. `null` means the server's default, as in llama-server; llama-server's
     aliases are read (NATIVE_ALIASES). The sampling fields are SamplingParams' (declared once,
-    in scheduler/jobs.py)."""
+    in scheduler/contract/jobs.py)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     native_aliases: ClassVar[bool] = True

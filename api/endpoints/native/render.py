@@ -6,8 +6,8 @@ import math
 import sys
 from typing import Any
 
+from scheduler.contract.results import CompletionResult, TokenEvent, TokenProbs
 from scheduler.registry import ModelMeta
-from scheduler.results import CompletionResult, TokenEvent, TokenProbs
 
 FINAL_ORDER = ("index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted",
                "tokens_evaluated", "generation_settings", "prompt", "has_new_line", "truncated",

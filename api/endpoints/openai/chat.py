@@ -32,9 +32,9 @@ from api.endpoints.openai.render import (
 )
 from api.errors import validation_message
 from api.sse import sse_data
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, TokenizeJob
-from scheduler.results import (
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, TokenizeJob
+from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
     TokenEvent,
@@ -175,7 +175,6 @@ class ChatStream:
         self.envelope = envelope
         self.verbose_offsets = verbose_offsets
         self.include_usage = plan.body.include_usage
-        self.post_sampling = [job.post_sampling_probs for job in jobs]
         self.parsers = [plan.parser() for _ in jobs]
         self.started = [False] * len(jobs)
         self.results: dict[int, CompletionResult] = {}
@@ -205,7 +204,7 @@ class ChatStream:
             delta_chunks = self._deltas(index, parser.feed(event.content))
             if delta_chunks and event.probs:
                 delta_chunks[-1]["choices"][0]["logprobs"] = logprobs_json(
-                    event.probs, self.post_sampling[index])
+                    event.probs, event.post_sampling_probs)
             chunks.extend(delta_chunks)
             if event.progress is not None:
                 if not chunks:

@@ -21,9 +21,9 @@ from api.endpoints.openai.render import (
     text_final_chunk_json,
 )
 from api.sse import sse_data
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 
 async def completions(request: Request) -> HTTPResponse | None:
@@ -45,7 +45,7 @@ async def completions(request: Request) -> HTTPResponse | None:
                 final["__verbose"] = completion_json(
                     result, index, offsets.get(result.worker_id, 0))
             return [sse_data(final)]
-        post_sampling = jobs[index].post_sampling_probs
+        post_sampling = event.post_sampling_probs
         chunk = text_chunk_json(envelope, index, event.content,
                                 logprobs_json(event.probs, post_sampling))
         if verbose:

@@ -14,9 +14,9 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
-from scheduler.jobs import CompletionJob
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from scheduler.registry import WorkerInfo
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent
 from scheduler.slot_ids import slot_offset
 
 DONE = "data: [DONE]\n\n"

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.body import drop_nulls
 from api.endpoints.native.protocol import CompletionRequest
-from scheduler import limits
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, PromptPiece
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, PromptPiece
 
 MAX_CHOICES = 128
 """The largest `n` we accept (llama-server's limit is its slot count)."""

@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from api.endpoints.native.render import probs_json
-from scheduler.results import CompletionResult, TokenProbs
+from scheduler.contract.results import CompletionResult, TokenProbs
 
 if TYPE_CHECKING:
     from api.chat.parsing import ChatDelta, ChatMessage

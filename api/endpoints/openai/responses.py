@@ -13,8 +13,8 @@ from api.endpoints.openai.chat import plan_chat, validate_as
 from api.endpoints.openai.context import OpenAIContext
 from api.endpoints.openai.protocol import ChatCompletionRequest, responses_to_chat
 from api.endpoints.openai.render import ResponseEvents, response_json, sse_event
-from scheduler.errors import InvalidRequest
-from scheduler.results import CompletionResult, FinalEvent, TokenEvent, expect_result
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 
 async def responses(request: Request) -> HTTPResponse | None:

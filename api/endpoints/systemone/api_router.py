@@ -17,9 +17,9 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler import limits
-from scheduler.errors import InvalidRequest, NotSupported
-from scheduler.results import DecisionResult, expect_result
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.results import DecisionResult, expect_result
 
 routes = Routes("systemone")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from api.chat.templates import ChatTemplate
 from api.endpoints.systemone.protocol import Question, SystemOneRequest, state_text
-from scheduler.jobs import DecisionJob, DecisionQuestion
+from scheduler.contract.jobs import DecisionJob, DecisionQuestion
 
 FRAMING = ("Read the text and answer the question with one of the options given, written "
            "exactly as it is given, and nothing else.")

@@ -1,10 +1,10 @@
 """Wire model of POST /v1/systemone (the spec's "TypeSafe-compatible API Endpoints" section):
 checked so that an invalid request is a 400 before the model check can give a 501.
 
-Limits (scheduler/limits.py): at most MAX_DECISION_QUESTIONS questions, MAX_DECISION_OPTIONS
-options per choice question, 2 to 10 score levels; the rendered prompt is bounded too
-(check_decision). Files, images and image parts of a state made of chat messages must be data
-URLs with base64 data.
+Limits (scheduler/contract/limits.py): at most MAX_DECISION_QUESTIONS questions,
+MAX_DECISION_OPTIONS options per choice question, 2 to 10 score levels;
+the rendered prompt is bounded too (check_decision). Files, images and image parts of a state
+made of chat messages must be data URLs with base64 data.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from scheduler.limits import MAX_DECISION_OPTIONS, MAX_DECISION_QUESTIONS, MAX_DECISION_TEXT
+from scheduler.contract.limits import (
+    MAX_DECISION_OPTIONS,
+    MAX_DECISION_QUESTIONS,
+    MAX_DECISION_TEXT,
+)
 
 Instructions = str | dict[str, Any] | list[Any]
 MIN_SCORE_LEVELS = 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.endpoints.systemone.protocol import Question, SystemOneRequest
-from scheduler.results import DecisionResult
+from scheduler.contract.results import DecisionResult
 
 
 def choice_confidence(probabilities: list[float]) -> float:

@@ -14,7 +14,7 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest
 
 routes = Routes("templates")
 

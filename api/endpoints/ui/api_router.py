@@ -11,7 +11,7 @@ from sanic.response import HTTPResponse, raw, redirect
 from api.endpoints.ui.bundle import REVALIDATE, StaticFile, load_bundle, resolve_in, static_file
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.errors import NotFound
+from scheduler.contract.errors import NotFound
 
 ISOLATION = {"Cross-Origin-Embedder-Policy": "require-corp",
              "Cross-Origin-Opener-Policy": "same-origin"}

@@ -20,7 +20,7 @@ from sanic.response import json as json_response
 
 from api.errors import as_llamaq_error, error_body
 from api.routing import Routes
-from scheduler.errors import InvalidRequest, LlamaqError
+from scheduler.contract.errors import InvalidRequest, LlamaqError
 
 MAX_INSTANCES = 128
 FORMAT_KEY = "@requestFormat"

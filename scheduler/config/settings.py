@@ -2,7 +2,10 @@
 
 A settings class is a frozen pydantic model whose fields are declared with :func:`flag`.
 :meth:`ProcessSettings.from_args` reads each field from, in order of precedence, its command
-line flag, its environment variable, then its default -- as llama-server does.
+line flag, its environment variable, then its default -- as llama-server does. A field declared
+with :func:`flag_group` holds a model whose own flag() fields are flags of the settings too
+(the worker's sampling flags are SamplingSettings' fields: one declaration for the flags and
+for the requests that override them, as llama.cpp's common_params_sampling).
 """
 
 from __future__ import annotations
@@ -10,18 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
-import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from llamaq.spec_flags import FlagStatus, by_status, refused_envs, refused_names
-from storage.models import DEFAULT_MODEL_FILE, url_model_name
+from scheduler.config.spec_flags import FlagStatus, by_status, refused_envs, refused_names
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
@@ -52,6 +52,28 @@ def flag(
             "sep": sep,
         },
     )
+
+
+def flag_group(model: type[BaseModel], help: str) -> Any:
+    """Declare a settings field whose value is `model`, each field of which that is declared
+    with :func:`flag` is read as a flag of these settings (its name: ``field.subfield``);
+    fields of `model` declared otherwise keep their defaults."""
+    return Field(default_factory=model, description=help,
+                 json_schema_extra={"flag_group": True})
+
+
+def _group_model(info: FieldInfo) -> type[BaseModel] | None:
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and extra.get("flag_group"):
+        annotation = info.annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        return annotation
+    return None
+
+
+def _declared_with_flag(info: FieldInfo) -> bool:
+    extra = info.json_schema_extra
+    return isinstance(extra, dict) and "flags" in extra
 
 
 def parse_bool(raw: str) -> bool:
@@ -157,7 +179,7 @@ class Option:
     def metavar(self) -> str:
         if self.choices is not None:
             return "{" + ",".join(str(c) for c in self.choices) + "}"
-        return self.name.upper()
+        return self.name.rpartition(".")[2].upper()
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -239,7 +261,16 @@ class ProcessSettings(BaseModel):
 
     @classmethod
     def options(cls) -> list[Option]:
-        return [Option.from_field(name, info) for name, info in cls.model_fields.items()]
+        found: list[Option] = []
+        for name, info in cls.model_fields.items():
+            group = _group_model(info)
+            if group is None:
+                found.append(Option.from_field(name, info))
+                continue
+            found.extend(Option.from_field(f"{name}.{sub}", sub_info)
+                         for sub, sub_info in group.model_fields.items()
+                         if _declared_with_flag(sub_info))
+        return found
 
     @classmethod
     def build_parser(cls, prog: str) -> argparse.ArgumentParser:
@@ -300,10 +331,10 @@ class ProcessSettings(BaseModel):
         values: dict[str, Any] = {}
         for opt in cls.options():
             if opt.name in given:
-                values[opt.name] = given[opt.name]
+                _put(values, opt.name, given[opt.name])
             elif opt.env is not None and opt.env in env:
                 try:
-                    values[opt.name] = opt.convert(env[opt.env])
+                    _put(values, opt.name, opt.convert(env[opt.env]))
                 except argparse.ArgumentTypeError as exc:
                     parser.error(f"environment variable {opt.env}: {exc}")
         try:
@@ -312,99 +343,13 @@ class ProcessSettings(BaseModel):
             parser.error(str(exc))
 
 
-class CommonSettings(ProcessSettings):
-    """Settings every llamaq process reads: the model, where files live, Redis, logging."""
-
-    model: str | None = flag(None, "-m", "--model", env="LLAMA_ARG_MODEL",
-                             help="model path to load")
-    alias: list[str] = flag([], "-a", "--alias", env="LLAMA_ARG_ALIAS",
-                            help="set model name aliases, comma-separated (to be used by API)")
-    model_url: str | None = flag(None, "-mu", "--model-url", env="LLAMA_ARG_MODEL_URL",
-                                 help="model download url (http/https; fetched once into the "
-                                 "object store)")
-    hf_repo: str | None = flag(None, "-hf", "-hfr", "--hf-repo", env="LLAMA_ARG_HF_REPO",
-                               help="Hugging Face model repository <user>/<model>[:quant]")
-    hf_file: str | None = flag(None, "-hff", "--hf-file", env="LLAMA_ARG_HF_FILE",
-                               help="Hugging Face model file, overrides the quant in --hf-repo")
-    hf_token: str | None = flag(None, "-hft", "--hf-token", env="HF_TOKEN",
-                                help="Hugging Face access token")
-    default_model: bool = flag(False, "--default-model", env="LLAMAQ_DEFAULT_MODEL",
-                               negative=("--no-default-model",),
-                               help="without -m or -hf, serve the default model (Gemma 3 270M) "
-                               "instead of router mode (`scripts/up` sets it)")
-    offline: bool = flag(False, "--offline", env="LLAMA_ARG_OFFLINE",
-                         help="offline mode: forces use of cache, prevents network access")
-    log_verbosity: int = flag(3, "-lv", "--verbosity", "--log-verbosity",
-                              env="LLAMA_ARG_LOG_VERBOSITY",
-                              help="verbosity threshold: 0 generic, 1 error, 2 warning, 3 info, "
-                              "4 trace, 5 debug")
-    log_file: str | None = flag(None, "--log-file", env="LLAMA_ARG_LOG_FILE",
-                                help="log to file")
-    verbose: bool = flag(False, "-v", "--verbose", "--log-verbose",
-                         help="set verbosity level to infinity (log all messages); OpenAI "
-                         "completion and chat responses carry a `__verbose` debug object")
-    log_disable: bool = flag(False, "--log-disable", help="log disable")
-    log_prefix: bool = flag(True, "--log-prefix", env="LLAMA_ARG_LOG_PREFIX",
-                            negative=("--no-log-prefix",),
-                            help="prefix in log messages (level and logger name)")
-    log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
-                                negative=("--no-log-timestamps",),
-                                help="timestamps in log messages")
-    prio: int = flag(0, "--prio", choices=(-1, 0, 1, 2, 3),
-                     help="set process priority: low(-1), normal(0), medium(1), high(2), "
-                     "realtime(3)")
-    redis_url: str | None = flag(None, "--redis-url", env="LLAMAQ_REDIS_URL",
-                                 help="Redis URL (none = start or use a local redis-server)")
-    store_url: str = flag(".llamaq/store", "--store-url", env="LLAMAQ_STORE_URL",
-                          help="object store: a folder, or s3://bucket/prefix")
-    s3_endpoint_url: str | None = flag(None, "--s3-endpoint-url", env="LLAMAQ_S3_ENDPOINT_URL",
-                                       help="S3 endpoint URL (MinIO, moto, ...)")
-    cache_dir: str = flag(".llamaq/cache", "--cache-dir", env="LLAMAQ_CACHE_DIR",
-                          help="folder where model files are materialised (the spec's "
-                          "LLAMA_CACHE, when set, wins over LLAMAQ_CACHE_DIR)")
-    drain_timeout: float = flag(30.0, "--drain-timeout", env="LLAMAQ_DRAIN_TIMEOUT",
-                                help="on SIGTERM, how long running requests may finish (seconds):"
-                                " a worker then ends the rest with an error event, an api pod "
-                                "closes its open streams")
-
-    def verbosity(self) -> int:
-        """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""
-        return 99 if self.verbose else self.log_verbosity
-
-    def debug_responses(self) -> bool:
-        """Responses carry `__verbose` (llama-server: verbosity above 9)."""
-        return self.verbosity() > 9
-
-    def router_mode(self) -> bool:
-        """No model named and no default-model opt-in: the api routes by each request's model
-        and a worker waits to be told which model to load (the spec's router mode)."""
-        return not (self.model or self.hf_repo or self.model_url or self.default_model)
-
-    @classmethod
-    def from_args(cls, argv: Sequence[str] | None = None,
-                  environ: Mapping[str, str] | None = None) -> Self:
-        """As ProcessSettings.from_args; then the spec's LLAMA_CACHE, when set, names the model
-        cache unless --cache-dir is on the command line (it wins over LLAMAQ_CACHE_DIR)."""
-        settings = super().from_args(argv, environ)
-        args = sys.argv[1:] if argv is None else argv
-        env = os.environ if environ is None else environ
-        given = any(a == "--cache-dir" or a.startswith("--cache-dir=") for a in args)
-        if env.get("LLAMA_CACHE") and not given:
-            return settings.model_copy(update={"cache_dir": env["LLAMA_CACHE"]})
-        return settings
-
-    def model_cache_dir(self) -> Path:
-        """Where model files are kept on this machine."""
-        return Path(self.cache_dir).expanduser()
-
-    def model_id(self) -> str:
-        """The model's name in the API and in queue names: the first alias, else what -m or
-        -hf named, else the file name of -mu, else the default model's file name."""
-        if self.alias:
-            return self.alias[0]
-        if self.model_url and not (self.model or self.hf_repo):
-            return url_model_name(self.model_url)
-        return self.model or self.hf_repo or DEFAULT_MODEL_FILE
+def _put(values: dict[str, Any], name: str, value: Any) -> None:
+    """Set `name` (``field`` or ``group.field``) in the values a settings class validates."""
+    group, _, field = name.partition(".")
+    if field:
+        values.setdefault(group, {})[field] = value
+    else:
+        values[name] = value
 
 
 class FlagError(ValueError):

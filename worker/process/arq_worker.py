@@ -30,7 +30,7 @@ from arq.utils import timestamp_ms
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from scheduler import keys
+from scheduler.contract import keys
 from scheduler.leases import CLAIM_JOBS
 
 log = logging.getLogger(__name__)

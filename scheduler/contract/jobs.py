@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from scheduler.errors import InvalidRequest
+from scheduler.config.settings import flag
+from scheduler.contract.errors import InvalidRequest
 
 PromptPiece = int | str
 """A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
@@ -54,41 +55,70 @@ DEFAULT_SEED = 0xFFFFFFFF
 """LLAMA_DEFAULT_SEED: a random seed."""
 DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                     "temperature"]
+DEFAULT_DRY_BREAKERS = ["\n", ":", '"', "*"]
 
 
 class SamplingSettings(BaseModel):
     """The sampling parameters, with llama.cpp's defaults (common_params_sampling): the one
-    declaration of what a sampler chain is built from. A worker's flags give its defaults
-    (one of these); a job's SamplingParams override them (`worker/sampling.py`
-    resolve_sampling: `defaults.model_copy(update=…)`); the result is reported as is, inside
-    `generation_settings` (scheduler/results.py GenerationSettings extends this model)."""
+    declaration of what a sampler chain is built from. Its fields are the worker's sampling
+    flags too (worker/settings.py `sampling`, a flag_group: names, environment variables and
+    defaults are declared here once); a job's SamplingParams override them
+    (`worker/sampling.py` resolve_sampling: `defaults.model_copy(update=…)`); the result is
+    reported as is, inside `generation_settings` (scheduler/contract/results.py
+    GenerationSettings extends this model)."""
 
-    seed: int = DEFAULT_SEED
-    temperature: float = 0.8
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    top_n_sigma: float = -1.0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = 0.1
-    typical_p: float = 1.0
-    repeat_last_n: int = 64
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
-    dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", '"', "*"])
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
-    ignore_eos: bool = False
+    seed: int = flag(DEFAULT_SEED, "-s", "--seed",
+                     help="RNG seed (-1 or 4294967295 = random seed)")
+    temperature: float = flag(0.8, "--temp", "--temperature", env="LLAMA_ARG_TEMPERATURE",
+                              help="temperature")
+    dynatemp_range: float = flag(0.0, "--dynatemp-range",
+                                 help="dynamic temperature range (0.0 = disabled)")
+    dynatemp_exponent: float = flag(1.0, "--dynatemp-exp", help="dynamic temperature exponent")
+    top_k: int = flag(40, "--top-k", env="LLAMA_ARG_TOP_K", help="top-k sampling (0 = disabled)")
+    top_p: float = flag(0.95, "--top-p", env="LLAMA_ARG_TOP_P",
+                        help="top-p sampling (1.0 = disabled)")
+    min_p: float = flag(0.05, "--min-p", env="LLAMA_ARG_MIN_P",
+                        help="min-p sampling (0.0 = disabled)")
+    top_n_sigma: float = flag(-1.0, "--top-nsigma", "--top-n-sigma",
+                              help="top-n-sigma sampling (-1.0 = disabled)")
+    xtc_probability: float = flag(0.0, "--xtc-probability",
+                                  help="xtc probability (0.0 = disabled)")
+    xtc_threshold: float = flag(0.1, "--xtc-threshold", help="xtc threshold (1.0 = disabled)")
+    typical_p: float = flag(1.0, "--typical", "--typical-p",
+                            help="locally typical sampling, parameter p (1.0 = disabled)")
+    repeat_last_n: int = flag(64, "--repeat-last-n",
+                              help="last n tokens to consider for penalize (0 = disabled)")
+    repeat_penalty: float = flag(1.0, "--repeat-penalty", env="LLAMA_ARG_REPEAT_PENALTY",
+                                 help="penalize repeat sequence of tokens (1.0 = disabled)")
+    presence_penalty: float = flag(0.0, "--presence-penalty", env="LLAMA_ARG_PRESENCE_PENALTY",
+                                   help="repeat alpha presence penalty (0.0 = disabled)")
+    frequency_penalty: float = flag(0.0, "--frequency-penalty",
+                                    env="LLAMA_ARG_FREQUENCY_PENALTY",
+                                    help="repeat alpha frequency penalty (0.0 = disabled)")
+    dry_multiplier: float = flag(0.0, "--dry-multiplier",
+                                 help="DRY sampling multiplier (0.0 = disabled)")
+    dry_base: float = flag(1.75, "--dry-base", help="DRY sampling base value")
+    dry_allowed_length: int = flag(2, "--dry-allowed-length",
+                                   help="allowed length for DRY sampling")
+    dry_penalty_last_n: int = flag(64, "--dry-penalty-last-n",
+                                   help="DRY penalty for the last n tokens (0 = disable, "
+                                   "-1 = context size)")
+    dry_sequence_breakers: list[str] = flag(
+        list(DEFAULT_DRY_BREAKERS), "--dry-sequence-breaker", sep=None,
+        help="add sequence breaker for DRY sampling, one per flag, clearing the default "
+        "breakers ('\\n', ':', '\"', '*'); 'none' for no breakers")
+    mirostat: int = flag(0, "--mirostat", choices=(0, 1, 2),
+                         help="use Mirostat sampling (0 = disabled, 1 = Mirostat, "
+                         "2 = Mirostat 2.0)")
+    mirostat_tau: float = flag(5.0, "--mirostat-ent",
+                               help="Mirostat target entropy, parameter tau")
+    mirostat_eta: float = flag(0.1, "--mirostat-lr", help="Mirostat learning rate, parameter eta")
+    ignore_eos: bool = flag(False, "--ignore-eos",
+                            help="ignore end of stream token and continue generating")
     min_keep: int = 0
-    samplers: list[str] = Field(default_factory=lambda: list(DEFAULT_SAMPLERS))
+    """No flag (llama-server has none either); a request may set it."""
+    samplers: list[str] = flag(list(DEFAULT_SAMPLERS), "--samplers", sep=";",
+                               help="samplers used for generation in order, separated by ';'")
 
 
 class SamplingParams(BaseModel):
@@ -224,10 +254,10 @@ prompt of /completion: the first string gets the model's special tokens)."""
 class EmbeddingJob(BaseModel):
     """Embed many inputs (`/embedding`, `/embeddings`, `/v1/embeddings`, a chunk of a batch).
 
-    Runs on a worker started with `--embedding` (queue: scheduler/queueing.py queue_for). The
+    Runs on a worker started with `--embedding` (queue: scheduler/contract/kinds.py queue_for). The
     worker decodes the inputs of this job, and of every other embedding job it holds, together
-    as separate sequences. The result (scheduler/results.py EmbeddingResult) has one item per
-    input, in the order of `inputs`: one row when the worker pools (`--pooling` other than
+    as separate sequences. The result (scheduler/contract/results.py EmbeddingResult) has one
+    item per input, in the order of `inputs`: one row when the worker pools (`--pooling` other than
     none), one row per token when it does not."""
 
     kind: Literal[JobKind.EMBEDDING] = JobKind.EMBEDDING

@@ -15,8 +15,8 @@ from pydantic import (
     model_serializer,
 )
 
-from scheduler.errors import ErrorInfo, ServerError
-from scheduler.jobs import SamplingSettings
+from scheduler.contract.errors import ErrorInfo, ServerError
+from scheduler.contract.jobs import SamplingSettings
 
 
 class Timings(BaseModel):
@@ -280,6 +280,9 @@ class TokenEvent(BaseModel):
     n_decoded: int = 0
     """Tokens generated so far (the `tokens_predicted` of a native partial result)."""
     n_prompt_tokens: int = 0
+    post_sampling_probs: bool = False
+    """The job's post_sampling_probs: `probs` are probabilities after sampling (rendered as
+    prob/top_probs), not logprobs. A renderer needs nothing but the event."""
 
 
 class FinalEvent(BaseModel):

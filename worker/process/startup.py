@@ -1,9 +1,11 @@
 """What a worker builds from its settings before it serves: the model (its context laid out by
-llama-server's rules; the file comes from worker/model_source.py) and the engine's defaults
-(the sampling flags resolved once into one SamplingSettings).
+llama-server's rules, for embeddings on an --embedding/--rerank worker; the file comes from
+worker/model_source.py) and the engine's defaults (the sampling flags resolved once into one
+SamplingSettings).
 
-Owns: settings → ContextPlan and the loaded model, settings → EngineDefaults. Plain
-functions of the settings: worker/runtime.py calls them once and builds the runtime whole.
+Owns: settings → ContextPlan and the loaded model, settings → EngineDefaults, the embedding
+context settings. Plain functions of the settings: worker/process/serve.py calls them once
+and builds the worker whole.
 """
 
 from __future__ import annotations
@@ -15,13 +17,38 @@ from typing import Any
 import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from scheduler.jobs import SamplingSettings
 from worker import flags
-from worker.embed_jobs import embedding_batch, embedding_mode, tune_embedding_context
+from worker.embedder import POOLING_TYPES
+from worker.engine import Engine
 from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
+
+
+def embedding_mode(settings: WorkerSettings) -> bool:
+    return settings.embedding or settings.rerank
+
+
+def pooling_name(settings: WorkerSettings) -> str | None:
+    """--rerank means rank pooling; else --pooling; None: the model's own."""
+    if settings.rerank:
+        return "rank"
+    return settings.pooling
+
+
+def tune_embedding_context(params: lc.llama_context_params, settings: WorkerSettings) -> None:
+    """Embeddings on, the pooling asked for (else the model's)."""
+    params.embeddings = True
+    pooling = pooling_name(settings)
+    params.pooling_type = POOLING_TYPES[pooling] if pooling else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+
+
+def embedding_batch(settings: WorkerSettings) -> int:
+    """llama-server's rule: with embeddings the logical batch is at most the physical one
+    (a sequence is decoded whole in one ubatch)."""
+    return min(settings.batch_size, settings.ubatch_size)
 
 
 def load_model(s: WorkerSettings, path: Path,
@@ -68,23 +95,21 @@ def load_model(s: WorkerSettings, path: Path,
     return model
 
 
+def new_engine(s: WorkerSettings, model: LoadedModel, model_id: str, worker_id: str,
+               publisher: EventPublisher) -> Engine:
+    """The engine on `model`, with the server-wide defaults, publishing through `publisher`."""
+    return Engine(model, engine_defaults(s, model_id, worker_id), publisher.from_thread)
+
+
 def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineDefaults:
     """The server-wide settings a request falls back on."""
-    sampling = SamplingSettings(
-        temperature=s.temp, dynatemp_range=s.dynatemp_range, dynatemp_exponent=s.dynatemp_exp,
-        top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, typical_p=s.typical_p,
-        top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
-        xtc_threshold=s.xtc_threshold, repeat_last_n=s.repeat_last_n,
-        repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
-        frequency_penalty=s.frequency_penalty, dry_multiplier=s.dry_multiplier,
-        dry_base=s.dry_base, dry_allowed_length=s.dry_allowed_length,
-        dry_penalty_last_n=s.dry_penalty_last_n,
-        dry_sequence_breakers=[flags.process_escapes(b) if s.escape else b
-                               for b in s.dry_sequence_breaker] or ["\n", ":", '"', "*"],
-        mirostat=s.mirostat, mirostat_tau=s.mirostat_ent, mirostat_eta=s.mirostat_lr,
-        seed=DEFAULT_SEED if s.seed < 0 else s.seed, ignore_eos=s.ignore_eos,
-        samplers=normalize_samplers(flags.sampler_names(s)),
-    )
+    given = s.sampling  # the flags, declared by SamplingSettings itself
+    sampling = given.model_copy(update={
+        "dry_sequence_breakers": [flags.process_escapes(b) if s.escape else b
+                                  for b in given.dry_sequence_breakers],
+        "seed": DEFAULT_SEED if given.seed < 0 else given.seed,
+        "samplers": normalize_samplers(flags.sampler_names(s)),
+    })
     grammar, schema = flags.default_grammar(s)
     if schema and not grammar:
         grammar = str(json_schema_to_gbnf(schema))

@@ -22,16 +22,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from scheduler import keys
+from scheduler.contract import keys
 from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
-
-if TYPE_CHECKING:
-    from worker.runtime import WorkerRuntime
+from worker.jobs.parts import WorkerParts
+from worker.process.loops import RegistryEntry
+from worker.process.startup import load_model, new_engine
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +73,28 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-class Sleeper:
-    """Puts the runtime's model to sleep when idle and wakes it for the next job."""
+def reload_engine(parts: WorkerParts) -> None:
+    """Load the model again and start a new engine on it (a worker waking from idle sleep;
+    blocking: call it off the event loop); the worker's counters carry on."""
+    old = parts.engine
+    model = load_model(parts.settings, parts.model.path)
+    engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
+                        parts.publisher)
+    engine.metrics = old.metrics
+    engine.on_slots_changed = old.on_slots_changed
+    engine.start()
+    parts.model, parts.engine = model, engine
 
-    def __init__(self, runtime: WorkerRuntime, registry: Registry, idle_s: float) -> None:
-        self._runtime = runtime
+
+class Sleeper:
+    """Puts the worker's model to sleep when idle and wakes it for the next job."""
+
+    def __init__(self, parts: WorkerParts, registry: Registry, entry: RegistryEntry,
+                 idle_s: float) -> None:
+        """`entry`: the worker's registry entry, rewritten with `sleeping` as it changes."""
+        self._parts = parts
         self._registry = registry
+        self._entry = entry
         self.clock = IdleClock(idle_s)
         self.sleeping = False
         self._lock = asyncio.Lock()
@@ -105,22 +120,19 @@ class Sleeper:
                 await self.sleep()
 
     async def sleep(self) -> None:
-        runtime = self._runtime
+        parts = self._parts
         async with self._lock:
-            if self.sleeping or not self.clock.due() or runtime.draining:
+            if self.sleeping or not self.clock.due() or parts.draining:
                 return
-            engine = runtime.engine
-            assert engine is not None
-            log.info("worker %s: idle for %g s, unloading %s", runtime.worker_id,
-                     self.clock.idle_s, runtime.model_id)
+            log.info("worker %s: idle for %g s, unloading %s", parts.worker_id,
+                     self.clock.idle_s, parts.model_id)
             self.sleeping = True
             await asyncio.to_thread(self._unload)
             await self._publish(True)
-            log.info("worker %s: sleeping", runtime.worker_id)
+            log.info("worker %s: sleeping", parts.worker_id)
 
     def _unload(self) -> None:
-        engine = self._runtime.engine
-        assert engine is not None
+        engine = self._parts.engine
         engine.stop()
         for slot in engine.slots:  # their KV is gone with the context
             slot.tokens.clear()
@@ -128,30 +140,29 @@ class Sleeper:
         release_freed_memory()
 
     async def wake(self) -> None:
-        runtime = self._runtime
+        parts = self._parts
         async with self._lock:
             if not self.sleeping:
                 return
-            log.info("worker %s: a job came, loading %s again", runtime.worker_id,
-                     runtime.model_id)
+            log.info("worker %s: a job came, loading %s again", parts.worker_id,
+                     parts.model_id)
             started = time.monotonic()
-            await asyncio.to_thread(runtime.reload_engine)
+            await asyncio.to_thread(reload_engine, parts)
             self.sleeping = False
             await self._publish(False)
-            log.info("worker %s: awake after %.2f s", runtime.worker_id,
+            log.info("worker %s: awake after %.2f s", parts.worker_id,
                      time.monotonic() - started)
 
     async def _publish(self, sleeping: bool) -> None:
         """Rewrite the worker's registry entry now (its heartbeats carry it from then on) and
         tell `/models/sse` (a wake-up is `loaded` without `info`, as the spec shows)."""
-        runtime = self._runtime
-        assert runtime.info is not None
-        runtime.info = runtime.info.model_copy(update={"sleeping": sleeping})
-        event = status_event(runtime.model_id, "sleeping" if sleeping else "loaded")
+        parts, entry = self._parts, self._entry
+        entry.info = entry.info.model_copy(update={"sleeping": sleeping})
+        event = status_event(parts.model_id, "sleeping" if sleeping else "loaded")
         try:
-            await self._registry.heartbeat(runtime.info)
-            await runtime.redis.publish(keys.MODELS_CHANNEL,
-                                        json.dumps(event, separators=(",", ":")))
+            await self._registry.heartbeat(entry.info)
+            await parts.redis.publish(keys.MODELS_CHANNEL,
+                                      json.dumps(event, separators=(",", ":")))
         except RedisError as error:  # the next heartbeat carries it
-            log.warning("worker %s: cannot publish sleeping=%s (%s)", runtime.worker_id,
+            log.warning("worker %s: cannot publish sleeping=%s (%s)", parts.worker_id,
                         sleeping, error)

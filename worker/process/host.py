@@ -23,11 +23,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from llamaq.settings import Option
-from llamaq.spec_flags import refused_names
-from scheduler import keys
 from scheduler.catalog import ModelEntry
+from scheduler.common_settings import redis_url_of
+from scheduler.config.settings import Option
+from scheduler.config.spec_flags import refused_names
 from scheduler.connections import open_redis
+from scheduler.contract import keys
 from scheduler.fleet_models import (
     Claim,
     FleetModels,
@@ -165,7 +166,7 @@ class WorkerHost:
     # -- loading and unloading --------------------------------------------------------------
 
     async def _load(self, entry: ModelEntry) -> None:
-        from worker.runtime import serve  # llama.cpp: only once a model is asked for
+        from worker.process.serve import serve  # llama.cpp: only once a model is asked for
 
         assert self.models is not None
         args = entry.args()
@@ -320,6 +321,4 @@ class WorkerHost:
                 log.warning("worker %s: malformed command %r", self.host_id, item[1][:200])
 
     def _redis_url(self) -> str:
-        from llamaq.processes import redis_url_of
-
         return redis_url_of(self.settings)

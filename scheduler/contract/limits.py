@@ -14,8 +14,8 @@ import math
 import re
 from typing import Any
 
-from scheduler.errors import InvalidRequest
-from scheduler.jobs import CompletionJob, DecisionJob, SamplingParams
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import CompletionJob, DecisionJob, SamplingParams
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -1,0 +1,277 @@
+"""The events of a job as the api reads them: in order, gaps read back from the job's event
+log, a silent job's worker checked (scheduler/leases.py); several jobs' events merged.
+
+Owns: JobEvents (one job), merge_events (the jobs of one request, `n` > 1), AnyJob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from scheduler.affinity import RoutedJob
+from scheduler.contract import keys
+from scheduler.contract.errors import (
+    LlamaqError,
+    RedisUnreachable,
+    ServerError,
+    Unavailable,
+    error_from_info,
+)
+from scheduler.contract.jobs import (
+    CompletionJob,
+    DecisionJob,
+    DetokenizeJob,
+    EmbeddingJob,
+    RerankJob,
+    SlotActionJob,
+    TokenizeJob,
+)
+from scheduler.contract.kinds import movable
+from scheduler.contract.results import (
+    ErrorEvent,
+    EventEnvelope,
+    FinalEvent,
+    Result,
+    StartedEvent,
+    TokenEvent,
+)
+from scheduler.hub import EventHub, EventPointer, HubItem, Resync
+from scheduler.leases import (
+    Decision,
+    count_failure,
+    died_after,
+    forget_queued,
+    lapsed_run,
+)
+
+log = logging.getLogger(__name__)
+
+AnyJob = (CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob | RerankJob
+          | DecisionJob)
+
+
+class JobEvents:
+    """The events of one job, in order, ending after its final or error event.
+
+    An error event is raised as the typed error the worker reported. Events missed on pub/sub
+    (a gap in the sequence, a big event sent as a pointer, a final event that never came) are
+    read back from the job's event log. While the job is silent, its lease is checked (see
+    scheduler/leases.py): a job whose worker died ends here with 503 (or 500 for a poison job)
+    unless it is due to run again on another worker."""
+
+    def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
+                 redis: Redis, hub: EventHub, routed: RoutedJob | None = None) -> None:
+        self.job_id = job.job_id
+        self._routed = routed
+        """Set when cache-aware routing sent the job to a worker's own queue."""
+        self._model_id = job.model
+        self._pinned_worker = job.worker_id if isinstance(
+            job, CompletionJob | SlotActionJob | DecisionJob) else None
+        self._movable = movable(job.kind, self._pinned_worker)
+        self._queue = queue
+        self._timeout_s = timeout_s
+        self._redis = redis
+        self._hub = hub
+        self._next_seq = 0
+        self._shown = 0
+        """Events with output read (a "started" event is none): may the job run again?"""
+        self._rerun_of = 0
+        """The run (tries) whose death already let the job go to another worker."""
+        self._ready: deque[EventEnvelope] = deque()
+        self.started = False
+        """A slot took the job (its StartedEvent arrived)."""
+        self.finished = False
+        self.handed_off = False
+        """Left to a resumable stream's delayed cancel: leaving `submit` does not cancel."""
+
+    def prefill(self, envelopes: list[EventEnvelope]) -> None:
+        """Events read from the log before any arrive by pub/sub (a resumed stream)."""
+        self._ready.extend(envelopes)
+
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next event to come (= how many of this job's events were read)."""
+        return self._next_seq
+
+    def __aiter__(self) -> JobEvents:
+        return self
+
+    async def __anext__(self) -> TokenEvent | FinalEvent | StartedEvent:
+        if self.finished:
+            raise StopAsyncIteration
+        try:
+            envelope = await self._next_in_order()
+        except RedisError as error:  # not finished: leaving cancels the job once Redis is back
+            log.warning("job %s: Redis error while waiting for events: %r", self.job_id, error)
+            raise RedisUnreachable() from None
+        self._next_seq = envelope.seq + 1
+        event = envelope.event
+        if not isinstance(event, StartedEvent):
+            self._shown += 1
+        if self._routed is not None:
+            self._routed.settle()  # whatever came: the job left the worker's queue
+        if isinstance(event, ErrorEvent):
+            self.finished = True
+            raise error_from_info(event.error)
+        if isinstance(event, FinalEvent):
+            self.finished = True
+        if isinstance(event, StartedEvent):
+            self.started = True
+        return event
+
+    async def _next_in_order(self) -> EventEnvelope:
+        """The event numbered `_next_seq`: from pub/sub, or read back from the log."""
+        while True:
+            if self._ready:
+                envelope = self._ready.popleft()
+            else:
+                item = await self._next_item()
+                if isinstance(item, LlamaqError):  # from the hub: the job may still run
+                    raise item
+                if isinstance(item, Resync):
+                    self._ready.extend(await self._hub.read_log(self.job_id, self._next_seq))
+                    continue
+                if isinstance(item, EventPointer):
+                    if item.seq < self._next_seq:
+                        continue
+                    self._ready.extend(await self._hub.read_log(self.job_id, self._next_seq,
+                                                                item.seq))
+                    continue
+                envelope = item
+            if envelope.seq < self._next_seq:
+                continue  # already read back from the log
+            if envelope.seq > self._next_seq:
+                await self._recover_gap(envelope)
+                continue
+            return envelope
+
+    async def _recover_gap(self, arrived: EventEnvelope) -> None:
+        missing = await self._hub.read_log(self.job_id, self._next_seq, arrived.seq - 1)
+        if [e.seq for e in missing] != list(range(self._next_seq, arrived.seq)):
+            raise Unavailable(f"events {self._next_seq}..{arrived.seq - 1} of this request "
+                              "were lost")
+        log.info("job %s: recovered events %d..%d from the log", self.job_id, self._next_seq,
+                 arrived.seq - 1)
+        self._ready.extend([*missing, arrived])
+
+    async def _next_item(self) -> HubItem:
+        """The next event; a silent job is checked on every few seconds: its log may hold
+        events pub/sub did not bring, and if the worker that took it stopped, waiting longer
+        would hang the client forever."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
+            try:
+                return await asyncio.wait_for(self._queue.get(), max(wait, 0.0))
+            except TimeoutError:
+                pass
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
+            try:
+                missed = await self._read_missed()
+                if missed is not None:
+                    return missed
+                await self._check_worker()
+            except RedisError:
+                continue  # Redis away: the hub decides when the outage ends the wait
+
+    async def _read_missed(self) -> EventEnvelope | None:
+        """Events in the job's log that pub/sub did not bring (e.g. a lost final event)."""
+        logged = await self._hub.read_log(self.job_id, self._next_seq)
+        if not logged:
+            return None
+        log.warning("job %s: %d events came only through the log", self.job_id, len(logged))
+        self._ready.extend(logged[1:])
+        return logged[0]
+
+    async def _check_worker(self) -> None:
+        """Raise if the job's worker died and the job may not run again. A job that cache-aware
+        routing sent to a worker's own queue moves to the shared queue when that worker did
+        not take it in time, or when it may run again after its worker died (nobody polls a
+        dead worker's queue)."""
+        lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
+        if lapse is None or lapse.tries == self._rerun_of:
+            await self._unstick()
+            return
+        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
+        if decision is Decision.RUN:
+            log.warning("job %s: its worker died before it sent anything; it runs again on "
+                        "another worker", self.job_id)
+            self._rerun_of = lapse.tries
+            await self._unstick()
+            return
+        if await self._hub.read_log(self.job_id, self._next_seq):
+            # Its last events went out (the worker logs them before it counts them as sent)
+            # and the lease ended after our look at the log: it finished, it did not die.
+            return
+        await count_failure(self._redis, self._model_id, decision.value)
+        queued_at = self._pinned_worker or (self._routed.worker_id if self._routed is not None
+                                            and not self._routed.moved else None)
+        if queued_at:  # its queue dies with its worker
+            await forget_queued(self._redis, keys.worker_queue(self._model_id, queued_at),
+                                self.job_id)
+        if decision is Decision.POISON:
+            log.error("job %s: poison job: it was running when %d workers died; ending it",
+                      self.job_id, lapse.tries)
+            raise ServerError("this request was running on two workers that stopped; it is "
+                              "not retried")
+        log.warning("job %s: its worker stopped", self.job_id)
+        raise Unavailable("the worker running this request stopped")
+
+    async def _unstick(self) -> None:
+        if self._routed is not None and await self._routed.unstick():
+            log.warning("job %s: not taken by worker %s; moved to the shared queue",
+                        self.job_id, self._routed.worker_id)
+
+    async def result(self) -> Result:
+        async for event in self:
+            if isinstance(event, FinalEvent):
+                return event.result
+        raise Unavailable(f"job {self.job_id} ended without a result")
+
+
+ChoiceEvent = tuple[int, TokenEvent | FinalEvent | StartedEvent]
+"""An event of one of several jobs run together, with the job's index."""
+
+
+async def merge_events(streams: list[JobEvents]) -> AsyncGenerator[ChoiceEvent, None]:
+    """Events of several jobs as they come, tagged with the job's index; a job's error is
+    raised (and the other jobs are left, which cancels them)."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue[ChoiceEvent | LlamaqError | None] = asyncio.Queue()
+
+    async def pump(index: int, events: JobEvents) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event))
+            await queue.put(None)
+        except LlamaqError as error:
+            await queue.put(error)
+        except Exception as error:  # a bug in one job's events must not hang the others
+            log.exception("job %s: reading its events failed", events.job_id)
+            await queue.put(ServerError(f"internal error: {type(error).__name__}"))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, LlamaqError):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()

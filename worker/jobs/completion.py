@@ -1,0 +1,49 @@
+"""The body of a completion job: prepare it (tokenize, grammar) and hand it to the engine,
+which streams its events; the job ends when its last event is on Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.contract import keys
+from scheduler.contract.errors import LlamaqError
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import ErrorEvent
+from worker.jobs.parts import HandBack, WorkerParts
+
+QUICK_PREPARE_MAX_CHARS = 4096
+"""Up to this many characters of plain prompt are tokenized on the event loop (see
+quick_to_prepare)."""
+
+
+async def run(parts: WorkerParts, job: CompletionJob) -> None:
+    """Run a completion (under the lease the caller took)."""
+    engine = parts.engine
+    try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
+        if quick_to_prepare(parts, job):  # a thread hop costs more than the work
+            request = engine.prepare(job)
+        else:
+            request = await asyncio.to_thread(engine.prepare, job)
+    except LlamaqError as error:
+        parts.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+        return
+    if parts.draining:
+        request.sampler.free()
+        raise HandBack()
+    done = parts.publisher.expect(job.job_id)
+    engine.submit(request)
+    if await parts.redis.exists(keys.job_cancel(job.job_id)):
+        engine.cancel(job.job_id)  # cancelled while it was being prepared
+    try:
+        await done
+    except asyncio.CancelledError:
+        engine.cancel(job.job_id)
+        raise
+
+
+def quick_to_prepare(parts: WorkerParts, job: CompletionJob) -> bool:
+    """A short text prompt with no grammar to compile prepares in well under a
+    millisecond: on the event loop it saves the thread hand-offs of to_thread."""
+    return (isinstance(job.prompt, str) and len(job.prompt) <= QUICK_PREPARE_MAX_CHARS
+            and job.infill is None and not job.grammar and not job.json_schema
+            and not parts.engine.defaults.grammar)

@@ -1,0 +1,38 @@
+"""The body of a decision job (POST /v1/systemone; worker/decisions.py): planned in a thread,
+run by the engine in slots, in the same decode steps as the completions."""
+
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.contract import keys
+from scheduler.contract.errors import LlamaqError, NotSupported
+from scheduler.contract.jobs import DecisionJob
+from scheduler.contract.results import ErrorEvent
+from worker.decision_plan import plan_decision
+from worker.jobs.parts import HandBack, WorkerParts
+
+
+async def run(parts: WorkerParts, job: DecisionJob) -> None:
+    engine, publisher = parts.engine, parts.publisher
+    caps = parts.decision_caps
+    try:
+        if caps is None:
+            raise NotSupported("this model is not a decision model: /v1/systemone needs "
+                               "one (or a worker started with --decisions)")
+        request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
+                                          engine.model.n_ctx_slot)
+    except LlamaqError as error:
+        publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
+        return
+    if parts.draining:
+        raise HandBack()
+    done = publisher.expect(job.job_id)
+    engine.decisions.submit(request)
+    if await parts.redis.exists(keys.job_cancel(job.job_id)):
+        engine.cancel(job.job_id)
+    try:
+        await done
+    except asyncio.CancelledError:
+        engine.cancel(job.job_id)
+        raise

@@ -1,0 +1,55 @@
+"""What a job body runs on: the parts of a worker, built whole by the process
+(worker/process/serve.py) and handed to every body, as arq hands its functions `ctx`.
+
+Owns: WorkerParts, HandBack (a body's way to give its job back unstarted), publishing a final
+result. Nothing here is optional once built (an embedder only on an --embedding/--rerank
+worker, decision caps only on a decision model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from scheduler.contract.results import (
+    DetokenizeResult,
+    FinalEvent,
+    SlotActionResult,
+    TokenizeResult,
+)
+from scheduler.decision_meta import DecisionCaps
+from scheduler.leases import Leases
+from worker.embedder import Embedder
+from worker.engine import Engine
+from worker.model import LoadedModel
+from worker.publisher import EventPublisher
+from worker.settings import WorkerSettings
+
+
+class HandBack(Exception):
+    """The job goes back to its queue unstarted, for another worker (this one drains)."""
+
+
+@dataclass
+class WorkerParts:
+    """A worker's parts. `model` and `engine` are replaced when an idle worker wakes
+    (worker/process/sleep.py); `draining` turns True once the worker stops taking jobs."""
+
+    settings: WorkerSettings
+    model_id: str
+    worker_id: str
+    redis: Redis
+    leases: Leases
+    publisher: EventPublisher
+    model: LoadedModel
+    engine: Engine
+    embedder: Embedder | None
+    """Set on a worker started with --embedding or --rerank (worker/jobs/embed.py)."""
+    decision_caps: DecisionCaps | None
+    """Decisions run in the completion engine, on a decision model."""
+    draining: bool = False
+
+    def final(self, job_id: str,
+              result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:
+        self.publisher.publish([(job_id, FinalEvent(result=result))])

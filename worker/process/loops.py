@@ -1,0 +1,149 @@
+"""A worker's background loops, each for the worker's life: lease renewal, reports (metrics,
+slots, prefixes, heartbeats) and the listener (wake-ups, cancellations, reasoning ends).
+
+Redis going away never ends a loop: each retries until Redis answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from scheduler.affinity import PrefixIndex
+from scheduler.contract import keys
+from scheduler.contract.errors import Unavailable
+from scheduler.registry import Registry, WorkerInfo, write_heartbeat, write_slots
+from worker.jobs.parts import WorkerParts
+from worker.process.arq_worker import WakeableWorker
+
+log = logging.getLogger(__name__)
+
+SLOT_REPORT_MIN_GAP_S = 0.1
+"""Slot changes are reported at most this often (the last one always is)."""
+REDIS_RETRY_S = 1.0
+
+
+@dataclass
+class RegistryEntry:
+    """This worker's registry entry, as its heartbeats write it (idle sleep rewrites it)."""
+
+    info: WorkerInfo
+
+
+async def renew_leases(parts: WorkerParts) -> None:
+    """Keep the leases of running jobs; a job whose lease lapsed anyway (this loop was
+    starved) may run elsewhere now: this worker stops it and sends nothing more for it."""
+    while True:
+        try:
+            lost = await parts.leases.renew()
+        except RedisError as error:  # Redis away: keep trying, the worker lives on
+            log.warning("cannot renew leases (%s); retrying", error)
+            await asyncio.sleep(REDIS_RETRY_S)
+            continue
+        for job_id in lost:
+            log.error("job %s: lease lost (worker %s was too slow to renew it); "
+                      "stopping it here", job_id, parts.worker_id)
+            parts.publisher.abandon(job_id, Unavailable("lease lost"))
+            parts.engine.cancel(job_id)
+        await asyncio.sleep(keys.LEASE_RENEW_EVERY_S)
+
+
+class Reporter:
+    """What the worker tells the fleet: metrics, slot states and prefix summaries (ahead of
+    the events that end jobs, and in every report) and its heartbeat."""
+
+    def __init__(self, parts: WorkerParts) -> None:
+        self._parts = parts
+        self._prefixes = PrefixIndex()
+
+    def write_metrics(self, pipe: Pipeline, report: bool = False) -> None:
+        """Metrics and slot states, written ahead of the events that end jobs: a client that
+        got its result sees its slot idle in /slots, as llama-server shows it. An embedding
+        worker's slots (its completion engine's, always idle) go in its reports only."""
+        parts = self._parts
+        engine, embedder = parts.engine, parts.embedder
+        metrics = (embedder or engine).metrics_snapshot()
+        pipe.set(keys.worker_metrics(parts.worker_id), metrics.model_dump_json(),
+                 ex=keys.HEARTBEAT_TTL_S)
+        if embedder is None or report:
+            write_slots(pipe, parts.worker_id, engine.slot_states())
+        if embedder is None:  # cache-aware routing: only completion workers take part
+            n_free = (len(engine.slots) - metrics.requests_processing
+                      - metrics.requests_deferred)
+            pipe.set(keys.worker_prefixes(parts.worker_id),
+                     self._prefixes.summary(engine.slot_jobs(), n_free).model_dump_json(),
+                     ex=keys.HEARTBEAT_TTL_S)
+
+    async def run(self, registry: Registry, entry: RegistryEntry) -> None:
+        """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
+        parts = self._parts
+        changed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(changed.set)
+
+        parts.engine.on_slots_changed = notify
+        next_heartbeat = 0.0
+        while True:
+            changed.clear()
+            try:  # one round trip: slots, metrics, and the heartbeat when due
+                async with parts.redis.pipeline(transaction=False) as pipe:
+                    self.write_metrics(pipe, report=True)
+                    beat = time.monotonic() >= next_heartbeat
+                    if beat:
+                        write_heartbeat(pipe, entry.info)
+                    await pipe.execute()
+                if beat:
+                    next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
+            except RedisError as error:  # Redis away: keep trying, the worker lives on
+                log.warning("cannot report to Redis (%s); retrying", error)
+                next_heartbeat = 0.0
+                await asyncio.sleep(REDIS_RETRY_S)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), next_heartbeat - time.monotonic())
+            await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
+
+
+async def listen(parts: WorkerParts, *workers: WakeableWorker) -> None:
+    """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
+    by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
+    pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
+    while True:
+        try:
+            await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
+            async for message in pubsub.listen():
+                on_message(parts, message, by_channel)
+        except RedisError as error:  # resubscribes when Redis answers again
+            log.warning("listener lost Redis (%s); reconnecting", error)
+            for worker in workers:
+                worker.wake.set()  # jobs enqueued meanwhile announced nothing
+            await asyncio.sleep(REDIS_RETRY_S)
+
+
+def on_message(parts: WorkerParts, message: dict[str, Any],
+               by_channel: dict[str, WakeableWorker]) -> None:
+    if message["type"] != "message":
+        return
+    channel = message["channel"].decode()
+    try:
+        data = message["data"].decode()
+    except UnicodeDecodeError:  # junk anyone may publish: it must not stop the listener
+        log.warning("malformed message on %s: %r", channel, message["data"][:100])
+        return
+    if channel == keys.CANCEL_CHANNEL:
+        parts.engine.cancel(data)
+        if parts.embedder is not None:
+            parts.embedder.cancel(data)
+    elif channel == keys.CONTROL_CHANNEL:
+        parts.engine.end_reasoning(data)
+    elif channel in by_channel:
+        by_channel[channel].wake.set()

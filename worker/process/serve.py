@@ -1,0 +1,259 @@
+"""A worker process: loads the model, runs the engine, takes jobs from arq, publishes events,
+keeps its registry entry alive and listens for cancellations and wake-ups.
+
+Owns: building the worker whole (`serve`: Redis, the model, then WorkerRuntime with its parts,
+none of them optional) and taking it down; the arq workers of its queues; draining. Hands
+off: the background loops (worker/process/loops.py), what a job function does around its body
+(worker/process/jobrun.py), the job bodies (worker/jobs/), the model and the engine's defaults
+from the settings (worker/process/startup.py), idle sleep (worker/process/sleep.py), the
+engine (worker/engine.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from arq.connections import ArqRedis, create_pool
+from arq.worker import Function
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from scheduler.connections import arq_settings, open_redis
+from scheduler.contract.errors import ServerError, Unavailable
+from scheduler.contract.kinds import Lane, lane_queue
+from scheduler.contract.results import ErrorEvent
+from scheduler.decision_meta import output_modalities
+from scheduler.leases import Leases, count_failure
+from scheduler.queueing import deserialize_job, serialize_job
+from scheduler.registry import Registry, WorkerInfo
+from worker.decision_plan import decision_caps
+from worker.embedder import Embedder
+from worker.jobs.parts import HandBack, WorkerParts
+from worker.model import LoadedModel, ModelLoadError
+from worker.model_source import fetch_model
+from worker.process.arq_worker import WakeableWorker
+from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
+from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
+from worker.process.sleep import Sleeper
+from worker.process.startup import embedding_mode, load_model, new_engine
+from worker.publisher import EventPublisher
+from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+JOB_TIMEOUT_S = 7 * 24 * 3600
+"""Generations are bounded by n_predict, the context and cancellation, not by arq's timer
+(a dead worker's jobs are freed by their lease, not by this)."""
+DRAIN_LAST_EVENTS_S = 5.0
+"""After the drain timeout, how long the ended jobs' error events have to go out."""
+ONLINE_EMBED_JOBS_PER_SEQ = 4
+"""Online jobs an embedding worker holds per sequence of a decode: enough that a decode is
+full while the next jobs are tokenized."""
+BACKGROUND_EMBED_JOBS = 2
+"""Background jobs (batch chunks) an embedding worker holds at once: one decoding, one being
+prepared."""
+UTILITY_JOBS = 8
+
+
+async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | None = None,
+                on_load_progress: Callable[[float], None] | None = None) -> None:
+    """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
+    or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
+    called from the loading thread with the load's progress, 0..1 (router mode publishes it
+    in /models/sse loading events)."""
+    if settings.decisions and embedding_mode(settings):
+        raise ModelLoadError("--decisions needs a worker that serves completions: it "
+                             "cannot be combined with --embedding or --rerank")
+    if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
+        raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
+                             "workers (only completion workers sleep)")
+    redis = open_redis(redis_url)
+    try:
+        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
+                                 job_deserializer=deserialize_job)
+        try:
+            model_path = await fetch_model(settings, redis)
+            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
+            try:
+                await WorkerRuntime(settings, redis, model).run(pool, stop)
+            finally:
+                model.close()
+        finally:
+            await pool.aclose()
+    finally:
+        await redis.aclose()
+
+
+class WorkerRuntime:
+    """A worker's parts (worker/jobs/parts.py), built together, and the process around them:
+    the arq workers of its queues, the background loops, draining."""
+
+    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
+        """Needs the running event loop (the publisher hands events over to it)."""
+        self.settings = settings
+        model_id = settings.model_id()
+        worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
+        leases = Leases(redis, worker_id)
+        publisher = EventPublisher(redis, self._write_metrics, self._lost, leases)
+        embedding = embedding_mode(settings)
+        self.parts = WorkerParts(
+            settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,
+            leases=leases, publisher=publisher, model=model,
+            engine=new_engine(settings, model, model_id, worker_id, publisher),
+            embedder=Embedder(model) if embedding else None,
+            decision_caps=None if embedding else decision_caps(model.path, settings.decisions))
+        self.reporter = Reporter(self.parts)
+        self._arq_workers: list[WakeableWorker] = []
+
+    async def run(self, pool: ArqRedis, stop: asyncio.Event | None = None) -> None:
+        """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
+        to the drain timeout, hand the others back) and leave."""
+        parts = self.parts
+        model = parts.model
+        parts.engine.start()
+        if parts.embedder is not None:
+            parts.embedder.start()
+        entry = RegistryEntry(WorkerInfo(
+            worker_id=parts.worker_id, model_id=parts.model_id, model_path=str(model.path),
+            n_slots=model.plan.n_slots, n_ctx_slot=model.n_ctx_slot,
+            meta=model.meta().model_copy(update={
+                "decisions": parts.decision_caps,
+                "output_modalities": output_modalities(parts.decision_caps)}),
+            default_settings=parts.engine.default_settings(), started_at=time.time(),
+            embedding=parts.embedder is not None,
+            pooling=parts.embedder.pooling if parts.embedder else None))
+        registry = Registry(parts.redis)
+        sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
+        self._arq_workers = self._queues(pool, JobRunner(parts, sleeper))
+        tasks = [
+            asyncio.create_task(parts.publisher.run()),
+            asyncio.create_task(listen(parts, *self._arq_workers)),
+            asyncio.create_task(renew_leases(parts)),
+            asyncio.create_task(self.reporter.run(registry, entry)),
+            *(asyncio.create_task(w.main()) for w in self._arq_workers),
+        ]
+        if self.settings.sleep_idle_seconds >= 0:
+            tasks.append(asyncio.create_task(sleeper.run()))
+        log.info("worker %s serves %s with %d slots", parts.worker_id, parts.model_id,
+                 model.plan.n_slots)
+        stopped = asyncio.create_task((stop or asyncio.Event()).wait())
+        try:
+            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopped}:
+                task.result()  # a background task that ended takes the worker down with it
+                raise ServerError(f"worker task {task.get_coro()!r} ended")
+            await self._drain()
+        finally:
+            stopped.cancel()
+            with contextlib.suppress(Exception):
+                await registry.remove(entry.info)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            log.info("worker %s: tasks stopped", parts.worker_id)
+            parts.engine.stop()
+            if parts.embedder is not None:
+                parts.embedder.stop()
+            if parts.model is not model:  # loaded again after an idle sleep: ours to close
+                parts.model.close()
+            log.info("worker %s: stopped", parts.worker_id)
+
+    def _queues(self, pool: ArqRedis, runner: JobRunner) -> list[WakeableWorker]:
+        """An arq worker per queue this worker takes jobs from, each running the functions
+        the kind table puts in its lane."""
+        parts = self.parts
+        model = parts.model
+        if parts.embedder is not None:
+            n_online = max(1, parts.embedder.n_seq_max) * ONLINE_EMBED_JOBS_PER_SEQ
+            workers = [self._arq_worker(pool, runner, Lane.EMBED, n_online),
+                       self._arq_worker(pool, runner, Lane.EMBED_BACKGROUND,
+                                        BACKGROUND_EMBED_JOBS)]
+        else:
+            n_slots = model.plan.n_slots
+            workers = [self._arq_worker(pool, runner, Lane.SLOT, n_slots),
+                       self._arq_worker(pool, runner, Lane.WORKER, n_slots)]
+            workers.append(self._batch_worker(pool, runner, workers, n_slots))
+        workers.append(self._arq_worker(pool, runner, Lane.UTILITY, UTILITY_JOBS))
+        return workers
+
+    def _batch_worker(self, pool: ArqRedis, runner: JobRunner, online: list[WakeableWorker],
+                      n_slots: int) -> WakeableWorker:
+        """Batch lines (keys.batch_queue) start only in slots that online jobs leave free,
+        keeping `reserve` slots for the next online request (online traffic keeps priority:
+        a worker takes online jobs first, and a batch never fills the last slots)."""
+        batch = self._arq_worker(pool, runner, Lane.BATCH, n_slots)
+        reserve = min(self.settings.batch_reserve, n_slots - 1)
+
+        def room() -> int:
+            busy = sum(w.job_counter for w in online) + batch.job_counter
+            return n_slots - reserve - busy
+
+        batch.room = room
+        for worker in online:
+            worker.also_wake.append(batch)
+        return batch
+
+    def _arq_worker(self, pool: ArqRedis, runner: JobRunner, lane: Lane,
+                    max_jobs: int) -> WakeableWorker:
+        queue = lane_queue(lane, self.parts.model_id, self.parts.worker_id)
+        lane_functions: list[Function] = functions(lane)
+        return WakeableWorker(
+            lane_functions, queue_name=queue, redis_pool=pool, max_jobs=max_jobs,
+            job_timeout=JOB_TIMEOUT_S, max_tries=MAX_TRIES, keep_result=0,
+            poll_delay=self.settings.poll_delay,
+            handle_signals=False, ctx={CTX_KEY: runner}, job_serializer=serialize_job,
+            job_deserializer=deserialize_job, log_results=False,
+        )
+
+    def _write_metrics(self, pipe: Pipeline) -> None:
+        """Ahead of the events that start or end jobs (worker/publisher.py)."""
+        self.reporter.write_metrics(pipe)
+
+    def _lost(self, job_id: str) -> None:
+        """A job whose events Redis would not take: stop generating for nobody."""
+        self.parts.engine.cancel(job_id)
+
+    async def _drain(self) -> None:
+        """Stop taking jobs; hand back those not started; let running generations finish up
+        to the drain timeout; end the rest with an error event."""
+        parts = self.parts
+        parts.draining = True
+        timeout = self.settings.drain_timeout
+        log.info("worker %s: draining (running jobs have up to %g s)", parts.worker_id, timeout)
+        for worker in self._arq_workers:
+            worker.taking = False
+            worker.wake.set()
+        for request in parts.engine.withdraw_waiting():
+            if request.job.worker_id:  # pinned here: no other worker can take it
+                error = Unavailable("the worker this request was sent to is stopping")
+                parts.publisher.publish([(request.job.job_id,
+                                          ErrorEvent(error=error.to_info()))])
+            else:
+                parts.publisher.abandon(request.job.job_id, HandBack())
+        deadline = time.monotonic() + timeout
+        while self._running_job_ids() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        left = self._running_job_ids()
+        if not left:
+            log.info("worker %s: drained", parts.worker_id)
+            return
+        log.warning("worker %s: drain timeout: ending %d jobs: %s", parts.worker_id, len(left),
+                    ", ".join(left))
+        error = Unavailable("the worker stopped before this request finished (drain timeout)")
+        for job_id in left:
+            parts.engine.cancel(job_id, error)
+            if parts.embedder is not None:
+                parts.embedder.cancel(job_id, error)
+        await asyncio.gather(*(count_failure(parts.redis, parts.model_id, "drain_timeout")
+                               for _ in left), return_exceptions=True)
+        deadline = time.monotonic() + DRAIN_LAST_EVENTS_S
+        while self._running_job_ids() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def _running_job_ids(self) -> list[str]:
+        return [j for w in self._arq_workers for j in w.running_job_ids()]
