@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from api.chat.parsing import ChatDelta, ChatMessage
+from api.chat.message import ChatDelta, ChatMessage
 from scheduler.contract.errors import LlamaqError
 from scheduler.contract.results import CompletionResult, Timings
 

@@ -14,7 +14,8 @@ from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import json_body, parse_body
-from api.chat.parsing import ChatMessage, ChatOutputParser
+from api.chat.message import ChatMessage
+from api.chat.parsing import ChatOutputParser
 from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.endpoints.native.render import completion_json
 from api.endpoints.openai.context import OpenAIContext

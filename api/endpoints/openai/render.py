@@ -17,7 +17,7 @@ from api.endpoints.native.render import probs_json
 from scheduler.contract.results import CompletionResult, TokenProbs
 
 if TYPE_CHECKING:
-    from api.chat.parsing import ChatDelta, ChatMessage
+    from api.chat.message import ChatDelta, ChatMessage
 
 ID_ALPHABET = string.ascii_letters + string.digits
 
