@@ -10,8 +10,9 @@ import pytest
 from api.placement import LOADING, NO_COMPLETIONS, NO_EMBEDDINGS, NO_RERANK, Placement
 from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
 from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import GenerationSettings
 from scheduler.decision_meta import DecisionCaps
-from scheduler.registry import GenerationSettings, ModelMeta, WorkerInfo
+from scheduler.registry import ModelMeta, WorkerInfo
 
 
 def worker(worker_id: str, n_slots: int = 4, embedding: bool = False, pooling: str = "mean",
@@ -100,5 +101,5 @@ async def test_id_slot_pins_every_job_to_the_worker_holding_it() -> None:
     assert str(error) == "n (3) exceeds the number of slots (2)"
     error = await raised(fleet.pin("m", jobs(1), choices=1, id_slot=6, field="n"))
     assert isinstance(error, InvalidRequest) and "Invalid id_slot 6" in str(error)
-    assert await fleet.slot("m", 1) == (fleet_worker := (await fleet.workers("m"))[0], 1)
-    assert fleet_worker.worker_id == "a"
+    first = (await fleet.workers("m"))[0]
+    assert first.worker_id == "a" and await fleet.slot("m", 1) == (first, 1)
