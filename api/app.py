@@ -16,28 +16,14 @@ from api.auth import check_api_key, load_api_keys
 from api.batch.driver import BatchDriver
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
+from api.endpoints.families import FAMILIES
+from api.endpoints.ui.api_router import is_ui_route, ui_blueprint
+from api.endpoints.ui.config import ui_defaults
+from api.endpoints.vertex.api_router import VertexSettings, add_predict_route
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
-from api.openapi import openapi
 from api.router import ModelRouter
-from api.routes.anthropic import anthropic
-from api.routes.batches import batches
-from api.routes.embeddings import embeddings
-from api.routes.extras import extras
-from api.routes.files import files
-from api.routes.fleet_view import fleet_view
-from api.routes.model_files import model_files
-from api.routes.models import models_api
-from api.routes.monitor import monitor
-from api.routes.native import native
-from api.routes.openai import openai
-from api.routes.predict import VertexSettings, add_predict_route
-from api.routes.streams import streams
-from api.routes.systemone import systemone
-from api.routes.templates import templates
-from api.routes.ui import is_ui_route, ui_blueprint
 from api.settings import ApiSettings
-from api.ui.config import ui_defaults
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
@@ -152,10 +138,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def cors(request: Request, response: HTTPResponse) -> None:
         add_allow_origin(request, response, settings)
 
-    for blueprint in (native, monitor, openai, templates, anthropic, embeddings, extras,
-                      systemone, fleet_view, streams, files, batches, models_api, openapi,
-                      model_files):
-        app.blueprint(blueprint, url_prefix=settings.api_prefix or None)
+    for family in FAMILIES:
+        app.blueprint(family.blueprint, url_prefix=settings.api_prefix or None)
     app.blueprint(ui)  # its routes carry the prefix themselves (`/` is the prefix's root)
     vertex = VertexSettings.from_env(os.environ)
     if vertex.enabled:  # after every other route: /predict dispatches to them

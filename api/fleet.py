@@ -1,4 +1,5 @@
-"""The api process's connections to the fleet: Redis, the arq queue, the event hub."""
+"""The api process's connections to the fleet: Redis, the arq queue, the event hub; and the
+placement service (api/placement.py) every route asks where its jobs may run."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
-from api.metrics import QueueStats
+from api.endpoints.monitor.metrics import QueueStats
+from api.placement import Placement
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit
 from scheduler.connections import arq_settings, open_redis
 from scheduler.contract import keys, limits
-from scheduler.contract.errors import NotSupported
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
@@ -26,10 +27,8 @@ from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
 QUEUE_PER_SLOT = 4
-Capabilities = Callable[[str], Awaitable[set[str] | None]]
-"""What a model's live workers serve (None: no live worker, nothing is known yet)."""
-NO_COMPLETIONS = ("This server does not support completions: its workers were started with "
-                  "`--embedding` or `--rerank`")
+CheckServes = Callable[[str, str], Awaitable[None]]
+"""Refuses a capability (the second argument) the model's live workers do not serve."""
 
 
 class CheckedJobClient(JobClient):
@@ -40,21 +39,19 @@ class CheckedJobClient(JobClient):
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
                  queue_limit: QueueLimit | None = None,
                  n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
-                 capabilities: Capabilities | None = None,
+                 check_serves: CheckServes | None = None,
                  affinity: Affinity | None = None) -> None:
         super().__init__(redis, arq, hub, timeout_s, queue_limit, affinity)
         self.n_probs_max = n_probs_max
-        self._capabilities = capabilities
+        self._check_serves = check_serves
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
-            if self._capabilities is not None:
-                serves = await self._capabilities(job.model)
-                if serves is not None and "completion" not in serves:
-                    raise NotSupported(NO_COMPLETIONS)
+            if self._check_serves is not None:
+                await self._check_serves(job.model, "completion")
         async with super().submit(job, queue) as events:
             yield events
 
@@ -67,7 +64,11 @@ class Fleet:
     jobs: JobClient
     registry: Registry
     queue_max: int = 0
+    placement: Placement = field(init=False)
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.placement = Placement(self.workers, self.registry.loads)
 
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
@@ -84,7 +85,7 @@ class Fleet:
                     queue_max)
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
-                                      fleet.capabilities, affinity)
+                                      fleet.placement.check_serves, affinity)
         return fleet
 
     async def queue_limit(self, model_id: str) -> int | None:
@@ -94,12 +95,6 @@ class Fleet:
             return self.queue_max
         slots = sum(w.n_slots for w in await self.workers(model_id))
         return QUEUE_PER_SLOT * slots if slots else None
-
-    async def capabilities(self, model_id: str) -> set[str] | None:
-        workers = await self.workers(model_id)
-        if not workers:
-            return None
-        return {c for worker in workers for c in worker.capabilities()}
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for

@@ -24,8 +24,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sanic import Request
 
+from api.body import load_json, raw_body
 from api.settings import ApiSettings
-from api.wire.body import load_json, raw_body
 from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
 from scheduler.contract import keys
 from scheduler.contract.errors import InvalidRequest, ServerError, Unavailable
@@ -44,7 +44,8 @@ RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
 NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control")
 NOT_ROUTED_PREFIXES = ("/v1/files", "/v1/batches")
-"""The Files and Batch API: not routed by a `model` (api/routes/files.py refuses it on a router)."""
+"""The Files and Batch API: not routed by a `model` (api/endpoints/files/api_router.py refuses
+it on a router)."""
 
 
 def catalog_sources(settings: ApiSettings) -> CatalogSources:

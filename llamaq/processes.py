@@ -25,7 +25,7 @@ def run_api(argv: list[str]) -> None:
 
     from api.app import create_app
     from api.chat.templates import validate_chat_template_setting
-    from api.routes.predict import VertexSettings
+    from api.endpoints.vertex.api_router import VertexSettings
 
     refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)

@@ -10,6 +10,8 @@ import pytest
 from storage import default_model_path
 from tests.processes import Fleet, start_redis
 
+pytest_plugins = ["tests.lanes"]
+
 WORKER_FLAGS = ("-c", "4096", "-np", "4", "-t", "2")
 
 

@@ -4,10 +4,11 @@ lease lapse (or lets it go) and another pod takes the batch over where it stood:
 are in the store and in Redis, a chunk that was running runs again and replaces its object.
 
 A batch runs as chunks of consecutive lines. A chunk's lines are ordinary jobs on the model's
-batch queue, which a worker takes only when online jobs leave it room (worker/arq_worker.py), so
-a dead worker's lines run again through the job leases. A finished chunk's output and error
-lines are one object in the store (keyed by chunk); when every chunk is done, or the batch is
-cancelled or expires, the chunks are concatenated in order into the output and error files.
+batch queue, which a worker takes only when online jobs leave it room
+(worker/process/arq_worker.py), so a dead worker's lines run again through the job leases. A
+finished chunk's output and error lines are one object in the store (keyed by chunk); when
+every chunk is done, or the batch is cancelled or expires, the chunks are concatenated in order
+into the output and error files.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from redis.exceptions import RedisError
 from api.batch.embeddings import run_embedding_chunk
 from api.batch.input import BatchInput, BatchLine, read_input
 from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
+from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
-from api.routes.openai_jobs import OpenAIContext
 from api.settings import ApiSettings
 from scheduler.batches import (
     COMPLETION_WINDOW_S,

@@ -1,8 +1,8 @@
 """The lines of a /v1/embeddings batch chunk, run as few jobs: every input of every line of the
 chunk goes into one background EmbeddingJob (one per embd_normalize value) with per-input errors,
 so a chunk fills a worker's decode and a bad input fails only its own line. Each line is read
-and answered as /v1/embeddings reads and answers it (api/wire/embeddings.py,
-api/render_embeddings.py)."""
+and answered as /v1/embeddings reads and answers it (api/endpoints/embeddings/protocol.py,
+api/endpoints/embeddings/render.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 from api.batch.input import BatchLine
 from api.batch.lines import RETRIES, RETRY_PAUSE_S, LineResult, failed_line, output_line
-from api.render_embeddings import native_embeddings_json, oai_embeddings_json
-from api.routes.embeddings import NO_EMBEDDINGS
-from api.routes.openai_jobs import OpenAIContext
-from api.wire.embeddings import EmbeddingRequest, embedding_request
+from api.endpoints.embeddings.protocol import EmbeddingRequest, embedding_request
+from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
+from api.endpoints.openai.context import OpenAIContext
+from api.placement import NO_EMBEDDINGS
 from scheduler.contract.errors import (
     InvalidRequest,
     LlamaqError,

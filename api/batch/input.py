@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.wire.body import load_json
+from api.body import load_json
 from scheduler.batches import MAX_INPUT_BYTES, MAX_LINES, BatchError
 from scheduler.contract.errors import InvalidRequest
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.batch.input import BatchLine
-from api.routes.openai import batch_completion
-from api.routes.openai_chat import batch_chat_completion
-from api.routes.openai_jobs import OpenAIContext
+from api.endpoints.openai.chat import batch_chat_completion
+from api.endpoints.openai.completions import batch_completion
+from api.endpoints.openai.context import OpenAIContext
 from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.tool_formats import (
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
@@ -43,16 +44,6 @@ from api.chat.tool_formats import (
     parse_tool_call_block,
     random_string,
 )
-from scheduler.contract.errors import InvalidRequest
-
-REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
-
-_REASONING_TAGS = (
-    ("[THINK]", "[/THINK]"),
-    ("<|START_THINKING|>", "<|END_THINKING|>"),
-    ("<seed:think>", "</seed:think>"),
-)
-_DEFAULT_REASONING_TAGS = ("<think>", "</think>")
 
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 PYTHON_TAG = "<|python_tag|>"
@@ -67,60 +58,6 @@ _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, parse_deepseek_calls),
 }
 _MARKERS = (*_BLOCKS, MISTRAL_TOOL_CALLS, PYTHON_TAG)
-
-
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # JSON text
-
-
-@dataclass
-class ToolCallDelta:
-    """One entry of an OpenAI stream chunk's `delta.tool_calls`: the first delta of a call has
-    `index`, `id`, `name` and `arguments == ""`; later ones carry only `index` and arguments."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-@dataclass
-class ChatMessage:
-    content: str = ""
-    reasoning_content: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-
-
-@dataclass
-class ChatDelta:
-    content: str = ""
-    reasoning_content: str = ""
-    tool_calls: list[ToolCallDelta] = field(default_factory=list)
-
-
-def check_reasoning_format(name: str) -> str:
-    """The reasoning format, or InvalidRequest in llama.cpp's words."""
-    if name not in REASONING_FORMATS:
-        raise InvalidRequest(f"Unknown reasoning format: {name}")
-    return name
-
-
-def reasoning_tags(template_source: str = "") -> tuple[str, str]:
-    """The (start, end) thinking tags a template's models write."""
-    for start, end in _REASONING_TAGS:
-        if start in template_source:
-            return start, end
-    return _DEFAULT_REASONING_TAGS
-
-
-def prompt_opens_thinking(prompt: str, template_source: str = "") -> bool:
-    """Whether a rendered prompt ends inside a think block (DeepSeek-R1, Qwen3 …): the value
-    for `ChatOutputParser(thinking_forced_open=...)`."""
-    start, _ = reasoning_tags(template_source)
-    return prompt.rstrip(WHITESPACE).endswith(start)
 
 
 def _partial_suffix(text: str, start: int, markers: Collection[str]) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from api.chat.message import ChatMessage
 from api.chat.messages import (
     ToolChoice,
     tool_names,
@@ -22,8 +23,9 @@ from api.chat.messages import (
     validate_tool_choice,
     validate_tools,
 )
-from api.chat.parsing import ChatMessage, ChatOutputParser, prompt_opens_thinking
+from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
+from api.chat.reasoning_tags import prompt_opens_thinking
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.settings import ApiSettings

@@ -3,7 +3,7 @@ and /v1/chat/completions/control."""
 
 from __future__ import annotations
 
-from api.chat.parsing import prompt_opens_thinking, reasoning_tags
+from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from scheduler.contract.jobs import ReasoningSpec
 
 

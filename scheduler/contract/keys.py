@@ -166,7 +166,7 @@ model_remove, models_reload), published by whichever process saw it, relayed by 
 # record and progress live here (scheduler/batches.py).
 def batch_queue(model_id: str) -> str:
     """arq queue of batch lines: a worker takes them only when it has room that online jobs
-    do not need (worker/arq_worker.py RoomGate)."""
+    do not need (worker/process/arq_worker.py RoomGate)."""
     return f"{PREFIX}:queue:{model_id}:batch"
 
 

@@ -88,6 +88,7 @@ def test_apply_template_media_needs_a_projector(api: str) -> None:
     assert response.json()["error"]["type"] == "server_error"
 
 
+@pytest.mark.process
 def test_unknown_chat_template_stops_the_api() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "llamaq", "api", "--port", str(free_port()),

@@ -23,6 +23,8 @@ from tests.conftest import make_fleet
 from tests.processes import Fleet, wait_until
 from tests.redis_server import RestartableRedis, SentinelGroup
 
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
+
 WORKER = ("-c", "6144", "-np", "3", "-t", "2")
 PUBSUB_LIMIT = ("--client-output-buffer-limit", "pubsub 1mb 256kb 10")
 SLOW_PROMPT = "word " * 400

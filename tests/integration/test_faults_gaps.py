@@ -26,10 +26,12 @@ from tests.conftest import make_fleet
 from tests.faults import start_streams
 from tests.processes import Fleet, start_redis, wait_until
 
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
+
 ONE_SLOT = ("-c", "1024", "-np", "1", "-t", "1")
 HOUR_S = 3600
 KEPT = {keys.EPOCH}
-"""Keys the README's table says are kept without a TTL (besides per-model ones)."""
+"""Keys docs/redis-keys.md says are kept without a TTL (besides per-model ones)."""
 
 
 @pytest.fixture
@@ -42,8 +44,9 @@ def own_redis(tmp_path: Path) -> Iterator[str]:
 
 
 def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str, int]:
-    """Keys that would outlive an hour: no TTL or a TTL above one hour (those the README keeps
-    on purpose excepted: the epoch, a model's counters and registry, live workers' entries)."""
+    """Keys that would outlive an hour: no TTL or a TTL above one hour (those
+    docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters and registry,
+    live workers' entries)."""
     kept = KEPT | {keys.model_counters(model), keys.model_workers(model)}
     found: dict[str, int] = {}
     for raw in client.scan_iter(count=1000):
@@ -56,7 +59,7 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
     return found
 
 
-TABLE = re.compile("|".join([  # the README's table "Redis keys and their lifetimes"
+TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)", r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?", r"llamaq:model:[^:]+:(workers|counters)",
@@ -64,7 +67,7 @@ TABLE = re.compile("|".join([  # the README's table "Redis keys and their lifeti
 
 
 def unlisted_keys(client: Any) -> list[str]:
-    """Keys the README's table does not name."""
+    """Keys docs/redis-keys.md does not name."""
     return [k.decode() for k in client.scan_iter(count=1000) if not TABLE.fullmatch(k.decode())]
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 from arq.constants import in_progress_key_prefix
 
@@ -280,6 +281,7 @@ def test_a_full_queue_refuses_at_once_with_retry_after(redis_url: str, workdir: 
         fleet.stop()
 
 
+@pytest.mark.process
 def test_llamaq_up_supervises_and_stops_whole(tmp_path: Path, gemma_path: Path) -> None:
     """A killed worker is restarted (api and Redis stay up); SIGTERM stops everything `up`
     started; so does SIGKILL of `up` itself (its children notice)."""

@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 from typing import cast
 
+import pytest
 import redis
 
 from scheduler.contract import keys
 from tests.processes import free_port
+
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
 
 
 def health(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,8 @@ import pytest
 from tests.processes import Fleet, start_redis, wait_until
 from tests.tiny_gguf import write_tiny_llama
 
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
+
 WORKER = ("-c", "512", "-np", "1", "-t", "1", "--no-warmup")
 LOAD_S = 180
 

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.processes import free_port, wait_until
+
+pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
 
 
 def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(

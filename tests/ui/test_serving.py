@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import make_fleet
 
@@ -130,6 +131,7 @@ def test_ui_config_defaults_in_props(redis_url: str, workdir: Path, gemma_path: 
         fleet.stop()
 
 
+@pytest.mark.process
 def test_bad_ui_config_stops_the_start(tmp_path: Path) -> None:
     for args, message in (
         (["--ui-config", "{nope"], "--ui-config is not valid JSON"),

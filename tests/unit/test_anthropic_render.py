@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from api.chat.parsing import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
-from api.render_anthropic import MessageStream, message_json, sse_error, sse_events
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.endpoints.anthropic.render import MessageStream, message_json, sse_error, sse_events
 from scheduler.contract.errors import ServerError
 from scheduler.contract.results import CompletionResult, Timings
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.chat.messages import ToolChoice
-from api.wire.anthropic import MessagesRequest, normalize_billing_header
+from api.endpoints.anthropic.protocol import MessagesRequest, normalize_billing_header
 from scheduler.contract.errors import ServerError
 
 

@@ -69,7 +69,7 @@ def test_plan_cuts_lines_into_chunks() -> None:
 def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
     from api.batch import embeddings
     from api.batch.input import BatchLine
-    from api.wire.embeddings import embedding_request
+    from api.endpoints.embeddings.protocol import embedding_request
 
     monkeypatch.setattr(embeddings, "MAX_JOB_INPUTS", 4)
 

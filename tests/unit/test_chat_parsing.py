@@ -8,16 +8,10 @@ import time
 
 import pytest
 
+from api.chat.message import ChatDelta, ChatMessage, ToolCallDelta
 from api.chat.messages import validate_tools
-from api.chat.parsing import (
-    ChatDelta,
-    ChatMessage,
-    ChatOutputParser,
-    ToolCallDelta,
-    check_reasoning_format,
-    prompt_opens_thinking,
-    reasoning_tags,
-)
+from api.chat.parsing import ChatOutputParser
+from api.chat.reasoning_tags import check_reasoning_format, prompt_opens_thinking, reasoning_tags
 from api.chat.tool_formats import JsonScanner, random_string
 from api.chat.tool_grammar import tool_call_grammar
 from scheduler.contract.errors import InvalidRequest
@@ -51,7 +45,7 @@ def assemble(deltas: list[ChatDelta]) -> ChatMessage:
                 assert tc.name is None
                 built[tc.index][2] += tc.arguments
     assert sorted(built) == list(range(len(built)))
-    from api.chat.parsing import ToolCall
+    from api.chat.message import ToolCall
 
     return ChatMessage(
         content=content,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from api.render import model_card, verbose_partial_json
-from api.routes.predict import VertexSettings, request_format
+from api.endpoints.native.render import model_card, verbose_partial_json
+from api.endpoints.vertex.api_router import VertexSettings, request_format
 from api.settings import ApiSettings
 from llamaq.processes import listen_hosts
 from scheduler.contract.results import PromptProgress, Timings, TokenEvent

@@ -15,9 +15,9 @@ import pytest
 from pydantic import ValidationError
 
 from api.chat.templates import ChatTemplate
-from api.decision_prompt import decision_job
-from api.render_decisions import choice_confidence, score_confidence, systemone_json
-from api.wire.systemone import SystemOneRequest
+from api.endpoints.systemone.prompt import decision_job
+from api.endpoints.systemone.protocol import SystemOneRequest
+from api.endpoints.systemone.render import choice_confidence, score_confidence, systemone_json
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest
 from scheduler.contract.jobs import DecisionJob, DecisionQuestion, JobKind, parse_job
 from scheduler.contract.kinds import queue_for

@@ -1,12 +1,20 @@
-"""Reading embedding and rerank bodies as llama-server reads them (api/wire/embeddings.py),
-and the embedder's normalization (llama.cpp's common_embd_normalize)."""
+"""Reading embedding and rerank bodies as llama-server reads them
+(api/endpoints/embeddings/protocol.py), and the embedder's normalization (llama.cpp's
+common_embd_normalize)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from api.wire.embeddings import embedding_request, read_inputs, rerank_request
+from api.endpoints.embeddings.protocol import (
+    EmbeddingsRequest,
+    embedding_request,
+    read_inputs,
+    rerank_request,
+)
 from scheduler.contract.errors import InvalidRequest
 
 
@@ -68,3 +76,50 @@ def test_normalize_is_llama_cpps(norm: int) -> None:
         total = np.sum(np.abs(values) ** norm) ** (1 / norm)
     assert got.dtype == np.float32
     assert np.allclose(got, values / total, rtol=1e-6)
+
+
+EMBEDDING_BODIES = [
+    {"input": "a"}, {"input": ["a", "b"]}, {"input": [1, 2, "x"]},
+    {"input": [[1, 2], "a", {"content": [{"type": "text", "text": "hi"}, {"text": 5}]}]},
+    {"content": {"prompt_string": [1, "a"]}}, {"input": {"prompt_string": {"prompt_string": "x"}}},
+    {"input": "a", "encoding_format": "base64", "embd_normalize": 2, "model": {"x": 1},
+     "extra": 1, "dimensions": None},
+    {"input": [{"content": []}]},
+]
+REFUSED_BODIES = [
+    {"input": [True]}, {"input": None}, {"embd_normalize": True, "input": "a"},
+    {"input": "a", "dimensions": 3}, {"input": []}, {"x": 1},
+    {"input": {"prompt_string": "a", "multimodal_data": 1}}, {"input": 1.5},
+    {"input": "a", "encoding_format": None},
+]
+
+
+@pytest.mark.parametrize("body", EMBEDDING_BODIES)
+def test_the_typed_model_reads_what_llama_server_reads(body: dict[str, Any]) -> None:
+    for oai_route in (False, True):
+        typed = EmbeddingsRequest.model_validate(body).read(oai_route)
+        assert typed == embedding_request(body, oai_route)
+
+
+@pytest.mark.parametrize("body", REFUSED_BODIES)
+def test_the_typed_model_refuses_with_llama_servers_messages(body: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest) as by_hand:
+        embedding_request(body, True)
+    with pytest.raises(InvalidRequest) as typed:
+        EmbeddingsRequest.model_validate(body)
+    assert str(typed.value) == str(by_hand.value)
+
+
+def test_openapi_describes_the_embedding_bodies() -> None:
+    from api.app import create_app
+    from api.endpoints.openapi.api_router import openapi_document
+    from api.settings import ApiSettings
+
+    app = create_app(ApiSettings.from_args([], environ={}), "redis://127.0.0.1:1/0",
+                     name="llamaq-openapi-test")
+    document = openapi_document(app)
+    for path in ("/embedding", "/embeddings", "/v1/embeddings"):
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"]["$ref"] == "#/components/schemas/EmbeddingsRequest"
+    fields = document["components"]["schemas"]["EmbeddingsRequest"]["properties"]
+    assert {"input", "content", "encoding_format", "embd_normalize"} <= set(fields)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process  # runs python itself (tests/lanes.py)
+
 CODE = """
 import sys
 sys.modules["llama_cpp"] = None  # any import of llama_cpp now raises ImportError
-import api.app, api.routes.native, api.wire.native, api.render, scheduler.client
+import api.app, api.endpoints.native.api_router, api.endpoints.native.render, scheduler.client
 from api.settings import ApiSettings
 app = api.app.create_app(ApiSettings.from_args([], environ={}), "redis://127.0.0.1:1/0")
 assert "llama_cpp" not in [m for m in sys.modules if sys.modules[m] is not None]

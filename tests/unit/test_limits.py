@@ -1,5 +1,4 @@
-"""The limits table (scheduler/contract/limits.py) and the body reader's guards
-(api/wire/body.py)."""
+
 
 from __future__ import annotations
 
@@ -8,8 +7,8 @@ import time
 
 import pytest
 
-from api.wire.body import load_json
-from api.wire.native import CompletionRequest
+from api.body import load_json
+from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, SamplingParams

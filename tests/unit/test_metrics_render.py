@@ -3,7 +3,7 @@ Prometheus text (read with prometheus_client's parser)."""
 
 from __future__ import annotations
 
-from api.metrics import render_metrics
+from api.endpoints.monitor.metrics import render_metrics
 from scheduler.registry import WorkerMetrics
 from tests.metrics_text import series
 
@@ -36,7 +36,7 @@ def test_sums_over_workers_and_averages() -> None:
 
 
 def test_llamaqs_own_queue_series() -> None:
-    from api.metrics import QueueStats
+    from api.endpoints.monitor.metrics import QueueStats
 
     text = render_metrics([WorkerMetrics(requests_deferred=1)],
                           QueueStats(depth=3, oldest_s=1.5, retried=2, failed={"poison": 1}))

@@ -39,6 +39,7 @@ def gguf_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.process
 def test_models_push_uploads_with_checksum(tmp_path: Path) -> None:
     model = gguf_file(tmp_path)
     store_dir = tmp_path / "store"
@@ -57,6 +58,7 @@ def test_models_push_uploads_with_checksum(tmp_path: Path) -> None:
         ModelFiles(store, tmp_path / "other-cache").resolve("team/m.gguf")
 
 
+@pytest.mark.process
 def test_models_push_refuses_what_is_not_a_gguf(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("hello")

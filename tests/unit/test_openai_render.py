@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.messages import ToolChoice, validate_tools
-from api.chat.parsing import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.prepare import PreparedChat
 from api.chat.templates import ChatTemplate
-from api.render_openai import (
+from api.endpoints.openai.chat import ChatPlan, ChatStream
+from api.endpoints.openai.protocol import ChatCompletionRequest
+from api.endpoints.openai.render import (
     Envelope,
     ResponseEvents,
     chat_completion_json,
@@ -26,8 +28,6 @@ from api.render_openai import (
     text_completion_json,
     usage_json,
 )
-from api.routes.openai_chat import ChatPlan, ChatStream
-from api.wire.openai import ChatCompletionRequest
 from scheduler.contract.results import (
     Candidate,
     CompletionResult,

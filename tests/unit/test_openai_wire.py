@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from api.settings import REASONING_FORMATS
-from api.wire.openai import (
+from api.endpoints.openai.protocol import (
     ChatCompletionRequest,
     ControlRequest,
     OpenAICompletionRequest,
@@ -17,6 +16,7 @@ from api.wire.openai import (
     responses_to_chat,
     schema_of_response_format,
 )
+from api.settings import REASONING_FORMATS
 from scheduler.contract.errors import InvalidRequest
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.render import partial_json
+from api.endpoints.native.render import partial_json
 from scheduler.contract.results import Timings, TokenEvent
 
 

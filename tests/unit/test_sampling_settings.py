@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from api.wire.native import CompletionRequest
+from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract.jobs import SamplingParams, SamplingSettings
 from scheduler.contract.results import REPORT_ORDER, GenerationSettings, TokenBias
 from worker.sampling import resolve_sampling

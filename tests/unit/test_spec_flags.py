@@ -172,6 +172,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["api", "-c", "4096"],
     ["worker", "--api-key", "k"],
 ])
+@pytest.mark.process
 def test_every_role_exits_2_before_loading_anything(argv: list[str]) -> None:
     done = run_llamaq(*argv)
     assert done.returncode == 2, done.stderr
@@ -180,6 +181,7 @@ def test_every_role_exits_2_before_loading_anything(argv: list[str]) -> None:
     assert flag in done.stderr
 
 
+@pytest.mark.process
 def test_a_flag_of_another_role_is_named_as_such() -> None:
     done = run_llamaq("api", "-c", "4096")
     assert "-c is a flag of `llamaq worker`" in done.stderr
@@ -192,6 +194,7 @@ def test_short_flags_are_not_prefixes(capsys: pytest.CaptureFixture[str]) -> Non
     assert "unrecognized arguments: -c 4096" in err and "ambiguous" not in err
 
 
+@pytest.mark.process
 def test_llamaq_flags_prints_the_three_lists() -> None:
     done = run_llamaq("flags")
     assert done.returncode == 0
@@ -207,12 +210,14 @@ def test_llamaq_flags_prints_the_three_lists() -> None:
     assert render() == out.rstrip("\n")
 
 
+@pytest.mark.process
 def test_version_and_usage() -> None:
     done = run_llamaq("api", "--version")
     assert done.returncode == 0 and done.stdout.startswith("llamaq ")
     assert run_llamaq("worker", "--usage").returncode == 0
 
 
+@pytest.mark.process
 def test_priority_and_log_flags_take_effect() -> None:
     script = ("import logging, os, sys\n"
               "from llamaq.logs import prepare_process\n"

@@ -19,6 +19,7 @@ def test_exit_reasons() -> None:
     assert exit_reason(3) == "exit status 3"
 
 
+@pytest.mark.process
 def test_a_dead_worker_is_restarted_with_backoff(caplog: pytest.LogCaptureFixture) -> None:
     supervisor = Supervisor(drain_timeout_s=1)
     api = supervisor.start("api", SLEEPER, dict(os.environ))
@@ -42,6 +43,7 @@ def test_a_dead_worker_is_restarted_with_backoff(caplog: pytest.LogCaptureFixtur
     assert api.process.poll() is not None and worker.process.poll() is not None
 
 
+@pytest.mark.process
 def test_a_dead_api_stops_everything() -> None:
     supervisor = Supervisor(drain_timeout_s=1)
     api = supervisor.start("api", [sys.executable, "-c", "raise SystemExit(2)"],

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from worker.textstream import TextStream
 
 
@@ -12,6 +14,7 @@ def feed(stream: TextStream, pieces: list[bytes]) -> list[str]:
     return [stream.push(p) for p in pieces]
 
 
+@pytest.mark.process
 def test_textstream_and_slots_import_without_llama_cpp() -> None:
     code = (
         "import sys\n"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from api.wire.native import SAMPLING_FIELDS, CompletionRequest
+from api.endpoints.native.protocol import SAMPLING_FIELDS, CompletionRequest
 from scheduler.contract.errors import InvalidRequest, NotSupported
 from scheduler.contract.jobs import SamplingParams
 

@@ -1,0 +1,38 @@
+"""A chat answer as the parsers hand it over (api/chat/parsing.py): the whole message, or the
+deltas of a stream (they add up to the message); the renderers of each API shape it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+
+@dataclass
+class ToolCallDelta:
+    """One entry of an OpenAI stream chunk's `delta.tool_calls`: the first delta of a call has
+    `index`, `id`, `name` and `arguments == ""`; later ones carry only `index` and arguments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class ChatMessage:
+    content: str = ""
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass
+class ChatDelta:
+    content: str = ""
+    reasoning_content: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)

@@ -1,0 +1,39 @@
+"""The thinking block's tags and the reasoning formats (llama-server's --reasoning-format):
+which tags a template's models write, and whether a rendered prompt already opened the
+block."""
+
+from __future__ import annotations
+
+from api.chat.tool_formats import WHITESPACE
+from scheduler.contract.errors import InvalidRequest
+
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+_REASONING_TAGS = (
+    ("[THINK]", "[/THINK]"),
+    ("<|START_THINKING|>", "<|END_THINKING|>"),
+    ("<seed:think>", "</seed:think>"),
+)
+_DEFAULT_REASONING_TAGS = ("<think>", "</think>")
+
+
+def check_reasoning_format(name: str) -> str:
+    """The reasoning format, or InvalidRequest in llama.cpp's words."""
+    if name not in REASONING_FORMATS:
+        raise InvalidRequest(f"Unknown reasoning format: {name}")
+    return name
+
+
+def reasoning_tags(template_source: str = "") -> tuple[str, str]:
+    """The (start, end) thinking tags a template's models write."""
+    for start, end in _REASONING_TAGS:
+        if start in template_source:
+            return start, end
+    return _DEFAULT_REASONING_TAGS
+
+
+def prompt_opens_thinking(prompt: str, template_source: str = "") -> bool:
+    """Whether a rendered prompt ends inside a think block (DeepSeek-R1, Qwen3 …): the value
+    for `ChatOutputParser(thinking_forced_open=...)`."""
+    start, _ = reasoning_tags(template_source)
+    return prompt.rstrip(WHITESPACE).endswith(start)

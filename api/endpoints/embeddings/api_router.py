@@ -1,0 +1,58 @@
+"""/embedding, /embeddings, /v1/embeddings and /rerank (with /reranking, /v1/rerank,
+/v1/reranking): one job per request, all its inputs in it, on the model's embedding workers.
+
+A model serves what its workers were started for (scheduler/registry.py
+WorkerInfo.capabilities): embeddings on a completion model, or a rerank on a model without rank
+pooling, is llama-server's 501."""
+
+from __future__ import annotations
+
+from sanic import Request
+from sanic.response import HTTPResponse, json
+
+from api.body import json_body, parse_body
+from api.endpoints.embeddings.protocol import EmbeddingsRequest, rerank_request
+from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json, rerank_json
+from api.fleet import Fleet
+from api.router import request_model
+from api.routing import Routes
+from scheduler.contract.errors import InvalidRequest
+
+routes = Routes("embeddings")
+
+
+async def _embeddings(request: Request, oai_route: bool) -> HTTPResponse:
+    fleet: Fleet = request.app.ctx.fleet
+    model_id = request_model(request)
+    worker = await fleet.placement.serving(model_id, "embedding")
+    if oai_route and worker.pooling == "none":
+        raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a "
+                             "different pooling type")
+    body = parse_body(request, EmbeddingsRequest).read(oai_route)
+    result = await fleet.jobs.run_embedding(body.to_job(model_id))
+    if not body.oai:
+        return json(native_embeddings_json(result))
+    model = body.model if isinstance(body.model, str) else model_id
+    return json(oai_embeddings_json(result, model, body.base64))
+
+
+@routes.post("/embedding", "/embeddings", body=EmbeddingsRequest)
+async def native_embeddings(request: Request) -> HTTPResponse:
+    return await _embeddings(request, oai_route=False)
+
+
+@routes.post("/v1/embeddings", body=EmbeddingsRequest)
+async def oai_embeddings(request: Request) -> HTTPResponse:
+    return await _embeddings(request, oai_route=True)
+
+
+@routes.post("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+async def rerank(request: Request) -> HTTPResponse:
+    fleet: Fleet = request.app.ctx.fleet
+    model_id = request_model(request)
+    await fleet.placement.serving(model_id, "rerank")
+    body = rerank_request(json_body(request))
+    result = await fleet.jobs.run_rerank(body.to_job(model_id))
+    model = body.model if isinstance(body.model, str) else model_id
+    return json(rerank_json(result, model, body.documents, body.top_n, body.tei,
+                            body.return_text))

@@ -1,0 +1,221 @@
+"""The bodies of /embedding, /embeddings, /v1/embeddings and /rerank (and its aliases), read as
+llama-server reads them (server-context.cpp handle_embeddings_impl and post_rerank,
+server-common.cpp tokenize_input_prompts), into jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
+
+REFUSED_FIELDS = {"dimensions": "\"dimensions\" is not supported: the model's embeddings have "
+                                "one size"}
+ELEMENT_SHAPES = ("\"prompt\" elements must be a string, a list of tokens, a JSON object "
+                  "containing a prompt string, or a list of mixed strings & tokens.")
+
+
+@dataclass
+class EmbeddingRequest:
+    inputs: list[EmbeddingInput]
+    oai: bool
+    """/v1/embeddings with `input` (OpenAI's shape); `content` always answers natively."""
+    base64: bool
+    embd_normalize: int | None
+    model: Any
+
+    def to_job(self, model_id: str) -> EmbeddingJob:
+        return EmbeddingJob(model=model_id, inputs=self.inputs,
+                            embd_normalize=self.embd_normalize)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _element(value: Any) -> EmbeddingInput:
+    """One input: a string, token ids, token ids mixed with strings, {"prompt_string": …} or
+    OpenAI's {"content": [{"type": "text", "text": …}, …]}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) or _is_int(v) for v in value):
+        return list(value)
+    if isinstance(value, dict):
+        if "content" in value:
+            return _content_text(value["content"])
+        if "prompt_string" in value:
+            if "multimodal_data" in value:
+                raise InvalidRequest("Multimodal data provided, but model does not support "
+                                     "multimodal requests.")
+            return _element(value["prompt_string"])
+    raise InvalidRequest(ELEMENT_SHAPES)
+
+
+def _content_text(content: Any) -> str:
+    if not isinstance(content, list):
+        raise InvalidRequest("\"content\" must be an array")
+    text = ""
+    for part in content:
+        if not isinstance(part, dict):
+            raise InvalidRequest("\"content\" parts must be objects")
+        if part.get("type", "text") != "text":
+            raise InvalidRequest(f"{part.get('type')!r} content is not supported: this model "
+                                 "has no multimodal projector")
+        value = part.get("text", "")
+        text += value if isinstance(value, str) else ""
+    return text
+
+
+def read_inputs(prompt: Any) -> list[EmbeddingInput]:
+    """An array with no integer in it holds one input per element; anything else is one
+    input."""
+    if isinstance(prompt, list) and not any(_is_int(v) for v in prompt):
+        return [_element(p) for p in prompt]
+    return [_element(prompt)]
+
+
+def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest:
+    for name, why in REFUSED_FIELDS.items():
+        if body.get(name) is not None:
+            raise InvalidRequest(why)
+    oai = oai_route
+    if "input" in body:
+        prompt = body["input"]
+    elif "content" in body:
+        oai = False  # "content" is not OpenAI's: native answer
+        prompt = body["content"]
+    else:
+        raise InvalidRequest("\"input\" or \"content\" must be provided")
+    use_base64 = False
+    if "encoding_format" in body:
+        encoding = body["encoding_format"]
+        if encoding == "base64":
+            use_base64 = True
+        elif encoding != "float":
+            raise InvalidRequest("The format to return the embeddings in. Can be either float "
+                                 "or base64")
+    inputs = read_inputs(prompt)
+    if not inputs:
+        raise InvalidRequest("\"input\" must not be empty")
+    _check_count(len(inputs), "inputs")
+    normalize = body.get("embd_normalize")
+    if normalize is not None and not _is_int(normalize):
+        raise InvalidRequest("\"embd_normalize\" must be an integer")
+    return EmbeddingRequest(inputs, oai, use_base64, normalize, body.get("model"))
+
+
+class TextPart(BaseModel):
+    """A part of OpenAI's `content` array: only text (no multimodal projector is loaded)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"] = "text"
+    text: Any = ""
+    """A string (anything else reads as no text)."""
+
+
+class ContentInput(BaseModel):
+    """OpenAI's `{"content": [{"type": "text", "text": ...}, ...]}`: its texts, joined."""
+
+    model_config = ConfigDict(extra="allow")
+
+    content: list[TextPart]
+
+
+class PromptInput(BaseModel):
+    """llama-server's `{"prompt_string": ...}` (multimodal_data is refused)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt_string: EmbeddingElement
+
+
+EmbeddingElement = str | list[StrictInt | str] | ContentInput | PromptInput
+"""One input: a string, token ids (mixed with strings), or one of the objects."""
+EmbeddingPrompt = Annotated[
+    EmbeddingElement | list[EmbeddingElement],
+    Field(description="one input, or an array of inputs (an array with an integer in it is "
+                      "one input of token ids)")]
+PromptInput.model_rebuild()
+
+
+class EmbeddingsRequest(BaseModel):
+    """The body of /embedding, /embeddings and /v1/embeddings, as llama-server reads it: the
+    checks of `embedding_request` run first (their messages are llama-server's), then the
+    fields are these."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input: EmbeddingPrompt | None = None
+    content: EmbeddingPrompt | None = Field(
+        None, description="llama-server's own name for the input: answered natively")
+    encoding_format: Literal["float", "base64"] | None = None
+    embd_normalize: StrictInt | None = Field(
+        None, description="-1: none, 0: max absolute int16, 1: taxicab, 2: euclidean (the "
+                          "default), >2: p-norm")
+    model: Any = None
+    dimensions: None = Field(None, description="not supported: the model's embeddings have "
+                                               "one size")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_llama_server_reads_it(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            embedding_request(data, oai_route=False)  # raises InvalidRequest as it does
+        return data
+
+    def read(self, oai_route: bool) -> EmbeddingRequest:
+        """The inputs and options of this body; `oai_route`: it came to /v1/embeddings."""
+        return embedding_request(self.model_dump(exclude_unset=True), oai_route)
+
+
+@dataclass
+class RerankRequest:
+    query: str
+    documents: list[str]
+    top_n: int
+    tei: bool
+    """TEI's shape (`texts` in the body): a bare array of {index, score[, text]}."""
+    return_text: bool
+    model: Any
+
+    def to_job(self, model_id: str) -> RerankJob:
+        return RerankJob(model=model_id, query=self.query, documents=self.documents)
+
+
+def _check_count(count: int, what: str) -> None:
+    if count > limits.MAX_EMBEDDING_INPUTS:
+        raise InvalidRequest(f"Too many {what}: {count} (at most {limits.MAX_EMBEDDING_INPUTS} "
+                             "per request; use the Batch API for more)")
+
+
+def _strings(value: Any) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def rerank_request(body: dict[str, Any]) -> RerankRequest:
+    if "query" not in body:
+        raise InvalidRequest("\"query\" must be provided")
+    query = body["query"]
+    if not isinstance(query, str):
+        raise InvalidRequest("\"query\" must be a string")
+    documents = _strings(body.get("documents"))
+    if documents is None:
+        documents = _strings(body.get("texts")) or []
+    if not documents:
+        raise InvalidRequest("\"documents\" must be a non-empty string array")
+    _check_count(len(documents), "documents")
+    top_n = body.get("top_n", len(documents))
+    if not _is_int(top_n):
+        top_n = len(documents)  # llama-server's json_value: a wrong type reads as the default
+    if top_n < 0:
+        raise InvalidRequest("\"top_n\" must not be negative")
+    tei = "texts" in body
+    return_text = tei and body.get("return_text") is True
+    return RerankRequest(query, documents, top_n, tei, return_text, body.get("model"))

@@ -1,0 +1,153 @@
+
+"""The OpenAI Files API (ours: llama-server has none), for batch input and output files:
+`POST /v1/files`, `GET /v1/files`, `GET /v1/files/{id}`, `GET /v1/files/{id}/content`,
+`DELETE /v1/files/{id}`. Files live in the object store (storage/files.py), never in Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sanic import Request
+from sanic.response import HTTPResponse, json
+
+from api.routing import Routes
+from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
+from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
+from storage import ObjectNotFound
+from storage.files import FileStore, StoredFile
+
+routes = Routes("files")
+
+
+def refuse_on_a_router(request: Request) -> None:
+    """A batch runs on the model of the pod that took it (api/batch/driver.py), and a router pod
+    has none: refused by name rather than accepted and never run."""
+    if request.app.ctx.settings.router_mode():
+        raise NotSupported("the Files and Batch API (/v1/files, /v1/batches) is not served in "
+                           "router mode: send it to an api pod started with a model (-m)")
+
+
+routes.blueprint.on_request(refuse_on_a_router)
+
+UPLOAD_LIMIT = MAX_INPUT_BYTES + (1 << 20)
+"""A multipart body: the file (200 MB, OpenAI's limit for batch input) and the form around it."""
+PURPOSES = ("batch",)
+CONTENT_PART = 1 << 20
+T = TypeVar("T")
+
+
+def file_store(request: Request) -> FileStore:
+    return FileStore(request.app.ctx.store)
+
+
+async def in_thread(call: Callable[[], T], missing: str) -> T:
+    """A store call off the event loop; a missing object is the API's 404."""
+    try:
+        return await asyncio.to_thread(call)
+    except ObjectNotFound:
+        raise NotFound(f"No such File object: {missing}") from None
+
+
+async def _read_body(request: Request) -> None:
+    """The upload streams in (this route lifts the server's body limit) up to UPLOAD_LIMIT."""
+    body = bytearray()
+    while True:
+        part = await request.stream.read()  # type: ignore[union-attr]
+        if part is None:
+            break
+        body += part
+        if len(body) > UPLOAD_LIMIT:
+            raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit "
+                                 "of a batch input file")
+    request.body = bytes(body)
+
+
+@routes.post("/v1/files", name="upload_file", stream=True)
+async def upload_file(request: Request) -> HTTPResponse:
+    await _read_body(request)
+    if not (request.content_type or "").startswith("multipart/form-data"):
+        raise InvalidRequest("The body must be multipart/form-data with `file` and `purpose`")
+    form: dict[str, Any] = dict(request.form or {})
+    uploads: dict[str, Any] = dict(request.files or {})
+    purpose = (form.get("purpose") or [None])[0]
+    if purpose is None:
+        raise InvalidRequest("Missing required parameter: 'purpose'")
+    if purpose not in PURPOSES:
+        raise InvalidRequest(f"purpose {purpose!r} is not supported; llamaq accepts files "
+                             "for: " + ", ".join(PURPOSES))
+    unknown = sorted(set(form) - {"purpose"})
+    if unknown:
+        raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
+    upload = (uploads.get("file") or [None])[0]
+    if upload is None:
+        raise InvalidRequest("Missing required parameter: 'file'")
+    if len(upload.body) > MAX_INPUT_BYTES:
+        raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
+                             "a batch input file")
+    meta = StoredFile(id=new_file_id(), bytes=len(upload.body), created_at=now(),
+                      filename=upload.name or "upload.jsonl", purpose=purpose)
+    store = file_store(request)
+    await asyncio.to_thread(store.put, meta, upload.body)
+    return json(meta.model_dump())
+
+
+@routes.get("/v1/files", name="list_files")
+async def list_files(request: Request) -> HTTPResponse:
+    purpose = request.args.get("purpose")
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("order must be 'asc' or 'desc'")
+    try:
+        limit = int(request.args.get("limit", "10000"))
+    except ValueError:
+        raise InvalidRequest("limit must be an integer") from None
+    if not 1 <= limit <= 10000:
+        raise InvalidRequest("limit must be between 1 and 10000")
+    found = await asyncio.to_thread(file_store(request).list)
+    found = [f for f in found if purpose is None or f.purpose == purpose]
+    found.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
+    after = request.args.get("after")
+    if after:
+        ids = [f.id for f in found]
+        if after not in ids:
+            raise NotFound(f"No such File object: {after}")
+        found = found[ids.index(after) + 1:]
+    page = found[:limit]
+    return json({"object": "list", "data": [f.model_dump() for f in page],
+                 "first_id": page[0].id if page else None,
+                 "last_id": page[-1].id if page else None, "has_more": len(found) > limit})
+
+
+@routes.get("/v1/files/<file_id:str>", name="get_file")
+async def get_file(request: Request, file_id: str) -> HTTPResponse:
+    store = file_store(request)
+    meta = await in_thread(lambda: store.meta(file_id), file_id)
+    return json(meta.model_dump())
+
+
+@routes.get("/v1/files/<file_id:str>/content", name="get_file_content")
+async def get_file_content(request: Request, file_id: str) -> None:
+    """Streamed from a local copy: an output file (20,000 embeddings are ~150 MB) is never
+    held in memory."""
+    store = file_store(request)
+    with tempfile.TemporaryDirectory(prefix="llamaq-file-") as folder:
+        path = Path(folder) / "content"
+        await in_thread(lambda: store.content_to(file_id, path), file_id)
+        response = await request.respond(content_type="application/octet-stream")
+        with path.open("rb") as content:
+            while part := await asyncio.to_thread(content.read, CONTENT_PART):
+                await response.send(part)
+        await response.eof()
+
+
+@routes.delete("/v1/files/<file_id:str>", name="delete_file")
+async def delete_file(request: Request, file_id: str) -> HTTPResponse:
+    store = file_store(request)
+    await in_thread(lambda: store.delete(file_id), file_id)
+    return json({"id": file_id, "object": "file", "deleted": True})
+
+

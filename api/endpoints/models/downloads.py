@@ -1,0 +1,200 @@
+"""`POST /models` (download a Hugging Face model, with its sidecars, into the fleet's object
+store, in the background) and `DELETE /models` (drop a downloaded model or one sidecar).
+
+The pod that takes the POST downloads: progress goes to Redis (any pod lists the model as
+`downloading`, then `incomplete` if it stops unfinished) and to the models channel as the
+spec's download_progress / download_finished / download_failed events. Posting an incomplete
+model again resumes it from the partial files on disk (those of the pod that downloaded it:
+another pod starts the files it lacks from scratch)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from pydantic import BaseModel, ConfigDict, Field
+from sanic import Request, Sanic
+from sanic.response import HTTPResponse, json
+
+from api.body import parse_body
+from api.routing import Routes
+from api.settings import ApiSettings
+from scheduler.contract.errors import InvalidRequest, NotFound
+from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
+from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageError, open_store
+from storage.hf import (
+    SIDECAR_KEYWORDS,
+    HubClient,
+    hub_endpoint,
+    is_model_file,
+    pick_model,
+    pick_sidecar,
+    split_parts,
+    split_repo_tag,
+)
+from storage.models import MODELS_PREFIX, hf_store_prefix
+from storage.progress import DownloadListener
+
+log = logging.getLogger(__name__)
+
+routes = Routes("model_files")
+
+STOP_WAIT_S = 30.0
+"""How long DELETE waits for a running download of the model to stop."""
+
+
+class DownloadRequest(BaseModel):
+    """The body of POST /models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    sidecars: list[str] = Field(default_factory=lambda: ["mmproj"])
+
+
+class PodDownloads:
+    """The downloads this pod runs (to pause them when it stops) and its object store."""
+
+    def __init__(self, settings: ApiSettings) -> None:
+        self.settings = settings
+        self.running: dict[str, DownloadReporter] = {}
+        self._store: ObjectStore | None = None
+
+    async def files(self, listener: DownloadListener | None = None,
+                    label: str = "model") -> ModelFiles:
+        s = self.settings
+        if self._store is None:
+            self._store = await asyncio.to_thread(open_store, s.store_url, s.s3_endpoint_url)
+        hub = HubClient(s.model_cache_dir(), endpoint=hub_endpoint(os.environ),
+                        token=s.hf_token, offline=s.offline)
+        return ModelFiles(self._store, s.model_cache_dir(), offline=s.offline, hub=hub,
+                          s3_endpoint_url=s.s3_endpoint_url, listener=listener, label=label)
+
+
+def _downloads(app: Sanic) -> PodDownloads:
+    downloads: PodDownloads | None = getattr(app.ctx, "model_downloads", None)
+    if downloads is None:
+        downloads = app.ctx.model_downloads = PodDownloads(app.ctx.settings)
+    return downloads
+
+
+@routes.blueprint.listener("before_server_stop")
+async def pause_downloads(app: Sanic) -> None:
+    """A stopping pod pauses its downloads (listed as incomplete; a POST resumes them)."""
+    for reporter in _downloads(app).running.values():
+        reporter.stop()
+
+
+def _check_sidecars(kinds: list[str]) -> None:
+    unknown = [kind for kind in kinds if kind not in SIDECAR_KEYWORDS]
+    if unknown:
+        raise InvalidRequest(f"unknown sidecar kind {unknown[0]!r} (one of: "
+                             f"{', '.join(SIDECAR_KEYWORDS)})")
+
+
+@routes.post("/models", body=DownloadRequest)
+async def post_models(request: Request) -> HTTPResponse:
+    body = parse_body(request, DownloadRequest)
+    name = body.model.strip()
+    if not name:
+        raise InvalidRequest("model must be a non-empty string")
+    _check_sidecars(body.sidecars)
+    board = DownloadBoard(request.app.ctx.fleet.redis)
+    if await board.is_downloading(name):
+        raise InvalidRequest(f"model '{name}' is already being downloaded")
+    downloads = _downloads(request.app)
+    reporter = DownloadReporter(board, name, asyncio.get_running_loop(),
+                                sidecars=body.sidecars)
+    files = await downloads.files(reporter, name)
+    try:
+        plan = await asyncio.to_thread(files.hf_plan, name, None, None, tuple(body.sidecars))
+    except (ModelNotFound, InvalidKey) as exc:
+        log.info("POST /models %s: %s", name, exc)
+        raise InvalidRequest("model validation failed, unable to download") from exc
+    await reporter.start()
+    downloads.running[name] = reporter
+
+    async def download() -> None:
+        try:
+            keys = await reporter.run(lambda _listener: files.hf_into_store(plan))
+            log.info("model %s downloaded: %s", name, ", ".join(keys))
+        except StorageError:
+            pass  # logged and published as download_failed by the reporter
+        finally:
+            downloads.running.pop(name, None)
+
+    request.app.add_task(download(), name=f"llamaq-download-{uuid.uuid4().hex[:12]}")
+    return json({"success": True})
+
+
+def _hf_victims(files: ModelFiles, name: str, sidecar: str | None) -> tuple[str, list[str]]:
+    """The repo and the files of it that DELETE /models?model=name[&sidecar=] removes."""
+    repo_id, tag = split_repo_tag(name)
+    paths = sorted(f.path for f in files.stored_hf_files(repo_id))
+    primary = pick_model(paths, tag) or ""
+    if sidecar:
+        found = pick_sidecar(paths, primary, sidecar, tag)
+        return repo_id, [found] if found else []
+    if not tag:
+        return repo_id, paths
+    if not primary:
+        return repo_id, []
+    victims = split_parts(paths, primary)
+    left = [p for p in paths if p not in victims and is_model_file(p)]
+    if not left:  # no other quant of the repo loads its sidecars any more
+        victims += [p for p in paths if p not in victims]
+    return repo_id, victims
+
+
+def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -> list[str]:
+    pushed = name if name.startswith(MODELS_PREFIX) else MODELS_PREFIX + name
+    if not sidecar and name.endswith(".gguf") and files.store.exists(pushed):
+        files.delete_keys([pushed])
+        return [pushed]
+    try:
+        validate_repo_id(split_repo_tag(name)[0])
+    except HFValidationError:
+        return []  # not a Hub repo: nothing of it can be cached
+    repo_id, victims = _hf_victims(files, name, sidecar)
+    prefix = hf_store_prefix(repo_id)
+    files.delete_keys([prefix + path for path in victims])
+    files.hub.remove_cached(repo_id, victims, partials=partials)
+    return victims
+
+
+@routes.delete("/models")
+async def delete_models(request: Request) -> HTTPResponse:
+    name = (request.args.get("model") or "").strip()
+    if not name:
+        raise InvalidRequest("model must be a non-empty string")
+    sidecar = request.args.get("sidecar") or None
+    if sidecar:
+        _check_sidecars([sidecar])
+    fleet = request.app.ctx.fleet
+    if await fleet.workers(name, fresh=True):
+        raise InvalidRequest(f"model '{name}' is loaded: unload it before deleting it")
+    board = DownloadBoard(fleet.redis)
+    downloads = _downloads(request.app)
+    if await board.request_stop(name):
+        if (ours := downloads.running.get(name)) is not None:
+            ours.stop()
+        if not await board.wait_stopped(name, STOP_WAIT_S):
+            raise InvalidRequest(f"model '{name}' is still downloading; retry the delete")
+    had_record = await board.record(name) is not None
+    files = await downloads.files(label=name)
+    try:
+        removed = await asyncio.to_thread(_delete, files, name, sidecar, had_record)
+    except (ModelNotFound, InvalidKey) as exc:
+        raise NotFound(f"model '{name}' not found") from exc
+    if not removed and not had_record:
+        what = f"sidecar '{sidecar}' of model" if sidecar else "model"
+        raise NotFound(f"{what} '{name}' not found")
+    log.info("model %s: deleted %s", name, ", ".join(removed) or "its partial files")
+    if not sidecar:
+        await board.forget(name)
+        await board.publish(ModelEvent(model=name, event="model_remove"))
+    return json({"success": True})

@@ -1,0 +1,172 @@
+"""Fleet-wide /slots and /props."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Request
+from sanic.response import HTTPResponse, json, raw
+
+from api.body import json_body
+from api.chat.caps import chat_template_caps
+from api.chat.templates import ChatTemplate
+from api.endpoints.monitor.metrics import CONTENT_TYPE, render_metrics
+from api.fleet import Fleet
+from api.router import request_model
+from api.routing import Routes
+from api.settings import ApiSettings
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
+from scheduler.contract.jobs import SlotActionJob
+from scheduler.contract.results import SlotActionResult
+from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
+
+routes = Routes("monitor")
+BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"
+
+
+@routes.get("/slots", name="slots")
+async def slots(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.slots:
+        raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
+    fleet: Fleet = request.app.ctx.fleet
+    states: list[dict[str, Any]] = []
+    for worker in await fleet.workers(request_model(request), fresh=True):
+        offset = len(states)
+        for state in await fleet.registry.slots(worker.worker_id):
+            states.append(_slot_json(state, offset))
+    if request.args.get("fail_on_no_slot") and not any(not s["is_processing"] for s in states):
+        raise Unavailable("no slot available")
+    return json(states)
+
+
+@routes.get("/metrics", name="metrics")
+async def metrics(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.metrics:
+        raise NotSupported(
+            "This server does not support metrics endpoint. Start it with `--metrics`")
+    fleet: Fleet = request.app.ctx.fleet
+    workers = await fleet.workers(request_model(request), fresh=True)
+    counters = await fleet.registry.metrics([w.worker_id for w in workers])
+    queue = await fleet.queue_stats(request_model(request), workers)
+    started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
+    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
+               headers={"Process-Start-Time-Unix": started})
+
+
+@routes.post("/slots/<id_slot>", name="slot_action")
+async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
+    """save / restore / erase a slot's prompt cache, on the worker that holds the slot; saved
+    slots live in object storage, so any worker of the model can restore them."""
+    fleet: Fleet = request.app.ctx.fleet
+    try:
+        slot_id = int(id_slot)
+    except ValueError:
+        raise InvalidRequest("Invalid slot ID") from None
+    action = request.args.get("action", "")
+    if action not in ("save", "restore", "erase"):
+        raise InvalidRequest("Invalid action")
+    filename: Any = ""
+    if action != "erase":
+        filename = json_body(request).get("filename")
+        if not isinstance(filename, str) or not filename:
+            raise InvalidRequest("Invalid filename")
+    worker, local_id = await fleet.placement.slot(request_model(request), slot_id)
+    result = await fleet.jobs.slot_action(SlotActionJob(
+        model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
+        action=action, filename=filename))  # type: ignore[arg-type]
+    return json(slot_action_json(result, slot_id))
+
+
+def slot_action_json(result: SlotActionResult, slot_id: int) -> dict[str, Any]:
+    if result.action == "erase":
+        return {"id_slot": slot_id, "n_erased": result.n_tokens}
+    if result.action == "save":
+        return {"id_slot": slot_id, "filename": result.filename, "n_saved": result.n_tokens,
+                "n_written": result.n_bytes, "timings": {"save_ms": result.ms}}
+    return {"id_slot": slot_id, "filename": result.filename, "n_restored": result.n_tokens,
+            "n_read": result.n_bytes, "timings": {"restore_ms": result.ms}}
+
+
+@routes.get("/props", name="props")
+async def props(request: Request) -> HTTPResponse:
+    settings: ApiSettings = request.app.ctx.settings
+    fleet: Fleet = request.app.ctx.fleet
+    if request.app.ctx.router is not None and not getattr(request.ctx, "model_id", None):
+        return json(_router_props(request, settings))
+    workers = await fleet.placement.workers(request_model(request), fresh=True)
+    first = workers[0]
+    default = SlotState(id=0, n_ctx=first.n_ctx_slot, is_processing=False, id_task=-1,
+                        params=first.default_settings,
+                        next_token=[NextToken(has_next_token=True, has_new_line=False,
+                                              n_remain=-1, n_decoded=0)])
+    default_json = _slot_json(default, 0)
+    default_json["prompt"] = ""
+    return json({
+        "default_generation_settings": default_json,
+        "total_slots": sum(w.n_slots for w in workers),
+        "model_alias": request_model(request),
+        "model_path": first.model_path,
+        "chat_template": first.meta.chat_template or "",
+        "chat_template_caps": _template_caps(settings, first.meta),
+        "modalities": {"vision": False, "audio": False},
+        "decisions": _decisions_json(first.meta),
+        "build_info": BUILD_INFO,
+        "is_sleeping": fleet_sleeping(workers),
+        "ui": settings.ui,
+        "ui_settings": request.app.ctx.ui_settings,
+        **_serves(workers),
+    })
+
+
+def _decisions_json(meta: ModelMeta) -> dict[str, Any]:
+    """Ours: how /v1/systemone is served: "native" (the model file's llamaq decision keys),
+    "prompted" (a text model under the worker's --decisions; it does not advertise
+    "decisions" in /v1/models) or "off" (501)."""
+    caps = meta.decisions
+    if caps is None:
+        return {"mode": "off"}
+    return {"mode": caps.mode, "types": caps.types, "max_options": caps.max_options,
+            "temperatures": caps.temperatures}
+
+
+def _serves(workers: list[WorkerInfo]) -> dict[str, Any]:
+    """Ours: what the model's workers serve (completion, embedding, rerank), and their pooling
+    when they embed."""
+    capabilities = sorted({c for w in workers for c in w.capabilities()},
+                          key=["completion", "embedding", "rerank"].index)
+    pooling = next((w.pooling for w in workers if w.embedding), None)
+    return {"capabilities": capabilities, **({"pooling": pooling} if pooling else {})}
+
+
+def _router_props(request: Request, settings: ApiSettings) -> dict[str, Any]:
+    """`/props` of a router without `?model=`: the router's own (llama-server's shape)."""
+    return {
+        "role": "router",
+        "max_instances": settings.models_max,
+        "models_autoload": settings.models_autoload,
+        "model_alias": "llama-server",
+        "model_path": "none",
+        "default_generation_settings": {"params": {}, "n_ctx": 0},
+        "ui_settings": request.app.ctx.ui_settings,
+        "build_info": BUILD_INFO,
+        "cors_proxy_enabled": False,
+    }
+
+
+def _template_caps(settings: ApiSettings, meta: ModelMeta) -> dict[str, bool]:
+    """The capabilities of the template that chat requests use (llama.cpp's caps probes)."""
+    try:
+        source = ChatTemplate.for_model(settings, meta).source
+    except LlamaqError:  # a template that cannot be used: /props still answers
+        return {}
+    return chat_template_caps(source)
+
+
+def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
+    data = state.model_dump(exclude_none=True)
+    data["id"] = state.id + offset
+    if "params" in data:  # with the bans' -inf (null) biases, which exclude_none drops
+        data["params"] = state.params.model_dump() if state.params else data["params"]
+    return data

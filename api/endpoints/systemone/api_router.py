@@ -1,0 +1,54 @@
+"""POST /v1/systemone: typed questions about a state, answered with probabilities by a decision
+job (worker/decisions.py). An invalid body is a 400 first; then a model that serves no
+decisions (neither native nor under the worker's --decisions), or images without a multimodal
+projector (none is ever loaded), is a 501."""
+
+from __future__ import annotations
+
+from sanic import Request
+from sanic.response import HTTPResponse, json
+
+from api.body import parse_body
+from api.chat.templates import ChatTemplate, template_kwargs
+from api.endpoints.systemone.prompt import decision_job
+from api.endpoints.systemone.protocol import SystemOneRequest
+from api.endpoints.systemone.render import systemone_json
+from api.fleet import Fleet
+from api.router import request_model
+from api.routing import Routes
+from api.settings import ApiSettings
+from scheduler.contract import limits
+from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.results import DecisionResult, expect_result
+
+routes = Routes("systemone")
+
+
+@routes.post("/v1/systemone", name="systemone", body=SystemOneRequest)
+async def answer(request: Request) -> HTTPResponse:
+    body = parse_body(request, SystemOneRequest)
+    settings: ApiSettings = request.app.ctx.settings
+    fleet: Fleet = request.app.ctx.fleet
+    model_id = request_model(request)
+    workers, able = await fleet.placement.deciding(model_id)
+    if body.media():
+        raise NotSupported("image input is not supported: no multimodal projector is loaded")
+    caps = able[0].meta.decisions
+    assert caps is not None
+    for qid, question in body.questions.items():
+        if question.type not in caps.types:
+            raise InvalidRequest(f"question {qid!r}: this model does not answer "
+                                 f"{question.type} questions")
+        if isinstance(question.criteria, dict) and question.type == "choice" \
+                and len(question.criteria) > caps.max_options:
+            raise InvalidRequest(f"question {qid!r} has {len(question.criteria)} options; this "
+                                 f"model takes at most {caps.max_options}")
+    own = settings.chat_template or settings.chat_template_file or able[0].meta.chat_template
+    template = ChatTemplate.for_model(settings, able[0].meta) if own else None
+    job = decision_job(body, template, model_id,
+                       {**template_kwargs(settings), "enable_thinking": False})
+    limits.check_decision(job)
+    if len(able) < len(workers):  # only some workers serve decisions: one of them
+        job.worker_id = (await fleet.placement.pick(able)).worker_id
+    result = expect_result(await fleet.jobs.run(job), DecisionResult)
+    return json(systemone_json(body, result, model_id))

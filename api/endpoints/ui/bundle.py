@@ -1,0 +1,73 @@
+"""Static files held in memory, with their content type, ETag, caching policy and gzip copy."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import mimetypes
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+BUNDLE_DIR = Path(__file__).resolve().parents[2] / "ui_dist"
+IMMUTABLE_DIR = "_app/immutable/"
+"""Vite writes content-hashed names here: they never change, so browsers keep them for a year."""
+IMMUTABLE = "public, max-age=31536000, immutable"
+REVALIDATE = "no-cache"
+"""Everything else (index.html, sw.js, the manifest, version.json) is checked on every load."""
+COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml",
+                "application/manifest+json")
+MEDIA_TYPES = {".js": "application/javascript", ".mjs": "application/javascript",
+               ".webmanifest": "application/manifest+json", ".svg": "image/svg+xml",
+               ".json": "application/json", ".css": "text/css", ".html": "text/html"}
+
+
+@dataclass(frozen=True)
+class StaticFile:
+    body: bytes
+    gzipped: bytes | None
+    content_type: str
+    etag: str
+    cache_control: str
+
+
+def _content_type(path: str) -> str:
+    suffix = PurePosixPath(path).suffix.lower()
+    kind = MEDIA_TYPES.get(suffix) or mimetypes.guess_type(path)[0] or "application/octet-stream"
+    if kind.startswith("text/") or kind in ("application/javascript", "application/json"):
+        return f"{kind}; charset=utf-8"
+    return kind
+
+
+def static_file(relative: str, body: bytes, cache_control: str) -> StaticFile:
+    content_type = _content_type(relative)
+    gzipped = None
+    if content_type.startswith(COMPRESSIBLE) and len(body) > 512:
+        gzipped = gzip.compress(body, mtime=0)
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    return StaticFile(body, gzipped, content_type, etag, cache_control)
+
+
+def load_bundle(folder: Path = BUNDLE_DIR) -> dict[str, StaticFile]:
+    """Every file of the built UI by its path relative to the bundle ("" is index.html)."""
+    if not (folder / "index.html").is_file():
+        raise ValueError(f"the web UI bundle is missing ({folder}/index.html); rebuild it with "
+                         "`cd ui && npm ci && npm run build`, or start with --no-ui")
+    files: dict[str, StaticFile] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(folder).as_posix()
+            policy = IMMUTABLE if relative.startswith(IMMUTABLE_DIR) else REVALIDATE
+            files[relative] = static_file(relative, path.read_bytes(), policy)
+    files[""] = files["index.html"]
+    return files
+
+
+def resolve_in(folder: Path, relative: str) -> Path | None:
+    """A file inside `folder` named by a URL path, or None (missing, a folder, or outside it)."""
+    root = folder.resolve()
+    candidate = (root / relative.lstrip("/")).resolve()
+    if candidate != root and root not in candidate.parents:
+        return None
+    if candidate.is_dir():
+        candidate = candidate / "index.html"
+    return candidate if candidate.is_file() else None

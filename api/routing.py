@@ -1,0 +1,62 @@
+"""The one way a route is registered. Each endpoint family (api/endpoints/<family>/api_router.py)
+makes `routes = Routes("family")` and decorates its handlers:
+
+    @routes.post("/v1/embeddings", "/embeddings", body=EmbeddingsRequest)
+    async def embeddings(request: Request) -> HTTPResponse: ...
+
+Several paths are llama-server's aliases of one handler. `body` names the wire model of the
+body, which /openapi.json describes (api/endpoints/openapi/api_router.py reads it back from the
+route). The app registers every family's blueprint (api/endpoints/__init__.py) under
+--api-prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sanic import Blueprint
+from sanic.response import HTTPResponse
+from sanic.router import Route
+
+Handler = TypeVar("Handler", bound=Callable[..., Coroutine[Any, Any, HTTPResponse | None]])
+
+
+class Routes:
+    def __init__(self, name: str, **options: Any) -> None:
+        self.blueprint = Blueprint(name, **options)
+
+    def route(self, methods: list[str], *paths: str, name: str | None = None,
+              body: type[BaseModel] | None = None, **options: Any
+              ) -> Callable[[Handler], Handler]:
+        """Register the handler under each of `paths`. A route's name is `name` (default: the
+        handler's); a handler with several paths gets one name per path."""
+
+        def register(handler: Handler) -> Handler:
+            base = name or handler.__name__
+            for path in paths:
+                route_name = base if len(paths) == 1 else f"{base}{_slug(path)}"
+                self.blueprint.add_route(handler, path, methods=methods, name=route_name,
+                                         ctx_body=body, **options)
+            return handler
+
+        return register
+
+    def get(self, *paths: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.route(["GET"], *paths, **options)
+
+    def post(self, *paths: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.route(["POST"], *paths, **options)
+
+    def delete(self, *paths: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.route(["DELETE"], *paths, **options)
+
+
+def body_model(route: Route) -> type[BaseModel] | None:
+    """The wire model a route was registered with (None: any JSON object)."""
+    model: type[BaseModel] | None = getattr(route.ctx, "body", None)
+    return model
+
+
+def _slug(path: str) -> str:
+    return path.replace("/", "_").replace(".", "_").replace("-", "_")

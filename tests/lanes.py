@@ -1,0 +1,81 @@
+"""The fast lane: `pytest --fast` (`scripts/test --fast`) runs every test that starts no
+process; the full suite (no option) runs them all.
+
+A test starts a process when it asks for a fixture that starts one (PROCESS_FIXTURES: every
+fleet fixture stands on `redis_url`) or carries `@pytest.mark.process` (a module's `pytestmark`
+for the ones that run `llamaq` or redis-server themselves). Under --fast a guard fails any
+selected test that starts a process anyway, so a test that forgets its mark is told so, not
+silently slow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+PROCESS_FIXTURES = frozenset({"redis_url", "browser"})
+"""Fixtures that start a process (redis-server, chromium); fixtures built on them count too
+(pytest lists a test's whole fixture closure)."""
+MARK = "process"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="only the tests that start no process (tests/lanes.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARK}: the test starts a process (not in --fast)")
+
+
+def starts_process(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(PROCESS_FIXTURES & names) or item.get_closest_marker(MARK) is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if starts_process(item) and item.get_closest_marker(MARK) is None:
+            item.add_marker(MARK)
+    if not config.getoption("fast"):
+        return
+    kept = [item for item in items if not starts_process(item)]
+    dropped = [item for item in items if starts_process(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+class ProcessStarted(Exception):
+    pass
+
+
+LOOKUPS = frozenset({"ldconfig", "uname", "gcc", "cc", "ld", "objdump"})
+"""What the standard library runs to look something up (ctypes.util.find_library, platform):
+not a process a test starts."""
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    raise ProcessStarted(f"a test of the fast lane starts a process: mark it "
+                         f"@pytest.mark.{MARK} (tests/lanes.py)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under --fast, starting a process fails whatever starts it (a test, or a fixture of any
+    scope): mark the test, or keep it in-process."""
+    if not session.config.getoption("fast"):
+        return
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def guarded(popen: subprocess.Popen[Any], args: Any, *rest: Any) -> Any:
+        program = args if isinstance(args, str | bytes) else args[0]
+        if os.path.basename(os.fsdecode(program)).split()[0] in LOOKUPS:
+            return execute_child(popen, args, *rest)
+        return _refuse()
+
+    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]
+    os.fork = _refuse
+    os.posix_spawn = _refuse
