@@ -6,8 +6,6 @@ events a run emits in order."""
 from __future__ import annotations
 
 import queue
-import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,31 +203,3 @@ def test_a_batch_lines_prompt_goes_in_parts(engine: tuple[Engine, Events]) -> No
     assert [e.progress.processed for e in run if isinstance(e, TokenEvent) and e.progress] \
         == [0, n_prompt]
 
-
-def _round_seconds(eng: Engine, events: Events, jobs: list[CompletionJob]) -> float:
-    started = time.perf_counter()
-    for j in jobs:
-        eng.submit(eng.prepare(j))
-    events.until_done([j.job_id for j in jobs])
-    return time.perf_counter() - started
-
-
-def test_a_round_of_repeated_prompts_is_as_fast_as_the_first(
-        engine: tuple[Engine, Events]) -> None:
-    """The same prompts again, arriving in the reverse order, find their slots' caches: the
-    slots start in the order 3, 2, 1, 0. Without a unified KV cache llama.cpp puts only
-    consecutive sequence ids in one ubatch, so a batch built in arrival order took one graph
-    computation per slot and every step of the round got that much slower."""
-    eng, events = engine
-    prompts = [f"{word} once upon a time" for word in ("sky", "cat", "dog", "code")]
-
-    def run(order: list[str]) -> float:
-        return _round_seconds(eng, events, [job(p, 64, stream=True) for p in order])
-
-    run(prompts)  # the first round fills the slots (and their caches) in slot order
-    in_order, reversed_order = [], []
-    for _ in range(3):
-        in_order.append(run(prompts))
-        reversed_order.append(run(prompts[::-1]))
-    assert statistics.median(reversed_order) <= 1.15 * statistics.median(in_order), \
-        (in_order, reversed_order)
