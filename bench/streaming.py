@@ -26,8 +26,10 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,6 +197,23 @@ async def run_round(url: str, concurrency: int, n_predict: int, tag: str) -> Rou
     return Round(concurrency, streams, wall)
 
 
+async def run_clients(url: str, concurrency: int, n_predict: int, tag: str,
+                      per_client: int) -> Round:
+    """`concurrency` clients at once, each sending `per_client` streams one after another
+    (a new one as soon as its last one ends); the wall time spans them all."""
+    rounds = []
+    start = time.perf_counter()
+
+    async def client(i: int) -> None:
+        for k in range(per_client):
+            streams, _ = await gather_streams(url, [(0.0, body(
+                f"[{tag} client {i} stream {k}] {PROMPT}", n_predict, i))])
+            rounds.extend(streams)
+
+    await asyncio.gather(*(client(i) for i in range(concurrency)))
+    return Round(concurrency, rounds, time.perf_counter() - start)
+
+
 async def run_late(url: str, n_predict: int) -> Late:
     requests = [(0.0, body(f"[late long {i}] {PROMPT}", 2 * n_predict, i)) for i in range(7)]
     requests.append((LATE_DELAY_S, body(f"[late 8] {PROMPT}", n_predict, 7)))
@@ -232,6 +251,7 @@ async def measure(result: Result, url: str, concurrency: list[int], n_predict: i
 
 
 def command(system: str, binary: Path, model: Path, port: int, shared: list[str]) -> list[str]:
+    """llama-server, or `llamaq up` (for "llamaq" and every llamaq variant "llamaq:NAME")."""
     if system == "llama-server":
         return [str(binary), "-m", str(model), *shared, "--host", "127.0.0.1",
                 "--port", str(port)]
@@ -240,12 +260,25 @@ def command(system: str, binary: Path, model: Path, port: int, shared: list[str]
 
 
 def system_env(system: str, args: argparse.Namespace) -> dict[str, str]:
-    """--llama-server-env KEY=VALUE: for llama-server only (e.g. OMP_WAIT_POLICY=PASSIVE,
-    the wait policy `llamaq worker` sets for itself, to compare serving with the same
-    ggml thread behaviour)."""
-    if system != "llama-server":
-        return {}
-    return dict(item.split("=", 1) for item in args.llama_server_env)
+    """--llama-server-env KEY=VALUE: for llama-server only (e.g. OMP_WAIT_POLICY=PASSIVE, to
+    compare serving with the same ggml thread behaviour); --variant NAME:KEY=VALUE,...: the
+    environment of the llamaq system "llamaq:NAME"."""
+    if system == "llama-server":
+        return dict(item.split("=", 1) for item in args.llama_server_env)
+    return variant_envs(args).get(system, {})
+
+
+def variant_envs(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """--variant NAME:KEY=VALUE,KEY=VALUE (repeatable) as {"llamaq:NAME": {KEY: VALUE}}."""
+    variants = {}
+    for item in args.variant:
+        name, _, pairs = item.partition(":")
+        variants[f"llamaq:{name}"] = dict(p.split("=", 1) for p in pairs.split(",") if p)
+    return variants
+
+
+def systems_of(args: argparse.Namespace) -> tuple[str, ...]:
+    return (*SYSTEMS, *variant_envs(args))
 
 
 def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) -> Result:
@@ -308,29 +341,32 @@ def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
     shared = ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
               "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
     samples: dict[tuple[str, int], list[Sample]] = {}
-    ratios: dict[int, list[float]] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    systems = systems_of(args)
     with contextlib.ExitStack() as stack:
+        if args.hog:
+            stack.enter_context(cpu_hogs(args.hog))
         urls, sessions = {}, {}
-        for system in SYSTEMS:
+        for system in systems:
             port = free_port()
             cmd = command(system, args.llama_server, model, port, shared)
-            log = RESULTS / f"streaming-{stamp}-{system}.log"
+            log = RESULTS / f"streaming-{stamp}-{system.replace(':', '-')}.log"
             print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
             process = stack.enter_context(running(cmd, log, server_env(system_env(system, args))))
             urls[system], sessions[system] = f"http://127.0.0.1:{port}", process.pid
             wait_healthy(urls[system], args.start_timeout, process)
-        for system in SYSTEMS:
+        for system in systems:
             warm = asyncio.run(run_round(urls[system], 1, args.n_predict, "warm-up"))
             if warm.errors:
                 raise RuntimeError(f"{system} warm-up failed: {warm.errors[0]}")
         for r in range(args.rounds):
-            order = SYSTEMS if r % 2 == 0 else tuple(reversed(SYSTEMS))
+            order = systems if r % 2 == 0 else tuple(reversed(systems))
             for n in args.concurrency:
                 got: dict[str, float] = {}
                 for system in order:
                     before = cpu_seconds(sessions[system])
-                    done = asyncio.run(run_round(urls[system], n, args.n_predict,
-                                                 f"r{r} c{n}"))
+                    done = asyncio.run(run_clients(urls[system], n, args.n_predict,
+                                                   f"r{r} c{n}", args.streams_per_client))
                     after = cpu_seconds(sessions[system])
                     ttfts = [x.ttft for x in done.streams if x.ttft is not None]
                     used = {k: after[k] - before[k] for k in after}
@@ -338,14 +374,29 @@ def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
                     sample = Sample(done.tokens / done.wall_s,
                                     statistics.median(ttfts) * 1000 if ttfts else None,
                                     used["all"] / tokens,
-                                    used["worker"] / tokens if system == "llamaq" else None)
+                                    used["worker"] / tokens if system != "llama-server"
+                                    else None)
                     samples.setdefault((system, n), []).append(sample)
                     got[system] = sample.tok_s
                     print(f"  round {r} c={n} {system}: {sample.tok_s:.1f} tok/s"
                           + (f", errors: {done.errors[0]}" if done.errors else ""), flush=True)
-                if got.get("llama-server"):
-                    ratios.setdefault(n, []).append(got["llamaq"] / got["llama-server"])
+                for system in systems[1:]:
+                    if got.get("llama-server"):
+                        ratios.setdefault((system, n), []).append(
+                            got[system] / got["llama-server"])
     return interleaved_report(args, model, samples, ratios)
+
+
+@contextlib.contextmanager
+def cpu_hogs(n: int) -> Iterator[None]:
+    """--hog N: N busy-loop processes at normal priority for the whole run (a loaded box)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def spread(values: list[float], digits: int = 1) -> str:
@@ -357,31 +408,36 @@ def spread(values: list[float], digits: int = 1) -> str:
 
 def interleaved_report(args: argparse.Namespace, model: Path,
                        samples: dict[tuple[str, int], list[Sample]],
-                       ratios: dict[int, list[float]]) -> str:
-    head = ["clients", "llama-server tok/s", "llamaq tok/s", "ratio (per round)",
+                       ratios: dict[tuple[str, int], list[float]]) -> str:
+    head = ["clients", "system", "llama-server tok/s", "llamaq tok/s", "ratio (per round)",
             "TTFT ms llama-server / llamaq", "CPU ms/token llama-server / llamaq (worker)"]
     rows = []
+
+    def med(xs: list[float | None], scale: float = 1.0) -> str:
+        vals = [x * scale for x in xs if x is not None]
+        return f"{statistics.median(vals):.1f}" if vals else "—"
+
     for n in args.concurrency:
-        ref, ours = samples.get(("llama-server", n), []), samples.get(("llamaq", n), [])
-
-        def med(xs: list[float | None], scale: float = 1.0) -> str:
-            vals = [x * scale for x in xs if x is not None]
-            return f"{statistics.median(vals):.1f}" if vals else "—"
-
-        rows.append([
-            str(n), spread([x.tok_s for x in ref]), spread([x.tok_s for x in ours]),
-            spread(ratios.get(n, []), 2),
-            f"{med([x.ttft_ms for x in ref])} / {med([x.ttft_ms for x in ours])}",
-            f"{med([x.cpu_per_token for x in ref], 1000)} / "
-            f"{med([x.cpu_per_token for x in ours], 1000)} "
-            f"({med([x.worker_cpu_per_token for x in ours], 1000)})",
-        ])
+        ref = samples.get(("llama-server", n), [])
+        for system in systems_of(args)[1:]:
+            ours = samples.get((system, n), [])
+            rows.append([
+                str(n), system, spread([x.tok_s for x in ref]), spread([x.tok_s for x in ours]),
+                spread(ratios.get((system, n), []), 2),
+                f"{med([x.ttft_ms for x in ref])} / {med([x.ttft_ms for x in ours])}",
+                f"{med([x.cpu_per_token for x in ref], 1000)} / "
+                f"{med([x.cpu_per_token for x in ours], 1000)} "
+                f"({med([x.worker_cpu_per_token for x in ours], 1000)})",
+            ])
     return "\n".join([
         f"# Streaming benchmark, A/B interleaved, {time.strftime('%Y-%m-%d %H:%M:%S')}",
         "",
         f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
         f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
-        f" temperature 0.8; {args.rounds} rounds, order alternating; median [min–max];"
+        f" temperature 0.8; {args.streams_per_client} streams one after another per client;"
+        f" {args.rounds} rounds, order alternating; median [min–max];"
+        f" {args.hog} busy-loop processes beside;"
+        f" variants: {'; '.join(args.variant) or 'none'};"
         f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end;"
         f" nice {os.nice(0)}; llama-server env: {' '.join(args.llama_server_env) or 'as is'}.",
         "",
@@ -487,6 +543,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--llama-server-env", action="append", default=[], metavar="KEY=VALUE",
                         help="environment for llama-server only (repeatable), e.g. "
                              "OMP_WAIT_POLICY=PASSIVE as llamaq's worker sets it")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="A/B rounds: one more llamaq system, 'llamaq:NAME', run with this "
+                             "environment (repeatable), e.g. spin:GOMP_SPINCOUNT=30000")
+    parser.add_argument("--streams-per-client", type=int, default=3,
+                        help="A/B rounds: streams each client sends one after another")
+    parser.add_argument("--hog", type=int, default=0,
+                        help="busy-loop processes running beside both systems (a loaded box)")
     parser.add_argument("--rounds", type=int, default=0,
                         help="A/B interleaved: both systems up, N rounds alternating order; "
                              "reports the ratio's median and spread (see the module doc)")

@@ -1,5 +1,6 @@
-# A worker: llamaq with llama-cpp-python. CPU by default (portable x86_64 flags); for CUDA see
-# the README (BUILD_BASE/RUNTIME_BASE = nvidia/cuda devel/runtime, CMAKE_ARGS=-DGGML_CUDA=on).
+# A worker: llamaq with llama-cpp-python. The Dockerfile's defaults build it for the CPU
+# (portable x86_64 flags); compose.yaml passes the CUDA bases (nvidia/cuda devel/runtime) and
+# CMAKE_ARGS=-DGGML_CUDA=on, compose.cpu.yaml these CPU ones.
 # Two stages: the compiler and the build tree stay in `build`. The bases are build args, so a
 # site without registry access builds FROM its own Debian/Ubuntu (Python >= 3.11).
 # Wheels put in docker/wheels/ are used first (a prebuilt llama-cpp-python skips the compiler);

@@ -69,16 +69,7 @@ def listen_hosts(host: str) -> list[str]:
     return hosts
 
 
-OMP_WAIT_POLICY = "PASSIVE"
-"""ggml's threads (OpenMP) sleep instead of spinning while they wait, unless OMP_WAIT_POLICY is
-set. A worker process has other busy threads (the event loop publishing each step's events);
-spinning threads take the cores they need, and any thread that is descheduled stalls the others
-at ggml's barriers. Measured on a 2-core machine under load (Gemma 3 270M, -np 8 -t 2, 8 clients):
-15 tok/s and 18 ms of worker CPU per token sleeping, 1.4 tok/s and 146 ms spinning."""
-
-
 def run_worker(argv: list[str]) -> None:
-    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)  # read when libgomp loads
     from worker.settings import WorkerSettings
 
     refuse_other_roles_flags(argv, "worker")

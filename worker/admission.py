@@ -59,10 +59,11 @@ class Admission(Generic[W]):
         self.waiting.extend(requests)
 
     def admit(self, slots: list[SlotCache], cancelled: set[str], running: int,
-              prefilling: list[list[int]], cont_batching: bool = True) -> Decision[W]:
+              prefilling: list[list[int]], cont_batching: bool = True,
+              beside_busy: bool = False) -> Decision[W]:
         """Which waiting requests start now, in arrival order. `running`: requests holding a
         slot; `prefilling`: the prompts of those still being evaluated (and, as requests are
-        admitted, theirs)."""
+        admitted, theirs); `beside_busy`: see pick_slot."""
         decision: Decision[W] = Decision()
         held: deque[W] = deque()
         twins = list(prefilling)
@@ -71,7 +72,7 @@ class Admission(Generic[W]):
             if request.job.job_id in cancelled:
                 decision.cancelled.append(request)
                 continue
-            slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot)
+            slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot, beside_busy)
             if slot is None or (request.cache_prompt and request.prompt_tokens in twins):
                 held.append(request)
                 continue

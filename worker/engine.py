@@ -38,6 +38,7 @@ from scheduler.contract.results import (
 from scheduler.registry import SlotState, WorkerMetrics
 from worker import kv_moves, slots_report, token_probs
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
+from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
@@ -79,6 +80,8 @@ class Engine:
         """Held by the engine thread while it moves arrivals into admission and decides (pure
         Python, no llama.cpp), and by withdraw_waiting; taken before the inbox's."""
         self._batch = StepBatch(model.plan.n_batch)
+        self._threads = ComputeThreads(model.plan.n_threads, model.plan.n_threads_batch,
+                                       machine_cores()) if defaults.adapt_threads else None
         self._kv = kv_moves.LlamaKv(model.memory)
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
@@ -184,7 +187,7 @@ class Engine:
             decision = self._admission.admit(
                 self.slots, cancelled, len(self._active),
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
-                self.defaults.cont_batching)
+                self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified)
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -257,6 +260,7 @@ class Engine:
         """Decode the step's batch; when the KV cache has no room, free an idle slot's cache
         (unified KV) or retry in smaller views, and end every request with llama-server's
         message when not even one token fits."""
+        self._adapt_threads()
         off, n_view = 0, n
         while off < n:
             size = min(n_view, n - off)
@@ -279,6 +283,18 @@ class Engine:
             self._after_view(off, size, events)
             self.decisions.after_view(off, size, events)
             off += size
+
+    def _adapt_threads(self) -> None:
+        """Fewer compute threads while other processes want the cores
+        (worker/compute_threads.py)."""
+        threads = self._threads
+        now = time.monotonic()
+        if threads is None or not threads.due(now) or not threads.observe(CpuSample.read(now)):
+            return
+        n_threads, n_threads_batch = threads.threads()
+        lc.llama_set_n_threads(self.model.ctx, n_threads, n_threads_batch)
+        log.info("computing with %d thread(s) (%d for prompts): other processes used %.2f of "
+                 "%d cores", n_threads, n_threads_batch, threads.others_cores, threads.cores)
 
     def _after_view(self, off: int, size: int, events: list[JobEvent]) -> None:
         """Progress and sampling for the requests whose tokens were in the decoded view."""

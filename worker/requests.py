@@ -43,6 +43,9 @@ class EngineDefaults:
     stop: list[str] = field(default_factory=list)
     """-r/--reverse-prompt: the stop strings of a request that gives none."""
     n_probs_max: int = DEFAULT_N_PROBS_MAX
+    adapt_threads: bool = False
+    """Compute with fewer threads while other processes want the cores
+    (worker/compute_threads.py): on unless the OpenMP wait policy was set by hand."""
 
 
 @dataclass

@@ -36,12 +36,19 @@ SHARE_MIN_TOKENS = 16
 """The engine copies another slot's cache when it holds this many more prompt tokens."""
 
 
-def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCache | None:
+def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
+              beside_busy: bool = False) -> SlotCache | None:
     """The requested slot if it is idle; else the idle slot whose cache matches the longest
     prefix of the prompt (llama-server's similarity rule). When no idle slot matches (or
     another slot, maybe busy, holds much more of the prompt: the engine copies that one), the
-    slot to overwrite is one whose cache another slot holds too (a copy: nothing is lost), else
-    the least recently used. None when none is idle."""
+    slot to overwrite is one whose cache another slot holds too (a copy: nothing is lost), then
+    (`beside_busy`) one next to a busy slot, else the least recently used. None when none is
+    idle.
+
+    `beside_busy` is for a KV cache that is not unified: llama.cpp then decodes only
+    consecutive sequence ids in one ubatch, so busy slots 0, 1, 2, 7 cost two graph
+    computations a step where 0, 1, 2, 3 cost one (llama-server's least-recently-used choice
+    walks around the slots and leaves such gaps)."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot
@@ -56,7 +63,12 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int) -> SlotCa
         similar = n > SIMILARITY * len(slot.tokens)
         return n if n > 0 and similar and n + SHARE_MIN_TOKENS > best else 0
 
-    return max(idle, key=lambda s: (match(s), held_elsewhere(s, slots), -s.last_used))
+    def beside(slot: SlotCache) -> bool:
+        return beside_busy and any(0 <= i < len(slots) and slots[i].busy
+                                   for i in (slot.slot_id - 1, slot.slot_id + 1))
+
+    return max(idle, key=lambda s: (match(s), held_elsewhere(s, slots), beside(s),
+                                    -s.last_used))
 
 
 def held_elsewhere(slot: SlotCache, slots: list[SlotCache]) -> bool:

@@ -145,3 +145,17 @@ def test_reuse_chunks_skips_short_matches_and_keeps_the_last_token() -> None:
     assert reuse_chunks(cached, prompt, 1, 3) == [(3, 1, 4)]
     assert reuse_chunks(cached, prompt, 1, 5) == []
     assert reuse_chunks([5, 20, 21], [5, 20, 21], 1, 1) == [(1, 1, 1)]
+
+
+def test_without_a_unified_cache_a_cold_prompt_goes_beside_the_busy_slots() -> None:
+    """Slots 0-2 busy, 3-7 idle with caches of other prompts, 7 the least recently used:
+    llama-server's rule takes 7 (busy 0, 1, 2, 7: two ubatches a step), beside_busy takes 3."""
+    pool = slots([1], [2], [3], [4], [5], [6], [7], [8], busy=(0, 1, 2),
+                 last_used=(0.0, 0.0, 0.0, 9.0, 5.0, 5.0, 5.0, 1.0))
+    assert pick_slot(pool, [42], id_slot=-1) is pool[7]
+    assert pick_slot(pool, [42], id_slot=-1, beside_busy=True) is pool[3]
+
+
+def test_beside_busy_still_prefers_a_matching_cache() -> None:
+    pool = slots([1], [9, 9, 9], [5, 6, 7, 8], busy=(0,), last_used=(0.0, 1.0, 2.0))
+    assert pick_slot(pool, [5, 6, 7, 8, 1], id_slot=-1, beside_busy=True) is pool[2]

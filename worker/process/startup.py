@@ -10,6 +10,8 @@ and builds the worker whole.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from worker import flags
+from worker.compute_threads import wait_policy_by_hand
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.model import ContextPlan, LoadedModel, default_threads
@@ -91,8 +94,19 @@ def load_model(s: WorkerSettings, path: Path,
 
     model = LoadedModel(path, plan, tune_model, tune_context)
     if s.warmup:
-        model.warmup()
+        warm_up_on_own_thread(model)
     return model
+
+
+def warm_up_on_own_thread(model: LoadedModel) -> None:
+    """--warmup on a thread that ends with it. libgomp gives each thread that starts a
+    parallel region a team of its own, kept while that thread lives; with more team threads
+    than cores it cuts every wait's spinning to ~100 rounds (GOMP_SPINCOUNT no longer
+    applies). The loading thread stays in the event loop's pool, so a warmup there would leave
+    a second team beside the engine's."""
+    thread = threading.Thread(target=model.warmup, name="llamaq-warmup")
+    thread.start()
+    thread.join()
 
 
 def new_engine(s: WorkerSettings, model: LoadedModel, model_id: str, worker_id: str,
@@ -121,4 +135,5 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           context_shift=s.context_shift, cache_reuse=s.cache_reuse,
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
-                          n_probs_max=s.n_probs_max)
+                          n_probs_max=s.n_probs_max,
+                          adapt_threads=not wait_policy_by_hand(os.environ))
