@@ -101,6 +101,11 @@ def _scalar(kind: type) -> Callable[[str], Any]:
     return convert
 
 
+def _printable(value: object) -> str:
+    """A default as --help shows it: escapes for control characters (a newline breaker)."""
+    return str(value).encode("unicode_escape").decode("ascii")
+
+
 def _names(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
@@ -170,7 +175,7 @@ class Option:
         if self.is_switch and value is not None:
             shown = "enabled" if value else "disabled"
         elif isinstance(value, list):
-            shown = (self.sep or ",").join(str(v) for v in value) or "none"
+            shown = (self.sep or ",").join(_printable(v) for v in value) or "none"
         else:
             shown = "none" if value is None else str(value) or '""'
         env = f" (env: {self.env})" if self.env else ""

@@ -17,7 +17,7 @@ def test_overrides_and_settings_have_the_same_fields() -> None:
 
 
 def test_a_request_overrides_only_what_it_gives() -> None:
-    defaults = SamplingSettings(temperature=0.5, top_k=7)
+    defaults = SamplingSettings(temperature=0.5, top_k=7, dry_penalty_last_n=-1)
     resolved = resolve_sampling(defaults, SamplingParams(top_k=3, seed=-1), n_ctx=128)
     assert resolved.temperature == 0.5 and resolved.top_k == 3
     assert resolved.seed == 0xFFFFFFFF  # -1: random, as llama.cpp's default seed
