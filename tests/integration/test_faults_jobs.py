@@ -147,7 +147,9 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
     not ends with an error event at the timeout; queued requests go to the next worker."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-drain")
     try:
-        first = fleet.add_worker("-c", "2048", "-np", "2", "-t", "2", "--drain-timeout", "20")
+        # 4096 tokens a slot: the endless run still generates when the drain times out (with
+        # 1024 a worker at 64 tok/s filled its context, and ended, within the 20 s)
+        first = fleet.add_worker("-c", "8192", "-np", "2", "-t", "2", "--drain-timeout", "20")
         api = fleet.add_api()
         fleet.wait_healthy(api)
         short = {"prompt": "A short story:", "n_predict": 6, "ignore_eos": True}
