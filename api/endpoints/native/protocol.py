@@ -148,6 +148,12 @@ class CompletionRequest(SamplingParams):
             jobs.extend(self.job(model, prompt) for _ in range(self.n_cmpl))
         return jobs
 
+    def probs_wanted(self) -> int:
+        """How many token probabilities to return (n_probs; the OpenAI bodies read theirs
+        from logprobs / top_logprobs as well): set on the job once, capped once by the job
+        client (--n-probs-max)."""
+        return self.n_probs
+
     def job(self, model: str, prompt: str | list[PromptPiece]) -> CompletionJob:
         sampling = SamplingParams(**{f: getattr(self, f) for f in SAMPLING_FIELDS})
         return CompletionJob(
@@ -157,7 +163,8 @@ class CompletionRequest(SamplingParams):
             n_discard=self.n_discard,
             n_cache_reuse=self.n_cache_reuse,
             t_max_predict_ms=self.t_max_predict_ms, timings_per_token=self.timings_per_token,
-            n_indent=self.n_indent, return_progress=self.return_progress, n_probs=self.n_probs,
+            n_indent=self.n_indent, return_progress=self.return_progress,
+            n_probs=self.probs_wanted(),
             post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             logit_bias=self.logit_bias,

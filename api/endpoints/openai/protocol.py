@@ -63,9 +63,6 @@ class OpenAIOptions(CompletionRequest):
                 return value
         return None
 
-    def probs_wanted(self) -> int:
-        return self.n_probs
-
     def schema_text(self) -> str | None:
         """The JSON schema constraining the output, as JSON text: `json_schema`, or the one
         `response_format` asks for. An empty schema means any object."""
@@ -83,7 +80,6 @@ class OpenAIOptions(CompletionRequest):
     def job(self, model: str, prompt: str | list[PromptPiece]) -> CompletionJob:
         job = super().job(model, prompt)
         job.n_predict = self.predict_limit()
-        job.n_probs = self.probs_wanted()
         job.grammar = self.grammar or None
         job.json_schema = self.schema_text()
         return job
