@@ -39,6 +39,9 @@ class ApiSettings(RoleSettings):
                            help="prefix path the server serves from, without the trailing slash")
     path: str = flag("", "--path", env="LLAMA_ARG_STATIC_PATH",
                      help="path to serve static files from")
+    reuse_port: bool = flag(False, "--reuse-port", env="LLAMA_ARG_REUSE_PORT",
+                            help="allow multiple sockets to bind to the same port "
+                            "(SO_REUSEPORT: several api pods on one port)")
     ssl_key_file: str | None = flag(None, "--ssl-key-file", env="LLAMA_ARG_SSL_KEY_FILE",
                                     help="path to file a PEM-encoded SSL private key")
     ssl_cert_file: str | None = flag(None, "--ssl-cert-file", env="LLAMA_ARG_SSL_CERT_FILE",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from arq import constants as arq_constants
 
-from llamaq.flag_lists import own_flags, roles_of
+from llamaq.flag_lists import own_flags, roles_of, why_of
 from scheduler.config.spec_flags import FlagStatus, by_status
 from scheduler.contract import keys
 
@@ -143,7 +143,7 @@ def flags_tables() -> str:
         out += [f"### {title}: {len(flags)} flags", "", f"| flag | env | {detail} |",
                 "|---|---|---|"]
         for flag in flags:
-            why = roles_of(flag) if status is FlagStatus.WORKS else flag.why
+            why = roles_of(flag) if status is FlagStatus.WORKS else why_of(flag)
             env = f"`{flag.env}`" if flag.env else ""
             out.append(f"| `{flag.label}` | {env} | {_escape(why)} |")
         out.append("")

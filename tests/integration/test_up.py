@@ -70,6 +70,7 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     LocalStore(store).put_file("models/tiny.gguf", write_tiny_llama(tmp_path / "t.gguf"))
     preset = tmp_path / "presets.ini"
     preset.write_text("version = 1\n[*]\nn-predict = 3\n[tiny.gguf]\nload-on-startup = true\n"
+                      "chat-template = chatml\njinja = true\nLLAMA_ARG_CACHE_RAM = 0\n"
                       f"[bad]\nmodel = {tmp_path / 't.gguf'}\nno-such-option = 1\n")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
@@ -95,11 +96,18 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
 
         wait_until(lambda: status()["value"] == "loaded", 120, what="load-on-startup")
         assert status()["args"] == ["llamaq", "worker", "-m", "tiny.gguf",
-                                    "--alias", "tiny.gguf", "--n-predict", "3"]
+                                    "--alias", "tiny.gguf", "--n-predict", "3",
+                                    "--chat-template", "chatml", "--jinja", "true",
+                                    "LLAMA_ARG_CACHE_RAM=0"]
         body = {"model": "tiny.gguf", "prompt": "the", "ignore_eos": True}
         result = httpx.post(f"{url}/completion", json=body, timeout=120)
         assert result.status_code == 200, result.text
         assert result.json()["tokens_predicted"] == 3  # the preset's n-predict
+        chat = {"model": "tiny.gguf", "messages": [{"role": "user", "content": "hi"}]}
+        rendered = httpx.post(f"{url}/apply-template", json=chat, timeout=30)
+        assert rendered.status_code == 200, rendered.text  # the preset's api keys, applied
+        assert rendered.json()["prompt"] == (
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
         # the one worker is idle: a load evicts tiny; an option no worker takes fails it (2)
         assert httpx.post(f"{url}/models/load", json={"model": "bad"}).status_code == 200
         wait_until(lambda: status("bad").get("failed"), 60, what="the failed load")
@@ -119,3 +127,44 @@ def test_api_with_a_missing_models_dir_stops_at_start(tmp_path: Path) -> None:
         cwd=tmp_path)
     assert done.returncode == 1
     assert "does not exist or is not a directory" in done.stderr
+
+
+def test_up_starts_with_a_llama_server_env_file_and_off_switches(tmp_path: Path,
+                                                                  gemma_path: Path,
+                                                                  redis_url: str) -> None:
+    """A typical llama-server deployment's environment (LLAMA_ARG_*), with unbuilt features
+    switched off on the command line and in the environment: it starts and serves."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    env.update({
+        "LLAMAQ_REDIS_URL": redis_url, "LLAMA_ARG_HOST": "127.0.0.1", "LLAMA_ARG_PORT": str(port),
+        "LLAMA_ARG_MODEL": str(gemma_path), "LLAMA_ARG_CTX_SIZE": "1024",
+        "LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_FLASH_ATTN": "on",
+        "LLAMA_ARG_CACHE_TYPE_K": "f16", "LLAMA_ARG_CACHE_TYPE_V": "f16",
+        "LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_CACHE_RAM": "0",
+        "LLAMA_ARG_NO_MMPROJ_AUTO": "1", "LLAMA_ARG_ENDPOINT_METRICS": "1",
+        "LLAMA_API_KEY": "sekrit", "LLAMA_ARG_ALIAS": "my-model", "LLAMA_ARG_THREADS": "1",
+        "LLAMA_ARG_SPEC_TYPE": "none", "LLAMA_ARG_AGENT": "false"})
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "--no-mmproj", "--cache-ram", "0", "--spec-type",
+         "none", "--no-agent", "--fit", "off", "--no-warmup", "--store-url",
+         str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "up.log").open("w"))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: up.poll() is not None
+                   or httpx.get(f"{url}/health").status_code == 200, 120, what="llamaq up")
+        assert up.poll() is None, (tmp_path / "up.log").read_text()[-2000:]
+        auth = {"Authorization": "Bearer sekrit"}
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        models = httpx.get(f"{url}/v1/models", headers=auth).json()["data"]
+        assert [m["id"] for m in models] == ["my-model"]
+        reply = httpx.post(f"{url}/completion", headers=auth, timeout=120,
+                           json={"prompt": "Hello", "n_predict": 4, "temperature": 0})
+        assert reply.status_code == 200 and reply.json()["tokens_predicted"] >= 1
+        assert httpx.get(f"{url}/metrics", headers=auth).status_code == 200
+        props = httpx.get(f"{url}/props", headers=auth).json()
+        assert props["default_generation_settings"]["n_ctx"] == 512  # 1024 over 2 slots
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
