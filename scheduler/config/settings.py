@@ -368,7 +368,8 @@ class ProcessSettings(BaseModel):
         for opt in cls.options():
             if opt.name in given:
                 _put(values, opt.name, given[opt.name])
-            elif opt.is_switch and opt.negative and opt.env and no_env(opt.env) in env:
+            elif opt.is_switch and opt.negative and opt.env and no_env(opt.env) in env \
+                    and opt.env.startswith("LLAMA_ARG_"):
                 _put(values, opt.name, False)  # LLAMA_ARG_NO_<X>, whatever its value (llama.cpp)
             elif opt.env is not None and opt.env in env:
                 try:

@@ -65,7 +65,7 @@ class SpecFlag:
         `LLAMA_ARG_NO_<X>` whatever its value (as llama.cpp reads it), a falsey value of a
         switch, or an off value."""
         assert self.env is not None
-        if self.off_names and no_env(self.env) in environ:
+        if self.off_names and self.env.startswith("LLAMA_ARG_") and no_env(self.env) in environ:
             return True
         value = environ.get(self.env, "").strip().lower()
         return value in FALSEY if (self.switch or self.off_names) else value in self.off_values

@@ -239,3 +239,9 @@ def test_the_sampling_flags_are_sampling_settings_fields() -> None:
                                       environ={"LLAMA_ARG_TOP_K": "9"})
     assert (worker.sampling.dry_penalty_last_n, worker.sampling.mirostat_eta,
             worker.sampling.top_k) == (32, 0.2, 9)
+
+
+def test_the_model_id_is_the_alphabetically_first_alias() -> None:
+    """llama-server keeps --alias in a sorted set: `--alias zeta,alpha` serves as `alpha`."""
+    for role in (ApiSettings, WorkerSettings):
+        assert role.from_args(["--alias", "zeta,alpha,mid"], environ={}).model_id() == "alpha"
