@@ -18,6 +18,7 @@ from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
+from scheduler.metrics_window import scrape
 from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
 
 routes = Routes("monitor")
@@ -47,11 +48,13 @@ async def metrics(request: Request) -> HTTPResponse:
         raise NotSupported(
             "This server does not support metrics endpoint. Start it with `--metrics`")
     fleet: Fleet = request.app.ctx.fleet
-    workers = await fleet.workers(request_model(request), fresh=True)
-    counters = await fleet.registry.metrics([w.worker_id for w in workers])
-    queue = await fleet.queue_stats(request_model(request), workers)
+    model_id = request_model(request)
+    workers = await fleet.workers(model_id, fresh=True)
+    counters = await fleet.registry.metrics_by_worker([w.worker_id for w in workers])
+    queue = await fleet.queue_stats(model_id, workers)
+    window = await scrape(fleet.redis, model_id, counters)
     started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
-    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
+    return raw(render_metrics(list(counters.values()), queue, window), content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
 
