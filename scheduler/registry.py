@@ -85,6 +85,8 @@ class WorkerInfo(BaseModel):
     """Its pooling (none, mean, cls, last, rank) when `embedding`."""
     sleeping: bool = False
     """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
+    build_info: str = "unknown"
+    """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
