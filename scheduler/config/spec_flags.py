@@ -249,9 +249,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--reasoning-preserve --no-reasoning-preserve", "--chat-template",
            "--chat-template-file", "--skip-chat-parsing --no-skip-chat-parsing",
            "--prefill-assistant --no-prefill-assistant"),
-    *_rows(R, "the slot similarity is fixed at llama-server's default (0.1): a request takes "
-           "the idle slot whose cache matches the longest prefix, else a copy, else the least "
-           "recently used", "-sps --slot-prompt-similarity"),
+    *_rows(W, "", "-sps --slot-prompt-similarity"),
     *_rows(R, NOT_BUILT_LORA, "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),

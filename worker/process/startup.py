@@ -138,6 +138,7 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           grammar=grammar, logit_bias=flags.default_logit_bias(s),
                           cont_batching=s.cont_batching, spm_infill=s.spm_infill,
                           context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                          slot_similarity=s.slot_prompt_similarity,
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,
