@@ -70,9 +70,6 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
-    if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
-        raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
-                             "workers (only completion workers sleep)")
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
