@@ -56,13 +56,28 @@ def run_up(argv: list[str]) -> None:
         supervisor.adopt(Child("redis", [], redis_process))
     env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url, PARENT_PID_ENV: str(os.getpid())}
     me = [sys.executable, "-m", "llamaq"]
-    supervisor.start("worker", [*me, "worker", *worker_args], env, restart=True)
+    for name in worker_names(api_settings):
+        supervisor.start(name, [*me, "worker", *worker_args], env, restart=True)
     supervisor.start("api", [*me, "api", *parts[ApiSettings]], env)
     scheme = "https" if api_settings.ssl_cert_file else "http"
     mode = " in router mode" if api_settings.router_mode() else ""
     print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
           f"(Redis {redacted_url(redis_url)}){mode}; Ctrl-C stops", flush=True)
     sys.exit(supervisor.run())
+
+
+ROUTER_WORKERS_UNBOUNDED = 4
+"""Worker processes of `llamaq up` in router mode with --models-max 0 (no bound)."""
+
+
+def worker_names(settings: ApiSettings) -> list[str]:
+    """The worker processes `llamaq up` runs: one for its model; in router mode one per model
+    it may hold at once (--models-max), as llama-server's router runs a child per loaded
+    model. A worker without a model waits to be told which to load (~75 MB each)."""
+    if not settings.router_mode():
+        return ["worker"]
+    n = settings.models_max if settings.models_max > 0 else ROUTER_WORKERS_UNBOUNDED
+    return [f"worker-{i}" for i in range(1, n + 1)]
 
 
 def _help() -> None:

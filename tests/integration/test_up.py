@@ -77,7 +77,8 @@ def test_up_without_a_model_is_a_router_over_the_store(tmp_path: Path) -> None:
     up = subprocess.Popen(
         [sys.executable, "-m", "llamaq", "up", "-c", "512", "-np", "1", "-t", "1",
          "--no-warmup", "--port", str(port), "--store-url", str(store),
-         "--cache-dir", str(tmp_path / "cache"), "--models-preset", str(preset)],
+         "--cache-dir", str(tmp_path / "cache"), "--models-preset", str(preset),
+         "--models-max", "1"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=(tmp_path / "up.log").open("w"),
         text=True)
     try:
@@ -165,6 +166,50 @@ def test_up_starts_with_a_llama_server_env_file_and_off_switches(tmp_path: Path,
         assert httpx.get(f"{url}/metrics", headers=auth).status_code == 200
         props = httpx.get(f"{url}/props", headers=auth).json()
         assert props["default_generation_settings"]["n_ctx"] == 512  # 1024 over 2 slots
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
+
+
+def test_up_in_router_mode_holds_models_max_models_at_once(tmp_path: Path) -> None:
+    """`llamaq up --models-dir D --models-max 2` runs two workers: two models are loaded at
+    once; an unload then at once a load of a third model succeeds (the unloading worker takes
+    it once drained), as with llama-server's router."""
+    from tests.tiny_gguf import write_tiny_llama
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("one", "two", "three"):
+        write_tiny_llama(models / f"{name}.gguf")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-c", "256", "-np", "1", "-t", "1",
+         "--no-warmup", "--port", str(port), "--models-dir", str(models), "--models-max", "2",
+         "--store-url", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "up.log").open("w"))
+    url = f"http://127.0.0.1:{port}"
+
+    def status(name: str) -> str:
+        data = httpx.get(f"{url}/models", timeout=30).json()["data"]
+        return str(next(m["status"]["value"] for m in data if m["id"] == name))
+
+    try:
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 120, what="llamaq up")
+        for name in ("one", "two"):
+            wait_until(lambda name=name: httpx.post(f"{url}/models/load", json={"model": name},
+                                                    timeout=30).status_code == 200, 60,
+                       what=f"{name} placed (the workers register first)")
+        wait_until(lambda: status("one") == status("two") == "loaded", 120,
+                   what="two models loaded at once")
+        assert httpx.post(f"{url}/models/unload", json={"model": "one"}).status_code == 200
+        load = httpx.post(f"{url}/models/load", json={"model": "three"}, timeout=30)
+        assert load.status_code == 200, load.text
+        wait_until(lambda: status("three") == "loaded", 120, what="three, on the freed worker")
+        assert (status("one"), status("two")) == ("unloaded", "loaded")
+        full = httpx.post(f"{url}/models/load", json={"model": "one"}, timeout=30)
+        assert full.status_code == 200, full.text  # two and three are idle: the LRU goes
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
