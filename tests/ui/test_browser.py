@@ -222,14 +222,14 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         expect(page.locator("#worker-count")).to_have_text("2")
         expect(page.locator("#metrics-note")).to_contain_text("not available")
         # the Batch API's batches, refreshed with the rest of the page
-        client = openai.OpenAI(base_url=f"{plain}/v1", api_key="none")
+        sdk = openai.OpenAI(base_url=f"{plain}/v1", api_key="none")
         lines = b"".join(json.dumps({
             "custom_id": f"ui-{i}", "method": "POST", "url": "/v1/chat/completions",
             "body": {"model": "gemma-ui", "max_tokens": 4,
                      "messages": [{"role": "user", "content": f"hi {i}"}]}}).encode() + b"\n"
             for i in range(3))
-        upload = client.files.create(file=("lines.jsonl", lines), purpose="batch")
-        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+        upload = sdk.files.create(file=("lines.jsonl", lines), purpose="batch")
+        batch = sdk.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
                                       completion_window="24h")
         row = page.locator(f"tr[data-batch='{batch.id}']")
         expect(row.locator(".batch-status")).to_have_text("completed", timeout=120_000)
