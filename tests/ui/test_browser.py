@@ -223,14 +223,14 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         expect(page.locator("#metrics-note")).to_contain_text("not available")
         # the Batch API's batches, refreshed with the rest of the page
         sdk = openai.OpenAI(base_url=f"{plain}/v1", api_key="none")
-        lines = b"".join(json.dumps({
+        batch_input = b"".join(json.dumps({
             "custom_id": f"ui-{i}", "method": "POST", "url": "/v1/chat/completions",
             "body": {"model": "gemma-ui", "max_tokens": 4,
                      "messages": [{"role": "user", "content": f"hi {i}"}]}}).encode() + b"\n"
             for i in range(3))
-        upload = sdk.files.create(file=("lines.jsonl", lines), purpose="batch")
+        upload = sdk.files.create(file=("lines.jsonl", batch_input), purpose="batch")
         batch = sdk.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
-                                      completion_window="24h")
+                                   completion_window="24h")
         row = page.locator(f"tr[data-batch='{batch.id}']")
         expect(row.locator(".batch-status")).to_have_text("completed", timeout=120_000)
         expect(row.locator(".batch-completed")).to_have_text("3")
