@@ -213,3 +213,50 @@ def test_up_in_router_mode_holds_models_max_models_at_once(tmp_path: Path) -> No
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
+
+
+def command_lines_under(pid: int) -> list[str]:
+    """The command lines of every process below `pid` (as `ps` shows them to any user)."""
+    found, parents = [], {pid}
+    for _ in range(3):  # up -> api, workers, redis -> sanic's own
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent in parents and int(proc.name) not in parents:
+                parents.add(int(proc.name))
+                found.append(cmdline)
+    return found
+
+
+def test_up_keeps_secrets_off_the_children_command_lines(tmp_path: Path, tiny_model_path: Path,
+                                                         redis_url: str) -> None:
+    """API keys, the Hub token and a Redis URL given as flags reach the children through
+    their environment, not their argv (which every user of the machine sees in `ps`)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-m", str(tiny_model_path), "-c", "256",
+         "-np", "1", "-t", "1", "--no-warmup", "--port", str(port), "--api-key", "first-key",
+         "--api-key=second-key", "-hft", "hf_secret_token", "--redis-url", redis_url,
+         "--store-url", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "up.log").open("w"))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 120, what="llamaq up")
+        for key in ("first-key", "second-key"):
+            models = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert models.status_code == 200, key
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        lines = command_lines_under(up.pid)
+        assert any(" api " in line for line in lines) and any(" worker " in line
+                                                                 for line in lines), lines
+        for secret in ("first-key", "second-key", "hf_secret_token", redis_url):
+            assert not [line for line in lines if secret in line], secret
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=60)
