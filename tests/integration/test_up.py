@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -260,3 +262,72 @@ def test_up_keeps_secrets_off_the_children_command_lines(tmp_path: Path, tiny_mo
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (children of children included)."""
+    found: set[int] = set()
+    parents = {pid}
+    for _ in range(4):
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) in found:
+                continue
+            try:
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent in parents:
+                found.add(int(proc.name))
+                parents.add(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("listeners", ["one-host", "hosts-socket-tls"])
+def test_nothing_of_up_is_left_5_s_after_it_is_stopped(tmp_path: Path, tiny_model_path: Path,
+                                                        redis_url: str, sig: signal.Signals,
+                                                        listeners: str) -> None:
+    """`llamaq up` stopped by SIGTERM or killed by SIGKILL, listening on one address, or on
+    several addresses, a UNIX socket and TLS at once: 5 s later none of its processes is left
+    (Sanic's own shutdown loop once spun for ever with several listeners)."""
+    port = free_port()
+    where = ["--host", "127.0.0.1"]
+    if listeners != "one-host":
+        key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                        "1", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                       check=True, capture_output=True)
+        where = ["--host", f"127.0.0.1,::1,{tmp_path / 'api.sock'}", "--ssl-key-file",
+                 str(key), "--ssl-cert-file", str(cert)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "llamaq", "up", "-m", str(tiny_model_path), "-c", "256",
+         "-np", "1", "-t", "1", "--no-warmup", "--port", str(port), *where, "--redis-url",
+         redis_url, "--store-url", str(tmp_path / "store"), "--cache-dir",
+         str(tmp_path / "cache")],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "up.log").open("w"))
+    scheme = "https" if listeners != "one-host" else "http"
+    try:
+        wait_until(lambda: httpx.get(f"{scheme}://127.0.0.1:{port}/health",
+                                     verify=False).status_code == 200, 120, what="llamaq up")
+        family = descendants(up.pid)
+        assert len(family) >= 2, family  # the api and the worker
+        up.send_signal(sig)
+        deadline = time.monotonic() + 5
+        while (left := {p for p in family if not _zombie(p)}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in left]
+    finally:
+        if up.poll() is None:
+            up.kill()
+        up.wait(timeout=30)
+        for pid in descendants(up.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
