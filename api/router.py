@@ -176,28 +176,43 @@ class ModelRouter:
         """Load `entry` if nothing runs it, and wait until a worker serves it."""
         deadline = time.monotonic() + self.settings.timeout
         placed = False
-        while time.monotonic() < deadline:
-            if await self.models.registry.live_workers(entry.name):
-                return
-            status = await self.status(entry.name)
-            if status.value == "loading":  # placed by someone else: its outcome is ours
-                placed = True
-            elif status.value == "unloaded":
-                if placed and status.failed:
-                    raise ServerError(f"model name={entry.name} failed to load")
-                try:
-                    await self.place(entry)
+        try:
+            while time.monotonic() < deadline:
+                if await self.models.registry.live_workers(entry.name):
+                    return
+                status = await self.status(entry.name)
+                if status.value == "loading":  # placed by someone else: its outcome is ours
                     placed = True
-                except AlreadyRunning:
-                    placed = True
-                except NoCapacity as exc:  # wait for a worker to become free
-                    if not await self.models.hosts():
-                        raise Unavailable("no worker can load a model: every worker was "
-                                          "started with -m (start workers without -m)",
-                                          retry_after_s=5) from None
-                    log.debug("model %s waits for a worker: %s", entry.name, exc)
-            await asyncio.sleep(READY_POLL_S)
+                elif status.value == "unloaded":
+                    if placed and status.failed:
+                        raise ServerError(f"model name={entry.name} failed to load")
+                    first = await self.models.wait_in_line(entry.name, self.settings.timeout)
+                    if first:  # loads are placed first in, first out
+                        placed = await self._place_or_wait(entry)
+                await asyncio.sleep(READY_POLL_S)
+        finally:
+            with contextlib.suppress(RedisError):
+                await self.models.leave_line(entry.name)
         raise Unavailable(f"model '{entry.name}' did not load in time", retry_after_s=5)
+
+    async def _place_or_wait(self, entry: ModelEntry) -> bool:
+        """Place `entry`; False while a worker that is unloading will make room. With no room
+        coming (every model serving, or no worker at all) it ends the wait as llama-server
+        does."""
+        try:
+            await self.place(entry)
+            return True
+        except AlreadyRunning:
+            return True
+        except NoCapacity as exc:
+            if not await self.models.hosts():
+                raise Unavailable("no worker can load a model: every worker was started with "
+                                  "-m (start workers without -m)", retry_after_s=5) from None
+            if not await self.models.freeing():  # a model that is serving is never evicted
+                log.info("model %s: no room to load it (%s)", entry.name, exc)
+                raise ServerError("model limit reached, try again later") from None
+            log.debug("model %s waits for a worker being freed: %s", entry.name, exc)
+            return False
 
     async def place(self, entry: ModelEntry) -> None:
         await self.models.place(entry, self.settings.models_max, list(self.catalog.entries))

@@ -63,6 +63,8 @@ LIFETIMES: dict[str, str] = {
     "host_info": HEARTBEAT, "host_commands": "until the host takes them",
     "host_claim": f"{keys.HOST_CLAIM_TTL_S} s, or until the host reports its load",
     "MODELS_LAST_USED": "kept (the LRU clock)",
+    "MODELS_WAITING": "a model leaves when it loads, fails or its wait times out; entries "
+                      "older than --timeout are dropped",
     "PLACEMENT_LOCK": f"{keys.PLACEMENT_LOCK_MS} ms",
     "model_failure": "until the model's next load",
     "DOWNLOADS": "a model leaves when its download finishes or it is deleted",

@@ -239,6 +239,9 @@ def host_claim(host_id: str) -> str:
 HOST_CLAIM_TTL_S = 30
 MODELS_LAST_USED = f"{PREFIX}:models:last_used"
 """Sorted set: model name -> when a POST request last asked for it (the fleet's LRU clock)."""
+MODELS_WAITING = f"{PREFIX}:models:waiting"
+"""Sorted set: model name -> when its first request began to wait for it to load (unix s):
+loads are placed first in, first out; an entry older than the wait's timeout is dropped."""
 PLACEMENT_LOCK = f"{PREFIX}:models:placement"
 """Held (SET NX PX) while one api pod decides where a model loads and what unloads."""
 PLACEMENT_LOCK_MS = 5000
