@@ -26,6 +26,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.downloads import DownloadBoard, DownloadStatus
 from scheduler.placement import HostState, HostView, LoadPlan, Placement
+from scheduler.redis_clock import recent
 from scheduler.registry import Registry, WorkerInfo, fleet_sleeping
 
 log = logging.getLogger(__name__)
@@ -162,9 +163,7 @@ class FleetModels:
     # -- reading --------------------------------------------------------------------------
 
     async def hosts(self) -> list[HostInfo]:
-        cutoff = time.time() - keys.HEARTBEAT_TTL_S
-        await self.redis.zremrangebyscore(keys.HOSTS, "-inf", cutoff)
-        ids = [_text(i) for i in await self.redis.zrange(keys.HOSTS, 0, -1)]
+        ids = await recent(self.redis, keys.HOSTS, keys.HEARTBEAT_TTL_S)
         if not ids:
             return []
         docs = await self.redis.mget([keys.host_info(i) for i in ids])

@@ -38,6 +38,7 @@ from scheduler.fleet_models import (
     status_event,
 )
 from scheduler.placement import HostState
+from scheduler.redis_clock import stamp
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,7 @@ class WorkerHost:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.host_info(self.host_id), self.info.model_dump_json(),
                      ex=keys.HEARTBEAT_TTL_S)
-            pipe.zadd(keys.HOSTS, {self.host_id: time.time()})
+            stamp(pipe, keys.HOSTS, self.host_id)
             await pipe.execute()
 
     async def _claim_done(self, model: str | None) -> None:
