@@ -150,6 +150,12 @@ class ApiSettings(RoleSettings):
                                 "at least this many characters that a worker's slots hold goes "
                                 "to that worker when it has a free slot (0 = off: every "
                                 "completion goes to the shared queue)")
+    coalesce_embeddings: bool = flag(True, "--coalesce-embeddings",
+                                     env="LLAMAQ_COALESCE_EMBEDDINGS",
+                                     negative=("--no-coalesce-embeddings",),
+                                     help="embedding requests for a model that arrive while this "
+                                     "pod's job for it is in flight go to Redis as one job once "
+                                     "it ends (off: one job per request)")
 
     def router_mode(self) -> bool:
         """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
