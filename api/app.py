@@ -23,7 +23,7 @@ from api.endpoints.vertex.api_router import VertexSettings, add_predict_route
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.router import ModelRouter
-from api.sanic_app import HARD_STOP_MARGIN_S, ApiApp, exit_by_force_after
+from api.sanic_app import HARD_STOP_MARGIN_S, ApiApp, ApiRequest, exit_by_force_after
 from api.settings import ApiSettings
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.limits import largest_body_limit
@@ -47,8 +47,8 @@ def _exit_for_restart() -> None:
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
     validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
     ui = ui_blueprint(settings)  # so do a missing UI bundle or --path folder
-    app = ApiApp(name)
-    app.config.REQUEST_TIMEOUT = settings.timeout
+    app = ApiApp(name, request_class=ApiRequest)
+    app.config.REQUEST_TIMEOUT = settings.body_timeout  # to arrive (-to bounds the answer)
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.GRACEFUL_SHUTDOWN_TIMEOUT = CLOSE_GRACE_S  # after our own drain (below)
@@ -59,6 +59,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.ctx.draining = False
     app.ctx.ui_settings = ui_defaults(settings)  # and unreadable --ui-config JSON
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
+    app.ctx.refuses_key = lambda request: check_api_key(request, api_keys,
+                                                        settings.api_prefix) is not None
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:

@@ -33,6 +33,10 @@ class ApiSettings(RoleSettings):
     port: int = flag(9931, "--port", env="LLAMA_ARG_PORT", help="port to listen")
     timeout: int = flag(3600, "-to", "--timeout", env="LLAMA_ARG_TIMEOUT",
                         help="server read/write timeout in seconds")
+    body_timeout: float = flag(60.0, "--body-timeout", env="LLAMAQ_BODY_TIMEOUT",
+                               help="seconds a request's headers and body may take to arrive "
+                               "(a file upload: each part of it), for every client; a "
+                               "client too slow gets 408 and the connection closes")
     queue_max: int = flag(0, "--queue-max", env="LLAMAQ_QUEUE_MAX",
                           help="jobs of the model that may wait in Redis for a slot; past it a "
                           "request gets 503 with Retry-After (0 = 4 x the fleet's live slots; "

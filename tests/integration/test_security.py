@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -192,3 +193,32 @@ def test_reuse_port_lets_two_pods_share_one_port(pods: Fleet) -> None:
     first.terminate()
     first.wait(timeout=30)
     wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, what="the second pod")
+
+
+def slow_request(url: str, path: str, headers: dict[str, str]) -> tuple[float, bytes]:
+    """Send a request's headers with a body of 100 bytes announced, then nothing: how long
+    until the server answers, and its answer's first bytes."""
+    host, port = url.removeprefix("http://").split(":")
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Content-Length: 100",
+             *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        started = time.monotonic()
+        sock.sendall("\r\n".join(lines).encode())
+        answer = sock.recv(200)
+        return time.monotonic() - started, answer
+
+
+def test_a_body_that_never_comes_is_ended_whoever_sends_it(pods: Fleet) -> None:
+    """Headers, then nothing: without a key the 401 comes at once, before the body; with a
+    key the wait is bounded by --body-timeout (it was -to, 3600 s), for a streamed file upload
+    too."""
+    url = pods.add_api("--api-key", "sekrit", "--body-timeout", "2")
+    elapsed, answer = slow_request(url, "/completion", {"Content-Type": "application/json"})
+    assert answer.startswith(b"HTTP/1.1 401") and elapsed < 1.5, (elapsed, answer)
+    auth = {"Authorization": "Bearer sekrit", "Content-Type": "application/json"}
+    elapsed, answer = slow_request(url, "/completion", auth)
+    assert answer.startswith(b"HTTP/1.1 408") and 1.5 < elapsed < 10, (elapsed, answer)
+    upload = {"Authorization": "Bearer sekrit",
+              "Content-Type": "multipart/form-data; boundary=x"}
+    elapsed, answer = slow_request(url, "/v1/files", upload)
+    assert answer.startswith(b"HTTP/1.1 408") and 1.5 < elapsed < 10, (elapsed, answer)

@@ -55,8 +55,14 @@ async def in_thread(call: Callable[[], T], missing: str) -> T:
 async def _read_body(request: Request) -> None:
     """The upload streams in (this route lifts the server's body limit) up to UPLOAD_LIMIT."""
     body = bytearray()
+    body_timeout = request.app.ctx.settings.body_timeout
     while True:
-        part = await request.stream.read()  # type: ignore[union-attr]
+        try:
+            part = await asyncio.wait_for(request.stream.read(),  # type: ignore[union-attr]
+                                          body_timeout)
+        except TimeoutError:
+            raise InvalidRequest(f"no part of the upload came for {body_timeout:g} s "
+                                 "(--body-timeout)", status=408) from None
         if part is None:
             break
         body += part
