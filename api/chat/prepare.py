@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api.chat.message import ChatMessage
+from api.chat.caps import chat_template_caps
+from api.chat.harmony import HarmonyParser, is_harmony_template
+from api.chat.message import ChatMessage, OutputParser
 from api.chat.messages import (
     ToolChoice,
     tool_names,
@@ -43,7 +45,9 @@ class ChatRequest:
     tool_choice: Any
     """OpenAI's `tool_choice` as sent (checked here against the tools), or a ToolChoice
     already checked (the Anthropic wire model converts and checks its own)."""
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = True
+    """None: as the template allows (llama-server's default, its caps'
+    supports_parallel_tool_calls)."""
     chat_template_kwargs: Mapping[str, Any] | None = None
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
@@ -69,13 +73,19 @@ class PreparedChat:
     reasoning_format: str
     parse_tools: bool
     reasoning: ReasoningSpec | None = None
+    parallel_tool_calls: bool = True
 
-    def parser(self) -> ChatOutputParser:
+    def parser(self) -> OutputParser:
+        names = tool_names(self.tools) if self.parse_tools else None
+        if is_harmony_template(self.template.source):
+            return HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
+                                 prompt=self.prompt, tool_names=names,
+                                 parallel_tool_calls=self.parallel_tool_calls)
         return ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source,
             thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
-            tool_names=tool_names(self.tools) if self.parse_tools else None)
+            tool_names=names)
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()
@@ -97,7 +107,7 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         if choice.mode != "auto":
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
-    schema, hint = tool_call_grammar(tools, choice, request.parallel_tool_calls)
+    schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
     if hint:
         messages = add_system_hint(messages, hint)
     continue_final = request.continue_final_message
@@ -117,5 +127,9 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     message = request.reasoning_budget_message or settings.reasoning_budget_message or ""
     reasoning = reasoning_spec(template.source, prompt, budget, message,
                                request.reasoning_control)
+    parallel = request.parallel_tool_calls
+    if parallel is None:
+        parallel = template.builtin or chat_template_caps(template.source)[
+            "supports_parallel_tool_calls"]
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                        reasoning)
+                        reasoning, parallel)
