@@ -23,10 +23,12 @@ Text that looks like a call but does not parse stays content. Calls get llama-se
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
+from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
+from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
 from api.chat.tool_formats import (
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
@@ -41,7 +43,6 @@ from api.chat.tool_formats import (
     parse_deepseek_calls,
     parse_function_tag,
     parse_python_tag,
-    parse_tool_call_block,
     random_string,
 )
 
@@ -51,13 +52,11 @@ _MISTRAL_ARGS = "[ARGS]"
 _MISTRAL_CALL_ID = "[CALL_ID]"
 _MAX_MISTRAL_HEADER = 256
 
-BlockParser = Callable[[str], "list[ParsedCall] | None"]
 _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<tool_call>": ("</tool_call>", parse_tool_call_block),
-    "<function=": ("</function>", parse_function_tag),
-    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, parse_deepseek_calls),
+    "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
+    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
 }
-_MARKERS = (*_BLOCKS, MISTRAL_TOOL_CALLS, PYTHON_TAG)
 
 
 def _partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
@@ -92,12 +91,22 @@ class ChatOutputParser:
         template_source: str = "",
         thinking_forced_open: bool = False,
         tool_names: Collection[str] | None = None,
+        chat_format: ChatFormat = GENERIC,
+        param_types: ParamTypes | None = None,
     ) -> None:
         """`tool_names`, when given, is the set of tools a bare JSON call may name: a JSON answer
-        naming anything else stays content (tagged calls are taken whatever their name)."""
+        naming anything else stays content (tagged calls are taken whatever their name).
+        `chat_format` (chat_formats.py): the template's family, whose own blocks are read beside
+        the generic ones; `param_types`: the tools' parameter types, for values written as
+        text."""
         reasoning = check_reasoning_format(reasoning_format) != "none"
         self._legacy = reasoning_format == "deepseek-legacy"
         self._tools = tools
+        self._types: ParamTypes = param_types or {}
+        self._blocks = {**_BLOCKS, **chat_format.blocks}
+        self._dropped = chat_format.dropped
+        self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
+        self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
         self._text = ""
@@ -267,7 +276,7 @@ class ChatOutputParser:
 
     def _step_body(self, final: bool) -> bool:
         text = self._text
-        if not self._tools:
+        if not self._markers:
             self._emit_body(text[self._pos :])
             self._pos = len(text)
             if final:
@@ -275,20 +284,24 @@ class ChatOutputParser:
                 self._held = ""
                 self._phase = _Phase.DONE
             return False
-        if self._at_start:
+        if self._at_start and self._tools:
             started = self._step_answer_start(final)
             if started is not None:
                 return started
         found = min(
-            ((text.find(marker, self._pos), marker) for marker in _MARKERS),
+            ((text.find(marker, self._pos), marker) for marker in self._markers),
             key=lambda hit: (hit[0] < 0, hit[0]),
         )
         start, marker = found
+        if start >= 0 and marker in self._dropped:
+            self._emit_body(text[self._pos : start])
+            self._pos = start + len(marker)
+            return True
         if start >= 0:
             self._emit_body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = 0 if final else _partial_suffix(text, self._pos, _MARKERS)
+        hold = 0 if final else _partial_suffix(text, self._pos, self._markers)
         self._emit_body(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         if final:
@@ -330,8 +343,8 @@ class ChatOutputParser:
         self._call_start = start
         self._pos = start + len(marker)
         self._at_start = False
-        if marker in _BLOCKS:
-            self._block = _BLOCKS[marker]
+        if marker in self._blocks:
+            self._block = self._blocks[marker]
             self._phase = _Phase.BLOCK
         elif marker == MISTRAL_TOOL_CALLS:
             self._mistral_step = "begin"
@@ -342,7 +355,7 @@ class ChatOutputParser:
     def _reject_call(self) -> None:
         """The text after a marker is not a call: the marker is content, and reading goes on
         right after it."""
-        marker = next(m for m in _MARKERS if self._text.startswith(m, self._call_start))
+        marker = next(m for m in self._call_markers if self._text.startswith(m, self._call_start))
         self._pos = self._call_start + len(marker)
         self._emit_body(marker)
         self._phase = _Phase.BODY
@@ -355,11 +368,11 @@ class ChatOutputParser:
     def _step_block(self, final: bool) -> bool:
         assert self._block is not None
         end_tag, parse = self._block
-        end = self._text.find(end_tag, self._pos)
+        end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
-        calls = parse(inner)
+        calls = parse(inner, self._types)
         if calls:
             self._accept_calls(calls, end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0:

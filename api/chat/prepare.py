@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.chat.caps import chat_template_caps
-from api.chat.harmony import HarmonyParser, is_harmony_template
+from api.chat.chat_formats import GPT_OSS, detect_chat_format
+from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
 from api.chat.messages import (
     ToolChoice,
@@ -28,6 +29,7 @@ from api.chat.messages import (
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
 from api.chat.reasoning_tags import prompt_opens_thinking
+from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.settings import ApiSettings
@@ -77,7 +79,8 @@ class PreparedChat:
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
-        if is_harmony_template(self.template.source):
+        chat_format = detect_chat_format(self.template.source)
+        if chat_format is GPT_OSS:
             return HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
                                  prompt=self.prompt, tool_names=names,
                                  parallel_tool_calls=self.parallel_tool_calls)
@@ -85,7 +88,7 @@ class PreparedChat:
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source,
             thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
-            tool_names=names)
+            tool_names=names, chat_format=chat_format, param_types=param_types(self.tools))
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()
