@@ -30,7 +30,13 @@ from collections.abc import Collection
 
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.reasoning_tags import check_reasoning_format
-from api.chat.tool_formats import WHITESPACE, dump_arguments, load_json, random_string
+from api.chat.tool_formats import (
+    WHITESPACE,
+    dump_arguments,
+    load_json,
+    partial_suffix,
+    random_string,
+)
 
 START = "<|start|>"
 END = "<|end|>"
@@ -53,18 +59,6 @@ _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"([A-Za-z0-9_\-]*)")
 def is_harmony_template(template_source: str) -> bool:
     """llama.cpp's detection: the template writes `<|channel|>`."""
     return CHANNEL in template_source
-
-
-def _partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
-    """Length of the longest end of text[start:] that is a proper prefix of one of markers."""
-    best = 0
-    available = len(text) - start
-    for marker in markers:
-        for size in range(min(len(marker) - 1, available), best, -1):
-            if text.endswith(marker[:size]):
-                best = size
-                break
-    return best
 
 
 class _Kind(enum.Enum):
@@ -279,7 +273,7 @@ class HarmonyParser:
             return True
         if self._kind is _Kind.CALL:
             return False
-        hold = _partial_suffix(text, self._pos, _TERMINATORS)
+        hold = partial_suffix(text, self._pos, _TERMINATORS)
         self._body_text(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         return False
@@ -337,7 +331,7 @@ class HarmonyParser:
             self._pos = at
             self._phase = _Phase.BETWEEN
             return True
-        hold = 0 if final else _partial_suffix(text, self._pos, (START,))
+        hold = 0 if final else partial_suffix(text, self._pos, (START,))
         self._emit_content(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         if final:

@@ -43,6 +43,7 @@ from api.chat.tool_formats import (
     parse_deepseek_calls,
     parse_function_tag,
     parse_python_tag,
+    partial_suffix,
     random_string,
 )
 
@@ -57,18 +58,6 @@ _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
     DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
 }
-
-
-def _partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
-    """Length of the longest end of text[start:] that is a proper prefix of one of markers."""
-    best = 0
-    available = len(text) - start
-    for marker in markers:
-        for size in range(min(len(marker) - 1, available), best, -1):
-            if text.endswith(marker[:size]):
-                best = size
-                break
-    return best
 
 
 class _Phase(enum.Enum):
@@ -268,7 +257,7 @@ class ChatOutputParser:
             self._phase = _Phase.BODY
             self._skip_ws = True
             return True
-        hold = _partial_suffix(text, self._pos, (self._end_tag,))
+        hold = partial_suffix(text, self._pos, (self._end_tag,))
         sure = text[self._pos : len(text) - hold].rstrip(WHITESPACE)
         self._emit_thought(sure)
         self._pos += len(sure)
@@ -301,7 +290,7 @@ class ChatOutputParser:
             self._emit_body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = 0 if final else _partial_suffix(text, self._pos, self._markers)
+        hold = 0 if final else partial_suffix(text, self._pos, self._markers)
         self._emit_body(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         if final:
@@ -475,7 +464,7 @@ class ChatOutputParser:
         if args >= 0:
             header = text[self._scan_from : args]
         else:
-            hold = _partial_suffix(text, self._scan_from, (_MISTRAL_ARGS, _MISTRAL_CALL_ID))
+            hold = partial_suffix(text, self._scan_from, (_MISTRAL_ARGS, _MISTRAL_CALL_ID))
             header = text[self._scan_from : len(text) - hold]
         name, _, call_id = header.partition(_MISTRAL_CALL_ID)
         valid = all(c.isalnum() or c in "_.-" for c in name + call_id)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.chat.caps import chat_template_caps
-from api.chat.chat_formats import GPT_OSS, detect_chat_format
+from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format
+from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
 from api.chat.messages import (
@@ -84,6 +85,9 @@ class PreparedChat:
             return HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
                                  prompt=self.prompt, tool_names=names,
                                  parallel_tool_calls=self.parallel_tool_calls)
+        if chat_format is FUNCTIONARY_V3_2:
+            return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
+                                     parallel_tool_calls=self.parallel_tool_calls)
         return ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source,

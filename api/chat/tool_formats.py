@@ -31,6 +31,19 @@ WHITESPACE = " \t\r\n\f\v"
 _ID_ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase
 
 
+def partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
+    """Length of the longest end of text[start:] that is a proper prefix of one of markers:
+    what a streaming parser holds back until the next piece decides."""
+    best = 0
+    available = len(text) - start
+    for marker in markers:
+        for size in range(min(len(marker) - 1, available), best, -1):
+            if text.endswith(marker[:size]):
+                best = size
+                break
+    return best
+
+
 def random_string(length: int = 32) -> str:
     """llama-server's `random_string()`: 32 characters of [0-9A-Za-z]."""
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))

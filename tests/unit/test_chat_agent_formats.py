@@ -314,3 +314,32 @@ def test_qwen3_coder_numeric_looking_strings_stay_strings() -> None:
           "<parameter=content>\n[1, 2]\n</parameter>\n<parameter=overwrite>\nfalse\n"
           "</parameter>\n</function>\n</tool_call>", "", None,
           [("write_file", {"path": "12345", "content": "[1, 2]", "overwrite": False})])
+
+
+# --- Functionary v3.2 ------------------------------------------------------------------------
+
+FUNCTIONARY = "meetkai-functionary-medium-v3.2.jinja"
+
+
+def test_functionary_v3_2() -> None:
+    chat = prepared(FUNCTIONARY)
+    assert chat.prompt.endswith(">>>")
+    check(chat, "all\nHello, world!\nWhat's up?", "Hello, world!\nWhat's up?", None, [])
+    check(chat, 'special_function\n{"arg1": 1}', "", None, [("special_function", {"arg1": 1})])
+    agent = ('all\nLet me look that up.>>>get_weather\n{"location": "Paris", "days": 2}'
+             '>>>special_function\n{"arg1": 3}')
+    check(chat, agent, "Let me look that up.", None,
+          [("get_weather", {"location": "Paris", "days": 2}), ("special_function", {"arg1": 3})])
+    single = prepared(FUNCTIONARY, parallel_tool_calls=False)
+    check(single, agent, "Let me look that up.", None,
+          [("get_weather", {"location": "Paris", "days": 2})])
+
+
+def test_functionary_v3_2_text_that_is_no_call_stays_content() -> None:
+    chat = prepared(FUNCTIONARY)
+    check(chat, "get_weather\nnot json", "get_weather\nnot json", None, [])
+    check(prepared(FUNCTIONARY, tools=[TOOLS[0]]), 'get_weather\n{"location": "Paris"}',
+          'get_weather\n{"location": "Paris"}', None, [])
+    check(chat, "Hello there, no recipient", "Hello there, no recipient", None, [])
+    check(prepared(FUNCTIONARY, tools=None), 'special_function\n{"arg1": 1}',
+          'special_function\n{"arg1": 1}', None, [])
