@@ -12,11 +12,11 @@ format, tool-call parsing). Hands off: each API's own fields become a ChatReques
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.chat.caps import chat_template_caps
-from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format
+from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format, preserved_tokens
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
@@ -77,6 +77,8 @@ class PreparedChat:
     parse_tools: bool
     reasoning: ReasoningSpec | None = None
     parallel_tool_calls: bool = True
+    preserved_tokens: list[str] = field(default_factory=list)
+    """The special tokens the worker must write as text for the parser (the job's)."""
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
@@ -139,4 +141,4 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         parallel = template.builtin or chat_template_caps(template.source)[
             "supports_parallel_tool_calls"]
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                        reasoning, parallel)
+                        reasoning, parallel, preserved_tokens(template.source))

@@ -281,6 +281,7 @@ def test_prepare_chat_picks_the_harmony_parser() -> None:
     assert "namespace functions" in prepared.prompt
     parser = prepared.parser()
     assert isinstance(parser, HarmonyParser)
+    assert prepared.preserved_tokens == list(PRESERVED_TOKENS)  # the worker writes them
     # llama-server's default: what the template allows (its caps: gpt-oss's renders only
     # one call of an assistant turn, so no parallel calls)
     assert chat_template_caps(GPT_OSS)["supports_parallel_tool_calls"] is False

@@ -55,6 +55,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     prepared = await _prepare(request, body)
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     job.reasoning = prepared.reasoning
+    job.preserved_tokens = prepared.preserved_tokens
     message_id = new_message_id()
     resume = None
     if body.stream:

@@ -59,6 +59,7 @@ class ChatPlan:
         jobs = self.body.chat_jobs(model_id, self.prepared.prompt, self.prepared.tool_schema)
         for job in jobs:
             job.reasoning = self.prepared.reasoning
+            job.preserved_tokens = self.prepared.preserved_tokens
         return jobs
 
     def parser(self) -> OutputParser:
