@@ -8,7 +8,9 @@ The answer is a run of messages; the prompt already opened the first one
                                                   after the channel, ` <|constrain|>TYPE`
 
 - `analysis`: reasoning (several blocks are joined); with `reasoning_format` none it stays in
-  `content`, header and `<|end|>` included, as llama.cpp keeps it;
+  `content`, header and `<|end|>` included, as llama.cpp keeps it; `deepseek-legacy` is
+  `auto` here, streamed or not (llama-server's gpt-oss parser ignores it: checked against its
+  binary);
 - `commentary` (no recipient, a preamble) and `final`: content;
 - recipient `functions.NAME`: a tool call whose body is the JSON arguments (taken when tools
   are parsed and NAME is one of them, else dropped); another recipient (a built-in such as
@@ -178,10 +180,7 @@ class HarmonyParser:
             return
         text, self._blank = self._blank + text, ""
         self._reasoning.append(text)
-        legacy = self._format == "deepseek-legacy"
-        if legacy:
-            self._content.append(text)
-        self._push(reasoning=text, content=text if legacy else "")
+        self._push(reasoning=text)
 
     def _emit_body(self, text: str) -> None:
         if self._kind is _Kind.REASONING:

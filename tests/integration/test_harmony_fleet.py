@@ -3,7 +3,8 @@ harmony's tokens as CONTROL tokens (as gpt-oss's has) and gpt-oss's real chat te
 (tests/data/templates). A grammar makes the random model write a harmony answer; the api
 detects the template, the job carries the preserved tokens over Redis, the worker writes them
 as text, and the answer comes back split into reasoning_content and content, streamed (raw SSE
-and the openai SDK) and not."""
+and the openai SDK) and not. The answers are llama-server's (its binary, the same GGUF and
+grammar: reasoning "hm", content "ok"; "none": the raw analysis block in content)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ def test_reasoning_and_content_whole(api: str) -> None:
     raw = httpx.post(f"{api}/v1/chat/completions", json=body(reasoning_format="none"),
                      timeout=120).json()["choices"][0]["message"]
     assert raw["content"] == "<|channel|>analysis<|message|>hm<|end|>ok"
+    legacy = httpx.post(f"{api}/v1/chat/completions", json=body(reasoning_format="deepseek-legacy"),
+                        timeout=120).json()["choices"][0]["message"]
+    assert (legacy.get("reasoning_content"), legacy["content"]) == ("hm", "ok")
 
 
 def test_reasoning_and_content_streamed(api: str) -> None:

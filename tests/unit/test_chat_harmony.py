@@ -184,10 +184,14 @@ def test_no_header_text_leaks_into_content() -> None:
     assert [tc.name for d in out for tc in d.tool_calls if tc.name] == ["get_weather"]
 
 
-def test_deepseek_legacy_keeps_reasoning_in_content_too() -> None:
+def test_deepseek_legacy_is_auto() -> None:
+    """As llama-server answers gpt-oss (its binary, streamed and not): the reasoning is not
+    copied into content."""
     message = parse(THINKING, reasoning_format="deepseek-legacy")
     assert message.reasoning_content == "I'm\nthinking"
-    assert message.content == "I'm\nthinkingHello, world!\nWhat's up?"
+    assert message.content == "Hello, world!\nWhat's up?"
+    assembled, _ = streamed(THINKING, [2] * len(THINKING), reasoning_format="deepseek-legacy")
+    assert (assembled.content, assembled.reasoning_content) == (message.content, "I'm\nthinking")
 
 
 def test_whitespace_only_reasoning_is_dropped() -> None:
