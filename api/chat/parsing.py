@@ -14,7 +14,9 @@ Reasoning (`reasoning_format`, as llama-server's --reasoning-format):
 The tags are `<think>`/`</think>` unless the template uses `[THINK]`, `<|START_THINKING|>` or
 `<seed:think>`.
 
-Tool calls (with `tools=True`): the formats of tool_formats.py. A bare JSON call is recognised
+Tool calls (with `tools=True`): the formats of tool_formats.py, and those of the template's family
+(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2 have parsers of their own,
+harmony.py and functionary.py). A bare JSON call is recognised
 only at the start of the answer (or right after another bare call); tagged formats anywhere.
 Text that looks like a call but does not parse stays content. Calls get llama-server's random
 32-character ids unless the model wrote one; `arguments` is always JSON text.
@@ -82,16 +84,18 @@ class ChatOutputParser:
         tool_names: Collection[str] | None = None,
         chat_format: ChatFormat = GENERIC,
         param_types: ParamTypes | None = None,
+        parallel_tool_calls: bool = True,
     ) -> None:
         """`tool_names`, when given, is the set of tools a bare JSON call may name: a JSON answer
         naming anything else stays content (tagged calls are taken whatever their name).
         `chat_format` (chat_formats.py): the template's family, whose own blocks are read beside
         the generic ones; `param_types`: the tools' parameter types, for values written as
-        text."""
+        text; without `parallel_tool_calls` only the answer's first call is kept."""
         reasoning = check_reasoning_format(reasoning_format) != "none"
         self._legacy = reasoning_format == "deepseek-legacy"
         self._tools = tools
         self._types: ParamTypes = param_types or {}
+        self._parallel = parallel_tool_calls
         self._blocks = {**_BLOCKS, **chat_format.blocks}
         self._dropped = chat_format.dropped
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
@@ -189,6 +193,8 @@ class ChatOutputParser:
 
     def _emit_calls(self, calls: list[ParsedCall]) -> None:
         self._held = ""  # whitespace before a call is dropped; after it, held as usual
+        if not self._parallel:
+            calls = [] if self._calls else calls[:1]
         for call in calls:
             index = len(self._calls)
             call_id = call.id or random_string()

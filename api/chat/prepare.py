@@ -94,7 +94,8 @@ class PreparedChat:
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source,
             thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
-            tool_names=names, chat_format=chat_format, param_types=param_types(self.tools))
+            tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
+            parallel_tool_calls=self.parallel_tool_calls)
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()

@@ -343,3 +343,23 @@ def test_functionary_v3_2_text_that_is_no_call_stays_content() -> None:
     check(chat, "Hello there, no recipient", "Hello there, no recipient", None, [])
     check(prepared(FUNCTIONARY, tools=None), 'special_function\n{"arg1": 1}',
           'special_function\n{"arg1": 1}', None, [])
+
+
+@pytest.mark.parametrize(("template", "text"), [
+    (SEED, "<seed:tool_call>\n<function=special_function>\n<parameter=arg1>1</parameter>\n"
+     "</function>\n</seed:tool_call>\n<seed:tool_call>\n<function=get_weather>\n"
+     "<parameter=location>Rome</parameter>\n</function>\n</seed:tool_call>"),
+    ("Kimi-K2-Instruct.jinja", "<|tool_calls_section_begin|><|tool_call_begin|>functions."
+     'special_function:0<|tool_call_argument_begin|>{"arg1": 1}<|tool_call_end|>'
+     "<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>"
+     '{"location": "Rome"}<|tool_call_end|><|tool_calls_section_end|>'),
+    (GLM, "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>1</arg_value>"
+     "</tool_call><tool_call>get_weather<arg_key>location</arg_key><arg_value>Rome"
+     "</arg_value></tool_call>"),
+])
+def test_parallel_tool_calls_off_keeps_the_first_call(template, text) -> None:
+    both = prepared(template, parallel_tool_calls=True)
+    check(both, text, "", None, [("special_function", {"arg1": 1}),
+                                 ("get_weather", {"location": "Rome"})])
+    first = prepared(template, parallel_tool_calls=False)
+    check(first, text, "", None, [("special_function", {"arg1": 1})])
