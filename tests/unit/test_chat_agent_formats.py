@@ -371,3 +371,42 @@ def test_parallel_tool_calls_off_keeps_the_first_call(template, text) -> None:
                                  ("get_weather", {"location": "Rome"})])
     first = prepared(template, parallel_tool_calls=False)
     check(first, text, "", None, [("special_function", {"arg1": 1})])
+
+
+# --- no output breaks a parser ---------------------------------------------------------------
+
+PIECES = ["<|channel|>", "analysis", "final", "commentary", " to=functions.get_weather",
+          "<|message|>", "<|end|>", "<|start|>assistant", "<|call|>", "<|constrain|>json",
+          ">>>", "all\n", "get_weather\n", "<tool_call>", "</tool_call>", "<arg_key>",
+          "</arg_key>", "<arg_value>", "</arg_value>", "<|tool_calls_section_begin|>",
+          "<|tool_call_begin|>", "functions.get_weather:0", "<|tool_call_argument_begin|>",
+          "<|tool_call_end|>", "<|tool_calls_section_end|>", "<minimax:tool_call>",
+          '<invoke name="get_weather">', '<parameter name="days">', "</parameter>",
+          "</invoke>", "</minimax:tool_call>", "<seed:tool_call>", "<function=get_weather>",
+          "<parameter=days>", "</function>", "</seed:tool_call>", "<|START_ACTION|>",
+          "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|tool_call|>",
+          "<think>", "</think>", "<seed:think>", "</seed:think>", "<|START_THINKING|>",
+          "<|END_THINKING|>", "<response>", '{"location": "Paris", "days": 2}', "[", "]", "{",
+          '"', "2", "Paris", " ", "\n", "hello", "é"]
+
+
+@pytest.mark.parametrize(("template", "expected"), DETECTED)
+@pytest.mark.parametrize("seed", range(12))
+def test_random_outputs_never_break_the_parser(template, expected, seed) -> None:
+    rng = random.Random(seed)
+    text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 40)))
+    chat = prepared(template)
+    whole = chat.parse(text)
+    parser = chat.parser()
+    deltas: list[ChatDelta] = []
+    pos = 0
+    while pos < len(text):
+        size = rng.randint(1, 8)
+        deltas += parser.feed(text[pos : pos + size])
+        pos += size
+    deltas += parser.flush()
+    assembled = assemble(deltas)
+    assert (assembled.content, assembled.reasoning_content) == (whole.content,
+                                                                whole.reasoning_content)
+    assert [(c.name, c.arguments) for c in assembled.tool_calls] == \
+        [(c.name, c.arguments) for c in whole.tool_calls]
