@@ -64,10 +64,7 @@ COMMAND_R7B = ChatFormat(
     dropped=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
     markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))
 GRANITE = ChatFormat("granite", blocks={"<|tool_call|>": (TO_THE_END, parse_granite_calls)},
-                     dropped=("<response>", "</response>"),
-                     markers=("<|tool_call|>", "<response>", "</response>"))
-"""Granite 3.3 writes its answer between `<response>` tags when it thinks (llama.cpp's
-auto-parser workaround for it takes the content from inside them)."""
+                     markers=("<|tool_call|>",))
 GLM_45 = ChatFormat("glm-4.5", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
                     markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
                              "<arg_value>", "</arg_value>"))

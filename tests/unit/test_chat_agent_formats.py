@@ -183,14 +183,6 @@ def test_granite() -> None:
           [("get_weather", {"location": "Paris", "days": 2}), ("special_function", {"arg1": 1})])
 
 
-def test_granite_thinking_answer_in_response_tags() -> None:
-    chat = prepared(GRANITE_T, tools=None,
-                    chat_template_kwargs={"thinking": True})
-    assert "<response></response>" in chat.prompt  # the template asks for them
-    check(chat, "<think>I'm\nthinking</think><response>Hello, world!\nWhat's up?</response>",
-          "Hello, world!\nWhat's up?", "I'm\nthinking", [])
-
-
 def test_granite_tool_call_marker_that_is_no_call_stays_content() -> None:
     chat = prepared(GRANITE_T)
     check(chat, "Use <|tool_call|> then a list", "Use <|tool_call|> then a list", None, [])
