@@ -6,7 +6,8 @@ deltas; it never emits text that may still turn out to be part of a think tag or
 deltas), `finish()` returns the whole message. The deltas of a stream add up to `finish()`.
 
 Reasoning (`reasoning_format`, as llama-server's --reasoning-format):
-- none: everything stays in `content`;
+- none: everything stays in `content` (with the prompt's opening tag first when the prompt
+  opened the block, as llama-server parses the generation prompt with the answer);
 - deepseek, auto: a leading `<think>…</think>` block (or, with `thinking_forced_open`, the text up
   to `</think>` when the prompt already opened it) goes to `reasoning_content`, stripped;
   whitespace-only reasoning is dropped; an unclosed block at the end is all reasoning;
@@ -85,12 +86,15 @@ class ChatOutputParser:
         chat_format: ChatFormat = GENERIC,
         param_types: ParamTypes | None = None,
         parallel_tool_calls: bool = True,
+        opened: str = "",
     ) -> None:
         """`tool_names`, when given, is the set of tools a bare JSON call may name: a JSON answer
         naming anything else stays content (tagged calls are taken whatever their name).
         `chat_format` (chat_formats.py): the template's family, whose own blocks are read beside
         the generic ones; `param_types`: the tools' parameter types, for values written as
-        text; without `parallel_tool_calls` only the answer's first call is kept."""
+        text; without `parallel_tool_calls` only the answer's first call is kept. `opened`: what
+        the prompt wrote from the think tag on when it opened the block (`<think>\n`): with
+        `reasoning_format` none the answer's content starts with it, as llama-server's does."""
         reasoning = check_reasoning_format(reasoning_format) != "none"
         self._legacy = reasoning_format == "deepseek-legacy"
         self._tools = tools
@@ -121,6 +125,9 @@ class ChatOutputParser:
         self._out: list[ChatDelta] = []
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
+        elif thinking_forced_open:
+            self._emit_body(opened or self._start_tag)
+            self._at_start = False
 
     # public interface
 

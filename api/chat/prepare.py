@@ -29,7 +29,7 @@ from api.chat.messages import (
 )
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
-from api.chat.reasoning_tags import prompt_opens_thinking
+from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
@@ -90,10 +90,12 @@ class PreparedChat:
         if chat_format is FUNCTIONARY_V3_2:
             return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
                                      parallel_tool_calls=self.parallel_tool_calls)
+        forced_open = prompt_opens_thinking(self.prompt, self.template.source)
+        start_tag, _ = reasoning_tags(self.template.source)
         return ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
-            template_source=self.template.source,
-            thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
+            template_source=self.template.source, thinking_forced_open=forced_open,
+            opened=self.prompt[self.prompt.rfind(start_tag):] if forced_open else "",
             tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
             parallel_tool_calls=self.parallel_tool_calls)
 
