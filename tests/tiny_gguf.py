@@ -22,10 +22,12 @@ PIECES = ("é", "ü", "日本", "語", "😀", "→", "ß", "ñ", "{", "}", "[",
           "\n", ".", "!", "?", "0", "1", "2", "3")
 
 
-def vocabulary() -> tuple[list[str], list[float], list[int]]:
-    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+def vocabulary(control: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
+    """`control`: more CONTROL tokens (e.g. `<tool_call>`), after the chat template's."""
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", *control]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
-             gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+             gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
+             *[gguf.TokenType.CONTROL] * len(control)]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [gguf.TokenType.BYTE] * 256
     normal = list(dict.fromkeys([  # each piece once, in order
@@ -39,10 +41,12 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
 
 def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
                      n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234,
-                     metadata: dict[str, str | float | int] | None = None) -> Path:
+                     metadata: dict[str, str | float | int] | None = None,
+                     control: tuple[str, ...] = (), chat_template: str = CHAT_TEMPLATE) -> Path:
     """`metadata`: more key-values (a str is written as a string, a float as float32, an int as
-    uint32), e.g. llamaq's decision keys (scheduler/decision_meta.py)."""
-    tokens, scores, types = vocabulary()
+    uint32), e.g. llamaq's decision keys (scheduler/decision_meta.py); `control`: more CONTROL
+    tokens in the vocabulary (as agent models mark `<tool_call>` or `<think>`)."""
+    tokens, scores, types = vocabulary(control)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
 
@@ -70,7 +74,7 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
     add_metadata(writer, metadata or {})
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))

@@ -68,6 +68,8 @@ class Request:
     n_discard: int = 0
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
+    preserved: frozenset[int] = frozenset()
+    """Special tokens written as text (the job's preserved_tokens, worker/token_step.py)."""
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
@@ -108,7 +110,8 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
     stop = [s for s in job.stop if s] or list(defaults.stop)
     return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
-                   stop, n_discard=job.n_discard or 0, logit_bias=biases)
+                   stop, n_discard=job.n_discard or 0, logit_bias=biases,
+                   preserved=vocab.single_tokens(job.preserved_tokens))
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

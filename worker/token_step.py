@@ -20,7 +20,8 @@ from worker.vocab import Vocab
 class TokenRules:
     vocab: Vocab
     special: bool
-    """-sp: special tokens are written as text."""
+    """-sp: special tokens are written as text (without it, only a request's preserved
+    tokens are)."""
     context_shift: bool
     n_ctx_slot: int
     shift: Callable[[SlotRun], bool]
@@ -34,7 +35,8 @@ class TokenRules:
         active.next_token = token
         is_eog = self.vocab.is_eog(token)
         ends = is_eog and not request.sampling.ignore_eos
-        content = active.text.push(b"" if ends else self.vocab.piece(token, self.special))
+        special = self.special or token in request.preserved
+        content = active.text.push(b"" if ends else self.vocab.piece(token, special))
         if active.reasoning is not None:
             active.reasoning.after_token(active.text.text, self.vocab)
         if "\n" in content:

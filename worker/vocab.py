@@ -59,6 +59,12 @@ class Vocab:
                 tokens.append(piece)
         return tokens
 
+    def single_tokens(self, texts: list[str]) -> frozenset[int]:
+        """The ids of those texts that are one token each (special tokens parsed), as
+        llama-server resolves `preserved_tokens`."""
+        ids = (self.tokenize(text, add_special=False, parse_special=True) for text in texts)
+        return frozenset(found[0] for found in ids if len(found) == 1)
+
     def piece(self, token: int, special: bool) -> bytes:
         """The bytes of one token (its UTF-8 may be incomplete)."""
         buf = ctypes.create_string_buffer(PIECE_BUFFER)  # this call's own: see the docstring

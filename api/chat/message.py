@@ -4,6 +4,7 @@ deltas of a stream (they add up to the message); the renderers of each API shape
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass
@@ -36,3 +37,15 @@ class ChatDelta:
     content: str = ""
     reasoning_content: str = ""
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+class OutputParser(Protocol):
+    """What every output parser offers (parsing.py's ChatOutputParser, harmony.py's
+    HarmonyParser): `feed` pieces of generated text and get the deltas that are certain,
+    `flush` at the end for the last ones, `finish` for the whole message."""
+
+    def feed(self, text: str) -> list[ChatDelta]: ...
+
+    def flush(self) -> list[ChatDelta]: ...
+
+    def finish(self) -> ChatMessage: ...

@@ -6,7 +6,8 @@ deltas; it never emits text that may still turn out to be part of a think tag or
 deltas), `finish()` returns the whole message. The deltas of a stream add up to `finish()`.
 
 Reasoning (`reasoning_format`, as llama-server's --reasoning-format):
-- none: everything stays in `content`;
+- none: everything stays in `content` (with the prompt's opening tag first when the prompt
+  opened the block, as llama-server parses the generation prompt with the answer);
 - deepseek, auto: a leading `<think>…</think>` block (or, with `thinking_forced_open`, the text up
   to `</think>` when the prompt already opened it) goes to `reasoning_content`, stripped;
   whitespace-only reasoning is dropped; an unclosed block at the end is all reasoning;
@@ -14,7 +15,9 @@ Reasoning (`reasoning_format`, as llama-server's --reasoning-format):
 The tags are `<think>`/`</think>` unless the template uses `[THINK]`, `<|START_THINKING|>` or
 `<seed:think>`.
 
-Tool calls (with `tools=True`): the formats of tool_formats.py. A bare JSON call is recognised
+Tool calls (with `tools=True`): the formats of tool_formats.py, and those of the template's family
+(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2 have parsers of their own,
+harmony.py and functionary.py). A bare JSON call is recognised
 only at the start of the answer (or right after another bare call); tagged formats anywhere.
 Text that looks like a call but does not parse stays content. Calls get llama-server's random
 32-character ids unless the model wrote one; `arguments` is always JSON text.
@@ -23,10 +26,12 @@ Text that looks like a call but does not parse stays content. Calls get llama-se
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
+from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
+from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
 from api.chat.tool_formats import (
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
@@ -41,7 +46,7 @@ from api.chat.tool_formats import (
     parse_deepseek_calls,
     parse_function_tag,
     parse_python_tag,
-    parse_tool_call_block,
+    partial_suffix,
     random_string,
 )
 
@@ -51,25 +56,11 @@ _MISTRAL_ARGS = "[ARGS]"
 _MISTRAL_CALL_ID = "[CALL_ID]"
 _MAX_MISTRAL_HEADER = 256
 
-BlockParser = Callable[[str], "list[ParsedCall] | None"]
 _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<tool_call>": ("</tool_call>", parse_tool_call_block),
-    "<function=": ("</function>", parse_function_tag),
-    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, parse_deepseek_calls),
+    "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
+    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
 }
-_MARKERS = (*_BLOCKS, MISTRAL_TOOL_CALLS, PYTHON_TAG)
-
-
-def _partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
-    """Length of the longest end of text[start:] that is a proper prefix of one of markers."""
-    best = 0
-    available = len(text) - start
-    for marker in markers:
-        for size in range(min(len(marker) - 1, available), best, -1):
-            if text.endswith(marker[:size]):
-                best = size
-                break
-    return best
 
 
 class _Phase(enum.Enum):
@@ -92,12 +83,27 @@ class ChatOutputParser:
         template_source: str = "",
         thinking_forced_open: bool = False,
         tool_names: Collection[str] | None = None,
+        chat_format: ChatFormat = GENERIC,
+        param_types: ParamTypes | None = None,
+        parallel_tool_calls: bool = True,
+        opened: str = "",
     ) -> None:
         """`tool_names`, when given, is the set of tools a bare JSON call may name: a JSON answer
-        naming anything else stays content (tagged calls are taken whatever their name)."""
+        naming anything else stays content (tagged calls are taken whatever their name).
+        `chat_format` (chat_formats.py): the template's family, whose own blocks are read beside
+        the generic ones; `param_types`: the tools' parameter types, for values written as
+        text; without `parallel_tool_calls` only the answer's first call is kept. `opened`: what
+        the prompt wrote from the think tag on when it opened the block (`<think>\n`): with
+        `reasoning_format` none the answer's content starts with it, as llama-server's does."""
         reasoning = check_reasoning_format(reasoning_format) != "none"
         self._legacy = reasoning_format == "deepseek-legacy"
         self._tools = tools
+        self._types: ParamTypes = param_types or {}
+        self._parallel = parallel_tool_calls
+        self._blocks = {**_BLOCKS, **chat_format.blocks}
+        self._dropped = chat_format.dropped
+        self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
+        self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
         self._text = ""
@@ -119,6 +125,9 @@ class ChatOutputParser:
         self._out: list[ChatDelta] = []
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
+        elif thinking_forced_open:
+            self._emit_body(opened or self._start_tag)
+            self._at_start = False
 
     # public interface
 
@@ -191,6 +200,8 @@ class ChatOutputParser:
 
     def _emit_calls(self, calls: list[ParsedCall]) -> None:
         self._held = ""  # whitespace before a call is dropped; after it, held as usual
+        if not self._parallel:
+            calls = [] if self._calls else calls[:1]
         for call in calls:
             index = len(self._calls)
             call_id = call.id or random_string()
@@ -259,7 +270,7 @@ class ChatOutputParser:
             self._phase = _Phase.BODY
             self._skip_ws = True
             return True
-        hold = _partial_suffix(text, self._pos, (self._end_tag,))
+        hold = partial_suffix(text, self._pos, (self._end_tag,))
         sure = text[self._pos : len(text) - hold].rstrip(WHITESPACE)
         self._emit_thought(sure)
         self._pos += len(sure)
@@ -267,7 +278,7 @@ class ChatOutputParser:
 
     def _step_body(self, final: bool) -> bool:
         text = self._text
-        if not self._tools:
+        if not self._markers:
             self._emit_body(text[self._pos :])
             self._pos = len(text)
             if final:
@@ -275,20 +286,24 @@ class ChatOutputParser:
                 self._held = ""
                 self._phase = _Phase.DONE
             return False
-        if self._at_start:
+        if self._at_start and self._tools:
             started = self._step_answer_start(final)
             if started is not None:
                 return started
         found = min(
-            ((text.find(marker, self._pos), marker) for marker in _MARKERS),
+            ((text.find(marker, self._pos), marker) for marker in self._markers),
             key=lambda hit: (hit[0] < 0, hit[0]),
         )
         start, marker = found
+        if start >= 0 and marker in self._dropped:
+            self._emit_body(text[self._pos : start])
+            self._pos = start + len(marker)
+            return True
         if start >= 0:
             self._emit_body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = 0 if final else _partial_suffix(text, self._pos, _MARKERS)
+        hold = 0 if final else partial_suffix(text, self._pos, self._markers)
         self._emit_body(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         if final:
@@ -330,8 +345,8 @@ class ChatOutputParser:
         self._call_start = start
         self._pos = start + len(marker)
         self._at_start = False
-        if marker in _BLOCKS:
-            self._block = _BLOCKS[marker]
+        if marker in self._blocks:
+            self._block = self._blocks[marker]
             self._phase = _Phase.BLOCK
         elif marker == MISTRAL_TOOL_CALLS:
             self._mistral_step = "begin"
@@ -342,7 +357,7 @@ class ChatOutputParser:
     def _reject_call(self) -> None:
         """The text after a marker is not a call: the marker is content, and reading goes on
         right after it."""
-        marker = next(m for m in _MARKERS if self._text.startswith(m, self._call_start))
+        marker = next(m for m in self._call_markers if self._text.startswith(m, self._call_start))
         self._pos = self._call_start + len(marker)
         self._emit_body(marker)
         self._phase = _Phase.BODY
@@ -355,11 +370,11 @@ class ChatOutputParser:
     def _step_block(self, final: bool) -> bool:
         assert self._block is not None
         end_tag, parse = self._block
-        end = self._text.find(end_tag, self._pos)
+        end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
-        calls = parse(inner)
+        calls = parse(inner, self._types)
         if calls:
             self._accept_calls(calls, end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0:
@@ -462,7 +477,7 @@ class ChatOutputParser:
         if args >= 0:
             header = text[self._scan_from : args]
         else:
-            hold = _partial_suffix(text, self._scan_from, (_MISTRAL_ARGS, _MISTRAL_CALL_ID))
+            hold = partial_suffix(text, self._scan_from, (_MISTRAL_ARGS, _MISTRAL_CALL_ID))
             header = text[self._scan_from : len(text) - hold]
         name, _, call_id = header.partition(_MISTRAL_CALL_ID)
         valid = all(c.isalnum() or c in "_.-" for c in name + call_id)

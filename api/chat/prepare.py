@@ -12,10 +12,14 @@ format, tool-call parsing). Hands off: each API's own fields become a ChatReques
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from api.chat.message import ChatMessage
+from api.chat.caps import chat_template_caps
+from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format, preserved_tokens
+from api.chat.functionary import FunctionaryParser
+from api.chat.harmony import HarmonyParser
+from api.chat.message import ChatMessage, OutputParser
 from api.chat.messages import (
     ToolChoice,
     tool_names,
@@ -25,7 +29,8 @@ from api.chat.messages import (
 )
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
-from api.chat.reasoning_tags import prompt_opens_thinking
+from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
+from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.settings import ApiSettings
@@ -43,7 +48,9 @@ class ChatRequest:
     tool_choice: Any
     """OpenAI's `tool_choice` as sent (checked here against the tools), or a ToolChoice
     already checked (the Anthropic wire model converts and checks its own)."""
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = True
+    """None: as the template allows (llama-server's default, its caps'
+    supports_parallel_tool_calls)."""
     chat_template_kwargs: Mapping[str, Any] | None = None
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
@@ -69,13 +76,28 @@ class PreparedChat:
     reasoning_format: str
     parse_tools: bool
     reasoning: ReasoningSpec | None = None
+    parallel_tool_calls: bool = True
+    preserved_tokens: list[str] = field(default_factory=list)
+    """The special tokens the worker must write as text for the parser (the job's)."""
 
-    def parser(self) -> ChatOutputParser:
+    def parser(self) -> OutputParser:
+        names = tool_names(self.tools) if self.parse_tools else None
+        chat_format = detect_chat_format(self.template.source)
+        if chat_format is GPT_OSS:
+            return HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
+                                 prompt=self.prompt, tool_names=names,
+                                 parallel_tool_calls=self.parallel_tool_calls)
+        if chat_format is FUNCTIONARY_V3_2:
+            return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
+                                     parallel_tool_calls=self.parallel_tool_calls)
+        forced_open = prompt_opens_thinking(self.prompt, self.template.source)
+        start_tag, _ = reasoning_tags(self.template.source)
         return ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
-            template_source=self.template.source,
-            thinking_forced_open=prompt_opens_thinking(self.prompt, self.template.source),
-            tool_names=tool_names(self.tools) if self.parse_tools else None)
+            template_source=self.template.source, thinking_forced_open=forced_open,
+            opened=self.prompt[self.prompt.rfind(start_tag):] if forced_open else "",
+            tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
+            parallel_tool_calls=self.parallel_tool_calls)
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()
@@ -97,7 +119,7 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         if choice.mode != "auto":
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
-    schema, hint = tool_call_grammar(tools, choice, request.parallel_tool_calls)
+    schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
     if hint:
         messages = add_system_hint(messages, hint)
     continue_final = request.continue_final_message
@@ -117,5 +139,9 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     message = request.reasoning_budget_message or settings.reasoning_budget_message or ""
     reasoning = reasoning_spec(template.source, prompt, budget, message,
                                request.reasoning_control)
+    parallel = request.parallel_tool_calls
+    if parallel is None:
+        parallel = template.builtin or chat_template_caps(template.source)[
+            "supports_parallel_tool_calls"]
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                        reasoning)
+                        reasoning, parallel, preserved_tokens(template.source))

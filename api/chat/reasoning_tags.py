@@ -10,10 +10,12 @@ from scheduler.contract.errors import InvalidRequest
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 _REASONING_TAGS = (
+    ("<|channel|>", "<|end|>"),  # gpt-oss (harmony): its analysis channel; see below
     ("[THINK]", "[/THINK]"),
     ("<|START_THINKING|>", "<|END_THINKING|>"),
     ("<seed:think>", "</seed:think>"),
 )
+_HARMONY_ANALYSIS = "<|channel|>analysis<|message|>"
 _DEFAULT_REASONING_TAGS = ("<think>", "</think>")
 
 
@@ -25,10 +27,11 @@ def check_reasoning_format(name: str) -> str:
 
 
 def reasoning_tags(template_source: str = "") -> tuple[str, str]:
-    """The (start, end) thinking tags a template's models write."""
+    """The (start, end) thinking tags a template's models write (gpt-oss: llama.cpp's
+    `<|channel|>analysis<|message|>` … `<|end|>`)."""
     for start, end in _REASONING_TAGS:
         if start in template_source:
-            return start, end
+            return (_HARMONY_ANALYSIS if start == "<|channel|>" else start), end
     return _DEFAULT_REASONING_TAGS
 
 

@@ -349,6 +349,8 @@ class ChatTemplate:
         caps = self._compiled.caps
         normalized = _normalize(messages, caps, map_developer="<|channel|>" not in self.source,
                                 allow_empty=allow_empty)
+        if "<|channel|>" in self.source:
+            normalized = [_harmony_history(m) for m in normalized]
         prefill = _prefill(normalized, continue_final_message)
         if prefill is not None:
             normalized = normalized[:-1]
@@ -371,6 +373,18 @@ class ChatTemplate:
         if prefill is not None:
             text += _join_parts(prefill["content"])
         return text
+
+
+def _harmony_history(message: dict[str, Any]) -> dict[str, Any]:
+    """gpt-oss templates read an assistant turn's reasoning as `thinking` (and its content
+    not at all beside tool calls): llama.cpp's common/parsers/gpt-oss.cpp copies it so."""
+    reasoning = message.get("reasoning_content")
+    if not isinstance(reasoning, str):
+        return message
+    out = {**message, "thinking": reasoning}
+    if message.get("tool_calls"):
+        out.pop("content", None)
+    return out
 
 
 def _chosen_source(settings: ApiSettings, meta: ModelMeta | None) -> tuple[str, str | None]:

@@ -8,8 +8,8 @@ Formats (as llama.cpp's common/chat.cpp parses them):
 - generic JSON: `{"tool_call": {"name", "arguments"}}`, `{"tool_calls": [...]}`, `{"response": ...}`
 - plain JSON calls: `{"name": ..., "arguments" | "parameters": {...}}` (Llama 3.x, Hermes without
   tags), OpenAI's `{"type": "function", "function": {...}}`, and arrays of these
-- Hermes / Qwen: `<tool_call>{json}</tool_call>`; Qwen3-Coder's XML inside the same tags:
-  `<function=NAME><parameter=KEY>value</parameter></function>`
+- Hermes / Qwen: `<tool_call>{json}</tool_call>` (Qwen3-Coder's XML inside the same tags, and
+  the other agent families' blocks: tagged_calls.py)
 - Llama 3.1 `<function=NAME>{json}</function>`, and `<|python_tag|>` followed by JSON calls,
   `tool.call(k=v)` or Python code
 - Mistral: `[TOOL_CALLS][{...}]` and `[TOOL_CALLS]name[ARGS]{...}` (`[CALL_ID]id` optional)
@@ -29,6 +29,19 @@ from typing import Any
 
 WHITESPACE = " \t\r\n\f\v"
 _ID_ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase
+
+
+def partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
+    """Length of the longest end of text[start:] that is a proper prefix of one of markers:
+    what a streaming parser holds back until the next piece decides."""
+    best = 0
+    available = len(text) - start
+    for marker in markers:
+        for size in range(min(len(marker) - 1, available), best, -1):
+            if text.endswith(marker[:size]):
+                best = size
+                break
+    return best
 
 
 def random_string(length: int = 32) -> str:
@@ -157,12 +170,9 @@ def calls_from_json_text(text: str) -> list[ParsedCall] | None:
     return calls
 
 
-_XML_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
-_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
-
-
-def _xml_value(raw: str) -> Any:
-    """A Qwen3-Coder parameter value: JSON when it reads as JSON, otherwise the raw text."""
+def xml_value(raw: str) -> Any:
+    """A parameter value written as text (Qwen3-Coder's XML and its kin, tagged_calls.py): JSON
+    when it reads as JSON, otherwise the raw text."""
     text = raw.removeprefix("\n").removesuffix("\n")
     stripped = text.strip(WHITESPACE)
     looks_like_json = stripped[:1] in ("{", "[", '"', "-") or stripped[:1].isdigit()
@@ -172,31 +182,6 @@ def _xml_value(raw: str) -> Any:
         except ValueError:
             pass
     return text
-
-
-def calls_from_xml(text: str) -> list[ParsedCall] | None:
-    """Qwen3-Coder: `<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>`."""
-    calls = []
-    rest = text
-    for match in _XML_FUNCTION.finditer(text):
-        params = {
-            key.strip(WHITESPACE): _xml_value(value)
-            for key, value in _XML_PARAMETER.findall(match.group(2))
-        }
-        name = match.group(1).strip(WHITESPACE)
-        calls.append(ParsedCall(name=name, arguments=dump_arguments(params)))
-        rest = rest.replace(match.group(0), "", 1)
-    if not calls or rest.strip(WHITESPACE):
-        return None
-    return calls
-
-
-def parse_tool_call_block(inner: str) -> list[ParsedCall] | None:
-    """The inside of `<tool_call>…</tool_call>`: JSON (one or more) or Qwen3-Coder XML."""
-    text = inner.strip(WHITESPACE)
-    if text.startswith("<function="):
-        return calls_from_xml(text)
-    return calls_from_json_text(text)
 
 
 def parse_function_tag(inner: str) -> list[ParsedCall] | None:

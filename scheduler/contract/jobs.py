@@ -211,6 +211,10 @@ class CompletionJob(BaseModel):
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None
+    preserved_tokens: list[str] = Field(default_factory=list)
+    """Texts of special tokens the worker writes as text even without --special (llama-server's
+    `preserved_tokens`: what marks reasoning or tool calls for the chat parser); a text that is
+    not one token of the model's vocabulary is ignored."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""

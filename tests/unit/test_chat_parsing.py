@@ -425,3 +425,14 @@ def test_fuzz_stream_matches_whole(seed):
                 whole.reasoning_content,
                 calls(whole),
             ), (text, sizes, kwargs)
+
+
+def test_reasoning_none_keeps_the_prompts_opening_tag():
+    """As llama-server answers DeepSeek-R1 and MiniMax-M2 (their prompts end with `<think>\\n`)
+    with reasoning_format none: the content starts with what the prompt opened."""
+    message = parse("hm\n</think>\n\nok", reasoning_format="none", thinking_forced_open=True,
+                    opened="<think>\n")
+    assert message.content == "<think>\nhm\n</think>\n\nok"
+    deltas, _ = stream("hm\n</think>\n\nok", [1] * 20, reasoning_format="none",
+                       thinking_forced_open=True, opened="<think>\n")
+    assert assemble(deltas).content == message.content

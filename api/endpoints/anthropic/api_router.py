@@ -12,7 +12,7 @@ from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
 from api.body import parse_body
-from api.chat.parsing import ChatOutputParser
+from api.chat.message import OutputParser
 from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.endpoints.anthropic.protocol import MessagesRequest
 from api.endpoints.anthropic.render import (
@@ -55,6 +55,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     prepared = await _prepare(request, body)
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     job.reasoning = prepared.reasoning
+    job.preserved_tokens = prepared.preserved_tokens
     message_id = new_message_id()
     resume = None
     if body.stream:
@@ -98,7 +99,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     return prepared
 
 
-async def _stream(request: Request, job: CompletionJob, parser: ChatOutputParser,
+async def _stream(request: Request, job: CompletionJob, parser: OutputParser,
                   stream: MessageStream, resume: Resume, ping_field: float | None) -> None:
     """SSE with Anthropic's named events (api/streaming.py); an error after the stream started
     is an `error` event."""

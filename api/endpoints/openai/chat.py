@@ -14,8 +14,7 @@ from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import json_body, parse_body
-from api.chat.message import ChatMessage
-from api.chat.parsing import ChatOutputParser
+from api.chat.message import ChatMessage, OutputParser
 from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.endpoints.native.render import completion_json
 from api.endpoints.openai.context import OpenAIContext
@@ -60,9 +59,10 @@ class ChatPlan:
         jobs = self.body.chat_jobs(model_id, self.prepared.prompt, self.prepared.tool_schema)
         for job in jobs:
             job.reasoning = self.prepared.reasoning
+            job.preserved_tokens = self.prepared.preserved_tokens
         return jobs
 
-    def parser(self) -> ChatOutputParser:
+    def parser(self) -> OutputParser:
         return self.prepared.parser()
 
     def parse(self, text: str) -> ChatMessage:
@@ -77,7 +77,7 @@ async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> Chat
     prepared = prepare_chat(context.settings, workers[0].meta, ChatRequest(
         messages=body.messages, tools=body.tools,
         tool_choice=body.tool_choice,
-        parallel_tool_calls=bool(body.parallel_tool_calls),
+        parallel_tool_calls=body.parallel_tool_calls,
         chat_template_kwargs=body.chat_template_kwargs,
         reasoning_effort=body.reasoning_effort,
         add_generation_prompt=body.add_generation_prompt,

@@ -1,0 +1,119 @@
+"""Which output format a chat template's models write, told from the template's text (as
+llama.cpp's `common_chat_try_specialized_template` and its auto-parser's workarounds tell it),
+and what the parser needs of each: the tool-call blocks only that family writes, the markers
+dropped from content, and the tokens the worker must write as text (llama.cpp's
+`preserved_tokens`: a template's special tokens that mark reasoning or tool calls, often
+CONTROL tokens that a plain detokenization leaves out).
+
+gpt-oss (harmony) is not here: its own parser (harmony.py) reads it whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
+from api.chat.harmony import is_harmony_template
+from api.chat.reasoning_tags import reasoning_tags
+from api.chat.tagged_calls import (
+    KIMI_ARGS_BEGIN,
+    KIMI_CALL_BEGIN,
+    KIMI_CALL_END,
+    KIMI_SECTION_BEGIN,
+    KIMI_SECTION_END,
+    ParamTypes,
+    parse_command_r_action,
+    parse_glm_tool_call,
+    parse_granite_calls,
+    parse_kimi_call,
+    parse_kimi_section,
+    parse_minimax_calls,
+    parse_xml_calls,
+)
+from api.chat.tool_formats import ParsedCall
+
+BlockParser = Callable[[str, ParamTypes], "list[ParsedCall] | None"]
+TO_THE_END = ""
+"""A block's end tag when the block runs to the end of the answer (Granite)."""
+
+GENERIC_MARKERS = ("<tool_call>", "</tool_call>", "<function=", "</function>", "[TOOL_CALLS]",
+                   "[ARGS]", "[CALL_ID]", "<|python_tag|>", "<｜tool▁calls▁begin｜>",
+                   "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                   "<｜tool▁sep｜>")
+"""The markers of the formats every template gets (parsing.py, tool_formats.py)."""
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    name: str
+    blocks: Mapping[str, tuple[str, BlockParser]] = field(default_factory=dict)
+    """Start marker → (end marker or TO_THE_END, the block's parser), beside the generic ones
+    (a marker here replaces the generic one)."""
+    dropped: tuple[str, ...] = ()
+    """Markers that frame content and are not part of it (Command-R7B's response tags)."""
+    markers: tuple[str, ...] = ()
+    """The family's own special tokens, for preserved_tokens."""
+
+
+GENERIC = ChatFormat("generic")
+GPT_OSS = ChatFormat("gpt-oss", markers=HARMONY_TOKENS)
+COMMAND_R7B = ChatFormat(
+    "command-r7b",
+    blocks={"<|START_ACTION|>": ("<|END_ACTION|>", parse_command_r_action)},
+    dropped=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
+    markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))
+GRANITE = ChatFormat("granite", blocks={"<|tool_call|>": (TO_THE_END, parse_granite_calls)},
+                     markers=("<|tool_call|>",))
+GLM_45 = ChatFormat("glm-4.5", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
+                    markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+                             "<arg_value>", "</arg_value>"))
+KIMI_K2 = ChatFormat(
+    "kimi-k2",
+    blocks={KIMI_SECTION_BEGIN: (KIMI_SECTION_END, parse_kimi_section),
+            KIMI_CALL_BEGIN: (KIMI_CALL_END, parse_kimi_call)},
+    markers=(KIMI_SECTION_BEGIN, KIMI_SECTION_END, KIMI_CALL_BEGIN, KIMI_ARGS_BEGIN,
+             KIMI_CALL_END))
+MINIMAX_M2 = ChatFormat(
+    "minimax-m2",
+    blocks={"<minimax:tool_call>": ("</minimax:tool_call>", parse_minimax_calls)},
+    markers=("<minimax:tool_call>", "</minimax:tool_call>"))
+SEED_OSS = ChatFormat(
+    "seed-oss", blocks={"<seed:tool_call>": ("</seed:tool_call>", parse_xml_calls)},
+    markers=("<seed:tool_call>", "</seed:tool_call>"))
+QWEN3_CODER = ChatFormat("qwen3-coder", markers=("<tool_call>", "</tool_call>"))
+FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
+
+_DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
+    # (format, strings the template has, strings it has not)
+    (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
+    (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
+    (COMMAND_R7B, ("<|START_ACTION|>", "<|START_RESPONSE|>"), ("<|START_TEXT|>",)),
+    (MINIMAX_M2, ("<minimax:tool_call>", "<invoke name="), ("]<]minimax[>[",)),
+    (SEED_OSS, ("<seed:tool_call>",), ()),
+    (GLM_45, ("<tool_call>", "<arg_key>", "<arg_value>"), ("<role>ASSISTANT</role>",)),
+    (QWEN3_CODER, ("<tool_call>", "<function=", "<parameter="),
+     ("'<tool_call><function=' ~ tool_call.name ~ '>'",)),
+    (GRANITE, ("<|tool_call|>",), ()),
+)
+
+
+def detect_chat_format(template_source: str) -> ChatFormat:
+    """The format a template's models write (GENERIC when no family is recognised)."""
+    if is_harmony_template(template_source):
+        return GPT_OSS
+    for chat_format, present, absent in _DETECTION:
+        if all(s in template_source for s in present) and \
+                not any(s in template_source for s in absent):
+            return chat_format
+    return GENERIC
+
+
+def preserved_tokens(template_source: str) -> list[str]:
+    """The strings the worker writes as text even when they are special tokens (each is kept
+    only where it is one token of the model's vocabulary, as llama-server keeps them)."""
+    chat_format = detect_chat_format(template_source)
+    if chat_format is GPT_OSS:
+        return list(HARMONY_TOKENS)
+    tokens = [*reasoning_tags(template_source), *GENERIC_MARKERS, *chat_format.markers]
+    return list(dict.fromkeys(tokens))
