@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.endpoints.native.protocol import SAMPLING_FIELDS, CompletionRequest
+from api.endpoints.openai.protocol import OpenAICompletionRequest
 from scheduler.contract.errors import InvalidRequest, NotSupported
 from scheduler.contract.jobs import SamplingParams
 
@@ -148,14 +149,19 @@ def test_empty_prompt_is_invalid(prompt: Any) -> None:
     assert info.value.status == 400
 
 
-def test_lora_is_checked_and_unloaded_ids_are_ignored() -> None:
-    """As llama-server: an array (of any entries) is accepted and ids of adapters that are not
-    loaded are ignored (none is loaded yet); anything else is a 400."""
+def test_lora_is_checked_and_a_non_empty_one_is_refused_by_name() -> None:
+    """Issue 21: an empty `lora` (or none) is the global scales; a non-empty one was accepted and
+    ignored (the base model's output, no error): until per-request adapters are built it is a
+    400 that names the field, on the native and the OpenAI bodies; not an array is a 400."""
     plain = CompletionRequest.model_validate({"prompt": "x"}).to_jobs("m")[0]
-    for lora in ([{"id": 0, "scale": 0.5}], [{"id": 7, "scale": 1.0}, {"id": -1}], [], None):
+    for lora in ([], None):
         request = CompletionRequest.model_validate({"prompt": "x", "lora": lora})
         job = request.to_jobs("m")[0]
         assert job.model_dump(exclude={"job_id"}) == plain.model_dump(exclude={"job_id"})
+    for model in (CompletionRequest, OpenAICompletionRequest):
+        for lora in ([{"id": 0, "scale": 0.5}], [{"id": 7, "scale": 1.0}, {"id": -1}]):
+            with pytest.raises(ValidationError, match=r"'lora' \(per-request LoRA"):
+                model.model_validate({"prompt": "x", "lora": lora})
     for bad in ({"id": 0, "scale": 1}, "0:1", 3):
         with pytest.raises(ValidationError, match="'lora' must be an array"):
             CompletionRequest.model_validate({"prompt": "x", "lora": bad})

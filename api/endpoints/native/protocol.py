@@ -23,6 +23,8 @@ from scheduler.contract.jobs import (
 )
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
+LORA_PER_REQUEST_REFUSED = ("'lora' (per-request LoRA adapter scales) is not supported: "
+                            "this server applies only its global adapters")
 
 
 class PromptObject(BaseModel):
@@ -96,14 +98,17 @@ class CompletionRequest(SamplingParams):
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
     lora: list[Any] | None = None
-    """Per-request LoRA scales by adapter id. llama-server ignores ids of adapters that are not
-    loaded, and no adapter is loaded yet (--lora is refused): checked, then ignored."""
+    """Per-request LoRA scales by adapter id. Per-request adapters are not built yet: an empty
+    array (or none) is the global scales, anything else is refused by name rather than ignored
+    (issue 21)."""
 
     @field_validator("lora", mode="before")
     @classmethod
     def _lora_is_an_array(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, list):
             raise ValueError("'lora' must be an array of objects with 'id' and 'scale' fields")
+        if value:
+            raise ValueError(LORA_PER_REQUEST_REFUSED)
         return value
 
     @field_validator("logit_bias", mode="before")
