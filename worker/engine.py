@@ -151,6 +151,7 @@ class Engine:
             if taken is None:
                 return
             cancelled, end_reasoning = taken
+            self._apply_lora()
             events: list[JobEvent] = []
             self._admit(cancelled, events)
             with self._admission_lock:
@@ -167,6 +168,15 @@ class Engine:
                 self._step(events)
             if events:
                 self._sink(events)
+
+    def _apply_lora(self) -> None:
+        """The global LoRA scales on the context (worker/lora.py), before the step's
+        admissions; when they changed, the idle slots' caches (computed under the old ones)
+        are dropped, so no new request reuses them."""
+        if self.model.adapters.apply(self.model.ctx):
+            for slot in self.slots:
+                if not slot.busy and slot.tokens:
+                    kv_moves.clear(self._kv, slot)
 
     def _run_slot_tasks(self) -> None:
         """Slot actions whose slot is idle now; the others wait for it (as llama-server

@@ -137,6 +137,15 @@ class WorkerSettings(RoleSettings):
                         help="whether to perform warmup with an empty run")
     spm_infill: bool = flag(False, "--spm-infill",
                             help="use Suffix/Prefix/Middle pattern for infill")
+    # LoRA adapters
+    lora: list[str] = flag([], "--lora", help="path to LoRA adapter (use comma-separated values "
+                           "to load multiple adapters)")
+    lora_scaled: list[str] = flag([], "--lora-scaled",
+                                  help="path to LoRA adapter with user defined scaling "
+                                  "(format: FNAME:SCALE,...)")
+    lora_init_without_apply: bool = flag(False, "--lora-init-without-apply",
+                                         help="load LoRA adapters without applying them (scale "
+                                         "0; apply later via POST /lora-adapters)")
     # sampling
     sampling: SamplingSettings = flag_group(
         SamplingSettings, help="the server-wide sampling defaults a request falls back on (each "

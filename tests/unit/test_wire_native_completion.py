@@ -154,7 +154,8 @@ def test_lora_is_checked_and_a_non_empty_one_is_refused_by_name() -> None:
     ignored (the base model's output, no error): until per-request adapters are built it is a
     400 that names the field, on the native and the OpenAI bodies; not an array is a 400."""
     plain = CompletionRequest.model_validate({"prompt": "x"}).to_jobs("m")[0]
-    for lora in ([], None):
+    empty: tuple[list[Any] | None, ...] = ([], None)
+    for lora in empty:
         request = CompletionRequest.model_validate({"prompt": "x", "lora": lora})
         job = request.to_jobs("m")[0]
         assert job.model_dump(exclude={"job_id"}) == plain.model_dump(exclude={"job_id"})

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,15 +114,18 @@ class Reporter:
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
 
-async def listen(parts: WorkerParts, *workers: WakeableWorker) -> None:
-    """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
+async def listen(parts: WorkerParts, *workers: WakeableWorker,
+                 on_lora: Callable[[], None] = lambda: None) -> None:
+    """Wake-ups for our queues, cancellations, reasoning ends and new global LoRA scales of
+    our model (`on_lora`), on one pub/sub connection."""
     by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
     while True:
         try:
-            await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
+            await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, keys.LORA_CHANNEL,
+                                   *by_channel)
             async for message in pubsub.listen():
-                on_message(parts, message, by_channel)
+                on_message(parts, message, by_channel, on_lora)
         except RedisError as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
@@ -130,7 +134,8 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker) -> None:
 
 
 def on_message(parts: WorkerParts, message: dict[str, Any],
-               by_channel: dict[str, WakeableWorker]) -> None:
+               by_channel: dict[str, WakeableWorker],
+               on_lora: Callable[[], None] = lambda: None) -> None:
     if message["type"] != "message":
         return
     channel = message["channel"].decode()
@@ -145,5 +150,8 @@ def on_message(parts: WorkerParts, message: dict[str, Any],
             parts.embedder.cancel(data)
     elif channel == keys.CONTROL_CHANNEL:
         parts.engine.end_reasoning(data)
+    elif channel == keys.LORA_CHANNEL:
+        if data == parts.model_id:
+            on_lora()
     elif channel in by_channel:
         by_channel[channel].wake.set()

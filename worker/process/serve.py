@@ -39,6 +39,7 @@ from worker.model_source import fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
+from worker.process.lora_control import LoraControl
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
@@ -69,6 +70,9 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
+    if (settings.lora or settings.lora_scaled) and embedding_mode(settings):
+        raise ModelLoadError("--lora and --lora-scaled are not built for --embedding or "
+                             "--rerank workers (adapters apply to completions)")
     if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
         raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
                              "workers (only completion workers sleep)")
@@ -128,11 +132,13 @@ class WorkerRuntime:
             embedding=parts.embedder is not None,
             pooling=parts.embedder.pooling if parts.embedder else None))
         registry = Registry(parts.redis)
+        lora = LoraControl(parts, registry, entry)
+        await lora.take_stored()
         sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
         self._arq_workers = self._queues(pool, JobRunner(parts, sleeper))
         tasks = [
             asyncio.create_task(parts.publisher.run()),
-            asyncio.create_task(listen(parts, *self._arq_workers)),
+            asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice)),
             asyncio.create_task(renew_leases(parts)),
             asyncio.create_task(self.reporter.run(registry, entry)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),

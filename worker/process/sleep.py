@@ -78,6 +78,7 @@ def reload_engine(parts: WorkerParts) -> None:
     blocking: call it off the event loop); the worker's counters carry on."""
     old = parts.engine
     model = load_model(parts.settings, parts.model.path)
+    model.adapters.set_scales(parts.model.adapters.scales)  # as the fleet last set them
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
                         parts.publisher)
     engine.metrics = old.metrics

@@ -23,7 +23,8 @@ from worker import flags
 from worker.compute_threads import wait_policy_by_hand
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
@@ -93,6 +94,12 @@ def load_model(s: WorkerSettings, path: Path,
             tune_embedding_context(params, s)
 
     model = LoadedModel(path, plan, tune_model, tune_context)
+    try:
+        specs = adapter_specs(s.lora, s.lora_scaled, s.lora_init_without_apply)
+        model.adapters = LoraAdapters.load(model.model, model.vocab, specs)
+    except (ValueError, LoraLoadError) as error:
+        model.close()
+        raise ModelLoadError(str(error)) from None
     if s.warmup:
         warm_up_on_own_thread(model)
     return model
