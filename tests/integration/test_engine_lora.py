@@ -5,6 +5,8 @@ No Redis, no worker process."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 
 from scheduler.contract.jobs import CompletionJob, SamplingParams
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
-from tests.tiny_lora import write_lora
+from tests.tiny_lora import DEFAULT_SEED, write_lora
 from worker.engine import Engine, JobEvent
 from worker.model import LoadedModel, ModelLoadError
 from worker.process.startup import engine_defaults, load_model
@@ -22,11 +24,13 @@ from worker.settings import WorkerSettings
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The capital of France is"
 TIMEOUT_S = 120
+EXPECTED = json.loads((Path(__file__).parent.parent / "data" / "lora_greedy.json").read_text())
+"""llama-server's greedy tokens with the seed's adapter (how they were made: its `about`)."""
 
 
-def worker_settings(model: Path, *argv: str) -> WorkerSettings:
-    return WorkerSettings.from_args(["-m", str(model), "-c", "1024", "-np", "2", "-t", "2",
-                                     "--no-warmup", *argv], environ={})
+def worker_settings(model: Path, *argv: str, n_parallel: int = 2) -> WorkerSettings:
+    return WorkerSettings.from_args(["-m", str(model), "-c", "1024", "-np", str(n_parallel),
+                                     "-t", "2", "--no-warmup", *argv], environ={})
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +56,10 @@ class Run:
         for event in events:
             self.events.put(event)
 
-    def complete(self, prompt: str = PROMPT, n_predict: int = 16) -> CompletionResult:
-        job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY)
+    def complete(self, prompt: str = PROMPT, n_predict: int = 16,
+                 **fields: object) -> CompletionResult:
+        job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY,
+                            **fields)  # type: ignore[arg-type]
         self.engine.submit(self.engine.prepare(job))
         while True:
             job_id, event = self.events.get(timeout=TIMEOUT_S)
@@ -146,3 +152,28 @@ def test_scaled_flags_keep_their_order_and_a_bad_file_stops_the_load(
         load_model(worker_settings(gemma_path, "--lora", str(bad)), gemma_path)
     with pytest.raises(ModelLoadError, match="lora-scaled format"):
         load_model(worker_settings(gemma_path, "--lora-scaled", str(lora_path)), gemma_path)
+
+
+def test_greedy_tokens_equal_llama_servers_with_the_same_adapter(
+        gemma_path: Path, tmp_path: Path) -> None:
+    """The stored expectation of the vendored llama-server (tests/data/lora_greedy.json), token
+    for token, under the global scales 1 (--lora) and 0 (POST /lora-adapters []); the adapter
+    is the same file (its SHA-256), written again from the stored seed."""
+    assert EXPECTED["seed"] == DEFAULT_SEED
+    path = write_lora(tmp_path / "lora.gguf", seed=EXPECTED["seed"])
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == EXPECTED["adapter_sha256"]
+    settings = worker_settings(gemma_path, "--lora", str(path), n_parallel=1)  # as it ran
+    model = load_model(settings, gemma_path)
+    runner = Run(model, settings)
+    runner.engine.start()
+    try:
+        for case in EXPECTED["cases"]:
+            if case["scale"] not in (0.0, 1.0):
+                continue  # a request's own scale: the per-request lora (not built yet)
+            model.adapters.set_scales([case["scale"]])
+            got = runner.complete(case["prompt"], EXPECTED["n_predict"], cache_prompt=False,
+                                  return_tokens=True)
+            assert got.tokens == case["tokens"], case
+    finally:
+        runner.engine.stop()
+        model.close()
