@@ -85,6 +85,9 @@ class LoraAdapters:
             if not handle:
                 raise LoraLoadError(f"failed to load lora adapter '{spec.path}'")
             tokens = invocation_tokens(handle)
+            if tokens:  # llama-server applies one from its invocation tokens on: not built
+                raise LoraLoadError(f"lora adapter '{spec.path}' is an aLoRA (it declares "
+                                    "invocation tokens): aLoRA adapters are not built")
             loaded.append(LoadedAdapter(handle, LoraAdapterInfo(
                 id=i, path=spec.path, scale=spec.scale,
                 task_name=_meta(handle, "adapter.lora.task_name"),
@@ -115,21 +118,18 @@ class LoraAdapters:
         return [a.info.model_copy(update={"scale": s})
                 for a, s in zip(self.adapters, scales, strict=True)]
 
-    def apply(self, ctx: Any) -> bool:
-        """Set the global scales on the context when they changed since the last call (the
-        engine thread, before a decode): True when they changed. Every adapter is passed,
-        those at 0 too, as llama-server's common_set_adapter_lora does (the same graph)."""
-        scales = self.scales
+    def apply(self, ctx: Any, scales: list[float]) -> None:
+        """Set `scales` on the context unless it has them already (the engine thread, before
+        a decode). Every adapter is passed, those at 0 too, as llama-server's
+        common_set_adapter_lora does (the same graph)."""
         if scales == self._applied:
-            return False
+            return
         n = len(self.adapters)
         handles = (lc.llama_adapter_lora_p_ctypes * n)(*(a.handle for a in self.adapters))
         values = (ctypes.c_float * n)(*scales)
         if lc.llama_set_adapters_lora(ctx, handles, n, values) != 0:
             log.error("llama_set_adapters_lora failed for scales %s", scales)
-        changed = self._applied is not None
-        self._applied = scales
-        return changed
+        self._applied = list(scales)
 
 
 def invocation_tokens(handle: Any) -> list[int]:

@@ -239,6 +239,9 @@ class CompletionJob(BaseModel):
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None
+    lora: list[LoraScale] | None = None
+    """The request's LoRA scales by adapter id (those not named at 0); None: the worker's
+    global scales when the run starts (a request without `lora`, or with `[]`)."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""

@@ -6,15 +6,17 @@ No Redis, no worker process."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from scheduler.contract.jobs import CompletionJob, SamplingParams
-from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
+from scheduler.contract.jobs import CompletionJob, LoraScale, SamplingParams
+from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
 from tests.tiny_lora import DEFAULT_SEED, write_lora
 from worker.engine import Engine, JobEvent
 from worker.model import LoadedModel, ModelLoadError
@@ -29,7 +31,9 @@ EXPECTED = json.loads((Path(__file__).parent.parent / "data" / "lora_greedy.json
 
 
 def worker_settings(model: Path, *argv: str, n_parallel: int = 2) -> WorkerSettings:
-    return WorkerSettings.from_args(["-m", str(model), "-c", "1024", "-np", str(n_parallel),
+    """1024 tokens a slot, as the stored expectation ran (the KV layout changes greedy ties)."""
+    return WorkerSettings.from_args(["-m", str(model), "-c", str(1024 * n_parallel),
+                                     "-np", str(n_parallel),
                                      "-t", "2", "--no-warmup", *argv], environ={})
 
 
@@ -55,6 +59,24 @@ class Run:
     def sink(self, events: list[JobEvent]) -> None:
         for event in events:
             self.events.put(event)
+
+    def run_all(self, jobs: list[CompletionJob]) -> tuple[dict[str, CompletionResult],
+                                                          list[tuple[str, list[int]]]]:
+        """Submit the jobs together; their results, and (job id, tokens) of every token event
+        in the order the engine sent them (streamed jobs)."""
+        for job in jobs:
+            self.engine.submit(self.engine.prepare(job))
+        results: dict[str, CompletionResult] = {}
+        order: list[tuple[str, list[int]]] = []
+        while len(results) < len(jobs):
+            job_id, event = self.events.get(timeout=TIMEOUT_S)
+            if isinstance(event, TokenEvent):
+                order.append((job_id, list(event.tokens)))
+            if isinstance(event, FinalEvent | ErrorEvent):
+                assert isinstance(event, FinalEvent), event
+                assert isinstance(event.result, CompletionResult)
+                results[job_id] = event.result
+        return results, order
 
     def complete(self, prompt: str = PROMPT, n_predict: int = 16,
                  **fields: object) -> CompletionResult:
@@ -169,7 +191,7 @@ def test_greedy_tokens_equal_llama_servers_with_the_same_adapter(
     try:
         for case in EXPECTED["cases"]:
             if case["scale"] not in (0.0, 1.0):
-                continue  # a request's own scale: the per-request lora (not built yet)
+                continue  # a request's own scale: test_a_requests_own_lora_...
             model.adapters.set_scales([case["scale"]])
             got = runner.complete(case["prompt"], EXPECTED["n_predict"], cache_prompt=False,
                                   return_tokens=True)
@@ -177,3 +199,69 @@ def test_greedy_tokens_equal_llama_servers_with_the_same_adapter(
     finally:
         runner.engine.stop()
         model.close()
+
+
+def lora_job(case: dict[str, Any], **fields: Any) -> CompletionJob:
+    return CompletionJob(model="gemma", prompt=case["prompt"], n_predict=EXPECTED["n_predict"],
+                         sampling=GREEDY, return_tokens=True,
+                         lora=[LoraScale(id=0, scale=case["scale"])], **fields)
+
+
+@pytest.fixture(scope="module")
+def seeded(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[LoadedModel, WorkerSettings]]:
+    """Two slots of 1024 tokens with the seed's adapter, global scale 1 (the flag)."""
+    path = write_lora(tmp_path_factory.mktemp("seeded") / "lora.gguf", seed=EXPECTED["seed"])
+    settings = worker_settings(gemma_path, "--lora", str(path), n_parallel=2)
+    model = load_model(settings, gemma_path)
+    yield model, settings
+    model.close()
+
+
+@pytest.fixture
+def seeded_run(seeded: tuple[LoadedModel, WorkerSettings]) -> Iterator[Run]:
+    runner = Run(*seeded)
+    runner.engine.start()
+    yield runner
+    runner.engine.stop()
+
+
+def test_a_requests_own_lora_gives_llama_servers_tokens(seeded_run: Run) -> None:
+    """Each stored case as a request's `lora` [{id 0, scale}] under the global scale 1, one
+    at a time: llama-server's tokens (its per-request scale 0.5 too)."""
+    for case in EXPECTED["cases"]:
+        results, _ = seeded_run.run_all([lora_job(case, cache_prompt=False)])
+        (result,) = results.values()
+        assert result.tokens == case["tokens"], case
+        assert result.generation_settings.lora == [LoraScale(id=0, scale=case["scale"])]
+
+
+def test_runs_under_different_sets_decode_in_turns_and_both_progress(seeded_run: Run) -> None:
+    """Two requests at once under different adapter sets (scale 1 and 0.5): each step decodes
+    one set's group, the groups alternate (neither waits for the other to end), and each gets
+    llama-server's tokens for its own scale, as if it had run alone."""
+    cases = [c for c in EXPECTED["cases"] if c["prompt"] == PROMPT and c["scale"] in (1.0, 0.5)]
+    jobs = [lora_job(case, cache_prompt=False, stream=True) for case in cases]
+    _, order = seeded_run.run_all(jobs)
+    for job, case in zip(jobs, cases, strict=True):
+        assert [t for j, tokens in order if j == job.job_id for t in tokens] == case["tokens"]
+    ids = [job_id for job_id, _ in order]
+    half = ids[:len(ids) // 2]
+    assert jobs[0].job_id in half and jobs[1].job_id in half  # both progress from the start
+    switches = sum(a != b for a, b in itertools.pairwise(ids))
+    assert switches >= len(ids) - 4  # they take turns, token by token
+
+
+def test_a_prompt_cached_under_one_set_never_serves_another(seeded_run: Run) -> None:
+    """The prefix cache is keyed by adapter set: the same prompt under scale 1 (cached), then
+    under 0.5: evaluated again in full (and llama-server's tokens for 0.5), then under 1 again:
+    the cache of its own set is reused."""
+    case_1, case_05 = (next(c for c in EXPECTED["cases"]
+                            if c["prompt"] == PROMPT and c["scale"] == s) for s in (1.0, 0.5))
+    (a,) = seeded_run.run_all([lora_job(case_1)])[0].values()
+    n_prompt = a.timings.prompt_n
+    (b,) = seeded_run.run_all([lora_job(case_05)])[0].values()
+    assert b.timings.prompt_n == n_prompt
+    assert b.tokens == case_05["tokens"]
+    (c,) = seeded_run.run_all([lora_job(case_1)])[0].values()
+    assert c.timings.prompt_n < n_prompt

@@ -130,3 +130,20 @@ def test_a_worker_that_joins_later_takes_the_stored_scales(
     assert entry is not None
     assert [a["scale"] for a in entry["lora"]] == [0.25]  # type: ignore[attr-defined]
     lora_fleet.stop_process(lora_fleet.processes[-1])
+
+
+def test_a_requests_lora_overrides_the_global_scales(api: str) -> None:
+    """Under the global scale 1: a request's `lora` [{id 0, scale 0.5}] gets llama-server's
+    tokens for 0.5 and shows its own list in generation_settings; [{id 99}] names no loaded
+    adapter, so every adapter is off for it (the base model's tokens), as llama-server does."""
+    body = {"prompt": PROMPT, "n_predict": EXPECTED["n_predict"], "temperature": 0,
+            "return_tokens": True, "cache_prompt": False}
+    half = httpx.post(f"{api}/completion", timeout=120,
+                      json={**body, "lora": [{"id": 0, "scale": 0.5}]}).json()
+    assert half["tokens"] == expected_tokens(0.5)
+    assert half["generation_settings"]["lora"] == [{"id": 0, "scale": 0.5}]
+    off = httpx.post(f"{api}/completion", timeout=120,
+                     json={**body, "lora": [{"id": 99, "scale": 1}]}).json()
+    assert off["tokens"] == expected_tokens(0.0)
+    bad = httpx.post(f"{api}/completion", json={**body, "lora": {"id": 0}})
+    assert bad.status_code == 400 and "'lora' must be an array" in bad.json()["error"]["message"]

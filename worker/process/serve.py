@@ -111,6 +111,9 @@ class WorkerRuntime:
             engine=new_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model) if embedding else None,
             decision_caps=None if embedding else decision_caps(model.path, settings.decisions))
+        if self.parts.decision_caps is not None and model.adapters.adapters:
+            raise ModelLoadError("--lora is not built for a worker that serves decisions "
+                                 "(--decisions or a decision model)")
         self.reporter = Reporter(self.parts)
         self._arq_workers: list[WakeableWorker] = []
 

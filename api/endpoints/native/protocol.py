@@ -19,12 +19,11 @@ from scheduler.contract.jobs import (
     PromptPiece,
     SamplingParams,
     TokenizeJob,
+    parse_lora_request,
     samplers_from_letters,
 )
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
-LORA_PER_REQUEST_REFUSED = ("'lora' (per-request LoRA adapter scales) is not supported: "
-                            "this server applies only its global adapters")
 
 
 class PromptObject(BaseModel):
@@ -98,17 +97,14 @@ class CompletionRequest(SamplingParams):
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
     lora: list[Any] | None = None
-    """Per-request LoRA scales by adapter id. Per-request adapters are not built yet: an empty
-    array (or none) is the global scales, anything else is refused by name rather than ignored
-    (issue 21)."""
+    """Per-request LoRA scales, `[{id, scale}]`, read as llama-server's parse_lora_request
+    (adapters not named at 0, unknown ids ignored); absent or `[]`: the global scales."""
 
     @field_validator("lora", mode="before")
     @classmethod
     def _lora_is_an_array(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, list):
             raise ValueError("'lora' must be an array of objects with 'id' and 'scale' fields")
-        if value:
-            raise ValueError(LORA_PER_REQUEST_REFUSED)
         return value
 
     @field_validator("logit_bias", mode="before")
@@ -173,6 +169,7 @@ class CompletionRequest(SamplingParams):
             post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             logit_bias=self.logit_bias,
+            lora=parse_lora_request(self.lora) if self.lora else None,
         )
 
 
