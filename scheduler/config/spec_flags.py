@@ -49,7 +49,6 @@ W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = "speculative decoding is not built"
 NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
-NOT_BUILT_CVEC = "control vectors are not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
 NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
@@ -99,8 +98,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--check-tensors"),
     *_rows(R, "metadata overrides are not built", "--override-kv"),
     *_rows(W, "", "--op-offload --no-op-offload"),
-    *_rows(W, "", "--lora", "--lora-scaled"),
-    *_rows(R, NOT_BUILT_CVEC, "--control-vector", "--control-vector-scaled",
+    *_rows(W, "", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled",
            "--control-vector-layer-range"),
     *_rows(W, "", "-m --model"),
     *_rows(W, "", "-mu --model-url LLAMA_ARG_MODEL_URL"),

@@ -17,7 +17,7 @@ import pytest
 
 from scheduler.contract.jobs import CompletionJob, LoraScale, SamplingParams
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
-from tests.tiny_lora import DEFAULT_SEED, write_lora
+from tests.tiny_lora import DEFAULT_SEED, write_control_vector, write_lora
 from worker.engine import Engine, JobEvent
 from worker.model import LoadedModel, ModelLoadError
 from worker.process.startup import engine_defaults, load_model
@@ -265,3 +265,39 @@ def test_a_prompt_cached_under_one_set_never_serves_another(seeded_run: Run) -> 
     assert b.tokens == case_05["tokens"]
     (c,) = seeded_run.run_all([lora_job(case_1)])[0].values()
     assert c.timings.prompt_n < n_prompt
+
+
+def test_a_control_vector_gives_llama_servers_tokens(gemma_path: Path, tmp_path: Path) -> None:
+    """--control-vector-scaled FNAME:0.8 --control-vector-layer-range 2 12: llama-server's
+    greedy tokens (stored with the vector's seed and SHA-256)."""
+    stored = EXPECTED["control_vector"]
+    path = write_control_vector(tmp_path / "cvec.gguf", seed=stored["seed"])
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == stored["sha256"]
+    start, end = stored["layer_range"]
+    settings = worker_settings(gemma_path, "--control-vector-scaled",
+                               f"{path}:{stored['strength']}", "--control-vector-layer-range",
+                               str(start), str(end), n_parallel=1)
+    model = load_model(settings, gemma_path)
+    runner = Run(model, settings)
+    runner.engine.start()
+    try:
+        for case in stored["cases"]:
+            got = runner.complete(case["prompt"], EXPECTED["n_predict"], cache_prompt=False,
+                                  return_tokens=True)
+            assert got.tokens == case["tokens"], case
+    finally:
+        runner.engine.stop()
+        model.close()
+
+
+def test_a_bad_control_vector_stops_the_load(gemma_path: Path, lora_path: Path,
+                                             tmp_path: Path) -> None:
+    """A LoRA file is no control vector (its tensors are not direction.N); a bad scale is
+    llama-server's format error."""
+    with pytest.raises(ModelLoadError, match="invalid direction tensor layer index"):
+        load_model(worker_settings(gemma_path, "--control-vector", str(lora_path)), gemma_path)
+    with pytest.raises(ModelLoadError, match="control-vector-scaled format"):
+        load_model(worker_settings(gemma_path, "--control-vector-scaled", "x.gguf"), gemma_path)
+    with pytest.raises(ModelLoadError, match="failed to load control vector"):
+        load_model(worker_settings(gemma_path, "--control-vector", str(tmp_path / "none")),
+                   gemma_path)

@@ -21,6 +21,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from worker import flags
 from worker.compute_threads import wait_policy_by_hand
+from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
@@ -97,7 +98,11 @@ def load_model(s: WorkerSettings, path: Path,
     try:
         specs = adapter_specs(s.lora, s.lora_scaled, s.lora_init_without_apply)
         model.adapters = LoraAdapters.load(model.model, model.vocab, specs)
-    except (ValueError, LoraLoadError) as error:
+        vectors = load_vectors(vector_specs(s.control_vector, s.control_vector_scaled))
+        if vectors is not None:
+            apply_vectors(model.ctx, lc.llama_model_n_layer(model.model), vectors,
+                          s.control_vector_layer_range)
+    except (ValueError, LoraLoadError, ControlVectorError) as error:
         model.close()
         raise ModelLoadError(str(error)) from None
     if s.warmup:
