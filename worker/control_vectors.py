@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gguf
@@ -80,12 +82,15 @@ def load_one(spec: VectorSpec) -> tuple[int, np.ndarray]:
     return n_embd, data
 
 
-def load_vectors(specs: list[VectorSpec]) -> tuple[int, np.ndarray] | None:
-    """The files' sum (None: no control vector given)."""
+def load_vectors(specs: list[VectorSpec],
+                 files: Mapping[str, Path]) -> tuple[int, np.ndarray] | None:
+    """The files' sum (None: no control vector given); `files`: each source's local file
+    (worker/model_source.py; a source not in it is a path)."""
     if not specs:
         return None
-    n_embd, total = load_one(specs[0])
-    for spec in specs[1:]:
+    local = [VectorSpec(str(files.get(s.path, s.path)), s.strength) for s in specs]
+    n_embd, total = load_one(local[0])
+    for spec in local[1:]:
         n, data = load_one(spec)
         if n != n_embd:
             raise ControlVectorError(f"control vectors in {spec.path} does not match previous "

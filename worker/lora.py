@@ -12,7 +12,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
@@ -76,12 +78,16 @@ class LoraAdapters:
         return cls([], [])
 
     @classmethod
-    def load(cls, model: Any, vocab: Vocab, specs: list[AdapterSpec]) -> LoraAdapters:
-        """Load each adapter on `model` (a llama_model pointer); a file that fails stops the
-        worker, as llama-server stops ("failed to load lora adapter")."""
+    def load(cls, model: Any, vocab: Vocab, specs: list[AdapterSpec],
+             files: Mapping[str, Path]) -> LoraAdapters:
+        """Load each adapter on `model` (a llama_model pointer) from its local file (`files`:
+        worker/model_source.py; a source not in it is a path); a file that fails stops the
+        worker, as llama-server stops ("failed to load lora adapter"). The adapter's `path`
+        is its source as given."""
         loaded = []
         for i, spec in enumerate(specs):
-            handle = lc.llama_adapter_lora_init(model, spec.path.encode())
+            local = str(files.get(spec.path, spec.path))
+            handle = lc.llama_adapter_lora_init(model, local.encode())
             if not handle:
                 raise LoraLoadError(f"failed to load lora adapter '{spec.path}'")
             tokens = invocation_tokens(handle)

@@ -75,6 +75,8 @@ class LoadedModel:
         self.memory = lc.llama_get_memory(self.ctx)
         self.adapters = LoraAdapters.none()
         """Its LoRA adapters (worker/process/startup.py loads them)."""
+        self.adapter_files: dict[str, Path] = {}
+        """The local files of its adapter and control vector sources (loaded again on wake)."""
         self.plan = plan
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,

@@ -15,6 +15,8 @@ import pytest
 import redis
 
 from scheduler.contract import keys
+from storage import open_store
+from storage.checksum import sha256_file
 from tests.conftest import make_fleet
 from tests.processes import Fleet, wait_until
 from tests.tiny_lora import write_lora
@@ -147,3 +149,33 @@ def test_a_requests_lora_overrides_the_global_scales(api: str) -> None:
     assert off["tokens"] == expected_tokens(0.0)
     bad = httpx.post(f"{api}/completion", json={**body, "lora": {"id": 0}})
     assert bad.status_code == 400 and "'lora' must be an array" in bad.json()["error"]["message"]
+
+
+def test_adapter_files_come_from_the_store_checked_by_sha256(
+        lora_fleet: Fleet, lora_path: Path, redis_url: str) -> None:
+    """`--lora KEY` names a store object (as `-m` does): the worker fetches it into its
+    machine's cache, checked against the store's SHA-256, and lists it by the name it was
+    given; a store copy whose recorded SHA-256 differs stops the worker, naming the checksum."""
+    store = open_store(str(lora_fleet.workdir / "store"))
+    store.put_bytes("models/lora-stored.gguf.sha256",
+                    (sha256_file(lora_path) + "\n").encode())
+    store.put_file("models/lora-stored.gguf", lora_path)
+    store.put_bytes("models/lora-bad.gguf.sha256", (("0" * 64) + "\n").encode())
+    store.put_file("models/lora-bad.gguf", lora_path)
+    good = lora_fleet.add_worker(*WORKER, "--alias", "gemma-lora-store", "--worker-id",
+                                 "lora-store", "--lora", "lora-stored.gguf")
+    bad = lora_fleet.add_worker(*WORKER, "--alias", "gemma-lora-bad", "--lora", "lora-bad.gguf")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_until(lambda: client.get(keys.worker_info("lora-store")) is not None, 120,
+                   what="the worker with the stored adapter")
+        entry = json.loads(client.get(keys.worker_info("lora-store")))  # type: ignore[arg-type]
+        assert [(a["path"], a["scale"]) for a in entry["lora"]] == [("lora-stored.gguf", 1.0)]
+        cached = lora_fleet.workdir / "cache" / "models" / "lora-stored.gguf"
+        assert cached.read_bytes() == lora_path.read_bytes()
+        assert bad.wait(timeout=120) != 0
+        log = (lora_fleet.logs / f"worker-{lora_fleet.processes.index(bad)}.log").read_text()
+        assert "checksum mismatch" in log
+    finally:
+        lora_fleet.stop_process(good)
+        lora_fleet.stop_process(bad)

@@ -35,7 +35,7 @@ from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.model import LoadedModel, ModelLoadError
-from worker.model_source import fetch_model
+from worker.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
@@ -82,7 +82,9 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                                  job_deserializer=deserialize_job)
         try:
             model_path = await fetch_model(settings, redis)
-            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
+            adapter_files = await fetch_adapters(settings)
+            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
+                                            adapter_files)
             try:
                 await WorkerRuntime(settings, redis, model).run(pool, stop)
             finally:
