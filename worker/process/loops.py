@@ -78,8 +78,11 @@ class Reporter:
         if embedder is None:  # cache-aware routing: only completion workers take part
             n_free = (len(engine.slots) - metrics.requests_processing
                       - metrics.requests_deferred)
+            held = engine.slot_jobs()
+            running = [job for slot, job in zip(engine.slots, held, strict=True)
+                       if slot.busy and job is not None]
             pipe.set(keys.worker_prefixes(parts.worker_id),
-                     self._prefixes.summary(engine.slot_jobs(), n_free).model_dump_json(),
+                     self._prefixes.summary(held, n_free, running).model_dump_json(),
                      ex=keys.HEARTBEAT_TTL_S)
 
     async def run(self, registry: Registry, entry: RegistryEntry) -> None:
