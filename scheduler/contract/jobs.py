@@ -66,8 +66,11 @@ def parse_lora_request(entries: list[Any]) -> list[LoraScale]:
         item = entry if isinstance(entry, dict) else {}
         raw_id, raw_scale = item.get("id", -1), item.get("scale", 0.0)
         lora_id = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else -1
-        scale = (float(raw_scale) if isinstance(raw_scale, int | float)
-                 and not isinstance(raw_scale, bool) else 0.0)
+        try:
+            scale = (float(raw_scale) if isinstance(raw_scale, int | float)
+                     and not isinstance(raw_scale, bool) else 0.0)
+        except OverflowError:  # an integer no double holds
+            raise InvalidRequest(f"LoRA scale {str(raw_scale)[:20]}... is out of range") from None
         scales[lora_id] = scale
     return [LoraScale(id=i, scale=v) for i, v in sorted(scales.items())]
 

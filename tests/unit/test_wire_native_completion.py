@@ -176,3 +176,7 @@ def test_lora_is_read_as_llama_server_reads_it() -> None:
     for bad in ({"id": 0, "scale": 1}, "0:1", 3):
         with pytest.raises(ValidationError, match="'lora' must be an array"):
             CompletionRequest.model_validate({"prompt": "x", "lora": bad})
+    huge = CompletionRequest.model_validate({"prompt": "x", "lora": [{"id": 0,
+                                                                      "scale": 10 ** 400}]})
+    with pytest.raises(InvalidRequest, match="out of range"):
+        huge.to_jobs("m")
