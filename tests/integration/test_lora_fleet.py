@@ -152,30 +152,52 @@ def test_a_requests_lora_overrides_the_global_scales(api: str) -> None:
 
 
 def test_adapter_files_come_from_the_store_checked_by_sha256(
-        lora_fleet: Fleet, lora_path: Path, redis_url: str) -> None:
+        redis_url: str, tmp_path: Path, gemma_path: Path, lora_path: Path) -> None:
     """`--lora KEY` names a store object (as `-m` does): the worker fetches it into its
     machine's cache, checked against the store's SHA-256, and lists it by the name it was
     given; a store copy whose recorded SHA-256 differs stops the worker, naming the checksum."""
-    store = open_store(str(lora_fleet.workdir / "store"))
+    fleet = make_fleet(redis_url, tmp_path, gemma_path, "gemma-lora-store")
+    store = open_store(str(tmp_path / "store"))
     store.put_bytes("models/lora-stored.gguf.sha256",
                     (sha256_file(lora_path) + "\n").encode())
     store.put_file("models/lora-stored.gguf", lora_path)
     store.put_bytes("models/lora-bad.gguf.sha256", (("0" * 64) + "\n").encode())
     store.put_file("models/lora-bad.gguf", lora_path)
-    good = lora_fleet.add_worker(*WORKER, "--alias", "gemma-lora-store", "--worker-id",
-                                 "lora-store", "--lora", "lora-stored.gguf")
-    bad = lora_fleet.add_worker(*WORKER, "--alias", "gemma-lora-bad", "--lora", "lora-bad.gguf")
+    fleet.add_worker(*WORKER, "--worker-id", "lora-store", "--lora", "lora-stored.gguf")
+    bad = fleet.add_worker(*WORKER, "--lora", "lora-bad.gguf")
     client = redis.Redis.from_url(redis_url)
     try:
         wait_until(lambda: client.get(keys.worker_info("lora-store")) is not None, 120,
                    what="the worker with the stored adapter")
         entry = json.loads(client.get(keys.worker_info("lora-store")))  # type: ignore[arg-type]
         assert [(a["path"], a["scale"]) for a in entry["lora"]] == [("lora-stored.gguf", 1.0)]
-        cached = lora_fleet.workdir / "cache" / "models" / "lora-stored.gguf"
+        cached = tmp_path / "cache" / "models" / "lora-stored.gguf"
         assert cached.read_bytes() == lora_path.read_bytes()
         assert bad.wait(timeout=120) != 0
-        log = (lora_fleet.logs / f"worker-{lora_fleet.processes.index(bad)}.log").read_text()
+        log = (fleet.logs / f"worker-{fleet.processes.index(bad)}.log").read_text()
         assert "checksum mismatch" in log
     finally:
-        lora_fleet.stop_process(good)
-        lora_fleet.stop_process(bad)
+        fleet.stop()
+
+
+def test_a_worker_waking_from_idle_sleep_keeps_its_adapter_and_scales(
+        redis_url: str, tmp_path: Path, gemma_path: Path, lora_path: Path) -> None:
+    """--sleep-idle-seconds unloads the model with its adapters; the next request loads both
+    again, under the global scale POST /lora-adapters set before (llama-server's tokens for
+    it)."""
+    fleet = make_fleet(redis_url, tmp_path, gemma_path, "gemma-lora-sleep")
+    fleet.add_worker(*WORKER, "--lora", str(lora_path), "--sleep-idle-seconds", "1")
+    url = fleet.add_api()
+    try:
+        fleet.wait_healthy(url, timeout=120)
+        assert httpx.post(f"{url}/lora-adapters", json=[{"id": 0, "scale": 0.5}]).json() == \
+            {"success": True}
+        wait_until(lambda: httpx.get(f"{url}/props").json()["is_sleeping"], 60,
+                   what="the worker asleep")
+        body = {"prompt": PROMPT, "n_predict": EXPECTED["n_predict"], "temperature": 0,
+                "return_tokens": True, "cache_prompt": False}
+        woken = httpx.post(f"{url}/completion", json=body, timeout=120).json()
+        assert woken["tokens"] == expected_tokens(0.5)
+        assert httpx.get(f"{url}/lora-adapters").json()[0]["scale"] == 0.5
+    finally:
+        fleet.stop()
