@@ -12,7 +12,8 @@ and the step's budget (worker/admission.py), the KV cache moves (worker/kv_moves
 worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
-(worker/decisions.py), slot snapshots (worker/snapshots.py).
+(worker/decisions.py), slot snapshots (worker/snapshots.py), LoRA adapter sets (the step's
+group, the cache keyed by set: worker/adapter_sets.py).
 """
 
 from __future__ import annotations
