@@ -69,6 +69,7 @@ class ModelRouter:
         self.models = FleetModels(redis)
         self.catalog = catalog
         self._listeners: set[asyncio.Queue[str]] = set()
+        self._preset_settings: dict[tuple[str, tuple[tuple[str, str], ...]], ApiSettings] = {}
         self.stale = False
         """A download finished or a model was deleted: the next listing reads the sources
         again (the spec: "call GET /models to trigger model list update")."""
@@ -106,6 +107,20 @@ class ModelRouter:
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.catalog.find(name)
+
+    def settings_for(self, name: str) -> ApiSettings:
+        """This pod's settings for one model: its preset's api options applied (`chat-template`,
+        `jinja`, `reasoning-format` ...) where the pod's own command line left them unset."""
+        entry = self.entry(name)
+        if entry is None or not entry.options:
+            return self.settings
+        key = (entry.name, tuple(entry.options.items()))
+        if key not in self._preset_settings:
+            try:
+                self._preset_settings[key] = self.settings.with_preset(entry.options)
+            except ValueError as exc:  # checked at start; a reloaded preset may still be bad
+                raise ServerError(f"model {entry.name}: {exc}") from None
+        return self._preset_settings[key]
 
     async def view(self) -> FleetView:
         return await self.models.view(list(self.catalog.entries))
@@ -259,6 +274,15 @@ class ModelRouter:
 def _same_load(a: ModelEntry, b: ModelEntry) -> bool:
     fields = ("model", "hf_repo", "hf_file", "options", "mmproj")
     return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def request_settings(request: Request) -> ApiSettings:
+    """The settings a request is served with: the pod's, and in router mode its model's preset
+    options over them."""
+    settings: ApiSettings = request.app.ctx.settings
+    router: ModelRouter | None = getattr(request.app.ctx, "router", None)
+    routed: str | None = getattr(request.ctx, "model_id", None)
+    return router.settings_for(routed) if router is not None and routed else settings
 
 
 def request_model(request: Request) -> str:

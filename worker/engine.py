@@ -193,6 +193,7 @@ class Engine:
                 self.slots, cancelled, len(self._active),
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
+                similarity=self.defaults.slot_similarity,
                 usable=lambda request, slot: self._sets.usable(request.job, slot))
         for request in decision.cancelled:
             request.sampler.free()

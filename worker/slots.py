@@ -38,7 +38,7 @@ SHARE_MIN_TOKENS = 16
 
 
 def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
-              beside_busy: bool = False,
+              beside_busy: bool = False, similarity: float = SIMILARITY,
               usable: Callable[[SlotCache], bool] = lambda _: True) -> SlotCache | None:
     """The requested slot if it is idle; else the idle slot whose cache matches the longest
     prefix of the prompt (llama-server's similarity rule). When no idle slot matches (or
@@ -50,7 +50,8 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
     `beside_busy` is for a KV cache that is not unified: llama.cpp then decodes only
     consecutive sequence ids in one ubatch, so busy slots 0, 1, 2, 7 cost two graph
     computations a step where 0, 1, 2, 3 cost one (llama-server's least-recently-used choice
-    walks around the slots and leaves such gaps).
+    walks around the slots and leaves such gaps). `similarity` (-sps): 0 turns the prefix
+    match off, as llama-server's 0.0 does.
 
     `usable`: whether a slot's cache may serve this prompt at all (made under the same LoRA
     adapter set, worker/adapter_sets.py); one that may not matches nothing."""
@@ -65,7 +66,7 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
 
     def match(slot: SlotCache) -> int:
         n = shared[slot.slot_id]
-        similar = n > SIMILARITY * len(slot.tokens)
+        similar = similarity > 0 and n > similarity * len(slot.tokens)
         return n if n > 0 and similar and n + SHARE_MIN_TOKENS > best else 0
 
     def beside(slot: SlotCache) -> bool:

@@ -77,6 +77,15 @@ def job_state(job_id: str) -> str:
     return f"{PREFIX}:job:{job_id}:state"
 
 
+def metrics_window(model_id: str) -> str:
+    """Hash, per worker of the model, of its prompt and generation totals at the last /metrics
+    scrape: the throughput gauges are averages over the window between two scrapes."""
+    return f"{PREFIX}:model:{model_id}:metrics_window"
+
+
+METRICS_WINDOW_TTL_S = 86400
+
+
 def model_counters(model_id: str) -> str:
     """Hash of fleet-wide job counters of a model: `retried`, and `failed:<cause>`."""
     return f"{PREFIX}:model:{model_id}:counters"

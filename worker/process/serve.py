@@ -29,6 +29,7 @@ from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
 from scheduler.decision_meta import output_modalities
 from scheduler.leases import Leases, count_failure
+from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 from worker.decision_plan import decision_caps
@@ -73,9 +74,6 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if (settings.lora or settings.lora_scaled) and embedding_mode(settings):
         raise ModelLoadError("--lora and --lora-scaled are not built for --embedding or "
                              "--rerank workers (adapters apply to completions)")
-    if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
-        raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
-                             "workers (only completion workers sleep)")
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
@@ -135,7 +133,8 @@ class WorkerRuntime:
                 "output_modalities": output_modalities(parts.decision_caps)}),
             default_settings=parts.engine.default_settings(), started_at=time.time(),
             embedding=parts.embedder is not None,
-            pooling=parts.embedder.pooling if parts.embedder else None))
+            pooling=parts.embedder.pooling if parts.embedder else None,
+            build_info=llama_build_info()))
         registry = Registry(parts.redis)
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()
