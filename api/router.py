@@ -43,6 +43,8 @@ STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
 NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control")
+ARG_ROUTED_POST = ("/lora-adapters",)
+"""POSTs whose body is not an object (an array): their model is `?model=`."""
 NOT_ROUTED_PREFIXES = ("/v1/files", "/v1/batches")
 """The Files and Batch API: not routed by a `model` (api/endpoints/files/api_router.py refuses
 it on a router)."""
@@ -138,6 +140,8 @@ class ModelRouter:
             raw = raw_body(request)
             body = load_json(raw) if raw.strip() else None
             name = body.get("model") if isinstance(body, dict) else None
+            if path in ARG_ROUTED_POST:
+                name = request.args.get("model")
             post = True
         elif request.method == "GET" and (path in ROUTED_GET
                                           or (path == "/props" and "model" in request.args)):

@@ -40,7 +40,8 @@ LIFETIMES: dict[str, str] = {
     "slot_queue": QUEUE, "utility_queue": QUEUE, "embed_queue": QUEUE,
     "embed_background_queue": QUEUE, "batch_queue": QUEUE,
     "wake_channel": PUBSUB, "job_events": PUBSUB, "CANCEL_CHANNEL": PUBSUB,
-    "CONTROL_CHANNEL": PUBSUB, "MODELS_CHANNEL": PUBSUB,
+    "CONTROL_CHANNEL": PUBSUB, "MODELS_CHANNEL": PUBSUB, "LORA_CHANNEL": PUBSUB,
+    "lora_scales": "kept until the next POST /lora-adapters of the model",
     "job_owner": f"{keys.JOB_LEASE_S:g} s after the last renewal (every "
                  f"{keys.LEASE_RENEW_EVERY_S:g} s); deleted when the job ends",
     "job_state": f"{keys.JOB_STATE_TTL_S} s after the last write",

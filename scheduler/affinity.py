@@ -77,11 +77,13 @@ def prompt_text(prompt: list[PromptPiece] | str) -> str:
 
 
 def block_hashes(text: str, block_chars: int = BLOCK_CHARS,
-                 max_blocks: int = MAX_BLOCKS_PER_SLOT) -> list[bytes]:
+                 max_blocks: int = MAX_BLOCKS_PER_SLOT, seed: bytes = b"") -> list[bytes]:
     """Chained hashes of the text's whole blocks: hash k covers characters 0 .. k*block_chars.
-    A last partial block is not hashed (what follows it is unknown)."""
+    A last partial block is not hashed (what follows it is unknown). `seed` starts the chain
+    (the job's LoRA set: a prompt cached under one set does not draw a request under another,
+    as the worker's cache is keyed by set)."""
     hashes: list[bytes] = []
-    previous = b""
+    previous = seed
     for start in range(0, min(len(text) // block_chars, max_blocks) * block_chars, block_chars):
         block = text[start : start + block_chars].encode("utf-8", "surrogatepass")
         previous = hashlib.blake2b(previous + block, digest_size=DIGEST_BYTES).digest()
@@ -94,7 +96,16 @@ def job_hashes(job: CompletionJob, block_chars: int = BLOCK_CHARS) -> list[bytes
     from parts by the worker) and for multimodal or other non-plain prompts."""
     if job.infill is not None:
         return []
-    return block_hashes(prompt_text(job.prompt), block_chars)
+    key = lora_key(job)
+    return block_hashes(prompt_text(job.prompt), block_chars,
+                        seed=key.encode() if key else b"")
+
+
+def lora_key(job: CompletionJob) -> str:
+    """The job's own LoRA set as text ("": none, the worker's global scales)."""
+    if job.lora is None:
+        return ""
+    return ",".join(f"{e.id}:{e.scale!r}" for e in sorted(job.lora, key=lambda e: e.id))
 
 
 class PrefixSummary(BaseModel):
@@ -105,13 +116,17 @@ class PrefixSummary(BaseModel):
     """Slots free for a new request: slots minus running and waiting requests."""
     blocks: str = ""
     """Base64 of the concatenated DIGEST_BYTES hashes of every block its slots hold."""
+    lora_sets: list[str] = []
+    """The LoRA sets (lora_key) of the requests it runs now: its step groups."""
 
     @classmethod
     def of(cls, hash_lists: list[list[bytes]], n_free: int,
-           block_chars: int = BLOCK_CHARS) -> PrefixSummary:
+           block_chars: int = BLOCK_CHARS, lora_sets: list[str] | None = None
+           ) -> PrefixSummary:
         unique = dict.fromkeys(h for hashes in hash_lists for h in hashes)
         return cls(block_chars=block_chars, n_free=max(n_free, 0),
-                   blocks=base64.b64encode(b"".join(unique)).decode())
+                   blocks=base64.b64encode(b"".join(unique)).decode(),
+                   lora_sets=sorted(set(lora_sets or [])))
 
     def digests(self) -> frozenset[bytes]:
         raw = base64.b64decode(self.blocks)
@@ -125,8 +140,10 @@ class PrefixIndex:
         self._block_chars = block_chars
         self._hashes: dict[str, list[bytes]] = {}
 
-    def summary(self, held: list[CompletionJob | None], n_free: int) -> PrefixSummary:
-        """`held`: per slot, the job whose prompt the slot's cache begins with (None: empty)."""
+    def summary(self, held: list[CompletionJob | None], n_free: int,
+                running: list[CompletionJob] | None = None) -> PrefixSummary:
+        """`held`: per slot, the job whose prompt the slot's cache begins with (None: empty);
+        `running`: the jobs running now (their LoRA sets are the worker's step groups)."""
         current = {}
         for job in held:
             if job is not None:
@@ -134,7 +151,8 @@ class PrefixIndex:
                 current[job.job_id] = hashes if hashes is not None else \
                     job_hashes(job, self._block_chars)
         self._hashes = current
-        return PrefixSummary.of(list(current.values()), n_free, self._block_chars)
+        return PrefixSummary.of(list(current.values()), n_free, self._block_chars,
+                                [lora_key(job) for job in running or []])
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,8 @@ class WorkerView:
     n_free: int
     blocks: frozenset[bytes]
     block_chars: int = BLOCK_CHARS
+    lora_sets: frozenset[str] = frozenset()
+    """The LoRA sets its running requests use."""
 
 
 def shared_blocks(hashes: list[bytes], held: frozenset[bytes]) -> int:
@@ -178,7 +198,8 @@ class PrefixRouter:
     def enabled(self) -> bool:
         return self.min_chars > 0
 
-    def choose(self, hashes: list[bytes], workers: list[WorkerView]) -> str | None:
+    def choose(self, hashes: list[bytes], workers: list[WorkerView],
+               lora: str = "") -> str | None:
         """Where a prompt with these block hashes goes; None: the shared queue.
 
         - Workers holding at least min_chars of its beginning (published, or routed there by
@@ -190,9 +211,15 @@ class PrefixRouter:
           most free slots (SGLang's rule: the smallest cache takes a new prefix, so that the
           workers split the prefixes instead of one evicting what the other lacks); the
           requests that follow with the same beginning find it there. None free: the shared
-          queue."""
-        if not self.enabled or len(hashes) * self.block_chars < self.min_chars:
+          queue.
+        - A request with its own LoRA set (`lora`, lora_key) that no worker holds prefers,
+          before the rest, a worker with a free slot that already runs that set (its step
+          groups need no new one); a short prompt of such a request goes there too, or to
+          the shared queue when none runs it."""
+        if not self.enabled:
             return None
+        if len(hashes) * self.block_chars < self.min_chars:
+            return self._same_set(workers, lora) if lora else None
         self._forget_old()
         min_blocks = max(1, -(-self.min_chars // self.block_chars))
         usable = [w for w in workers if w.block_chars == self.block_chars]
@@ -203,7 +230,8 @@ class PrefixRouter:
             if n >= min_blocks:
                 holders.append((n, free, worker.worker_id))
                 continue
-            room = (-(len(worker.blocks) + self.recent_blocks[worker.worker_id]), free)
+            room = (bool(lora) and lora in worker.lora_sets,
+                    -(len(worker.blocks) + self.recent_blocks[worker.worker_id]), free)
             if free > 0 and (coldest is None or room > coldest[0]):
                 coldest = (room, worker.worker_id)
         if holders:
@@ -217,6 +245,13 @@ class PrefixRouter:
             return None
         self._remember(hashes, chosen)
         return chosen
+
+    def _same_set(self, workers: list[WorkerView], lora: str) -> str | None:
+        """The worker with the most free slots among those running `lora` (None: none)."""
+        running = [(w.n_free - self.pending[w.worker_id], w.worker_id) for w in workers
+                   if lora in w.lora_sets]
+        free = [r for r in running if r[0] > 0]
+        return max(free)[1] if free else None
 
     def _recent_run(self, hashes: list[bytes], worker: WorkerView) -> int:
         n = 0
@@ -293,7 +328,7 @@ class Affinity:
             except ValidationError:  # a worker of another version: not routed to
                 continue
             views.append(WorkerView(worker_id, summary.n_free, summary.digests(),
-                                    summary.block_chars))
+                                    summary.block_chars, frozenset(summary.lora_sets)))
         return views
 
     async def route(self, job: CompletionJob) -> str | None:
@@ -301,9 +336,10 @@ class Affinity:
         if not self.router.enabled or job.worker_id or job.id_slot >= 0:
             return None
         hashes = job_hashes(job, self.router.block_chars)
-        if len(hashes) * self.router.block_chars < self.router.min_chars:
+        lora = lora_key(job)
+        if len(hashes) * self.router.block_chars < self.router.min_chars and not lora:
             return None  # not worth a read of the summaries
-        chosen = self.router.choose(hashes, await self.views(job.model))
+        chosen = self.router.choose(hashes, await self.views(job.model), lora)
         if chosen is not None:
             self.router.routed(chosen)
         return chosen

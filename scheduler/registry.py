@@ -29,6 +29,24 @@ class ModelMeta(BaseModel):
     """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""
 
 
+class LoraAdapterInfo(BaseModel):
+    """One LoRA adapter a worker loaded (--lora, --lora-scaled), as `GET /lora-adapters` lists
+    it: its id is its place in the list; `scale` the global one (POST /lora-adapters)."""
+
+    id: int
+    path: str
+    scale: float
+    task_name: str = ""
+    prompt_prefix: str = ""
+    alora_invocation_string: str | None = None
+    alora_invocation_tokens: list[int] | None = None
+    """An aLoRA's invocation tokens (None: a plain LoRA)."""
+
+    def wire(self) -> dict[str, object]:
+        """llama-server's entry: the aLoRA fields only for an aLoRA."""
+        return self.model_dump(exclude_none=True)
+
+
 class NextToken(BaseModel):
     has_next_token: bool
     has_new_line: bool
@@ -84,6 +102,8 @@ class WorkerInfo(BaseModel):
     """Its pooling (none, mean, cls, last, rank) when `embedding`."""
     sleeping: bool = False
     """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
+    lora: list[LoraAdapterInfo] = []
+    """Its LoRA adapters with their global scales (the same list on every worker of a model)."""
     build_info: str = "unknown"
     """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
 

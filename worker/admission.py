@@ -12,8 +12,9 @@ which is held only to hand them over).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Generic, Protocol, TypeVar
 
 from worker.slots import SIMILARITY, SlotCache, pick_slot
@@ -60,10 +61,11 @@ class Admission(Generic[W]):
 
     def admit(self, slots: list[SlotCache], cancelled: set[str], running: int,
               prefilling: list[list[int]], cont_batching: bool = True,
-              beside_busy: bool = False, similarity: float = SIMILARITY) -> Decision[W]:
+              beside_busy: bool = False, similarity: float = SIMILARITY,
+              usable: Callable[[W, SlotCache], bool] = lambda _, __: True) -> Decision[W]:
         """Which waiting requests start now, in arrival order. `running`: requests holding a
         slot; `prefilling`: the prompts of those still being evaluated (and, as requests are
-        admitted, theirs); `beside_busy`: see pick_slot."""
+        admitted, theirs); `beside_busy`, `similarity`, `usable` (per request): see pick_slot."""
         decision: Decision[W] = Decision()
         held: deque[W] = deque()
         twins = list(prefilling)
@@ -73,7 +75,7 @@ class Admission(Generic[W]):
                 decision.cancelled.append(request)
                 continue
             slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot, beside_busy,
-                             similarity)
+                             similarity, partial(usable, request))
             if slot is None or (request.cache_prompt and request.prompt_tokens in twins):
                 held.append(request)
                 continue

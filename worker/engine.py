@@ -12,7 +12,8 @@ and the step's budget (worker/admission.py), the KV cache moves (worker/kv_moves
 worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
-(worker/decisions.py), slot snapshots (worker/snapshots.py).
+(worker/decisions.py), slot snapshots (worker/snapshots.py), LoRA adapter sets (the step's
+group, the cache keyed by set: worker/adapter_sets.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from scheduler.contract.results import (
 )
 from scheduler.registry import SlotState, WorkerMetrics
 from worker import kv_moves, slots_report, token_probs
+from worker.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
@@ -83,6 +85,8 @@ class Engine:
         self._threads = ComputeThreads(model.plan.n_threads, model.plan.n_threads_batch,
                                        machine_cores()) if defaults.adapt_threads else None
         self._kv = kv_moves.LlamaKv(model.memory)
+        self._sets = AdapterSets(model.adapters)
+        """Per-request LoRA adapter sets: the step's group, each slot's cache set."""
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
                                   model.n_ctx_slot, self._shift_context)
@@ -173,6 +177,7 @@ class Engine:
         defers them)."""
         ready = self._inbox.take_slot_tasks(lambda slot_id: not self.slots[slot_id].busy)
         for slot_id, action, future in ready:
+            self._sets.forget(slot_id)
             try:
                 future.set_result(action(self.slots[slot_id]))
             except Exception as error:  # handed to the waiting job, not lost
@@ -188,7 +193,8 @@ class Engine:
                 self.slots, cancelled, len(self._active),
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
-                similarity=self.defaults.slot_similarity)
+                similarity=self.defaults.slot_similarity,
+                usable=lambda request, slot: self._sets.usable(request.job, slot))
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -202,7 +208,8 @@ class Engine:
                 events.append((request.job.job_id, active.progress(active.t_start)))
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
-        n_reuse = kv_moves.prepare_slot(self._kv, self.slots, slot, request.prompt_tokens,
+        same_set = self._sets.claim(self._kv, self.slots, slot, self._sets.of(request.job))
+        n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
                                         request.cache_prompt, request.cache_reuse)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
@@ -230,6 +237,7 @@ class Engine:
         runs = sorted(self._active.values(), key=lambda a: a.slot.slot_id)
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
+        runs = self._sets.step_group(runs, bool(self.decisions.runs))  # one adapter set
         if any(a.prefilling and not a.request.job.background for a in runs):
             runs = [a for a in runs if not a.request.job.background]
         for active in runs:
@@ -253,8 +261,10 @@ class Engine:
                 n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
             active.last_prompt_index = n - 1
             active.prompt_done = end
-        n = self.decisions.fill(self._batch.raw, n, self.model.plan.n_batch)
+        if self._sets.decisions_turn():
+            n = self.decisions.fill(self._batch.raw, n, self.model.plan.n_batch)
         self.metrics.n_busy_slots_total += len(self._active)
+        self._sets.apply(self.model.ctx)
         self._decode(n, events)
 
     def _decode(self, n: int, events: list[JobEvent]) -> None:

@@ -18,6 +18,7 @@ import llama_cpp as lc
 
 from scheduler.registry import ModelMeta
 from worker.llama_logs import route_llama_logs
+from worker.lora import LoraAdapters
 from worker.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,10 @@ class LoadedModel:
         if not self.ctx:
             raise ModelLoadError(f"failed to create a context for {path} ({plan})")
         self.memory = lc.llama_get_memory(self.ctx)
+        self.adapters = LoraAdapters.none()
+        """Its LoRA adapters (worker/process/startup.py loads them)."""
+        self.adapter_files: dict[str, Path] = {}
+        """The local files of its adapter and control vector sources (loaded again on wake)."""
         self.plan = plan
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,

@@ -1,5 +1,7 @@
 """Where a worker's model file comes from (-m, -hf/-hff, -mu, or the default model), with the
-download's progress in the log and as the spec's /models/sse events on the models channel."""
+download's progress in the log and as the spec's /models/sse events on the models channel; and
+its adapter files (--lora, --lora-scaled, --control-vector, --control-vector-scaled), which
+come from the same places as a model: a local file, a store key, `s3://`, an http(s) URL."""
 
 from __future__ import annotations
 
@@ -43,3 +45,29 @@ async def fetch_model(settings: WorkerSettings, redis: Redis) -> Path:
     reporter = DownloadReporter(DownloadBoard(redis), settings.model_id(),
                                 asyncio.get_running_loop(), stoppable=False)
     return await reporter.run(lambda listener: resolve_model(settings, listener))
+
+
+def adapter_sources(settings: WorkerSettings) -> list[str]:
+    """Every adapter and control vector file the flags name, as given (FNAME of FNAME:SCALE)."""
+    scaled = [item.rpartition(":")[0] or item
+              for item in (*settings.lora_scaled, *settings.control_vector_scaled)]
+    return list(dict.fromkeys([*settings.lora, *settings.control_vector, *scaled]))
+
+
+def resolve_adapters(settings: WorkerSettings) -> dict[str, Path]:
+    """Each adapter source's local file (blocking: run it in a thread): a local file as is;
+    `store:<key>`, a store key or `s3://` fetched into this machine's cache (checked against
+    the store's SHA-256 when it has one, fetched again only when the cached copy differs); an
+    http(s) URL downloaded once through the store, with its SHA-256, like `-mu`."""
+    files = model_files(settings)
+    found: dict[str, Path] = {}
+    for source in adapter_sources(settings):
+        if source.startswith(("http://", "https://")):
+            found[source] = files.from_url(source)
+        else:
+            found[source] = files.resolve(source)
+    return found
+
+
+async def fetch_adapters(settings: WorkerSettings) -> dict[str, Path]:
+    return await asyncio.to_thread(resolve_adapters, settings)

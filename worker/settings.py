@@ -141,6 +141,25 @@ class WorkerSettings(RoleSettings):
                         help="whether to perform warmup with an empty run")
     spm_infill: bool = flag(False, "--spm-infill",
                             help="use Suffix/Prefix/Middle pattern for infill")
+    # LoRA adapters
+    lora: list[str] = flag([], "--lora", help="path to LoRA adapter (use comma-separated values "
+                           "to load multiple adapters)")
+    lora_scaled: list[str] = flag([], "--lora-scaled",
+                                  help="path to LoRA adapter with user defined scaling "
+                                  "(format: FNAME:SCALE,...)")
+    lora_init_without_apply: bool = flag(False, "--lora-init-without-apply",
+                                         help="load LoRA adapters without applying them (scale "
+                                         "0; apply later via POST /lora-adapters)")
+    # control vectors
+    control_vector: list[str] = flag([], "--control-vector",
+                                     help="add a control vector (use comma-separated values to "
+                                     "add multiple control vectors)")
+    control_vector_scaled: list[str] = flag([], "--control-vector-scaled",
+                                            help="add a control vector with user defined "
+                                            "scaling SCALE (format: FNAME:SCALE,...)")
+    control_vector_layer_range: list[int] = flag([], "--control-vector-layer-range", nargs=2,
+                                                 help="layer range to apply the control "
+                                                 "vector(s) to, START END, both inclusive")
     # sampling
     sampling: SamplingSettings = flag_group(
         SamplingSettings, help="the server-wide sampling defaults a request falls back on (each "

@@ -6,6 +6,7 @@ prefix and --cache-reuse chunks. No llama.cpp calls: the engine applies what the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -37,7 +38,8 @@ SHARE_MIN_TOKENS = 16
 
 
 def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
-              beside_busy: bool = False, similarity: float = SIMILARITY) -> SlotCache | None:
+              beside_busy: bool = False, similarity: float = SIMILARITY,
+              usable: Callable[[SlotCache], bool] = lambda _: True) -> SlotCache | None:
     """The requested slot if it is idle; else the idle slot whose cache matches the longest
     prefix of the prompt (llama-server's similarity rule). When no idle slot matches (or
     another slot, maybe busy, holds much more of the prompt: the engine copies that one), the
@@ -49,14 +51,17 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
     consecutive sequence ids in one ubatch, so busy slots 0, 1, 2, 7 cost two graph
     computations a step where 0, 1, 2, 3 cost one (llama-server's least-recently-used choice
     walks around the slots and leaves such gaps). `similarity` (-sps): 0 turns the prefix
-    match off, as llama-server's 0.0 does."""
+    match off, as llama-server's 0.0 does.
+
+    `usable`: whether a slot's cache may serve this prompt at all (made under the same LoRA
+    adapter set, worker/adapter_sets.py); one that may not matches nothing."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot
     idle = [s for s in slots if not s.busy]
     if not idle:
         return None
-    shared = {s.slot_id: common_prefix(s.tokens, prompt) for s in slots}
+    shared = {s.slot_id: common_prefix(s.tokens, prompt) if usable(s) else 0 for s in slots}
     best = max(shared.values())
 
     def match(slot: SlotCache) -> int:

@@ -9,6 +9,7 @@ from api.endpoints.embeddings import api_router as embeddings
 from api.endpoints.extras import api_router as extras
 from api.endpoints.files import api_router as files
 from api.endpoints.fleet import api_router as fleet
+from api.endpoints.lora import api_router as lora
 from api.endpoints.models import api_router as models
 from api.endpoints.models import downloads as model_downloads
 from api.endpoints.monitor import api_router as monitor
@@ -22,6 +23,6 @@ from api.routing import Routes
 
 FAMILIES: tuple[Routes, ...] = (
     native.routes, monitor.routes, openai.routes, templates.routes, anthropic.routes,
-    embeddings.routes, extras.routes, systemone.routes, fleet.routes, streams.routes,
+    embeddings.routes, extras.routes, lora.routes, systemone.routes, fleet.routes, streams.routes,
     files.routes, batches.routes, models.routes, openapi.routes, model_downloads.routes,
 )

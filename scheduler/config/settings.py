@@ -43,11 +43,13 @@ def flag(
     negative: tuple[str, ...] = (),
     choices: Iterable[Any] | None = None,
     sep: str | None = ",",
+    nargs: int = 1,
 ) -> Any:
     """Declare a settings field read from ``names`` (flags), then ``env``, then ``default``.
 
     ``negative`` flags set a bool field to False; ``choices`` restricts the value (or each item
-    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag).
+    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag);
+    ``nargs`` > 1: a list field whose flag takes that many values at once (``--range 1 4``).
     """
     return Field(
         default=default,
@@ -58,6 +60,7 @@ def flag(
             "negative": list(negative),
             "choices": None if choices is None else list(choices),
             "sep": sep,
+            "nargs": nargs,
         },
     )
 
@@ -132,6 +135,8 @@ class Option:
     is_list: bool
     default: Any
     help: str
+    nargs: int = 1
+    """Values one occurrence of the flag takes (more than 1: a list field, `flag(nargs=)`)."""
 
     @classmethod
     def from_field(cls, name: str, info: FieldInfo) -> Option:
@@ -157,11 +162,16 @@ class Option:
             is_list=is_list,
             default=info.get_default(call_default_factory=True),
             help=info.description or "",
+            nargs=int(str(extra.get("nargs") or 1)),
         )
 
     @property
     def is_switch(self) -> bool:
         return self.kind is bool and not self.is_list
+
+    def convert_item(self, raw: str) -> Any:
+        """Convert one of the values of a flag that takes several (`nargs`)."""
+        return self._check(_scalar(self.kind)(raw))
 
     def convert(self, raw: str) -> Any:
         """Convert one flag argument or environment value (raises ArgumentTypeError)."""
@@ -336,6 +346,15 @@ class ProcessSettings(BaseModel):
                     negative=opt.negative,
                     help=opt.help_text(),
                 )
+            elif opt.nargs > 1:
+                parser.add_argument(
+                    *opt.flags,
+                    dest=opt.name,
+                    type=opt.convert_item,
+                    nargs=opt.nargs,
+                    metavar=opt.metavar(),
+                    help=opt.help_text(),
+                )
             else:
                 parser.add_argument(
                     *opt.flags,
@@ -452,8 +471,8 @@ def split_args(argv: Sequence[str],
         if not takers:
             what = "flag" if word.startswith("-") else "argument"
             raise FlagError(f"unknown {what} {word!r} (`llamaq flags` lists every flag)")
-        width = 2 if any(known[name] for known in arities if name in known) and "=" not in word \
-            else 1
+        n_values = max(known[name] for known in arities if name in known)
+        width = 1 if n_values == 1 and "=" in word else 1 + n_values
         if i + width > len(argv):
             raise FlagError(f"{name} expects a value")
         for role in takers:
@@ -468,10 +487,10 @@ def select_args(argv: Sequence[str], keep: type[ProcessSettings],
     return split_args(argv, among)[keep]
 
 
-def _arities(settings: type[ProcessSettings]) -> dict[str, bool]:
-    """Each flag name of `settings`, and whether it takes a value."""
-    arities: dict[str, bool] = {}
+def _arities(settings: type[ProcessSettings]) -> dict[str, int]:
+    """Each flag name of `settings`, and how many values it takes."""
+    arities: dict[str, int] = {}
     for option in settings.options():
-        arities.update(dict.fromkeys(option.flags, not option.is_switch))
-        arities.update(dict.fromkeys(option.negative, False))
+        arities.update(dict.fromkeys(option.flags, 0 if option.is_switch else option.nargs))
+        arities.update(dict.fromkeys(option.negative, 0))
     return arities

@@ -103,7 +103,6 @@ W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = "speculative decoding is not built"
 NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
-NOT_BUILT_LORA = "LoRA adapters and control vectors are not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
 NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
@@ -163,8 +162,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--check-tensors"),
     *_rows(R, "metadata overrides are not built", "--override-kv"),
     *_rows(W, "", "--op-offload --no-op-offload"),
-    *_rows(R, NOT_BUILT_LORA, "--lora", "--lora-scaled", "--control-vector",
-           "--control-vector-scaled", "--control-vector-layer-range"),
+    *_rows(W, "", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled",
+           "--control-vector-layer-range"),
     *_rows(W, "", "-m --model"),
     *_rows(W, "", "-mu --model-url LLAMA_ARG_MODEL_URL"),
     *_rows(R, "Docker Hub model downloads are not built; give -hf or -m",
@@ -250,7 +249,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--chat-template-file", "--skip-chat-parsing --no-skip-chat-parsing",
            "--prefill-assistant --no-prefill-assistant"),
     *_rows(W, "", "-sps --slot-prompt-similarity"),
-    *_rows(R, NOT_BUILT_LORA, "--lora-init-without-apply"),
+    *_rows(W, "", "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
     *_rows(R, NOT_BUILT_SPEC, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "

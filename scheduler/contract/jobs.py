@@ -51,6 +51,37 @@ class LogitBias(BaseModel):
     bias: float | None
 
 
+class LoraScale(BaseModel):
+    """One adapter's scale, by its id (its place in the worker's --lora list)."""
+
+    id: int
+    scale: float
+
+
+def parse_lora_request(entries: list[Any]) -> list[LoraScale]:
+    """llama-server's parse_lora_request: each entry's `id` (default -1) and `scale` (default
+    0.0), a value of the wrong type read as its default; a later entry for an id wins."""
+    scales: dict[int, float] = {}
+    for entry in entries:
+        item = entry if isinstance(entry, dict) else {}
+        raw_id, raw_scale = item.get("id", -1), item.get("scale", 0.0)
+        lora_id = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else -1
+        try:
+            scale = (float(raw_scale) if isinstance(raw_scale, int | float)
+                     and not isinstance(raw_scale, bool) else 0.0)
+        except OverflowError:  # an integer no double holds
+            raise InvalidRequest(f"LoRA scale {str(raw_scale)[:20]}... is out of range") from None
+        scales[lora_id] = scale
+    return [LoraScale(id=i, scale=v) for i, v in sorted(scales.items())]
+
+
+def scales_of(n_adapters: int, given: list[LoraScale]) -> list[float]:
+    """construct_lora_list: every adapter's scale, 0 for those not named (an unknown id is
+    ignored)."""
+    by_id = {entry.id: entry.scale for entry in given}
+    return [by_id.get(i, 0.0) for i in range(n_adapters)]
+
+
 DEFAULT_SEED = 0xFFFFFFFF
 """LLAMA_DEFAULT_SEED: a random seed."""
 DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
@@ -215,6 +246,9 @@ class CompletionJob(BaseModel):
     """Texts of special tokens the worker writes as text even without --special (llama-server's
     `preserved_tokens`: what marks reasoning or tool calls for the chat parser); a text that is
     not one token of the model's vocabulary is ignored."""
+    lora: list[LoraScale] | None = None
+    """The request's LoRA scales by adapter id (those not named at 0); None: the worker's
+    global scales when the run starts (a request without `lora`, or with `[]`)."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""

@@ -103,6 +103,17 @@ CONTROL_CHANNEL = f"{PREFIX}:control:reasoning-end"
 """Pub/sub channel of job ids whose thinking block must end now; every worker listens."""
 
 
+LORA_CHANNEL = f"{PREFIX}:control:lora-scales"
+"""Pub/sub channel of model ids whose global LoRA scales changed (POST /lora-adapters); every
+worker of that model reads lora_scales and applies them."""
+
+
+def lora_scales(model_id: str) -> str:
+    """JSON list of a model's global LoRA scales, one per adapter, as POST /lora-adapters set
+    them last; a worker that starts or wakes takes them (absent: its flags' scales)."""
+    return f"{PREFIX}:model:{model_id}:lora-scales"
+
+
 def chat_completion(completion_id: str) -> str:
     """JSON list of the job ids of a live chat completion armed with reasoning_control."""
     return f"{PREFIX}:chatcmpl:{completion_id}"

@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from scheduler.contract.errors import ErrorInfo, ServerError
-from scheduler.contract.jobs import SamplingSettings
+from scheduler.contract.jobs import LoraScale, SamplingSettings
 
 
 class Timings(BaseModel):
@@ -44,7 +44,7 @@ REPORT_ORDER = (
     "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat",
     "mirostat_tau", "mirostat_eta", "stop", "max_tokens", "n_predict", "n_keep", "n_discard",
     "ignore_eos", "stream", "logit_bias", "n_probs", "min_keep", "samplers",
-    "timings_per_token", "n_ctx", "model",
+    "timings_per_token", "lora", "n_ctx", "model",
 )
 """llama-server's order of generation_settings (server-task.cpp task_params::to_json)."""
 
@@ -62,6 +62,8 @@ class GenerationSettings(SamplingSettings):
     logit_bias: list[TokenBias] = Field(default_factory=list)
     n_probs: int = 0
     timings_per_token: bool
+    lora: list[LoraScale] = Field(default_factory=list)
+    """The request's own `lora` list (llama-server's task_params `lora`), not the global scales."""
     n_ctx: int
     model: str
 

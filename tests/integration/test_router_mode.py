@@ -149,6 +149,8 @@ def test_requests_are_checked_as_llama_server_checks_them(pods: tuple[str, str])
           "model is not loaded", "invalid_request_error")
     error(httpx.get(f"{url}/metrics"), 400, missing, "invalid_request_error")
     error(httpx.get(f"{url}/slots"), 400, missing, "invalid_request_error")
+    error(httpx.get(f"{url}/lora-adapters"), 400, missing, "invalid_request_error")
+    error(httpx.post(f"{url}/lora-adapters", json=[]), 400, missing, "invalid_request_error")
     error(httpx.get(f"{url}/props?model=tiny&autoload=false"), 400, "model is not loaded",
           "invalid_request_error")
     error(httpx.post(f"{url}/models/load", json={"model": "nope"}), 404, "model is not found",
@@ -217,6 +219,8 @@ def test_autoload_and_model_query_on_get_routes(pods: tuple[str, str],
     assert len(slots) == 1 and slots[0]["n_ctx"] == 512
     props = httpx.get(f"{b}/props?model=gemma").json()
     assert props["model_alias"] == "gemma" and props["total_slots"] == 1
+    assert httpx.get(f"{b}/lora-adapters?model=gemma").json() == []
+    assert httpx.post(f"{b}/lora-adapters?model=gemma", json=[]).json() == {"success": True}
 
 
 def test_models_max_unloads_the_lru_model_and_a_corrupt_file_fails(

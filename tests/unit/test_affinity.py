@@ -11,10 +11,11 @@ from scheduler.affinity import (
     WorkerView,
     block_hashes,
     job_hashes,
+    lora_key,
     prompt_text,
     shared_blocks,
 )
-from scheduler.contract.jobs import CompletionJob, InfillParts
+from scheduler.contract.jobs import CompletionJob, InfillParts, LoraScale
 
 SYSTEM_A = "You are a careful assistant for the harbour office. " * 40  # ~2000 characters
 SYSTEM_B = "You answer questions about train timetables, briefly. " * 40
@@ -164,3 +165,31 @@ def test_the_worker_index_follows_its_slots() -> None:
     summary = index.summary([second, None], n_free=1)  # slot 0 now holds another prompt
     assert summary.digests() == frozenset(block_hashes(SYSTEM_B))
     assert index.summary([None, None], n_free=2).digests() == frozenset()
+
+
+def test_a_prompt_hashed_under_one_lora_set_does_not_match_another() -> None:
+    """The worker's cache is keyed by LoRA set, so the hashes are too: a prompt cached under
+    adapter A draws no request under B; no `lora` hashes as before."""
+    plain = CompletionJob(model="m", prompt=SYSTEM_A)
+    under_a = plain.model_copy(update={"lora": [LoraScale(id=0, scale=1.0)]})
+    under_b = plain.model_copy(update={"lora": [LoraScale(id=1, scale=1.0)]})
+    assert job_hashes(plain) == block_hashes(SYSTEM_A)
+    assert len({job_hashes(j)[0] for j in (plain, under_a, under_b)}) == 3
+    assert lora_key(under_a) == "0:1.0" and lora_key(plain) == ""
+
+
+def test_a_lora_request_prefers_a_worker_already_running_its_set() -> None:
+    """No worker holds the prompt: the free worker whose step groups already run the
+    request's set wins over the emptier one; a short prompt goes there as well, and to the
+    shared queue when no worker runs its set."""
+    router = PrefixRouter()
+    lora = "0:1.0"
+    hashes = block_hashes(SYSTEM_A)
+    empty = view("empty", [], n_free=2)
+    busy = WorkerView("busy", 1, frozenset(block_hashes(SYSTEM_B)), lora_sets=frozenset([lora]))
+    assert router.choose(hashes, [empty, busy], lora) == "busy"
+    assert PrefixRouter().choose(hashes, [empty, busy]) == "empty"
+    short = block_hashes("short prompt")
+    assert PrefixRouter().choose(short, [empty, busy], lora) == "busy"
+    assert PrefixRouter().choose(short, [empty, busy], "1:0.5") is None
+    assert PrefixRouter().choose(short, [empty, busy]) is None

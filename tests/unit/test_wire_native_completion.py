@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from api.endpoints.anthropic.protocol import MessagesRequest
 from api.endpoints.native.protocol import SAMPLING_FIELDS, CompletionRequest
+from api.endpoints.openai.protocol import OpenAICompletionRequest
 from scheduler.contract.errors import InvalidRequest, NotSupported
-from scheduler.contract.jobs import SamplingParams
+from scheduler.contract.jobs import LoraScale, SamplingParams
 
 
 def request(**body: Any) -> CompletionRequest:
@@ -148,14 +150,33 @@ def test_empty_prompt_is_invalid(prompt: Any) -> None:
     assert info.value.status == 400
 
 
-def test_lora_is_checked_and_unloaded_ids_are_ignored() -> None:
-    """As llama-server: an array (of any entries) is accepted and ids of adapters that are not
-    loaded are ignored (none is loaded yet); anything else is a 400."""
+def test_lora_is_read_as_llama_server_reads_it() -> None:
+    """Issue 21: `lora` was accepted and ignored. Absent or `[]` is the global scales (None on
+    the job); entries become {id, scale} as parse_lora_request reads them (id -1 and scale 0
+    when missing or of another type, the last entry of an id wins), on the native, OpenAI and
+    Anthropic bodies; anything but an array is a 400."""
     plain = CompletionRequest.model_validate({"prompt": "x"}).to_jobs("m")[0]
-    for lora in ([{"id": 0, "scale": 0.5}], [{"id": 7, "scale": 1.0}, {"id": -1}], [], None):
-        request = CompletionRequest.model_validate({"prompt": "x", "lora": lora})
-        job = request.to_jobs("m")[0]
+    empty: tuple[list[Any] | None, ...] = ([], None)
+    for lora in empty:
+        job = CompletionRequest.model_validate({"prompt": "x", "lora": lora}).to_jobs("m")[0]
         assert job.model_dump(exclude={"job_id"}) == plain.model_dump(exclude={"job_id"})
+        assert job.lora is None
+    given = [{"id": 1, "scale": 0.5}, {"id": 7}, {"scale": 2}, {"id": "0", "scale": "x"},
+             {"id": 1, "scale": 0.25}]
+    want = [LoraScale(id=-1, scale=0.0), LoraScale(id=1, scale=0.25), LoraScale(id=7, scale=0.0)]
+    assert CompletionRequest.model_validate(
+        {"prompt": "x", "lora": given}).to_jobs("m")[0].lora == want
+    assert OpenAICompletionRequest.model_validate(
+        {"prompt": "x", "lora": [{"id": 0, "scale": 1}]}).to_jobs("m")[0].lora == \
+        [LoraScale(id=0, scale=1.0)]
+    messages = MessagesRequest.model_validate(
+        {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+         "lora": [{"id": 0, "scale": 0.5}]})
+    assert messages.to_job("m", "hi").lora == [LoraScale(id=0, scale=0.5)]
     for bad in ({"id": 0, "scale": 1}, "0:1", 3):
         with pytest.raises(ValidationError, match="'lora' must be an array"):
             CompletionRequest.model_validate({"prompt": "x", "lora": bad})
+    huge = CompletionRequest.model_validate({"prompt": "x", "lora": [{"id": 0,
+                                                                      "scale": 10 ** 400}]})
+    with pytest.raises(InvalidRequest, match="out of range"):
+        huge.to_jobs("m")

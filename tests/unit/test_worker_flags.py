@@ -5,6 +5,8 @@ from __future__ import annotations
 import llama_cpp as lc
 import pytest
 
+from api.settings import ApiSettings
+from scheduler.config.settings import split_args
 from worker.flags import (
     default_logit_bias,
     process_escapes,
@@ -23,7 +25,7 @@ def test_defaults_are_supported() -> None:
     settings()
 
 
-@pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--mmproj", "x.gguf"],
+@pytest.mark.parametrize("argv", [["--rpc", "h:1"], ["--mmproj", "x.gguf"],
                                   ["-ot", "exps=CPU"]])
 def test_unbuilt_features_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -70,3 +72,21 @@ def test_logit_bias_flag() -> None:
 ])
 def test_escapes_as_llama_cpp_processes_them(raw: str, text: str) -> None:
     assert process_escapes(raw) == text
+
+
+def test_adapter_and_control_vector_flags_are_read() -> None:
+    """--lora and --control-vector take comma lists and repeat; --control-vector-layer-range
+    takes two values at once, on the worker and through `llamaq up`'s split."""
+    s = settings("--lora", "a.gguf,b.gguf", "--lora", "c.gguf", "--lora-scaled", "d.gguf:0.5",
+                 "--lora-init-without-apply", "--control-vector", "v.gguf",
+                 "--control-vector-scaled", "w.gguf:0.8", "--control-vector-layer-range", "2",
+                 "12")
+    assert s.lora == ["a.gguf", "b.gguf", "c.gguf"] and s.lora_scaled == ["d.gguf:0.5"]
+    assert s.lora_init_without_apply
+    assert (s.control_vector, s.control_vector_scaled) == (["v.gguf"], ["w.gguf:0.8"])
+    assert s.control_vector_layer_range == [2, 12]
+    argv = ["--control-vector-layer-range", "2", "12", "-c", "512"]
+    parts = split_args(argv, [ApiSettings, WorkerSettings])
+    assert parts[WorkerSettings] == argv and parts[ApiSettings] == []
+    with pytest.raises(SystemExit):
+        settings("--control-vector-layer-range", "2")

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +78,11 @@ class Reporter:
         if embedder is None:  # cache-aware routing: only completion workers take part
             n_free = (len(engine.slots) - metrics.requests_processing
                       - metrics.requests_deferred)
+            held = engine.slot_jobs()
+            running = [job for slot, job in zip(engine.slots, held, strict=True)
+                       if slot.busy and job is not None]
             pipe.set(keys.worker_prefixes(parts.worker_id),
-                     self._prefixes.summary(engine.slot_jobs(), n_free).model_dump_json(),
+                     self._prefixes.summary(held, n_free, running).model_dump_json(),
                      ex=keys.HEARTBEAT_TTL_S)
 
     async def run(self, registry: Registry, entry: RegistryEntry) -> None:
@@ -113,15 +117,18 @@ class Reporter:
             await asyncio.sleep(SLOT_REPORT_MIN_GAP_S)  # many changes at once: one report
 
 
-async def listen(parts: WorkerParts, *workers: WakeableWorker) -> None:
-    """Wake-ups for our queues, cancellations and reasoning ends, on one pub/sub connection."""
+async def listen(parts: WorkerParts, *workers: WakeableWorker,
+                 on_lora: Callable[[], None] = lambda: None) -> None:
+    """Wake-ups for our queues, cancellations, reasoning ends and new global LoRA scales of
+    our model (`on_lora`), on one pub/sub connection."""
     by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
     while True:
         try:
-            await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, *by_channel)
+            await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, keys.LORA_CHANNEL,
+                                   *by_channel)
             async for message in pubsub.listen():
-                on_message(parts, message, by_channel)
+                on_message(parts, message, by_channel, on_lora)
         except RedisError as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
@@ -130,7 +137,8 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker) -> None:
 
 
 def on_message(parts: WorkerParts, message: dict[str, Any],
-               by_channel: dict[str, WakeableWorker]) -> None:
+               by_channel: dict[str, WakeableWorker],
+               on_lora: Callable[[], None] = lambda: None) -> None:
     if message["type"] != "message":
         return
     channel = message["channel"].decode()
@@ -145,5 +153,8 @@ def on_message(parts: WorkerParts, message: dict[str, Any],
             parts.embedder.cancel(data)
     elif channel == keys.CONTROL_CHANNEL:
         parts.engine.end_reasoning(data)
+    elif channel == keys.LORA_CHANNEL:
+        if data == parts.model_id:
+            on_lora()
     elif channel in by_channel:
         by_channel[channel].wake.set()

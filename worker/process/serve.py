@@ -36,10 +36,11 @@ from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.model import LoadedModel, ModelLoadError
-from worker.model_source import fetch_model
+from worker.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
+from worker.process.lora_control import LoraControl
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
@@ -70,13 +71,18 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
+    if (settings.lora or settings.lora_scaled) and embedding_mode(settings):
+        raise ModelLoadError("--lora and --lora-scaled are not built for --embedding or "
+                             "--rerank workers (adapters apply to completions)")
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         try:
             model_path = await fetch_model(settings, redis)
-            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
+            adapter_files = await fetch_adapters(settings)
+            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
+                                            adapter_files)
             try:
                 await WorkerRuntime(settings, redis, model).run(pool, stop)
             finally:
@@ -105,6 +111,9 @@ class WorkerRuntime:
             engine=new_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model) if embedding else None,
             decision_caps=None if embedding else decision_caps(model.path, settings.decisions))
+        if self.parts.decision_caps is not None and model.adapters.adapters:
+            raise ModelLoadError("--lora is not built for a worker that serves decisions "
+                                 "(--decisions or a decision model)")
         self.reporter = Reporter(self.parts)
         self._arq_workers: list[WakeableWorker] = []
 
@@ -127,11 +136,13 @@ class WorkerRuntime:
             pooling=parts.embedder.pooling if parts.embedder else None,
             build_info=llama_build_info()))
         registry = Registry(parts.redis)
+        lora = LoraControl(parts, registry, entry)
+        await lora.take_stored()
         sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
         self._arq_workers = self._queues(pool, JobRunner(parts, sleeper))
         tasks = [
             asyncio.create_task(parts.publisher.run()),
-            asyncio.create_task(listen(parts, *self._arq_workers)),
+            asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice)),
             asyncio.create_task(renew_leases(parts)),
             asyncio.create_task(self.reporter.run(registry, entry)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,11 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from worker import flags
 from worker.compute_threads import wait_policy_by_hand
+from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
@@ -55,10 +57,14 @@ def embedding_batch(settings: WorkerSettings) -> int:
 
 
 def load_model(s: WorkerSettings, path: Path,
-               on_load_progress: Callable[[float], None] | None = None) -> LoadedModel:
+               on_load_progress: Callable[[float], None] | None = None,
+               adapter_files: Mapping[str, Path] | None = None) -> LoadedModel:
     """The model file at `path` (worker/model_source.py fetched it) and its one context,
-    laid out for embeddings on an --embedding/--rerank worker (blocking: call it off the
-    event loop). `on_load_progress` gets the load's progress, 0..1, from this thread."""
+    laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
+    control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
+    sources are paths) (blocking: call it off the event loop). `on_load_progress` gets the
+    load's progress, 0..1, from this thread."""
+    files = dict(adapter_files or {})
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
@@ -93,6 +99,17 @@ def load_model(s: WorkerSettings, path: Path,
             tune_embedding_context(params, s)
 
     model = LoadedModel(path, plan, tune_model, tune_context)
+    try:
+        specs = adapter_specs(s.lora, s.lora_scaled, s.lora_init_without_apply)
+        model.adapters = LoraAdapters.load(model.model, model.vocab, specs, files)
+        model.adapter_files = files
+        vectors = load_vectors(vector_specs(s.control_vector, s.control_vector_scaled), files)
+        if vectors is not None:
+            apply_vectors(model.ctx, lc.llama_model_n_layer(model.model), vectors,
+                          s.control_vector_layer_range)
+    except (ValueError, LoraLoadError, ControlVectorError) as error:
+        model.close()
+        raise ModelLoadError(str(error)) from None
     if s.warmup:
         warm_up_on_own_thread(model)
     return model

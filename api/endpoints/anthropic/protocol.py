@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.body import drop_nulls
 from api.chat.messages import ToolChoice as OpenAIToolChoice
 from api.chat.messages import media_not_supported
-from scheduler.contract.jobs import CompletionJob, SamplingParams
+from scheduler.contract.jobs import CompletionJob, SamplingParams, parse_lora_request
 from scheduler.contract.limits import ping_seconds
 
 DEFAULT_MAX_TOKENS = 4096
@@ -173,11 +173,20 @@ class MessagesRequest(_Block):
     output_config: OutputConfig | None = None
     metadata: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    lora: list[Any] | None = None
+    """llama-server's per-request LoRA scales (its /v1/messages reads the field too)."""
 
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data: Any) -> Any:
         return drop_nulls(data)
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora_is_an_array(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError("'lora' must be an array of objects with 'id' and 'scale' fields")
+        return value
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> MessagesRequest:
@@ -230,7 +239,8 @@ class MessagesRequest(_Block):
             model=model, prompt=prompt, stream=self.stream, n_predict=self.max_tokens,
             stop=list(self.stop_sequences), sampling=sampling,
             json_schema=json_schema or self.output_schema(),
-            timings_per_token=self.stream)
+            timings_per_token=self.stream,
+            lora=parse_lora_request(self.lora) if self.lora else None)
 
 
 def convert_message(message: MessageParam) -> list[dict[str, Any]]:

@@ -7,26 +7,12 @@ from __future__ import annotations
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.body import json_body, load_json, raw_body
+from api.body import json_body
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import NotSupported
 
 routes = Routes("extras")
-
-
-@routes.get("/lora-adapters")
-async def lora_adapters(request: Request) -> HTTPResponse:
-    """No LoRA adapter is loaded (workers refuse --lora for now): the list is empty."""
-    return json([])
-
-
-@routes.post("/lora-adapters")
-async def set_lora_adapters(request: Request) -> HTTPResponse:
-    body = json_body_list(request)
-    if body:
-        raise InvalidRequest("invalid adapter id: no LoRA adapter is loaded")
-    return json({"success": True})
 
 
 @routes.post("/props")
@@ -38,10 +24,3 @@ async def set_props(request: Request) -> HTTPResponse:
     json_body(request)
     return json({"success": True})
 
-
-def json_body_list(request: Request) -> list[object]:
-    raw = raw_body(request)
-    body = load_json(raw) if raw.strip() else None
-    if not isinstance(body, list):
-        raise InvalidRequest("Request body must be an array")
-    return body

@@ -26,6 +26,7 @@ from scheduler.contract.jobs import (
     PromptPiece,
     SamplingParams,
     TokenizeJob,
+    parse_lora_request,
     samplers_from_letters,
 )
 
@@ -103,8 +104,8 @@ class CompletionRequest(SamplingParams):
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
 
     lora: list[Any] | None = None
-    """Per-request LoRA scales by adapter id. llama-server ignores ids of adapters that are not
-    loaded, and no adapter is loaded yet (--lora is refused): checked, then ignored."""
+    """Per-request LoRA scales, `[{id, scale}]`, read as llama-server's parse_lora_request
+    (adapters not named at 0, unknown ids ignored); absent or `[]`: the global scales."""
 
     @field_validator("lora", mode="before")
     @classmethod
@@ -175,6 +176,7 @@ class CompletionRequest(SamplingParams):
             post_sampling_probs=self.post_sampling_probs, grammar=self.grammar,
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             logit_bias=self.logit_bias,
+            lora=parse_lora_request(self.lora) if self.lora else None,
         )
 
 
