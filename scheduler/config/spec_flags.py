@@ -52,8 +52,6 @@ NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
 NOT_BUILT_LORA = "LoRA adapters and control vectors are not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
-NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
-                   "run on the api pods with file access for every client")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
                  "(affinity, strict placement, polling); pin the worker process with taskset "
                  "or the container's cpuset instead")
@@ -160,7 +158,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",
            "--cors-credentials --no-cors-credentials", "--api-prefix",
            "--ui-config --webui-config", "--ui-config-file --webui-config-file"),
-    *_rows(R, NOT_BUILT_TOOLS, "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
+    *_rows(W, "", "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
            "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY", "--tools LLAMA_ARG_TOOLS",
            "--tools-runtime LLAMA_ARG_TOOLS_RUNTIME",
            "--mcp-servers-config LLAMA_ARG_MCP_SERVERS_CONFIG",
