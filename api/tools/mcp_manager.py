@@ -42,9 +42,10 @@ class McpManager:
 
     async def _discover(self, config: McpServerConfig) -> list[McpToolDef]:
         conn = McpConnection(config)
-        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        budget = min(WARMUP_TIMEOUT_S, config.timeout_ms / 1000)
+        deadline = time.monotonic() + budget
         try:
-            if not await conn.open(WARMUP_TIMEOUT_S):
+            if not await conn.open(budget):
                 log.warning("MCP warmup: failed to start '%s': %s", config.name, conn.error)
                 return []
             tools = await conn.list_tools(max(deadline - time.monotonic(), 0.1))

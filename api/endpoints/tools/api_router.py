@@ -1,5 +1,6 @@
 """GET /tools (the pod's tools) and POST /tools (run one), as llama-server's
 (`server-tools.cpp`); 403 `feature_disabled` when neither --tools nor an MCP server is on.
+GET/POST /cors-proxy: the web UI's MCP proxy (--ui-mcp-proxy, `api/tools/cors_proxy.py`).
 The tools run on this api pod (api/tools/); no worker is involved."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import contextlib
 import hashlib
 import logging
 
+import httpx
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
@@ -23,11 +25,14 @@ from api.endpoints.tools.render import (
     server_error,
 )
 from api.routing import Routes
+from api.settings import ApiSettings
 from api.sse import open_stream, sse_data
+from api.tools.cors_proxy import ProxyRefused, forward, new_client
 from api.tools.errors import ToolArgumentError, ToolRuntimeError, UnknownToolError
 from api.tools.paths import OutsideRootError
 from api.tools.service import CallHeaders, ToolsService
 from api.tools.tool import ServerTool, ToolStream
+from scheduler.contract.errors import ServerError
 
 log = logging.getLogger(__name__)
 routes = Routes("tools")
@@ -120,4 +125,38 @@ async def _stream(request: Request, service: ToolsService, tool: ServerTool,
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+    return None
+
+
+@routes.get("/cors-proxy")
+async def cors_proxy_get(request: Request) -> HTTPResponse | None:
+    return await _proxy(request, "GET")
+
+
+@routes.post("/cors-proxy")
+async def cors_proxy_post(request: Request) -> HTTPResponse | None:
+    return await _proxy(request, "POST")
+
+
+async def _proxy(request: Request, method: str) -> HTTPResponse | None:
+    settings: ApiSettings = request.app.ctx.settings
+    if not settings.cors_proxy_on():
+        return feature_disabled()
+    url = request.args.get("url", "")
+    try:
+        async with new_client() as client:
+            answer = await forward(method, url, dict(request.headers), raw_body(request),
+                                   client)
+            log.info("cors proxy: key=%s %s %s -> %d", key_id(request), method,
+                     url.split("?")[0], answer.status)
+            response = await request.respond(status=answer.status, headers=answer.headers,
+                                             content_type=answer.content_type)
+            assert response is not None
+            async for chunk in answer.body:
+                await response.send(chunk)
+            await response.eof()
+    except ProxyRefused as exc:
+        raise ServerError(str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise ServerError(f"proxy request failed: {type(exc).__name__}: {exc}") from None
     return None
