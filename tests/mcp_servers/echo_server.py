@@ -1,12 +1,11 @@
 """An MCP server written with the official SDK: echo, add, fail_once (fails on its first call
 in a process), sleep (a slow tool), crash (the process exits mid-call), whoami (its
-environment and working directory). `--name N` renames the server."""
+environment and working directory)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -55,6 +54,4 @@ def whoami() -> str:
 
 
 if __name__ == "__main__":
-    if "--name" in sys.argv:
-        app.name = sys.argv[sys.argv.index("--name") + 1]
     app.run()
