@@ -5,8 +5,9 @@ timeout, when the caller stops listening, or when the pod stops.
 llama-server's `run_subprocess` (server-tools.cpp) is the model: keep draining past the cap
 so that the child never blocks on a full pipe, `[output truncated]` after a capped output, and
 exit code 1 for a child that did not exit by itself (its subprocess library's EXIT_FAILURE).
-One difference: llama-server kills only the child; we kill its process group, so that a
-`sleep 100 &` left by the shell does not keep the pipe (and the call) open."""
+Two differences: llama-server kills only the child, we kill its process group; and once the
+child has exited, what is left of its group (`sleep 100 &`) gets 0.5 s to close the pipe and
+is then killed, where llama-server waits for the pipe to close until the timeout."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 READ_CHUNK = 4096
-DRAIN_AFTER_KILL_S = 1.0
+POLL_S = 0.1
+DRAIN_AFTER_KILL_S = 0.5
 TRUNCATED = "\n[output truncated]"
 
 OnChunk = Callable[[str], bool]
@@ -76,15 +78,21 @@ async def _supervise(proc: asyncio.subprocess.Process, max_output: int, timeout_
     output = bytearray()
     chunks = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end mid-character
     truncated = timed_out = stopped = False
+    ended_at: float | None = None  # when the child itself exited (or was killed)
     while True:
-        remaining = deadline - loop.time() if not (timed_out or stopped) else DRAIN_AFTER_KILL_S
-        try:
-            data = await asyncio.wait_for(proc.stdout.read(READ_CHUNK), max(remaining, 0.001))
-        except TimeoutError:
-            if timed_out or stopped:
-                break  # killed, and still nothing: something outside the group holds the pipe
+        now = loop.time()
+        if not (timed_out or stopped) and now >= deadline:
             timed_out = True
             _kill_group(proc)
+            ended_at = now
+        if proc.returncode is not None and ended_at is None:
+            ended_at = now
+        if ended_at is not None and now - ended_at > DRAIN_AFTER_KILL_S:
+            _kill_group(proc)  # what is left of its group holds the pipe: ended
+            break
+        try:
+            data = await asyncio.wait_for(proc.stdout.read(READ_CHUNK), POLL_S)
+        except TimeoutError:
             continue
         if not data:
             break
@@ -96,6 +104,7 @@ async def _supervise(proc: asyncio.subprocess.Process, max_output: int, timeout_
         if on_chunk is not None and piece and not on_chunk(chunks.decode(piece)):
             stopped = True
             _kill_group(proc)
+            ended_at = loop.time()
         if len(data) > room:
             truncated = True
     with contextlib.suppress(TimeoutError):
