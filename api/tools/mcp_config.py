@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -23,6 +24,16 @@ class McpServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str = ""
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True)
+class McpToolDef:
+    """One tool a server listed."""
+
+    server_name: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_mcp_json(text: str) -> list[McpServerConfig]:

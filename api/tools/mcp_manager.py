@@ -8,24 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from api.tools.mcp_client import McpConnection
-from api.tools.mcp_config import McpServerConfig
+from api.tools.mcp_config import McpServerConfig, McpToolDef
 
 log = logging.getLogger(__name__)
 
 WARMUP_TIMEOUT_S = 10.0
 COOLDOWN_S = 5.0
-
-
-@dataclass(frozen=True)
-class McpToolDef:
-    server_name: str
-    name: str
-    description: str = ""
-    input_schema: dict[str, Any] = field(default_factory=dict)
 
 
 class McpManager:

@@ -3,8 +3,13 @@ function's parameters (llama-server's `server_mcp_tool`)."""
 
 from __future__ import annotations
 
-from api.tools.mcp_manager import McpManager, McpToolDef
+from typing import TYPE_CHECKING
+
+from api.tools.mcp_config import McpToolDef
 from api.tools.tool import Json, ServerTool, ToolCall
+
+if TYPE_CHECKING:
+    from api.tools.mcp_manager import McpManager
 
 
 class McpTool(ServerTool):

@@ -1,5 +1,6 @@
 """An MCP server written with the official SDK: echo, add, fail_once (fails on its first call
-in a process), sleep (a slow tool), crash (the process exits mid-call), whoami (its
+in a process), sleep (a slow tool), crash (the process exits mid-call), file
+(a name to collide with), whoami (its
 environment and working directory)."""
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ async def sleep(seconds: float) -> str:
 def crash() -> str:
     """The process dies without answering."""
     os._exit(3)
+
+
+@app.tool()
+def file() -> str:
+    """A name that, on a server called `read`, collides with the built-in read_file."""
+    return "the MCP tool"
 
 
 @app.tool()
