@@ -113,7 +113,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_CACHE_RAM",
-                "LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_TOOLS"):
+                "LLAMA_ARG_MMPROJ_URL"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
@@ -166,7 +166,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["up", "-v", "--prio", "2", "--frobnicate"],
     ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
-    ["api", "--tools", "all"],
+    ["api", "--reuse-port"],
     ["worker", "--cache-ram", "0"],
     ["scheduler", "--models-preset", "p.ini"],
     ["api", "-c", "4096"],
