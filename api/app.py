@@ -87,8 +87,11 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
             tools = ToolsService(tools_config)
             await tools.start()
             app.ctx.tools = tools
+        features = [*(tools_config.features() if tools_config else []),
+                    *(["MCP proxy (experimental)"] if settings.cors_proxy_on() else [])]
+        if features:
             log.warning("security: %s enabled - do not expose to untrusted environments",
-                        ", ".join(tools_config.features()))
+                        ", ".join(features))
         app.ctx.router = None
         if settings.router_mode():
             router = await ModelRouter.create(settings, app.ctx.fleet.redis)

@@ -8,6 +8,7 @@ call exits within 3 s."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -139,19 +140,21 @@ def test_servers_that_never_started(api: str) -> None:
     assert res.status_code == 404
 
 
-def start_pod(fleet: Fleet, *args: str) -> subprocess.Popen[bytes]:
-    port = free_port()
-    process = fleet._spawn("api", ["--port", str(port), *args])
-    process.port = port  # type: ignore[attr-defined]
-    return process
-
-
-def test_bad_config_stops_the_start(fleet: Fleet, tmp_path: Path) -> None:
-    for args in (["--mcp-servers-json", "not valid json"],
-                 ["--mcp-servers-config", str(tmp_path / "missing.json")],
-                 ["--tools", "no_such_tool"]):
-        process = start_pod(fleet, *args)
-        assert process.wait(timeout=60) != 0
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mcp-servers-json", "not valid json"], "failed to parse MCP config JSON"),
+    (["--mcp-servers-config", "/nonexistent/path.json"],
+     "failed to open MCP config file: /nonexistent/path.json"),
+    (["--tools", "no_such_tool"], 'unknown tool "no_such_tool". available tools: read_file'),
+    (["--tools", "all", "--tools-runtime", "lxc:x"], "unknown tool runtime: lxc:x"),
+    (["--tools", "all", "--tools-root", "/nonexistent/root"], "not a directory"),
+])
+def test_bad_config_stops_the_start(fleet: Fleet, args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "llamaq", "api", "--port", str(free_port()),
+                           *args], capture_output=True, text=True, timeout=60,
+                          cwd=fleet.workdir, env={**os.environ, "LLAMAQ_REDIS_URL":
+                                                  fleet.redis_url})
+    assert done.returncode != 0
+    assert f"llamaq api: {message}" in done.stderr, done.stderr
 
 
 def test_config_file_and_stop_during_a_call(fleet: Fleet, tmp_path: Path) -> None:
