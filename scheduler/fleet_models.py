@@ -219,6 +219,25 @@ class FleetModels:
         pairs = await self.redis.zrange(keys.MODELS_LAST_USED, 0, -1, withscores=True)
         return {_text(name): float(score) for name, score in pairs}
 
+    async def wait_in_line(self, model: str, max_wait_s: float) -> bool:
+        """`model` waits to be loaded (its first waiter's time is kept); whether it is first
+        in line (loads are placed first in, first out). Waits older than `max_wait_s` leave."""
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(keys.MODELS_WAITING, "-inf", now - max_wait_s)
+            pipe.zadd(keys.MODELS_WAITING, {model: now}, nx=True)
+            pipe.zrange(keys.MODELS_WAITING, 0, 0)
+            first = (await pipe.execute())[-1]
+        return bool(first) and _text(first[0]) == model
+
+    async def leave_line(self, model: str) -> None:
+        await self.redis.zrem(keys.MODELS_WAITING, model)
+
+    async def freeing(self) -> bool:
+        """Whether some worker is unloading (it will be free once drained)."""
+        view = await self.view([])
+        return any(h.state is HostState.UNLOADING for h in view.host_views())
+
     async def touch(self, model: str) -> None:
         """A POST request named the model: it is the most recently used now."""
         await self.redis.zadd(keys.MODELS_LAST_USED, {model: time.time()})

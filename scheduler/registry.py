@@ -56,6 +56,8 @@ class WorkerMetrics(BaseModel):
     """A worker's counters since it started (summed over the fleet by /metrics)."""
 
     prompt_tokens_total: int = 0
+    prompt_tokens_cached_total: int = 0
+    """Prompt tokens reused from the cache (they need no decode, so only a count)."""
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
@@ -83,6 +85,8 @@ class WorkerInfo(BaseModel):
     """Its pooling (none, mean, cls, last, rank) when `embedding`."""
     sleeping: bool = False
     """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
+    build_info: str = "unknown"
+    """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
@@ -129,10 +133,14 @@ class Registry:
             await pipe.execute()
 
     async def metrics(self, worker_ids: list[str]) -> list[WorkerMetrics]:
+        return list((await self.metrics_by_worker(worker_ids)).values())
+
+    async def metrics_by_worker(self, worker_ids: list[str]) -> dict[str, WorkerMetrics]:
         if not worker_ids:
-            return []
+            return {}
         documents = await self._redis.mget([keys.worker_metrics(w) for w in worker_ids])
-        return [WorkerMetrics.model_validate_json(d) for d in documents if d is not None]
+        return {w: WorkerMetrics.model_validate_json(d)
+                for w, d in zip(worker_ids, documents, strict=True) if d is not None}
 
     async def slots(self, worker_id: str) -> list[SlotState]:
         body = await self._redis.get(keys.worker_slots(worker_id))
