@@ -378,7 +378,10 @@ def test_chat_calls_server_tools(redis_url: str, workdir: Path, gemma_path: Path
         expect(page.get_by_label("Model")).to_have_value("gemma")
         expect(page.locator(".tool-mode")).to_contain_text("Tools (1)")
         page.select_option("select[name=tool-mode]", "required")  # the first answer calls one
-        _set_max_tokens(page, 24)
+        _open_settings(page)  # room for the whole call (the grammar allows spaces), greedy
+        page.fill("input[name=max_tokens]", "96")
+        page.fill("input[name=temperature]", "0")
+        page.get_by_role("button", name="Close").click()
         page.fill("textarea[name=message]", "What operating system is the server running?")
         page.get_by_role("button", name="Send").click()
         expect(page.locator(".tool-call .tool-name").first).to_have_text("get_info",
