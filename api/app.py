@@ -25,6 +25,7 @@ from api.fleet import Fleet
 from api.router import ModelRouter
 from api.sanic_app import HARD_STOP_MARGIN_S, ApiApp, ApiRequest, exit_by_force_after
 from api.settings import ApiSettings
+from api.tools.service import ToolsConfig, ToolsService
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
@@ -44,6 +45,15 @@ def _exit_for_restart() -> None:
     os._exit(EXIT_TASK_DIED)
 
 
+def tools_config_of(settings: ApiSettings) -> ToolsConfig | None:
+    """The tools this pod serves (None: /tools answers 403), checked now."""
+    if not settings.tools_on():
+        return None
+    return ToolsConfig.from_flags(settings.enabled_tools(), settings.tools_runtime,
+                                  settings.tools_root, settings.mcp_servers_config,
+                                  settings.mcp_servers_json)
+
+
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
     validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
     ui = ui_blueprint(settings)  # so do a missing UI bundle or --path folder
@@ -61,6 +71,9 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
     app.ctx.refuses_key = lambda request: check_api_key(request, api_keys,
                                                         settings.api_prefix) is not None
+    app.ctx.api_keys = api_keys
+    tools_config = tools_config_of(settings)  # a bad --tools, runtime or MCP config stops it
+    app.ctx.tools = None
 
     @app.before_server_start
     async def connect(app: Sanic) -> None:
@@ -74,6 +87,15 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store)
         driving = asyncio.create_task(app.ctx.batch_driver.run())
         exit_when_done(driving, "batch driver", _exit_for_restart)
+        if tools_config is not None:
+            tools = ToolsService(tools_config)
+            await tools.start()
+            app.ctx.tools = tools
+        features = [*(tools_config.features() if tools_config else []),
+                    *(["MCP proxy (experimental)"] if settings.cors_proxy_on() else [])]
+        if features:
+            log.warning("security: %s enabled - do not expose to untrusted environments",
+                        ", ".join(features))
         app.ctx.router = None
         if settings.router_mode():
             router = await ModelRouter.create(settings, app.ctx.fleet.redis)
@@ -103,6 +125,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
 
     async def drain_then_stop(app: Sanic) -> None:
         await app.ctx.batch_driver.close()  # another pod takes its batches over at once
+        if app.ctx.tools is not None:  # MCP calls in flight end now, with an error
+            await app.ctx.tools.close()
         jobs = app.ctx.fleet.jobs
         deadline = time.monotonic() + settings.drain_timeout
         log.info("draining: %d open requests have up to %g s", jobs.active,
@@ -118,6 +142,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     @app.after_server_stop
     async def disconnect(app: Sanic) -> None:
         await app.ctx.batch_driver.close()
+        if app.ctx.tools is not None:
+            await app.ctx.tools.close()
         await app.ctx.fleet.close()
 
     @app.on_request

@@ -19,8 +19,9 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 def effective_origins(settings: ApiSettings, tools_enabled: bool = False) -> list[str]:
     """--cors-origins; when built-in tools or MCP servers are on (--tools, --agent,
-    --mcp-servers-*) and it was not given, `localhost` (the spec's CORS section). Those flags
-    are refused today, so `tools_enabled` is False in a running api pod."""
+    --mcp-servers-*; `tools_enabled` says so too) and it was not given, `localhost` (the
+    spec's CORS section). --ui-mcp-proxy alone keeps the default, as in llama-server."""
+    tools_enabled = tools_enabled or settings.tools_on()
     if tools_enabled and "cors_origins" not in settings.model_fields_set:
         return ["localhost"]
     return settings.cors_origins

@@ -42,7 +42,8 @@ RELAY_RETRY_S = 1.0
 STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
-NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control")
+NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control",
+                   "/tools", "/cors-proxy")
 ARG_ROUTED_POST = ("/lora-adapters",)
 """POSTs whose body is not an object (an array): their model is `?model=`."""
 NOT_ROUTED_PREFIXES = ("/v1/files", "/v1/batches")

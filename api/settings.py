@@ -88,6 +88,39 @@ class ApiSettings(RoleSettings):
     ui_config_file: str | None = flag(None, "--ui-config-file", "--webui-config-file",
                                       env="LLAMA_ARG_UI_CONFIG_FILE",
                                       help="JSON file that provides default UI settings")
+    # server tools, MCP servers and the web UI's MCP proxy (api/tools/; docs/tools.md)
+    tools: list[str] = flag([], "--tools", env="LLAMA_ARG_TOOLS",
+                            help="built-in tools for AI agents, comma-separated, or 'all' "
+                            "(read_file, file_glob_search, grep_search, exec_shell_command, "
+                            "write_file, edit_file, get_info); they run on the api pod - do not "
+                            "enable in untrusted environments; --cors-origins defaults to "
+                            "localhost with it")
+    tools_runtime: str = flag("", "--tools-runtime", env="LLAMA_ARG_TOOLS_RUNTIME",
+                              help="run tools in 'docker:<image>' / 'podman:<image>' (one "
+                              "container per api pod, removed at exit) or an existing "
+                              "'docker-container:<id>' / 'podman-container:<id>' ('ssh:' is "
+                              "refused by llamaq)")
+    tools_root: str | None = flag(None, "--tools-root", env="LLAMAQ_TOOLS_ROOT",
+                                  help="ours: confine the file tools and the x-tool-cwd header "
+                                  "to this folder (symlink and .. escapes refused); relative "
+                                  "paths and commands start there")
+    mcp_servers_config: str | None = flag(None, "--mcp-servers-config",
+                                          env="LLAMA_ARG_MCP_SERVERS_CONFIG",
+                                          help="path to JSON file with MCP server definitions "
+                                          "(Cursor-compatible format)")
+    mcp_servers_json: str | None = flag(None, "--mcp-servers-json",
+                                        env="LLAMA_ARG_MCP_SERVERS_JSON",
+                                        help="inline JSON with MCP server definitions "
+                                        "(Cursor-compatible format)")
+    agent: bool = flag(False, "-ag", "--agent", env="LLAMA_ARG_AGENT",
+                       negative=("-no-ag", "--no-agent"),
+                       help="enable the CORS proxy and all built-in tools - do not enable in "
+                       "untrusted environments")
+    ui_mcp_proxy: bool = flag(False, "--ui-mcp-proxy", "--webui-mcp-proxy",
+                              env="LLAMA_ARG_UI_MCP_PROXY",
+                              negative=("--no-ui-mcp-proxy", "--no-webui-mcp-proxy"),
+                              help="enable the MCP CORS proxy (/cors-proxy) of the web UI - do "
+                              "not enable in untrusted environments")
     # chat templates and reasoning
     jinja: bool = flag(True, "--jinja", env="LLAMA_ARG_JINJA", negative=("--no-jinja",),
                        help="whether to use jinja template engine for chat")
@@ -160,6 +193,20 @@ class ApiSettings(RoleSettings):
                                      help="embedding requests for a model that arrive while this "
                                      "pod's job for it is in flight go to Redis as one job once "
                                      "it ends (off: one job per request)")
+
+    def enabled_tools(self) -> list[str]:
+        """--tools, or all of them with --agent."""
+        return ["all"] if self.agent else [t for t in self.tools if t]
+
+    def mcp_configured(self) -> bool:
+        return bool(self.mcp_servers_config or self.mcp_servers_json)
+
+    def tools_on(self) -> bool:
+        """Built-in tools or MCP servers: /tools answers, and CORS defaults to localhost."""
+        return bool(self.enabled_tools()) or self.mcp_configured()
+
+    def cors_proxy_on(self) -> bool:
+        return self.ui_mcp_proxy or self.agent
 
     def router_mode(self) -> bool:
         """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or

@@ -25,7 +25,7 @@ def run_api(argv: list[str]) -> None:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
-    from api.app import create_app
+    from api.app import create_app, tools_config_of
     from api.chat.templates import validate_chat_template_setting
     from api.endpoints.vertex.api_router import VertexSettings
 
@@ -35,6 +35,7 @@ def run_api(argv: list[str]) -> None:
     watch_parent()
     try:
         validate_chat_template_setting(settings)
+        tools_config_of(settings)  # --tools names, --tools-runtime, --tools-root, MCP config
         if settings.router_mode():  # a missing --models-dir, a bad preset: stop now
             from api.router import catalog_sources
             from scheduler.catalog import load_catalog

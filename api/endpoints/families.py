@@ -19,10 +19,12 @@ from api.endpoints.openapi import api_router as openapi
 from api.endpoints.streams import api_router as streams
 from api.endpoints.systemone import api_router as systemone
 from api.endpoints.templates import api_router as templates
+from api.endpoints.tools import api_router as tools
 from api.routing import Routes
 
 FAMILIES: tuple[Routes, ...] = (
     native.routes, monitor.routes, openai.routes, templates.routes, anthropic.routes,
     embeddings.routes, extras.routes, lora.routes, systemone.routes, fleet.routes, streams.routes,
     files.routes, batches.routes, models.routes, openapi.routes, model_downloads.routes,
+    tools.routes,
 )

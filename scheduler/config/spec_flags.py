@@ -105,8 +105,6 @@ NOT_BUILT_SPEC = "speculative decoding is not built"
 NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
-NOT_BUILT_TOOLS = ("built-in tools, MCP servers and the MCP CORS proxy are not built; they would "
-                   "run on the api pods with file access for every client")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
                  "(affinity, strict placement, polling); pin the worker process with taskset "
                  "or the container's cpuset instead")
@@ -224,15 +222,12 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",
            "--cors-credentials --no-cors-credentials", "--api-prefix",
            "--ui-config --webui-config", "--ui-config-file --webui-config-file"),
-    *_off(_rows(R, NOT_BUILT_TOOLS, "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
-                "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY"),
-          names=("--no-ui-mcp-proxy", "--no-webui-mcp-proxy")),
-    *_off(_rows(R, NOT_BUILT_TOOLS, "-ag --agent -no-ag --no-agent LLAMA_ARG_AGENT"),
-          names=("-no-ag", "--no-agent")),
-    *_rows(R, NOT_BUILT_TOOLS, "--tools LLAMA_ARG_TOOLS",
+    *_rows(W, "", "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
+           "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY", "--tools LLAMA_ARG_TOOLS",
            "--tools-runtime LLAMA_ARG_TOOLS_RUNTIME",
            "--mcp-servers-config LLAMA_ARG_MCP_SERVERS_CONFIG",
-           "--mcp-servers-json LLAMA_ARG_MCP_SERVERS_JSON"),
+           "--mcp-servers-json LLAMA_ARG_MCP_SERVERS_JSON",
+           "-ag --agent -no-ag --no-agent LLAMA_ARG_AGENT"),
     *_rows(W, "", "--ui --webui --no-ui --no-webui", "--api-key", "--api-key-file",
            "--ssl-key-file", "--ssl-cert-file", "--chat-template-kwargs", "-to --timeout",
            "--sse-ping-interval"),

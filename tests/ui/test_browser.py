@@ -361,3 +361,40 @@ def test_reasoning_streams_folded(redis_url: str, workdir: Path, gemma_path: Pat
         shot(page, "reasoning-folded")
     finally:
         fleet.stop()
+
+
+def test_chat_calls_server_tools(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
+                                 api: str, shot: Shot) -> None:
+    """--tools: the chat offers the pod's tools, the model's tool call runs on the pod
+    (POST /tools), its call and result show, and the model answers again with the result. A
+    pod without tools shows no tool choice."""
+    page.goto(f"{api}/")
+    expect(page.get_by_label("Model")).to_have_value("gemma")
+    expect(page.locator("select[name=tool-mode]")).to_have_count(0)
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--tools", "get_info")
+        page.goto(f"{url}/")
+        expect(page.get_by_label("Model")).to_have_value("gemma")
+        expect(page.locator(".tool-mode")).to_contain_text("Tools (1)")
+        page.select_option("select[name=tool-mode]", "required")  # the first answer calls one
+        _open_settings(page)  # room for the whole call (the grammar allows spaces), greedy
+        page.fill("input[name=max_tokens]", "96")
+        page.fill("input[name=temperature]", "0")
+        page.get_by_role("button", name="Close").click()
+        page.fill("textarea[name=message]", "What operating system is the server running?")
+        page.get_by_role("button", name="Send").click()
+        expect(page.locator(".tool-call .tool-name").first).to_have_text("get_info",
+                                                                        timeout=120_000)
+        result = page.locator(".message.tool").first
+        expect(result).to_contain_text("Tool get_info result", timeout=60_000)
+        expect(page.locator(".chat-layout")).to_have_attribute("data-finished", "1",
+                                                               timeout=180_000)
+        result.locator("summary").click()
+        expect(result.locator(".tool-output")).to_contain_text("Linux")
+        shot(page, "chat-server-tools")
+        # the model was asked again, with the tool's result: an answer after the tool message
+        assert page.locator(".message.assistant").count() >= 2
+        assert not page.locator(".message.assistant .error").count()
+    finally:
+        fleet.stop()

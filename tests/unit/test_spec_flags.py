@@ -115,7 +115,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_CACHE_RAM",
-                "LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_TOOLS"):
+                "LLAMA_ARG_MMPROJ_URL"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
@@ -124,13 +124,13 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
 
 
 OFF_FORMS = [["--no-mmproj"], ["--no-mmproj-auto"], ["--cache-ram", "0"], ["-cram", "0"],
-             ["--spec-type", "none"], ["--no-agent"], ["-no-ag"], ["--no-ui-mcp-proxy"],
+             ["--spec-type", "none"],
              ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
              ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
 OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_MMPROJ_AUTO": "0"},
             {"LLAMA_ARG_MMPROJ_AUTO": "false"}, {"LLAMA_ARG_NO_MMPROJ_AUTO": "1"},
             {"LLAMA_ARG_MMPROJ_AUTO": "1", "LLAMA_ARG_NO_MMPROJ_AUTO": "yes"},
-            {"LLAMA_ARG_SPEC_TYPE": "none"}, {"LLAMA_ARG_AGENT": "off"},
+            {"LLAMA_ARG_SPEC_TYPE": "none"},
             {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
 
 
@@ -147,7 +147,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
     for argv, environ in ((["--mmproj-auto"], {}), (["--cache-ram", "-1"], {}),
                           (["--fit", "on"], {}), ([], {"LLAMA_ARG_MMPROJ_AUTO": "1"}),
-                          ([], {"LLAMA_ARG_CACHE_RAM": "8192"}), ([], {"LLAMA_ARG_AGENT": "on"}),
+                          ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
                           ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
@@ -197,7 +197,6 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--mmproj", "m"], "--mmproj is not supported"),
     (["--cache-ram", "512"], "--cache-ram is not supported"),
     (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
-    (["--agent"], "--agent is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:
@@ -215,7 +214,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["up", "-v", "--prio", "2", "--frobnicate"],
     ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
-    ["api", "--tools", "all"],
+    ["api", "--mmproj", "m"],
     ["worker", "--cache-ram", "8192"],
     ["scheduler", "--models-preset", "p.ini"],
     ["api", "-c", "4096"],

@@ -5,6 +5,7 @@ import { Message } from './Message.jsx';
 import { SettingsPanel } from './SettingsPanel.jsx';
 import { loadConversations, newId, saveConversations } from './storage.js';
 import { samplingBody } from './settings.js';
+import { MAX_TOOL_ROUNDS, loadTools, mergeToolCalls, runToolCall, toolResultText, wireMessage } from './tools.js';
 
 function emptyConversation() {
   return { id: newId(), title: 'New chat', messages: [], updated: Date.now() };
@@ -20,11 +21,16 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
   const [busy, setBusy] = useState(false);
   const [finished, setFinished] = useState(0); // answers ended (done, stopped or failed)
   const [showSettings, setShowSettings] = useState(false);
+  const [tools, setTools] = useState([]); // the api pod's server tools (none: the feature is off)
+  const [toolMode, setToolMode] = useState('off'); // off, auto, required (the first answer)
   const controller = useRef(null);
   const bottom = useRef(null);
   const current = conversations.find((c) => c.id === currentId) || conversations[0];
 
   useEffect(() => saveConversations(conversations), [conversations]);
+  useEffect(() => {
+    loadTools().then(setTools);
+  }, []);
   useEffect(() => bottom.current && bottom.current.scrollIntoView({ block: 'end' }));
 
   const update = (id, change) =>
@@ -39,15 +45,16 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
       return { ...c, messages };
     });
 
-  // Ask for an answer to `history` (which ends with a user message) in conversation `id`.
-  async function answer(id, history) {
+  // Ask for an answer to `history` (which ends with a user or tool message) in conversation
+  // `id`; with server tools on, the model's tool calls run on the pod and it answers again.
+  async function answer(id, history, round = 0) {
     const abort = new AbortController();
     abort.eventId = null;
     controller.current = abort;
     setBusy(true);
-    const reply = { id: newId(), role: 'assistant', content: '', reasoning: '', model };
+    const reply = { id: newId(), role: 'assistant', content: '', reasoning: '', model, toolCalls: [] };
     update(id, (c) => ({ ...c, messages: [...history, reply] }));
-    const messages = history.map((m) => ({ role: m.role, content: m.content }));
+    const messages = history.map(wireMessage);
     if (settings.systemMessage) messages.unshift({ role: 'system', content: settings.systemMessage });
     const body = {
       model,
@@ -56,19 +63,50 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
       timings_per_token: true,
       ...samplingBody(settings),
     };
+    const useTools = toolMode !== 'off' && tools.length > 0;
+    if (useTools) {
+      body.tools = tools.map((t) => t.definition);
+      body.tool_choice = toolMode === 'required' && round === 0 ? 'required' : 'auto';
+    }
+    let calls = [];
+    let content = '';
+    let next = null;
     try {
       await streamJson('v1/chat/completions', body, abort.signal, (event) => {
         const choice = (event.choices && event.choices[0]) || {};
         const delta = choice.delta || {};
+        content += delta.content || '';
+        if (delta.tool_calls) calls = mergeToolCalls(calls, delta.tool_calls);
         patchLast(id, (last) => ({
           content: last.content + (delta.content || ''),
           reasoning: last.reasoning + (delta.reasoning_content || ''),
+          toolCalls: calls,
           timings: event.timings || last.timings,
           finish: choice.finish_reason || last.finish,
         }));
       }, (eventId) => {
         abort.eventId = eventId;
       });
+      if (useTools && calls.length && round < MAX_TOOL_ROUNDS) {
+        const results = [];
+        for (const call of calls) {
+          const result = await runToolCall(call);
+          results.push({
+            id: newId(),
+            role: 'tool',
+            name: call.name,
+            toolCallId: call.id,
+            arguments: call.arguments,
+            failed: Boolean(result && result.error),
+            content: toolResultText(result),
+          });
+          if (abort.signal.aborted) break;
+        }
+        if (!abort.signal.aborted) {
+          next = [...history, { ...reply, content, toolCalls: calls }, ...results];
+          update(id, (c) => ({ ...c, messages: next }));
+        }
+      }
     } catch (error) {
       if (abort.signal.aborted) {
         patchLast(id, () => ({ stopped: true }));
@@ -79,8 +117,9 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
     } finally {
       controller.current = null;
       setBusy(false);
-      setFinished((n) => n + 1);
+      if (!next) setFinished((n) => n + 1);
     }
+    if (next) await answer(id, next, round + 1);
   }
 
   const send = (e) => {
@@ -158,7 +197,7 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
               message={m}
               busy={busy}
               streaming={busy && i === current.messages.length - 1}
-              onRegenerate={m.role === 'assistant' ? () => regenerate(i) : null}
+              onRegenerate={m.role === 'assistant' && !(m.toolCalls && m.toolCalls.length) ? () => regenerate(i) : null}
               onEdit={m.role === 'user' ? (text) => edit(i, text) : null}
             />
           ))}
@@ -174,6 +213,16 @@ export function Chat({ model, settings, serverSettings, userSettings, onSettings
               if (e.key === 'Enter' && !e.shiftKey) send(e);
             }}
           />
+          {tools.length > 0 && (
+            <label class="tool-mode" title="Let the model call the server's tools (they run on the api pod)">
+              Tools ({tools.length})
+              <select name="tool-mode" value={toolMode} onChange={(e) => setToolMode(e.currentTarget.value)}>
+                <option value="off">off</option>
+                <option value="auto">auto</option>
+                <option value="required">required</option>
+              </select>
+            </label>
+          )}
           {busy ? (
             <button type="button" class="stop" onClick={stop}>
               Stop

@@ -21,7 +21,36 @@ function Figures({ timings }) {
   );
 }
 
+function ToolCalls({ calls }) {
+  if (!calls || !calls.length) return null;
+  return (
+    <div class="tool-calls">
+      {calls.map((c, i) => (
+        <div class="tool-call" key={c.id || i}>
+          <span class="tool-name">{c.name || '…'}</span>
+          <code class="tool-args">{c.arguments}</code>
+        </div>
+      ))}
+    </div>
+  );
+}
+
+// A tool's result, folded: the call it answers and what the pod's tool gave back.
+function ToolResult({ message }) {
+  return (
+    <div class={`message tool${message.failed ? ' failed' : ''}`}>
+      <details class="tool-result" open={message.failed}>
+        <summary>
+          Tool <span class="tool-name">{message.name}</span> {message.failed ? 'failed' : 'result'}
+        </summary>
+        <pre class="tool-output">{message.content}</pre>
+      </details>
+    </div>
+  );
+}
+
 export function Message({ message, busy, streaming, onRegenerate, onEdit }) {
+  if (message.role === 'tool') return <ToolResult message={message} />;
   const [editing, setEditing] = useState(false);
   const [text, setText] = useState(message.content);
   const [copied, setCopied] = useState(false);
@@ -69,6 +98,7 @@ export function Message({ message, busy, streaming, onRegenerate, onEdit }) {
       ) : (
         <div class="content markdown" dangerouslySetInnerHTML={{ __html: renderMarkdown(message.content) }} />
       )}
+      <ToolCalls calls={message.toolCalls} />
       {message.error && <div class="error">{message.error}</div>}
       {message.stopped && <div class="note">stopped</div>}
       {message.role === 'assistant' && <Figures timings={message.timings} />}

@@ -32,6 +32,28 @@ export async function getJson(path) {
   return response.json();
 }
 
+// POST a JSON body and read the JSON answer (a server tool's failure is a 200 with `error`).
+export async function postJson(path, body) {
+  const response = await fetch(apiUrl(path), {
+    method: 'POST',
+    headers: headers({ 'Content-Type': 'application/json' }),
+    body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const answer = await response.json();
+      message = (answer.error && answer.error.message) || answer.message || message;
+    } catch {
+      /* not JSON */
+    }
+    const error = response.status === 401 ? new AuthError(message) : new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return response.json();
+}
+
 export async function getText(path) {
   const response = await fetch(apiUrl(path), { headers: headers() });
   if (!response.ok) throw await failure(response);

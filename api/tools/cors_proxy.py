@@ -1,0 +1,82 @@
+"""--ui-mcp-proxy: the web UI's CORS proxy (llama-server's `server-cors-proxy.h`). GET/POST
+`/cors-proxy?url=...` forwards the request to `url` (http or https only; no credentials in it),
+with only the headers the client names as `x-llama-server-proxy-header-<name>`, and the body;
+the answer comes back streamed, with its status and headers (less the hop-by-hop ones and the
+target's own CORS headers: ours are added). Local MCP servers (127.0.0.1) stay reachable, as
+in llama-server: this proxy is for a trusted browser on a trusted machine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+PROXY_HEADER_PREFIX = "x-llama-server-proxy-header-"
+NOT_FORWARDED = frozenset({"accept-encoding", "transfer-encoding", "content-length", "host"})
+STRIPPED = frozenset({"server", "transfer-encoding", "content-length", "keep-alive",
+                      "content-encoding", "connection"})
+TIMEOUT_S = 600.0
+
+
+class ProxyRefused(Exception):
+    """A target URL the proxy does not go to (a 500, as llama-server answers)."""
+
+
+def check_target(url: str) -> str:
+    if "://" not in url:
+        raise ProxyRefused("invalid URL: no scheme")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ProxyRefused(f"unsupported URL scheme: {parts.scheme}")
+    if not parts.hostname:
+        raise ProxyRefused("invalid target URL: missing host")
+    if parts.username is not None or parts.password is not None:
+        raise ProxyRefused("authentication in target URL is not supported")
+    return url
+
+
+def forwarded_headers(headers: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for key, value in headers.items():
+        lowered = key.lower()
+        if not lowered.startswith(PROXY_HEADER_PREFIX):
+            continue
+        name = key[len(PROXY_HEADER_PREFIX):]
+        if name and name.lower() not in NOT_FORWARDED:
+            out[name] = value
+    return out
+
+
+@dataclass
+class ProxiedResponse:
+    status: int
+    headers: dict[str, str]
+    content_type: str | None
+    body: AsyncIterator[bytes]
+
+
+async def forward(method: str, url: str, headers: dict[str, str], body: bytes,
+                  client: httpx.AsyncClient) -> ProxiedResponse:
+    """Open the target's answer (httpx errors propagate: a 500 to the client)."""
+    request = client.build_request(method, check_target(url), headers=forwarded_headers(headers),
+                                   content=body if method == "POST" else None)
+    response = await client.send(request, stream=True)
+    kept = {k: v for k, v in response.headers.items()
+            if k.lower() not in STRIPPED and not k.lower().startswith("access-control-")
+            and k.lower() != "content-type"}
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        finally:
+            await response.aclose()
+
+    return ProxiedResponse(response.status_code, kept, response.headers.get("content-type"),
+                           chunks())
+
+
+def new_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(follow_redirects=True, timeout=TIMEOUT_S, trust_env=False)

@@ -1,0 +1,77 @@
+"""What a tool does to files and commands, behind one interface, so that the same tools run on
+the pod's host (`host_io.py`) or inside a container (`container_io.py`), as llama-server's
+`tools_io` does."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from api.tools.process import ExecResult, OnChunk
+
+JUNK_DIR_NAMES = frozenset({
+    ".git", ".svn", ".hg", "node_modules", "__pycache__", ".venv", "venv", "dist", "build",
+    "target", ".cache", ".idea", ".vscode",
+})
+"""Folders a listing reports but never walks into: they can be enormous."""
+LIST_TIMEOUT_S = 15
+GIT_LS_FILES_MAX_OUTPUT = 8 * 1024 * 1024
+NOT_A_DIRECTORY = "path does not exist or is not a directory"
+
+
+class ListKind(StrEnum):
+    FILES = "file"
+    DIRS = "dir"
+    ALL = "all"
+
+
+@dataclass
+class ListEntry:
+    rel: str  # '/'-separated, relative to the listed folder
+    is_dir: bool = False
+
+
+@dataclass
+class ListResult:
+    entries: list[ListEntry] = field(default_factory=list)
+    err: str = ""  # set when the base is not a folder
+    truncated: bool = False  # the walk could not see everything (time budget, unreadable)
+
+
+def entry_depth(rel: str) -> int:
+    return 1 + rel.count("/")
+
+
+class ToolsIO(abc.ABC):
+    """Paths are resolved against the call's cwd; every method takes an unresolved path."""
+
+    @abc.abstractmethod
+    def resolve(self, path: str) -> str: ...
+
+    @abc.abstractmethod
+    async def is_directory(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def is_regular_file(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def file_size(self, path: str) -> int | None: ...
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, content: bytes) -> bool: ...
+
+    @abc.abstractmethod
+    async def list_entries(self, base: str, max_depth: int, kind: ListKind) -> ListResult: ...
+
+    @abc.abstractmethod
+    async def run(self, args: list[str], max_output: int, timeout_s: int,
+                  on_chunk: OnChunk | None = None) -> ExecResult: ...
+
+    @property
+    @abc.abstractmethod
+    def is_isolate(self) -> bool:
+        """True when the tools run elsewhere than on the pod's host (a container)."""
