@@ -15,7 +15,7 @@ from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
-from scheduler.client import JobClient, QueueLimit
+from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import arq_settings, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.jobs import CompletionJob
@@ -88,13 +88,17 @@ class Fleet:
                                       fleet.placement.check_serves, affinity)
         return fleet
 
-    async def queue_limit(self, model_id: str) -> int | None:
-        """--queue-max, else 4 x the live slots of the model; None (no bound) while it has no
-        live slot: the request waits for a worker instead of being refused."""
+    async def queue_limit(self, model_id: str) -> QueueRoom | None:
+        """--queue-max, else 4 x the live slots of the model, counted over its shared queue
+        and its live workers' own queues (routed jobs); None (no bound) while it has no live
+        slot: the request waits for a worker instead of being refused."""
+        workers = await self.workers(model_id)
+        queues = (keys.slot_queue(model_id),
+                  *(keys.worker_queue(model_id, w.worker_id) for w in workers))
         if self.queue_max > 0:
-            return self.queue_max
-        slots = sum(w.n_slots for w in await self.workers(model_id))
-        return QUEUE_PER_SLOT * slots if slots else None
+            return QueueRoom(self.queue_max, queues)
+        slots = sum(w.n_slots for w in workers)
+        return QueueRoom(QUEUE_PER_SLOT * slots, queues) if slots else None
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for
