@@ -40,16 +40,19 @@ class CheckedJobClient(JobClient):
                  queue_limit: QueueLimit | None = None,
                  n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
                  check_serves: CheckServes | None = None,
-                 affinity: Affinity | None = None) -> None:
+                 affinity: Affinity | None = None, migration_limit: int = 0) -> None:
         super().__init__(redis, arq, hub, timeout_s, queue_limit, affinity)
         self.n_probs_max = n_probs_max
         self._check_serves = check_serves
+        self.migration_limit = migration_limit
+        """--migration-limit, set on every completion (scheduler/migration.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
+            job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
         async with super().submit(job, queue) as events:
@@ -73,7 +76,8 @@ class Fleet:
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
-                      prefix_affinity: int = DEFAULT_MIN_CHARS) -> Fleet:
+                      prefix_affinity: int = DEFAULT_MIN_CHARS,
+                      migration_limit: int = 0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -85,7 +89,7 @@ class Fleet:
                     queue_max)
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
-                                      fleet.placement.check_serves, affinity)
+                                      fleet.placement.check_serves, affinity, migration_limit)
         return fleet
 
     async def queue_limit(self, model_id: str) -> QueueRoom | None:

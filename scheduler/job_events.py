@@ -75,6 +75,7 @@ class JobEvents:
         self._pinned_worker = job.worker_id if isinstance(
             job, CompletionJob | SlotActionJob | DecisionJob) else None
         self._movable = movable(job.kind, self._pinned_worker)
+        self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -200,10 +201,15 @@ class JobEvents:
         if lapse is None or lapse.tries == self._rerun_of:
             await self._unstick()
             return
-        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
-        if decision is Decision.RUN:
-            log.warning("job %s: its worker died before it sent anything; it runs again on "
-                        "another worker", self.job_id)
+        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable,
+                              self._migration_limit)
+        if decision in (Decision.RUN, Decision.MIGRATE):
+            if decision is Decision.RUN:
+                log.warning("job %s: its worker died before it sent anything; it runs again "
+                            "on another worker", self.job_id)
+            else:
+                log.warning("job %s: its worker died after %d events; it continues on "
+                            "another worker", self.job_id, self._shown)
             self._rerun_of = lapse.tries
             await self._unstick()
             return
