@@ -127,7 +127,12 @@ class Fleet:
                   if k.startswith("failed:")}
         batches = Batches(self.redis)
         lines = await batches.counters()
+        buckets = {k.removeprefix("stall_le:"): v for k, v in counts.items()
+                   if k.startswith("stall_le:")}
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
+                          migrated=counts.get("migrated", 0), stall_buckets=buckets,
+                          stall_count=counts.get("stall_count", 0),
+                          stall_sum_s=counts.get("stall_sum_ms", 0) / 1000,
                           failed=failed, batches_in_progress=len(await batches.active(model_id)),
                           batch_lines_completed=lines.get("lines_completed", 0),
                           batch_lines_failed=lines.get("lines_failed", 0))

@@ -84,12 +84,13 @@ def metric(api: str, name: str) -> float:
 def test_key_lifetimes_and_a_dead_workers_keys(own_redis: str, tmp_path: Path,
                                                 gemma_path: Path) -> None:
     """After requests of each kind end, no key of theirs lives past an hour; a SIGKILLed
-    worker's keys and registry entry are gone within 30 s; the failure counts its cause."""
+    worker's keys and registry entry are gone within 30 s; the failure counts its cause
+    (--migration-limit 0: the killed stream ends with 503 instead of continuing)."""
     client: Any = redis.Redis.from_url(own_redis)
     fleet = make_fleet(own_redis, tmp_path, gemma_path, "gemma-keys")
     try:
         fleet.add_worker(*ONE_SLOT)
-        api = fleet.add_api("--metrics")
+        api = fleet.add_api("--metrics", "--migration-limit", "0")
         fleet.wait_healthy(api)
         wait_until(lambda: len(workers_of(client, "gemma-keys")) == 1, what="the worker")
         (survivor,) = workers_of(client, "gemma-keys")

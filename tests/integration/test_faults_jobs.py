@@ -44,13 +44,14 @@ def metric(api: str, name: str) -> float:
 
 def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
                                               gemma_path: Path) -> None:
-    """-np 8, 16 streams on two workers; one is killed: its clients get an SSE error event
-    within 5 s, the others their answer; then the survivor serves a new request in < 5 s."""
+    """--migration-limit 0 (the rule without migration): -np 8, 16 streams on two workers;
+    one is killed: its clients get an SSE error event within 5 s, the others their answer;
+    then the survivor serves a new request in < 5 s."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-kill")
     try:
         flags = ("-c", "4096", "-np", "8", "-t", "1")
         victim = fleet.add_worker(*flags)
-        api = fleet.add_api()
+        api = fleet.add_api("--migration-limit", "0")
         fleet.wait_healthy(api)
         fleet.add_worker(*flags)
         wait_until(lambda: len(slots_of(api)) == 16, timeout=60, what="both workers")

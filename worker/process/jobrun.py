@@ -61,8 +61,8 @@ class JobRunner:
             await parts.leases.release(job_id)
             return
         limit = int(payload.get("migration_limit") or 0) if kind is JobKind.COMPLETION else 0
-        decision = decide(start.tries, start.sent, movable(kind, payload.get("worker_id")),
-                          limit)
+        decision = decide(start.tries, start.sent, movable(
+            kind, payload.get("worker_id"), int(payload.get("id_slot", -1))), limit)
         resumed = None
         if decision is Decision.MIGRATE:
             resumed = await read_continuation(parts.redis, job_id, start.tries - 1,
