@@ -29,7 +29,9 @@ from scheduler.contract.results import (
 def continuation_from(envelopes: list[EventEnvelope], migrations: int = 1,
                       died_at_ms: int = 0) -> Continuation | None:
     """The continuation of a job from its whole event log (seq 0 first); None when it cannot
-    continue: the log was trimmed (its first events are gone), or the job ended."""
+    continue: the log was trimmed (its first events are gone), or the job ended. A job that
+    sent only prompt progress continues with no tokens: it starts over, its client having
+    seen no text."""
     if not envelopes or envelopes[0].seq != 0:
         return None
     tokens: list[int] = []
@@ -47,8 +49,6 @@ def continuation_from(envelopes: list[EventEnvelope], migrations: int = 1,
         probs.extend(event.probs)
         if event.timings is not None:
             predicted_ms = event.timings.predicted_ms
-    if not tokens:
-        return None
     return Continuation(tokens=tokens, content="".join(content), probs=probs,
                         predicted_ms=predicted_ms, next_seq=envelopes[-1].seq + 1,
                         migrations=migrations, died_at_ms=died_at_ms)

@@ -84,12 +84,13 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
 
 def test_a_job_running_at_two_worker_deaths_ends_with_500(redis_url: str, workdir: Path,
                                                           gemma_path: Path) -> None:
-    """A non-stream job (it sends nothing before its result) runs again after its first
-    worker dies; when the second dies too it ends with 500 and no third worker runs it."""
+    """--migration-limit 0: a non-stream job (it sends nothing before its result) runs again
+    after its first worker dies; when the second dies too it ends with 500 and no third
+    worker runs it (a job survives max(1, migration limit) deaths)."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-poison")
     try:
         first = fleet.add_worker(*ONE_SLOT)
-        api = fleet.add_api("--metrics")
+        api = fleet.add_api("--metrics", "--migration-limit", "0")
         fleet.wait_healthy(api)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, f"{api}/completion", json=ENDLESS, timeout=120)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 
 from scheduler.streams import EventId
 from tests.conftest import make_fleet
@@ -21,6 +23,7 @@ from tests.faults import slots_of
 from tests.integration.test_batches import busy_slots
 from tests.integration.test_faults_jobs import metric, worker_log
 from tests.processes import wait_until
+from tests.proxy import RoundRobinProxy
 
 MANY_SLOTS = ("-c", "4096", "-np", "8", "-t", "1")
 N_PREDICT = 40
@@ -231,5 +234,59 @@ def test_past_the_migration_limit_a_stream_ends_with_the_poison_error(
         assert last["error"]["type"] == "server_error", last
         assert metric(api, 'llamaq:jobs_failed_total{cause="poison"}') == 1
         assert metric(api, "llamaq:jobs_migrated_total") == 1
+    finally:
+        fleet.stop()
+
+
+def test_sdk_retries_reach_a_live_pod(redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    """The other half: an api pod dies (SIGKILL) behind a round-robin proxy. The openai and
+    anthropic SDKs' own retries (max_retries, default 2: a 502 is retried) send every request,
+    streamed or not, on to the live pod; with max_retries=0 the dead pod's turns fail, which
+    shows the retries are what carried them."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-sdk-retry")
+    try:
+        fleet.add_worker("-c", "2048", "-np", "2", "-t", "1")
+        doomed_url = fleet.add_api()
+        doomed = fleet.processes[-1]
+        live_url = fleet.add_api()
+        fleet.wait_healthy(live_url)
+        ports = [int(url.rsplit(":", 1)[1]) for url in (doomed_url, live_url)]
+        doomed.kill()
+        doomed.wait(10)
+        with RoundRobinProxy([("127.0.0.1", p) for p in ports]).running() as proxy:
+            # one connection per request, so the proxy's turns alternate per request, as a
+            # balancer that picks an upstream per request does
+            fresh = {"Connection": "close"}
+            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", timeout=120,
+                                   default_headers=fresh)
+            for _ in range(3):
+                answer = client.completions.create(model="gemma-sdk-retry", prompt="Hi",
+                                                   max_tokens=4)
+                assert answer.choices[0].finish_reason == "length"
+                chunks = list(client.chat.completions.create(
+                    model="gemma-sdk-retry", messages=[{"role": "user", "content": "Hi"}],
+                    max_tokens=4, stream=True))
+                assert chunks and chunks[-1].choices[0].finish_reason == "length"
+            anthropic_client = anthropic.Anthropic(
+                base_url=proxy.url, api_key="x", timeout=120,
+                default_headers=fresh)
+            for _ in range(2):
+                message = anthropic_client.messages.create(
+                    model="gemma-sdk-retry", max_tokens=4,
+                    messages=[{"role": "user", "content": "Hi"}])
+                assert message.stop_reason == "max_tokens"
+            assert proxy.bad_gateways == 8  # every request's first turn: the dead pod
+            no_retries = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x",
+                                       max_retries=0, timeout=120,
+                                       default_headers=fresh)
+            failures = 0
+            for _ in range(2):
+                try:
+                    no_retries.completions.create(model="gemma-sdk-retry", prompt="Hi",
+                                                  max_tokens=4)
+                except openai.APIStatusError as error:
+                    assert error.status_code == 502
+                    failures += 1
+            assert failures == 1
     finally:
         fleet.stop()

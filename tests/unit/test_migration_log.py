@@ -43,13 +43,20 @@ def test_the_tokens_and_text_the_client_got_in_order() -> None:
     assert resumed.died_at_ms == 99
 
 
-def test_no_continuation_from_a_trimmed_an_ended_or_a_tokenless_log() -> None:
+def test_no_continuation_from_a_trimmed_or_an_ended_log() -> None:
     whole = _log(StartedEvent(), _token(5, "a"), _token(6, "b"))
     assert continuation_from(whole[1:]) is None  # its first events are gone
     assert continuation_from([]) is None
-    assert continuation_from(_log(StartedEvent())) is None
     error = ErrorEvent(error=Unavailable("x").to_info())
     assert continuation_from(_log(StartedEvent(), _token(5, "a"), error)) is None
+
+
+def test_a_job_that_sent_only_progress_starts_over() -> None:
+    progress = TokenEvent(content="", tokens=[], progress=PromptProgress(
+        total=3, cache=0, processed=1, time_ms=1.0))
+    resumed = continuation_from(_log(StartedEvent(), progress))
+    assert resumed is not None
+    assert resumed.tokens == [] and resumed.content == "" and resumed.next_seq == 2
 
 
 def test_the_seed_of_a_continuation() -> None:

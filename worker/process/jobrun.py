@@ -76,7 +76,6 @@ class JobRunner:
             log.warning("job %s: worker %s died after %d tokens; continuing it on worker %s "
                         "(migration %d of at most %d)", job_id, start.previous_worker or "?",
                         len(resumed.tokens), parts.worker_id, resumed.migrations, limit)
-            await count_migration(parts.redis, parts.model_id)
             parts.publisher.resume(job_id, resumed.next_seq, max(start.sent, 1))
             parts.publisher.on_first_token(job_id, self._stall_observer(resumed.died_at_ms))
         elif start.tries > 1:
@@ -107,19 +106,24 @@ class JobRunner:
         await parts.leases.release(job_id)
 
     def _stall_observer(self, died_at_ms: int) -> Callable[[int], None]:
-        """What the publisher calls when a continuation's first token went out (Redis time,
-        ms): the stall its client saw, from the last event before the death, into the
-        histogram (scheduler/leases.py observe_migration_stall)."""
+        """What the publisher calls when a continuation's first token went out (this worker's
+        clock, ms): the job counts as migrated (a continuation handed back by a draining
+        worker before it ran does not count twice), and the stall its client saw, from the
+        last event before the death (the dead worker's clock), goes into the histogram
+        (scheduler/leases.py observe_migration_stall)."""
         parts = self.parts
 
+        async def record(stall_s: float | None) -> None:
+            await count_migration(parts.redis, parts.model_id)
+            if stall_s is not None:
+                await observe_migration_stall(parts.redis, parts.model_id, stall_s)
+
         def observe(sent_at_ms: int) -> None:
-            if died_at_ms <= 0:
-                return
-            stall_s = max(0.0, (sent_at_ms - died_at_ms) / 1000)
-            log.info("migrated job: first continued token %.2f s after the last one before "
-                     "the death", stall_s)
-            task = asyncio.create_task(
-                observe_migration_stall(parts.redis, parts.model_id, stall_s))
+            stall_s = max(0.0, (sent_at_ms - died_at_ms) / 1000) if died_at_ms > 0 else None
+            if stall_s is not None:
+                log.info("migrated job: first continued token %.2f s after the last event "
+                         "before the death", stall_s)
+            task = asyncio.create_task(record(stall_s))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
