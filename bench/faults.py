@@ -12,10 +12,11 @@ parameters and returns what its clients saw.
 
 - worker-sigkill: streams on two workers; one is SIGKILLed mid-stream; a new one joins.
 - worker-migrate (issue 26): greedy streams on two workers; one is SIGKILLed every
-  `--kill-every` seconds (a replacement joins): with --migration-limit (the api's, default 3)
-  every stream must end with its answer. Prints errored (target 0), lost, how many greedy
-  texts equal their undisturbed run (run once before the rounds) and the p99 stall (the
-  longest gap between two tokens of a stream, across the death).
+  `--kill-every` seconds (a replacement starts at once, as `llamaq up` restarts one): with
+  --migration-limit (the api's, default 3) every stream must end with its answer. Prints
+  errored (target 0), lost, how many greedy texts equal their undisturbed run (run once
+  before the rounds) and the p99 stall (the longest gap between two tokens of a stream,
+  across the death).
 - redis-restart: streams running; Redis is killed (its data with it) and started again empty
   `--outage` seconds later; a request sent during the outage must get 503 with Retry-After;
   every stream must end with its answer or an error event, and the fleet must serve again.
@@ -114,7 +115,9 @@ def greedy_bodies(bench: Bench) -> list[dict[str, object]]:
 
 def worker_migrate(bench: Bench, round_no: int, tally: Tally) -> None:
     """Greedy streams on two workers; SIGKILL one `kill_every_s` after the round began (or
-    once every stream has tokens, if later); a replacement joins for the next round."""
+    once every stream has tokens, if later); a replacement starts at once (as `llamaq up`
+    restarts a dead worker): with every slot busy, the survivor has no room for the
+    continuations, so the stall includes the replacement's start."""
     fleet = bench.fleet
     began = time.monotonic()
     if not bench.reference:  # the undisturbed texts, once
@@ -129,6 +132,7 @@ def worker_migrate(bench: Bench, round_no: int, tally: Tally) -> None:
     time.sleep(max(0.0, bench.kill_every_s - (time.monotonic() - began)))
     workers[0].kill()
     fault_at = time.monotonic()
+    fleet.add_worker(*bench.worker_flags)  # at once, as `llamaq up` restarts a dead worker
     for thread in threads:
         thread.join(300)
     tally.add(records, fault_at)
@@ -137,7 +141,6 @@ def worker_migrate(bench: Bench, round_no: int, tally: Tally) -> None:
             tally.compared += 1
             tally.equal += record.content == text
             tally.stalls_s.append(record.max_gap_s)
-    fleet.add_worker(*bench.worker_flags)
 
 
 def redis_restart(bench: Bench, round_no: int, tally: Tally) -> None:
