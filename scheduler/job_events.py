@@ -235,8 +235,8 @@ class JobEvents:
         if decision is Decision.POISON:
             log.error("job %s: poison job: it was running when %d workers died; ending it",
                       self.job_id, lapse.tries)
-            raise ServerError("this request was running on two workers that stopped; it is "
-                              "not retried")
+            raise ServerError(f"this request was running on {lapse.tries} workers that "
+                              "stopped; it is not retried")
         log.warning("job %s: its worker stopped", self.job_id)
         raise Unavailable("the worker running this request stopped")
 

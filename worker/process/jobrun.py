@@ -146,8 +146,8 @@ class JobRunner:
             log.error("job %s: poison job: it was running when %d workers died (the last: "
                       "%s); not running it again", job_id, start.tries - 1,
                       start.previous_worker or "?")
-            error = ServerError("this request was running on two workers that stopped; it is "
-                                "not retried")
+            error = ServerError(f"this request was running on {start.tries - 1} workers that "
+                                "stopped; it is not retried")
         else:
             log.warning("job %s: its worker %s died and it cannot run elsewhere", job_id,
                         start.previous_worker or "?")
