@@ -58,6 +58,15 @@ class CheckedJobClient(JobClient):
         async with super().submit(job, queue) as events:
             yield events
 
+    @contextlib.asynccontextmanager
+    async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
+        """A resumed stream's job, with the migration limit its submit set: a migration while
+        it is resumed is waited for, not ended with 503."""
+        if isinstance(job, CompletionJob):
+            job.migration_limit = self.migration_limit
+        async with super().attach(job) as events:
+            yield events
+
 
 @dataclass
 class Fleet:

@@ -171,7 +171,7 @@ def test_a_stream_resumed_with_last_event_id_across_a_migration(
         read(native, body, rest, headers={"Last-Event-ID": last_id})
         assert rest.error is None, rest.error
         data = first.data() + rest.data()
-        assert not any("error" in d for d in data)
+        assert not any("error" in d for d in data), [d for d in data if "error" in d]
         assert data[-1]["stop"] and data[-1]["tokens_predicted"] == 120
         tokens = [t for d in data[:-1] for t in d["tokens"]]
         assert len(tokens) == 120
