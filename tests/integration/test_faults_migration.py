@@ -101,10 +101,10 @@ def test_streams_of_a_killed_worker_continue_on_the_other(redis_url: str, workdi
     270M Q4 on CPU has near ties; docs/faults.md)."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-migrate")
     try:
-        victim = fleet.add_worker(*MANY_SLOTS)
+        processes = {name: fleet.add_worker(*MANY_SLOTS, "--worker-id", name)
+                     for name in ("one", "two")}
         api = fleet.add_api("--metrics")
         fleet.wait_healthy(api)
-        survivor = fleet.add_worker(*MANY_SLOTS)
         wait_until(lambda: len(slots_of(api)) == 16, timeout=60, what="both workers")
         native = f"{api}/completion"
         streams = [start(native, greedy(i)) for i in range(6)]
@@ -113,7 +113,10 @@ def test_streams_of_a_killed_worker_continue_on_the_other(redis_url: str, workdi
                                                  "ignore_eos": True})
         wait_until(lambda: all(len(s.events) >= 3 for s in streams) and len(openai.events)
                    >= 4, timeout=120, what="every stream has tokens")
-        victim.kill()
+        doomed = max(processes, key=lambda name: busy_slots(api, name))
+        assert busy_slots(api, doomed) > 0
+        processes[doomed].kill()
+        survivor = next(p for name, p in processes.items() if name != doomed)
         for sse in [*streams, openai]:
             assert sse.done.wait(240), "a stream did not end"
 
