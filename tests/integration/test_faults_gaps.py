@@ -45,9 +45,10 @@ def own_redis(tmp_path: Path) -> Iterator[str]:
 
 def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str, int]:
     """Keys that would outlive an hour: no TTL or a TTL above one hour (those
-    docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters and registry,
-    live workers' entries)."""
-    kept = KEPT | {keys.model_counters(model), keys.model_workers(model)}
+    docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters, registry and
+    metrics window, live workers' entries)."""
+    kept = KEPT | {keys.model_counters(model), keys.model_workers(model),
+                   keys.metrics_window(model)}  # a day after the last scrape, on purpose
     found: dict[str, int] = {}
     for raw in client.scan_iter(count=1000):
         key = raw.decode()
@@ -62,7 +63,8 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
 TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)", r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
-    r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?", r"llamaq:model:[^:]+:(workers|counters)",
+    r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
+    r"llamaq:model:[^:]+:(workers|counters|metrics_window)",
     r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch"]))
 
 
