@@ -80,7 +80,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max,
                                             settings.prefix_affinity,
-                                            settings.coalesce_embeddings)
+                                            settings.coalesce_embeddings,
+                                            max(0, settings.migration_limit))
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
         app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
                                                      settings.s3_endpoint_url))

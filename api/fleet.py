@@ -16,7 +16,7 @@ from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
-from scheduler.client import JobClient, QueueLimit
+from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import arq_settings, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.jobs import CompletionJob
@@ -41,19 +41,31 @@ class CheckedJobClient(JobClient):
                  queue_limit: QueueLimit | None = None,
                  n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
                  check_serves: CheckServes | None = None,
-                 affinity: Affinity | None = None) -> None:
+                 affinity: Affinity | None = None, migration_limit: int = 0) -> None:
         super().__init__(redis, arq, hub, timeout_s, queue_limit, affinity)
         self.n_probs_max = n_probs_max
         self._check_serves = check_serves
+        self.migration_limit = migration_limit
+        """--migration-limit, set on every completion (scheduler/migration.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
+            job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
         async with super().submit(job, queue) as events:
+            yield events
+
+    @contextlib.asynccontextmanager
+    async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
+        """A resumed stream's job, with the migration limit its submit set: a migration while
+        it is resumed is waited for, not ended with 503."""
+        if isinstance(job, CompletionJob):
+            job.migration_limit = self.migration_limit
+        async with super().attach(job) as events:
             yield events
 
 
@@ -78,7 +90,8 @@ class Fleet:
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
                       prefix_affinity: int = DEFAULT_MIN_CHARS,
-                      coalesce_embeddings: bool = True) -> Fleet:
+                      coalesce_embeddings: bool = True,
+                      migration_limit: int = 0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -90,17 +103,21 @@ class Fleet:
                     queue_max)
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
-                                      fleet.placement.check_serves, affinity)
+                                      fleet.placement.check_serves, affinity, migration_limit)
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 
-    async def queue_limit(self, model_id: str) -> int | None:
-        """--queue-max, else 4 x the live slots of the model; None (no bound) while it has no
-        live slot: the request waits for a worker instead of being refused."""
+    async def queue_limit(self, model_id: str) -> QueueRoom | None:
+        """--queue-max, else 4 x the live slots of the model, counted over its shared queue
+        and its live workers' own queues (routed jobs); None (no bound) while it has no live
+        slot: the request waits for a worker instead of being refused."""
+        workers = await self.workers(model_id)
+        queues = (keys.slot_queue(model_id),
+                  *(keys.worker_queue(model_id, w.worker_id) for w in workers))
         if self.queue_max > 0:
-            return self.queue_max
-        slots = sum(w.n_slots for w in await self.workers(model_id))
-        return QUEUE_PER_SLOT * slots if slots else None
+            return QueueRoom(self.queue_max, queues)
+        slots = sum(w.n_slots for w in workers)
+        return QueueRoom(QUEUE_PER_SLOT * slots, queues) if slots else None
 
     async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
         """The model's live workers in registry order (cached for a moment: it is read for
@@ -125,7 +142,12 @@ class Fleet:
                   if k.startswith("failed:")}
         batches = Batches(self.redis)
         lines = await batches.counters()
+        buckets = {k.removeprefix("stall_le:"): v for k, v in counts.items()
+                   if k.startswith("stall_le:")}
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
+                          migrated=counts.get("migrated", 0), stall_buckets=buckets,
+                          stall_count=counts.get("stall_count", 0),
+                          stall_sum_s=counts.get("stall_sum_ms", 0) / 1000,
                           failed=failed, batches_in_progress=len(await batches.active(model_id)),
                           batch_lines_completed=lines.get("lines_completed", 0),
                           batch_lines_failed=lines.get("lines_failed", 0))

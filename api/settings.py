@@ -41,6 +41,10 @@ class ApiSettings(RoleSettings):
                           help="jobs of the model that may wait in Redis for a slot; past it a "
                           "request gets 503 with Retry-After (0 = 4 x the fleet's live slots; "
                           "a model with no live slot queues without bound)")
+    migration_limit: int = flag(3, "--migration-limit", env="LLAMAQ_MIGRATION_LIMIT",
+                                help="how many times a streamed completion whose worker died "
+                                "continues on another worker (Dynamo's name); past it, the "
+                                "poison-job 500 (0 = a job that sent tokens ends with 503)")
     sse_ping_interval: int = flag(30, "--sse-ping-interval", env="LLAMA_ARG_SSE_PING_INTERVAL",
                                   help="server SSE ping interval in seconds (-1 = disabled)")
     threads_http: int = flag(-1, "--threads-http", env="LLAMA_ARG_THREADS_HTTP",

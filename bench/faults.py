@@ -5,11 +5,18 @@ time from the fault to a client's error event.
     .venv/bin/python bench/faults.py [--scenario worker-sigkill] [--rounds 20]
                                      [--np 8] [--streams 16]
     .venv/bin/python bench/faults.py --scenario redis-restart --rounds 3 [--outage 15]
+    .venv/bin/python bench/faults.py --scenario worker-migrate [--rounds 20] [--kill-every 10]
 
 Scenarios live in SCENARIOS (name -> function); a scenario gets a running fleet and one round's
 parameters and returns what its clients saw.
 
 - worker-sigkill: streams on two workers; one is SIGKILLed mid-stream; a new one joins.
+- worker-migrate (issue 26): greedy streams on two workers; one is SIGKILLed every
+  `--kill-every` seconds (a replacement starts at once, as `llamaq up` restarts one): with
+  --migration-limit (the api's, default 3) every stream must end with its answer. Prints
+  errored (target 0), lost, how many greedy texts equal their undisturbed run (run once
+  before the rounds) and the p99 stall (the longest gap between two tokens of a stream,
+  across the death).
 - redis-restart: streams running; Redis is killed (its data with it) and started again empty
   `--outage` seconds later; a request sent during the outage must get 503 with Retry-After;
   every stream must end with its answer or an error event, and the fleet must serve again.
@@ -47,6 +54,9 @@ class Bench:
     streams: int
     redis: RestartableRedis
     outage_s: float = 15.0
+    kill_every_s: float = 10.0
+    reference: list[str] = field(default_factory=list)
+    """worker-migrate: each stream's undisturbed greedy text."""
 
 
 @dataclass
@@ -56,6 +66,9 @@ class Tally:
     errored: int = 0
     lost: int = 0
     to_error_s: list[float] = field(default_factory=list)
+    stalls_s: list[float] = field(default_factory=list)
+    equal: int = 0
+    compared: int = 0
 
     def add(self, records: list[StreamRecord], fault_at: float) -> None:
         for record in records:
@@ -70,10 +83,11 @@ class Tally:
             else:
                 self.lost += 1
 
-    def p99(self) -> float:
-        if not self.to_error_s:
+    def p99(self, values: list[float] | None = None) -> float:
+        values = self.to_error_s if values is None else values
+        if not values:
             return 0.0
-        ordered = sorted(self.to_error_s)
+        ordered = sorted(values)
         return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
@@ -92,6 +106,41 @@ def worker_sigkill(bench: Bench, round_no: int, tally: Tally) -> None:
         thread.join(300)
     tally.add(records, fault_at)
     fleet.add_worker(*bench.worker_flags)
+
+
+def greedy_bodies(bench: Bench) -> list[dict[str, object]]:
+    return [{"prompt": f"Story {i}:", "n_predict": 96, "ignore_eos": True,
+             "temperature": 0} for i in range(bench.streams)]
+
+
+def worker_migrate(bench: Bench, round_no: int, tally: Tally) -> None:
+    """Greedy streams on two workers; SIGKILL one `kill_every_s` after the round began (or
+    once every stream has tokens, if later); a replacement starts at once (as `llamaq up`
+    restarts a dead worker): with every slot busy, the survivor has no room for the
+    continuations, so the stall includes the replacement's start."""
+    fleet = bench.fleet
+    began = time.monotonic()
+    if not bench.reference:  # the undisturbed texts, once
+        records, threads = start_streams(bench.api, greedy_bodies(bench))
+        for thread in threads:
+            thread.join(300)
+        bench.reference = [r.content for r in records]
+    workers = [p for p in fleet.processes if p.poll() is None and "worker" in str(p.args)]
+    records, threads = start_streams(bench.api, greedy_bodies(bench))
+    for record in records:
+        record.started.wait(120)
+    time.sleep(max(0.0, bench.kill_every_s - (time.monotonic() - began)))
+    workers[0].kill()
+    fault_at = time.monotonic()
+    fleet.add_worker(*bench.worker_flags)  # at once, as `llamaq up` restarts a dead worker
+    for thread in threads:
+        thread.join(300)
+    tally.add(records, fault_at)
+    for record, text in zip(records, bench.reference, strict=True):
+        if record.outcome == "answered":
+            tally.compared += 1
+            tally.equal += record.content == text
+            tally.stalls_s.append(record.max_gap_s)
 
 
 def redis_restart(bench: Bench, round_no: int, tally: Tally) -> None:
@@ -123,11 +172,12 @@ def redis_restart(bench: Bench, round_no: int, tally: Tally) -> None:
 SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
     "worker-sigkill": worker_sigkill,
     "redis-restart": redis_restart,
+    "worker-migrate": worker_migrate,
 }
 
 
 def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float,
-        seconds: float) -> Tally:
+        seconds: float, kill_every_s: float = 10.0, migration_limit: int = 3) -> Tally:
     workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
     redis = RestartableRedis(workdir / "redis")
     redis.start()
@@ -141,8 +191,8 @@ def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float,
     try:
         fleet.add_worker(*flags)
         fleet.add_worker(*flags)
-        api = fleet.add_api()
-        bench = Bench(fleet, api, flags, streams, redis, outage_s)
+        api = fleet.add_api("--migration-limit", str(migration_limit))
+        bench = Bench(fleet, api, flags, streams, redis, outage_s, kill_every_s)
         until = time.monotonic() + seconds
         for round_no in range(rounds):
             if time.monotonic() > until:
@@ -174,12 +224,21 @@ def main() -> None:
                         help="seconds Redis stays down (redis-restart)")
     parser.add_argument("--seconds", type=float, default=float("inf"),
                         help="start no round after this many seconds")
+    parser.add_argument("--kill-every", type=float, default=10.0,
+                        help="seconds from a round's start to its kill (worker-migrate)")
+    parser.add_argument("--migration-limit", type=int, default=3,
+                        help="the api's --migration-limit (0: streams of a dead worker end "
+                        "with 503)")
     args = parser.parse_args()
     tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage,
-                args.seconds)
+                args.seconds, args.kill_every, args.migration_limit)
     print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
           f"{tally.errored}, lost {tally.lost}; p99 time to the error event "
           f"{tally.p99():.2f} s")
+    if tally.compared:
+        print(f"greedy texts equal to the undisturbed run: {tally.equal} of {tally.compared}; "
+              f"p99 stall {tally.p99(tally.stalls_s):.2f} s, max "
+              f"{max(tally.stalls_s):.2f} s")
     sys.exit(1 if tally.lost else 0)
 
 

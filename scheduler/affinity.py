@@ -305,6 +305,18 @@ return 1
 """
 
 
+async def move_to_shared(redis: Redis, model_id: str, worker_id: str, job_id: str) -> bool:
+    """Move a job queued on a worker's own queue that nobody holds to the model's shared queue
+    (and wake the workers polling it); False when it is held or no longer queued there."""
+    shared = keys.slot_queue(model_id)
+    moved = await redis.eval(  # type: ignore[misc]
+        MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
+        str(timestamp_ms()), in_progress_key_prefix)
+    if moved:
+        await redis.publish(keys.wake_channel(shared), b"1")
+    return bool(moved)
+
+
 class Affinity:
     """The api's side on Redis: read the workers' summaries, route, move a stuck job."""
 
@@ -347,13 +359,7 @@ class Affinity:
     async def move_to_shared(self, model_id: str, worker_id: str, job_id: str) -> bool:
         """Move a routed job that its worker did not take to the shared queue (and wake the
         workers polling it); False when it is held or no longer queued there."""
-        shared = keys.slot_queue(model_id)
-        moved = await self._redis.eval(  # type: ignore[misc]
-            MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
-            str(timestamp_ms()), in_progress_key_prefix)
-        if moved:
-            await self._redis.publish(keys.wake_channel(shared), b"1")
-        return bool(moved)
+        return await move_to_shared(self._redis, model_id, worker_id, job_id)
 
 
 class RoutedJob:

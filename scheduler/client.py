@@ -9,9 +9,10 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from arq.connections import ArqRedis
-from arq.constants import job_key_prefix, result_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
 from redis.asyncio import Redis
@@ -42,30 +43,62 @@ from scheduler.contract.results import (
 )
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
-from scheduler.leases import waiting_jobs
 from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
 
-QueueLimit = Callable[[str], Awaitable[int | None]]
-"""How many jobs of a model may wait for a slot (None: no bound)."""
 RETRY_AFTER_S = 5
 """Retry-After of a 503 for a full queue."""
 
+
+@dataclass(frozen=True)
+class QueueRoom:
+    """The backpressure bound of a model: at most `limit` jobs wait, counted over `queues`
+    (its shared slot queue and its live workers' own queues)."""
+
+    limit: int
+    queues: tuple[str, ...]
+
+
+QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
+"""How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
+
 ENQUEUE = """
--- KEYS: arq's job key, the job's arq result key, the queue; ARGV: job id, score (ms), expiry
--- (ms), the job as arq's serialize_job wrote it, the queue's wake channel.
--- arq's enqueue_job in one step (no second job under an id whose job or result key exists:
--- PSETEX the job, ZADD it to the queue), then the wake-up of the queue's workers.
--- Returns 1 if it enqueued the job, 0 if the id was taken.
+-- KEYS: arq's job key, the job's arq result key, the queue, then the queues whose waiting
+-- jobs the bound counts (none: no bound); ARGV: job id, score (ms), expiry (ms), the job as
+-- arq's serialize_job wrote it, the queue's wake channel, the bound (-1: none), now (ms),
+-- arq's in-progress prefix.
+-- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
+-- pass the check together: count the due jobs no worker holds in the counted queues (as
+-- scheduler/leases.py WAITING_JOBS does); at the bound, refuse. Else no second job under an
+-- id whose job or result key exists: PSETEX the job, ZADD it to the queue, then wake the
+-- queue's workers.
+-- Returns {1, waiting} if it enqueued the job, {0, waiting} if the id was taken, {-1,
+-- waiting} if the queue is full.
+local bound = tonumber(ARGV[6])
+local waiting = 0
+if bound >= 0 then
+  for q = 4, #KEYS do
+    local offset = 0
+    while true do
+      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', ARGV[7], 'LIMIT', offset, 500)
+      if #ids == 0 then break end
+      for i = 1, #ids do
+        if redis.call('EXISTS', ARGV[8] .. ids[i]) == 0 then waiting = waiting + 1 end
+      end
+      offset = offset + 500
+    end
+  end
+  if waiting >= bound then return {-1, waiting} end
+end
 local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
   redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 end
 redis.call('PUBLISH', ARGV[5], '1')
-if fresh then return 1 end
-return 0
+if fresh then return {1, waiting} end
+return {0, waiting}
 """
 
 
@@ -87,17 +120,25 @@ class JobClient:
         self._open: dict[str, asyncio.Queue[HubItem]] = {}
         self._enqueue_script = redis.register_script(ENQUEUE)
 
-    async def _enqueue(self, job: AnyJob, queue_name: str) -> None:
+    async def _enqueue(self, job: AnyJob, queue_name: str, room: QueueRoom | None) -> None:
         """arq's enqueue_job (its serializer, so workers read the job unchanged; expiry
-        JOB_TTL_S) and the wake-up of the queue's workers, in one round trip (EVALSHA)."""
+        JOB_TTL_S) and the wake-up of the queue's workers, in one round trip (EVALSHA), after
+        the backpressure check of `room` in the same script: past the bound, 503 with
+        Retry-After at once instead of a wait."""
         now_ms = timestamp_ms()
         data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
                              serializer=self._arq.job_serializer)
-        enqueued = await self._enqueue_script(
-            keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name],
+        counted = list(room.queues) if room is not None else []
+        status, waiting = await self._enqueue_script(
+            keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
+                  *counted],
             args=[job.job_id, now_ms, int(keys.JOB_TTL_S * 1000), data,
-                  keys.wake_channel(queue_name)])
-        if not enqueued:
+                  keys.wake_channel(queue_name), room.limit if room is not None else -1,
+                  now_ms, in_progress_key_prefix])
+        if int(status) < 0:
+            raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
+                              retry_after_s=RETRY_AFTER_S)
+        if not int(status):
             log.warning("job %s: already enqueued (its id is taken)", job.job_id)
 
     @property
@@ -128,30 +169,24 @@ class JobClient:
             if worker_id is not None:
                 routed = RoutedJob(self._affinity, job.model, worker_id, job.job_id)
                 queue_name = keys.worker_queue(job.model, worker_id)
-        if routed is None and queue_name == keys.slot_queue(job.model):
-            await self._check_room(job.model, queue_name)
+        room = None
+        if self._queue_limit is not None and (
+                routed is not None or queue_name == keys.slot_queue(job.model)):
+            room = await self._queue_limit(job.model)
         try:
             async with self._hub.subscription(job.job_id) as queue:
                 self._open[job.job_id] = queue
-                await self._enqueue(job, queue_name)
+                try:
+                    await self._enqueue(job, queue_name, room)
+                except BaseException:
+                    self._open.pop(job.job_id, None)
+                    raise
                 events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed)
                 async with self._watched(events):
                     yield events
         finally:
             if routed is not None:
                 routed.settle()
-
-    async def _check_room(self, model_id: str, queue_name: str) -> None:
-        """Backpressure: past the bound, 503 with Retry-After at once instead of a wait."""
-        if self._queue_limit is None:
-            return
-        limit = await self._queue_limit(model_id)
-        if limit is None:
-            return
-        waiting, _ = await waiting_jobs(self._redis, queue_name)
-        if waiting >= limit:
-            raise Unavailable(f"the queue is full ({waiting} requests wait); retry later",
-                              retry_after_s=RETRY_AFTER_S)
 
     @contextlib.asynccontextmanager
     async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:

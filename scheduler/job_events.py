@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from scheduler.affinity import RoutedJob
+from scheduler.affinity import RoutedJob, move_to_shared
 from scheduler.contract import keys
 from scheduler.contract.errors import (
     LlamaqError,
@@ -74,7 +74,12 @@ class JobEvents:
         self._model_id = job.model
         self._pinned_worker = job.worker_id if isinstance(
             job, CompletionJob | SlotActionJob | DecisionJob) else None
-        self._movable = movable(job.kind, self._pinned_worker)
+        self._movable = movable(job.kind, self._pinned_worker,
+                                job.id_slot if isinstance(job, CompletionJob) else -1)
+        self._placed_moved = False
+        """A placed job (an n_cmpl group's) went from its dead worker's queue to the shared
+        one."""
+        self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -196,34 +201,54 @@ class JobEvents:
         routing sent to a worker's own queue moves to the shared queue when that worker did
         not take it in time, or when it may run again after its worker died (nobody polls a
         dead worker's queue)."""
-        lapse = await lapsed_run(self._redis, self.job_id, self._pinned_worker)
+        lapse = await lapsed_run(self._redis, self.job_id,
+                                 None if self._placed_moved else self._pinned_worker)
         if lapse is None or lapse.tries == self._rerun_of:
             await self._unstick()
+            if self._rerun_of:
+                await self._move_placed()  # it was still held at the first look
             return
-        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable)
-        if decision is Decision.RUN:
-            log.warning("job %s: its worker died before it sent anything; it runs again on "
-                        "another worker", self.job_id)
+        decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable,
+                              self._migration_limit)
+        if decision in (Decision.RUN, Decision.MIGRATE):
+            if decision is Decision.RUN:
+                log.warning("job %s: its worker died before it sent anything; it runs again "
+                            "on another worker", self.job_id)
+            else:
+                log.warning("job %s: its worker died after %d events; it continues on "
+                            "another worker", self.job_id, self._shown)
             self._rerun_of = lapse.tries
             await self._unstick()
+            await self._move_placed()
             return
         if await self._hub.read_log(self.job_id, self._next_seq):
             # Its last events went out (the worker logs them before it counts them as sent)
             # and the lease ended after our look at the log: it finished, it did not die.
             return
         await count_failure(self._redis, self._model_id, decision.value)
-        queued_at = self._pinned_worker or (self._routed.worker_id if self._routed is not None
-                                            and not self._routed.moved else None)
+        queued_at = (self._pinned_worker if not self._placed_moved else None) or (
+            self._routed.worker_id if self._routed is not None and not self._routed.moved
+            else None)
         if queued_at:  # its queue dies with its worker
             await forget_queued(self._redis, keys.worker_queue(self._model_id, queued_at),
                                 self.job_id)
         if decision is Decision.POISON:
             log.error("job %s: poison job: it was running when %d workers died; ending it",
                       self.job_id, lapse.tries)
-            raise ServerError("this request was running on two workers that stopped; it is "
-                              "not retried")
+            raise ServerError(f"this request was running on {lapse.tries} workers that "
+                              "stopped; it is not retried")
         log.warning("job %s: its worker stopped", self.job_id)
         raise Unavailable("the worker running this request stopped")
+
+    async def _move_placed(self) -> None:
+        """A job placed on the dead worker (an n_cmpl group's, movable) goes to the shared
+        queue: nobody polls the dead worker's own queue."""
+        if self._pinned_worker and self._movable and not self._placed_moved:
+            self._placed_moved = await move_to_shared(
+                self._redis, self._model_id, self._pinned_worker, self.job_id)
+            if self._placed_moved:
+                log.warning("job %s: moved from dead worker %s's queue to the shared queue",
+                            self.job_id, self._pinned_worker)
 
     async def _unstick(self) -> None:
         if self._routed is not None and await self._routed.unstick():

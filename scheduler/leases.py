@@ -11,9 +11,11 @@ the api that waits for the job sees the lapse too.
 The rule (decided here, applied by the worker that starts a job and by the api that waits):
 - a job whose worker died before it sent anything runs once more, on another worker;
 - a job that sent something when its worker died ends with 503 (its client already has part
-  of the answer);
-- a job that was running at a second worker death ends with 500 `server_error` and is never
-  run again (a poison job: it may be what kills workers);
+  of the answer), unless it is a completion with a migration limit (--migration-limit): then
+  it continues on another worker from its event log (scheduler/migration.py);
+- a job that was running at one worker death more than it may survive (a second, or the
+  migration limit + 1st) ends with 500 `server_error` and is never run again (a poison job:
+  it may be what kills workers);
 - pinned and utility jobs (`worker_id`, slot actions, tokenize) never move: 503.
 
 Relies on arq 0.28's in-progress key name (`arq.constants.in_progress_key_prefix`) and on its
@@ -131,27 +133,35 @@ def lease_ms() -> int:
 
 class Decision(enum.Enum):
     RUN = "run"
+    MIGRATE = "migrate"
+    """The job sent output, and it continues on another worker from its event log (a
+    completion with migrations left; scheduler/migration.py)."""
     WORKER_DIED = "worker_died"
     """503: the job cannot run again (it sent something, or it is pinned)."""
     POISON = "poison"
-    """500: the job was running at a second worker death."""
+    """500: the job was running at one worker death more than it may survive."""
 
 
-def decide(tries: int, sent: int, movable: bool) -> Decision:
+def decide(tries: int, sent: int, movable: bool, migration_limit: int = 0) -> Decision:
     """What to do with a job at its `tries`-th start (1 = first), or, on the api's side,
-    after its `tries`-th run died."""
+    after its `tries`-th run died. A job survives max(1, migration_limit) worker deaths (one
+    re-run of a job that sent nothing, as without migration); past that it is a poison job.
+    One that sent something continues (MIGRATE) only with a migration limit."""
     if tries <= 1:
         return Decision.RUN
-    if tries >= 3:
+    if tries - 1 > max(1, migration_limit):
         return Decision.POISON
-    if sent > 0 or not movable:
+    if not movable:
         return Decision.WORKER_DIED
+    if sent > 0:
+        return Decision.MIGRATE if migration_limit > 0 else Decision.WORKER_DIED
     return Decision.RUN
 
 
-def died_after(tries: int, sent: int, movable: bool) -> Decision:
-    """The api's view when the lease of run number `tries` lapsed: RUN means a re-run is due."""
-    return decide(tries + 1, sent, movable)
+def died_after(tries: int, sent: int, movable: bool, migration_limit: int = 0) -> Decision:
+    """The api's view when the lease of run number `tries` lapsed: RUN or MIGRATE means the
+    job goes on elsewhere."""
+    return decide(tries + 1, sent, movable, migration_limit)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,10 @@ class Start:
     cancelled: bool
     next_seq: int = 0
     """The seq of the job's next event (earlier runs numbered theirs from 0)."""
+    previous_worker: str = ""
+    """The worker of the job's last run ("" on its first)."""
+    last_event_ms: int = 0
+    """When its earlier runs last wrote events (ms; 0: none)."""
 
 
 class Leases:
@@ -183,12 +197,15 @@ class Leases:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
-            pipe.hmget(state, ["sent", "seq"])
+            pipe.hmget(state, ["sent", "seq", "worker", "at"])
+            pipe.hset(state, "worker", self._worker_id)
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, (sent, seq), _, _ = await pipe.execute()
+            cancelled, tries, (sent, seq, worker, at), _, _, _ = await pipe.execute()
         return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
-                     next_seq=int(seq or sent or 0))
+                     next_seq=int(seq or sent or 0),
+                     previous_worker=_text(worker) if worker else "",
+                     last_event_ms=int(at or 0))
 
     async def hand_back(self, job_id: str) -> None:
         """The job goes back to the queue unstarted: this run does not count as a try."""
@@ -285,6 +302,26 @@ async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
 
 async def count_retry(redis: Redis, model_id: str) -> None:
     await redis.hincrby(keys.model_counters(model_id), "retried", 1)  # type: ignore[misc]
+
+
+async def count_migration(redis: Redis, model_id: str) -> None:
+    await redis.hincrby(keys.model_counters(model_id), "migrated", 1)  # type: ignore[misc]
+
+
+MIGRATION_STALL_BUCKETS_S = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
+"""The buckets (le, seconds) of llamaq:migration_stall_seconds."""
+
+
+async def observe_migration_stall(redis: Redis, model_id: str, stall_s: float) -> None:
+    """One migrated job's stall (its last token before the death to its first continued
+    one) into the model's histogram (cumulative buckets, as Prometheus keeps them)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for bound in MIGRATION_STALL_BUCKETS_S:
+            if stall_s <= bound:
+                pipe.hincrby(keys.model_counters(model_id), f"stall_le:{bound:g}", 1)
+        pipe.hincrby(keys.model_counters(model_id), "stall_count", 1)
+        pipe.hincrby(keys.model_counters(model_id), "stall_sum_ms", round(stall_s * 1000))
+        await pipe.execute()
 
 
 async def count_failure(redis: Redis, model_id: str, cause: str) -> None:

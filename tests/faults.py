@@ -25,6 +25,11 @@ class StreamRecord:
     failure: str | None = None
     """A transport failure (connection cut, timeout): what must never happen."""
     started: threading.Event = field(default_factory=threading.Event)
+    content: str = ""
+    """The text of its token events, in order."""
+    max_gap_s: float = 0.0
+    """The longest time between two of its token events (a migration's stall)."""
+    last_token_at: float | None = None
 
     @property
     def outcome(self) -> str:
@@ -54,6 +59,11 @@ def stream(api: str, body: dict[str, Any], record: StreamRecord, timeout: float 
                     record.final = data
                 else:
                     record.tokens += 1
+                    record.content += data.get("content", "")
+                    now = time.monotonic()
+                    if record.last_token_at is not None:
+                        record.max_gap_s = max(record.max_gap_s, now - record.last_token_at)
+                    record.last_token_at = now
                     if record.first_token_at is None:
                         record.first_token_at = time.monotonic()
                         record.started.set()

@@ -29,6 +29,7 @@ import llama_cpp as lc
 from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError, Unavailable
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import (
+    Continuation,
     ErrorEvent,
     FinalEvent,
     GenerationSettings,
@@ -107,8 +108,9 @@ class Engine:
         self._thread.join()
         self._batch.free()
 
-    def prepare(self, job: CompletionJob) -> Request:
-        return prepare_request(job, self.model, self.defaults, len(self.slots))
+    def prepare(self, job: CompletionJob, resumed: Continuation | None = None) -> Request:
+        """The job as a Request (`resumed`: it continues where a dead worker stopped)."""
+        return prepare_request(job, self.model, self.defaults, len(self.slots), resumed)
 
     def submit(self, request: Request) -> None:
         self._inbox.submit(request)
@@ -204,7 +206,8 @@ class Engine:
             active = self._start(request, slot, self._tasks_started)
             self._active[slot.slot_id] = active
             events.append((request.job.job_id, StartedEvent()))
-            if request.job.stream and request.job.return_progress:  # the 0 % event
+            if request.job.stream and request.job.return_progress \
+                    and request.resumed is None:  # the 0 % event (a continuation shows none)
                 events.append((request.job.job_id, active.progress(active.t_start)))
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
@@ -214,9 +217,14 @@ class Engine:
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
-        return SlotRun(request, slot, TextStream(request.stop), task_no,
-                      n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
-                      reasoning=ReasoningTracker.start(spec) if spec else None)
+        active = SlotRun(request, slot, TextStream(request.stop), task_no,
+                         n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
+                         reasoning=ReasoningTracker.start(spec) if spec else None)
+        if request.resumed is not None:  # where the dead worker stopped
+            self._tokens.replay(active, request.resumed.tokens)
+            active.probs = list(request.resumed.probs)
+            active.earlier_predicted_ms = request.resumed.predicted_ms
+        return active
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):
@@ -314,7 +322,7 @@ class Engine:
             job = active.request.job
             if off <= active.last_prompt_index < off + size:
                 active.t_prompt_last = now
-                if job.return_progress and job.stream:
+                if job.return_progress and job.stream and active.request.resumed is None:
                     events.append((job.job_id, active.progress(now)))
             if not off <= active.batch_index < off + size:
                 continue

@@ -20,13 +20,14 @@ import logging
 import time
 from collections.abc import Callable
 
+from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
-from scheduler.contract.results import ErrorEvent, EventEnvelope, FinalEvent
+from scheduler.contract.results import ErrorEvent, EventEnvelope, FinalEvent, TokenEvent
 from scheduler.leases import Leases
 from worker.engine import JobEvent
 
@@ -86,6 +87,8 @@ class EventPublisher:
         """Error events of given-up jobs, sent as soon as Redis takes writes again."""
         self._shown: dict[str, int] = {}
         """Events with output (not "started") sent per running job."""
+        self._first_token: dict[str, Callable[[int], None]] = {}
+        """Called (with the time, ms) once the job's next token event is on Redis."""
 
     def from_thread(self, events: list[JobEvent]) -> None:
         """The engine's sink: called from the engine thread."""
@@ -99,9 +102,18 @@ class EventPublisher:
         self._done[job_id] = future
         return future
 
-    def resume(self, job_id: str, seq: int) -> None:
-        """The job's next event is number `seq` (a run on another worker sent the others)."""
+    def on_first_token(self, job_id: str, callback: Callable[[int], None]) -> None:
+        """Call `callback(now_ms)` once the job's next token event went out (a migrated job's
+        first continued token)."""
+        self._first_token[job_id] = callback
+
+    def resume(self, job_id: str, seq: int, shown: int = 0) -> None:
+        """The job's next event is number `seq` (a run on another worker sent the others, of
+        which `shown` had output: a continuation's, so that its state never says it sent
+        nothing, which would let a later death run it again from the start)."""
         self._next_seq[job_id] = seq
+        if shown:
+            self._shown[job_id] = shown
 
     def abandon(self, job_id: str, reason: BaseException) -> None:
         """This worker sends nothing more for the job (its lease went to another worker, or it
@@ -127,6 +139,8 @@ class EventPublisher:
             e.job_id for e in envelopes if e.event.kind in ("final", "error"))
         if await self._write(self._owed + envelopes, ends, released):
             self._owed.clear()
+            if self._first_token:
+                self._tell_first_tokens(envelopes)
         else:
             self._give_up(envelopes)
         if self._leases is not None:
@@ -135,6 +149,14 @@ class EventPublisher:
             if event.kind in ("final", "error"):
                 self._lost.discard(job_id)
                 self._finish(job_id, isinstance(event, FinalEvent))
+
+    def _tell_first_tokens(self, envelopes: list[EventEnvelope]) -> None:
+        now_ms = timestamp_ms()
+        for envelope in envelopes:
+            event = envelope.event
+            if envelope.job_id in self._first_token and (
+                    event.kind == "final" or (isinstance(event, TokenEvent) and event.tokens)):
+                self._first_token.pop(envelope.job_id)(now_ms)
 
     def _number(self, events: list[JobEvent]) -> list[EventEnvelope]:
         envelopes = []
@@ -165,7 +187,8 @@ class EventPublisher:
                         next_seq[envelope.job_id] = envelope.seq + 1
                     for job_id, seq in next_seq.items():  # a re-run must know what went out
                         pipe.hset(keys.job_state(job_id), mapping={
-                            "sent": str(self._shown.get(job_id, 0)), "seq": str(seq)})
+                            "sent": str(self._shown.get(job_id, 0)), "seq": str(seq),
+                            "at": str(timestamp_ms())})
                         pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
                     if self._leases is not None:
                         self._leases.release_on(pipe, released)
@@ -201,6 +224,7 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._first_token.pop(job_id, None)
         self._shown.pop(job_id, None)
         self._dropped.discard(job_id)
         future = self._done.pop(job_id, None)

@@ -17,6 +17,8 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest
 from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
+from scheduler.contract.results import Continuation
+from scheduler.migration import continuation_seed
 from worker.infill import infill_tokens
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
@@ -70,12 +72,24 @@ class Request:
     """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
     preserved: frozenset[int] = frozenset()
     """Special tokens written as text (the job's preserved_tokens, worker/token_step.py)."""
+    resumed: Continuation | None = None
+    """Set on a continuation (its worker died, scheduler/migration.py): `prompt_tokens` are
+    the prompt and the tokens generated so far, which the run starts with."""
+
+    @property
+    def n_prompt(self) -> int:
+        """The request's own prompt tokens (a continuation's generated ones excluded)."""
+        resumed = len(self.resumed.tokens) if self.resumed is not None else 0
+        return len(self.prompt_tokens) - resumed
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
-                    n_slots: int) -> Request:
+                    n_slots: int, resumed: Continuation | None = None) -> Request:
     """Check the limits, tokenize and validate; raises the request's error before it takes a
-    slot (the api checked the limits too: this guards what reaches llama.cpp)."""
+    slot (the api checked the limits too: this guards what reaches llama.cpp). `resumed`:
+    a continuation, whose generated tokens follow the prompt, feed the penalties and replay
+    through the grammar; a sampled one draws with a seed derived from the request's and the
+    position (scheduler/migration.py)."""
     check_completion(job, defaults.n_probs_max)
     vocab = model.vocab
     n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
@@ -92,26 +106,37 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     if bad:
         raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
     n_ctx = model.n_ctx_slot
-    if len(tokens) >= n_ctx:
+    generated = resumed.tokens if resumed is not None else []
+    if len(tokens) + len(generated) >= n_ctx:
+        if generated:
+            raise ExceedContextSize(
+                f"the continuation exceeds the available context size ({len(tokens)} + "
+                f"{len(generated)} tokens, context {n_ctx})",
+                n_prompt_tokens=len(tokens) + len(generated), n_ctx=n_ctx)
         raise ExceedContextSize(
             f"the request exceeds the available context size ({len(tokens)} tokens, "
             f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
     sampling = resolve_sampling(defaults.sampling, job.sampling, n_ctx)
+    if generated:
+        sampling = sampling.model_copy(
+            update={"seed": continuation_seed(sampling.seed, len(generated))})
     biases = token_biases(job.logit_bias or defaults.logit_bias, vocab)
     if sampling.ignore_eos:  # llama-server's logit_bias_eog
         biases += [(t, float("-inf")) for t in vocab.eog_tokens]
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
                            biases, grammar_of(job, defaults))
     sampler.accept_prompt(tokens)
+    if generated:
+        sampler.replay(generated)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
     stop = [s for s in job.stop if s] or list(defaults.stop)
-    return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
-                   stop, n_discard=job.n_discard or 0, logit_bias=biases,
-                   preserved=vocab.single_tokens(job.preserved_tokens))
+    return Request(job, tokens + generated, sampling, sampler, n_predict, cache_prompt, n_keep,
+                   cache_reuse, stop, n_discard=job.n_discard or 0, logit_bias=biases,
+                   preserved=vocab.single_tokens(job.preserved_tokens), resumed=resumed)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

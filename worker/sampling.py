@@ -150,6 +150,14 @@ class SamplerChain:
         for token in tokens:
             lc.llama_sampler_accept(self._chain, token)
 
+    def replay(self, tokens: list[int]) -> None:
+        """Tokens generated before (a continuation's): accepted as if sampled here, by the
+        penalties and the grammar, so both are in the state they had after them."""
+        for token in tokens:
+            lc.llama_sampler_accept(self._chain, token)
+            if self._grammar is not None:
+                lc.llama_sampler_accept(self._grammar, token)
+
     def sample(self, ctx: lc.llama_context_p, batch_index: int,
                with_candidates: bool) -> tuple[int, list[tuple[int, float]]]:
         """Sample from the logits at `batch_index` of the last decode and accept the token.

@@ -47,6 +47,8 @@ class SlotRun:
     probs: list[TokenProbs] = field(default_factory=list)
     settings: GenerationSettings | None = None
     """Its generation_settings, made once (slot reports read them on every change)."""
+    earlier_predicted_ms: float = 0.0
+    """A continuation's generation time on the workers before (scheduler/migration.py)."""
 
     @property
     def prefilling(self) -> bool:
@@ -59,7 +61,10 @@ class SlotRun:
         prompt_ms = (self.t_prompt_last - self.t_start) * 1000 if self.t_prompt_last else 0.0
         predicted_n = len(self.generated)
         steps = max(0, predicted_n - 1)
-        predicted_ms = max(0.001, (now - self.t_prompt_done) * 1000) if predicted_n else 0.0
+        predicted_ms = self.earlier_predicted_ms + (
+            max(0.001, (now - self.t_prompt_done) * 1000) if self.t_prompt_done else 0.0)
+        if not predicted_n:
+            predicted_ms = 0.0
         return Timings(
             cache_n=self.n_cached,
             prompt_n=prompt_n,
@@ -80,4 +85,4 @@ class SlotRun:
                                   time_ms=(now - self.t_start) * 1000)
         return TokenEvent(content="", tokens=[], timings=timings, progress=progress,
                           n_decoded=len(self.generated),
-                          n_prompt_tokens=len(self.request.prompt_tokens))
+                          n_prompt_tokens=self.request.n_prompt)

@@ -53,9 +53,25 @@ class TokenRules:
         timings = active.timings(now) if request.job.timings_per_token else None
         return TokenEvent(
             content=content, tokens=[token], timings=timings,
-            n_decoded=len(active.generated), n_prompt_tokens=len(request.prompt_tokens),
+            n_decoded=len(active.generated), n_prompt_tokens=request.n_prompt,
             probs=[probs] if probs is not None else [],
             post_sampling_probs=request.job.post_sampling_probs), reason
+
+    def replay(self, active: SlotRun, tokens: list[int]) -> None:
+        """A continuation's earlier tokens into its fresh run (scheduler/migration.py): the
+        text they made (a stop string's beginning stays held back, so a stop string split by
+        the migration still stops), the reasoning tracker, new lines, n_indent's line; no
+        events, no stop rules (none fired before, or the job would have ended)."""
+        n_indent = active.request.job.n_indent
+        for token in tokens:
+            active.generated.append(token)
+            content = active.text.push(self.vocab.piece(token, self.special))
+            if active.reasoning is not None:
+                active.reasoning.after_token(active.text.text, self.vocab)
+                active.reasoning.forced.clear()  # a forced end already under way went out
+            if "\n" in content:
+                active.has_new_line = True
+            _, active.line_start = indent_cut(active.text.text, active.line_start, n_indent)
 
     def stop_reason(self, active: SlotRun, is_eog: bool, now: float) -> StopReason | None:
         """The stop rules on this run's state; shifts the context first when it is full and

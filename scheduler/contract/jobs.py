@@ -252,6 +252,9 @@ class CompletionJob(BaseModel):
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""
+    migration_limit: int = 0
+    """How many times the job may continue on another worker after its worker died
+    (--migration-limit, set by the api; 0: a job that sent something ends with 503)."""
 
 
 class TokenizeJob(BaseModel):

@@ -72,8 +72,10 @@ def job_owner(job_id: str) -> str:
 
 
 def job_state(job_id: str) -> str:
-    """Hash of a job's run: `tries` (how many times a worker started it) and `sent` (events
-    published so far, the next event's seq). Expires JOB_STATE_TTL_S after the last write."""
+    """Hash of a job's run: `tries` (how many times a worker started it), `sent` (events with
+    output published so far), `seq` (the next event's seq), `at` (when events were last
+    written, ms) and `worker` (who started its last run). Expires JOB_STATE_TTL_S after the
+    last write."""
     return f"{PREFIX}:job:{job_id}:state"
 
 

@@ -120,13 +120,17 @@ def kinds_of(lane: Lane) -> list[JobKind]:
     return [kind for kind, spec in KINDS.items() if lane in spec.lanes]
 
 
-def movable(kind: str, worker_id: str | None) -> bool:
+def movable(kind: str, worker_id: str | None, id_slot: int = -1) -> bool:
     """Whether a job of `kind` may run again elsewhere: a movable kind that no worker was
-    chosen for (an unknown kind never may)."""
+    chosen for (an unknown kind never may). A completion placed on a worker only to share its
+    prompt cache (an `n_cmpl` group: `worker_id` without `id_slot`) may move too; one pinned
+    to a slot (`id_slot`) never may."""
     try:
         spec = KINDS[JobKind(kind)]
     except ValueError:
         return False
+    if kind == JobKind.COMPLETION:
+        return spec.movable and id_slot < 0
     return spec.movable and not worker_id
 
 

@@ -119,6 +119,26 @@ class TokenPiece(BaseModel):
     piece: str | list[int]
 
 
+class Continuation(BaseModel):
+    """What a completion whose worker died had streamed, read back from its event log
+    (scheduler/migration.py): the worker that continues it starts from here."""
+
+    tokens: list[int]
+    """Every token generated so far, in order (the continuation prefills prompt + these)."""
+    content: str
+    """The text its client has (what those tokens made final; a stop string's possible
+    beginning is held back still)."""
+    probs: list[TokenProbs] = Field(default_factory=list)
+    predicted_ms: float = 0.0
+    """The generation time its earlier runs reported (timings_per_token), else 0."""
+    next_seq: int
+    """The seq of the job's next event."""
+    migrations: int = 1
+    """How many times the job moved (this continuation included)."""
+    died_at_ms: int = 0
+    """When its last event before the death went out (Redis time, ms; 0: unknown)."""
+
+
 class TokenizeResult(BaseModel):
     result_kind: Literal["tokenize"] = "tokenize"
     tokens: list[int] | list[TokenPiece]

@@ -45,9 +45,10 @@ def own_redis(tmp_path: Path) -> Iterator[str]:
 
 def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str, int]:
     """Keys that would outlive an hour: no TTL or a TTL above one hour (those
-    docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters and registry,
-    live workers' entries)."""
-    kept = KEPT | {keys.model_counters(model), keys.model_workers(model)}
+    docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters, registry and
+    metrics window, live workers' entries)."""
+    kept = KEPT | {keys.model_counters(model), keys.model_workers(model),
+                   keys.metrics_window(model)}  # a day after the last scrape, on purpose
     found: dict[str, int] = {}
     for raw in client.scan_iter(count=1000):
         key = raw.decode()
@@ -62,7 +63,8 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
 TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)", r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
-    r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?", r"llamaq:model:[^:]+:(workers|counters)",
+    r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
+    r"llamaq:model:[^:]+:(workers|counters|metrics_window)",
     r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch"]))
 
 
@@ -84,12 +86,13 @@ def metric(api: str, name: str) -> float:
 def test_key_lifetimes_and_a_dead_workers_keys(own_redis: str, tmp_path: Path,
                                                 gemma_path: Path) -> None:
     """After requests of each kind end, no key of theirs lives past an hour; a SIGKILLed
-    worker's keys and registry entry are gone within 30 s; the failure counts its cause."""
+    worker's keys and registry entry are gone within 30 s; the failure counts its cause
+    (--migration-limit 0: the killed stream ends with 503 instead of continuing)."""
     client: Any = redis.Redis.from_url(own_redis)
     fleet = make_fleet(own_redis, tmp_path, gemma_path, "gemma-keys")
     try:
         fleet.add_worker(*ONE_SLOT)
-        api = fleet.add_api("--metrics")
+        api = fleet.add_api("--metrics", "--migration-limit", "0")
         fleet.wait_healthy(api)
         wait_until(lambda: len(workers_of(client, "gemma-keys")) == 1, what="the worker")
         (survivor,) = workers_of(client, "gemma-keys")

@@ -3,6 +3,7 @@ pinned jobs, backpressure. Real Redis, real workers on Gemma, real HTTP clients.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import re
@@ -43,13 +44,14 @@ def metric(api: str, name: str) -> float:
 
 def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
                                               gemma_path: Path) -> None:
-    """-np 8, 16 streams on two workers; one is killed: its clients get an SSE error event
-    within 5 s, the others their answer; then the survivor serves a new request in < 5 s."""
+    """--migration-limit 0 (the rule without migration): -np 8, 16 streams on two workers;
+    one is killed: its clients get an SSE error event within 5 s, the others their answer;
+    then the survivor serves a new request in < 5 s."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-kill")
     try:
         flags = ("-c", "4096", "-np", "8", "-t", "1")
         victim = fleet.add_worker(*flags)
-        api = fleet.add_api()
+        api = fleet.add_api("--migration-limit", "0")
         fleet.wait_healthy(api)
         fleet.add_worker(*flags)
         wait_until(lambda: len(slots_of(api)) == 16, timeout=60, what="both workers")
@@ -82,12 +84,13 @@ def test_worker_sigkill_mid_stream_under_load(redis_url: str, workdir: Path,
 
 def test_a_job_running_at_two_worker_deaths_ends_with_500(redis_url: str, workdir: Path,
                                                           gemma_path: Path) -> None:
-    """A non-stream job (it sends nothing before its result) runs again after its first
-    worker dies; when the second dies too it ends with 500 and no third worker runs it."""
+    """--migration-limit 0: a non-stream job (it sends nothing before its result) runs again
+    after its first worker dies; when the second dies too it ends with 500 and no third
+    worker runs it (a job survives max(1, migration limit) deaths)."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-poison")
     try:
         first = fleet.add_worker(*ONE_SLOT)
-        api = fleet.add_api("--metrics")
+        api = fleet.add_api("--metrics", "--migration-limit", "0")
         fleet.wait_healthy(api)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, f"{api}/completion", json=ENDLESS, timeout=120)
@@ -279,6 +282,50 @@ def test_a_full_queue_refuses_at_once_with_retry_after(redis_url: str, workdir: 
                 assert future.result().status_code == 200
         threads[0].join(60)
         assert records[0].outcome == "answered"
+    finally:
+        fleet.stop()
+
+
+def test_a_burst_is_bounded_atomically(redis_url: str, workdir: Path,
+                                       gemma_path: Path) -> None:
+    """-np 1 --queue-max 2, 32 requests sent at the same instant: exactly np + queue_max = 3
+    are accepted, the 29 others get 503 with Retry-After at once. The room check and the
+    enqueue are one script (scheduler/client.py ENQUEUE): before, requests that arrived
+    together passed the check together (8 of 8 accepted were seen)."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-burst")
+    try:
+        fleet.add_worker(*ONE_SLOT)
+        api = fleet.add_api("--queue-max", "2")
+        fleet.wait_healthy(api)
+        body = {"prompt": "A story:", "n_predict": 48, "ignore_eos": True}
+
+        async def burst() -> list[tuple[float, httpx.Response]]:
+            limits = httpx.Limits(max_connections=64)
+            async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+                gate = asyncio.Event()
+
+                async def one(i: int) -> tuple[float, httpx.Response]:
+                    await gate.wait()
+                    sent = time.monotonic()
+                    response = await client.post(f"{api}/completion",
+                                                 json={**body, "seed": i})
+                    return time.monotonic() - sent, response
+
+                tasks = [asyncio.create_task(one(i)) for i in range(32)]
+                await asyncio.sleep(0.2)
+                gate.set()
+                return await asyncio.gather(*tasks)
+
+        answers = asyncio.run(burst())
+        accepted = [r for _, r in answers if r.status_code == 200]
+        refused = [(t, r) for t, r in answers if r.status_code == 503]
+        assert len(accepted) == 3, [r.status_code for _, r in answers]
+        assert len(refused) == 29
+        for took, response in refused:
+            assert response.headers["retry-after"].isdigit()
+            assert response.json()["error"]["type"] == "unavailable_error"
+            assert took < 5  # at once, not after a wait for a slot
+        assert all(r.json()["tokens_predicted"] == 48 for r in accepted)
     finally:
         fleet.stop()
 

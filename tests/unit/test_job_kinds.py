@@ -73,7 +73,9 @@ def test_queues_and_movability_come_from_the_table() -> None:
     assert queue_for(SlotActionJob(model="m", worker_id="w", id_slot=0, action="erase")) == \
         keys.worker_queue("m", "w")
     assert queue_for(TokenizeJob(model="m", content="x")) == keys.utility_queue("m")
-    assert movable("completion", None) and not movable("completion", "w")
+    assert movable("completion", None) and not movable("completion", "w", id_slot=0)
+    assert movable("completion", "w")  # an n_cmpl group's: placed, not pinned to a slot
+    assert not movable("decision", "w")
     assert not movable("slot_action", None) and not movable("tokenize", None)
     assert not movable("no-such-kind", None)
     assert kinds_of(Lane.SLOT) == [JobKind.COMPLETION, JobKind.DECISION]

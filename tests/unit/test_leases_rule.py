@@ -47,3 +47,28 @@ def test_groups_go_to_the_least_loaded_worker_and_spread() -> None:
 def test_a_worker_with_too_few_slots_is_skipped() -> None:
     workers = [_worker("small", 1), _worker("big", 4)]
     assert least_loaded(workers, {"small": 0.0, "big": 3.0}, 2).worker_id == "big"
+
+
+def test_with_a_migration_limit_a_job_that_sent_something_continues() -> None:
+    assert died_after(1, 3, movable=True, migration_limit=3) is Decision.MIGRATE
+    assert decide(2, 3, movable=True, migration_limit=3) is Decision.MIGRATE
+    assert decide(4, 3, movable=True, migration_limit=3) is Decision.MIGRATE  # 3rd move
+    assert decide(2, 0, movable=True, migration_limit=3) is Decision.RUN  # nothing sent
+
+
+def test_past_the_migration_limit_it_is_a_poison_job() -> None:
+    assert decide(5, 3, movable=True, migration_limit=3) is Decision.POISON
+    assert died_after(4, 3, movable=True, migration_limit=3) is Decision.POISON
+    assert decide(3, 3, movable=True, migration_limit=1) is Decision.POISON
+
+
+def test_migration_limit_0_is_the_rule_without_migration() -> None:
+    for tries in range(1, 5):
+        for sent in (0, 2):
+            for movable in (True, False):
+                assert decide(tries, sent, movable, 0) is decide(tries, sent, movable)
+    assert decide(2, 2, movable=True, migration_limit=0) is Decision.WORKER_DIED
+
+
+def test_pinned_jobs_never_migrate() -> None:
+    assert decide(2, 3, movable=False, migration_limit=3) is Decision.WORKER_DIED

@@ -51,3 +51,19 @@ def test_llamaqs_own_queue_series() -> None:
     assert found["llamaq:jobs_retried_total"] == ("counter", 2.0)
     assert found['llamaq:jobs_failed_total{cause="poison"}'] == ("counter", 1.0)
     assert found['llamaq:jobs_failed_total{cause="worker_died"}'] == ("counter", 0.0)
+
+
+def test_migrations_and_their_stall_histogram() -> None:
+    from api.endpoints.monitor.metrics import QueueStats
+
+    text = render_metrics([], QueueStats(migrated=3, stall_buckets={"3": 1, "5": 2, "10": 3},
+                                         stall_count=3, stall_sum_s=14.5))
+    found = series(text.decode())
+    assert found["llamaq:jobs_migrated_total"] == ("counter", 3.0)
+    name = "llamaq:migration_stall_seconds"
+    assert found[f'{name}_bucket{{le="2"}}'] == ("histogram", 0.0)
+    assert found[f'{name}_bucket{{le="3"}}'] == ("histogram", 1.0)
+    assert found[f'{name}_bucket{{le="10"}}'] == ("histogram", 3.0)
+    assert found[f'{name}_bucket{{le="+Inf"}}'] == ("histogram", 3.0)
+    assert found[f"{name}_count"] == ("histogram", 3.0)
+    assert found[f"{name}_sum"] == ("histogram", 14.5)

@@ -8,7 +8,7 @@ import asyncio
 from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError
 from scheduler.contract.jobs import CompletionJob
-from scheduler.contract.results import ErrorEvent
+from scheduler.contract.results import Continuation, ErrorEvent
 from worker.jobs.parts import HandBack, WorkerParts
 
 QUICK_PREPARE_MAX_CHARS = 4096
@@ -16,14 +16,16 @@ QUICK_PREPARE_MAX_CHARS = 4096
 quick_to_prepare)."""
 
 
-async def run(parts: WorkerParts, job: CompletionJob) -> None:
-    """Run a completion (under the lease the caller took)."""
+async def run(parts: WorkerParts, job: CompletionJob,
+              resumed: Continuation | None = None) -> None:
+    """Run a completion (under the lease the caller took); `resumed`: continue it where its
+    dead worker stopped (scheduler/migration.py)."""
     engine = parts.engine
     try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
-        if quick_to_prepare(parts, job):  # a thread hop costs more than the work
+        if quick_to_prepare(parts, job) and resumed is None:  # a thread hop costs more
             request = engine.prepare(job)
         else:
-            request = await asyncio.to_thread(engine.prepare, job)
+            request = await asyncio.to_thread(engine.prepare, job, resumed)
     except LlamaqError as error:
         parts.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return

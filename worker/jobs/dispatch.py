@@ -12,14 +12,16 @@ from scheduler.contract.jobs import (
     SlotActionJob,
     TokenizeJob,
 )
+from scheduler.contract.results import Continuation
 from worker.jobs import completion, decision, embed, slot_action, tokenize
 from worker.jobs.parts import WorkerParts
 
 
-async def run(parts: WorkerParts, job: Job) -> None:
+async def run(parts: WorkerParts, job: Job, resumed: Continuation | None = None) -> None:
+    """Run `job`'s body; `resumed` (completions only): continue a migrated completion."""
     match job:
         case CompletionJob():
-            await completion.run(parts, job)
+            await completion.run(parts, job, resumed)
         case DecisionJob():
             await decision.run(parts, job)
         case SlotActionJob():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from arq import Retry
@@ -18,7 +19,16 @@ from scheduler.contract.errors import LlamaqError, ServerError, Unavailable, tra
 from scheduler.contract.jobs import JobKind, parse_job
 from scheduler.contract.kinds import Lane, kinds_of, movable
 from scheduler.contract.results import ErrorEvent
-from scheduler.leases import Decision, Start, count_failure, count_retry, decide
+from scheduler.leases import (
+    Decision,
+    Start,
+    count_failure,
+    count_migration,
+    count_retry,
+    decide,
+    observe_migration_stall,
+)
+from scheduler.migration import read_continuation
 from storage import StorageError
 from storage.redact import redact
 from worker.jobs import dispatch
@@ -40,6 +50,7 @@ class JobRunner:
     def __init__(self, parts: WorkerParts, sleeper: Sleeper) -> None:
         self.parts = parts
         self.sleeper = sleeper
+        self._background: set[asyncio.Task[None]] = set()
 
     async def run(self, payload: dict[str, Any], kind: JobKind) -> None:
         parts = self.parts
@@ -49,21 +60,36 @@ class JobRunner:
             log.info("job %s: cancelled before it started", job_id)
             await parts.leases.release(job_id)
             return
-        decision = decide(start.tries, start.sent, movable(kind, payload.get("worker_id")))
-        if decision is not Decision.RUN:
+        limit = int(payload.get("migration_limit") or 0) if kind is JobKind.COMPLETION else 0
+        decision = decide(start.tries, start.sent, movable(
+            kind, payload.get("worker_id"), int(payload.get("id_slot", -1))), limit)
+        resumed = None
+        if decision is Decision.MIGRATE:
+            resumed = await read_continuation(parts.redis, job_id, start.tries - 1,
+                                              start.last_event_ms)
+            if resumed is None:  # its log expired or was trimmed: it cannot continue
+                decision = Decision.WORKER_DIED
+        if decision not in (Decision.RUN, Decision.MIGRATE):
             await self._end_dead_run(job_id, decision, start)
             return
-        if start.tries > 1:
-            log.warning("job %s: its worker died before it sent anything; running it again "
-                        "on worker %s (try %d)", job_id, parts.worker_id, start.tries)
+        if resumed is not None:
+            log.warning("job %s: worker %s died after %d tokens; continuing it on worker %s "
+                        "(migration %d of at most %d)", job_id, start.previous_worker or "?",
+                        len(resumed.tokens), parts.worker_id, resumed.migrations, limit)
+            parts.publisher.resume(job_id, resumed.next_seq, max(start.sent, 1))
+            parts.publisher.on_first_token(job_id, self._stall_observer(resumed.died_at_ms))
+        elif start.tries > 1:
+            log.warning("job %s: worker %s died before the job sent anything; running it "
+                        "again on worker %s (try %d)", job_id, start.previous_worker or "?",
+                        parts.worker_id, start.tries)
             await count_retry(parts.redis, parts.model_id)
-        if start.next_seq:
+        if start.next_seq and resumed is None:
             parts.publisher.resume(job_id, start.next_seq)  # after an earlier run's "started"
         try:
             async with self.sleeper.job():  # wakes a sleeping worker first
                 # validated by the union and of the kind its function runs (an unknown kind
                 # is an InvalidRequest, not a detokenize)
-                await dispatch.run(parts, parse_job(payload, kind))
+                await dispatch.run(parts, parse_job(payload, kind), resumed)
         except HandBack:
             log.info("job %s: handed back to the queue by draining worker %s", job_id,
                      parts.worker_id)
@@ -79,6 +105,30 @@ class JobRunner:
             self.fail(job_id, error)
         await parts.leases.release(job_id)
 
+    def _stall_observer(self, died_at_ms: int) -> Callable[[int], None]:
+        """What the publisher calls when a continuation's first token went out (this worker's
+        clock, ms): the job counts as migrated (a continuation handed back by a draining
+        worker before it ran does not count twice), and the stall its client saw, from the
+        last event before the death (the dead worker's clock), goes into the histogram
+        (scheduler/leases.py observe_migration_stall)."""
+        parts = self.parts
+
+        async def record(stall_s: float | None) -> None:
+            await count_migration(parts.redis, parts.model_id)
+            if stall_s is not None:
+                await observe_migration_stall(parts.redis, parts.model_id, stall_s)
+
+        def observe(sent_at_ms: int) -> None:
+            stall_s = max(0.0, (sent_at_ms - died_at_ms) / 1000) if died_at_ms > 0 else None
+            if stall_s is not None:
+                log.info("migrated job: first continued token %.2f s after the last event "
+                         "before the death", stall_s)
+            task = asyncio.create_task(record(stall_s))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        return observe
+
     def fail(self, job_id: str, error: Exception) -> None:
         """End the job with `error` (translated as the api translates it; a bug is a 500)."""
         ours = translate(error)
@@ -93,12 +143,14 @@ class JobRunner:
         parts = self.parts
         error: LlamaqError
         if decision is Decision.POISON:
-            log.error("job %s: poison job: it was running when %d workers died; not running "
-                      "it again", job_id, start.tries - 1)
-            error = ServerError("this request was running on two workers that stopped; it is "
-                                "not retried")
+            log.error("job %s: poison job: it was running when %d workers died (the last: "
+                      "%s); not running it again", job_id, start.tries - 1,
+                      start.previous_worker or "?")
+            error = ServerError(f"this request was running on {start.tries - 1} workers that "
+                                "stopped; it is not retried")
         else:
-            log.warning("job %s: its worker died and it cannot run elsewhere", job_id)
+            log.warning("job %s: its worker %s died and it cannot run elsewhere", job_id,
+                        start.previous_worker or "?")
             error = Unavailable("the worker running this request stopped")
         await count_failure(parts.redis, parts.model_id, decision.value)
         parts.publisher.resume(job_id, start.next_seq)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler.leases import MIGRATION_STALL_BUCKETS_S
 from scheduler.metrics_window import Throughput
 from scheduler.registry import WorkerMetrics
 
@@ -32,6 +33,12 @@ class QueueStats:
     """Jobs that wait for a worker (in the model's queue and its workers' own queues)."""
     oldest_s: float = 0.0
     retried: int = 0
+    migrated: int = 0
+    """Streamed completions continued on another worker after theirs died."""
+    stall_buckets: dict[str, int] = field(default_factory=dict)
+    """Of those, how many stalled at most `le` seconds (cumulative; by le's text)."""
+    stall_count: int = 0
+    stall_sum_s: float = 0.0
     failed: dict[str, int] = field(default_factory=dict)
     """Failed jobs by cause (worker_died, poison, drain_timeout)."""
     batches_in_progress: int = 0
@@ -108,6 +115,9 @@ def _ours(queue: QueueStats) -> list[str]:
             ("jobs_retried_total", "counter",
              "Jobs run again after their worker died before they sent anything.",
              queue.retried),
+            ("jobs_migrated_total", "counter",
+             "Streamed completions continued on another worker after theirs died.",
+             queue.migrated),
             ("batches_in_progress", "gauge",
              "Batches (Batch API) validating, in progress, finalizing or cancelling.",
              queue.batches_in_progress),
@@ -117,6 +127,13 @@ def _ours(queue: QueueStats) -> list[str]:
              queue.batch_lines_failed)):
         lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} {kind}",
                   f"{OURS}{name} {_number(float(value))}"]
+    name = f"{OURS}migration_stall_seconds"
+    lines += [f"# HELP {name} From a migrated job's last token before its worker died to its "
+              "first continued token.", f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{le="{bound:g}"}} {queue.stall_buckets.get(f"{bound:g}", 0)}'
+              for bound in MIGRATION_STALL_BUCKETS_S]
+    lines += [f'{name}_bucket{{le="+Inf"}} {queue.stall_count}',
+              f"{name}_sum {_number(queue.stall_sum_s)}", f"{name}_count {queue.stall_count}"]
     lines += [f"# HELP {OURS}jobs_failed_total Jobs ended by a fault, by cause.",
               f"# TYPE {OURS}jobs_failed_total counter"]
     lines += [f'{OURS}jobs_failed_total{{cause="{cause}"}} '
