@@ -18,6 +18,7 @@ from scheduler.contract.errors import ExceedContextSize, InvalidRequest
 from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from worker.infill import infill_tokens
+from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
 from worker.vocab import Vocab
@@ -64,16 +65,22 @@ class Request:
     n_discard: int = 0
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
+    media: MediaPrompt | None = None
+    """The prompt's media chunks (worker/media.py); its placeholders are in prompt_tokens."""
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
-                    n_slots: int) -> Request:
+                    n_slots: int, media: list[bytes] | None = None) -> Request:
     """Check the limits, tokenize and validate; raises the request's error before it takes a
-    slot (the api checked the limits too: this guards what reaches llama.cpp)."""
+    slot (the api checked the limits too: this guards what reaches llama.cpp). `media`: the
+    bytes of the job's media, in order (worker/jobs/completion.py fetched them)."""
     check_completion(job, defaults.n_probs_max)
     vocab = model.vocab
     n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
-    if job.infill is not None:
+    media_prompt = media_prompt_of(job, model, media or [])
+    if media_prompt is not None:
+        tokens = media_prompt.tokens
+    elif job.infill is not None:
         prompt = vocab.tokenize_prompt(job.prompt) if job.prompt else []
         tokens = infill_tokens(vocab, job.infill, prompt[1:] if prompt[:1] == [vocab.bos]
                                else prompt, model.plan.n_batch, n_predict, model.n_ctx_slot,
@@ -82,7 +89,7 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
         tokens = vocab.tokenize_prompt(job.prompt)
     if not tokens:
         raise InvalidRequest("The prompt is empty")
-    bad = [t for t in tokens if not vocab.valid(t)]
+    bad = [t for t in tokens if not vocab.valid(t) and (media_prompt is None or t >= 0)]
     if bad:
         raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
     n_ctx = model.n_ctx_slot
@@ -98,13 +105,27 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
         biases += [(t, float("-inf")) for t in vocab.eog_tokens]
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
                            biases, grammar_of(job, defaults))
-    sampler.accept_prompt(tokens)
+    sampler.accept_prompt([t for t in tokens if t >= 0] if media_prompt else tokens)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
     stop = [s for s in job.stop if s] or list(defaults.stop)
+    if media_prompt is not None:
+        cache_reuse = 0  # chunks are not shifted across media (llama-server: the same)
     return Request(job, tokens, sampling, sampler, n_predict, cache_prompt, n_keep, cache_reuse,
-                   stop, n_discard=job.n_discard or 0, logit_bias=biases)
+                   stop, n_discard=job.n_discard or 0, logit_bias=biases, media=media_prompt)
+
+
+def media_prompt_of(job: CompletionJob, model: LoadedModel,
+                    media: list[bytes]) -> MediaPrompt | None:
+    """The job's prompt with its media through the projector; None for a text-only job."""
+    if not job.media:
+        return None
+    if model.projector is None:  # the api refuses it first (llama-server's words)
+        raise InvalidRequest("multimodal_data needs a model with a multimodal projector")
+    if job.infill is not None or not isinstance(job.prompt, str):
+        raise InvalidRequest("media needs a prompt string (not tokens, not infill)")
+    return model.projector.tokenize(job.prompt, job.media_marker, media, add_special=True)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

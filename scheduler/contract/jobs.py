@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from scheduler.config.settings import flag
 from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.media import MediaRef
 
 PromptPiece = int | str
 """A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
@@ -214,6 +215,10 @@ class CompletionJob(BaseModel):
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""
+    media: list[MediaRef] = Field(default_factory=list)
+    """Images and audio, one per `media_marker` in the prompt (a string), in order."""
+    media_marker: str = ""
+    """The marker the prompt's text holds where each media item goes."""
 
 
 class TokenizeJob(BaseModel):

@@ -112,13 +112,13 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_CACHE_RAM",
+    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_CACHE_RAM",
                 "LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_TOOLS"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
 
 
 def test_split_mode_tensor_is_a_mode() -> None:
@@ -147,7 +147,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--mmproj", "m"], "--mmproj is not supported"),
+    (["--mmproj-url", "m"], "--mmproj-url is not supported"),
     (["--cache-ram", "0"], "--cache-ram is not supported"),
     (["-c"], "-c expects a value"),
 ])

@@ -23,7 +23,7 @@ def test_defaults_are_supported() -> None:
     settings()
 
 
-@pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--mmproj", "x.gguf"],
+@pytest.mark.parametrize("argv", [["--lora", "x.gguf"], ["--mmproj-url", "x.gguf"],
                                   ["-ot", "exps=CPU"]])
 def test_unbuilt_features_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -23,7 +23,8 @@ from worker import flags
 from worker.compute_threads import wait_policy_by_hand
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel, default_threads
+from worker.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
@@ -93,9 +94,26 @@ def load_model(s: WorkerSettings, path: Path,
             tune_embedding_context(params, s)
 
     model = LoadedModel(path, plan, tune_model, tune_context)
+    if s.mmproj and not embedding:
+        try:
+            model.projector = load_projector(s, model, threads)
+        except ProjectorLoadError as error:
+            model.close()
+            raise ModelLoadError(str(error)) from None
     if s.warmup:
         warm_up_on_own_thread(model)
     return model
+
+
+def load_projector(s: WorkerSettings, model: LoadedModel, threads: int) -> Projector:
+    """-mm/--mmproj on the loaded model (worker/media.py)."""
+    assert s.mmproj is not None
+    options = ProjectorOptions(offload=s.mmproj_offload, n_threads=threads,
+                               image_min_tokens=s.image_min_tokens,
+                               image_max_tokens=s.image_max_tokens,
+                               batch_max_tokens=s.mtmd_batch_max_tokens)
+    assert model.model is not None
+    return Projector(s.mmproj, model.model, options, media_marker(os.environ))
 
 
 def warm_up_on_own_thread(model: LoadedModel) -> None:
