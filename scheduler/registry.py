@@ -33,6 +33,9 @@ class ModelMeta(BaseModel):
     media_marker: str = ""
     """The marker a prompt holds where each media item goes (/props media_marker)."""
 
+    def takes_media(self) -> bool:
+        return bool(self.modalities.get("vision") or self.modalities.get("audio"))
+
 
 class NextToken(BaseModel):
     has_next_token: bool

@@ -17,6 +17,7 @@ from typing import Any
 
 from api.chat.message import ChatMessage
 from api.chat.messages import (
+    MediaInput,
     ToolChoice,
     tool_names,
     validate_messages,
@@ -69,6 +70,8 @@ class PreparedChat:
     reasoning_format: str
     parse_tools: bool
     reasoning: ReasoningSpec | None = None
+    media: MediaInput | None = None
+    """The media the messages hold (their markers are in `prompt`); None: a text-only model."""
 
     def parser(self) -> ChatOutputParser:
         return ChatOutputParser(
@@ -86,7 +89,8 @@ class PreparedChat:
 def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
                  request: ChatRequest) -> PreparedChat:
     """Check the messages and tools, render the template, decide how to parse the output."""
-    messages = validate_messages(request.messages, allow_empty=request.allow_empty)
+    media = media_input(meta)
+    messages = validate_messages(request.messages, allow_empty=request.allow_empty, media=media)
     tools = validate_tools(request.tools)
     choice = request.tool_choice
     if not isinstance(choice, ToolChoice):
@@ -118,4 +122,12 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     reasoning = reasoning_spec(template.source, prompt, budget, message,
                                request.reasoning_control)
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                        reasoning)
+                        reasoning, media if media is not None and media.sources else None)
+
+
+def media_input(meta: ModelMeta | None) -> MediaInput | None:
+    """What the model's projector takes (its workers report it), None without one."""
+    if meta is None or not meta.takes_media():
+        return None
+    return MediaInput(marker=meta.media_marker, vision=meta.modalities.get("vision", False),
+                      audio=meta.modalities.get("audio", False))

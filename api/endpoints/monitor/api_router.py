@@ -110,7 +110,9 @@ async def props(request: Request) -> HTTPResponse:
         "model_path": first.model_path,
         "chat_template": first.meta.chat_template or "",
         "chat_template_caps": _template_caps(settings, first.meta),
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {key: first.meta.modalities.get(key, False)
+                       for key in ("vision", "video", "audio")},
+        "media_marker": first.meta.media_marker,
         "decisions": _decisions_json(first.meta),
         "build_info": BUILD_INFO,
         "is_sleeping": fleet_sleeping(workers),
