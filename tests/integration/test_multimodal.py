@@ -174,3 +174,31 @@ def test_bad_bytes_never_kill_the_worker(api: str, vision_fleet: Fleet) -> None:
     assert statuses <= {200, 400}
     assert all(process.poll() is None for process in vision_fleet.processes)
     assert chat(api, [image_part(data_uri(good))]).status_code == 200
+
+
+def test_anthropic_image_blocks(api: str) -> None:
+    """base64 and URL sources (the SDK's shapes), converted as llama-server converts them."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=api, api_key="x", max_retries=0)
+    encoded = base64.b64encode(png(48, 48, seed=11)).decode()
+    host = ModelHost()
+    host.add("b.png", png(40, 40, seed=12))
+    with serve(host):
+        for source in ({"type": "base64", "media_type": "image/png", "data": encoded},
+                       {"type": "url", "url": f"{host.url}/b.png"}):
+            message = client.messages.create(
+                model="gemma-vision", max_tokens=2, messages=[{"role": "user", "content": [
+                    {"type": "image", "source": source}, {"type": "text", "text": "?"}]}])
+            assert message.usage.input_tokens >= IMAGE_TOKENS
+        assert host.gets("b.png") == 1
+
+
+def test_responses_input_image(api: str) -> None:
+    body = {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "what is it?"},
+        {"type": "input_image", "image_url": data_uri(png(33, 33, seed=13))}]}],
+        "max_output_tokens": 2, "temperature": 0}
+    answer = httpx.post(f"{api}/v1/responses", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text[:400]
+    assert answer.json()["usage"]["input_tokens"] >= IMAGE_TOKENS
