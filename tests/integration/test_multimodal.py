@@ -181,13 +181,14 @@ def test_anthropic_image_blocks(api: str) -> None:
     import anthropic
 
     client = anthropic.Anthropic(base_url=api, api_key="x", max_retries=0)
+    create: Any = client.messages.create  # the SDK's TypedDicts, given as plain dicts
     encoded = base64.b64encode(png(48, 48, seed=11)).decode()
     host = ModelHost()
     host.add("b.png", png(40, 40, seed=12))
     with serve(host):
         for source in ({"type": "base64", "media_type": "image/png", "data": encoded},
                        {"type": "url", "url": f"{host.url}/b.png"}):
-            message = client.messages.create(
+            message = create(
                 model="gemma-vision", max_tokens=2, messages=[{"role": "user", "content": [
                     {"type": "image", "source": source}, {"type": "text", "text": "?"}]}])
             assert message.usage.input_tokens >= IMAGE_TOKENS
@@ -202,3 +203,18 @@ def test_responses_input_image(api: str) -> None:
     answer = httpx.post(f"{api}/v1/responses", json=body, timeout=120)
     assert answer.status_code == 200, answer.text[:400]
     assert answer.json()["usage"]["input_tokens"] >= IMAGE_TOKENS
+
+
+def test_apply_template_puts_the_marker_and_tokenize_takes_text(api: str) -> None:
+    marker = httpx.get(f"{api}/props", timeout=30).json()["media_marker"]
+    content = [{"type": "text", "text": "see"}, image_part(data_uri(png(8, 8)))]
+    answer = httpx.post(f"{api}/apply-template", timeout=60,
+                        json={"messages": [{"role": "user", "content": content}]})
+    assert answer.status_code == 200, answer.text[:400]
+    assert f"see\n{marker}" in answer.json()["prompt"]
+    missing = httpx.post(f"{api}/apply-template", timeout=60, json={"messages": [
+        {"role": "user", "content": [image_part("file://nope.png")]}]})
+    assert error_of(missing, 400) == "file does not exist or cannot be opened: nope.png"
+    # /tokenize takes text only: the marker is text there, as in llama-server
+    tokens = httpx.post(f"{api}/tokenize", json={"content": marker}, timeout=60).json()["tokens"]
+    assert len(tokens) > 1
