@@ -137,3 +137,20 @@ def test_preset_options_become_worker_flags(tmp_path: Path) -> None:
                                     environ={}).drain_timeout == 3
     assert (settings.threads, settings.model, settings.alias) == (1, str(model), ["m"])
     assert settings.worker_id == "host-1" and not settings.router_mode()
+
+
+def test_a_folders_mmproj_sidecar_is_loaded_with_the_model(tmp_path: Path) -> None:
+    """Router mode loads what it advertises (issue 28): the folder's mmproj* file goes to
+    the worker as -mm, and `status.args` says so."""
+    from tests.tiny_mmproj import write_tiny_mmproj
+
+    folder = tmp_path / "vision"
+    folder.mkdir()
+    write_gguf(folder / "vision-Q4_K_M.gguf")
+    projector = write_tiny_mmproj(folder / "mmproj-vision-F16.gguf")
+    entry = load_catalog(CatalogSources(models_dir=tmp_path)).entries["vision"]
+    assert entry.mmproj == str(projector) and entry.sidecars == ["mmproj"]
+    assert entry.architecture.input_modalities == ["text", "image"]
+    settings = WorkerSettings.from_args(model_argv(entry, [], "h"), environ={})
+    assert settings.mmproj == str(projector)
+    assert entry.args()[-4:-2] == ["-mm", str(projector)]
