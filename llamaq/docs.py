@@ -47,6 +47,7 @@ LIFETIMES: dict[str, str] = {
     "job_cancel": f"{keys.CANCEL_TTL_S} s",
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
     "model_counters": "kept (counters)",
+    "media_marker": "kept (one marker for the model's fleet)",
     "job_event_log": f"{keys.EVENT_LOG_TTL_S} s after its last event; at most "
                      f"{keys.EVENT_LOG_MAXLEN} entries",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import WORKER_FLAGS, make_fleet
 from tests.media_files import data_uri, png, wav
 from tests.model_hosts import ModelHost, serve
-from tests.processes import Fleet
+from tests.processes import Fleet, wait_until
 
 IMAGE_TOKENS = 16
 MMPROJ_HINT = "you may need to provide the mmproj"
@@ -218,3 +218,30 @@ def test_apply_template_puts_the_marker_and_tokenize_takes_text(api: str) -> Non
     # /tokenize takes text only: the marker is text there, as in llama-server
     tokens = httpx.post(f"{api}/tokenize", json={"content": marker}, timeout=60).json()["tokens"]
     assert len(tokens) > 1
+
+
+def test_every_worker_of_the_model_uses_one_marker(api: str, vision_fleet: Fleet,
+                                                   tiny_mmproj_path: Path) -> None:
+    """The first worker's random marker is the model's (Redis); a second worker takes it, so
+    a prompt written with /props' marker runs on either."""
+    import asyncio
+
+    from scheduler.connections import open_redis
+    from scheduler.contract import keys
+    from scheduler.registry import Registry
+
+    marker = httpx.get(f"{api}/props", timeout=30).json()["media_marker"]
+    vision_fleet.add_worker(*WORKER_FLAGS, "-mm", str(tiny_mmproj_path), "--no-mmproj-offload")
+
+    async def markers() -> tuple[str | None, list[str]]:
+        redis = open_redis(vision_fleet.redis_url)
+        try:
+            stored = await redis.get(keys.media_marker("gemma-vision"))
+            workers = await Registry(redis).live_workers("gemma-vision")
+            return (stored.decode() if stored else None), [w.meta.media_marker for w in workers]
+        finally:
+            await redis.aclose()
+
+    wait_until(lambda: len(asyncio.run(markers())[1]) == 2, timeout=120, what="second worker")
+    stored, reported = asyncio.run(markers())
+    assert stored == marker and reported == [marker, marker]

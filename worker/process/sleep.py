@@ -77,7 +77,9 @@ def reload_engine(parts: WorkerParts) -> None:
     """Load the model again and start a new engine on it (a worker waking from idle sleep;
     blocking: call it off the event loop); the worker's counters carry on."""
     old = parts.engine
-    model = load_model(parts.settings, parts.model.path)
+    projector = parts.model.projector
+    model = load_model(parts.settings, parts.model.path,
+                       marker=projector.marker if projector is not None else None)
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
                         parts.publisher)
     engine.metrics = old.metrics

@@ -56,10 +56,12 @@ def embedding_batch(settings: WorkerSettings) -> int:
 
 
 def load_model(s: WorkerSettings, path: Path,
-               on_load_progress: Callable[[float], None] | None = None) -> LoadedModel:
+               on_load_progress: Callable[[float], None] | None = None,
+               marker: str | None = None) -> LoadedModel:
     """The model file at `path` (worker/model_source.py fetched it) and its one context,
     laid out for embeddings on an --embedding/--rerank worker (blocking: call it off the
-    event loop). `on_load_progress` gets the load's progress, 0..1, from this thread."""
+    event loop). `on_load_progress` gets the load's progress, 0..1, from this thread;
+    `marker` is the fleet's media marker for -mm (none: this process's own)."""
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
@@ -96,7 +98,7 @@ def load_model(s: WorkerSettings, path: Path,
     model = LoadedModel(path, plan, tune_model, tune_context)
     if s.mmproj and not embedding:
         try:
-            model.projector = load_projector(s, model, threads)
+            model.projector = load_projector(s, model, threads, marker)
         except ProjectorLoadError as error:
             model.close()
             raise ModelLoadError(str(error)) from None
@@ -105,7 +107,8 @@ def load_model(s: WorkerSettings, path: Path,
     return model
 
 
-def load_projector(s: WorkerSettings, model: LoadedModel, threads: int) -> Projector:
+def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
+                   marker: str | None = None) -> Projector:
     """-mm/--mmproj on the loaded model (worker/media.py)."""
     assert s.mmproj is not None
     options = ProjectorOptions(offload=s.mmproj_offload, n_threads=threads,
@@ -113,7 +116,7 @@ def load_projector(s: WorkerSettings, model: LoadedModel, threads: int) -> Proje
                                image_max_tokens=s.image_max_tokens,
                                batch_max_tokens=s.mtmd_batch_max_tokens)
     assert model.model is not None
-    return Projector(s.mmproj, model.model, options, media_marker(os.environ))
+    return Projector(s.mmproj, model.model, options, marker or media_marker(os.environ))
 
 
 def warm_up_on_own_thread(model: LoadedModel) -> None:
