@@ -9,8 +9,14 @@ dead worker), the placeholder tokens that stand for a media chunk in a slot's to
 A media chunk's positions hold placeholder tokens made from the SHA-256 of its bytes (negative,
 so never a vocabulary token): the slot's prefix reuse (worker/kv_moves.py) then matches a
 repeated image as llama-server does (by hash), and a second turn that repeats it evaluates
-nothing again. Chunks are evaluated whole (Gemma 3's image tokens attend to each other:
-non-causal), in a decode of their own, between two steps of the other slots."""
+nothing again.
+
+Where llama-server stalls every slot while it encodes an image, the encoding (the vision
+tower, the costly part) runs here when the request is prepared, on the job's thread, while the
+engine goes on decoding the other slots; its embeddings are kept by media hash (EMBD_CACHE_BYTES),
+so an image seen again is not encoded again even on another slot. The engine thread only
+decodes the embeddings into the slot's cache: whole, in a decode of its own (Gemma 3's image
+tokens attend to each other, non-causal, so they cannot share a batch with text)."""
 
 from __future__ import annotations
 
@@ -20,10 +26,12 @@ import secrets
 import string
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import llama_cpp as lc
+import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
 from scheduler.contract.errors import InvalidRequest, ServerError
@@ -33,6 +41,8 @@ log = logging.getLogger(__name__)
 
 LOAD_FAILED = "Failed to load image or audio file"
 CHUNK_TEXT = 0
+EMBD_CACHE_BYTES = 256 << 20
+"""Encoded media embeddings kept by media hash (least recently used out first)."""
 
 
 class ProjectorLoadError(RuntimeError):
@@ -72,6 +82,8 @@ class MediaSpan:
     chunk: int
     """mtmd_input_chunk pointer (owned by its MediaPrompt's chunks)."""
     media_id: str
+    embd: np.ndarray | None = None
+    """The encoded embeddings (n_tokens × the model's input width, float32)."""
 
     @property
     def end(self) -> int:
@@ -122,11 +134,15 @@ class Projector:
         self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self.ctx))
         self.video = False  # video frames need ffmpeg (--video-*): not built
-        self.n_evaluated = 0
-        """Media chunks evaluated (encoded and decoded) since load."""
+        self.n_embd = lc.llama_model_n_embd_inp(model)
+        self.n_encoded = 0
+        """Media chunks encoded since load (a cached one is not)."""
+        self.n_decoded = 0
+        """Media chunks decoded into a slot's cache since load."""
         self._lock = threading.Lock()
-        """mtmd's context is not thread-safe: tokenizing (preprocessing) on a job's thread and
-        evaluating on the engine thread take turns."""
+        """mtmd's encoder is not thread-safe: jobs' threads take turns (the engine thread's
+        decode of embeddings does not need it)."""
+        self._embd_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def modalities(self) -> dict[str, bool]:
         return {"vision": self.vision, "audio": self.audio, "video": self.video}
@@ -164,10 +180,33 @@ class Projector:
                                  f"media ({len(media)})")
         bitmaps = [self.load_bitmap(data) for data in media]
         try:
-            return self._tokenize(prompt.replace(job_marker, self.marker), bitmaps, add_special)
+            tokenized = self._tokenize(prompt.replace(job_marker, self.marker), bitmaps,
+                                       add_special)
         finally:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
+        for span in tokenized.spans:
+            span.embd = self._embeddings(span)
+        return tokenized
+
+    def _embeddings(self, span: MediaSpan) -> np.ndarray:
+        """The span's embeddings: from the cache by media hash, else encoded now."""
+        with self._lock:
+            cached = self._embd_cache.get(span.media_id) if span.media_id else None
+            if cached is not None and cached.shape[0] == span.n_tokens * self.n_embd:
+                self._embd_cache.move_to_end(span.media_id)
+                return cached
+            if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+                raise InvalidRequest(LOAD_FAILED)
+            out = mtmd.mtmd_get_output_embd(self.ctx)
+            embd = np.ctypeslib.as_array(out, shape=(span.n_tokens * self.n_embd,)).copy()
+            self.n_encoded += 1
+            if span.media_id:
+                self._embd_cache[span.media_id] = embd
+                while sum(e.nbytes for e in self._embd_cache.values()) > EMBD_CACHE_BYTES \
+                        and len(self._embd_cache) > 1:
+                    self._embd_cache.popitem(last=False)
+            return embd
 
     def _tokenize(self, text: str, bitmaps: list[int], add_special: bool) -> MediaPrompt:
         chunks = mtmd.mtmd_input_chunks_init()
@@ -207,13 +246,17 @@ class Projector:
 
     def evaluate(self, ctx: lc.llama_context_p, span: MediaSpan, seq_id: int,
                  n_batch: int) -> None:
-        """Encode the chunk and decode its embeddings into sequence `seq_id` at its positions
-        (a decode of its own; llama.cpp switches to non-causal attention for it if needed)."""
+        """Decode the chunk's embeddings (encoded when it was prepared) into sequence `seq_id`
+        at its positions: a decode of its own, with non-causal attention where the model
+        needs it (mtmd's helper switches it)."""
+        if span.embd is None:
+            raise ServerError("a media chunk was not encoded")
         new_n_past = lc.llama_pos(0)
-        with self._lock:
-            rc = mtmd.mtmd_helper_eval_chunk_single(self.ctx, ctx, span.chunk, span.start,
-                                                    seq_id, n_batch, False,
-                                                    ctypes.byref(new_n_past))
+        embd = span.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        rc = mtmd.mtmd_helper_decode_image_chunk(self.ctx, ctx, span.chunk, embd, span.start,
+                                                 seq_id, n_batch, ctypes.byref(new_n_past),
+                                                 mtmd.mtmd_helper_post_decode_callback(0),
+                                                 None)
         if rc != 0:
-            raise ServerError(f"failed to evaluate a media chunk (mtmd: {rc})")
-        self.n_evaluated += 1
+            raise ServerError(f"failed to decode a media chunk (mtmd: {rc})")
+        self.n_decoded += 1

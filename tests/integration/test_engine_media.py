@@ -94,9 +94,9 @@ def test_an_image_is_encoded_into_the_prompt(engine: tuple[Engine, Events],
     text_only = run(engine, CompletionJob(model="gemma", prompt=chat_prompt("Look:  what?"),
                                           n_predict=4, sampling=GREEDY), [])
     assert model.projector is not None
-    before = model.projector.n_evaluated
+    before = model.projector.n_encoded
     result = run(engine, media_job(chat_prompt(f"Look: {MARKER} what?"), [image]), [image])
-    assert model.projector.n_evaluated == before + 1
+    assert model.projector.n_encoded == before + 1
     # the image's tokens and <start_of_image>/<end_of_image> around them count as prompt
     assert result.tokens_evaluated >= text_only.tokens_evaluated + IMAGE_TOKENS
     assert result.tokens_predicted == 4
@@ -110,19 +110,31 @@ def test_a_repeated_image_is_not_encoded_again(engine: tuple[Engine, Events],
     image = png(300, 200, seed=2)
     first_prompt = chat_prompt(f"{MARKER} describe")
     first = run(engine, media_job(first_prompt, [image], id_slot=1), [image])
-    evaluated = model.projector.n_evaluated
+    encoded, decoded = model.projector.n_encoded, model.projector.n_decoded
     second_prompt = first_prompt + "a picture<end_of_turn>\n" + chat_prompt("and the colours?")
     t0 = time.perf_counter()
     second = run(engine, media_job(second_prompt, [image], id_slot=1), [image])
-    assert model.projector.n_evaluated == evaluated  # not encoded again
+    assert (model.projector.n_encoded, model.projector.n_decoded) == (encoded, decoded)
     assert second.timings.cache_n >= first.tokens_evaluated - 1
     assert second.timings.prompt_n < second.tokens_evaluated - IMAGE_TOKENS
     other = png(300, 200, seed=3)  # another image at the same place is evaluated
     third = run(engine, media_job(second_prompt, [other], id_slot=1), [other])
-    assert model.projector.n_evaluated == evaluated + 1
+    assert (model.projector.n_encoded, model.projector.n_decoded) == (encoded + 1, decoded + 1)
     assert third.timings.cache_n < first.tokens_evaluated - IMAGE_TOKENS
     print(f"second turn: {time.perf_counter() - t0:.3f} s, prompt_ms "
           f"{second.timings.prompt_ms:.1f} (first {first.timings.prompt_ms:.1f})")
+
+
+def test_an_image_seen_on_another_slot_is_decoded_not_encoded(
+        engine: tuple[Engine, Events], model: LoadedModel) -> None:
+    """The embeddings are kept by media hash: another slot decodes them without the encoder."""
+    assert model.projector is not None
+    image = png(50, 70, seed=21)
+    run(engine, media_job(chat_prompt(f"{MARKER} one"), [image], id_slot=0), [image])
+    encoded, decoded = model.projector.n_encoded, model.projector.n_decoded
+    run(engine, media_job(chat_prompt(f"other words first {MARKER} two"), [image], id_slot=1),
+        [image])
+    assert (model.projector.n_encoded, model.projector.n_decoded) == (encoded, decoded + 1)
 
 
 def test_media_beside_a_text_slot(engine: tuple[Engine, Events]) -> None:
