@@ -25,6 +25,7 @@ import logging
 import secrets
 import string
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -97,6 +98,9 @@ class MediaPrompt:
     tokens: list[int]
     spans: list[MediaSpan] = field(default_factory=list)
     n_media_tokens: int = 0
+    encode_ms: float = 0.0
+    """Time spent encoding its media (none when they came from the cache): part of the
+    prompt's time in its timings, as in llama-server's."""
 
     def span_at(self, pos: int) -> MediaSpan | None:
         return next((s for s in self.spans if s.start == pos), None)
@@ -185,8 +189,10 @@ class Projector:
         finally:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
+        started = time.perf_counter()
         for span in tokenized.spans:
             span.embd = self._embeddings(span)
+        tokenized.encode_ms = (time.perf_counter() - started) * 1000
         return tokenized
 
     def _embeddings(self, span: MediaSpan) -> np.ndarray:

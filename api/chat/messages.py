@@ -222,21 +222,25 @@ def _to_model(index: int, message: ChatMessageIn | Mapping[str, Any],
 
 def _content_text(message: ChatMessageIn, media: MediaInput | None = None) -> str:
     """Content as one string: text parts joined with newlines, as llama.cpp does; a media
-    part is the media marker (its source noted in `media`)."""
+    part is the media marker (its source noted in `media`), with no newline before or after
+    it (llama.cpp's concat_content_parts)."""
     content = message.content
     if content is None or isinstance(content, str):
         return content or ""
-    texts = []
+    text = ""
+    after_marker = False
     for part in content:
         if isinstance(part, TextPart):
-            texts.append(part.text)
+            text += ("\n" if text and not after_marker else "") + part.text
+            after_marker = False
             continue
         kind = _MEDIA_KINDS[part.type]
         if media is None or not media.takes(kind):
             raise _not_supported(kind)
         media.sources.append(_media_source(part))
-        texts.append(media.marker)
-    return "\n".join(texts)
+        text += media.marker
+        after_marker = True
+    return text
 
 
 def _media_source(part: ContentPart) -> str:

@@ -207,11 +207,13 @@ def test_responses_input_image(api: str) -> None:
 
 def test_apply_template_puts_the_marker_and_tokenize_takes_text(api: str) -> None:
     marker = httpx.get(f"{api}/props", timeout=30).json()["media_marker"]
-    content = [{"type": "text", "text": "see"}, image_part(data_uri(png(8, 8)))]
+    content = [{"type": "text", "text": "see"}, image_part(data_uri(png(8, 8))),
+               {"type": "text", "text": "then"}, {"type": "text", "text": "more"}]
     answer = httpx.post(f"{api}/apply-template", timeout=60,
                         json={"messages": [{"role": "user", "content": content}]})
     assert answer.status_code == 200, answer.text[:400]
-    assert f"see\n{marker}" in answer.json()["prompt"]
+    # llama.cpp's join: newlines between text parts, none around a media marker
+    assert f"see{marker}then\nmore" in answer.json()["prompt"]
     missing = httpx.post(f"{api}/apply-template", timeout=60, json={"messages": [
         {"role": "user", "content": [image_part("file://nope.png")]}]})
     assert error_of(missing, 400) == "file does not exist or cannot be opened: nope.png"
