@@ -3,7 +3,7 @@ their media read into the jobs, each prompt's media for its own jobs."""
 
 from __future__ import annotations
 
-from api.media.refs import ref_of
+from api.media.refs import refs_of
 from api.media.sources import decode_base64
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob
@@ -28,7 +28,7 @@ async def attach_prompt_media(jobs: list[CompletionJob], media: list[list[str]],
         if len(items) > MAX_MEDIA_ITEMS:
             raise InvalidRequest(f"too many media items: {len(items)} (at most "
                                  f"{MAX_MEDIA_ITEMS})")
-        refs = [await ref_of(decode_base64(item), store) for item in items]
+        refs = await refs_of([decode_base64(item) for item in items], store)
         for job in jobs[index * n_cmpl:(index + 1) * n_cmpl]:
             if not isinstance(job.prompt, str):
                 raise InvalidRequest("multimodal_data needs a prompt_string")

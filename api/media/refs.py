@@ -23,13 +23,26 @@ async def media_refs(sources: list[str], media_path: str | None,
     """Each source (a URL, data URI or base64) read and made a MediaRef, in order."""
     if len(sources) > MAX_MEDIA_ITEMS:
         raise InvalidRequest(f"too many media items: {len(sources)} (at most {MAX_MEDIA_ITEMS})")
-    return [await ref_of(await media_bytes(s, media_path), store) for s in sources]
+    return await refs_of([await media_bytes(s, media_path) for s in sources], store)
 
 
-async def ref_of(data: bytes, store: ObjectStore) -> MediaRef:
+async def refs_of(items: list[bytes], store: ObjectStore) -> list[MediaRef]:
+    """Inline while the job's inline bytes stay within MEDIA_INLINE_MAX (all its media
+    together), the rest through the store."""
+    refs = []
+    inline_left = MEDIA_INLINE_MAX
+    for data in items:
+        refs.append(await ref_of(data, store, inline_left))
+        if refs[-1].data is not None:
+            inline_left -= len(data)
+    return refs
+
+
+async def ref_of(data: bytes, store: ObjectStore,
+                 inline_left: int = MEDIA_INLINE_MAX) -> MediaRef:
     if len(data) > MAX_MEDIA_BYTES:
         raise InvalidRequest(f"a media item is larger than {MAX_MEDIA_BYTES} bytes")
-    if len(data) <= MEDIA_INLINE_MAX:
+    if len(data) <= inline_left:
         return MediaRef.inline(data)
     key = await asyncio.to_thread(MediaStore(store).put, data)
     return MediaRef(sha256=sha256_hex(data), size=len(data), store_key=key)

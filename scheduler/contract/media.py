@@ -13,7 +13,8 @@ import hashlib
 from pydantic import BaseModel
 
 MEDIA_INLINE_MAX = 256 << 10
-"""Media up to this many bytes travel inside the job; larger ones through the object store."""
+"""A job's media travel inside it up to this many bytes in all; the others through the object
+store (by content hash)."""
 MAX_MEDIA_BYTES = 20 << 20
 """One image or audio file: at most this many bytes (llamaq's limit; llama-server has none for
 data URIs and 10 MiB for a download)."""
