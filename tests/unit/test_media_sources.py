@@ -23,7 +23,8 @@ def test_data_uris_as_llama_server_reads_them() -> None:
     assert data_uri("data:image/png;base64," + base64.b64encode(b"png!").decode()) == b"png!"
     assert data_uri("data:audio/wav;base64,AAAA") == b"\x00\x00\x00"
     for uri, message in [("data:image/png;base64,AA,BB", "Invalid uri-encoded base64 value"),
-                         ("data:text/plain;base64,AA", "Invalid uri format: data:text/plain;base64"),
+                         ("data:text/plain;base64,AA",
+                          "Invalid uri format: data:text/plain;base64"),
                          ("data:image/png,AAAA", "uri must be base64 encoded")]:
         with pytest.raises(InvalidRequest, match=message):
             data_uri(uri)
