@@ -247,3 +247,31 @@ def test_every_worker_of_the_model_uses_one_marker(api: str, vision_fleet: Fleet
     wait_until(lambda: len(asyncio.run(markers())[1]) == 2, timeout=120, what="second worker")
     stored, reported = asyncio.run(markers())
     assert stored == marker and reported == [marker, marker]
+
+
+@pytest.fixture(scope="module")
+def audio_api(redis_url: str, workdir: Path, gemma_path: Path,
+              tiny_audio_mmproj_path: Path) -> Iterator[str]:
+    """A second model: Gemma with the tiny qwen2a audio projector."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-audio")
+    fleet.add_worker(*WORKER_FLAGS, "-mm", str(tiny_audio_mmproj_path), "--no-mmproj-offload")
+    url = fleet.add_api()
+    fleet.wait_healthy(url, timeout=120)
+    yield url
+    fleet.stop()
+
+
+def test_chat_with_input_audio(audio_api: str) -> None:
+    props = httpx.get(f"{audio_api}/props", timeout=30).json()
+    assert props["modalities"] == {"vision": False, "video": False, "audio": True}
+    assert httpx.get(f"{audio_api}/v1/models", timeout=30).json()["data"][0][
+        "architecture"]["input_modalities"] == ["text", "audio"]
+    audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav(1.0)).decode(),
+                                                    "format": "wav"}}
+    answer = chat(audio_api, [audio, {"type": "text", "text": "what was said?"}])
+    assert answer.status_code == 200, answer.text[:400]
+    assert answer.json()["usage"]["prompt_tokens"] >= 750  # 30 s chunk: 750 audio tokens
+    assert MMPROJ_HINT in error_of(chat(audio_api, [image_part(data_uri(png(8, 8)))]), 500)
+    noise = {"type": "input_audio", "input_audio": {
+        "data": base64.b64encode(b"RIFF" + bytes(40)).decode(), "format": "wav"}}
+    assert error_of(chat(audio_api, [noise]), 400) == "Failed to load image or audio file"
