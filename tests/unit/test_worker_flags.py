@@ -70,3 +70,14 @@ def test_logit_bias_flag() -> None:
 ])
 def test_escapes_as_llama_cpp_processes_them(raw: str, text: str) -> None:
     assert process_escapes(raw) == text
+
+
+def test_a_projector_on_an_embedding_worker_is_refused() -> None:
+    """-mm is never accepted and ignored: an --embedding worker with it does not start."""
+    import asyncio
+
+    from worker.model import ModelLoadError
+    from worker.process.serve import serve
+
+    with pytest.raises(ModelLoadError, match="--mmproj is not built for --embedding"):
+        asyncio.run(serve(settings("--embedding", "-mm", "p.gguf"), "redis://127.0.0.1:1"))

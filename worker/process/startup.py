@@ -96,7 +96,7 @@ def load_model(s: WorkerSettings, path: Path,
             tune_embedding_context(params, s)
 
     model = LoadedModel(path, plan, tune_model, tune_context)
-    if s.mmproj and not embedding:
+    if s.mmproj and not embedding:  # an embedding worker with -mm does not start (serve.py)
         try:
             model.projector = load_projector(s, model, threads, marker)
         except ProjectorLoadError as error:
