@@ -175,6 +175,10 @@ class WorkerSettings(RoleSettings):
     # multimodal (worker/media.py)
     mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
                               help="path to a multimodal projector file")
+    mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
+                             negative=("--no-mmproj", "--no-mmproj-auto"),
+                             help="with -hf, load the repo's multimodal projector too, if it "
+                             "has one")
     mmproj_offload: bool = flag(True, "--mmproj-offload", env="LLAMA_ARG_MMPROJ_OFFLOAD",
                                 negative=("--no-mmproj-offload",),
                                 help="whether to enable GPU offloading for the multimodal "

@@ -83,7 +83,10 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         try:
-            model_path = await fetch_model(settings, redis)
+            source = await fetch_model(settings, redis)
+            model_path = source.model
+            if source.mmproj is not None:  # -hf's projector (--mmproj-auto)
+                settings = settings.model_copy(update={"mmproj": str(source.mmproj)})
             marker = await fleet_media_marker(redis, settings.model_id()) \
                 if settings.mmproj else None
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
