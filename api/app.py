@@ -23,6 +23,7 @@ from api.endpoints.vertex.api_router import VertexSettings, add_predict_route
 from api.errors import error_response, install_error_handler
 from api.fleet import Fleet
 from api.router import ModelRouter
+from api.sanic_app import HARD_STOP_MARGIN_S, ApiApp, exit_by_force_after
 from api.settings import ApiSettings
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.limits import largest_body_limit
@@ -46,7 +47,7 @@ def _exit_for_restart() -> None:
 def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> Sanic:
     validate_chat_template_setting(settings)  # an unknown --chat-template stops the start
     ui = ui_blueprint(settings)  # so do a missing UI bundle or --path folder
-    app = Sanic(name)
+    app = ApiApp(name)
     app.config.REQUEST_TIMEOUT = settings.timeout
     app.config.RESPONSE_TIMEOUT = settings.timeout
     app.config.KEEP_ALIVE_TIMEOUT = 75
@@ -63,7 +64,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     async def connect(app: Sanic) -> None:
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max,
-                                            settings.prefix_affinity)
+                                            settings.prefix_affinity,
+                                            settings.coalesce_embeddings)
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
         app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
                                                      settings.s3_endpoint_url))
@@ -90,6 +92,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
                 app.stop(terminate=False)
                 return
             app.ctx.draining = True
+            exit_by_force_after(settings.drain_timeout + HARD_STOP_MARGIN_S)
             app.add_task(drain_then_stop(app))
 
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hmac
-from pathlib import Path
 
 from sanic import Request
 from sanic.response import HTTPResponse
 
 from api.errors import error_response
+from api.settings import read_key_file
 from scheduler.contract.errors import AuthenticationFailed
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
@@ -17,10 +17,7 @@ PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 def load_api_keys(keys: list[str], key_file: str | None) -> frozenset[str]:
     found = {k for k in keys if k}
     if key_file:
-        for line in Path(key_file).read_text().splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                found.add(line)
+        found |= read_key_file(key_file)
     return frozenset(found)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis, create_pool
 from redis.asyncio import Redis
 
+from api.embedding_batcher import EmbeddingBatcher
 from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
@@ -65,15 +66,19 @@ class Fleet:
     registry: Registry
     queue_max: int = 0
     placement: Placement = field(init=False)
+    embeddings: EmbeddingBatcher = field(init=False)
+    """Online embedding requests go through it (api/embedding_batcher.py)."""
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.placement = Placement(self.workers, self.registry.loads)
+        self.embeddings = EmbeddingBatcher(self.jobs.run_embedding)
 
     @classmethod
     async def connect(cls, redis_url: str, timeout_s: float, queue_max: int = 0,
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
-                      prefix_affinity: int = DEFAULT_MIN_CHARS) -> Fleet:
+                      prefix_affinity: int = DEFAULT_MIN_CHARS,
+                      coalesce_embeddings: bool = True) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -86,6 +91,7 @@ class Fleet:
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
                                       fleet.placement.check_serves, affinity)
+        fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 
     async def queue_limit(self, model_id: str) -> int | None:

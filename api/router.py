@@ -67,6 +67,7 @@ class ModelRouter:
         self.models = FleetModels(redis)
         self.catalog = catalog
         self._listeners: set[asyncio.Queue[str]] = set()
+        self._preset_settings: dict[tuple[str, tuple[tuple[str, str], ...]], ApiSettings] = {}
         self.stale = False
         """A download finished or a model was deleted: the next listing reads the sources
         again (the spec: "call GET /models to trigger model list update")."""
@@ -104,6 +105,20 @@ class ModelRouter:
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.catalog.find(name)
+
+    def settings_for(self, name: str) -> ApiSettings:
+        """This pod's settings for one model: its preset's api options applied (`chat-template`,
+        `jinja`, `reasoning-format` ...) where the pod's own command line left them unset."""
+        entry = self.entry(name)
+        if entry is None or not entry.options:
+            return self.settings
+        key = (entry.name, tuple(entry.options.items()))
+        if key not in self._preset_settings:
+            try:
+                self._preset_settings[key] = self.settings.with_preset(entry.options)
+            except ValueError as exc:  # checked at start; a reloaded preset may still be bad
+                raise ServerError(f"model {entry.name}: {exc}") from None
+        return self._preset_settings[key]
 
     async def view(self) -> FleetView:
         return await self.models.view(list(self.catalog.entries))
@@ -161,28 +176,43 @@ class ModelRouter:
         """Load `entry` if nothing runs it, and wait until a worker serves it."""
         deadline = time.monotonic() + self.settings.timeout
         placed = False
-        while time.monotonic() < deadline:
-            if await self.models.registry.live_workers(entry.name):
-                return
-            status = await self.status(entry.name)
-            if status.value == "loading":  # placed by someone else: its outcome is ours
-                placed = True
-            elif status.value == "unloaded":
-                if placed and status.failed:
-                    raise ServerError(f"model name={entry.name} failed to load")
-                try:
-                    await self.place(entry)
+        try:
+            while time.monotonic() < deadline:
+                if await self.models.registry.live_workers(entry.name):
+                    return
+                status = await self.status(entry.name)
+                if status.value == "loading":  # placed by someone else: its outcome is ours
                     placed = True
-                except AlreadyRunning:
-                    placed = True
-                except NoCapacity as exc:  # wait for a worker to become free
-                    if not await self.models.hosts():
-                        raise Unavailable("no worker can load a model: every worker was "
-                                          "started with -m (start workers without -m)",
-                                          retry_after_s=5) from None
-                    log.debug("model %s waits for a worker: %s", entry.name, exc)
-            await asyncio.sleep(READY_POLL_S)
+                elif status.value == "unloaded":
+                    if placed and status.failed:
+                        raise ServerError(f"model name={entry.name} failed to load")
+                    first = await self.models.wait_in_line(entry.name, self.settings.timeout)
+                    if first:  # loads are placed first in, first out
+                        placed = await self._place_or_wait(entry)
+                await asyncio.sleep(READY_POLL_S)
+        finally:
+            with contextlib.suppress(RedisError):
+                await self.models.leave_line(entry.name)
         raise Unavailable(f"model '{entry.name}' did not load in time", retry_after_s=5)
+
+    async def _place_or_wait(self, entry: ModelEntry) -> bool:
+        """Place `entry`; False while a worker that is unloading will make room. With no room
+        coming (every model serving, or no worker at all) it ends the wait as llama-server
+        does."""
+        try:
+            await self.place(entry)
+            return True
+        except AlreadyRunning:
+            return True
+        except NoCapacity as exc:
+            if not await self.models.hosts():
+                raise Unavailable("no worker can load a model: every worker was started with "
+                                  "-m (start workers without -m)", retry_after_s=5) from None
+            if not await self.models.freeing():  # a model that is serving is never evicted
+                log.info("model %s: no room to load it (%s)", entry.name, exc)
+                raise ServerError("model limit reached, try again later") from None
+            log.debug("model %s waits for a worker being freed: %s", entry.name, exc)
+            return False
 
     async def place(self, entry: ModelEntry) -> None:
         await self.models.place(entry, self.settings.models_max, list(self.catalog.entries))
@@ -255,6 +285,15 @@ class ModelRouter:
 def _same_load(a: ModelEntry, b: ModelEntry) -> bool:
     fields = ("model", "hf_repo", "hf_file", "options", "mmproj")
     return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def request_settings(request: Request) -> ApiSettings:
+    """The settings a request is served with: the pod's, and in router mode its model's preset
+    options over them."""
+    settings: ApiSettings = request.app.ctx.settings
+    router: ModelRouter | None = getattr(request.app.ctx, "router", None)
+    routed: str | None = getattr(request.ctx, "model_id", None)
+    return router.settings_for(routed) if router is not None and routed else settings
 
 
 def request_model(request: Request) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Self
 
 from pydantic import model_validator
@@ -12,6 +13,12 @@ from scheduler.config.settings import flag
 
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 ON_OFF_AUTO = ("on", "off", "auto")
+
+
+def read_key_file(path: str) -> set[str]:
+    """The keys of an --api-key-file: one per line; empty lines and # comments skipped."""
+    lines = (line.strip() for line in Path(path).read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("#")}
 
 
 class ApiSettings(RoleSettings):
@@ -39,6 +46,9 @@ class ApiSettings(RoleSettings):
                            help="prefix path the server serves from, without the trailing slash")
     path: str = flag("", "--path", env="LLAMA_ARG_STATIC_PATH",
                      help="path to serve static files from")
+    reuse_port: bool = flag(False, "--reuse-port", env="LLAMA_ARG_REUSE_PORT",
+                            help="allow multiple sockets to bind to the same port "
+                            "(SO_REUSEPORT: several api pods on one port)")
     ssl_key_file: str | None = flag(None, "--ssl-key-file", env="LLAMA_ARG_SSL_KEY_FILE",
                                     help="path to file a PEM-encoded SSL private key")
     ssl_cert_file: str | None = flag(None, "--ssl-cert-file", env="LLAMA_ARG_SSL_CERT_FILE",
@@ -144,6 +154,12 @@ class ApiSettings(RoleSettings):
                                 "at least this many characters that a worker's slots hold goes "
                                 "to that worker when it has a free slot (0 = off: every "
                                 "completion goes to the shared queue)")
+    coalesce_embeddings: bool = flag(True, "--coalesce-embeddings",
+                                     env="LLAMAQ_COALESCE_EMBEDDINGS",
+                                     negative=("--no-coalesce-embeddings",),
+                                     help="embedding requests for a model that arrive while this "
+                                     "pod's job for it is in flight go to Redis as one job once "
+                                     "it ends (off: one job per request)")
 
     def router_mode(self) -> bool:
         """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
@@ -156,4 +172,21 @@ class ApiSettings(RoleSettings):
     def _tls_pair(self) -> Self:
         if bool(self.ssl_key_file) != bool(self.ssl_cert_file):
             raise ValueError("--ssl-key-file and --ssl-cert-file must be given together")
+        return self
+
+    @model_validator(mode="after")
+    def _keys_given_are_keys(self) -> Self:
+        """A key setting that names no key would turn authentication off without a word
+        (`LLAMA_API_KEY=","`, an empty --api-key-file): refused at start."""
+        if "api_key" in self.model_fields_set and not self.api_key:
+            raise ValueError("--api-key (LLAMA_API_KEY) names no key; leave it unset to serve "
+                             "without authentication")
+        if self.api_key_file is not None:
+            try:
+                keys = read_key_file(self.api_key_file)
+            except OSError as exc:
+                raise ValueError(f"--api-key-file: {exc}") from None
+            if not keys:
+                raise ValueError(f"--api-key-file {self.api_key_file} holds no key (only empty "
+                                 "or # lines)")
         return self

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from arq import constants as arq_constants
 
-from llamaq.flag_lists import own_flags, roles_of
+from llamaq.flag_lists import own_flags, roles_of, why_of
 from scheduler.config.spec_flags import FlagStatus, by_status
 from scheduler.contract import keys
 
@@ -48,6 +48,7 @@ LIFETIMES: dict[str, str] = {
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
     "model_counters": "kept (counters)",
     "media_marker": "kept (one marker for the model's fleet)",
+    "metrics_window": f"{keys.METRICS_WINDOW_TTL_S} s after the last /metrics scrape",
     "job_event_log": f"{keys.EVENT_LOG_TTL_S} s after its last event; at most "
                      f"{keys.EVENT_LOG_MAXLEN} entries",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",
@@ -63,6 +64,8 @@ LIFETIMES: dict[str, str] = {
     "host_info": HEARTBEAT, "host_commands": "until the host takes them",
     "host_claim": f"{keys.HOST_CLAIM_TTL_S} s, or until the host reports its load",
     "MODELS_LAST_USED": "kept (the LRU clock)",
+    "MODELS_WAITING": "a model leaves when it loads, fails or its wait times out; entries "
+                      "older than --timeout are dropped",
     "PLACEMENT_LOCK": f"{keys.PLACEMENT_LOCK_MS} ms",
     "model_failure": "until the model's next load",
     "DOWNLOADS": "a model leaves when its download finishes or it is deleted",
@@ -144,7 +147,7 @@ def flags_tables() -> str:
         out += [f"### {title}: {len(flags)} flags", "", f"| flag | env | {detail} |",
                 "|---|---|---|"]
         for flag in flags:
-            why = roles_of(flag) if status is FlagStatus.WORKS else flag.why
+            why = roles_of(flag) if status is FlagStatus.WORKS else why_of(flag)
             env = f"`{flag.env}`" if flag.env else ""
             out.append(f"| `{flag.label}` | {env} | {_escape(why)} |")
         out.append("")

@@ -64,6 +64,11 @@ def own_flags() -> list[tuple[str, str, str]]:
     return [(label, ", ".join(roles), text) for label, roles, text in rows.values()]
 
 
+def why_of(flag: SpecFlag) -> str:
+    """Why a flag is refused or a no-op, and the off forms of a refused one (accepted, no-op)."""
+    return f"{flag.why} (off, a no-op: {flag.off_label})" if flag.off_label else flag.why
+
+
 def render() -> str:
     lines = []
     for status, title in ((FlagStatus.WORKS, "works"), (FlagStatus.REFUSED, "refused (exit 2)"),
@@ -71,7 +76,7 @@ def render() -> str:
         flags = by_status(status)
         lines.append(f"{title}: {len(flags)} flags")
         for flag in flags:
-            detail = roles_of(flag) if status is FlagStatus.WORKS else flag.why
+            detail = roles_of(flag) if status is FlagStatus.WORKS else why_of(flag)
             lines.append(f"  {flag.label:<44} {detail}")
         lines.append("")
     own = own_flags()

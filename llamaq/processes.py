@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import ssl
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -37,7 +39,8 @@ def run_api(argv: list[str]) -> None:
             from api.router import catalog_sources
             from scheduler.catalog import load_catalog
 
-            load_catalog(catalog_sources(settings))
+            for entry in load_catalog(catalog_sources(settings)).entries.values():
+                settings.with_preset(entry.options)  # a preset's api options: bad values stop
     except ValueError as exc:
         sys.exit(f"llamaq api: {exc}")
     vertex = VertexSettings.from_env(os.environ)
@@ -47,11 +50,12 @@ def run_api(argv: list[str]) -> None:
         sys.exit("llamaq api: --port 0 is not supported with multiple TCP addresses")
     loader = AppLoader(factory=lambda: create_app(settings, redis_url_of(settings)))
     app = loader.load()
-    ssl = ({"cert": settings.ssl_cert_file, "key": settings.ssl_key_file}
-           if settings.ssl_cert_file and settings.ssl_key_file else None)
+    ssl = tls_context(settings)
     for host in hosts:  # one listener per address; a path ending in .sock is a UNIX socket
-        where = {"unix": host} if host.endswith(".sock") else {"host": host, "port": port}
-        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl,  # type: ignore[arg-type]
+        where: dict[str, Any] = {"unix": host} if host.endswith(".sock") else (
+            {"sock": shared_port_socket(host, port)} if settings.reuse_port
+            else {"host": host, "port": port})
+        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl,
                     access_log=settings.verbosity() >= 4, motd=False,
                     single_process=settings.workers <= 1)
     if settings.workers <= 1:
@@ -59,6 +63,36 @@ def run_api(argv: list[str]) -> None:
         exit_at_once()
     else:
         Sanic.serve(primary=app, app_loader=loader)
+
+
+def tls_context(settings: ApiSettings) -> ssl.SSLContext | None:
+    """The server's TLS context from --ssl-cert-file/--ssl-key-file, built here rather than by
+    Sanic's certificate shorthand, which reads the certificate's subjectAltName and fails on a
+    certificate without one (`openssl req -x509 -subj /CN=...`, which llama-server accepts)."""
+    if not (settings.ssl_cert_file and settings.ssl_key_file):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(settings.ssl_cert_file, settings.ssl_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        sys.exit(f"llamaq api: cannot load --ssl-cert-file/--ssl-key-file: {exc}")
+    return context
+
+
+def shared_port_socket(host: str, port: int) -> socket.socket:
+    """A listening socket with SO_REUSEPORT (--reuse-port): other processes may bind the same
+    address and port, and the kernel spreads connections among them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sys.exit(f"llamaq api: cannot listen on {host}:{port}: {exc}")
+    sock.listen(100)
+    sock.set_inheritable(True)
+    return sock
 
 
 def listen_hosts(host: str) -> list[str]:

@@ -54,15 +54,61 @@ def run_up(argv: list[str]) -> None:
     if not redis_url or not _answers(redis_url):
         redis_process, redis_url = _start_redis(Path(api_settings.cache_dir).parent / "redis")
         supervisor.adopt(Child("redis", [], redis_process))
-    env = {**os.environ, "LLAMAQ_REDIS_URL": redis_url, PARENT_PID_ENV: str(os.getpid())}
+    api_args, api_secrets = hide_secrets(parts[ApiSettings])
+    worker_args, worker_secrets = hide_secrets(worker_args)
+    env = {**os.environ, **api_secrets, **worker_secrets, "LLAMAQ_REDIS_URL": redis_url,
+           PARENT_PID_ENV: str(os.getpid())}
     me = [sys.executable, "-m", "llamaq"]
-    supervisor.start("worker", [*me, "worker", *worker_args], env, restart=True)
-    supervisor.start("api", [*me, "api", *parts[ApiSettings]], env)
+    for name in worker_names(api_settings):
+        supervisor.start(name, [*me, "worker", *worker_args], env, restart=True)
+    supervisor.start("api", [*me, "api", *api_args], env)
     scheme = "https" if api_settings.ssl_cert_file else "http"
     mode = " in router mode" if api_settings.router_mode() else ""
     print(f"llamaq: serving on {scheme}://{api_settings.host}:{api_settings.port} "
           f"(Redis {redacted_url(redis_url)}){mode}; Ctrl-C stops", flush=True)
     sys.exit(supervisor.run())
+
+
+SECRET_FLAGS = {"--api-key": "LLAMA_API_KEY", "-hft": "HF_TOKEN", "--hf-token": "HF_TOKEN",
+                "--redis-url": "LLAMAQ_REDIS_URL"}
+"""Flags whose values are secrets, and the environment variable each role reads instead."""
+
+
+def hide_secrets(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A child's command line without its secrets (every user sees argv in `ps`), and the
+    environment that carries them instead (flag over env holds: the flag's value is put
+    there). Several --api-key flags become one comma-separated LLAMA_API_KEY."""
+    rest: list[str] = []
+    env: dict[str, str] = {}
+    keys: list[str] = []
+    words = iter(argv)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name not in SECRET_FLAGS:
+            rest.append(word)
+            continue
+        value = value if eq else next(words, "")
+        if name == "--api-key":
+            keys.append(value)
+        else:
+            env[SECRET_FLAGS[name]] = value
+    if keys:
+        env["LLAMA_API_KEY"] = ",".join(keys)
+    return rest, env
+
+
+ROUTER_WORKERS_UNBOUNDED = 4
+"""Worker processes of `llamaq up` in router mode with --models-max 0 (no bound)."""
+
+
+def worker_names(settings: ApiSettings) -> list[str]:
+    """The worker processes `llamaq up` runs: one for its model; in router mode one per model
+    it may hold at once (--models-max), as llama-server's router runs a child per loaded
+    model. A worker without a model waits to be told which to load (~75 MB each)."""
+    if not settings.router_mode():
+        return ["worker"]
+    n = settings.models_max if settings.models_max > 0 else ROUTER_WORKERS_UNBOUNDED
+    return [f"worker-{i}" for i in range(1, n + 1)]
 
 
 def _help() -> None:

@@ -53,6 +53,7 @@ from redis.asyncio import Redis
 
 from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob, PromptPiece
+from scheduler.redis_clock import recent
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""
@@ -279,11 +280,9 @@ class Affinity:
     async def views(self, model_id: str) -> list[WorkerView]:
         """The summaries of the model's workers that heartbeat (a summary expires with its
         worker's heartbeats)."""
-        worker_ids = await self._redis.zrangebyscore(
-            keys.model_workers(model_id), time.time() - keys.HEARTBEAT_TTL_S, "+inf")
-        if not worker_ids:
+        ids = await recent(self._redis, keys.model_workers(model_id), keys.HEARTBEAT_TTL_S)
+        if not ids:
             return []
-        ids = [w.decode() if isinstance(w, bytes) else w for w in worker_ids]
         documents = await self._redis.mget([keys.worker_prefixes(w) for w in ids])
         views = []
         for worker_id, document in zip(ids, documents, strict=True):

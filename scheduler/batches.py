@@ -108,13 +108,29 @@ class BatchRecord(BaseModel):
     fleet_model: str = ""
     """The model whose workers run it: the model of the api pod that created it (only the
     pods serving that model drive it). Not on the wire."""
+    failed_runs: int = 0
+    """Driver runs that ended in an error (the store down, a full disk): each waits longer
+    before the next (`retry_at`); past MAX_FAILED_RUNS the batch fails. Not on the wire."""
+    retry_at: float = 0.0
 
     @property
     def final(self) -> bool:
         return self.status in FINAL_STATUSES
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"plan", "fleet_model"})
+        return self.model_dump(mode="json",
+                               exclude={"plan", "fleet_model", "failed_runs", "retry_at"})
+
+
+MAX_FAILED_RUNS = 10
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 300.0
+
+
+def retry_delay_s(failed_runs: int) -> float:
+    """How long a batch waits after its `failed_runs`-th failed run: 5 s, doubling, at most
+    5 min (about half an hour in all before the batch fails)."""
+    return min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** max(0, failed_runs - 1))
 
 
 class Progress(BaseModel):

@@ -106,10 +106,11 @@ class CommonSettings(ProcessSettings):
         return Path(self.cache_dir).expanduser()
 
     def model_id(self) -> str:
-        """The model's name in the API and in queue names: the first alias, else what -m or
-        -hf named, else the file name of -mu, else the default model's file name."""
+        """The model's name in the API and in queue names: the alphabetically first alias (as
+        llama-server, which keeps them in a sorted set), else what -m or -hf named, else the
+        file name of -mu, else the default model's file name."""
         if self.alias:
-            return self.alias[0]
+            return min(self.alias)
         if self.model_url and not (self.model or self.hf_repo):
             return url_model_name(self.model_url)
         return self.model or self.hf_repo or DEFAULT_MODEL_FILE

@@ -26,6 +26,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.downloads import DownloadBoard, DownloadStatus
 from scheduler.placement import HostState, HostView, LoadPlan, Placement
+from scheduler.redis_clock import recent
 from scheduler.registry import Registry, WorkerInfo, fleet_sleeping
 
 log = logging.getLogger(__name__)
@@ -162,9 +163,7 @@ class FleetModels:
     # -- reading --------------------------------------------------------------------------
 
     async def hosts(self) -> list[HostInfo]:
-        cutoff = time.time() - keys.HEARTBEAT_TTL_S
-        await self.redis.zremrangebyscore(keys.HOSTS, "-inf", cutoff)
-        ids = [_text(i) for i in await self.redis.zrange(keys.HOSTS, 0, -1)]
+        ids = await recent(self.redis, keys.HOSTS, keys.HEARTBEAT_TTL_S)
         if not ids:
             return []
         docs = await self.redis.mget([keys.host_info(i) for i in ids])
@@ -218,6 +217,25 @@ class FleetModels:
     async def last_used(self) -> dict[str, float]:
         pairs = await self.redis.zrange(keys.MODELS_LAST_USED, 0, -1, withscores=True)
         return {_text(name): float(score) for name, score in pairs}
+
+    async def wait_in_line(self, model: str, max_wait_s: float) -> bool:
+        """`model` waits to be loaded (its first waiter's time is kept); whether it is first
+        in line (loads are placed first in, first out). Waits older than `max_wait_s` leave."""
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(keys.MODELS_WAITING, "-inf", now - max_wait_s)
+            pipe.zadd(keys.MODELS_WAITING, {model: now}, nx=True)
+            pipe.zrange(keys.MODELS_WAITING, 0, 0)
+            first = (await pipe.execute())[-1]
+        return bool(first) and _text(first[0]) == model
+
+    async def leave_line(self, model: str) -> None:
+        await self.redis.zrem(keys.MODELS_WAITING, model)
+
+    async def freeing(self) -> bool:
+        """Whether some worker is unloading (it will be free once drained)."""
+        view = await self.view([])
+        return any(h.state is HostState.UNLOADING for h in view.host_views())
 
     async def touch(self, model: str) -> None:
         """A POST request named the model: it is the most recently used now."""

@@ -17,13 +17,16 @@ The rule, given the fleet as one api pod reads it (`Placement`):
    included). At the bound, the least recently used running model (the LRU clock is the time
    of the last POST request that named it, else when it was loaded) whose hosts are all idle
    is unloaded from every host; a model with a busy host, a pinned model or the one being
-   placed is never a victim. No victim: the load is refused (503, retry later).
+   placed is never a victim. No victim: the load is refused (as rule 5).
 3. The model goes to a free host (the one that has been free the longest, then by id). If
    rule 2 freed hosts, the first of them takes it (it unloads, then loads, in that order).
-4. No free host: an idle host of the least recently used other model is evicted (it unloads,
-   then loads the new model). A host whose model has another host goes first, so that an
-   eviction does not take a model off the fleet when it can be avoided.
-5. Nothing free or idle: refused with 503 (every worker is busy or loading).
+4. No free host: a host that is unloading takes it (it loads once its drain ends: an unload
+   then at once a load of another model succeeds, as it does in llama-server). Else an idle
+   host of the least recently used other model is evicted (it unloads, then loads the new
+   model). A host whose model has another host goes first, so that an eviction does not take
+   a model off the fleet when it can be avoided.
+5. Nothing free, unloading or idle: refused, with llama-server's 500 "model limit reached,
+   try again later".
 
 A host is idle when no slot of it is processing and nothing waits in its queues. The plan is
 a list of commands (unload / load per host) that the caller writes to each host's command
@@ -118,6 +121,10 @@ class Placement:
             return LoadPlan(free[0].host_id, tuple(unload), tuple(victims))
         if unload:
             return LoadPlan(unload[0], tuple(unload), tuple(victims))
+        freeing = sorted((h for h in self.hosts if h.state is HostState.UNLOADING),
+                         key=lambda h: (h.since, h.host_id))
+        if freeing:  # its load command runs when its unload (the drain) ends
+            return LoadPlan(freeing[0].host_id, (), tuple(victims))
         evictable = [h for h in self.hosts
                      if h.state in (HostState.LOADED, HostState.SLEEPING) and h.idle
                      and h.model and h.model != model]

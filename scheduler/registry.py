@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from pydantic import BaseModel, TypeAdapter
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -11,6 +9,7 @@ from redis.asyncio.client import Pipeline
 from scheduler.contract import keys
 from scheduler.contract.results import GenerationSettings
 from scheduler.decision_meta import DecisionCaps
+from scheduler.redis_clock import stamp
 
 
 class ModelMeta(BaseModel):
@@ -63,6 +62,8 @@ class WorkerMetrics(BaseModel):
     """A worker's counters since it started (summed over the fleet by /metrics)."""
 
     prompt_tokens_total: int = 0
+    prompt_tokens_cached_total: int = 0
+    """Prompt tokens reused from the cache (they need no decode, so only a count)."""
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
@@ -90,6 +91,8 @@ class WorkerInfo(BaseModel):
     """Its pooling (none, mean, cls, last, rank) when `embedding`."""
     sleeping: bool = False
     """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
+    build_info: str = "unknown"
+    """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
@@ -100,10 +103,13 @@ class WorkerInfo(BaseModel):
 
 
 LIVE_WORKERS = """
--- KEYS[1]: a model's workers (a sorted set scored by last heartbeat); ARGV: the cutoff (s),
--- the prefix and suffix of a worker's registry key. Drops the entries whose heartbeat is older
--- than the cutoff; returns the registry entries of the others (nil: it expired meanwhile).
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+-- KEYS[1]: a model's workers (a sorted set scored by last heartbeat, Redis's clock); ARGV: the
+-- longest age of a live heartbeat (s), the prefix and suffix of a worker's registry key. Drops
+-- the entries whose heartbeat is older; returns the registry entries of the others (nil: it
+-- expired meanwhile). Redis's own clock: a reader whose clock is off sees the same workers.
+local t = redis.call('TIME')
+local cutoff = tonumber(t[1]) + tonumber(t[2]) / 1000000 - tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 if #ids == 0 then return {} end
 local names = {}
@@ -136,10 +142,14 @@ class Registry:
             await pipe.execute()
 
     async def metrics(self, worker_ids: list[str]) -> list[WorkerMetrics]:
+        return list((await self.metrics_by_worker(worker_ids)).values())
+
+    async def metrics_by_worker(self, worker_ids: list[str]) -> dict[str, WorkerMetrics]:
         if not worker_ids:
-            return []
+            return {}
         documents = await self._redis.mget([keys.worker_metrics(w) for w in worker_ids])
-        return [WorkerMetrics.model_validate_json(d) for d in documents if d is not None]
+        return {w: WorkerMetrics.model_validate_json(d)
+                for w, d in zip(worker_ids, documents, strict=True) if d is not None}
 
     async def slots(self, worker_id: str) -> list[SlotState]:
         body = await self._redis.get(keys.worker_slots(worker_id))
@@ -166,7 +176,7 @@ class Registry:
         prefix, suffix = keys.worker_info("\0").split("\0")
         documents = await self._live_workers(  # one round trip (EVALSHA)
             keys=[keys.model_workers(model_id)],
-            args=[repr(time.time() - keys.HEARTBEAT_TTL_S), prefix, suffix])
+            args=[keys.HEARTBEAT_TTL_S, prefix, suffix])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
 
@@ -180,7 +190,7 @@ def fleet_sleeping(workers: list[WorkerInfo]) -> bool:
 def write_heartbeat(pipe: Pipeline, info: WorkerInfo) -> None:
     """Queue a worker's heartbeat on `pipe`: its registry entry, alive for HEARTBEAT_TTL_S."""
     pipe.set(keys.worker_info(info.worker_id), info.model_dump_json(), ex=keys.HEARTBEAT_TTL_S)
-    pipe.zadd(keys.model_workers(info.model_id), {info.worker_id: time.time()})
+    stamp(pipe, keys.model_workers(info.model_id), info.worker_id)
 
 
 def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from worker.slots import SlotCache, pick_slot
+from worker.slots import SIMILARITY, SlotCache, pick_slot
 
 
 class Job(Protocol):
@@ -60,7 +60,7 @@ class Admission(Generic[W]):
 
     def admit(self, slots: list[SlotCache], cancelled: set[str], running: int,
               prefilling: list[list[int]], cont_batching: bool = True,
-              beside_busy: bool = False) -> Decision[W]:
+              beside_busy: bool = False, similarity: float = SIMILARITY) -> Decision[W]:
         """Which waiting requests start now, in arrival order. `running`: requests holding a
         slot; `prefilling`: the prompts of those still being evaluated (and, as requests are
         admitted, theirs); `beside_busy`: see pick_slot."""
@@ -72,7 +72,8 @@ class Admission(Generic[W]):
             if request.job.job_id in cancelled:
                 decision.cancelled.append(request)
                 continue
-            slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot, beside_busy)
+            slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot, beside_busy,
+                             similarity)
             if slot is None or (request.cache_prompt and request.prompt_tokens in twins):
                 held.append(request)
                 continue

@@ -161,11 +161,16 @@ class Embedder:
             thread.start()
 
     def stop(self) -> None:
+        """Stop both threads and free the batch (again: nothing; an idle sleep stops it
+        before the worker's end does)."""
         with self._wake:
+            if self._stopping:
+                return
             self._stopping = True
             self._wake.notify_all()
         for thread in self._threads:
-            thread.join()
+            if thread.is_alive():
+                thread.join()
         lc.llama_batch_free(self._batch)
 
     def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:

@@ -188,7 +188,8 @@ class Engine:
             decision = self._admission.admit(
                 self.slots, cancelled, len(self._active),
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
-                self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified)
+                self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
+                similarity=self.defaults.slot_similarity)
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))

@@ -21,6 +21,7 @@ from worker.infill import infill_tokens
 from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
+from worker.slots import SIMILARITY
 from worker.vocab import Vocab
 
 
@@ -40,6 +41,9 @@ class EngineDefaults:
     cont_batching: bool = True
     context_shift: bool = False
     cache_reuse: int = 0
+    slot_similarity: float = SIMILARITY
+    """-sps: how much of a slot's cache a prompt must share to take that slot (0: never by
+    similarity; worker/slots.py pick_slot)."""
     spm_infill: bool = False
     stop: list[str] = field(default_factory=list)
     """-r/--reverse-prompt: the stop strings of a request that gives none."""

@@ -124,6 +124,10 @@ class WorkerSettings(RoleSettings):
     cache_reuse: int = flag(0, "--cache-reuse", env="LLAMA_ARG_CACHE_REUSE",
                             help="min chunk size to attempt reusing from the cache via KV "
                             "shifting")
+    slot_prompt_similarity: float = flag(0.1, "-sps", "--slot-prompt-similarity",
+                                         help="how much the prompt of a request must match "
+                                         "the prompt of a slot in order to use that slot "
+                                         "(0.0 = disabled)")
     context_shift: bool = flag(False, "--context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
                                negative=("--no-context-shift",),
                                help="whether to use context shift on infinite text generation")

@@ -37,7 +37,7 @@ SHARE_MIN_TOKENS = 16
 
 
 def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
-              beside_busy: bool = False) -> SlotCache | None:
+              beside_busy: bool = False, similarity: float = SIMILARITY) -> SlotCache | None:
     """The requested slot if it is idle; else the idle slot whose cache matches the longest
     prefix of the prompt (llama-server's similarity rule). When no idle slot matches (or
     another slot, maybe busy, holds much more of the prompt: the engine copies that one), the
@@ -48,7 +48,8 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
     `beside_busy` is for a KV cache that is not unified: llama.cpp then decodes only
     consecutive sequence ids in one ubatch, so busy slots 0, 1, 2, 7 cost two graph
     computations a step where 0, 1, 2, 3 cost one (llama-server's least-recently-used choice
-    walks around the slots and leaves such gaps)."""
+    walks around the slots and leaves such gaps). `similarity` (-sps): 0 turns the prefix
+    match off, as llama-server's 0.0 does."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot
@@ -60,7 +61,7 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
 
     def match(slot: SlotCache) -> int:
         n = shared[slot.slot_id]
-        similar = n > SIMILARITY * len(slot.tokens)
+        similar = similarity > 0 and n > similarity * len(slot.tokens)
         return n if n > 0 and similar and n + SHARE_MIN_TOKENS > best else 0
 
     def beside(slot: SlotCache) -> bool:

@@ -129,6 +129,7 @@ def slot_jobs(slots: list[SlotCache], active_runs: dict[int, SlotRun],
 def count(metrics: WorkerMetrics, timings: Timings, n_tokens: int) -> None:
     """A finished run's tokens and times, into the worker's /metrics counters."""
     metrics.prompt_tokens_total += timings.prompt_n
+    metrics.prompt_tokens_cached_total += timings.cache_n
     metrics.prompt_seconds_total += timings.prompt_ms / 1000
     metrics.tokens_predicted_total += timings.predicted_n
     metrics.tokens_predicted_seconds_total += timings.predicted_ms / 1000

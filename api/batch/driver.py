@@ -19,6 +19,7 @@ import hashlib
 import logging
 import secrets
 import tempfile
+import time
 from pathlib import Path
 
 from redis.exceptions import RedisError
@@ -31,6 +32,7 @@ from api.fleet import Fleet
 from api.settings import ApiSettings
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
+    MAX_FAILED_RUNS,
     BatchError,
     BatchErrors,
     Batches,
@@ -38,8 +40,10 @@ from scheduler.batches import (
     BatchRecord,
     RequestCounts,
     now,
+    retry_delay_s,
 )
 from scheduler.contract import keys
+from scheduler.contract.errors import NotFound
 from storage import ObjectNotFound, ObjectStore
 from storage.files import ChunkResult, ChunkStore, FileStore, StoredFile
 
@@ -53,6 +57,9 @@ EMBEDDING_CHUNK_LINES = 64
 """Lines of a /v1/embeddings chunk (one background job with all their inputs)."""
 OPEN_CHUNKS = 4
 """Chunks of one batch running at once."""
+MAX_DRIVEN = 4
+"""Batches one pod drives at once (each holds its input in memory); the others are left to
+other pods, or wait for one of these to end."""
 IN_FLIGHT_PER_SLOT = 2
 """Lines of one batch submitted at once, per live slot of the fleet (the rest wait here, not in
 Redis, so that a cancel has little to take back)."""
@@ -82,6 +89,10 @@ class BatchDriver:
             try:
                 for batch_id in await self.batches.active(self.settings.model_id()):
                     if batch_id in self._driving:
+                        continue
+                    if len(self._driving) >= MAX_DRIVEN:
+                        break  # the others are left to other pods (or to the next scan)
+                    if await self._backing_off(batch_id):
                         continue
                     if await self.batches.take(batch_id, self.token):
                         log.info("batch %s: driven by this pod (%s)", batch_id, self.token)
@@ -125,11 +136,42 @@ class BatchDriver:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await work
             raise
-        except Exception:  # logged; the lease goes, and a driver takes the batch up again
-            log.exception("batch %s: driver failed; it will be taken up again", batch_id)
+        except Exception as error:  # logged; retried after a backoff, and failed past a bound
+            log.exception("batch %s: driver failed", batch_id)
+            with contextlib.suppress(RedisError, NotFound):
+                await self._count_failed_run(batch_id, error)
         finally:
             with contextlib.suppress(RedisError):
                 await asyncio.shield(self.batches.let_go(batch_id, self.token))
+
+
+    async def _backing_off(self, batch_id: str) -> bool:
+        """The batch's last run failed and it waits its backoff out (or it is gone)."""
+        try:
+            return (await self.batches.get(batch_id)).retry_at > time.time()
+        except NotFound:
+            return True
+
+    async def _count_failed_run(self, batch_id: str, error: Exception) -> None:
+        """A run that failed waits longer each time before a driver takes the batch up
+        again; past MAX_FAILED_RUNS the batch fails, with an error the API shows."""
+        def count(r: BatchRecord) -> BatchRecord | None:
+            if r.final:
+                return None
+            r.failed_runs += 1
+            if r.failed_runs >= MAX_FAILED_RUNS:
+                message = (f"The batch could not be run: {r.failed_runs} attempts failed, "
+                           f"the last with {type(error).__name__}.")
+                return _failed(r, [BatchError(code="batch_failed", message=message)])
+            r.retry_at = time.time() + retry_delay_s(r.failed_runs)
+            return r
+
+        record = await self.batches.update(batch_id, count)
+        if record.final:
+            log.error("batch %s: failed after %d runs", batch_id, record.failed_runs)
+        else:
+            log.warning("batch %s: run %d failed; retried in %.0f s", batch_id,
+                        record.failed_runs, record.retry_at - time.time())
 
 
 class BatchRun:
@@ -148,6 +190,11 @@ class BatchRun:
         if record.final:
             return
         parsed = await self._read_input(record)
+        if parsed.errors and record.status != "validating":  # its input went mid-run
+            log.warning("batch %s: its input file is gone or unreadable: failed",
+                        self.batch_id)
+            await self.batches.update(self.batch_id, lambda r: _failed(r, parsed.errors))
+            return
         if record.status == "validating":
             record = await self._validated(record, parsed)
             if record.final:

@@ -9,15 +9,18 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from api.batch.input import BatchLine
 from api.endpoints.openai.chat import batch_chat_completion
 from api.endpoints.openai.completions import batch_completion
 from api.endpoints.openai.context import OpenAIContext
-from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
+from scheduler.contract.errors import LlamaqError, RedisUnreachable, ServerError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,9 @@ RETRIES = 3
 """A line whose run ended with 503 (its worker died after it sent something, no answer within
 the timeout) runs again, as a new job, this many times before it fails."""
 RETRY_PAUSE_S = 1.0
+REDIS_PAUSE_S = 1.0
+REDIS_WAIT_MAX_S = 600.0
+"""A line whose Redis is away waits for it (a blip is not a failed line) this long at most."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +69,21 @@ def unrun_line(custom_id: str, code: str, message: str) -> str:
 
 async def run_line(context: OpenAIContext, endpoint: str, line: BatchLine) -> LineResult:
     handler = HANDLERS[endpoint]
-    for attempt in range(RETRIES + 1):
+    attempt = 0
+    redis_away_since: float | None = None
+    while True:
         try:
             body = await handler(context, line.body)
+        except (RedisError, RedisUnreachable) as error:  # a blip: the line waits, not fails
+            redis_away_since = redis_away_since or time.monotonic()
+            if time.monotonic() - redis_away_since > REDIS_WAIT_MAX_S:
+                return failed_line(line, RedisUnreachable())
+            log.warning("batch line %s: Redis away (%s); trying again", line.custom_id, error)
+            await asyncio.sleep(REDIS_PAUSE_S)
+            continue
         except Unavailable as error:
             if attempt < RETRIES:
+                attempt += 1
                 log.warning("batch line %s: %s; running it again", line.custom_id,
                             error.message)
                 await asyncio.sleep(RETRY_PAUSE_S)
@@ -79,7 +95,6 @@ async def run_line(context: OpenAIContext, endpoint: str, line: BatchLine) -> Li
             log.exception("batch line %s failed", line.custom_id)
             return failed_line(line, ServerError(f"internal error: {type(error).__name__}"))
         return LineResult(True, output_line(line.custom_id, 200, body))
-    raise AssertionError("unreachable")
 
 
 def failed_line(line: BatchLine, error: LlamaqError) -> LineResult:

@@ -16,12 +16,20 @@ import os
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self, Union, get_args, get_origin
+from typing import Any, ClassVar, NamedTuple, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from scheduler.config.spec_flags import FlagStatus, by_status, refused_envs, refused_names
+from scheduler.config.spec_flags import (
+    FlagStatus,
+    SpecFlag,
+    by_status,
+    no_env,
+    refusal,
+    refused_envs,
+    refused_names,
+)
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
@@ -230,17 +238,21 @@ class _SwitchAction(_NameAction):
         setattr(namespace, self.dest, name not in self.negative)
 
 
-class _RefusedAction(_NameAction):
-    """A spec flag llamaq does not implement: stops the parse with the reason."""
+class _RefusedAction(argparse.Action):
+    """A spec flag llamaq does not implement: stops the parse with the reason, unless it only
+    turns the feature off (`SpecFlag.is_off`): then it does nothing."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, why: str = "", **kw: Any) -> None:
-        super().__init__(option_strings, dest, nargs="?", **kw)
-        self.why = why
+    def __init__(self, option_strings: Sequence[str], dest: str, row: SpecFlag,
+                 **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0 if row.switch or row.off_names else "?",
+                         **kw)
+        self.row = row
 
-    def given(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, name: str | None
-    ) -> None:
-        parser.error(f"{name} is not supported by llamaq: {self.why}")
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        value = values if isinstance(values, str) else None
+        if not self.row.is_off(option_string or "", value):
+            parser.error(refusal(self.row, option_string or self.row.label))
 
 
 def _version() -> str:
@@ -277,6 +289,25 @@ class ProcessSettings(BaseModel):
                          if _declared_with_flag(sub_info))
         return found
 
+    def with_preset(self, options: Mapping[str, str]) -> Self:
+        """This role's settings for one model of a preset (`--models-preset`): the options this
+        role takes, for the fields its own command line and environment left unset (llama-
+        server's precedence: the command line, then the model's section, then `[*]`, which
+        the catalog has merged). Options of other roles are theirs; a bad value raises
+        ValueError naming the key."""
+        update: dict[str, Any] = {}
+        for key, value in options.items():
+            found = preset_key(type(self), key)
+            if found is None or "." in found.option.name \
+                    or found.option.name in self.model_fields_set:
+                continue
+            try:
+                update[found.option.name] = (found.switch_on(value) if found.option.is_switch
+                                             else found.option.convert(value))
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"preset option {key!r}: {exc}") from None
+        return self.model_copy(update=update) if update else self
+
     @classmethod
     def build_parser(cls, prog: str) -> argparse.ArgumentParser:
         parser = _ExactParser(
@@ -293,7 +324,7 @@ class ProcessSettings(BaseModel):
         parser.add_argument("--version", action="version", version=_version(),
                             help="show version and exit")
         for row in by_status(FlagStatus.REFUSED):
-            parser.add_argument(*row.names, action=_RefusedAction, why=row.why,
+            parser.add_argument(*row.names, action=_RefusedAction, row=row,
                                 dest=argparse.SUPPRESS, help=argparse.SUPPRESS)
         for opt in cls.options():
             if opt.is_switch:
@@ -330,13 +361,16 @@ class ProcessSettings(BaseModel):
         given = vars(parser.parse_args(argv))
         env = os.environ if environ is None else environ
         for name, row in refused_envs().items():
-            if env.get(name):
+            if env.get(name) and not row.env_is_off(env):
                 parser.error(f"environment variable {name} ({row.label}) is not supported by "
                              f"llamaq: {row.why}")
         values: dict[str, Any] = {}
         for opt in cls.options():
             if opt.name in given:
                 _put(values, opt.name, given[opt.name])
+            elif opt.is_switch and opt.negative and opt.env and no_env(opt.env) in env \
+                    and opt.env.startswith("LLAMA_ARG_"):
+                _put(values, opt.name, False)  # LLAMA_ARG_NO_<X>, whatever its value (llama.cpp)
             elif opt.env is not None and opt.env in env:
                 try:
                     _put(values, opt.name, opt.convert(env[opt.env]))
@@ -357,6 +391,39 @@ def _put(values: dict[str, Any], name: str, value: Any) -> None:
         values[name] = value
 
 
+PRESET_TRUE = ("true", "1", "on", "yes", "enabled")
+"""A preset's true values of a switch."""
+
+
+class PresetKey(NamedTuple):
+    """A preset key read as a flag of one role: the option and the flag name it stands for."""
+
+    option: Option
+    name: str
+
+    def switch_on(self, value: str) -> bool:
+        """A switch's value (true/false); a negative name inverts it."""
+        return (value.strip().lower() in PRESET_TRUE) != (self.name in self.option.negative)
+
+
+def preset_key(settings: type[ProcessSettings], key: str) -> PresetKey | None:
+    """The option of `settings` a preset key names (a long name without dashes, a short name,
+    or an environment variable name), or None when the role takes no such flag."""
+    for option in settings.options():
+        if key == option.env:
+            return PresetKey(option, option.flags[0])
+        for name in (f"--{key}", f"-{key}"):
+            if name in option.flags or name in option.negative:
+                return PresetKey(option, name)
+    return None
+
+
+def spec_flag_of_a_role(key: str) -> bool:
+    """Whether a preset key is a working spec flag (of some role: the others leave it)."""
+    names = {name for row in by_status(FlagStatus.WORKS) for name in row.names}
+    return f"--{key}" in names or f"-{key}" in names
+
+
 class FlagError(ValueError):
     """A command line that no role takes: an unknown or refused flag, or a missing value."""
 
@@ -373,7 +440,14 @@ def split_args(argv: Sequence[str],
         word = argv[i]
         name = word.split("=", 1)[0]
         if name in refused:
-            raise FlagError(f"{name} is not supported by llamaq: {refused[name].why}")
+            row = refused[name]
+            takes_value = not (row.switch or row.off_names) and "=" not in word
+            value = word.split("=", 1)[1] if "=" in word else (
+                argv[i + 1] if takes_value and i + 1 < len(argv) else None)
+            if not row.is_off(name, value):
+                raise FlagError(refusal(row, name))
+            i += 2 if takes_value else 1  # an off switch of an unbuilt feature: a no-op
+            continue
         takers = [role for role, known in zip(roles, arities, strict=True) if name in known]
         if not takers:
             what = "flag" if word.startswith("-") else "argument"

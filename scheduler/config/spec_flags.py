@@ -10,7 +10,8 @@ fleet. `llamaq flags` prints the three lists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -28,10 +29,63 @@ class SpecFlag:
     status: FlagStatus
     why: str = ""
     env: str | None = None
+    off_names: tuple[str, ...] = ()
+    """Of a refused row: the names that only turn its feature off (a no-op)."""
+    off_values: tuple[str, ...] = ()
+    """Of a refused row: the values that only turn its feature off (a no-op)."""
+    switch: bool = False
+    """Takes no value: its environment variable turns it on only with a truthy value, as
+    llama.cpp reads it (`is_truthy`); a falsey one is off."""
 
     @property
     def label(self) -> str:
         return ", ".join(self.names)
+
+    @property
+    def off_label(self) -> str:
+        """The off forms of a refused row, as `llamaq flags` and docs/flags.md list them."""
+        long_name = next((n for n in self.names if n.startswith("--")), self.names[0])
+        forms = [*self.off_names, *(f"{long_name} {v}" for v in self.off_values)]
+        if self.env and (self.switch or self.off_names):
+            forms.append(f"{self.env}={'|'.join(FALSEY)}")
+        elif self.env:
+            forms += [f"{self.env}={v}" for v in self.off_values]
+        if self.env and self.off_names:
+            forms.append(f"{no_env(self.env)} (any value)")
+        return ", ".join(forms)
+
+    def is_off(self, name: str, value: str | None) -> bool:
+        """Whether this refused flag, given as `name` (with `value`), only turns its feature
+        off: then it is accepted and does nothing."""
+        return name in self.off_names or (value is not None
+                                          and value.strip().lower() in self.off_values)
+
+    def env_is_off(self, environ: Mapping[str, str]) -> bool:
+        """Whether this refused flag's environment (which is set) only turns its feature off:
+        `LLAMA_ARG_NO_<X>` whatever its value (as llama.cpp reads it), a falsey value of a
+        switch, or an off value."""
+        assert self.env is not None
+        if self.off_names and self.env.startswith("LLAMA_ARG_") and no_env(self.env) in environ:
+            return True
+        value = environ.get(self.env, "").strip().lower()
+        return value in FALSEY if (self.switch or self.off_names) else value in self.off_values
+
+
+FALSEY = ("off", "disabled", "false", "0")
+"""What llama.cpp reads as false in an environment variable (`common_arg_utils::is_falsey`)."""
+
+
+def no_env(env: str) -> str:
+    """A switch's negative environment variable (`LLAMA_ARG_X` → `LLAMA_ARG_NO_X`)."""
+    return env.replace("LLAMA_ARG_", "LLAMA_ARG_NO_", 1)
+
+
+def _off(rows: list[SpecFlag], names: tuple[str, ...] = (), values: tuple[str, ...] = (),
+         switch: bool = False) -> list[SpecFlag]:
+    """Refused rows whose off forms are no-ops: `names` (the negative forms), `values` (of a
+    flag that takes one), `switch` (the row takes no value)."""
+    return [replace(row, off_names=tuple(n for n in names if n in row.names),
+                    off_values=values, switch=switch) for row in rows]
 
 
 def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
@@ -62,6 +116,9 @@ CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread 
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
 REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
+CHECKPOINTS = ("context checkpoints (for sliding-window and recurrent models) are not built; a "
+               "worker keeps the full-size SWA cache instead")
+HOST_CACHE = "the host-memory prompt cache is not built (a slot keeps only its own tokens)"
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
 SPEC_FLAGS: tuple[SpecFlag, ...] = (
@@ -91,12 +148,19 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--list-devices"),
     *_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
            "tensor_buft_overrides unused)", "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR",
-           "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE", "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE",
-           "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
+           "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB"),
+    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
+                "tensor_buft_overrides unused)", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE"),
+          switch=True),
+    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
+                "tensor_buft_overrides unused)", "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE",
+                "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"), values=("0",)),
     *_rows(W, "", "-ngl --gpu-layers --n-gpu-layers", "-sm --split-mode", "-ts --tensor-split",
            "-mg --main-gpu"),
+    *_off(_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
+                "-fit --fit LLAMA_ARG_FIT"), values=("off",)),
     *_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
-           "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
+           "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
            "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
     *_rows(W, "", "--check-tensors"),
     *_rows(R, "metadata overrides are not built", "--override-kv"),
@@ -109,9 +173,10 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "-dr --docker-repo LLAMA_ARG_DOCKER_REPO"),
     *_rows(W, "", "-hf -hfr --hf-repo", "-hff --hf-file", "-hft --hf-token"),
     *_rows(W, "", "--log-disable", "--log-file"),
-    *_rows(R, "llamaq logs plain text through Python's logging; JSON lines and colors are not "
-           "built", "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL",
-           "--log-colors LLAMA_ARG_LOG_COLORS"),
+    *_off(_rows(R, "llamaq logs plain text through Python's logging; JSON lines are not built",
+                "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL"), names=("--no-log-jsonl",)),
+    *_off(_rows(R, "llamaq logs plain text through Python's logging; colors are not built",
+                "--log-colors LLAMA_ARG_LOG_COLORS"), values=("off",)),
     *_rows(W, "", "-v --verbose --log-verbose", "--offline", "-lv --verbosity --log-verbosity",
            "--log-prefix --no-log-prefix", "--log-timestamps --no-log-timestamps"),
     *_rows(R, NOT_BUILT_SPEC, "--spec-draft-type-k -ctkd --cache-type-k-draft "
@@ -128,18 +193,18 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--dynatemp-range", "--dynatemp-exp", "--mirostat", "--mirostat-lr",
            "--mirostat-ent", "-l --logit-bias", "--grammar", "--grammar-file",
            "-j --json-schema", "-jf --json-schema-file"),
-    *_rows(R, "backend sampling is not built", "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"),
+    *_off(_rows(R, "backend sampling is not built",
+                "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"), switch=True),
     # --- server-specific params ---
     *_rows(R, "lookup decoding is not built", "-lcs --lookup-cache-static",
            "-lcd --lookup-cache-dynamic"),
     *_rows(W, "", "--kv-unified-per-slot"),
-    *_rows(R, "context checkpoints (for sliding-window and recurrent models) are not built; a "
-           "worker keeps the full-size SWA cache instead",
-           "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
-           "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"),
-    *_rows(R, "the host-memory prompt cache is not built (a slot keeps only its own tokens)",
-           "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
-           "--cache-idle-slots --no-cache-idle-slots LLAMA_ARG_CACHE_IDLE_SLOTS"),
+    *_off(_rows(R, CHECKPOINTS, "-ctxcp --ctx-checkpoints --swa-checkpoints "
+                "LLAMA_ARG_CTX_CHECKPOINTS"), values=("0",)),
+    *_rows(R, CHECKPOINTS, "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"),
+    *_off(_rows(R, HOST_CACHE, "-cram --cache-ram LLAMA_ARG_CACHE_RAM"), values=("0",)),
+    *_off(_rows(R, HOST_CACHE, "--cache-idle-slots --no-cache-idle-slots "
+                "LLAMA_ARG_CACHE_IDLE_SLOTS"), names=("--no-cache-idle-slots",)),
     *_rows(W, "", "-kvu --kv-unified -no-kvu --no-kv-unified",
            "--context-shift --no-context-shift", "-r --reverse-prompt", "-sp --special",
            "--warmup --no-warmup", "--spm-infill"),
@@ -157,18 +222,19 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--mmproj-offload puts it)", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
     *_rows(R, NOT_BUILT_VIDEO, "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
            "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR"),
-    *_rows(W, "", "-a --alias", "--tags", "--host", "--port"),
-    *_rows(R, "an api pod binds its port alone; run more api pods or --workers N (Sanic "
-           "processes) instead", "--reuse-port LLAMA_ARG_REUSE_PORT"),
+    *_rows(W, "", "-a --alias", "--tags", "--host", "--port", "--reuse-port LLAMA_ARG_REUSE_PORT"),
     *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",
            "--cors-credentials --no-cors-credentials", "--api-prefix",
            "--ui-config --webui-config", "--ui-config-file --webui-config-file"),
-    *_rows(R, NOT_BUILT_TOOLS, "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
-           "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY", "--tools LLAMA_ARG_TOOLS",
+    *_off(_rows(R, NOT_BUILT_TOOLS, "--ui-mcp-proxy --webui-mcp-proxy --no-ui-mcp-proxy "
+                "--no-webui-mcp-proxy LLAMA_ARG_UI_MCP_PROXY"),
+          names=("--no-ui-mcp-proxy", "--no-webui-mcp-proxy")),
+    *_off(_rows(R, NOT_BUILT_TOOLS, "-ag --agent -no-ag --no-agent LLAMA_ARG_AGENT"),
+          names=("-no-ag", "--no-agent")),
+    *_rows(R, NOT_BUILT_TOOLS, "--tools LLAMA_ARG_TOOLS",
            "--tools-runtime LLAMA_ARG_TOOLS_RUNTIME",
            "--mcp-servers-config LLAMA_ARG_MCP_SERVERS_CONFIG",
-           "--mcp-servers-json LLAMA_ARG_MCP_SERVERS_JSON",
-           "-ag --agent -no-ag --no-agent LLAMA_ARG_AGENT"),
+           "--mcp-servers-json LLAMA_ARG_MCP_SERVERS_JSON"),
     *_rows(W, "", "--ui --webui --no-ui --no-webui", "--api-key", "--api-key-file",
            "--ssl-key-file", "--ssl-cert-file", "--chat-template-kwargs", "-to --timeout",
            "--sse-ping-interval"),
@@ -184,9 +250,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--reasoning-preserve --no-reasoning-preserve", "--chat-template",
            "--chat-template-file", "--skip-chat-parsing --no-skip-chat-parsing",
            "--prefill-assistant --no-prefill-assistant"),
-    *_rows(R, "the slot similarity is fixed at llama-server's default (0.1): a request takes "
-           "the idle slot whose cache matches the longest prefix, else a copy, else the least "
-           "recently used", "-sps --slot-prompt-similarity"),
+    *_rows(W, "", "-sps --slot-prompt-similarity"),
     *_rows(R, NOT_BUILT_LORA, "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
@@ -210,19 +274,21 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--spec-synth-rates LLAMA_ARG_SPEC_SYNTH_RATES",
            "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
            "--spec-draft-p-min --draft-p-min LLAMA_ARG_SPEC_DRAFT_P_MIN",
-           "--spec-draft-backend-sampling --no-spec-draft-backend-sampling "
-           "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING",
            "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING",
            "--spec-draft-device -devd --device-draft",
            "--spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft "
            "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
            "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL",
-           "--spec-type LLAMA_ARG_SPEC_TYPE", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+           "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
            "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
            "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n",
            "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
            "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
            "--spec-ngram-map-k4v-min-hits", "--spec-default"),
+    *_off(_rows(R, NOT_BUILT_SPEC, "--spec-type LLAMA_ARG_SPEC_TYPE"), values=("none",)),
+    *_off(_rows(R, NOT_BUILT_SPEC, "--spec-draft-backend-sampling "
+                "--no-spec-draft-backend-sampling LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"),
+          names=("--no-spec-draft-backend-sampling",)),
     *_rows(R, REMOVED, "--draft --draft-n --draft-max LLAMA_ARG_DRAFT_MAX",
            "--draft-min --draft-n-min LLAMA_ARG_DRAFT_MIN", "--spec-ngram-size-n",
            "--spec-ngram-size-m", "--spec-ngram-min-hits"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 
 class ErrorInfo(BaseModel):
@@ -153,6 +153,8 @@ def translate(error: BaseException) -> LlamaqError | None:
     as a 500)."""
     if isinstance(error, LlamaqError):
         return error
+    if isinstance(error, ResponseError) and str(error).startswith("OOM"):
+        return RedisUnreachable("the job queue (Redis) is out of memory; retry later")
     if isinstance(error, RedisError):
         return RedisUnreachable()
     if isinstance(error, MappedError):

@@ -77,6 +77,15 @@ def job_state(job_id: str) -> str:
     return f"{PREFIX}:job:{job_id}:state"
 
 
+def metrics_window(model_id: str) -> str:
+    """Hash, per worker of the model, of its prompt and generation totals at the last /metrics
+    scrape: the throughput gauges are averages over the window between two scrapes."""
+    return f"{PREFIX}:model:{model_id}:metrics_window"
+
+
+METRICS_WINDOW_TTL_S = 86400
+
+
 def model_counters(model_id: str) -> str:
     """Hash of fleet-wide job counters of a model: `retried`, and `failed:<cause>`."""
     return f"{PREFIX}:model:{model_id}:counters"
@@ -236,6 +245,9 @@ def host_claim(host_id: str) -> str:
 HOST_CLAIM_TTL_S = 30
 MODELS_LAST_USED = f"{PREFIX}:models:last_used"
 """Sorted set: model name -> when a POST request last asked for it (the fleet's LRU clock)."""
+MODELS_WAITING = f"{PREFIX}:models:waiting"
+"""Sorted set: model name -> when its first request began to wait for it to load (unix s):
+loads are placed first in, first out; an entry older than the wait's timeout is dropped."""
 PLACEMENT_LOCK = f"{PREFIX}:models:placement"
 """Held (SET NX PX) while one api pod decides where a model loads and what unloads."""
 PLACEMENT_LOCK_MS = 5000

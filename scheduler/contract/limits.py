@@ -32,6 +32,7 @@ HARD_LIMITS: dict[str, tuple[int, int]] = {
     "dry_allowed_length": (0, INT32_MAX),
     "dry_penalty_last_n": (0, INT32_MAX),
     "min_keep": (0, INT32_MAX),
+    "sse_ping_interval": (-1, INT32_MAX),
 }
 """llama-server's hard limits (400 outside them), by request field."""
 
@@ -119,6 +120,25 @@ def _range_error(name: str, low: float, high: float, got: object) -> InvalidRequ
 def check_range(name: str, value: int | None, low: int, high: int) -> None:
     if value is not None and not low <= value <= high:
         raise _range_error(name, low, high, value)
+
+
+MIN_PING_S = 0.05
+"""The shortest `sse_ping_interval` a request may ask for (fractions of a second are ours;
+llama-server reads whole seconds): a ping every 1e-9 s would spin the pod's event loop."""
+
+
+def ping_seconds(value: float | None) -> float | None:
+    """A request's `sse_ping_interval`: -1 ... 2147483647 (llama-server's hard limit), and
+    not in (0, MIN_PING_S); else 400. 0 and -1 send no pings."""
+    if value is None:
+        return None
+    low, high = HARD_LIMITS["sse_ping_interval"]
+    if not (math.isfinite(value) and low <= value <= high):
+        raise _range_error("sse_ping_interval", low, high, value)
+    if 0 < value < MIN_PING_S:
+        raise InvalidRequest(f"Field 'sse_ping_interval': at least {MIN_PING_S} s, or 0 or -1 "
+                             f"for no pings, but got {value}")
+    return value
 
 
 def check_fan_out(n_prompts: int, n_cmpl: int, n_slots: int) -> None:

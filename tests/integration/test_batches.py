@@ -306,6 +306,36 @@ def test_the_driver_killed_mid_batch_is_resumed_by_another_pod(
         fleet.stop()
 
 
+def test_a_batch_whose_input_went_mid_run_fails_and_is_not_retried(
+        redis_url: str, workdir: Path, tiny_model_path: Path, s3_endpoint: str) -> None:
+    """Its input file deleted mid-run, then its driver pod killed: the next pod that takes it
+    up cannot read the input, and the batch fails with that error (it was retried for ever,
+    and never expired)."""
+    fleet = s3_fleet(redis_url, workdir, tiny_model_path, s3_endpoint)
+    try:
+        fleet.add_worker(*WORKER)
+        first = fleet.add_api()
+        fleet.wait_healthy(first)
+        driver = fleet.processes[-1]
+        client = client_of(first)
+        lines = [chat_line(f"g{i}", f"tale {i}", max_tokens=32) for i in range(300)]
+        input_id = upload(client, jsonl(lines))
+        batch = client.batches.create(input_file_id=input_id,
+                                      endpoint="/v1/chat/completions", completion_window="24h")
+        wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed > 0,  # type: ignore[union-attr]
+                   timeout=120, what="some lines done")
+        assert client.files.delete(input_id).deleted
+        driver.kill()
+        client = client_of(fleet.add_api())
+        done = wait_final(client, batch.id, timeout=120)
+        assert done.status == "failed", done
+        assert done.errors is not None and done.errors.data
+        assert done.errors.data[0].code == "invalid_file"
+        assert input_id in (done.errors.data[0].message or "")
+    finally:
+        fleet.stop()
+
+
 def test_the_batch_command(batch_fleet: Fleet, tmp_path: Path) -> None:
     api = batch_fleet.api_urls[0]
     source = tmp_path / "lines.jsonl"

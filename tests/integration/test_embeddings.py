@@ -303,3 +303,32 @@ def test_a_worker_killed_mid_job_hands_it_to_another(redis_url: str, workdir: Pa
         assert retried == ["llamaq:jobs_retried_total 1"]  # it ran again, on the new worker
     finally:
         fleet.stop()
+
+
+def test_concurrent_requests_each_get_their_own_answer(api: str) -> None:
+    """Requests that come together go to the workers as fewer jobs (api/embedding_batcher.py):
+    each still gets exactly its own vectors, usage and errors (a bad input, or one past the
+    context, fails only its own request)."""
+    texts = [f"sentence number {i} about {'cats' if i % 2 else 'dogs'}" for i in range(12)]
+    alone = {text: httpx.post(f"{api}/v1/embeddings", json={"input": text},
+                              timeout=60).json() for text in texts}
+    n_ctx = httpx.get(f"{api}/props").json()["default_generation_settings"]["n_ctx"]
+    bodies = [{"input": text} for text in texts] + [
+        {"input": [texts[0], texts[1]]}, {"input": [[]]}, {"input": ["ok", "word " * n_ctx]}]
+
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*(client.post(f"{api}/v1/embeddings", json=body)
+                                          for body in bodies))
+
+    answers = asyncio.run(send_all())
+    for text, answer in zip(texts, answers, strict=False):
+        assert answer.status_code == 200, answer.text
+        got, want = answer.json(), alone[text]
+        assert got["usage"] == want["usage"]
+        assert cosine(got["data"][0]["embedding"], want["data"][0]["embedding"]) > 0.9999
+    pair = answers[len(texts)].json()
+    assert [d["index"] for d in pair["data"]] == [0, 1]
+    assert cosine(pair["data"][1]["embedding"], alone[texts[1]]["data"][0]["embedding"]) > 0.9999
+    assert answers[-2].status_code == 400 and "Input content cannot be empty" in answers[-2].text
+    assert answers[-1].json()["error"]["type"] == "exceed_context_size_error"

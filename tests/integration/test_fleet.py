@@ -125,6 +125,20 @@ def test_metrics(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> N
         assert grown == 5
         assert value(after, "n_decode_total") > value(before, "n_decode_total")
         assert value(after, "requests_processing") == 0
+        # the throughput gauges average the window since the last scrape (llama-server's
+        # buckets): the scrape after work reports it, the next one (no work between) 0
+        assert value(after, "predicted_tokens_seconds") > 0
+        assert value(after, "prompt_tokens_seconds") > 0
+        idle = series(httpx.get(f"{url}/metrics").text)
+        assert value(idle, "predicted_tokens_seconds") == 0
+        assert value(idle, "prompt_tokens_seconds") == 0
+        assert value(idle, "tokens_predicted_total") == value(after, "tokens_predicted_total")
+        body = {"prompt": "Hi", "n_predict": 5, "id_slot": 0, "cache_prompt": True}
+        for _ in range(2):  # the second run finds its prompt in the slot's cache
+            httpx.post(f"{url}/completion", json=body, timeout=60)
+        cached = series(httpx.get(f"{url}/metrics").text)
+        assert value(cached, "prompt_tokens_cached_total") > \
+            value(idle, "prompt_tokens_cached_total")
     finally:
         fleet.stop()
 

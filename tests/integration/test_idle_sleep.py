@@ -87,3 +87,54 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
                             (model_id, {"status": "sleeping"})], seen
     finally:
         fleet.stop()
+
+
+def test_input_token_counts_wake_a_sleeping_model(redis_url: str, workdir: Path,
+                                                  gemma_path: Path) -> None:
+    """As llama-server: /v1/chat/completions/input_tokens and /v1/responses/input_tokens
+    need the model (they tokenize the rendered prompt), so they wake it and answer."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-sleep-count")
+    try:
+        fleet.add_worker("-c", "512", "-np", "1", "-t", "1", "--sleep-idle-seconds", "1")
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        wait_until(lambda: is_sleeping(api), timeout=30, what="the worker asleep")
+        chat = {"messages": [{"role": "user", "content": "How many tokens is this?"}]}
+        counted = httpx.post(f"{api}/v1/chat/completions/input_tokens", json=chat, timeout=120)
+        assert counted.status_code == 200, counted.text
+        assert counted.json()["input_tokens"] > 5
+        wait_until(lambda: is_sleeping(api), timeout=30, what="asleep again")
+        answer = httpx.post(f"{api}/v1/responses/input_tokens",
+                            json={"input": "How many tokens is this?"}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"object": "response.input_tokens",
+                                 "input_tokens": counted.json()["input_tokens"]}
+    finally:
+        fleet.stop()
+
+
+def test_an_embedding_worker_sleeps_and_wakes(redis_url: str, workdir: Path,
+                                              minilm_path: Path) -> None:
+    """--sleep-idle-seconds with --embedding: the worker unloads when idle and the next
+    embedding request wakes it, with the same vectors."""
+    fleet = make_fleet(redis_url, workdir, minilm_path, "minilm-sleep")
+    try:
+        worker = fleet.add_worker("--embedding", "-c", "512", "-np", "2", "-t", "1",
+                                  "--sleep-idle-seconds", "1")
+        api = fleet.add_api()
+        fleet.wait_healthy(api)
+        body = {"input": ["a sleeping worker", "wakes up"]}
+        first = httpx.post(f"{api}/v1/embeddings", json=body, timeout=60)
+        assert first.status_code == 200, first.text
+        awake_rss = rss_bytes(worker.pid)
+        wait_until(lambda: is_sleeping(api), timeout=30, what="the embedding worker asleep")
+        assert rss_bytes(worker.pid) < awake_rss
+        again = httpx.post(f"{api}/v1/embeddings", json=body, timeout=120)
+        assert again.status_code == 200, again.text
+        assert [d["embedding"] for d in again.json()["data"]] == \
+            [d["embedding"] for d in first.json()["data"]]
+        assert not is_sleeping(api)
+        wait_until(lambda: is_sleeping(api), timeout=30, what="asleep again")
+        assert worker.poll() is None
+    finally:
+        fleet.stop()

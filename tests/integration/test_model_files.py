@@ -235,3 +235,37 @@ def test_router_lists_downloads_and_unload_pauses_one(
     item = listed()[f"{model}:Q4_K_M"]
     assert item["status"] == {"value": "unloaded"} and item["source"] == "cache"
     assert item["can_remove"] is True and model not in listed()
+
+
+def test_delete_of_a_running_model_stops_it_first(redis_url: str, tmp_path: Path,
+                                                  tiny_model_path: Path,
+                                                  events: ModelEvents) -> None:
+    """As llama-server's router: DELETE /models?model=ID of a loaded cached model stops its
+    instance, then removes its files (200)."""
+    repo = "org/running-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/running-Q4_K_M.gguf", tiny_model_path.read_bytes())
+    with serve(host):
+        fleet = Fleet(redis_url, tmp_path, ["--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+        try:
+            url = fleet.add_api()
+            fleet.add_worker("-c", "256", "-np", "1", "-t", "1", "--no-warmup")
+            name = f"{repo}:Q4_K_M"
+            assert httpx.post(f"{url}/models", json={"model": name, "sidecars": []},
+                              timeout=30).status_code == 200
+            events.wait(name, "download_finished")
+            httpx.get(f"{url}/models", timeout=30)  # the list is read again: the new model
+            wait_until(lambda: httpx.post(f"{url}/models/load", json={"model": name},
+                                          timeout=30).status_code == 200, 60,
+                       what="a load (503 until the free worker has registered)")
+            body = {"model": name, "prompt": "the", "n_predict": 2}
+            assert httpx.post(f"{url}/completion", json=body, timeout=120).status_code == 200
+            deleted = httpx.delete(f"{url}/models", params={"model": name}, timeout=90)
+            assert deleted.status_code == 200, deleted.text
+            assert deleted.json() == {"success": True}
+            assert name not in [m["id"] for m in httpx.get(f"{url}/models").json()["data"]]
+            assert not LocalStore(tmp_path / "store").list_keys(f"models/hf/{repo}/")
+        finally:
+            fleet.stop()

@@ -107,3 +107,15 @@ def test_stopping_a_stream_frees_its_slot_at_once(api: str) -> None:
     missing = httpx.delete(f"{api}/v1/streams/nosuchstream", timeout=10)
     assert missing.status_code == 404
     assert missing.json()["error"]["type"] == "not_found_error"
+
+
+def test_a_tiny_sse_ping_interval_is_a_400(api: str) -> None:
+    body = {"prompt": "Hi", "n_predict": 2, "stream": True, "sse_ping_interval": 1e-9}
+    response = httpx.post(f"{api}/completion", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and "sse_ping_interval" in error["message"]
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True,
+            "sse_ping_interval": -5}
+    response = httpx.post(f"{api}/v1/chat/completions", json=chat, timeout=60)
+    assert response.status_code == 400 and "sse_ping_interval" in response.text

@@ -303,3 +303,63 @@ def test_a_router_without_free_workers_answers_503_at_once(tmp_path: Path) -> No
         fleet.stop()
         redis_process.terminate()
         redis_process.wait()
+
+
+def test_a_serving_model_is_never_evicted_and_no_room_is_a_500(tmp_path: Path) -> None:
+    """One worker, --models-max 1: while `one` streams, a request for `two` gets llama-server's
+    500 "model limit reached, try again later" at once (a model that is serving is never
+    evicted); once `one` is idle, `two` loads in its place."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("one", "two"):
+        write_tiny_llama(models / f"{name}.gguf")
+    redis_process, redis_url = start_redis(tmp_path / "redis")
+    fleet = Fleet(redis_url, tmp_path, ["--store-url", str(tmp_path / "store")],
+                  logs=tmp_path / "logs")
+    try:
+        fleet.add_worker("-c", "8192", "-np", "1", "-t", "1", "--no-warmup")
+        url = fleet.add_api("--models-dir", str(models), "--models-max", "1")
+        first = httpx.post(f"{url}/completion", json={"model": "one", "prompt": "a",
+                                                       "n_predict": 2}, timeout=LOAD_S)
+        assert first.status_code == 200, first.text
+        long = {"model": "one", "prompt": "a", "n_predict": 8000, "ignore_eos": True,
+                "stream": True}
+        with httpx.stream("POST", f"{url}/completion", json=long, timeout=LOAD_S) as stream:
+            lines = stream.iter_lines()
+            while '"content"' not in next(lines):
+                pass  # `one` is generating now
+            started = time.monotonic()
+            response = httpx.post(f"{url}/completion", json={"model": "two", "prompt": "a"},
+                                  timeout=LOAD_S)
+            error(response, 500, "model limit reached, try again later", "server_error")
+            assert time.monotonic() - started < 10
+        wait_until(lambda: httpx.get(f"{url}/slots?model=one").json()[0]["is_processing"]
+                   is False, 60, what="one idle")
+        second = httpx.post(f"{url}/completion", json={"model": "two", "prompt": "a",
+                                                        "n_predict": 2}, timeout=LOAD_S)
+        assert second.status_code == 200, second.text
+        assert status(url, "one") == {"value": "unloaded"}
+    finally:
+        fleet.stop()
+        redis_process.terminate()
+        redis_process.wait()
+
+
+async def test_loads_wait_in_line_first_in_first_out(redis_url: str) -> None:
+    """Requests waiting for different models to load are placed in the order they came."""
+    from scheduler.connections import open_redis
+    from scheduler.fleet_models import FleetModels
+
+    redis = open_redis(redis_url)
+    try:
+        models = FleetModels(redis)
+        await models.leave_line("early")
+        await models.leave_line("late")
+        assert await models.wait_in_line("early", 60)
+        assert not await models.wait_in_line("late", 60)  # behind early
+        assert await models.wait_in_line("early", 60)  # still first: its time is kept
+        await models.leave_line("early")  # loaded (or failed, or gave up)
+        assert await models.wait_in_line("late", 60)
+        await models.leave_line("late")
+    finally:
+        await redis.aclose()

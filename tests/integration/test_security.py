@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import ssl
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,3 +150,45 @@ def test_storage_errors_name_no_bucket_endpoint_or_path(redis_url: str, workdir:
             assert secret not in logs, (secret, logs[-2000:])
     finally:
         fleet.stop()
+
+
+def test_https_with_a_certificate_without_subject_alt_name(pods: Fleet, tmp_path: Path) -> None:
+    """The common way to make one (openssl req -x509 -subj /CN=...): no subjectAltName, which
+    Sanic's certificate shorthand cannot read; llama-server serves with it."""
+    key_file, cert_file = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key_file), "-out", str(cert_file)],
+                   check=True, capture_output=True)
+    port = free_port()
+    api = pods._spawn("api", ["--port", str(port), "--ssl-key-file", str(key_file),
+                              "--ssl-cert-file", str(cert_file)])
+    url = f"https://127.0.0.1:{port}"
+    wait_until(lambda: api.poll() is not None
+               or httpx.get(f"{url}/health", verify=False).status_code == 200,
+               what="the https api")
+    assert api.poll() is None, "the api stopped"
+    assert httpx.get(f"{url}/health", verify=False).json() == {"status": "ok"}
+
+
+def test_a_certificate_that_cannot_load_stops_the_api_with_a_message(tmp_path: Path) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
+    done = subprocess.run([sys.executable, "-m", "llamaq", "api", "--port", str(free_port()),
+                           "--ssl-key-file", str(tmp_path / "bad.pem"), "--ssl-cert-file",
+                           str(tmp_path / "bad.pem")], capture_output=True, text=True,
+                          timeout=60, env={**env, "LLAMAQ_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert done.returncode != 0
+    assert "cannot load --ssl-cert-file/--ssl-key-file" in done.stderr
+
+
+def test_reuse_port_lets_two_pods_share_one_port(pods: Fleet) -> None:
+    port = free_port()
+    first = pods._spawn("api", ["--port", str(port), "--reuse-port"])
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, what="the first pod")
+    second = pods._spawn("api", ["--port", str(port), "--reuse-port"])
+    time.sleep(3)  # long enough for a bind error to stop it
+    assert second.poll() is None, "the second pod could not bind the shared port"
+    first.terminate()
+    first.wait(timeout=30)
+    wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, what="the second pod")

@@ -29,6 +29,9 @@ def test_props(api: str) -> None:
     assert params["samplers"] == ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p",
                                   "min_p", "xtc", "temperature"]
     assert body["is_sleeping"] is False and "chat_template" in body
+    # llama-server's form: b<build>-<commit> of the llama.cpp the worker runs (0.3.36's)
+    assert body["build_info"] == "b1-0c1e570"
+    assert body["llamaq_version"]  # ours, in its own key
 
 
 def test_slots_list_every_slot(api: str) -> None:

@@ -1,6 +1,6 @@
 """The web UI end to end in chromium against a fleet serving Gemma 3 270M: a streamed answer,
 stop freeing the slot at once, the API key asked once, --ui-config defaults in the settings, the
-fleet page with two workers.
+fleet page with two workers and a batch.
 
 Gemma 3 270M here is a base model: with the default chatml template an answer may run to its
 max tokens, so each test sets max tokens (small, or large where the answer must be stopped)."""
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 from playwright.sync_api import Page, expect
 
 from tests.conftest import WORKER_FLAGS, make_fleet
@@ -220,7 +221,21 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         expect(page.locator(".slot")).to_have_count(6)
         expect(page.locator("#worker-count")).to_have_text("2")
         expect(page.locator("#metrics-note")).to_contain_text("not available")
-        expect(page.get_by_text("Not available: this server has no batch API yet.")).to_be_visible()
+        # the Batch API's batches, refreshed with the rest of the page
+        sdk = openai.OpenAI(base_url=f"{plain}/v1", api_key="none")
+        batch_input = b"".join(json.dumps({
+            "custom_id": f"ui-{i}", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "gemma-ui", "max_tokens": 4,
+                     "messages": [{"role": "user", "content": f"hi {i}"}]}}).encode() + b"\n"
+            for i in range(3))
+        upload = sdk.files.create(file=("lines.jsonl", batch_input), purpose="batch")
+        batch = sdk.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                   completion_window="24h")
+        row = page.locator(f"tr[data-batch='{batch.id}']")
+        expect(row.locator(".batch-status")).to_have_text("completed", timeout=120_000)
+        expect(row.locator(".batch-completed")).to_have_text("3")
+        expect(row.locator(".batch-total")).to_have_text("3")
+        expect(row.locator(".batch-progress")).to_have_text("100 %")
 
         # it refreshes itself: a running request shows as a busy slot, then idle again
         body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True}

@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from pydantic import ValidationError
 
 from api.body import load_json
 from api.endpoints.native.protocol import CompletionRequest
@@ -135,3 +136,18 @@ def test_partial_stop_is_held_back_across_pushes() -> None:
     assert stream.push(b"xy") == ""
     assert stream.push(b"abab") == "xy"
     assert stream.stopping_word == "abab"
+
+
+def test_sse_ping_interval_is_bounded() -> None:
+    """1e-9 would make the pod's event loop spin: intervals under 50 ms are refused; 0 and
+    -1 mean no pings; outside llama-server's hard limit is a 400."""
+    def parse(value: object) -> object:
+        return CompletionRequest.model_validate({"prompt": "x", "sse_ping_interval": value})
+
+    assert parse(0.05).sse_ping_interval == 0.05  # type: ignore[attr-defined]
+    assert parse(-1).sse_ping_interval == -1  # type: ignore[attr-defined]
+    assert parse(0).sse_ping_interval == 0  # type: ignore[attr-defined]
+    for bad in (1e-9, 0.049, -2, 2**31, float("inf")):
+        with pytest.raises((InvalidRequest, ValidationError)) as raised:
+            parse(bad)
+        assert "sse_ping_interval" in str(raised.value), bad

@@ -4,6 +4,7 @@ Prometheus text (read with prometheus_client's parser)."""
 from __future__ import annotations
 
 from api.endpoints.monitor.metrics import render_metrics
+from scheduler.metrics_window import Throughput
 from scheduler.registry import WorkerMetrics
 from tests.metrics_text import series
 
@@ -28,9 +29,12 @@ def test_sums_over_workers_and_averages() -> None:
                              n_decode_total=4, n_busy_slots_total=8),
                WorkerMetrics(tokens_predicted_total=15, tokens_predicted_seconds_total=1.5,
                              n_decode_total=6, n_busy_slots_total=12)]
-    found = series(render_metrics(workers).decode())
+    window = Throughput(predicted_tokens=30, predicted_s=1.5)  # since the last scrape
+    found = series(render_metrics(workers, window=window).decode())
     assert found["llamacpp:tokens_predicted_total"] == ("counter", 20.0)
-    assert found["llamacpp:predicted_tokens_seconds"] == ("gauge", 10.0)
+    assert found["llamacpp:predicted_tokens_seconds"] == ("gauge", 20.0)
+    assert found["llamacpp:prompt_tokens_seconds"] == ("gauge", 0.0)  # nothing in the window
+    assert found["llamacpp:prompt_tokens_cached_total"] == ("counter", 0.0)
     assert found["llamacpp:n_busy_slots_per_decode"] == ("gauge", 2.0)
     assert found["llamacpp:requests_processing"] == ("gauge", 0.0)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import gguf
 import pytest
 
+from api.settings import ApiSettings
 from scheduler.catalog import CatalogError, CatalogSources, load_catalog
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import LocalStore
@@ -123,8 +124,8 @@ def test_preset_options_become_worker_flags(tmp_path: Path) -> None:
                         "warmup": "false", "context-shift": "true"})
     assert argv == ["-c", "4096", "--n-gpu-layers", "8", "-np", "2", "--no-warmup",
                     "--context-shift"]
-    with pytest.raises(PresetError, match="chat-template"):
-        preset_argv({"chat-template": "chatml"})
+    with pytest.raises(PresetError, match="no-such-option"):
+        preset_argv({"no-such-option": "1"})
     model = tmp_path / "m.gguf"
     write_gguf(model)
     entry = load_catalog(CatalogSources(models_dir=tmp_path)).entries["m"]
@@ -137,6 +138,23 @@ def test_preset_options_become_worker_flags(tmp_path: Path) -> None:
                                     environ={}).drain_timeout == 3
     assert (settings.threads, settings.model, settings.alias) == (1, str(model), ["m"])
     assert settings.worker_id == "host-1" and not settings.router_mode()
+
+
+def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
+    """The spec's example section: api keys (chat-template, jinja) are left to the api pods,
+    which apply them; off values of unbuilt features (LLAMA_ARG_CACHE_RAM = 0) are no-ops."""
+    options = {"chat-template": "chatml", "n-gpu-layers": "123", "jinja": "true", "c": "4096",
+               "LLAMA_ARG_CACHE_RAM": "0", "reasoning-format": "none", "no-mmproj": "true",
+               "mmproj-auto": "false", "spec-type": "none"}
+    assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096",
+                                    "--no-mmproj", "--no-mmproj"]  # a worker switch (issue 28)
+    assert preset_argv({"LLAMA_ARG_CACHE_RAM": "512"}) == ["-cram"]  # refused by name
+    assert preset_argv({"mmproj-auto": "true"}) == ["--mmproj-auto"]
+    api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)
+    assert (api.chat_template, api.jinja, api.reasoning_format) == ("chatml", False, "none")
+    assert ApiSettings.from_args([], environ={}).with_preset({"no-jinja": "true"}).jinja is False
+    with pytest.raises(ValueError, match="reasoning-format"):
+        ApiSettings.from_args([], environ={}).with_preset({"reasoning-format": "hiccup"})
 
 
 def test_a_folders_mmproj_sidecar_is_loaded_with_the_model(tmp_path: Path) -> None:

@@ -136,3 +136,11 @@ def test_a_model_whose_every_worker_sleeps_is_listed_sleeping() -> None:
     worker = WorkerInfo.model_construct(worker_id="w", model_id="m", sleeping=True)
     pinned = FleetView(pinned={"m": [worker]}, sleeping={"m"})
     assert status_of("m", entry, pinned).to_wire()["value"] == "sleeping"
+
+
+def test_a_host_that_is_unloading_takes_the_next_model() -> None:
+    """POST /models/unload, then at once /models/load of another model: the draining host
+    takes it (its load runs after the unload), before any idle model is evicted."""
+    hosts = [host("a", HostState.UNLOADING, "x", since=3), host("b", LOADED, "y")]
+    plan = Placement(hosts).plan_load("m")
+    assert (plan.host_id, plan.unload, plan.victims) == ("a", (), ())

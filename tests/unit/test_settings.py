@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from api.settings import ApiSettings
@@ -239,3 +241,26 @@ def test_the_sampling_flags_are_sampling_settings_fields() -> None:
                                       environ={"LLAMA_ARG_TOP_K": "9"})
     assert (worker.sampling.dry_penalty_last_n, worker.sampling.mirostat_eta,
             worker.sampling.top_k) == (32, 0.2, 9)
+
+
+def test_the_model_id_is_the_alphabetically_first_alias() -> None:
+    """llama-server keeps --alias in a sorted set: `--alias zeta,alpha` serves as `alpha`."""
+    for role in (ApiSettings, WorkerSettings):
+        assert role.from_args(["--alias", "zeta,alpha,mid"], environ={}).model_id() == "alpha"
+
+
+def test_a_key_setting_that_names_no_key_stops_the_start(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """An empty --api-key-file or LLAMA_API_KEY="," would serve everyone: refused."""
+    empty = tmp_path / "keys"
+    empty.write_text("\n# no key here\n  \n")
+    for argv, environ in (([], {"LLAMA_API_KEY": ","}), (["--api-key", ""], {}),
+                          (["--api-key-file", str(empty)], {}),
+                          (["--api-key-file", str(tmp_path / "missing")], {})):
+        with pytest.raises(SystemExit) as exit_info:
+            ApiSettings.from_args(argv, environ=environ)
+        assert exit_info.value.code == 2
+        assert "key" in capsys.readouterr().err
+    empty.write_text("# one key\nsekrit\n")
+    assert ApiSettings.from_args(["--api-key-file", str(empty)], environ={}).api_key_file

@@ -159,3 +159,13 @@ def test_without_a_unified_cache_a_cold_prompt_goes_beside_the_busy_slots() -> N
 def test_beside_busy_still_prefers_a_matching_cache() -> None:
     pool = slots([1], [9, 9, 9], [5, 6, 7, 8], busy=(0,), last_used=(0.0, 1.0, 2.0))
     assert pick_slot(pool, [5, 6, 7, 8, 1], id_slot=-1, beside_busy=True) is pool[2]
+
+
+def test_slot_prompt_similarity_sets_how_much_must_match() -> None:
+    """-sps: a slot is chosen for its cache only when the prompt shares more than that part of
+    it; 0 turns the match off (the least recently used idle slot, as llama-server's 0.0)."""
+    pool = slots([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [7, 7], last_used=(5.0, 1.0))
+    prompt = [1, 2, 3, 4, 0]
+    assert pick_slot(pool, prompt, id_slot=-1) is pool[0]  # 4 of 10 > 0.1
+    assert pick_slot(pool, prompt, id_slot=-1, similarity=0.5) is pool[1]  # 4 of 10 < 0.5
+    assert pick_slot(pool, prompt, id_slot=-1, similarity=0.0) is pool[1]

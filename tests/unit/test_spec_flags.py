@@ -102,6 +102,8 @@ def test_the_noop_list_is_short() -> None:
 def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     for name, flag in refused_names().items():
+        if name in flag.off_names:
+            continue  # an off switch: a no-op (below)
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([name, "1"], environ={})
         assert exit_info.value.code == 2
@@ -119,6 +121,58 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
     assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
+
+
+OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"],
+             ["--spec-type", "none"], ["--no-agent"], ["-no-ag"], ["--no-ui-mcp-proxy"],
+             ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
+             ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
+OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"},
+            {"LLAMA_ARG_SPEC_TYPE": "none"}, {"LLAMA_ARG_AGENT": "off"},
+            {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -> None:
+    for argv in OFF_FORMS:
+        assert role.from_args(argv, environ={}) == role.from_args([], environ={}), argv
+    for environ in OFF_ENVS:
+        assert role.from_args([], environ=environ) == role.from_args([], environ={}), environ
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_on_forms_stay_refused(role: type[ProcessSettings],
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, environ in ((["--cache-ram", "-1"], {}),
+                          (["--fit", "on"], {}),
+                          ([], {"LLAMA_ARG_CACHE_RAM": "8192"}), ([], {"LLAMA_ARG_AGENT": "on"}),
+                          ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
+        with pytest.raises(SystemExit) as exit_info:
+            role.from_args(argv, environ=environ)
+        assert exit_info.value.code == 2
+        assert "is not supported by llamaq" in capsys.readouterr().err
+
+
+def test_up_drops_off_forms() -> None:
+    parts = split_args(["--no-agent", "-c", "64", "--cache-ram", "0", "--spec-type=none",
+                        "--port", "1", "--no-mmproj"], UP_ROLES)
+    assert parts[ApiSettings] == ["--port", "1"]
+    assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
+
+
+def test_mmproj_auto_is_a_worker_switch() -> None:
+    """--mmproj-auto works (issue 28): its off forms and env names turn it off."""
+    assert WorkerSettings.from_args([], environ={}).mmproj_auto
+    for argv in (["--no-mmproj"], ["--no-mmproj-auto"]):
+        assert not WorkerSettings.from_args(argv, environ={}).mmproj_auto
+    for environ in ({"LLAMA_ARG_MMPROJ_AUTO": "0"}, {"LLAMA_ARG_NO_MMPROJ_AUTO": "1"}):
+        assert not WorkerSettings.from_args([], environ=environ).mmproj_auto
+
+
+def test_a_negative_environment_variable_turns_a_switch_off() -> None:
+    assert WorkerSettings.from_args([], environ={"LLAMA_ARG_CONT_BATCHING": "1"}).cont_batching
+    assert not WorkerSettings.from_args([], environ={"LLAMA_ARG_NO_CONT_BATCHING": "1"}
+                                        ).cont_batching
 
 
 def test_split_mode_tensor_is_a_mode() -> None:
@@ -148,7 +202,9 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--mmproj-url", "m"], "--mmproj-url is not supported"),
-    (["--cache-ram", "0"], "--cache-ram is not supported"),
+    (["--cache-ram", "512"], "--cache-ram is not supported"),
+    (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
+    (["--agent"], "--agent is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:
@@ -167,7 +223,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
     ["api", "--tools", "all"],
-    ["worker", "--cache-ram", "0"],
+    ["worker", "--cache-ram", "8192"],
     ["scheduler", "--models-preset", "p.ini"],
     ["api", "-c", "4096"],
     ["worker", "--api-key", "k"],

@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { AuthError, getJson, getText, parseMetrics } from './api.js';
 
 const REFRESH_MS = 1000;
+const BATCHES_SHOWN = 20; // the newest ones (GET /v1/batches lists newest first)
 
 function age(seconds) {
   if (seconds < 90) return `${Math.round(seconds)} s`;
@@ -44,10 +45,46 @@ function Worker({ worker, now }) {
   );
 }
 
+function Batches({ batches, note }) {
+  if (note) return <p class="note" id="batches-note">{note}</p>;
+  if (!batches) return <p class="note">loading…</p>;
+  if (batches.length === 0) return <p class="note" id="batches-note">No batch yet.</p>;
+  return (
+    <table class="batches">
+      <thead>
+        <tr>
+          <th>batch</th><th>status</th><th>progress</th><th>completed</th><th>failed</th>
+          <th>total</th><th>created</th>
+        </tr>
+      </thead>
+      <tbody>
+        {batches.map((b) => {
+          const counts = b.request_counts || {};
+          const done = (counts.completed || 0) + (counts.failed || 0);
+          const progress = counts.total ? `${Math.round((100 * done) / counts.total)} %` : '–';
+          return (
+            <tr key={b.id} data-batch={b.id}>
+              <td class="batch-id">{b.id}</td>
+              <td class="batch-status">{b.status}</td>
+              <td class="batch-progress">{progress}</td>
+              <td class="batch-completed">{counts.completed ?? 0}</td>
+              <td class="batch-failed">{counts.failed ?? 0}</td>
+              <td class="batch-total">{counts.total ?? 0}</td>
+              <td>{new Date(b.created_at * 1000).toLocaleString()}</td>
+            </tr>
+          );
+        })}
+      </tbody>
+    </table>
+  );
+}
+
 export function Fleet({ onAuthError }) {
   const [fleet, setFleet] = useState(null);
   const [metrics, setMetrics] = useState(null);
   const [metricsNote, setMetricsNote] = useState('');
+  const [batches, setBatches] = useState(null);
+  const [batchesNote, setBatchesNote] = useState('');
   const [error, setError] = useState('');
   const [updated, setUpdated] = useState(null);
 
@@ -79,6 +116,16 @@ export function Fleet({ onAuthError }) {
           setMetrics(null);
           setMetricsNote(`not available: ${e.message}`);
         }
+      }
+      try {
+        const list = await getJson(`v1/batches?limit=${BATCHES_SHOWN}`);
+        if (!stopped) {
+          setBatches(list.data || []);
+          setBatchesNote('');
+        }
+      } catch (e) {
+        if (e instanceof AuthError) return onAuthError();
+        if (!stopped) setBatchesNote(`not available: ${e.message}`);
       }
       if (!stopped) timer = setTimeout(tick, REFRESH_MS);
     }
@@ -167,7 +214,7 @@ export function Fleet({ onAuthError }) {
       </section>
       <section>
         <h3>Batches</h3>
-        <p class="note">Not available: this server has no batch API yet.</p>
+        <Batches batches={batches} note={batchesNote} />
       </section>
       <p class="updated">{updated ? `updated ${updated.toLocaleTimeString()}` : ''}</p>
     </main>

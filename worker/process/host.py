@@ -25,8 +25,8 @@ from redis.exceptions import RedisError
 
 from scheduler.catalog import ModelEntry
 from scheduler.common_settings import redis_url_of
-from scheduler.config.settings import Option
-from scheduler.config.spec_flags import refused_names
+from scheduler.config.settings import PRESET_TRUE, preset_key, spec_flag_of_a_role
+from scheduler.config.spec_flags import SpecFlag, refused_envs, refused_names
 from scheduler.connections import open_redis
 from scheduler.contract import keys
 from scheduler.fleet_models import (
@@ -38,6 +38,7 @@ from scheduler.fleet_models import (
     status_event,
 )
 from scheduler.placement import HostState
+from scheduler.redis_clock import stamp
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -59,40 +60,42 @@ class PresetError(ValueError):
 
 def preset_argv(options: dict[str, str]) -> list[str]:
     """A model's preset options as worker flags (keys: long names without dashes, short names
-    or environment variable names; booleans as true/false)."""
-    by_name: dict[str, Option] = {}
-    by_env: dict[str, Option] = {}
-    for option in WorkerSettings.options():
-        for flag_name in (*option.flags, *option.negative):
-            by_name[flag_name] = option
-        if option.env:
-            by_env[option.env] = option
-    refused = refused_names()
+    or environment variable names; booleans as true/false). The api pods apply the options of
+    theirs (`chat-template`, `jinja`, ...): the worker leaves them."""
+    refused, refused_env = refused_names(), refused_envs()
     argv: list[str] = []
     for key, value in options.items():
-        env_option = by_env.get(key)
-        name: str | None = env_option.flags[0] if env_option else next(
-            (n for n in (f"--{key}", f"-{key}") if n in by_name or n in refused), None)
-        if name is None:
-            raise PresetError(f"preset option {key!r} is not a worker flag (per-model api "
-                              "options are not supported)")
-        if name in refused:
-            argv.append(name)  # the parser refuses it, naming it and why
-            continue
-        option = by_name[name]
-        if option.is_switch:
-            on = value.strip().lower() in ("true", "1", "on", "yes", "enabled")
-            if name in option.negative:
-                on = not on
-            if on:
-                argv.append(option.flags[0])
-            elif option.negative:
-                argv.append(option.negative[0])
-            else:
-                raise PresetError(f"preset option {key!r} cannot be turned off")
+        found = preset_key(WorkerSettings, key)
+        if found is None:
+            row = refused_env.get(key) or next(
+                (refused[n] for n in (f"--{key}", f"-{key}") if n in refused), None)
+            if row is not None:
+                if not preset_is_off(row, key, value):
+                    argv.append(row.names[0])  # the parser refuses it, naming it and why
+                continue  # an off value of an unbuilt feature: a no-op
+            if spec_flag_of_a_role(key):
+                continue  # an api pod's option
+            raise PresetError(f"preset option {key!r} is not a flag of llama-server or llamaq")
+        option = found.option
+        if not option.is_switch:
+            argv += [found.name, value]
+        elif found.switch_on(value):
+            argv.append(option.flags[0])
+        elif option.negative:
+            argv.append(option.negative[0])
         else:
-            argv += [name, value]
+            raise PresetError(f"preset option {key!r} cannot be turned off")
     return argv
+
+
+def preset_is_off(row: SpecFlag, key: str, value: str) -> bool:
+    """Whether a refused flag's preset option only turns its feature off (a no-op)."""
+    if key == row.env:
+        return row.env_is_off({key: value})
+    name = next(n for n in (f"--{key}", f"-{key}") if n in row.names)
+    if row.switch or row.off_names:  # a switch: true/false, its negative names invert
+        return (value.strip().lower() in PRESET_TRUE) == (name in row.off_names)
+    return row.is_off(name, value)
 
 
 def model_argv(entry: ModelEntry, own: Sequence[str], host_id: str) -> list[str]:
@@ -288,7 +291,7 @@ class WorkerHost:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.host_info(self.host_id), self.info.model_dump_json(),
                      ex=keys.HEARTBEAT_TTL_S)
-            pipe.zadd(keys.HOSTS, {self.host_id: time.time()})
+            stamp(pipe, keys.HOSTS, self.host_id)
             await pipe.execute()
 
     async def _claim_done(self, model: str | None) -> None:

@@ -31,6 +31,7 @@ from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
 from scheduler.decision_meta import output_modalities
 from scheduler.leases import Leases, count_failure
+from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 from worker.decision_plan import decision_caps
@@ -75,9 +76,6 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
-    if settings.sleep_idle_seconds >= 0 and embedding_mode(settings):
-        raise ModelLoadError("--sleep-idle-seconds is not built for --embedding or --rerank "
-                             "workers (only completion workers sleep)")
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
@@ -150,7 +148,8 @@ class WorkerRuntime:
                 "output_modalities": output_modalities(parts.decision_caps)}),
             default_settings=parts.engine.default_settings(), started_at=time.time(),
             embedding=parts.embedder is not None,
-            pooling=parts.embedder.pooling if parts.embedder else None))
+            pooling=parts.embedder.pooling if parts.embedder else None,
+            build_info=llama_build_info()))
         registry = Registry(parts.redis)
         sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
         self._arq_workers = self._queues(pool, JobRunner(parts, sleeper))

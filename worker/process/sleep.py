@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from scheduler.contract import keys
 from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
+from worker.embedder import Embedder
 from worker.jobs.parts import WorkerParts
 from worker.process.loops import RegistryEntry
 from worker.process.startup import load_model, new_engine
@@ -85,6 +86,11 @@ def reload_engine(parts: WorkerParts) -> None:
     engine.metrics = old.metrics
     engine.on_slots_changed = old.on_slots_changed
     engine.start()
+    if parts.embedder is not None:  # an embedding or rerank worker: its embedder too
+        embedder = Embedder(model)
+        embedder.metrics = parts.embedder.metrics
+        embedder.start()
+        parts.embedder = embedder
     parts.model, parts.engine = model, engine
 
 
@@ -136,6 +142,8 @@ class Sleeper:
     def _unload(self) -> None:
         engine = self._parts.engine
         engine.stop()
+        if self._parts.embedder is not None:
+            self._parts.embedder.stop()
         for slot in engine.slots:  # their KV is gone with the context
             slot.tokens.clear()
         engine.model.close()

@@ -139,9 +139,14 @@ def new_engine(s: WorkerSettings, model: LoadedModel, model_id: str, worker_id: 
 def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineDefaults:
     """The server-wide settings a request falls back on."""
     given = s.sampling  # the flags, declared by SamplingSettings itself
+    breakers: list[str] = []
+    for breaker in given.dry_sequence_breakers:  # "none" clears those before it (llama.cpp)
+        if breaker == "none":
+            breakers.clear()
+        else:
+            breakers.append(flags.process_escapes(breaker) if s.escape else breaker)
     sampling = given.model_copy(update={
-        "dry_sequence_breakers": [flags.process_escapes(b) if s.escape else b
-                                  for b in given.dry_sequence_breakers],
+        "dry_sequence_breakers": breakers,
         "seed": DEFAULT_SEED if given.seed < 0 else given.seed,
         "samplers": normalize_samplers(flags.sampler_names(s)),
     })
@@ -154,6 +159,7 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           grammar=grammar, logit_bias=flags.default_logit_bias(s),
                           cont_batching=s.cont_batching, spm_infill=s.spm_infill,
                           context_shift=s.context_shift, cache_reuse=s.cache_reuse,
+                          slot_similarity=s.slot_prompt_similarity,
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,

@@ -24,7 +24,7 @@ from api.endpoints.anthropic.render import (
 )
 from api.fleet import Fleet
 from api.media.refs import media_refs
-from api.router import request_model
+from api.router import request_model, request_settings
 from api.routing import Routes
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
@@ -41,7 +41,7 @@ routes = Routes("anthropic")
 
 
 def _settings(request: Request) -> ApiSettings:
-    settings: ApiSettings = request.app.ctx.settings
+    settings = request_settings(request)
     return settings
 
 

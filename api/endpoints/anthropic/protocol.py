@@ -13,12 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from api.body import drop_nulls
 from api.chat.messages import ToolChoice as OpenAIToolChoice
 from api.chat.messages import media_not_supported
 from scheduler.contract.jobs import CompletionJob, SamplingParams
+from scheduler.contract.limits import ping_seconds
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 10000
@@ -165,7 +166,7 @@ class MessagesRequest(_Block):
     top_k: int | None = Field(default=None, ge=0)
     stop_sequences: list[str] = Field(default_factory=list)
     stream: bool = False
-    sse_ping_interval: float | None = None
+    sse_ping_interval: Annotated[float | None, AfterValidator(ping_seconds)] = None
     tools: list[ToolParam] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None

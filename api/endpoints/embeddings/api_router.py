@@ -1,5 +1,7 @@
 """/embedding, /embeddings, /v1/embeddings and /rerank (with /reranking, /v1/rerank,
-/v1/reranking): one job per request, all its inputs in it, on the model's embedding workers.
+/v1/reranking): the inputs of a request in one job, on the model's embedding workers; requests
+that arrive while this pod's embedding job for the model is in flight go together in the next
+one (api/embedding_batcher.py).
 
 A model serves what its workers were started for (scheduler/registry.py
 WorkerInfo.capabilities): embeddings on a completion model, or a rerank on a model without rank
@@ -29,7 +31,7 @@ async def _embeddings(request: Request, oai_route: bool) -> HTTPResponse:
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a "
                              "different pooling type")
     body = parse_body(request, EmbeddingsRequest).read(oai_route)
-    result = await fleet.jobs.run_embedding(body.to_job(model_id))
+    result = await fleet.embeddings.embed(body.to_job(model_id))
     if not body.oai:
         return json(native_embeddings_json(result))
     model = body.model if isinstance(body.model, str) else model_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from sanic import Request
@@ -15,11 +16,12 @@ from api.endpoints.native.render import model_card
 from api.router import RUNNING, ModelRouter
 from api.routing import Routes
 from api.sse import open_stream
-from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
+from scheduler.contract.errors import InvalidRequest, NotFound, ServerError, Unavailable
 from scheduler.downloads import DownloadBoard, incomplete_sidecars
 from scheduler.fleet_models import status_of
 from scheduler.placement import AlreadyRunning, NoCapacity
 
+log = logging.getLogger(__name__)
 routes = Routes("models_api")
 SSE_KEEPALIVE_S = 15.0
 
@@ -101,8 +103,11 @@ async def load(request: Request) -> HTTPResponse:
     except AlreadyRunning:
         raise InvalidRequest("model is already running") from None
     except NoCapacity as exc:
-        raise Unavailable(f"cannot load model '{entry.name}' now: {exc}",
-                          retry_after_s=5) from None
+        if not await router.models.hosts():  # no worker can ever load it: a setup to fix
+            raise Unavailable(f"cannot load model '{entry.name}' now: {exc}",
+                              retry_after_s=5) from None
+        log.info("model %s: no room to load it (%s)", entry.name, exc)
+        raise ServerError("model limit reached, try again later") from None  # llama-server's
     return json({"success": True})
 
 

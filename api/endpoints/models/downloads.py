@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 
 from huggingface_hub.errors import HFValidationError
@@ -23,7 +24,7 @@ from sanic.response import HTTPResponse, json
 from api.body import parse_body
 from api.routing import Routes
 from api.settings import ApiSettings
-from scheduler.contract.errors import InvalidRequest, NotFound
+from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
 from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageError, open_store
 from storage.hf import (
@@ -45,6 +46,8 @@ routes = Routes("model_files")
 
 STOP_WAIT_S = 30.0
 """How long DELETE waits for a running download of the model to stop."""
+UNLOAD_WAIT_S = 60.0
+"""How long a DELETE of a running model waits for its workers to stop (they drain first)."""
 
 
 class DownloadRequest(BaseModel):
@@ -166,6 +169,19 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -
     return victims
 
 
+async def _unload_first(request: Request, name: str) -> None:
+    """A running model is stopped before its files go, as llama-server's router stops the
+    instance; a worker started with the model (`-m`, `-hf`) serves it for life: refused."""
+    router = request.app.ctx.router
+    if router is None or not await router.models.unload(name):
+        raise InvalidRequest(f"model '{name}' is loaded: unload it before deleting it")
+    deadline = time.monotonic() + UNLOAD_WAIT_S
+    while await request.app.ctx.fleet.workers(name, fresh=True):
+        if time.monotonic() > deadline:
+            raise Unavailable(f"model '{name}' is still stopping; retry the delete")
+        await asyncio.sleep(0.2)
+
+
 @routes.delete("/models")
 async def delete_models(request: Request) -> HTTPResponse:
     name = (request.args.get("model") or "").strip()
@@ -176,7 +192,7 @@ async def delete_models(request: Request) -> HTTPResponse:
         _check_sidecars([sidecar])
     fleet = request.app.ctx.fleet
     if await fleet.workers(name, fresh=True):
-        raise InvalidRequest(f"model '{name}' is loaded: unload it before deleting it")
+        await _unload_first(request, name)
     board = DownloadBoard(fleet.redis)
     downloads = _downloads(request.app)
     if await board.request_stop(name):

@@ -18,10 +18,11 @@ from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
+from scheduler.llama_build import llama_build_info, llamaq_version
+from scheduler.metrics_window import scrape
 from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
 
 routes = Routes("monitor")
-BUILD_INFO = "llamaq-0.1.0 (llama-cpp-python 0.3.36)"
 
 
 @routes.get("/slots", name="slots")
@@ -47,11 +48,13 @@ async def metrics(request: Request) -> HTTPResponse:
         raise NotSupported(
             "This server does not support metrics endpoint. Start it with `--metrics`")
     fleet: Fleet = request.app.ctx.fleet
-    workers = await fleet.workers(request_model(request), fresh=True)
-    counters = await fleet.registry.metrics([w.worker_id for w in workers])
-    queue = await fleet.queue_stats(request_model(request), workers)
+    model_id = request_model(request)
+    workers = await fleet.workers(model_id, fresh=True)
+    counters = await fleet.registry.metrics_by_worker([w.worker_id for w in workers])
+    queue = await fleet.queue_stats(model_id, workers)
+    window = await scrape(fleet.redis, model_id, counters)
     started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
-    return raw(render_metrics(counters, queue), content_type=CONTENT_TYPE,
+    return raw(render_metrics(list(counters.values()), queue, window), content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
 
@@ -114,7 +117,8 @@ async def props(request: Request) -> HTTPResponse:
                        for key in ("vision", "video", "audio")},
         "media_marker": first.meta.media_marker,
         "decisions": _decisions_json(first.meta),
-        "build_info": BUILD_INFO,
+        "build_info": first.build_info,
+        "llamaq_version": llamaq_version(),
         "is_sleeping": fleet_sleeping(workers),
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
@@ -152,7 +156,8 @@ def _router_props(request: Request, settings: ApiSettings) -> dict[str, Any]:
         "model_path": "none",
         "default_generation_settings": {"params": {}, "n_ctx": 0},
         "ui_settings": request.app.ctx.ui_settings,
-        "build_info": BUILD_INFO,
+        "build_info": llama_build_info(),
+        "llamaq_version": llamaq_version(),
         "cors_proxy_enabled": False,
     }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler.metrics_window import Throughput
 from scheduler.registry import WorkerMetrics
 
 PREFIX = "llamacpp:"
@@ -54,6 +55,8 @@ def counters(workers: list[WorkerMetrics]) -> list[Series]:
         Series("prompt_tokens_total",
                "Number of prompt tokens processed, excluding cached tokens",
                total("prompt_tokens_total")),
+        Series("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+               total("prompt_tokens_cached_total")),
         Series("prompt_seconds_total", "Total time spent processing prompts",
                total("prompt_seconds_total")),
         Series("tokens_predicted_total", "Number of generation tokens processed",
@@ -73,16 +76,15 @@ def counters(workers: list[WorkerMetrics]) -> list[Series]:
     ]
 
 
-def gauges(workers: list[WorkerMetrics], queue: QueueStats) -> list[Series]:
+def gauges(workers: list[WorkerMetrics], queue: QueueStats, window: Throughput) -> list[Series]:
     def total(field: str) -> float:
         return float(sum(getattr(w, field) for w in workers))
 
-    prompt_s, predicted_s = total("prompt_seconds_total"), total("tokens_predicted_seconds_total")
     return [
         Series("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
-               total("prompt_tokens_total") / prompt_s if prompt_s else 0.0),
+               window.prompt_per_second),
         Series("predicted_tokens_seconds", "Average generation throughput in tokens/s",
-               total("tokens_predicted_total") / predicted_s if predicted_s else 0.0),
+               window.predicted_per_second),
         Series("requests_processing", "Number of requests processing",
                total("requests_processing")),
         Series("requests_deferred", "Number of requests deferred",
@@ -122,10 +124,14 @@ def _ours(queue: QueueStats) -> list[str]:
     return lines
 
 
-def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None) -> bytes:
+def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None,
+                   window: Throughput | None = None) -> bytes:
+    """`window`: the work since the last scrape (scheduler/metrics_window.py), which the two
+    throughput gauges average, as llama-server's buckets do."""
     queue = queue or QueueStats()
     lines: list[str] = []
-    for kind, items in (("counter", counters(workers)), ("gauge", gauges(workers, queue))):
+    for kind, items in (("counter", counters(workers)),
+                        ("gauge", gauges(workers, queue, window or Throughput()))):
         for item in items:
             lines += [f"# HELP {PREFIX}{item.name} {item.help}",
                       f"# TYPE {PREFIX}{item.name} {kind}",

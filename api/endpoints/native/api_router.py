@@ -20,9 +20,8 @@ from api.endpoints.native.protocol import (
 from api.endpoints.native.render import completion_json, model_card, ollama_model_json, partial_json
 from api.fleet import Fleet
 from api.media.prompts import attach_prompt_media
-from api.router import request_model
+from api.router import request_model, request_settings
 from api.routing import Routes
-from api.settings import ApiSettings
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.contract.jobs import CompletionJob
@@ -62,7 +61,7 @@ async def models(request: Request) -> HTTPResponse:
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
-    settings: ApiSettings = request.app.ctx.settings
+    settings = request_settings(request)
     card = model_card(model_id, int(request.app.ctx.started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
                       aliases=settings.alias, tags=settings.tags,
@@ -79,7 +78,7 @@ async def _offline_modalities(request: Request) -> list[str]:
     """The model file's output modalities from its GGUF header, when the file is here (a
     native decision model shows "decisions" before any worker loaded it); read once per file
     version."""
-    settings: ApiSettings = request.app.ctx.settings
+    settings = request_settings(request)
     path = Path(settings.model) if settings.model else None
     if path is None or not path.is_file():
         return ["text"]

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from api.body import drop_nulls
 from scheduler.contract import limits
@@ -90,7 +97,7 @@ class CompletionRequest(SamplingParams):
     response_fields: list[str] = Field(default_factory=list)
     n_cmpl: int = Field(default=1, ge=1)
     n_cache_reuse: int | None = Field(default=None, ge=0)
-    sse_ping_interval: float | None = None
+    sse_ping_interval: Annotated[float | None, AfterValidator(limits.ping_seconds)] = None
     """Seconds between SSE ping comments of this stream (<= 0: none); None: the server's."""
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""

@@ -11,7 +11,7 @@ from sanic import Request
 
 from api.endpoints.openai.render import Envelope, random_id
 from api.fleet import Fleet
-from api.router import request_model
+from api.router import request_model, request_settings
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.contract.errors import ServerError
@@ -40,7 +40,7 @@ class OpenAIContext:
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
-        return cls(request, request.app.ctx.fleet, request.app.ctx.settings,
+        return cls(request, request.app.ctx.fleet, request_settings(request),
                    media_store=request.app.ctx.store)
 
     @property

@@ -14,9 +14,8 @@ from api.endpoints.systemone.prompt import decision_job
 from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import systemone_json
 from api.fleet import Fleet
-from api.router import request_model
+from api.router import request_model, request_settings
 from api.routing import Routes
-from api.settings import ApiSettings
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest, NotSupported
 from scheduler.contract.results import DecisionResult, expect_result
@@ -27,7 +26,7 @@ routes = Routes("systemone")
 @routes.post("/v1/systemone", name="systemone", body=SystemOneRequest)
 async def answer(request: Request) -> HTTPResponse:
     body = parse_body(request, SystemOneRequest)
-    settings: ApiSettings = request.app.ctx.settings
+    settings = request_settings(request)
     fleet: Fleet = request.app.ctx.fleet
     model_id = request_model(request)
     workers, able = await fleet.placement.deciding(model_id)

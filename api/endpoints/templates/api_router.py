@@ -14,9 +14,8 @@ from api.chat.prepare import media_input
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.fleet import Fleet
 from api.media.sources import media_bytes
-from api.router import request_model
+from api.router import request_model, request_settings
 from api.routing import Routes
-from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
 from scheduler.registry import ModelMeta
 
@@ -37,7 +36,7 @@ class ApplyTemplateRequest(BaseModel):
 @routes.post("/apply-template", body=ApplyTemplateRequest)
 async def apply_template(request: Request) -> HTTPResponse:
     body = parse_body(request, ApplyTemplateRequest)
-    settings: ApiSettings = request.app.ctx.settings
+    settings = request_settings(request)
     fleet: Fleet = request.app.ctx.fleet
     workers = await fleet.placement.workers(request_model(request))
     if body.continue_final_message and body.add_generation_prompt:
