@@ -167,6 +167,10 @@ class ApiSettings(RoleSettings):
                                     env="LLAMA_ARG_REASONING_PRESERVE",
                                     negative=("--no-reasoning-preserve",),
                                     help="preserve reasoning trace in the full history")
+    media_path: str | None = flag(None, "--media-path",
+                                  help="directory for loading local media files; files can be "
+                                  "accessed via file:// URLs using relative paths (read by the "
+                                  "api pods, api/media/)")
     tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")

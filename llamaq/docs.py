@@ -48,6 +48,7 @@ LIFETIMES: dict[str, str] = {
     "job_cancel": f"{keys.CANCEL_TTL_S} s",
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
     "model_counters": "kept (counters)",
+    "media_marker": "kept (one marker for the model's fleet)",
     "metrics_window": f"{keys.METRICS_WINDOW_TTL_S} s after the last /metrics scrape",
     "job_event_log": f"{keys.EVENT_LOG_TTL_S} s after its last event; at most "
                      f"{keys.EVENT_LOG_MAXLEN} entries",

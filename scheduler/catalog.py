@@ -94,6 +94,8 @@ class ModelEntry(BaseModel):
             args += ["-hf", self.hf_repo]
         if self.hf_file:
             args += ["-hff", self.hf_file]
+        if self.mmproj:
+            args += ["-mm", self.mmproj]
         args += ["--alias", self.name]
         for key, value in self.options.items():
             args += option_words(key, value)

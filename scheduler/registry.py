@@ -27,6 +27,13 @@ class ModelMeta(BaseModel):
     output_modalities: list[str] = ["text"]
     decisions: DecisionCaps | None = None
     """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""
+    modalities: dict[str, bool] = {"vision": False, "audio": False, "video": False}
+    """What its multimodal projector takes (-mm/--mmproj; none: all False)."""
+    media_marker: str = ""
+    """The marker a prompt holds where each media item goes (/props media_marker)."""
+
+    def takes_media(self) -> bool:
+        return bool(self.modalities.get("vision") or self.modalities.get("audio"))
 
 
 class LoraAdapterInfo(BaseModel):

@@ -178,15 +178,17 @@ class ModelFiles:
         return paths[0]
 
     def hf_plan(self, repo: str, file: str | None = None, token: str | None = None,
-                sidecars: tuple[str, ...] = ()) -> HubPlan:
+                sidecars: tuple[str, ...] = (), sidecars_optional: bool = False) -> HubPlan:
         """Which files `repo` names. The object store answers when it holds exactly what the
         Hub would pick (an explicit file or tag, or the default Q4_K_M, and every sidecar
-        asked for): no Hub round trip, so a machine without internet starts from the store.
-        Else the Hub's listing; if the Hub fails, whatever the store holds of the repo."""
+        asked for, or with `sidecars_optional` those it has: -hf's own mmproj, which the
+        machine that first fetched the model put in the store with it): no Hub round trip,
+        so a machine without internet starts from the store. Else the Hub's listing; if the
+        Hub fails, whatever the store holds of the repo."""
         repo_id, tag = split_repo_tag(repo)
         stored = self._store_plan(repo_id, tag, file, sidecars)
         if stored is not None and (file or tag or DEFAULT_TAG in stored.primary.path.upper()) \
-                and len(stored.sidecars) == len(sidecars):
+                and (sidecars_optional or len(stored.sidecars) == len(sidecars)):
             return stored
         try:
             return self._hub(token).plan(repo, file, sidecars)

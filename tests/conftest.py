@@ -29,6 +29,20 @@ def gemma_path() -> Path:
     return default_model_path(Path.home() / ".cache" / "llamaq-tests")
 
 
+@pytest.fixture(scope="session")
+def tiny_mmproj_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny gemma3 vision projector for Gemma 3 270M (tests/tiny_mmproj.py)."""
+    from tests.tiny_mmproj import write_tiny_mmproj
+    return write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-tiny-gemma3.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_audio_mmproj_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny qwen2a audio projector for Gemma 3 270M (tests/tiny_mmproj.py)."""
+    from tests.tiny_mmproj import write_tiny_audio_mmproj
+    return write_tiny_audio_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-tiny-qwen2a.gguf")
+
+
 MINILM_FILE = "all-MiniLM-L6-v2-f32.gguf"
 
 

@@ -45,6 +45,7 @@ from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
+from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
@@ -108,9 +109,11 @@ class Engine:
         self._thread.join()
         self._batch.free()
 
-    def prepare(self, job: CompletionJob, resumed: Continuation | None = None) -> Request:
-        """The job as a Request (`resumed`: it continues where a dead worker stopped)."""
-        return prepare_request(job, self.model, self.defaults, len(self.slots), resumed)
+    def prepare(self, job: CompletionJob, resumed: Continuation | None = None,
+                media: list[bytes] | None = None) -> Request:
+        """The job as a Request (`resumed`: it continues where a dead worker stopped;
+        `media`: the bytes of its media, in order)."""
+        return prepare_request(job, self.model, self.defaults, len(self.slots), resumed, media)
 
     def submit(self, request: Request) -> None:
         self._inbox.submit(request)
@@ -214,6 +217,8 @@ class Engine:
         same_set = self._sets.claim(self._kv, self.slots, slot, self._sets.of(request.job))
         n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
                                         request.cache_prompt, request.cache_reuse)
+        if request.media is not None:
+            n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
@@ -225,6 +230,40 @@ class Engine:
             active.probs = list(request.resumed.probs)
             active.earlier_predicted_ms = request.resumed.predicted_ms
         return active
+
+    def _reuse_whole_media(self, media: MediaPrompt, slot: SlotCache, n_reuse: int) -> int:
+        """A media chunk is cached whole or not at all: back off to its start."""
+        span = media.span_over(n_reuse)
+        if span is None:
+            return n_reuse
+        self._kv.remove(slot.slot_id, span.start, -1)
+        del slot.tokens[span.start:]
+        return span.start
+
+    def _evaluate_media(self, runs: list[SlotRun], events: list[JobEvent]) -> None:
+        """The media chunks that come next in a prefilling run's prompt, each in a decode of
+        its own (worker/media.py): the text before them was decoded in an earlier step."""
+        projector = self.model.projector
+        for active in runs:
+            media = active.request.media
+            if media is None or projector is None or not active.prefilling:
+                continue
+            try:
+                while (span := media.span_at(active.prompt_done)) is not None:
+                    projector.evaluate(self.model.ctx, span, active.slot.slot_id,
+                                       self.model.plan.n_batch)
+                    active.slot.tokens.extend(active.request.prompt_tokens[span.start:span.end])
+                    active.prompt_done = span.end
+                    self.metrics.n_decode_total += 1
+            except Exception as error:  # one request's media must not stop the engine
+                kv_moves.clear(self._kv, active.slot)
+                self._fail_one(active, error, events)
+
+    def _prompt_end(self, active: SlotRun) -> int:
+        """Where this step's prompt tokens of a run may go up to: its next media chunk."""
+        media = active.request.media
+        return len(active.request.prompt_tokens) if media is None \
+            else media.text_end(active.prompt_done)
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):
@@ -248,17 +287,18 @@ class Engine:
         runs = self._sets.step_group(runs, bool(self.decisions.runs))  # one adapter set
         if any(a.prefilling and not a.request.job.background for a in runs):
             runs = [a for a in runs if not a.request.job.background]
+        if any(a.request.media is not None for a in runs):
+            self._evaluate_media(runs, events)
+            runs = [a for a in runs if a.slot.slot_id in self._active]
         for active in runs:
             if not active.prefilling:
                 n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
         n_batch = self.model.plan.n_batch
         online = [a for a in runs if a.prefilling and not a.request.job.background]
         background = [a for a in runs if a.prefilling and a.request.job.background]
-        ends = prompt_chunks(n, [(a.prompt_done, len(a.request.prompt_tokens))
-                                 for a in online], n_batch)
+        ends = prompt_chunks(n, [(a.prompt_done, self._prompt_end(a)) for a in online], n_batch)
         n_online = n + sum(end - a.prompt_done for a, end in zip(online, ends, strict=True))
-        ends += prompt_chunks(0, [(a.prompt_done, len(a.request.prompt_tokens))
-                                  for a in background],
+        ends += prompt_chunks(0, [(a.prompt_done, self._prompt_end(a)) for a in background],
                               min(n_batch - n_online, self.speed.background_prompt_tokens(n_batch)))
         prefilling = online + background
         for active, end in zip(prefilling, ends, strict=True):

@@ -28,3 +28,11 @@ def _to_logging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 def route_llama_logs() -> None:
     lc.llama_log_set(_to_logging, ctypes.c_void_p(0))
+
+
+def route_mtmd_logs() -> None:
+    """The multimodal library's lines (worker/media.py) the same way."""
+    from llama_cpp import mtmd_cpp
+
+    mtmd_cpp.mtmd_log_set(_to_logging, ctypes.c_void_p(0))
+    mtmd_cpp.mtmd_helper_log_set(_to_logging, ctypes.c_void_p(0))

@@ -19,6 +19,7 @@ import llama_cpp as lc
 from scheduler.registry import ModelMeta
 from worker.llama_logs import route_llama_logs
 from worker.lora import LoraAdapters
+from worker.media import Projector
 from worker.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class LoadedModel:
         self.adapter_files: dict[str, Path] = {}
         """The local files of its adapter and control vector sources (loaded again on wake)."""
         self.plan = plan
+        self.projector: Projector | None = None
+        """-mm/--mmproj: the multimodal projector (worker/process/startup.py loads it)."""
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,
                               plan.n_ctx_slot_cap or self.n_ctx_train)
@@ -129,7 +132,7 @@ class LoadedModel:
     def meta(self) -> ModelMeta:
         template = lc.llama_model_chat_template(self.model, None)
         vocab = self.vocab
-        return ModelMeta(
+        return ModelMeta(  # the projector's modalities and marker when -mm loaded one
             vocab_type=lc.llama_vocab_type(lc.llama_model_get_vocab(self.model)),
             n_vocab=vocab.n_tokens,
             n_ctx_train=self.n_ctx_train,
@@ -139,9 +142,13 @@ class LoadedModel:
             chat_template=template.decode("utf-8", errors="replace") if template else None,
             bos_token=vocab.text_of(vocab.bos) if vocab.bos >= 0 else "",
             eos_token=vocab.text_of(vocab.eos) if vocab.eos >= 0 else "",
-        )
+        ).model_copy(update={} if self.projector is None else {
+            "modalities": self.projector.modalities(), "media_marker": self.projector.marker})
 
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.ctx:
             lc.llama_free(self.ctx)
             self.ctx = None

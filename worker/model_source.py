@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -27,19 +28,43 @@ def model_files(settings: WorkerSettings, listener: DownloadListener | None = No
                       listener=listener, label=settings.model_id())
 
 
-def resolve_model(settings: WorkerSettings, listener: DownloadListener | None = None) -> Path:
-    """The local path of the model the settings name (blocking: run it in a thread)."""
+@dataclass(frozen=True)
+class ModelSource:
+    model: Path
+    mmproj: Path | None = None
+    """The repo's projector that -hf pulled with the model (--mmproj-auto), if any."""
+
+
+def resolve_model(settings: WorkerSettings,
+                  listener: DownloadListener | None = None) -> ModelSource:
+    """The local path of the model the settings name (blocking: run it in a thread); with -hf
+    and no -mm, the repo's mmproj too, as llama-server's --mmproj-auto (not for an embedding
+    worker, which takes no media)."""
     files = model_files(settings, listener)
     if settings.model:
-        return files.resolve(settings.model)
+        return ModelSource(files.resolve(settings.model))
     if settings.hf_repo:
-        return files.from_hf(settings.hf_repo, settings.hf_file, settings.hf_token)
+        if not wants_hub_projector(settings):
+            return ModelSource(files.from_hf(settings.hf_repo, settings.hf_file,
+                                             settings.hf_token))
+        plan = files.hf_plan(settings.hf_repo, settings.hf_file, settings.hf_token,
+                             ("mmproj",), sidecars_optional=True)
+        paths = {f.path: files.hf_file(plan.repo_id, f, settings.hf_token)
+                 for f in plan.all_files()}
+        sidecar = plan.sidecars.get("mmproj")
+        return ModelSource(paths[plan.primary.path],
+                           paths[sidecar.path] if sidecar is not None else None)
     if settings.model_url:
-        return files.from_url(settings.model_url)
-    return default_model_path(settings.model_cache_dir())
+        return ModelSource(files.from_url(settings.model_url))
+    return ModelSource(default_model_path(settings.model_cache_dir()))
 
 
-async def fetch_model(settings: WorkerSettings, redis: Redis) -> Path:
+def wants_hub_projector(settings: WorkerSettings) -> bool:
+    return (settings.mmproj_auto and settings.mmproj is None and not settings.embedding
+            and not settings.rerank)
+
+
+async def fetch_model(settings: WorkerSettings, redis: Redis) -> ModelSource:
     """resolve_model in a thread; a download from the Hub, a URL or the store is reported to
     the fleet (download_progress / download_finished / download_failed events)."""
     reporter = DownloadReporter(DownloadBoard(redis), settings.model_id(),

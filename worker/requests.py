@@ -20,6 +20,7 @@ from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, che
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.infill import infill_tokens
+from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
 from worker.slots import SIMILARITY
@@ -75,6 +76,8 @@ class Request:
     resumed: Continuation | None = None
     """Set on a continuation (its worker died, scheduler/migration.py): `prompt_tokens` are
     the prompt and the tokens generated so far, which the run starts with."""
+    media: MediaPrompt | None = None
+    """The prompt's media chunks (worker/media.py); its placeholders are in prompt_tokens."""
 
     @property
     def n_prompt(self) -> int:
@@ -84,16 +87,21 @@ class Request:
 
 
 def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefaults,
-                    n_slots: int, resumed: Continuation | None = None) -> Request:
+                    n_slots: int, resumed: Continuation | None = None,
+                    media: list[bytes] | None = None) -> Request:
     """Check the limits, tokenize and validate; raises the request's error before it takes a
     slot (the api checked the limits too: this guards what reaches llama.cpp). `resumed`:
     a continuation, whose generated tokens follow the prompt, feed the penalties and replay
     through the grammar; a sampled one draws with a seed derived from the request's and the
-    position (scheduler/migration.py)."""
+    position (scheduler/migration.py). `media`: the bytes of the job's media, in order
+    (worker/jobs/completion.py fetched them)."""
     check_completion(job, defaults.n_probs_max)
     vocab = model.vocab
     n_predict = defaults.n_predict if job.n_predict is None else job.n_predict
-    if job.infill is not None:
+    media_prompt = media_prompt_of(job, model, media or [])
+    if media_prompt is not None:
+        tokens = media_prompt.tokens
+    elif job.infill is not None:
         prompt = vocab.tokenize_prompt(job.prompt) if job.prompt else []
         tokens = infill_tokens(vocab, job.infill, prompt[1:] if prompt[:1] == [vocab.bos]
                                else prompt, model.plan.n_batch, n_predict, model.n_ctx_slot,
@@ -102,7 +110,7 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
         tokens = vocab.tokenize_prompt(job.prompt)
     if not tokens:
         raise InvalidRequest("The prompt is empty")
-    bad = [t for t in tokens if not vocab.valid(t)]
+    bad = [t for t in tokens if not vocab.valid(t) and (media_prompt is None or t >= 0)]
     if bad:
         raise InvalidRequest(f"Invalid token id {bad[0]} in the prompt")
     n_ctx = model.n_ctx_slot
@@ -127,16 +135,31 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
         biases += [(t, float("-inf")) for t in vocab.eog_tokens]
     sampler = SamplerChain(sampling, lc.llama_model_get_vocab(model.model), vocab.n_tokens,
                            biases, grammar_of(job, defaults))
-    sampler.accept_prompt(tokens)
+    sampler.accept_prompt([t for t in tokens if t >= 0] if media_prompt else tokens)
     if generated:
         sampler.replay(generated)
     cache_prompt = defaults.cache_prompt if job.cache_prompt is None else job.cache_prompt
     n_keep = defaults.n_keep if job.n_keep is None else job.n_keep
     cache_reuse = defaults.cache_reuse if job.n_cache_reuse is None else job.n_cache_reuse
     stop = [s for s in job.stop if s] or list(defaults.stop)
+    if media_prompt is not None:
+        cache_reuse = 0  # chunks are not shifted across media (llama-server: the same)
     return Request(job, tokens + generated, sampling, sampler, n_predict, cache_prompt, n_keep,
                    cache_reuse, stop, n_discard=job.n_discard or 0, logit_bias=biases,
-                   preserved=vocab.single_tokens(job.preserved_tokens), resumed=resumed)
+                   preserved=vocab.single_tokens(job.preserved_tokens), resumed=resumed,
+                   media=media_prompt)
+
+
+def media_prompt_of(job: CompletionJob, model: LoadedModel,
+                    media: list[bytes]) -> MediaPrompt | None:
+    """The job's prompt with its media through the projector; None for a text-only job."""
+    if not job.media:
+        return None
+    if model.projector is None:  # the api refuses it first (llama-server's words)
+        raise InvalidRequest("multimodal_data needs a model with a multimodal projector")
+    if job.infill is not None or not isinstance(job.prompt, str):
+        raise InvalidRequest("media needs a prompt string (not tokens, not infill)")
+    return model.projector.tokenize(job.prompt, job.media_marker, media, add_special=True)
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

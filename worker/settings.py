@@ -195,6 +195,28 @@ class WorkerSettings(RoleSettings):
     embd_normalize: int = flag(2, "--embd-normalize",
                                help="normalisation for embeddings (-1=none, 0=max absolute "
                                "int16, 1=taxicab, 2=euclidean, >2=p-norm)")
+    # multimodal (worker/media.py)
+    mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
+                              help="path to a multimodal projector file")
+    mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
+                             negative=("--no-mmproj", "--no-mmproj-auto"),
+                             help="with -hf, load the repo's multimodal projector too, if it "
+                             "has one")
+    mmproj_offload: bool = flag(True, "--mmproj-offload", env="LLAMA_ARG_MMPROJ_OFFLOAD",
+                                negative=("--no-mmproj-offload",),
+                                help="whether to enable GPU offloading for the multimodal "
+                                "projector")
+    image_min_tokens: int = flag(-1, "--image-min-tokens", env="LLAMA_ARG_IMAGE_MIN_TOKENS",
+                                 help="minimum number of tokens each image can take, only "
+                                 "used by vision models with dynamic resolution (-1: the "
+                                 "model's)")
+    image_max_tokens: int = flag(-1, "--image-max-tokens", env="LLAMA_ARG_IMAGE_MAX_TOKENS",
+                                 help="maximum number of tokens each image can take, only "
+                                 "used by vision models with dynamic resolution (-1: the "
+                                 "model's)")
+    mtmd_batch_max_tokens: int = flag(-1, "--mtmd-batch-max-tokens",
+                                      help="the most tokens mtmd encodes in one batch (-1: "
+                                      "mtmd's default)")
     # ours
     decisions: bool = flag(False, "--decisions", env="LLAMAQ_DECISIONS",
                            negative=("--no-decisions",),

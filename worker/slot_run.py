@@ -59,6 +59,9 @@ class SlotRun:
         token costs no decode step, so the generation rates are over n - 1 steps."""
         prompt_n = self.prompt_done - self.n_cached
         prompt_ms = (self.t_prompt_last - self.t_start) * 1000 if self.t_prompt_last else 0.0
+        media = self.request.media
+        if media is not None and prompt_ms:  # encoded before the slot started (worker/media.py)
+            prompt_ms += media.encode_ms
         predicted_n = len(self.generated)
         steps = max(0, predicted_n - 1)
         predicted_ms = self.earlier_predicted_ms + (

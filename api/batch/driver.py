@@ -79,6 +79,7 @@ class BatchDriver:
         self.batches = Batches(fleet.redis)
         self.files = FileStore(store)
         self.chunks = ChunkStore(store)
+        self.store = store
         self.token = secrets.token_hex(8)
         self._driving: dict[str, asyncio.Task[None]] = {}
 
@@ -244,7 +245,8 @@ class BatchRun:
         todo = [i for i in range(plan.n_chunks) if i not in done]
         model_id = record.fleet_model or self.driver.settings.model_id()
         context = OpenAIContext(None, self.driver.fleet, self.driver.settings,
-                                queue=keys.batch_queue(model_id), model=model_id)
+                                queue=keys.batch_queue(model_id), model=model_id,
+                                media_store=self.driver.store)
         limit = _Limit()
         watcher = asyncio.create_task(self._watch(record, limit))
         running: set[asyncio.Task[None]] = set()

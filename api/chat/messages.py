@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +30,21 @@ _MEDIA_KINDS = {
     "video_url": "video",
     "file": "file",
 }
+
+
+@dataclass
+class MediaInput:
+    """What a model with a multimodal projector takes, and the media a request's messages
+    hold: each media part becomes `marker` in the text and its URL or data goes to `sources`
+    (api/media/ reads them), as llama-server's oaicompat_content_load_media."""
+
+    marker: str
+    vision: bool = False
+    audio: bool = False
+    sources: list[str] = field(default_factory=list)
+
+    def takes(self, kind: str) -> bool:
+        return (kind == "image" and self.vision) or (kind == "audio" and self.audio)
 
 
 class _Wire(BaseModel):
@@ -164,7 +179,7 @@ def media_not_supported(kind: str) -> ServerError:
 # messages
 
 
-def _check_raw_message(index: int, raw: Any) -> None:
+def _check_raw_message(index: int, raw: Any, media: MediaInput | None = None) -> None:
     """llama-server's checks on a message as JSON, before the model sees it."""
     if not isinstance(raw, Mapping):
         raise InvalidRequest(f"Expected 'message' to be an object, got {_dump(raw)}")
@@ -182,8 +197,10 @@ def _check_raw_message(index: int, raw: Any) -> None:
         if not isinstance(part, Mapping) or "type" not in part:
             raise InvalidRequest(f"Missing content part type: {_dump(part)}")
         kind = part["type"]
-        if kind in _MEDIA_KINDS:
+        if kind in _MEDIA_KINDS and (media is None or not media.takes(_MEDIA_KINDS[kind])):
             raise _not_supported(_MEDIA_KINDS[kind])
+        if kind in _MEDIA_KINDS:
+            continue
         if kind != "text":
             raise InvalidRequest(f"Unsupported content part type: {_dump(kind)}")
         if not isinstance(part.get("text"), str):
@@ -192,27 +209,46 @@ def _check_raw_message(index: int, raw: Any) -> None:
             )
 
 
-def _to_model(index: int, message: ChatMessageIn | Mapping[str, Any]) -> ChatMessageIn:
+def _to_model(index: int, message: ChatMessageIn | Mapping[str, Any],
+              media: MediaInput | None = None) -> ChatMessageIn:
     if isinstance(message, ChatMessageIn):
         return message
-    _check_raw_message(index, message)
+    _check_raw_message(index, message, media)
     try:
         return ChatMessageIn.model_validate(message)
     except ValidationError as exc:
         raise InvalidRequest(_errors(exc, f"messages[{index}]")) from None
 
 
-def _content_text(message: ChatMessageIn) -> str:
-    """Content as one string: text parts joined with newlines, as llama.cpp does."""
+def _content_text(message: ChatMessageIn, media: MediaInput | None = None) -> str:
+    """Content as one string: text parts joined with newlines, as llama.cpp does; a media
+    part is the media marker (its source noted in `media`), with no newline before or after
+    it (llama.cpp's concat_content_parts)."""
     content = message.content
     if content is None or isinstance(content, str):
         return content or ""
-    texts = []
+    text = ""
+    after_marker = False
     for part in content:
-        if not isinstance(part, TextPart):
-            raise _not_supported(_MEDIA_KINDS[part.type])
-        texts.append(part.text)
-    return "\n".join(texts)
+        if isinstance(part, TextPart):
+            text += ("\n" if text and not after_marker else "") + part.text
+            after_marker = False
+            continue
+        kind = _MEDIA_KINDS[part.type]
+        if media is None or not media.takes(kind):
+            raise _not_supported(kind)
+        media.sources.append(_media_source(part))
+        text += media.marker
+        after_marker = True
+    return text
+
+
+def _media_source(part: ContentPart) -> str:
+    if isinstance(part, ImageUrlPart):
+        return part.image_url if isinstance(part.image_url, str) else part.image_url.url
+    if isinstance(part, InputAudioPart):
+        return part.input_audio.data
+    raise _not_supported(_MEDIA_KINDS.get(part.type, "file"))
 
 
 def _tool_call_dict(call: ToolCallIn) -> dict[str, Any]:
@@ -247,7 +283,8 @@ def _check_message(index: int, message: ChatMessageIn, content_given: bool) -> N
         raise InvalidRequest(f"messages[{index}]: a 'tool' message must have a 'tool_call_id'")
 
 
-def validate_messages(messages: Any, allow_empty: bool = False) -> list[dict[str, Any]]:
+def validate_messages(messages: Any, allow_empty: bool = False,
+                      media: MediaInput | None = None) -> list[dict[str, Any]]:
     """Check the request's messages; return them as plain dicts for the chat template.
 
     Each dict has `role` and `content` (a string: text parts joined with "\\n"; "" for an
@@ -260,10 +297,10 @@ def validate_messages(messages: Any, allow_empty: bool = False) -> list[dict[str
         raise InvalidRequest("'messages' must contain at least one message")
     out = []
     for index, raw in enumerate(messages):
-        message = _to_model(index, raw)
+        message = _to_model(index, raw, media)
         given = message.model_fields_set if isinstance(raw, ChatMessageIn) else set(raw)
         _check_message(index, message, "content" in given)
-        item: dict[str, Any] = {"role": message.role, "content": _content_text(message)}
+        item: dict[str, Any] = {"role": message.role, "content": _content_text(message, media)}
         if message.name is not None:
             item["name"] = message.name
         if message.tool_calls:

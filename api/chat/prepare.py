@@ -21,6 +21,7 @@ from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
 from api.chat.messages import (
+    MediaInput,
     ToolChoice,
     tool_names,
     validate_messages,
@@ -79,6 +80,8 @@ class PreparedChat:
     parallel_tool_calls: bool = True
     preserved_tokens: list[str] = field(default_factory=list)
     """The special tokens the worker must write as text for the parser (the job's)."""
+    media: MediaInput | None = None
+    """The media the messages hold (their markers are in `prompt`); None: a text-only model."""
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
@@ -108,7 +111,8 @@ class PreparedChat:
 def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
                  request: ChatRequest) -> PreparedChat:
     """Check the messages and tools, render the template, decide how to parse the output."""
-    messages = validate_messages(request.messages, allow_empty=request.allow_empty)
+    media = media_input(meta)
+    messages = validate_messages(request.messages, allow_empty=request.allow_empty, media=media)
     tools = validate_tools(request.tools)
     choice = request.tool_choice
     if not isinstance(choice, ToolChoice):
@@ -144,4 +148,13 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         parallel = template.builtin or chat_template_caps(template.source)[
             "supports_parallel_tool_calls"]
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
-                        reasoning, parallel, preserved_tokens(template.source))
+                        reasoning, parallel, preserved_tokens(template.source),
+                        media if media is not None and media.sources else None)
+
+
+def media_input(meta: ModelMeta | None) -> MediaInput | None:
+    """What the model's projector takes (its workers report it), None without one."""
+    if meta is None or not meta.takes_media():
+        return None
+    return MediaInput(marker=meta.media_marker, vision=meta.modalities.get("vision", False),
+                      audio=meta.modalities.get("audio", False))

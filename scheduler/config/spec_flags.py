@@ -102,7 +102,9 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = "speculative decoding is not built"
-NOT_BUILT_MTMD = "multimodal input (images, audio, video) is not built"
+NOT_BUILT_MTMD_DOWNLOAD = ("projector downloads by URL are not built; give -mm with a path, or "
+                           "-hf (its repo's mmproj comes with the model)")
+NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
@@ -207,17 +209,16 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--embedding --embeddings LLAMA_ARG_EMBEDDINGS", "--rerank --reranking "
            "LLAMA_ARG_RERANKING", "--embd-normalize"),
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
-    *_off(_rows(R, NOT_BUILT_MTMD, "--mmproj-auto --no-mmproj --no-mmproj-auto "
-                "LLAMA_ARG_MMPROJ_AUTO"), names=("--no-mmproj", "--no-mmproj-auto")),
-    *_off(_rows(R, NOT_BUILT_MTMD, "--mmproj-offload --no-mmproj-offload "
-                "LLAMA_ARG_MMPROJ_OFFLOAD"), names=("--no-mmproj-offload",)),
-    *_rows(R, NOT_BUILT_MTMD, "-mm --mmproj LLAMA_ARG_MMPROJ", "-mmu --mmproj-url "
-           "LLAMA_ARG_MMPROJ_URL", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE",
-           "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS", "--image-max-tokens "
-           "LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
-           "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
-           "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR",
+    *_rows(W, "", "-mm --mmproj LLAMA_ARG_MMPROJ", "--mmproj-offload --no-mmproj-offload "
+           "LLAMA_ARG_MMPROJ_OFFLOAD", "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS",
+           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
            "--media-path"),
+    *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
+    *_rows(R, NOT_BUILT_MTMD_DOWNLOAD, "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL"),
+    *_rows(R, "projector device choice is not built (the projector runs where "
+           "--mmproj-offload puts it)", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
+    *_rows(R, NOT_BUILT_VIDEO, "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
+           "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR"),
     *_rows(W, "", "-a --alias", "--tags", "--host", "--port", "--reuse-port LLAMA_ARG_REUSE_PORT"),
     *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",
            "--cors-credentials --no-cors-credentials", "--api-prefix",

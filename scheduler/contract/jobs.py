@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from scheduler.config.settings import flag
 from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.media import MediaRef
 
 PromptPiece = int | str
 """A prompt is a string, or a list of token ids and strings (tokenized by the worker)."""
@@ -255,6 +256,10 @@ class CompletionJob(BaseModel):
     migration_limit: int = 0
     """How many times the job may continue on another worker after its worker died
     (--migration-limit, set by the api; 0: a job that sent something ends with 503)."""
+    media: list[MediaRef] = Field(default_factory=list)
+    """Images and audio, one per `media_marker` in the prompt (a string), in order."""
+    media_marker: str = ""
+    """The marker the prompt's text holds where each media item goes."""
 
 
 class TokenizeJob(BaseModel):

@@ -93,6 +93,12 @@ def model_counters(model_id: str) -> str:
     return f"{PREFIX}:model:{model_id}:counters"
 
 
+def media_marker(model_id: str) -> str:
+    """The media marker every worker of a model uses (the first worker with a projector sets
+    it; /props reports it; worker/process/serve.py)."""
+    return f"{PREFIX}:model:{model_id}:media_marker"
+
+
 def job_cancel(job_id: str) -> str:
     """Flag set when nobody waits for the job any more (checked when a worker takes the job)."""
     return f"{PREFIX}:job:{job_id}:cancel"

@@ -139,10 +139,11 @@ def test_malformed_completion_bodies_are_400(api: str, body: bytes, needle: str)
     assert needle in error["message"]
 
 
-def test_multimodal_data_is_not_supported(api: str) -> None:
+def test_multimodal_data_without_a_projector_is_a_400(api: str) -> None:
     response = complete(api, {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
-    assert response.status_code == 501
-    assert response.json()["error"]["type"] == "not_supported_error"
+    assert response.status_code == 400  # llama-server's words, as a 400 (issue 28)
+    assert response.json()["error"]["message"] == \
+        "Multimodal data provided, but model does not support multimodal requests."
 
 
 def test_unknown_route_is_a_404_in_the_spec_format(api: str) -> None:

@@ -8,6 +8,7 @@ code, and /metrics, /slots, /props taking ?model=.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -15,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import httpx
 import pytest
 
+from tests.media_files import png
 from tests.processes import Fleet, start_redis, wait_until
 from tests.tiny_gguf import write_tiny_llama
+from tests.tiny_mmproj import write_tiny_mmproj
 
 pytestmark = pytest.mark.process  # starts llamaq or redis-server (tests/lanes.py)
 
@@ -63,11 +65,9 @@ def router(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Iterat
     models = work / "models"
     (models / "tiny").mkdir(parents=True)
     write_tiny_llama(models / "tiny" / "tiny.gguf")
-    projector = gguf.GGUFWriter(str(models / "tiny" / "mmproj-tiny.gguf"), "clip")
-    projector.add_bool("clip.has_vision_encoder", True)
-    projector.write_header_to_file()
-    projector.write_kv_data_to_file()
-    projector.close()
+    # a real projector (tests/tiny_mmproj.py) for the tiny model's 64-wide embeddings: the
+    # router loads the sidecar it advertises (issue 28)
+    write_tiny_mmproj(models / "tiny" / "mmproj-tiny.gguf", text_embd=64)
     (models / "gemma.gguf").symlink_to(gemma_path)
     corrupt = write_tiny_llama(models / "corrupt.gguf")
     corrupt.write_bytes(corrupt.read_bytes()[: corrupt.stat().st_size // 2])
@@ -192,6 +192,14 @@ def test_load_routes_by_name_and_the_other_pod_sees_the_events(
     assert result.status_code == 200, result.text
     assert result.json()["tokens_predicted"] == 4
     assert result.json()["model"] == "tiny"
+    assert "-mm" in loaded["args"]  # the folder's mmproj sidecar, loaded
+    marker = httpx.get(f"{b}/props?model=tiny").json()["media_marker"]
+    image = base64.b64encode(png(20, 20)).decode()
+    seen = httpx.post(f"{b}/completion", timeout=60, json={
+        "model": "tiny", "n_predict": 0,  # no tokens: the metrics below count 4
+        "prompt": {"prompt_string": f"look {marker} ok", "multimodal_data": [image]}})
+    assert seen.status_code == 200, seen.text
+    assert seen.json()["tokens_evaluated"] >= 16
     assert listing(b)["tiny"]["meta"]["n_vocab"] > 0  # the loaded instance's info, merged
     workers = httpx.get(f"{b}/fleet").json()["workers"]
     assert [w["model_id"] for w in workers] == ["tiny"]  # the web UI's fleet page

@@ -179,3 +179,33 @@ def test_gemma_from_the_local_hub(redis_url: str, tmp_path: Path, gemma_path: Pa
             assert stored.stat().st_size == gemma_path.stat().st_size
         finally:
             fleet.stop()
+
+
+def test_hf_pulls_the_repos_mmproj_unless_told_not_to(redis_url: str, tmp_path: Path,
+                                                       gemma_path: Path,
+                                                       tiny_mmproj_path: Path) -> None:
+    """-hf loads the repo's projector with the model (llama-server's --mmproj-auto, on by
+    default), through the same store path as the model; --no-mmproj leaves it."""
+    repo = "ggml-org/gemma-3-vision-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/gemma-3-270m-Q4_K_M.gguf", gemma_path.read_bytes())
+    host.add(f"{repo}/mmproj-gemma-3-270m-F16.gguf", tiny_mmproj_path.read_bytes())
+    with serve(host):
+        for extra, vision in (((), True), (("--no-mmproj",), False)):
+            work = tmp_path / ("auto" if vision else "off")
+            fleet = Fleet(redis_url, work, ["-hf", repo, "--alias", f"vision-{vision}",
+                                            "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(work / "cache")],
+                          logs=work / "logs",
+                          env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+            try:
+                fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", *extra)
+                api = fleet.add_api()
+                fleet.wait_healthy(api, timeout=180)
+                props = httpx.get(f"{api}/props", timeout=30).json()
+                assert props["modalities"]["vision"] is vision
+            finally:
+                fleet.stop()
+    assert host.gets("mmproj-gemma-3-270m-F16.gguf") == 1  # the second run: none asked
+    stored = tmp_path / "store" / "models" / "hf" / repo / "mmproj-gemma-3-270m-F16.gguf"
+    assert stored.read_bytes() == tiny_mmproj_path.read_bytes()

@@ -140,8 +140,19 @@ def test_content_blocks_tool_use_and_results() -> None:
     ]
 
 
+def test_image_blocks_become_image_url_parts() -> None:
+    """llama-server's conversion: a base64 source as a data URI, a URL as it is (the chat
+    preparation then needs a projector: a 500 without one, api/chat/messages.py)."""
+    blocks = [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                           "data": "AA=="}},
+              {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]
+    chat = request(messages=[{"role": "user", "content": blocks}]).to_chat()
+    assert chat.messages[-1]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]
+
+
 @pytest.mark.parametrize("content", [
-    [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}],
     [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]}],
 ])

@@ -146,7 +146,8 @@ def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
     options = {"chat-template": "chatml", "n-gpu-layers": "123", "jinja": "true", "c": "4096",
                "LLAMA_ARG_CACHE_RAM": "0", "reasoning-format": "none", "no-mmproj": "true",
                "mmproj-auto": "false", "spec-type": "none"}
-    assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096"]
+    assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096",
+                                    "--no-mmproj", "--no-mmproj"]  # a worker switch (issue 28)
     assert preset_argv({"LLAMA_ARG_CACHE_RAM": "512"}) == ["-cram"]  # refused by name
     assert preset_argv({"mmproj-auto": "true"}) == ["--mmproj-auto"]
     api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)
@@ -154,3 +155,20 @@ def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
     assert ApiSettings.from_args([], environ={}).with_preset({"no-jinja": "true"}).jinja is False
     with pytest.raises(ValueError, match="reasoning-format"):
         ApiSettings.from_args([], environ={}).with_preset({"reasoning-format": "hiccup"})
+
+
+def test_a_folders_mmproj_sidecar_is_loaded_with_the_model(tmp_path: Path) -> None:
+    """Router mode loads what it advertises (issue 28): the folder's mmproj* file goes to
+    the worker as -mm, and `status.args` says so."""
+    from tests.tiny_mmproj import write_tiny_mmproj
+
+    folder = tmp_path / "vision"
+    folder.mkdir()
+    write_gguf(folder / "vision-Q4_K_M.gguf")
+    projector = write_tiny_mmproj(folder / "mmproj-vision-F16.gguf")
+    entry = load_catalog(CatalogSources(models_dir=tmp_path)).entries["vision"]
+    assert entry.mmproj == str(projector) and entry.sidecars == ["mmproj"]
+    assert entry.architecture.input_modalities == ["text", "image"]
+    settings = WorkerSettings.from_args(model_argv(entry, [], "h"), environ={})
+    assert settings.mmproj == str(projector)
+    assert entry.args()[-4:-2] == ["-mm", str(projector)]

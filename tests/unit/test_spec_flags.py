@@ -114,23 +114,19 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_CACHE_RAM",
+    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_CACHE_RAM",
                 "LLAMA_ARG_MMPROJ_URL"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
 
 
-OFF_FORMS = [["--no-mmproj"], ["--no-mmproj-auto"], ["--cache-ram", "0"], ["-cram", "0"],
-             ["--spec-type", "none"],
+OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"], ["--spec-type", "none"],
              ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
              ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
-OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_MMPROJ_AUTO": "0"},
-            {"LLAMA_ARG_MMPROJ_AUTO": "false"}, {"LLAMA_ARG_NO_MMPROJ_AUTO": "1"},
-            {"LLAMA_ARG_MMPROJ_AUTO": "1", "LLAMA_ARG_NO_MMPROJ_AUTO": "yes"},
-            {"LLAMA_ARG_SPEC_TYPE": "none"},
+OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_SPEC_TYPE": "none"},
             {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
 
 
@@ -145,8 +141,7 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--mmproj-auto"], {}), (["--cache-ram", "-1"], {}),
-                          (["--fit", "on"], {}), ([], {"LLAMA_ARG_MMPROJ_AUTO": "1"}),
+    for argv, environ in ((["--cache-ram", "-1"], {}), (["--fit", "on"], {}),
                           ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
                           ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
         with pytest.raises(SystemExit) as exit_info:
@@ -156,10 +151,19 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--no-mmproj", "-c", "64", "--cache-ram", "0", "--spec-type=none",
-                        "--port", "1"], UP_ROLES)
+    parts = split_args(["--no-agent", "-c", "64", "--cache-ram", "0", "--spec-type=none",
+                        "--port", "1", "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
-    assert parts[WorkerSettings] == ["-c", "64"]
+    assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
+
+
+def test_mmproj_auto_is_a_worker_switch() -> None:
+    """--mmproj-auto works (issue 28): its off forms and env names turn it off."""
+    assert WorkerSettings.from_args([], environ={}).mmproj_auto
+    for argv in (["--no-mmproj"], ["--no-mmproj-auto"]):
+        assert not WorkerSettings.from_args(argv, environ={}).mmproj_auto
+    for environ in ({"LLAMA_ARG_MMPROJ_AUTO": "0"}, {"LLAMA_ARG_NO_MMPROJ_AUTO": "1"}):
+        assert not WorkerSettings.from_args([], environ=environ).mmproj_auto
 
 
 def test_a_negative_environment_variable_turns_a_switch_off() -> None:
@@ -194,7 +198,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--mmproj", "m"], "--mmproj is not supported"),
+    (["--mmproj-url", "m"], "--mmproj-url is not supported"),
     (["--cache-ram", "512"], "--cache-ram is not supported"),
     (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
     (["-c"], "-c expects a value"),

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from api.endpoints.anthropic.protocol import MessagesRequest
 from api.endpoints.native.protocol import SAMPLING_FIELDS, CompletionRequest
 from api.endpoints.openai.protocol import OpenAICompletionRequest
-from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import LoraScale, SamplingParams
 
 
@@ -126,15 +126,14 @@ def test_bad_prompts_are_rejected() -> None:
         request()
 
 
-def test_multimodal_data_is_not_supported() -> None:
+def test_multimodal_data_is_read_per_prompt() -> None:
+    """Each prompt's media, in the order of the prompts (api/media/prompts.py reads them into
+    its jobs; the worker pairs them with the prompt's markers)."""
     req = request(prompt={"prompt_string": "x", "multimodal_data": ["aGk="]})
-    with pytest.raises(NotSupported) as info:
-        req.to_jobs("m")
-    assert info.value.status == 501
-    assert info.value.error_type == "not_supported_error"
-    mixed = request(prompt=["a", {"prompt_string": "b", "multimodal_data": ["aGk="]}])
-    with pytest.raises(NotSupported):
-        mixed.to_jobs("m")
+    assert req.prompts() == ["x"] and req.prompt_media() == [["aGk="]]
+    mixed = request(prompt=["a", {"prompt_string": "b", "multimodal_data": ["aGk=", "aGk="]}])
+    assert mixed.prompts() == ["a", "b"] and mixed.prompt_media() == [[], ["aGk=", "aGk="]]
+    assert request(prompt=["a", "b"]).prompt_media() == [[], []]
 
 
 def test_empty_multimodal_data_is_plain_text() -> None:

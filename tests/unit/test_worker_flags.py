@@ -25,7 +25,7 @@ def test_defaults_are_supported() -> None:
     settings()
 
 
-@pytest.mark.parametrize("argv", [["--rpc", "h:1"], ["--mmproj", "x.gguf"],
+@pytest.mark.parametrize("argv", [["--rpc", "h:1"], ["--mmproj-url", "x.gguf"],
                                   ["-ot", "exps=CPU"]])
 def test_unbuilt_features_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -90,3 +90,14 @@ def test_adapter_and_control_vector_flags_are_read() -> None:
     assert parts[WorkerSettings] == argv and parts[ApiSettings] == []
     with pytest.raises(SystemExit):
         settings("--control-vector-layer-range", "2")
+
+
+def test_a_projector_on_an_embedding_worker_is_refused() -> None:
+    """-mm is never accepted and ignored: an --embedding worker with it does not start."""
+    import asyncio
+
+    from worker.model import ModelLoadError
+    from worker.process.serve import serve
+
+    with pytest.raises(ModelLoadError, match="--mmproj is not built for --embedding"):
+        asyncio.run(serve(settings("--embedding", "-mm", "p.gguf"), "redis://127.0.0.1:1"))

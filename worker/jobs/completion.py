@@ -25,7 +25,8 @@ async def run(parts: WorkerParts, job: CompletionJob,
         if quick_to_prepare(parts, job) and resumed is None:  # a thread hop costs more
             request = engine.prepare(job)
         else:
-            request = await asyncio.to_thread(engine.prepare, job, resumed)
+            media = await parts.media().fetch(job.media) if job.media else None
+            request = await asyncio.to_thread(engine.prepare, job, resumed, media)
     except LlamaqError as error:
         parts.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return
@@ -47,5 +48,5 @@ def quick_to_prepare(parts: WorkerParts, job: CompletionJob) -> bool:
     """A short text prompt with no grammar to compile prepares in well under a
     millisecond: on the event loop it saves the thread hand-offs of to_thread."""
     return (isinstance(job.prompt, str) and len(job.prompt) <= QUICK_PREPARE_MAX_CHARS
-            and job.infill is None and not job.grammar and not job.json_schema
+            and job.infill is None and not job.grammar and not job.json_schema and not job.media
             and not parts.engine.defaults.grammar)

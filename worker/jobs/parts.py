@@ -8,7 +8,7 @@ worker, decision caps only on a decision model).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
@@ -22,6 +22,7 @@ from scheduler.decision_meta import DecisionCaps
 from scheduler.leases import Leases
 from worker.embedder import Embedder
 from worker.engine import Engine
+from worker.media_fetch import MediaFetcher
 from worker.model import LoadedModel
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
@@ -49,6 +50,14 @@ class WorkerParts:
     decision_caps: DecisionCaps | None
     """Decisions run in the completion engine, on a decision model."""
     draining: bool = False
+    media_fetcher: MediaFetcher | None = field(default=None, repr=False)
+
+    def media(self) -> MediaFetcher:
+        """A job's media bytes (worker/media_fetch.py), made on first use."""
+        if self.media_fetcher is None:
+            self.media_fetcher = MediaFetcher(self.settings.store_url,
+                                              self.settings.s3_endpoint_url)
+        return self.media_fetcher
 
     def final(self, job_id: str,
               result: TokenizeResult | DetokenizeResult | SlotActionResult) -> None:

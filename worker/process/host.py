@@ -101,7 +101,7 @@ def preset_is_off(row: SpecFlag, key: str, value: str) -> bool:
 def model_argv(entry: ModelEntry, own: Sequence[str], host_id: str) -> list[str]:
     """The command line of the runtime that serves `entry`: preset options, then this
     process's own flags (they win, as the router's own flags do), then what the router sets
-    (the model, its name, this worker's id)."""
+    (the model, its projector, its name, this worker's id)."""
     argv = [*preset_argv(entry.options), *own]
     if entry.model:
         argv += ["-m", entry.model]
@@ -109,6 +109,8 @@ def model_argv(entry: ModelEntry, own: Sequence[str], host_id: str) -> list[str]
         argv += ["-hf", entry.hf_repo]
         if entry.hf_file:
             argv += ["-hff", entry.hf_file]
+    if entry.mmproj:  # a folder's mmproj* sidecar, a preset's `mmproj` key
+        argv += ["-mm", entry.mmproj]
     if entry.stop_timeout_s is not None:  # a preset-only key: it wins
         argv += ["--drain-timeout", str(entry.stop_timeout_s)]
     return [*argv, "--alias", entry.name, "--worker-id", host_id]

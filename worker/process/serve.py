@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler.connections import arq_settings, open_redis
+from scheduler.contract import keys
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
@@ -35,6 +37,7 @@ from scheduler.registry import Registry, WorkerInfo
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
+from worker.media import media_marker
 from worker.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
@@ -68,6 +71,9 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
     called from the loading thread with the load's progress, 0..1 (router mode publishes it
     in /models/sse loading events)."""
+    if settings.mmproj and embedding_mode(settings):
+        raise ModelLoadError("--mmproj is not built for --embedding or --rerank workers "
+                             "(embeddings take text only)")
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
@@ -79,10 +85,15 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                  job_deserializer=deserialize_job)
         try:
-            model_path = await fetch_model(settings, redis)
+            source = await fetch_model(settings, redis)
+            model_path = source.model
+            if source.mmproj is not None:  # -hf's projector (--mmproj-auto)
+                settings = settings.model_copy(update={"mmproj": str(source.mmproj)})
+            marker = await fleet_media_marker(redis, settings.model_id()) \
+                if settings.mmproj else None
             adapter_files = await fetch_adapters(settings)
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
-                                            adapter_files)
+                                            adapter_files, marker)
             try:
                 await WorkerRuntime(settings, redis, model).run(pool, stop)
             finally:
@@ -91,6 +102,18 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
             await pool.aclose()
     finally:
         await redis.aclose()
+
+
+async def fleet_media_marker(redis: Redis, model_id: str) -> str:
+    """LLAMA_MEDIA_MARKER, else the marker the model's first worker chose (random, as
+    llama-server's): every worker and so every api pod of the model agree on one."""
+    pinned = os.environ.get("LLAMA_MEDIA_MARKER", "")
+    if pinned:
+        return pinned
+    key = keys.media_marker(model_id)
+    await redis.set(key, media_marker({}), nx=True)
+    chosen = await redis.get(key)
+    return chosen.decode() if isinstance(chosen, bytes) else str(chosen)
 
 
 class WorkerRuntime:

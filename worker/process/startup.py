@@ -25,6 +25,7 @@ from worker.control_vectors import ControlVectorError, apply_vectors, load_vecto
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
+from worker.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
 from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
@@ -58,11 +59,13 @@ def embedding_batch(settings: WorkerSettings) -> int:
 
 def load_model(s: WorkerSettings, path: Path,
                on_load_progress: Callable[[float], None] | None = None,
-               adapter_files: Mapping[str, Path] | None = None) -> LoadedModel:
+               adapter_files: Mapping[str, Path] | None = None,
+               marker: str | None = None) -> LoadedModel:
     """The model file at `path` (worker/model_source.py fetched it) and its one context,
     laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
     control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
-    sources are paths) (blocking: call it off the event loop). `on_load_progress` gets the
+    sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
+    this process's own) (blocking: call it off the event loop). `on_load_progress` gets the
     load's progress, 0..1, from this thread."""
     files = dict(adapter_files or {})
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
@@ -110,9 +113,27 @@ def load_model(s: WorkerSettings, path: Path,
     except (ValueError, LoraLoadError, ControlVectorError) as error:
         model.close()
         raise ModelLoadError(str(error)) from None
+    if s.mmproj and not embedding:  # an embedding worker with -mm does not start (serve.py)
+        try:
+            model.projector = load_projector(s, model, threads, marker)
+        except ProjectorLoadError as error:
+            model.close()
+            raise ModelLoadError(str(error)) from None
     if s.warmup:
         warm_up_on_own_thread(model)
     return model
+
+
+def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
+                   marker: str | None = None) -> Projector:
+    """-mm/--mmproj on the loaded model (worker/media.py)."""
+    assert s.mmproj is not None
+    options = ProjectorOptions(offload=s.mmproj_offload, n_threads=threads,
+                               image_min_tokens=s.image_min_tokens,
+                               image_max_tokens=s.image_max_tokens,
+                               batch_max_tokens=s.mtmd_batch_max_tokens)
+    assert model.model is not None
+    return Projector(s.mmproj, model.model, options, marker or media_marker(os.environ))
 
 
 def warm_up_on_own_thread(model: LoadedModel) -> None:

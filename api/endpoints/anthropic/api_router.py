@@ -23,6 +23,7 @@ from api.endpoints.anthropic.render import (
     sse_event,
 )
 from api.fleet import Fleet
+from api.media.refs import media_refs
 from api.router import request_model, request_settings
 from api.routing import Routes
 from api.settings import ApiSettings
@@ -54,6 +55,10 @@ async def messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body)
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
+    if prepared.media is not None:
+        job.media = await media_refs(prepared.media.sources, _settings(request).media_path,
+                                     request.app.ctx.store)
+        job.media_marker = prepared.media.marker
     job.reasoning = prepared.reasoning
     job.preserved_tokens = prepared.preserved_tokens
     message_id = new_message_id()

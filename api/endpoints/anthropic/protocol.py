@@ -258,7 +258,7 @@ def convert_message(message: MessageParam) -> list[dict[str, Any]]:
         elif isinstance(block, ThinkingBlock):
             reasoning += block.thinking
         elif isinstance(block, ImageBlock) and _is_media(block):
-            raise media_not_supported("image")
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
         elif isinstance(block, ToolUseBlock):
             tool_calls.append({"id": block.id, "type": "function", "function": {
                 "name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
@@ -284,6 +284,16 @@ def _tool_result_text(block: ToolResultBlock) -> str:
     if any(isinstance(part, ImageBlock) and _is_media(part) for part in block.content):
         raise media_not_supported("image")
     return "".join(part.text for part in block.content if isinstance(part, TextBlock))
+
+
+def _image_url(block: ImageBlock) -> str:
+    """An image source as OpenAI's image_url (llama-server's conversion): base64 as a data
+    URI, a URL as it is."""
+    source = block.source
+    if source.get("type") == "base64":
+        media_type = source.get("media_type") or "image/jpeg"
+        return f"data:{media_type};base64,{source.get('data') or ''}"
+    return str(source.get("url") or "")
 
 
 def _is_media(block: ImageBlock) -> bool:

@@ -113,7 +113,9 @@ async def props(request: Request) -> HTTPResponse:
         "model_path": first.model_path,
         "chat_template": first.meta.chat_template or "",
         "chat_template_caps": _template_caps(settings, first.meta),
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {key: first.meta.modalities.get(key, False)
+                       for key in ("vision", "video", "audio")},
+        "media_marker": first.meta.media_marker,
         "decisions": _decisions_json(first.meta),
         "build_info": first.build_info,
         "llamaq_version": llamaq_version(),

@@ -19,6 +19,7 @@ from api.endpoints.native.protocol import (
 )
 from api.endpoints.native.render import completion_json, model_card, ollama_model_json, partial_json
 from api.fleet import Fleet
+from api.media.prompts import attach_prompt_media
 from api.router import request_model, request_settings
 from api.routing import Routes
 from api.sse import sse_data
@@ -66,6 +67,8 @@ async def models(request: Request) -> HTTPResponse:
                       aliases=settings.alias, tags=settings.tags,
                       offline_modalities=None if worker else await _offline_modalities(request))
     capabilities = worker.capabilities() if worker else ["completion"]
+    if worker is not None and worker.meta.takes_media():
+        capabilities = [*capabilities, "multimodal"]  # llama-server's, with a projector
     card["capabilities"] = capabilities  # ours: what the model serves
     return json({"models": [ollama_model_json(model_id, capabilities)], "object": "list",
                  "data": [card]})
@@ -114,6 +117,11 @@ async def infill(request: Request) -> HTTPResponse | None:
 
 async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse | None:
     jobs = body.to_jobs(_model_id(request))
+    media = body.prompt_media()
+    if any(media):  # /infill's prompt is a string: it takes none
+        workers = await _fleet(request).workers(_model_id(request))
+        await attach_prompt_media(jobs, media, body.n_cmpl, workers[0].meta if workers else None,
+                                  request.app.ctx.store)
     await _fleet(request).placement.pin(_model_id(request), jobs, choices=body.n_cmpl,
                                         id_slot=body.id_slot, field="n_cmpl", together=True)
     if body.stream:

@@ -16,7 +16,7 @@ from pydantic import (
 
 from api.body import drop_nulls
 from scheduler.contract import limits
-from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import (
     CompletionJob,
     DetokenizeJob,
@@ -145,6 +145,18 @@ class CompletionRequest(SamplingParams):
             return list(self.prompt)  # type: ignore[arg-type]
         return [_plain(self.prompt)]  # type: ignore[arg-type]
 
+    def prompt_media(self) -> list[list[str]]:
+        """Per prompt (as `prompts`), its multimodal_data: base64 media, one per marker."""
+        if isinstance(self.prompt, list) and any(
+            isinstance(p, list | PromptObject) for p in self.prompt
+        ):
+            return [_media(p) for p in self.prompt]
+        if isinstance(self.prompt, list) and self.prompt and all(
+            isinstance(p, str) for p in self.prompt
+        ):
+            return [[] for _ in self.prompt]
+        return [_media(self.prompt)]
+
     def to_jobs(self, model: str) -> list[CompletionJob]:
         """One job per prompt and completion (`n_cmpl`), in the order results are returned."""
         prompts = self.prompts()
@@ -201,12 +213,14 @@ def parse_logit_bias(value: Any) -> Any:
 
 
 def _plain(prompt: SinglePrompt) -> str | list[PromptPiece]:
+    """The prompt's text; its multimodal_data are read by `CompletionRequest.prompt_media`."""
     if isinstance(prompt, PromptObject):
-        if prompt.multimodal_data:
-            raise NotSupported("multimodal_data needs a model with a multimodal projector, "
-                               "which this server does not have")
         return prompt.prompt_string
     return prompt
+
+
+def _media(prompt: Any) -> list[str]:
+    return list(prompt.multimodal_data or []) if isinstance(prompt, PromptObject) else []
 
 
 class TokenizeRequest(BaseModel):

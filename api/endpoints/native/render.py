@@ -99,7 +99,7 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
         "created": created,
         "owned_by": "llamacpp",
         "architecture": {
-            "input_modalities": ["text"],
+            "input_modalities": input_modalities(meta),
             "output_modalities": meta.output_modalities if meta
             else offline_modalities or ["text"],
         },
@@ -113,6 +113,13 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
             "size": meta.size,
         },
     }
+
+
+def input_modalities(meta: ModelMeta | None) -> list[str]:
+    """"text", then what the model's projector takes ("image", "audio")."""
+    modalities = {} if meta is None else meta.modalities
+    return ["text"] + [name for key, name in (("vision", "image"), ("audio", "audio"))
+                       if modalities.get(key)]
 
 
 def ollama_model_json(model_id: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -31,9 +31,11 @@ from api.endpoints.openai.render import (
     timings_json,
 )
 from api.errors import validation_message
+from api.media.refs import media_refs
 from api.sse import sse_data
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
+from scheduler.contract.media import MediaRef
 from scheduler.contract.results import (
     CompletionResult,
     FinalEvent,
@@ -50,6 +52,8 @@ class ChatPlan:
 
     body: ChatCompletionRequest
     prepared: PreparedChat
+    media: list[MediaRef] = field(default_factory=list)
+    """The messages' media, read (api/media/), in the order of the prompt's markers."""
 
     @property
     def prompt(self) -> str:
@@ -60,6 +64,9 @@ class ChatPlan:
         for job in jobs:
             job.reasoning = self.prepared.reasoning
             job.preserved_tokens = self.prepared.preserved_tokens
+            if self.media and self.prepared.media is not None:
+                job.media = self.media
+                job.media_marker = self.prepared.media.marker
         return jobs
 
     def parser(self) -> OutputParser:
@@ -88,7 +95,9 @@ async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> Chat
     log.debug("chat prompt: %s template, %d characters, tools %d (%s)",
               prepared.template.name, len(prepared.prompt), len(prepared.tools),
               prepared.tool_choice.mode)
-    return ChatPlan(body, prepared)
+    media = [] if prepared.media is None else await media_refs(
+        prepared.media.sources, context.settings.media_path, context.store)
+    return ChatPlan(body, prepared, media)
 
 
 Model = TypeVar("Model", bound=BaseModel)

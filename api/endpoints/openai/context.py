@@ -14,10 +14,12 @@ from api.fleet import Fleet
 from api.router import request_model, request_settings
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
+from scheduler.contract.errors import ServerError
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from scheduler.registry import WorkerInfo
 from scheduler.slot_ids import slot_offset
+from storage.base import ObjectStore
 
 DONE = "data: [DONE]\n\n"
 
@@ -33,10 +35,19 @@ class OpenAIContext:
     """Where the jobs go instead of the model's own queue (a batch line: its batch queue)."""
     model: str | None = None
     """The model of a batch line (there is no request to route)."""
+    media_store: ObjectStore | None = None
+    """Where large media go (api/media/refs.py): the pod's object store."""
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
-        return cls(request, request.app.ctx.fleet, request_settings(request))
+        return cls(request, request.app.ctx.fleet, request_settings(request),
+                   media_store=request.app.ctx.store)
+
+    @property
+    def store(self) -> ObjectStore:
+        if self.media_store is None:
+            raise ServerError("media need the object store, which this context has none of")
+        return self.media_store
 
     @property
     def model_id(self) -> str:

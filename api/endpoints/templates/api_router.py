@@ -9,11 +9,15 @@ from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
+from api.chat.messages import validate_messages
+from api.chat.prepare import media_input
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.fleet import Fleet
+from api.media.sources import media_bytes
 from api.router import request_model, request_settings
 from api.routing import Routes
 from scheduler.contract.errors import InvalidRequest
+from scheduler.registry import ModelMeta
 
 routes = Routes("templates")
 
@@ -42,9 +46,30 @@ async def apply_template(request: Request) -> HTTPResponse:
     if continue_final is None and not settings.prefill_assistant:
         continue_final = False
     template = ChatTemplate.for_model(settings, workers[0].meta)
+    messages = await _media_as_markers(body.messages, workers[0].meta, settings.media_path)
     prompt = template.render(
-        body.messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt,
+        messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt,
         extra_context=template_kwargs(settings, body.chat_template_kwargs,
                                       body.reasoning_effort),
         continue_final_message=continue_final)
     return json({"prompt": prompt})
+
+
+async def _media_as_markers(messages: list[Any], meta: ModelMeta,
+                            media_path: str | None) -> list[Any]:
+    """With a projector, media parts become the media marker (llama-server loads the media
+    too, so a bad URL or file fails here as in a chat request); without one, the template's
+    checks answer (a 500 for media, api/chat/templates.py)."""
+    media = media_input(meta)
+    if media is None or not any(_has_media(m) for m in messages):
+        return messages
+    checked = validate_messages(messages, media=media)
+    for source in media.sources:
+        await media_bytes(source, media_path)
+    return checked
+
+
+def _has_media(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") not in (None, "text") for p in content)

@@ -1,0 +1,93 @@
+"""A media part's bytes from what the client sent, as llama-server's handle_media reads it:
+an http(s) URL (downloaded here, on the api pod: the pod is the one that talks to the outside,
+a worker may have no route out, and the bytes then travel by hash like any other media), a
+`file://` path under --media-path, a base64 `data:` URI, or raw base64.
+
+Errors are llama-server's: a failed download is a 500 "Failed to download image"; any
+`file://` problem and a malformed data URI are 400s."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from pathlib import Path
+
+import httpx
+
+from scheduler.contract.errors import InvalidRequest, ServerError
+from scheduler.contract.media import MAX_MEDIA_BYTES, MAX_MEDIA_DOWNLOAD_BYTES
+
+DOWNLOAD_TIMEOUT_S = 10.0
+"""llama-server's image download timeout."""
+
+
+async def media_bytes(url: str, media_path: str | None) -> bytes:
+    if url.startswith("http"):
+        return await download(url)
+    if url.startswith("file://"):
+        return await asyncio.to_thread(local_file, url.removeprefix("file://"), media_path)
+    if url.startswith("data:"):
+        return data_uri(url)
+    data = decode_base64(url)
+    if not data:
+        raise InvalidRequest("Invalid base64 value")
+    return data
+
+
+async def download(url: str) -> bytes:
+    try:
+        async with httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT_S, follow_redirects=True) as client, \
+                client.stream("GET", url) as response:
+            if not 200 <= response.status_code < 300:
+                raise ServerError("Failed to download image")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_MEDIA_DOWNLOAD_BYTES:
+                    raise ServerError("Failed to download image")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except (httpx.HTTPError, ValueError):
+        raise ServerError("Failed to download image") from None
+
+
+def local_file(relative: str, media_path: str | None) -> bytes:
+    """A file under --media-path, by a relative path that stays inside it."""
+    if not media_path:
+        raise InvalidRequest("file:// URLs are not allowed unless --media-path is specified")
+    root = Path(media_path).resolve()
+    parts = Path(relative).parts
+    if (not relative or Path(relative).is_absolute() or ".." in parts
+            or any(ord(c) < 32 for c in relative) or "\\" in relative):
+        raise InvalidRequest(f"file path is not allowed: {relative}")
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):  # a symlink out of the folder
+        raise InvalidRequest(f"file path is not allowed: {relative}")
+    try:
+        if path.stat().st_size > MAX_MEDIA_BYTES:
+            raise InvalidRequest(f"media file is larger than {MAX_MEDIA_BYTES} bytes: {relative}")
+        return path.read_bytes()
+    except OSError:
+        raise InvalidRequest(f"file does not exist or cannot be opened: {relative}") from None
+
+
+def data_uri(url: str) -> bytes:
+    parts = url.split(",")
+    if len(parts) != 2:
+        raise InvalidRequest("Invalid uri-encoded base64 value")
+    head, payload = parts
+    if not head.startswith(("data:image/", "data:video/", "data:audio/")):
+        raise InvalidRequest(f"Invalid uri format: {head}")
+    if not head.endswith("base64"):
+        raise InvalidRequest("uri must be base64 encoded")
+    return decode_base64(payload)
+
+
+def decode_base64(text: str) -> bytes:
+    """Lenient as llama-server's decoder: stops at the first character outside the alphabet."""
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return b""
