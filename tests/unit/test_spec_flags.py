@@ -151,7 +151,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--no-agent", "-c", "64", "--cache-ram", "0", "--spec-type=none",
+    parts = split_args(["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0", "--spec-type=none",
                         "--port", "1", "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
     assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
