@@ -23,8 +23,9 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.contract.errors import ExceedContextSize, InvalidRequest
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest, NotSupported
 from scheduler.contract.jobs import DecisionJob
+from scheduler.decision_families import FamilyRules
 from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
 
@@ -68,7 +69,9 @@ class Tokenizer(Protocol):
 
 def decision_caps(model_path: FilePath, prompted: bool) -> DecisionCaps | None:
     """How this worker serves decisions: natively when the model file carries llamaq's
-    decision keys (scheduler/decision_meta.py), by prompting under --decisions, else not."""
+    decision keys or names a family of the spec (scheduler/decision_meta.py), by prompting
+    under --decisions, else not. Raises DecisionMetaError for a refused or unusable family
+    (the worker does not start, as llama-server does not)."""
     caps = native_caps(read_metadata(model_path))
     if caps is None and prompted:
         caps = DecisionCaps(mode="prompted")
@@ -94,8 +97,10 @@ def branches_of(labels: list[list[int]]) -> list[list[int]]:
 
 
 def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
-                  n_ctx_slot: int) -> DecisionRequest:
-    """Tokenize and check a decision job; raises its 400 before it takes a slot."""
+                  n_ctx_slot: int, n_ubatch: int = 1 << 30) -> DecisionRequest:
+    """Tokenize and check a decision job, with its family's rules (cuts to the token budgets,
+    one-batch prompts); raises its 400 before it takes a slot, and the 501 of a family whose
+    decision head this llama.cpp lacks once the request is known to be valid."""
     prefix = vocab.tokenize(job.prefix, True, True)
     if not prefix:
         raise InvalidRequest("the decision prompt is empty")
@@ -116,11 +121,16 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                 raise InvalidRequest(f"question {question.id!r}: options {seen[tuple(tokens)]!r} "
                                      f"and {text!r} are the same tokens")
             seen[tuple(tokens)] = text
+        suffix = vocab.tokenize(question.suffix, False, True)
+        if caps.head_tokens is not None:  # laya: the question and options, to its budget
+            suffix = suffix[:caps.head_tokens]
         questions.append(QuestionPlan(
-            id=question.id, type=question.type,
-            suffix=vocab.tokenize(question.suffix, False, True), labels=labels,
-            branches=branches_of(labels), temperature=caps.temperature(question.type),
+            id=question.id, type=question.type, suffix=suffix, labels=labels,
+            branches=branches_of(labels),
+            temperature=caps.temperature(question.type, len(labels)),
             children=label_trie(labels)))
+    if caps.family is not None:
+        prefix = apply_family_rules(caps.family, prefix, questions, n_ubatch)
     request = DecisionRequest(job, prefix, questions)
     if request.n_tokens_max >= n_ctx_slot:
         raise ExceedContextSize(
@@ -129,7 +139,36 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
     for plan in questions:
         if not plan.suffix:
             raise InvalidRequest(f"question {plan.id!r}: its prompt is empty")
+    if caps.family is not None and caps.family.readout == "head":
+        raise NotSupported(f"{caps.family.name} answers from a decision head that the llama.cpp "
+                           "of this worker (llama-cpp-python's) does not have: the request is "
+                           "valid, but it cannot be answered here")
     return request
+
+
+def apply_family_rules(family: FamilyRules, prefix: list[int], questions: list[QuestionPlan],
+                       n_ubatch: int) -> list[int]:
+    """A family's prompt rules: a prompt cut to the family's cap (the state, at the end of the
+    shared prefix, gets the room that is left, as llama.cpp cuts lfm2-d1-omni's), and a
+    prompt that is evaluated in one batch (all the questions of a joint one) checked against
+    --ubatch-size. Returns the prefix, cut if it must be."""
+    if family.prompt_cap is not None:
+        longest = max(len(q.suffix) for q in questions)
+        if longest >= family.prompt_cap:
+            raise InvalidRequest(f"a {family.name} question is {longest} tokens long; its "
+                                 f"prompts are cut to {family.prompt_cap} tokens")
+        prefix = prefix[:family.prompt_cap - longest]
+    if family.one_batch:
+        if family.joint:
+            n_prompt = len(prefix) + sum(len(q.suffix) for q in questions)
+        else:
+            n_prompt = len(prefix) + max(len(q.suffix) for q in questions)
+        if n_prompt > n_ubatch:
+            what = "all the questions of a request in one prompt" if family.joint else "a prompt"
+            raise InvalidRequest(
+                f"the decision prompt has {n_prompt} tokens: {family.name} evaluates {what} in "
+                f"one batch, which must fit in --ubatch-size ({n_ubatch})")
+    return prefix
 
 
 def child_logprobs(logits: np.ndarray, tokens: set[int]) -> dict[int, float]:

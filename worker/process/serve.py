@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from arq.connections import ArqRedis, create_pool
 from arq.worker import Function
@@ -27,7 +28,7 @@ from scheduler.connections import arq_settings, open_redis
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
-from scheduler.decision_meta import output_modalities
+from scheduler.decision_meta import DecisionCaps, DecisionMetaError, output_modalities
 from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
@@ -76,9 +77,11 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                                  job_deserializer=deserialize_job)
         try:
             model_path = await fetch_model(settings, redis)
+            caps = None if embedding_mode(settings) else worker_decision_caps(
+                model_path, settings.decisions)
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress)
             try:
-                await WorkerRuntime(settings, redis, model).run(pool, stop)
+                await WorkerRuntime(settings, redis, model, caps).run(pool, stop)
             finally:
                 model.close()
         finally:
@@ -87,11 +90,21 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
         await redis.aclose()
 
 
+def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | None:
+    """How the worker serves /v1/systemone; a decision family it refuses (by name) or unusable
+    decision metadata stops it before the model is loaded, with the reason."""
+    try:
+        return decision_caps(model_path, prompted)
+    except DecisionMetaError as error:
+        raise ModelLoadError(f"{model_path.name}: {error}") from None
+
+
 class WorkerRuntime:
     """A worker's parts (worker/jobs/parts.py), built together, and the process around them:
     the arq workers of its queues, the background loops, draining."""
 
-    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
+    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
+                 caps: DecisionCaps | None) -> None:
         """Needs the running event loop (the publisher hands events over to it)."""
         self.settings = settings
         model_id = settings.model_id()
@@ -104,7 +117,7 @@ class WorkerRuntime:
             leases=leases, publisher=publisher, model=model,
             engine=new_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model) if embedding else None,
-            decision_caps=None if embedding else decision_caps(model.path, settings.decisions))
+            decision_caps=None if embedding else caps)
         self.reporter = Reporter(self.parts)
         self._arq_workers: list[WakeableWorker] = []
 

@@ -34,6 +34,9 @@ async def answer(request: Request) -> HTTPResponse:
         raise NotSupported("image input is not supported: no multimodal projector is loaded")
     caps = able[0].meta.decisions
     assert caps is not None
+    if body.state is None and not caps.accepts_null_state:
+        raise InvalidRequest('"state" must be provided (only lfm2-d1 and lfm2-d1-omni take a '
+                             'null state)')
     for qid, question in body.questions.items():
         if question.type not in caps.types:
             raise InvalidRequest(f"question {qid!r}: this model does not answer "

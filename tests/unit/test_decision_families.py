@@ -1,0 +1,221 @@
+"""The spec's decision families (scheduler/decision_families.py): each recognised offline from a
+tiny GGUF that carries the metadata llama.cpp reads of that family (`<arch>.decision.type`, the
+fitted temperatures, laya's `max_head_tokens`, the systemone template), the families refused by
+name, and the per-family rules applied when a decision job is planned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.jobs import DecisionJob, DecisionQuestion
+from scheduler.decision_families import FAMILIES
+from scheduler.decision_meta import (
+    DecisionMetaError,
+    file_output_modalities,
+    native_caps,
+    output_modalities,
+)
+from scheduler.gguf_meta import read_metadata
+from tests.tiny_gguf import add_metadata
+from worker.decision_plan import apply_family_rules, plan_decision
+
+SYSTEMONE = "{{ state }}|{{ instructions }}|{% for o in options %}{{ o.key }};{% endfor %}"
+"""A `tokenizer.chat_template.systemone`: llama.cpp requires one of every decision model."""
+
+FAMILY_FILES: dict[str, tuple[str, dict[str, Any]]] = {
+    # the architecture each family's published GGUFs name, and their decision keys
+    "openjev": ("qwen35", {"qwen35.decision.temperature.choice": "1.25"}),
+    "pplx-decider": ("qwen35", {"qwen35.decision.temperature.noul": 0.8}),
+    "lfm2-d1": ("lfm2", {"lfm2.decision.temperature.choice.3_5": "1.150000"}),
+    "lfm2-d1-omni": ("lfm2", {"lfm2.decision.temperature.choice.2": "1.250000",
+                              "lfm2.decision.temperature.score.3_5": "1.350000",
+                              "lfm2.attention.causal": 0, "lfm2.decision.block_count": 1}),
+    "laya": ("modern-bert", {"modern-bert.decision.max_head_tokens": 512}),
+    "clef": ("qwen35", {"qwen35.decision.temperature.choice": 1.1}),
+}
+
+
+def write_family(path: Path, arch: str, decision_type: str | None,
+                 extra: dict[str, Any] | None = None) -> Path:
+    """A header-only GGUF of `arch` whose decision type is `decision_type`."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_token_list(["<unk>", "[MASK]", "[SEP]", "A", "B"])
+    metadata: dict[str, Any] = {"tokenizer.chat_template.systemone": SYSTEMONE, **(extra or {})}
+    if decision_type is not None:
+        metadata[f"{arch}.decision.type"] = decision_type
+    add_metadata(writer, metadata)
+    writer.add_tensor("x", np.zeros(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("name", list(FAMILY_FILES))
+def test_each_family_is_recognised_offline(tmp_path: Path, name: str) -> None:
+    arch, extra = FAMILY_FILES[name]
+    path = write_family(tmp_path / f"{name}.gguf", arch, name, extra)
+    caps = native_caps(read_metadata(path))
+    assert caps is not None and caps.family is not None and caps.family.name == name
+    assert caps.mode == "native" and caps.types == ["choice", "score", "noul"]
+    assert caps.max_options == (52 if name == "openjev" else 255)
+    assert file_output_modalities(path) == ["decisions"]  # as llama-server reports it
+    assert caps.accepts_null_state == (name in ("lfm2-d1", "lfm2-d1-omni"))
+    assert caps.serves_text == (name != "clef")
+    assert caps.family.one_batch == (name in ("laya", "clef", "lfm2-d1-omni"))
+    assert caps.head_tokens == (512 if name == "laya" else None)
+    # the same architecture without a decision type is a text model
+    assert file_output_modalities(write_family(tmp_path / "plain.gguf", arch, None)) == ["text"]
+
+
+def test_temperatures_are_read_by_type_and_option_bucket(tmp_path: Path) -> None:
+    caps = native_caps(read_metadata(write_family(
+        tmp_path / "omni.gguf", *FAMILY_FILES["lfm2-d1-omni"][:1], "lfm2-d1-omni",
+        {**FAMILY_FILES["lfm2-d1-omni"][1], "lfm2.decision.temperature.choice": 2.0})))
+    assert caps is not None
+    assert caps.temperature("choice", 2) == 1.25  # choice.2
+    assert caps.temperature("choice", 4) == 2.0  # no choice.3_5: the type's
+    assert caps.temperature("score", 5) == 1.35  # score.3_5
+    assert caps.temperature("score", 6) == 1.0 and caps.temperature("noul", 2) == 1.0
+
+
+@pytest.mark.parametrize("name", ["granite-switch", "vllm-decision2", "vllm-d3"])
+def test_families_without_a_published_identification_are_refused_by_name(
+        tmp_path: Path, name: str) -> None:
+    path = write_family(tmp_path / "m.gguf", "llama", name)
+    with pytest.raises(DecisionMetaError, match=f"'{name}' is not supported: the spec names"):
+        native_caps(read_metadata(path))
+    assert file_output_modalities(path) == ["text"]  # llama-server: an unknown type is text
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("lev", "does not list it"), ("kev", "does not list it"), ("nimble", "does not list it"),
+    ("d1", "renamed the type lfm2-d1"), ("maybe-someday", "unsupported decision model type")])
+def test_other_decision_types_are_refused_with_the_reason(tmp_path: Path, name: str,
+                                                         why: str) -> None:
+    with pytest.raises(DecisionMetaError, match=why):
+        native_caps(read_metadata(write_family(tmp_path / "m.gguf", "lfm2", name)))
+
+
+@pytest.mark.parametrize("extra", [
+    {}, {"modern-bert.decision.max_head_tokens": 0}, {"modern-bert.decision.max_head_tokens": "x"}])
+def test_laya_needs_its_token_budget(tmp_path: Path, extra: dict[str, Any]) -> None:
+    with pytest.raises(DecisionMetaError, match="max_head_tokens"):
+        native_caps(read_metadata(write_family(tmp_path / "l.gguf", "modern-bert", "laya",
+                                               extra)))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "warm", 0.0])
+def test_an_unusable_temperature_is_an_error(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(DecisionMetaError, match="invalid decision temperature"):
+        native_caps(read_metadata(write_family(tmp_path / "t.gguf", "qwen35", "openjev",
+                                               {"qwen35.decision.temperature.choice": value})))
+
+
+def test_a_refused_family_stops_the_worker_with_its_name(tmp_path: Path) -> None:
+    from worker.model import ModelLoadError
+    from worker.process.serve import worker_decision_caps
+
+    path = write_family(tmp_path / "granite.gguf", "granite", "granite-switch")
+    with pytest.raises(ModelLoadError, match=r"granite\.gguf: decision model type "
+                                             r"'granite-switch' is not supported"):
+        worker_decision_caps(path, prompted=True)
+
+
+def test_output_modalities_of_a_family_that_is_also_a_text_model() -> None:
+    from scheduler.decision_families import FamilyRules
+    from scheduler.decision_meta import DecisionCaps
+
+    both = FamilyRules(name="x", readout="label-logits", output_modalities=("text", "decisions"))
+    assert output_modalities(DecisionCaps(mode="native", family=both)) == ["text", "decisions"]
+    assert output_modalities(DecisionCaps(mode="native")) == ["text", "decisions"]  # llamaq's
+    assert output_modalities(DecisionCaps(mode="prompted")) == ["text"]
+
+
+# -- the rules, when a job is planned (a word per token) ---------------------------------------
+
+
+class WordVocab:
+    """One token per word, each word its own id."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        return [self.ids.setdefault(word, len(self.ids)) for word in text.split()]
+
+
+def family_caps(tmp_path: Path, name: str) -> Any:
+    arch, extra = FAMILY_FILES[name]
+    caps = native_caps(read_metadata(write_family(tmp_path / f"{name}.gguf", arch, name, extra)))
+    assert caps is not None
+    return caps
+
+
+def job(prefix_words: int, suffix_words: int, n_questions: int = 1,
+        labels: tuple[str, ...] = ("yes", "no"), qtype: str = "noul") -> DecisionJob:
+    return DecisionJob(model="m", prefix="s " * prefix_words, questions=[
+        DecisionQuestion(id=f"q{i}", type=qtype, suffix="w " * suffix_words,
+                         labels=list(labels)) for i in range(n_questions)])
+
+
+def test_openjev_takes_52_options_and_the_others_255(tmp_path: Path) -> None:
+    options = tuple(f"o{i}" for i in range(53))
+    with pytest.raises(InvalidRequest, match="at most 52"):
+        plan_decision(job(4, 4, labels=options, qtype="choice"), WordVocab(),
+                      family_caps(tmp_path, "openjev"), 4096)
+    plan = plan_decision(job(4, 4, labels=options, qtype="choice"), WordVocab(),
+                         family_caps(tmp_path, "pplx-decider"), 4096)
+    assert len(plan.questions[0].labels) == 53
+
+
+def test_label_logit_families_are_planned_with_their_temperatures(tmp_path: Path) -> None:
+    caps = family_caps(tmp_path, "lfm2-d1")
+    plan = plan_decision(job(4, 4, labels=("a", "b", "c"), qtype="choice"), WordVocab(),
+                         caps, 4096, n_ubatch=8)  # not a one-batch family: longer is fine
+    assert plan.questions[0].temperature == 1.15  # choice.3_5
+
+
+@pytest.mark.parametrize("name", ["laya", "lfm2-d1-omni"])
+def test_a_one_batch_prompt_must_fit_the_ubatch(tmp_path: Path, name: str) -> None:
+    caps = family_caps(tmp_path, name)
+    with pytest.raises(InvalidRequest, match=rf"has 21 tokens: {name} evaluates a prompt in "
+                                             r"one batch.*--ubatch-size \(20\)"):
+        plan_decision(job(10, 11), WordVocab(), caps, 4096, n_ubatch=20)
+    with pytest.raises(NotSupported, match=f"{name} answers from a decision head"):
+        plan_decision(job(10, 10), WordVocab(), caps, 4096, n_ubatch=20)  # valid: then 501
+
+
+def test_clef_puts_all_the_questions_in_one_batch(tmp_path: Path) -> None:
+    caps = family_caps(tmp_path, "clef")
+    with pytest.raises(InvalidRequest, match="has 34 tokens: clef evaluates all the questions"):
+        plan_decision(job(10, 8, n_questions=3), WordVocab(), caps, 4096, n_ubatch=33)
+    with pytest.raises(NotSupported, match="clef answers from a decision head"):
+        plan_decision(job(10, 8, n_questions=3), WordVocab(), caps, 4096, n_ubatch=34)
+
+
+def test_laya_cuts_the_question_and_options_to_its_budget(tmp_path: Path) -> None:
+    caps = family_caps(tmp_path, "laya").model_copy(update={"head_tokens": 6})
+    # 10 + 30 tokens do not fit a ubatch of 16; with the question cut to 6 tokens they do
+    with pytest.raises(NotSupported):
+        plan_decision(job(10, 30), WordVocab(), caps, 4096, n_ubatch=16)
+    with pytest.raises(InvalidRequest, match="has 17 tokens"):
+        plan_decision(job(11, 30), WordVocab(), caps, 4096, n_ubatch=16)
+
+
+def test_an_lfm2_d1_omni_prompt_is_cut_to_16384_tokens(tmp_path: Path) -> None:
+    family = FAMILIES["lfm2-d1-omni"]
+    plan = plan_decision(job(4, 4), WordVocab(), family_caps(tmp_path, "lfm2-d1"), 1 << 16)
+    questions = plan.questions
+    cut = apply_family_rules(family, list(range(20000)), questions, n_ubatch=1 << 20)
+    assert cut == list(range(16384 - 4))  # the state's end gives way to the question
+    assert apply_family_rules(family, [1, 2, 3], questions, 1 << 20) == [1, 2, 3]
+    with pytest.raises(InvalidRequest, match="--ubatch-size \\(512\\)"):
+        apply_family_rules(family, list(range(20000)), questions, n_ubatch=512)
