@@ -38,6 +38,7 @@ KEY_PREFIX = "llamaq.decision."
 TYPES_KEY = "llamaq.decision.types"
 TEMPERATURE_KEY = "llamaq.decision.temperature."
 MAX_OPTIONS_KEY = "llamaq.decision.max_options"
+SYSTEMONE_TEMPLATE_KEY = "tokenizer.chat_template.systemone"
 QuestionType = Literal["choice", "score", "noul"]
 QUESTION_TYPES: tuple[QuestionType, ...] = ("choice", "score", "noul")
 DEFAULT_MAX_OPTIONS = 255
@@ -61,6 +62,8 @@ class DecisionCaps(BaseModel):
     """The spec's decision family the model file names (None: llamaq's keys, or prompted)."""
     head_tokens: int | None = None
     """laya: the token budget of the question and its options (`max_head_tokens`)."""
+    systemone_template: str | None = Field(default=None, exclude=True)
+    """A family's `tokenizer.chat_template.systemone` (the worker's own: not published)."""
 
     def temperature(self, question_type: str, n_options: int = 0) -> float:
         """The bucket's temperature, else the type's, else 1 (llama.cpp's get_temperature)."""
@@ -131,8 +134,13 @@ def family_caps(metadata: dict[str, Any], family: FamilyRules) -> DecisionCaps:
         if head_tokens <= 0:
             raise DecisionMetaError(f"decision model has no valid {arch}.decision."
                                     f"max_head_tokens ({family.name} needs its token budget)")
+    template = metadata.get(SYSTEMONE_TEMPLATE_KEY)
+    if not isinstance(template, str) or not template.strip():
+        raise DecisionMetaError(f'decision model has no "systemone" template '
+                                f"({SYSTEMONE_TEMPLATE_KEY})")
     return DecisionCaps(mode="native", max_options=family.max_options,
-                        temperatures=temperatures, family=family, head_tokens=head_tokens)
+                        temperatures=temperatures, family=family, head_tokens=head_tokens,
+                        systemone_template=template)
 
 
 def native_caps(metadata: dict[str, Any]) -> DecisionCaps | None:
@@ -178,9 +186,14 @@ def output_modalities(caps: DecisionCaps | None) -> list[str]:
 
 
 def metadata_output_modalities(metadata: dict[str, Any]) -> list[str]:
-    """`output_modalities` from a GGUF's metadata; ["text"] when its decision metadata is
-    unusable or names a refused family (as llama-server reports an unknown type)."""
+    """`output_modalities` from a GGUF's metadata: a family's from its decision type alone (as
+    llama-server reports it, whatever else the file holds), llamaq's keys' when they are
+    usable; ["text"] otherwise, a refused or unknown family included (llama-server's answer
+    for an unknown type)."""
     try:
+        if TYPES_KEY not in metadata:
+            family = family_of(metadata)
+            return ["text"] if family is None else list(family.output_modalities)
         return output_modalities(native_caps(metadata))
     except DecisionMetaError as error:
         log.debug("unusable decision metadata: %s", error)

@@ -28,6 +28,7 @@ from scheduler.contract.jobs import DecisionJob
 from scheduler.decision_families import FamilyRules
 from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
+from worker.systemone_prompt import FamilyPrompter
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""
@@ -44,6 +45,9 @@ class QuestionPlan:
     temperature: float
     children: dict[Path, set[int]] = field(default_factory=dict)
     """The trie: for each inner node, the tokens that lead on to a label."""
+    groups: list[list[int]] | None = None
+    """The labels (indices) of each option, when an option has several (a family's label
+    forms): an option's score is the best of its labels'."""
 
 
 @dataclass
@@ -97,10 +101,14 @@ def branches_of(labels: list[list[int]]) -> list[list[int]]:
 
 
 def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
-                  n_ctx_slot: int, n_ubatch: int = 1 << 30) -> DecisionRequest:
+                  n_ctx_slot: int, n_ubatch: int = 1 << 30,
+                  prompter: FamilyPrompter | None = None) -> DecisionRequest:
     """Tokenize and check a decision job, with its family's rules (cuts to the token budgets,
     one-batch prompts); raises its 400 before it takes a slot, and the 501 of a family whose
-    decision head this llama.cpp lacks once the request is known to be valid."""
+    decision head this llama.cpp lacks once the request is known to be valid. A label-logit
+    family's job (with `prompter`) is the family's own prompts and labels."""
+    if prompter is not None and job.systemone is not None:
+        return plan_family(job, prompter, vocab, caps, n_ctx_slot)
     prefix = vocab.tokenize(job.prefix, True, True)
     if not prefix:
         raise InvalidRequest("the decision prompt is empty")
@@ -144,6 +152,50 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                            "of this worker (llama-cpp-python's) does not have: the request is "
                            "valid, but it cannot be answered here")
     return request
+
+
+def plan_family(job: DecisionJob, prompter: FamilyPrompter, vocab: Tokenizer,
+                caps: DecisionCaps, n_ctx_slot: int) -> DecisionRequest:
+    """A label-logit family's job: each question's prompt is the model's systemone template
+    rendered for it; what the prompts share (every question keeping a token of its own) is
+    the prefix, prefilled once; each option is read from its label tokens' logits at the end
+    of its question's prompt."""
+    assert job.systemone is not None
+    for question in job.systemone.questions:
+        if question.type == "choice" and len(question.options) > caps.max_options:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.options)} "
+                                 f"options; this model takes at most {caps.max_options}")
+    family = prompter.questions(job.systemone, vocab)
+    n_shared = min(len(q.tokens) for q in family) - 1
+    for other in family[1:]:
+        n_shared = min(n_shared, _common(family[0].tokens, other.tokens))
+    prefix = family[0].tokens[:n_shared]
+    if not prefix:
+        raise InvalidRequest("the decision prompt is empty")
+    questions = []
+    for question, built in zip(job.systemone.questions, family, strict=True):
+        labels = [[token] for group in built.groups for token in group]
+        groups, at = [], 0
+        for group in built.groups:
+            groups.append(list(range(at, at + len(group))))
+            at += len(group)
+        questions.append(QuestionPlan(
+            id=question.id, type=question.type, suffix=built.tokens[n_shared:], labels=labels,
+            branches=[], temperature=caps.temperature(question.type, len(question.options)),
+            children=label_trie(labels), groups=groups))
+    request = DecisionRequest(job, prefix, questions)
+    if request.n_tokens_max >= n_ctx_slot:
+        raise ExceedContextSize(
+            f"the request exceeds the available context size ({request.n_tokens_max} tokens, "
+            f"context {n_ctx_slot})", n_prompt_tokens=request.n_tokens_max, n_ctx=n_ctx_slot)
+    return request
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def apply_family_rules(family: FamilyRules, prefix: list[int], questions: list[QuestionPlan],
@@ -191,6 +243,8 @@ def label_scores(question: QuestionPlan,
             onward = sum(math.exp(logprobs[tuple(label)][t]) for t in longer)
             total += math.log(max(1.0 - onward, 1e-300))
         scores.append(total)
+    if question.groups is not None:  # an option is the best of its labels
+        return [max(scores[i] for i in group) for group in question.groups]
     return scores
 
 

@@ -13,9 +13,16 @@ import numpy as np
 import pytest
 
 from scheduler.contract.errors import InvalidRequest, NotSupported
-from scheduler.contract.jobs import DecisionJob, DecisionQuestion
+from scheduler.contract.jobs import (
+    DecisionJob,
+    DecisionQuestion,
+    SystemOneInput,
+    SystemOneOption,
+    SystemOneQuestion,
+)
 from scheduler.decision_families import FAMILIES
 from scheduler.decision_meta import (
+    DecisionCaps,
     DecisionMetaError,
     file_output_modalities,
     native_caps,
@@ -23,7 +30,8 @@ from scheduler.decision_meta import (
 )
 from scheduler.gguf_meta import read_metadata
 from tests.tiny_gguf import add_metadata
-from worker.decision_plan import apply_family_rules, plan_decision
+from worker.decision_plan import apply_family_rules, label_scores, plan_decision
+from worker.systemone_prompt import FamilyPrompter
 
 SYSTEMONE = "{{ state }}|{{ instructions }}|{% for o in options %}{{ o.key }};{% endfor %}"
 """A `tokenizer.chat_template.systemone`: llama.cpp requires one of every decision model."""
@@ -131,7 +139,6 @@ def test_a_refused_family_stops_the_worker_with_its_name(tmp_path: Path) -> None
 
 def test_output_modalities_of_a_family_that_is_also_a_text_model() -> None:
     from scheduler.decision_families import FamilyRules
-    from scheduler.decision_meta import DecisionCaps
 
     both = FamilyRules(name="x", readout="label-logits", output_modalities=("text", "decisions"))
     assert output_modalities(DecisionCaps(mode="native", family=both)) == ["text", "decisions"]
@@ -160,7 +167,7 @@ def family_caps(tmp_path: Path, name: str) -> Any:
 
 
 def job(prefix_words: int, suffix_words: int, n_questions: int = 1,
-        labels: tuple[str, ...] = ("yes", "no"), qtype: str = "noul") -> DecisionJob:
+        labels: tuple[str, ...] = ("yes", "no"), qtype: Any = "noul") -> DecisionJob:
     return DecisionJob(model="m", prefix="s " * prefix_words, questions=[
         DecisionQuestion(id=f"q{i}", type=qtype, suffix="w " * suffix_words,
                          labels=list(labels)) for i in range(n_questions)])
@@ -219,3 +226,94 @@ def test_an_lfm2_d1_omni_prompt_is_cut_to_16384_tokens(tmp_path: Path) -> None:
     assert apply_family_rules(family, [1, 2, 3], questions, 1 << 20) == [1, 2, 3]
     with pytest.raises(InvalidRequest, match="--ubatch-size \\(512\\)"):
         apply_family_rules(family, list(range(20000)), questions, n_ubatch=512)
+
+
+# -- a label-logit family's own prompts and labels (worker/systemone_prompt.py) ---------------
+
+TEMPLATE = ("{{ state if state is string else state | tojson }} | {{ instructions }} |"
+            "{% for o in options %} {{ o.label | default('-') }}={{ o.key }}{% endfor %} | end")
+
+
+def prompter(name: str, vocab: WordVocab) -> tuple[FamilyPrompter, DecisionCaps]:
+    caps = DecisionCaps(mode="native", family=FAMILIES[name],
+                        max_options=FAMILIES[name].max_options, systemone_template=TEMPLATE,
+                        temperatures={"choice.3_5": 1.5})
+    return FamilyPrompter(caps, vocab), caps
+
+
+def sq(qid: str, qtype: Any, keys: list[str]) -> SystemOneQuestion:
+    return SystemOneQuestion(id=qid, type=qtype, instructions=f"ask {qid}",
+                             options=[SystemOneOption(key=k) for k in keys])
+
+
+def words(vocab: WordVocab, tokens: list[int]) -> list[str]:
+    names = {v: k for k, v in vocab.ids.items()}
+    return [names[t] for t in tokens]
+
+
+def test_openjev_reads_one_letter_per_option_and_noul_true_first() -> None:
+    vocab = WordVocab()
+    family, _ = prompter("openjev", vocab)
+    choice, noul = family.questions(SystemOneInput(state={"order": 7}, questions=[
+        sq("route", "choice", ["billing", "shipping", "technical"]),
+        sq("angry", "noul", ["false", "true"])]), vocab)
+    assert words(vocab, choice.tokens) == ['{"order":', "7}", "|", "ask", "route", "|", "-=billing",
+                                           "-=shipping", "-=technical", "|", "end"]
+    assert [words(vocab, g) for g in choice.groups] == [["A"], ["B"], ["C"]]
+    # the model reads noul as (true, false): true is A; the answer's order is (true, false)
+    assert words(vocab, noul.tokens)[-4:-2] == ["-=true", "-=false"]
+    assert [words(vocab, g) for g in noul.groups] == [["A"], ["B"]]
+
+
+def test_pplx_decider_gives_its_codes_to_the_template_and_reads_noul_false_first() -> None:
+    vocab = WordVocab()
+    family, _ = prompter("pplx-decider", vocab)
+    assert len(family.codes) == 255 and family.codes[26] == "AA"
+    (noul,) = family.questions(SystemOneInput(state="s", questions=[
+        sq("q", "noul", ["false", "true"])]), vocab)
+    assert words(vocab, noul.tokens)[-4:-2] == ["A=false", "B=true"]
+    assert [words(vocab, g) for g in noul.groups] == [["B"], ["A"]]  # (true, false)
+
+
+def test_lfm2_d1_labels_depend_on_the_question_type() -> None:
+    vocab = WordVocab()
+    family, _ = prompter("lfm2-d1", vocab)
+    built = family.questions(SystemOneInput(state="s", questions=[
+        sq("c", "choice", ["billing", "shipping"]), sq("l", "choice", ["x", "y"]),
+        sq("s", "score", ["0", "1", "2"]), sq("n", "noul", ["false", "true"])]), vocab)
+    assert words(vocab, built[0].tokens)[-4:-2] == ["A=billing", "B=shipping"]
+    assert [words(vocab, g) for g in built[0].groups] == [["A"], ["B"]]  # " A" is the same word
+    assert words(vocab, built[1].tokens)[-4:-2] == ["x=x", "y=y"]  # single letters: themselves
+    assert [words(vocab, g) for g in built[2].groups] == [["0"], ["1"], ["2"]]
+    assert [words(vocab, g) for g in built[3].groups] == [["yes", "Yes", "YES"],
+                                                         ["no", "No", "NO"]]
+    many = family.question("s", sq("m", "choice", [f"opt{i}" for i in range(30)]), vocab)
+    assert words(vocab, many.groups[0]) == ["00"] and words(vocab, many.groups[29]) == ["29"]
+
+
+def test_a_label_that_is_not_one_token_stops_an_openjev_worker() -> None:
+    class Spaced(WordVocab):
+        def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+            return super().tokenize(f"▁ {text}", add_special, parse_special)
+
+    with pytest.raises(DecisionMetaError, match="'A' is not a single token"):
+        prompter("openjev", Spaced())
+
+
+def test_a_family_job_is_planned_from_its_own_prompts() -> None:
+    vocab = WordVocab()
+    family, caps = prompter("lfm2-d1", vocab)
+    systemone = SystemOneInput(state="the same state", questions=[
+        sq("a", "choice", ["p", "q", "r"]), sq("b", "noul", ["false", "true"])])
+    job = DecisionJob(model="m", prefix="unused", systemone=systemone, questions=[
+        DecisionQuestion(id="a", type="choice", suffix="x", labels=["p", "q", "r"]),
+        DecisionQuestion(id="b", type="noul", suffix="x", labels=["yes", "no"])])
+    plan = plan_decision(job, vocab, caps, 4096, prompter=family)
+    assert words(vocab, plan.prefix) == ["the", "same", "state", "|", "ask"]
+    a, b = plan.questions
+    assert words(vocab, a.suffix)[0] == "a" and words(vocab, b.suffix)[0] == "b"
+    assert a.temperature == 1.5 and b.temperature == 1.0  # choice.3_5
+    assert b.groups == [[0, 1, 2], [3, 4, 5]] and len(b.labels) == 6
+    # an option scores the best of its labels' log-probabilities
+    logprobs = {(): {t[0]: -float(i) for i, t in enumerate(b.labels)}}
+    assert label_scores(b, logprobs) == [0.0, -3.0]

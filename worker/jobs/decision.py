@@ -23,7 +23,8 @@ async def run(parts: WorkerParts, job: DecisionJob) -> None:
         plan = engine.model.plan
         request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
                                           engine.model.n_ctx_slot,
-                                          min(plan.n_ubatch, plan.n_batch))
+                                          min(plan.n_ubatch, plan.n_batch),
+                                          parts.decision_prompter)
     except LlamaqError as error:
         publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return

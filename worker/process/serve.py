@@ -45,6 +45,7 @@ from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
+from worker.systemone_prompt import FamilyPrompter
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,17 @@ def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | Non
         raise ModelLoadError(f"{model_path.name}: {error}") from None
 
 
+def family_prompter(caps: DecisionCaps | None, model: LoadedModel) -> FamilyPrompter | None:
+    """A label-logit family's prompts and labels on the loaded vocabulary; a label that is not
+    a single token, or a template that does not parse, stops the worker."""
+    if caps is None or caps.family is None or caps.family.readout != "label-logits":
+        return None
+    try:
+        return FamilyPrompter(caps, model.vocab)
+    except DecisionMetaError as error:
+        raise ModelLoadError(f"{model.path.name}: {error}") from None
+
+
 class WorkerRuntime:
     """A worker's parts (worker/jobs/parts.py), built together, and the process around them:
     the arq workers of its queues, the background loops, draining."""
@@ -117,7 +129,8 @@ class WorkerRuntime:
             leases=leases, publisher=publisher, model=model,
             engine=new_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model) if embedding else None,
-            decision_caps=None if embedding else caps)
+            decision_caps=None if embedding else caps,
+            decision_prompter=None if embedding else family_prompter(caps, model))
         self.reporter = Reporter(self.parts)
         self._arq_workers: list[WakeableWorker] = []
 
