@@ -23,7 +23,8 @@ PIECES = ("é", "ü", "日本", "語", "😀", "→", "ß", "ñ", "{", "}", "[",
 
 
 DECISION_PIECES = (*(f"▁{c}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZbcdefghijklmnopqrstuvwxyz"),
-                   *(f"▁{d}" for d in "0123456789"), "▁yes", "▁no", "▁Yes", "▁No")
+                   *(f"▁{d}" for d in "0123456789"), "▁y", "▁ye", "▁yes", "▁n", "▁no",
+                   "▁Y", "▁Ye", "▁Yes", "▁N", "▁No")
 """Single-token labels of the decision families (letters, digits, yes/no), for
 `write_tiny_llama(extra_pieces=DECISION_PIECES)`."""
 

@@ -86,6 +86,10 @@ class FamilyPrompter:
                     raise DecisionMetaError(f"decision label {letter!r} is not a single token")
                 self.code_tokens.append(token)
             self.codes = list(LETTERS)
+        elif self.family == "lfm2-d1":  # its yes / no and level labels exist
+            for key, texts in (*NOUL_FORMS.items(), *((d, (d,)) for d in string.digits)):
+                if all(_single(vocab, text) is None for text in texts):
+                    raise DecisionMetaError(f"decision label is not a single token: {key}")
         elif self.family == "pplx-decider":
             for code in [*string.ascii_uppercase, *PAIRS]:
                 token = _single(vocab, code)

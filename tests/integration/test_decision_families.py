@@ -1,38 +1,48 @@
 """The spec's decision families through real api and worker processes: tiny llama GGUFs that
 name a family as llama.cpp reads it (`llama.decision.type`, with the systemone template and
-fitted temperatures their published files carry): lfm2-d1, a label-logit family that llamaq's
-engine answers, and clef, a decision-head family that serves only /v1/systemone."""
+fitted temperatures their published files carry): openjev and lfm2-d1, label-logit families
+that llamaq's engine answers with the model's own template and label codes (checked against
+the logits llama.cpp gives for the same prompt, computed here in-process), and clef, a
+decision-head family that serves only /v1/systemone."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jinja2
 import pytest
 
 from tests.conftest import make_fleet
 
-SYSTEMONE = "{{ state }}|{{ instructions }}|{% for o in options %}{{ o.key }};{% endfor %}"
+SYSTEMONE = ("<s>Text: {{ state if state is string else state | tojson }}\n"
+             "Question: {{ instructions }}\n"
+             "{% for o in options %}{{ o.label | default('ABCDEFGHIJ'[loop.index0]) }}. {{ o.key }}"
+             "{% if o.description %}: {{ o.description }}{% endif %}\n{% endfor %}Answer:")
 QUESTIONS = {
     "route": {"type": "choice", "instructions": "Which team?",
               "criteria": {"billing": None, "shipping": None, "technical": None}},
     "angry": {"type": "noul", "instructions": "Is the customer angry?"},
 }
+FAMILIES = ("openjev", "lfm2-d1", "clef")
+TEMPERATURE = 1.5
 
 
 @pytest.fixture(scope="module")
 def families(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    from tests.tiny_gguf import write_tiny_llama
+    from tests.tiny_gguf import DECISION_PIECES, write_tiny_llama
 
     folder = tmp_path_factory.mktemp("families")
     urls: dict[str, str] = {}
     fleets = []
-    for name in ("lfm2-d1", "clef"):
-        path = write_tiny_llama(folder / f"{name}.gguf", metadata={
+    for name in FAMILIES:
+        path = write_tiny_llama(folder / f"{name}.gguf", extra_pieces=DECISION_PIECES, metadata={
             "llama.decision.type": name, "tokenizer.chat_template.systemone": SYSTEMONE,
-            "llama.decision.temperature.choice.3_5": "1.15"})
+            "llama.decision.temperature.choice.3_5": str(TEMPERATURE)})
+        urls[f"{name}-path"] = str(path)
         fleet = make_fleet(redis_url, folder, path, f"tiny-{name}")
         url = fleet.add_api()
         for route in ("/v1/models", "/models"):  # before any worker: read from the file
@@ -41,18 +51,48 @@ def families(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         fleet.add_worker("-c", "2048", "-np", "2", "-t", "1", "-ub", "512")
         fleets.append(fleet)
         urls[name] = url
-    for fleet, name in zip(fleets, ("lfm2-d1", "clef"), strict=True):
+    for fleet, name in zip(fleets, FAMILIES, strict=True):
         fleet.wait_healthy(urls[name])
     yield urls
     for fleet in fleets:
         fleet.stop()
 
 
+def expected(path: str, state: str, question: dict[str, Any], labels: list[list[str]],
+             temperature: float, label_texts: list[str] | None) -> list[float]:
+    """What llama-server computes: the template rendered for the question (its options in the
+    model's order, with the label texts the family gives the template), the logits at its
+    last token, an option's score the best of its labels', softmax at the temperature."""
+    import llama_cpp
+
+    options: list[dict[str, Any]] = [{"key": k, "description": d}
+                                     for k, d in question["criteria"].items()] \
+        if question["type"] == "choice" else [{"key": "true"}, {"key": "false"}]
+    for option, label in zip(options, label_texts or [], strict=False):
+        option["label"] = label
+    prompt = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(SYSTEMONE).render(
+        state=state, instructions=question["instructions"], options=options)
+    llm = llama_cpp.Llama(path, n_ctx=512, n_threads=1, verbose=False, logits_all=True)
+    try:
+        tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        llm.eval(tokens)
+        logits = llm.scores[len(tokens) - 1]
+        scores = []
+        for forms in labels:
+            ids = [llm.tokenize(f.encode(), add_bos=False, special=False) for f in forms]
+            scores.append(max(float(logits[i[0]]) for i in ids if len(i) == 1))
+    finally:
+        llm.close()
+    peak = max(scores)
+    weights = [math.exp((s - peak) / temperature) for s in scores]
+    return [w / sum(weights) for w in weights]
+
+
 def ask(url: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{url}/v1/systemone", json=body, timeout=120)
 
 
-@pytest.mark.parametrize("name", ["lfm2-d1", "clef"])
+@pytest.mark.parametrize("name", FAMILIES)
 def test_a_family_is_a_decision_model_offline_and_loaded(families: dict[str, str],
                                                          name: str) -> None:
     expected = {"input_modalities": ["text"], "output_modalities": ["decisions"]}
@@ -62,7 +102,38 @@ def test_a_family_is_a_decision_model_offline_and_loaded(families: dict[str, str
         assert card["architecture"] == expected
     props = httpx.get(f"{families[name]}/props", timeout=30).json()["decisions"]
     assert props["mode"] == "native" and props["family"]["name"] == name
-    assert props["max_options"] == 255 and props["temperatures"] == {"choice.3_5": 1.15}
+    assert props["max_options"] == (52 if name == "openjev" else 255)
+    assert props["temperatures"] == {"choice.3_5": TEMPERATURE}
+
+
+@pytest.mark.parametrize(("name", "route_labels", "angry_labels", "texts"), [
+    ("openjev", [["A"], ["B"], ["C"]], [["A"], ["B"]], None),  # its template counts letters
+    ("lfm2-d1", [["A"], ["B"], ["C"]], [["yes", "Yes"], ["no", "No"]], True)])
+def test_a_label_logit_family_answers_as_llama_cpp_reads_its_labels(
+        families: dict[str, str], name: str, route_labels: list[list[str]],
+        angry_labels: list[list[str]], texts: bool | None) -> None:
+    state = "I was charged twice and nobody replied."
+    response = ask(families[name], {"state": state, "questions": QUESTIONS})
+    assert response.status_code == 200, response.text
+    answers = response.json()["answers"]
+    route = expected(families[f"{name}-path"], state, QUESTIONS["route"], route_labels,
+                     TEMPERATURE, ["A", "B", "C"] if texts else None)  # choice.3_5
+    got = list(answers["route"]["probabilities"].values())
+    assert got == pytest.approx(route, abs=2e-3), (got, route)
+    angry = expected(families[f"{name}-path"], state, QUESTIONS["angry"], angry_labels, 1.0,
+                     ["true", "false"] if texts else None)  # lfm2-d1: noul's labels, its keys
+    assert answers["angry"]["noul"] == pytest.approx(angry[0], abs=2e-3)
+    assert max(route) - min(route) > 0.01  # the labels are told apart: the check can fail
+
+
+def test_openjev_refuses_a_null_state_and_53_options(families: dict[str, str]) -> None:
+    url = families["openjev"]
+    null = ask(url, {"state": None, "questions": QUESTIONS})
+    assert null.status_code == 400 and "must be provided" in null.text
+    many = {"q": {"type": "choice", "instructions": "which?",
+                  "criteria": {f"o{i}": None for i in range(53)}}}
+    response = ask(url, {"state": "s", "questions": many})
+    assert response.status_code == 400 and "at most 52" in response.text
 
 
 def test_lfm2_d1_answers_with_a_null_state_and_serves_text(families: dict[str, str]) -> None:
