@@ -22,7 +22,7 @@ SYSTEMONE = ("<s>Text: {{ state if state is string else state | tojson }}\n"
              "Question: {{ instructions }}\n"
              "{% for o in options %}{{ o.label | default('ABCDEFGHIJ'[loop.index0]) }}. {{ o.key }}"
              "{% if o.description %}: {{ o.description }}{% endif %}\n{% endfor %}Answer:")
-QUESTIONS = {
+QUESTIONS: dict[str, dict[str, Any]] = {
     "route": {"type": "choice", "instructions": "Which team?",
               "criteria": {"billing": None, "shipping": None, "technical": None}},
     "angry": {"type": "noul", "instructions": "Is the customer angry?"},

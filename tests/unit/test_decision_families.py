@@ -315,5 +315,31 @@ def test_a_family_job_is_planned_from_its_own_prompts() -> None:
     assert a.temperature == 1.5 and b.temperature == 1.0  # choice.3_5
     assert b.groups == [[0, 1, 2], [3, 4, 5]] and len(b.labels) == 6
     # an option scores the best of its labels' log-probabilities
-    logprobs = {(): {t[0]: -float(i) for i, t in enumerate(b.labels)}}
+    logprobs: dict[tuple[int, ...], dict[int, float]] = {
+        (): {t[0]: -float(i) for i, t in enumerate(b.labels)}}
     assert label_scores(b, logprobs) == [0.0, -3.0]
+
+
+def test_the_routers_catalog_reads_a_familys_architecture(tmp_path: Path) -> None:
+    """Router mode's `/models` (scheduler/catalog.py): unloaded models are read offline."""
+    from scheduler.catalog import ModelEntry, architecture_of
+
+    def arch(path: Path) -> list[str]:
+        entry = ModelEntry(name=path.stem, source="models_dir", local_path=str(path))
+        return architecture_of(entry).output_modalities
+
+    assert arch(write_family(tmp_path / "d1.gguf", "lfm2", "lfm2-d1")) == ["decisions"]
+    assert arch(write_family(tmp_path / "g.gguf", "granite", "granite-switch")) == ["text"]
+    # a family file without its systemone template still says what it is (llama-server reads
+    # only the type); its worker would not start
+    no_template = tmp_path / "bare.gguf"
+    writer = gguf.GGUFWriter(str(no_template), "qwen35")
+    add_metadata(writer, {"qwen35.decision.type": "clef"})
+    writer.add_tensor("x", np.zeros(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert arch(no_template) == ["decisions"]
+    with pytest.raises(DecisionMetaError, match='no "systemone" template'):
+        native_caps(read_metadata(no_template))
