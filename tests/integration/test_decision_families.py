@@ -167,3 +167,26 @@ def test_clef_checks_a_request_then_says_why_it_cannot_answer(families: dict[str
     assert long.status_code == 400 and "--ubatch-size (512)" in long.text, long.text
     short = ask(url, {"state": "a", "questions": {"angry": QUESTIONS["angry"]}})
     assert short.status_code == 501 and "clef answers from a decision head" in short.text
+
+
+def test_a_completion_sent_before_the_clef_worker_came_up_is_refused_by_it(
+        families: dict[str, str], redis_url: str,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The api lets a completion wait while the model has no live worker; the clef worker that
+    then takes it refuses it (501) instead of generating text."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("late")
+    fleet = make_fleet(redis_url, folder, Path(families["clef-path"]), "tiny-clef-late")
+    try:
+        url = fleet.add_api()
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(httpx.post, f"{url}/completion",
+                                  json={"prompt": "the sky", "n_predict": 4}, timeout=120)
+            fleet.add_worker("-c", "2048", "-np", "2", "-t", "1")
+            response = waiting.result()
+        assert response.status_code == 501, response.text
+        assert "clef decision model, text generation is not available" in response.text
+    finally:
+        fleet.stop()
