@@ -24,10 +24,10 @@ from typing import Protocol
 import numpy as np
 
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest, NotSupported
-from scheduler.contract.jobs import DecisionJob
-from scheduler.decision_families import FamilyRules
+from scheduler.contract.jobs import DecisionJob, SystemOneInput
 from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
+from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 
 Path = tuple[int, ...]
@@ -102,12 +102,14 @@ def branches_of(labels: list[list[int]]) -> list[list[int]]:
 
 def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                   n_ctx_slot: int, n_ubatch: int = 1 << 30,
-                  prompter: FamilyPrompter | None = None) -> DecisionRequest:
+                  prompter: FamilyPrompter | HeadPrompter | None = None) -> DecisionRequest:
     """Tokenize and check a decision job, with its family's rules (cuts to the token budgets,
     one-batch prompts); raises its 400 before it takes a slot, and the 501 of a family whose
     decision head this llama.cpp lacks once the request is known to be valid. A label-logit
     family's job (with `prompter`) is the family's own prompts and labels."""
-    if prompter is not None and job.systemone is not None:
+    if isinstance(prompter, HeadPrompter) and job.systemone is not None:
+        check_head_prompts(job.systemone, prompter, vocab, caps, n_ubatch)  # a 400 or the 501
+    if isinstance(prompter, FamilyPrompter) and job.systemone is not None:
         return plan_family(job, prompter, vocab, caps, n_ctx_slot)
     prefix = vocab.tokenize(job.prefix, True, True)
     if not prefix:
@@ -130,15 +132,11 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                                      f"and {text!r} are the same tokens")
             seen[tuple(tokens)] = text
         suffix = vocab.tokenize(question.suffix, False, True)
-        if caps.head_tokens is not None:  # laya: the question and options, to its budget
-            suffix = suffix[:caps.head_tokens]
         questions.append(QuestionPlan(
             id=question.id, type=question.type, suffix=suffix, labels=labels,
             branches=branches_of(labels),
             temperature=caps.temperature(question.type, len(labels)),
             children=label_trie(labels)))
-    if caps.family is not None:
-        prefix = apply_family_rules(caps.family, prefix, questions, n_ubatch)
     request = DecisionRequest(job, prefix, questions)
     if request.n_tokens_max >= n_ctx_slot:
         raise ExceedContextSize(
@@ -148,9 +146,7 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
         if not plan.suffix:
             raise InvalidRequest(f"question {plan.id!r}: its prompt is empty")
     if caps.family is not None and caps.family.readout == "head":
-        raise NotSupported(f"{caps.family.name} answers from a decision head that the llama.cpp "
-                           "of this worker (llama-cpp-python's) does not have: the request is "
-                           "valid, but it cannot be answered here")
+        raise head_missing(caps.family.name)
     return request
 
 
@@ -198,29 +194,30 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def apply_family_rules(family: FamilyRules, prefix: list[int], questions: list[QuestionPlan],
-                       n_ubatch: int) -> list[int]:
-    """A family's prompt rules: a prompt cut to the family's cap (the state, at the end of the
-    shared prefix, gets the room that is left, as llama.cpp cuts lfm2-d1-omni's), and a
-    prompt that is evaluated in one batch (all the questions of a joint one) checked against
-    --ubatch-size. Returns the prefix, cut if it must be."""
-    if family.prompt_cap is not None:
-        longest = max(len(q.suffix) for q in questions)
-        if longest >= family.prompt_cap:
-            raise InvalidRequest(f"a {family.name} question is {longest} tokens long; its "
-                                 f"prompts are cut to {family.prompt_cap} tokens")
-        prefix = prefix[:family.prompt_cap - longest]
-    if family.one_batch:
-        if family.joint:
-            n_prompt = len(prefix) + sum(len(q.suffix) for q in questions)
-        else:
-            n_prompt = len(prefix) + max(len(q.suffix) for q in questions)
-        if n_prompt > n_ubatch:
-            what = "all the questions of a request in one prompt" if family.joint else "a prompt"
+def check_head_prompts(systemone: SystemOneInput, prompter: HeadPrompter, vocab: Tokenizer,
+                       caps: DecisionCaps, n_ubatch: int) -> None:
+    """A decision-head family's request: its prompts built as llama.cpp builds them (cut to
+    the family's budgets, worker/systemone_heads.py), each (clef: the one of the whole
+    request) checked against --ubatch-size, the batch it is evaluated in; then the 501 of the
+    head this llama.cpp lacks."""
+    assert caps.family is not None
+    for question in systemone.questions:
+        if question.type == "choice" and len(question.options) > caps.max_options:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.options)} "
+                                 f"options; this model takes at most {caps.max_options}")
+    what = "all the questions of a request in one prompt" if caps.family.joint else "a prompt"
+    for n_prompt in prompter.prompt_lengths(systemone, vocab):
+        if caps.family.one_batch and n_prompt > n_ubatch:
             raise InvalidRequest(
-                f"the decision prompt has {n_prompt} tokens: {family.name} evaluates {what} in "
-                f"one batch, which must fit in --ubatch-size ({n_ubatch})")
-    return prefix
+                f"the decision prompt has {n_prompt} tokens: {caps.family.name} evaluates "
+                f"{what} in one batch, which must fit in --ubatch-size ({n_ubatch})")
+    raise head_missing(caps.family.name)
+
+
+def head_missing(family: str) -> NotSupported:
+    return NotSupported(f"{family} answers from a decision head that the llama.cpp of this "
+                        "worker (llama-cpp-python's) does not have: the request is valid, but "
+                        "it cannot be answered here")
 
 
 def child_logprobs(logits: np.ndarray, tokens: set[int]) -> dict[int, float]:

@@ -25,7 +25,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from scheduler.contract.errors import InvalidRequest
@@ -61,6 +61,27 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
+def systemone_template(caps: DecisionCaps) -> Template:
+    """The family's `tokenizer.chat_template.systemone`, compiled (DecisionMetaError when it
+    does not parse)."""
+    assert caps.systemone_template is not None
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                               extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    try:
+        return env.from_string(caps.systemone_template)
+    except TemplateError as error:
+        raise DecisionMetaError(f'the "systemone" template does not parse: {error}') from None
+
+
+def render(template: Template, **variables: Any) -> str:
+    """The template rendered; a failure is the request's 400, named."""
+    try:
+        return template.render(**variables)
+    except TemplateError as error:
+        raise InvalidRequest(f'the model\'s "systemone" template failed: {error}') from None
+
+
 class FamilyPrompter:
     """One worker's: the family, its template and the vocabulary's label tables, checked once
     when the worker starts (a label that is not a single token stops it, as llama.cpp does).
@@ -70,13 +91,7 @@ class FamilyPrompter:
     def __init__(self, caps: DecisionCaps, vocab: Tokenizer) -> None:
         assert caps.family is not None and caps.systemone_template is not None
         self.family = caps.family.name
-        env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                   extensions=["jinja2.ext.loopcontrols"])
-        env.filters["tojson"] = _tojson
-        try:
-            self.template = env.from_string(caps.systemone_template)
-        except TemplateError as error:
-            raise DecisionMetaError(f'the "systemone" template does not parse: {error}') from None
+        self.template = systemone_template(caps)
         self.codes: list[str] = []
         self.code_tokens: list[int] = []
         if self.family == "openjev":
@@ -117,12 +132,9 @@ class FamilyPrompter:
         if self.family != "openjev":  # the template is given each option's label
             for option, label in zip(options, labels, strict=True):
                 option["label"] = label
-        try:
-            prompt = self.template.render(id=question.id, type=question.type,
-                                          instructions=question.instructions, state=state,
-                                          options=options, images=[])
-        except TemplateError as error:
-            raise InvalidRequest(f'the model\'s "systemone" template failed: {error}') from None
+        prompt = render(self.template, id=question.id, type=question.type,
+                        instructions=question.instructions, state=state, options=options,
+                        images=[])
         tokens = vocab.tokenize(prompt, False, True)
         if question.type == "noul" and not noul_flip:  # the answer's order: (true, false)
             groups.reverse()

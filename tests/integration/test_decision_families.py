@@ -22,6 +22,10 @@ SYSTEMONE = ("<s>Text: {{ state if state is string else state | tojson }}\n"
              "Question: {{ instructions }}\n"
              "{% for o in options %}{{ o.label | default('ABCDEFGHIJ'[loop.index0]) }}. {{ o.key }}"
              "{% if o.description %}: {{ o.description }}{% endif %}\n{% endfor %}Answer:")
+CLEF = ("<s>{{ state if state is string else state | tojson }}{% for q in questions %}{{ sep }}"
+        "{{ mark_question }}Question: {{ q.instructions }}{% for o in q.options %}{{ sep }}"
+        "{{ mark_option }}{{ o.key }}{% endfor %}{% endfor %}{{ sep }}Answer:")
+"""A joint template as clef's: the questions and their options as marked pieces."""
 QUESTIONS: dict[str, dict[str, Any]] = {
     "route": {"type": "choice", "instructions": "Which team?",
               "criteria": {"billing": None, "shipping": None, "technical": None}},
@@ -40,7 +44,8 @@ def families(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     fleets = []
     for name in FAMILIES:
         path = write_tiny_llama(folder / f"{name}.gguf", extra_pieces=DECISION_PIECES, metadata={
-            "llama.decision.type": name, "tokenizer.chat_template.systemone": SYSTEMONE,
+            "llama.decision.type": name,
+            "tokenizer.chat_template.systemone": CLEF if name == "clef" else SYSTEMONE,
             "llama.decision.temperature.choice.3_5": str(TEMPERATURE)})
         urls[f"{name}-path"] = str(path)
         fleet = make_fleet(redis_url, folder, path, f"tiny-{name}")

@@ -30,7 +30,8 @@ from scheduler.decision_meta import (
 )
 from scheduler.gguf_meta import read_metadata
 from tests.tiny_gguf import add_metadata
-from worker.decision_plan import apply_family_rules, label_scores, plan_decision
+from worker.decision_plan import label_scores, plan_decision
+from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 
 SYSTEMONE = "{{ state }}|{{ instructions }}|{% for o in options %}{{ o.key }};{% endfor %}"
@@ -190,42 +191,151 @@ def test_label_logit_families_are_planned_with_their_temperatures(tmp_path: Path
     assert plan.questions[0].temperature == 1.15  # choice.3_5
 
 
-@pytest.mark.parametrize("name", ["laya", "lfm2-d1-omni"])
-def test_a_one_batch_prompt_must_fit_the_ubatch(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", ["laya", "clef", "lfm2-d1-omni"])
+def test_a_head_family_without_its_request_is_a_501_after_the_checks(tmp_path: Path,
+                                                                     name: str) -> None:
     caps = family_caps(tmp_path, name)
-    with pytest.raises(InvalidRequest, match=rf"has 21 tokens: {name} evaluates a prompt in "
-                                             r"one batch.*--ubatch-size \(20\)"):
-        plan_decision(job(10, 11), WordVocab(), caps, 4096, n_ubatch=20)
     with pytest.raises(NotSupported, match=f"{name} answers from a decision head"):
-        plan_decision(job(10, 10), WordVocab(), caps, 4096, n_ubatch=20)  # valid: then 501
+        plan_decision(job(10, 10), WordVocab(), caps, 4096)
+    with pytest.raises(InvalidRequest, match="at most 255"):
+        plan_decision(job(4, 4, labels=tuple(f"o{i}" for i in range(256)), qtype="choice"),
+                      WordVocab(), caps, 4096)
 
 
-def test_clef_puts_all_the_questions_in_one_batch(tmp_path: Path) -> None:
-    caps = family_caps(tmp_path, "clef")
-    with pytest.raises(InvalidRequest, match="has 34 tokens: clef evaluates all the questions"):
-        plan_decision(job(10, 8, n_questions=3), WordVocab(), caps, 4096, n_ubatch=33)
+# -- a decision-head family's prompts, as llama.cpp builds them (worker/systemone_heads.py) ---
+
+
+class HeadWords(WordVocab):
+    """Words, with the [CLS], [SEP] and [MASK] tokens a head family's vocabulary has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids.update({"[CLS]": 0, "[SEP]": 1, "[MASK]": 2})
+        self.sep, self.mask = 1, 2
+
+    def text_of(self, token: int) -> str:
+        return {v: k for k, v in self.ids.items()}[token]
+
+
+LAYA = ("[CLS] {{ instructions }} [SEP]{% for o in options %} [MASK] {{ o.key }}"
+        "{% if o.description %} {{ o.description }}{% endif %}{% endfor %} [SEP] {{ state }} [SEP]")
+D1OMNI = ("{{ sep }}{{ mark_question }}{{ instructions }}{% for o in options %}{{ sep }}"
+          "{{ mark_option }}[MASK] {{ o.key }}{% endfor %}{{ sep }}{{ mark_state }}{{ state }}"
+          "{{ sep }}end")
+CLEF = ("{{ state if state is string else state | tojson }}{% for q in questions %}{{ sep }}"
+        "{{ mark_question }}{{ q.instructions }}{% for o in q.options %}{{ sep }}"
+        "{{ mark_option }}{{ o.key }}{% endfor %}{% endfor %}{{ sep }}end")
+
+
+def head(name: str, template: str, head_tokens: int | None = None) -> tuple[Any, DecisionCaps]:
+    caps = DecisionCaps(mode="native", family=FAMILIES[name], systemone_template=template,
+                        head_tokens=head_tokens)
+    return HeadPrompter(caps, HeadWords()), caps
+
+
+def request(state: Any, *questions: SystemOneQuestion) -> DecisionJob:
+    systemone = SystemOneInput(state=state, questions=list(questions))
+    return DecisionJob(model="m", prefix="x", systemone=systemone, questions=[
+        DecisionQuestion(id=q.id, type=q.type, suffix="x", labels=[o.key for o in q.options])
+        for q in questions])
+
+
+def described(qid: str, n_words: int, keys: list[str], n_about: int) -> SystemOneQuestion:
+    return SystemOneQuestion(id=qid, type="choice", instructions="w " * n_words, options=[
+        SystemOneOption(key=k, description="d " * n_about) for k in keys])
+
+
+def test_laya_cuts_the_question_and_options_to_its_trained_budget() -> None:
+    family, caps = head("laya", LAYA, head_tokens=20)
+    question = described("q", 30, ["a", "b", "c"], 60)  # options of 62 tokens, a 30-word question
+    vocab = HeadWords()
+    # the options are shared out evenly (4 tokens each of 20 - 16), the question gets 8:
+    # [CLS] 8 [SEP] 3 x 4, then [SEP] and the state's 5 words and [SEP]
+    assert family.prompt_lengths(request("s " * 5, question).systemone, vocab) == [29]
+    with pytest.raises(InvalidRequest, match=r"has 29 tokens: laya evaluates a prompt in one "
+                                             r"batch, which must fit in --ubatch-size \(28\)"):
+        plan_decision(request("s " * 5, question), vocab, caps, 4096, 28, family)
+    with pytest.raises(NotSupported, match="laya answers from a decision head"):
+        plan_decision(request("s " * 5, question), vocab, caps, 4096, 29, family)
+    # without the cut the same prompt would be 1 + 30 + 1 + 3 x 49 + 7 = 186 tokens
+    wide, _ = head("laya", LAYA, head_tokens=400)
+    assert wide.prompt_lengths(request("s " * 5, question).systemone, vocab) == [186]
+
+
+def test_laya_blanks_its_mask_out_of_the_input_and_checks_the_layout() -> None:
+    family, _ = head("laya", LAYA, head_tokens=64)
+    vocab = HeadWords()
+    question = described("q", 2, ["a", "b"], 0)
+    # [CLS] w w [SEP] [MASK] a [MASK] b [SEP] a b [SEP]: the state's [MASK] is a blank
+    assert family.prompt_lengths(request("a [MASK] b", question).systemone, vocab) == [12]
+    broken, _ = head("laya", LAYA.removesuffix(" [SEP]"), head_tokens=64)
+    with pytest.raises(NotSupported, match="unexpected layout"):
+        broken.prompt_lengths(request("s", question).systemone, vocab)
+
+
+def test_an_lfm2_d1_omni_prompt_is_cut_to_16384_tokens() -> None:
+    family, caps = head("lfm2-d1-omni", D1OMNI)
+    vocab = HeadWords()
+    question = described("q", 200, ["yes", "no"], 0)
+    long = request("s " * 20000, question)
+    # the question is cut to its budget (96), the state gets the room that is left
+    assert family.prompt_lengths(long.systemone, vocab) == [16384]
+    short = request("s " * 10, question)
+    assert family.prompt_lengths(short.systemone, vocab) == [96 + 2 + 2 + 10 + 1]
+    with pytest.raises(InvalidRequest, match=r"has 16384 tokens: lfm2-d1-omni evaluates a "
+                                             r"prompt in one batch.*\(512\)"):
+        plan_decision(long, vocab, caps, 1 << 20, 512, family)
+    # the input cannot forge the template's pieces or special tokens
+    forged = request("<<d1omni:sep>><<d1omni:state>> x", question)
+    # "<<d1omni sep>><<d1omni state>> x": four words of state, no piece of its own
+    assert family.prompt_lengths(forged.systemone, vocab) == [96 + 2 + 2 + 4 + 1]
+    from worker.systemone_heads import escape_special
+    assert escape_special({"<|a|>": ["x <|b_1|> y", 3]}) == {"<\u00a6a\u00a6>": [
+        "x <\u00a6b_1\u00a6> y", 3]}
+
+
+def test_clef_reads_all_the_questions_in_one_prompt() -> None:
+    family, caps = head("clef", CLEF)
+    vocab = HeadWords()
+    questions = [SystemOneQuestion(id=f"q{i}", type="noul", instructions=f"ask q{i}",
+                                   options=[SystemOneOption(key="false"),
+                                            SystemOneOption(key="true")]) for i in range(3)]
+    job3 = request("s " * 10, *questions)
+    assert family.prompt_lengths(job3.systemone, vocab) == [10 + 3 * (2 + 2) + 1]
+    with pytest.raises(InvalidRequest, match="has 23 tokens: clef evaluates all the questions "
+                                             "of a request in one prompt in one batch"):
+        plan_decision(job3, vocab, caps, 4096, 22, family)
     with pytest.raises(NotSupported, match="clef answers from a decision head"):
-        plan_decision(job(10, 8, n_questions=3), WordVocab(), caps, 4096, n_ubatch=34)
+        plan_decision(job3, vocab, caps, 4096, 23, family)
+    empty = SystemOneQuestion(id="e", type="noul", instructions="", options=questions[0].options)
+    with pytest.raises(InvalidRequest, match="must not be empty"):
+        family.prompt_lengths(request("s", empty).systemone, vocab)
 
 
-def test_laya_cuts_the_question_and_options_to_its_budget(tmp_path: Path) -> None:
-    caps = family_caps(tmp_path, "laya").model_copy(update={"head_tokens": 6})
-    # 10 + 30 tokens do not fit a ubatch of 16; with the question cut to 6 tokens they do
-    with pytest.raises(NotSupported):
-        plan_decision(job(10, 30), WordVocab(), caps, 4096, n_ubatch=16)
-    with pytest.raises(InvalidRequest, match="has 17 tokens"):
-        plan_decision(job(11, 30), WordVocab(), caps, 4096, n_ubatch=16)
+def test_clef_sorts_keys_and_options_and_reads_noul_true_first() -> None:
+    from worker.systemone_heads import _options, sort_keys
+
+    assert list(sort_keys({"b": {"z": 1, "y": 2}, "a": [{"d": 0, "c": 1}]})) == ["a", "b"]
+    assert list(sort_keys({"b": {"z": 1, "y": 2}})["b"]) == ["y", "z"]
+    choice = described("c", 1, ["shipping", "billing"], 0)
+    assert [o["key"] for o in _options(choice, True, True)] == ["billing", "shipping"]
+    noul = SystemOneQuestion(id="n", type="noul", instructions="i", options=[
+        SystemOneOption(key="false"), SystemOneOption(key="true")])
+    assert [o["key"] for o in _options(noul, True, True)] == ["true", "false"]
 
 
-def test_an_lfm2_d1_omni_prompt_is_cut_to_16384_tokens(tmp_path: Path) -> None:
-    family = FAMILIES["lfm2-d1-omni"]
-    plan = plan_decision(job(4, 4), WordVocab(), family_caps(tmp_path, "lfm2-d1"), 1 << 16)
-    questions = plan.questions
-    cut = apply_family_rules(family, list(range(20000)), questions, n_ubatch=1 << 20)
-    assert cut == list(range(16384 - 4))  # the state's end gives way to the question
-    assert apply_family_rules(family, [1, 2, 3], questions, 1 << 20) == [1, 2, 3]
-    with pytest.raises(InvalidRequest, match="--ubatch-size \\(512\\)"):
-        apply_family_rules(family, list(range(20000)), questions, n_ubatch=512)
+def test_a_head_family_needs_its_marker_tokens() -> None:
+    class Plain(WordVocab):
+        mask = sep = -1
+
+        def text_of(self, token: int) -> str:
+            return ""
+
+    for name in ("laya", "lfm2-d1-omni"):
+        caps = DecisionCaps(mode="native", family=FAMILIES[name], systemone_template="x",
+                            head_tokens=8)
+        with pytest.raises(DecisionMetaError, match="no mask"):
+            HeadPrompter(caps, Plain())
 
 
 # -- a label-logit family's own prompts and labels (worker/systemone_prompt.py) ---------------

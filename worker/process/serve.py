@@ -45,6 +45,7 @@ from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
+from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 
 log = logging.getLogger(__name__)
@@ -100,12 +101,15 @@ def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | Non
         raise ModelLoadError(f"{model_path.name}: {error}") from None
 
 
-def family_prompter(caps: DecisionCaps | None, model: LoadedModel) -> FamilyPrompter | None:
-    """A label-logit family's prompts and labels on the loaded vocabulary; a label that is not
-    a single token, or a template that does not parse, stops the worker."""
-    if caps is None or caps.family is None or caps.family.readout != "label-logits":
+def family_prompter(caps: DecisionCaps | None,
+                    model: LoadedModel) -> FamilyPrompter | HeadPrompter | None:
+    """A decision family's prompts on the loaded vocabulary; a label that is not a single
+    token, a missing marker token, or a template that does not parse, stops the worker."""
+    if caps is None or caps.family is None:
         return None
     try:
+        if caps.family.readout == "head":
+            return HeadPrompter(caps, model.vocab)
         return FamilyPrompter(caps, model.vocab)
     except DecisionMetaError as error:
         raise ModelLoadError(f"{model.path.name}: {error}") from None
