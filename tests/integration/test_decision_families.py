@@ -195,3 +195,38 @@ def test_a_completion_sent_before_the_clef_worker_came_up_is_refused_by_it(
         assert "clef decision model, text generation is not available" in response.text
     finally:
         fleet.stop()
+
+
+@pytest.mark.process  # starts llamaq and redis-server itself (tests/lanes.py)
+def test_a_router_lists_unloaded_family_models_with_their_architecture(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Router mode (no -m): /models and /v1/models tell a native decision model without a load
+    (the spec: unloaded and sleeping models too); a refused family reads as text."""
+    from tests.processes import Fleet, start_redis, wait_until
+    from tests.tiny_gguf import write_tiny_llama
+
+    work = tmp_path_factory.mktemp("router-families")
+    models = work / "models"
+    models.mkdir()
+    for name in ("lfm2-d1", "clef", "granite-switch"):
+        write_tiny_llama(models / f"{name}.gguf", metadata={
+            "llama.decision.type": name, "tokenizer.chat_template.systemone": SYSTEMONE})
+    write_tiny_llama(models / "plain.gguf")
+    redis_process, redis_url = start_redis(work / "redis")
+    fleet = Fleet(redis_url, work, ["--store-url", str(work / "store"),
+                                    "--cache-dir", str(work / "cache")], logs=work / "logs")
+    try:
+        url = fleet.add_api("--models-dir", str(models))
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 60)
+        for route in ("/models", "/v1/models"):
+            listed = {item["id"]: item for item in httpx.get(f"{url}{route}").json()["data"]}
+            outputs = {name: item["architecture"]["output_modalities"]
+                       for name, item in listed.items()}
+            assert outputs == {"lfm2-d1": ["decisions"], "clef": ["decisions"],
+                               "granite-switch": ["text"], "plain": ["text"]}, outputs
+            assert all(item["status"] == {"value": "unloaded"} for item in listed.values()) \
+                or route == "/v1/models"
+    finally:
+        fleet.stop()
+        redis_process.terminate()
+        redis_process.wait()
