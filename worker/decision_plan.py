@@ -162,12 +162,12 @@ def plan_family(job: DecisionJob, prompter: FamilyPrompter, vocab: Tokenizer,
             raise InvalidRequest(f"question {question.id!r} has {len(question.options)} "
                                  f"options; this model takes at most {caps.max_options}")
     family = prompter.questions(job.systemone, vocab)
+    if any(not built.tokens for built in family):
+        raise InvalidRequest("the decision prompt is empty")
     n_shared = min(len(q.tokens) for q in family) - 1
     for other in family[1:]:
         n_shared = min(n_shared, _common(family[0].tokens, other.tokens))
-    prefix = family[0].tokens[:n_shared]
-    if not prefix:
-        raise InvalidRequest("the decision prompt is empty")
+    prefix = family[0].tokens[:n_shared]  # empty when the prompts share nothing
     questions = []
     for question, built in zip(job.systemone.questions, family, strict=True):
         labels = [[token] for group in built.groups for token in group]

@@ -31,7 +31,9 @@ QUESTIONS: dict[str, dict[str, Any]] = {
               "criteria": {"billing": None, "shipping": None, "technical": None}},
     "angry": {"type": "noul", "instructions": "Is the customer angry?"},
 }
-FAMILIES = ("openjev", "lfm2-d1", "clef")
+FAMILIES = ("openjev", "lfm2-d1", "clef", "pplx-decider")
+PPLX = "{{ id }} " + SYSTEMONE
+"""A template whose prompts share no first token (each starts with the question's id)."""
 TEMPERATURE = 1.5
 
 
@@ -45,7 +47,8 @@ def families(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for name in FAMILIES:
         path = write_tiny_llama(folder / f"{name}.gguf", extra_pieces=DECISION_PIECES, metadata={
             "llama.decision.type": name,
-            "tokenizer.chat_template.systemone": CLEF if name == "clef" else SYSTEMONE,
+            "tokenizer.chat_template.systemone": {"clef": CLEF, "pplx-decider": PPLX}.get(
+                name, SYSTEMONE),
             "llama.decision.temperature.choice.3_5": str(TEMPERATURE)})
         urls[f"{name}-path"] = str(path)
         fleet = make_fleet(redis_url, folder, path, f"tiny-{name}")
@@ -64,7 +67,8 @@ def families(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def expected(path: str, state: str, question: dict[str, Any], labels: list[list[str]],
-             temperature: float, label_texts: list[str] | None) -> list[float]:
+             temperature: float, label_texts: list[str] | None, template: str = SYSTEMONE,
+             noul_order: tuple[str, str] = ("true", "false"), qid: str = "") -> list[float]:
     """What llama-server computes: the template rendered for the question (its options in the
     model's order, with the label texts the family gives the template), the logits at its
     last token, an option's score the best of its labels', softmax at the temperature."""
@@ -72,11 +76,11 @@ def expected(path: str, state: str, question: dict[str, Any], labels: list[list[
 
     options: list[dict[str, Any]] = [{"key": k, "description": d}
                                      for k, d in question["criteria"].items()] \
-        if question["type"] == "choice" else [{"key": "true"}, {"key": "false"}]
+        if question["type"] == "choice" else [{"key": key} for key in noul_order]
     for option, label in zip(options, label_texts or [], strict=False):
         option["label"] = label
-    prompt = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(SYSTEMONE).render(
-        state=state, instructions=question["instructions"], options=options)
+    prompt = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(template).render(
+        id=qid, state=state, instructions=question["instructions"], options=options)
     llm = llama_cpp.Llama(path, n_ctx=512, n_threads=1, verbose=False, logits_all=True)
     try:
         tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
@@ -129,6 +133,24 @@ def test_a_label_logit_family_answers_as_llama_cpp_reads_its_labels(
                      ["true", "false"] if texts else None)  # lfm2-d1: noul's labels, its keys
     assert answers["angry"]["noul"] == pytest.approx(angry[0], abs=2e-3)
     assert max(route) - min(route) > 0.01  # the labels are told apart: the check can fail
+
+
+def test_pplx_decider_answers_prompts_that_share_no_prefix(families: dict[str, str]) -> None:
+    """Its codes go to the template as labels; noul is read as (false, true); the prompts of
+    this template start with the question's id, so nothing is shared and each question is
+    decoded whole."""
+    state = "I was charged twice and nobody replied."
+    response = ask(families["pplx-decider"], {"state": state, "questions": QUESTIONS})
+    assert response.status_code == 200, response.text
+    answers = response.json()["answers"]
+    path = families["pplx-decider-path"]
+    route = expected(path, state, QUESTIONS["route"], [["A"], ["B"], ["C"]], TEMPERATURE,
+                     ["A", "B", "C"], PPLX, qid="route")
+    assert list(answers["route"]["probabilities"].values()) == pytest.approx(route, abs=2e-3)
+    angry = expected(path, state, QUESTIONS["angry"], [["A"], ["B"]], 1.0, ["A", "B"], PPLX,
+                     ("false", "true"), qid="angry")  # A is false, B is true
+    assert answers["angry"]["noul"] == pytest.approx(angry[1], abs=2e-3)
+    assert abs(angry[0] - angry[1]) > 0.01  # false and true told apart: the check can fail
 
 
 def test_openjev_refuses_a_null_state_and_53_options(families: dict[str, str]) -> None:
