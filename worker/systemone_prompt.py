@@ -61,6 +61,11 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
+def _raise_exception(message: str) -> None:
+    """What chat templates call to refuse an input (transformers' and llama.cpp's)."""
+    raise TemplateError(message)
+
+
 def systemone_template(caps: DecisionCaps) -> Template:
     """The family's `tokenizer.chat_template.systemone`, compiled (DecisionMetaError when it
     does not parse)."""
@@ -68,6 +73,7 @@ def systemone_template(caps: DecisionCaps) -> Template:
     env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
     try:
         return env.from_string(caps.systemone_template)
     except TemplateError as error:

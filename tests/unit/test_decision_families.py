@@ -453,3 +453,17 @@ def test_the_routers_catalog_reads_a_familys_architecture(tmp_path: Path) -> Non
     assert arch(no_template) == ["decisions"]
     with pytest.raises(DecisionMetaError, match='no "systemone" template'):
         native_caps(read_metadata(no_template))
+
+
+def test_a_template_that_refuses_an_input_is_a_400_that_says_why() -> None:
+    vocab = WordVocab()
+    caps = DecisionCaps(mode="native", family=FAMILIES["openjev"], max_options=52,
+                        systemone_template="{% if state == 'x' %}{{ raise_exception('no x') }}"
+                                           "{% endif %}{{ state }} end")
+    family = FamilyPrompter(caps, vocab)
+    with pytest.raises(InvalidRequest, match='"systemone" template failed: no x'):
+        family.question("x", sq("q", "noul", ["false", "true"]), vocab)
+    assert words(vocab, family.question("y", sq("q", "noul", ["false", "true"]),
+                                        vocab).tokens) == ["y", "end"]
+    with pytest.raises(DecisionMetaError, match="does not parse"):
+        FamilyPrompter(caps.model_copy(update={"systemone_template": "{% if %}"}), vocab)
