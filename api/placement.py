@@ -23,6 +23,8 @@ NO_COMPLETIONS = ("This server does not support completions: its workers were st
                   "`--embedding` or `--rerank`")
 NO_DECISIONS = ("this model is not a decision model: /v1/systemone needs one (or a worker "
                 "started with --decisions)")
+DECISIONS_ONLY = ("This model serves only /v1/systemone: it is a {family} decision model, text "
+                  "generation is not available")
 REFUSALS = {"completion": NO_COMPLETIONS, "embedding": NO_EMBEDDINGS, "rerank": NO_RERANK}
 """What a request for each capability is told when no live worker of the model serves it."""
 
@@ -54,9 +56,14 @@ class Placement:
     async def check_serves(self, model_id: str, capability: str) -> None:
         """A `capability` the model's live workers do not serve is the spec's 501; with no live
         worker yet nothing is refused (the job waits for one)."""
-        serves = await self.capabilities(model_id)
-        if serves is not None and capability not in serves:
-            raise NotSupported(REFUSALS[capability])
+        workers = await self._workers_of(model_id)
+        if not workers or capability in {c for w in workers for c in w.capabilities()}:
+            return
+        families = {w.meta.decisions.family.name for w in workers
+                    if w.meta.decisions is not None and w.meta.decisions.family is not None}
+        if capability == "completion" and families:
+            raise NotSupported(DECISIONS_ONLY.format(family=", ".join(sorted(families))))
+        raise NotSupported(REFUSALS[capability])
 
     async def serving(self, model_id: str, capability: str) -> WorkerInfo:
         """A live worker of the model that serves `capability` (embedding, rerank)."""

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from scheduler.decision_meta import DecisionMetaError, native_caps
-from scheduler.decision_meta import output_modalities as decision_output_modalities
+from scheduler.decision_meta import metadata_output_modalities
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import ObjectStore, StorageError
 from storage.hf import is_model_file
@@ -367,10 +366,7 @@ def architecture_of(entry: ModelEntry) -> Architecture:
 
 
 def output_modalities(meta: dict[str, int | float | bool | str]) -> list[str]:
-    """What a model produces, from its metadata: ["text", "decisions"] for a native decision
-    model (llamaq's decision keys, scheduler/decision_meta.py), else ["text"]."""
-    try:
-        return decision_output_modalities(native_caps(meta))
-    except DecisionMetaError as exc:
-        log.debug("unusable decision metadata: %s", exc)
-        return ["text"]
+    """What a model produces, from its metadata: "decisions" for a native decision model
+    (llamaq's decision keys or a family of the spec, scheduler/decision_meta.py), else
+    ["text"]."""
+    return metadata_output_modalities(meta)

@@ -116,9 +116,10 @@ class WorkerInfo(BaseModel):
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank
-        pooling)."""
+        pooling); a decision model that serves only /v1/systemone (clef): "decisions"."""
         if not self.embedding:
-            return ["completion"]
+            caps = self.meta.decisions
+            return ["completion"] if caps is None or caps.serves_text else ["decisions"]
         return ["embedding", "rerank"] if self.pooling == "rank" else ["embedding"]
 
 

@@ -22,8 +22,17 @@ PIECES = ("é", "ü", "日本", "語", "😀", "→", "ß", "ñ", "{", "}", "[",
           "\n", ".", "!", "?", "0", "1", "2", "3")
 
 
-def vocabulary(control: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
-    """`control`: more CONTROL tokens (e.g. `<tool_call>`), after the chat template's."""
+DECISION_PIECES = (*(f"▁{c}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZbcdefghijklmnopqrstuvwxyz"),
+                   *(f"▁{d}" for d in "0123456789"), "▁y", "▁ye", "▁yes", "▁n", "▁no",
+                   "▁Y", "▁Ye", "▁Yes", "▁N", "▁No")
+"""Single-token labels of the decision families (letters, digits, yes/no), for
+`write_tiny_llama(extra_pieces=DECISION_PIECES)`."""
+
+
+def vocabulary(control: tuple[str, ...] = (), extra_pieces: tuple[str, ...] = ()
+               ) -> tuple[list[str], list[float], list[int]]:
+    """`control`: more CONTROL tokens (e.g. `<tool_call>`), after the chat template's;
+    `extra_pieces`: more normal tokens."""
     tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", *control]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
              gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
@@ -32,7 +41,7 @@ def vocabulary(control: tuple[str, ...] = ()) -> tuple[list[str], list[float], l
     types += [gguf.TokenType.BYTE] * 256
     normal = list(dict.fromkeys([  # each piece once, in order
         "▁", *(chr(c) for c in range(ord("a"), ord("z") + 1)), *(f"▁{w}" for w in WORDS),
-        *WORDS, *PIECES, *(f"▁{p}" for p in PIECES[:8])]))
+        *WORDS, *PIECES, *(f"▁{p}" for p in PIECES[:8]), *extra_pieces]))
     tokens += normal
     types += [gguf.TokenType.NORMAL] * len(normal)
     scores = [0.0] * (len(tokens) - len(normal)) + [-0.01 * i for i in range(len(normal))]
@@ -42,11 +51,13 @@ def vocabulary(control: tuple[str, ...] = ()) -> tuple[list[str], list[float], l
 def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
                      n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234,
                      metadata: dict[str, str | float | int] | None = None,
-                     control: tuple[str, ...] = (), chat_template: str = CHAT_TEMPLATE) -> Path:
+                     control: tuple[str, ...] = (), chat_template: str = CHAT_TEMPLATE,
+                     extra_pieces: tuple[str, ...] = ()) -> Path:
     """`metadata`: more key-values (a str is written as a string, a float as float32, an int as
     uint32), e.g. llamaq's decision keys (scheduler/decision_meta.py); `control`: more CONTROL
-    tokens in the vocabulary (as agent models mark `<tool_call>` or `<think>`)."""
-    tokens, scores, types = vocabulary(control)
+    tokens in the vocabulary (as agent models mark `<tool_call>` or `<think>`);
+    `extra_pieces`: more normal tokens (DECISION_PIECES)."""
+    tokens, scores, types = vocabulary(control, extra_pieces)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
 

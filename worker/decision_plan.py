@@ -23,10 +23,12 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.contract.errors import ExceedContextSize, InvalidRequest
-from scheduler.contract.jobs import DecisionJob
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest, NotSupported
+from scheduler.contract.jobs import DecisionJob, SystemOneInput
 from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
+from worker.systemone_heads import HeadPrompter
+from worker.systemone_prompt import FamilyPrompter
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""
@@ -43,6 +45,9 @@ class QuestionPlan:
     temperature: float
     children: dict[Path, set[int]] = field(default_factory=dict)
     """The trie: for each inner node, the tokens that lead on to a label."""
+    groups: list[list[int]] | None = None
+    """The labels (indices) of each option, when an option has several (a family's label
+    forms): an option's score is the best of its labels'."""
 
 
 @dataclass
@@ -68,7 +73,9 @@ class Tokenizer(Protocol):
 
 def decision_caps(model_path: FilePath, prompted: bool) -> DecisionCaps | None:
     """How this worker serves decisions: natively when the model file carries llamaq's
-    decision keys (scheduler/decision_meta.py), by prompting under --decisions, else not."""
+    decision keys or names a family of the spec (scheduler/decision_meta.py), by prompting
+    under --decisions, else not. Raises DecisionMetaError for a refused or unusable family
+    (the worker does not start, as llama-server does not)."""
     caps = native_caps(read_metadata(model_path))
     if caps is None and prompted:
         caps = DecisionCaps(mode="prompted")
@@ -94,8 +101,16 @@ def branches_of(labels: list[list[int]]) -> list[list[int]]:
 
 
 def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
-                  n_ctx_slot: int) -> DecisionRequest:
-    """Tokenize and check a decision job; raises its 400 before it takes a slot."""
+                  n_ctx_slot: int, n_ubatch: int = 1 << 30,
+                  prompter: FamilyPrompter | HeadPrompter | None = None) -> DecisionRequest:
+    """Tokenize and check a decision job, with its family's rules (cuts to the token budgets,
+    one-batch prompts); raises its 400 before it takes a slot, and the 501 of a family whose
+    decision head this llama.cpp lacks once the request is known to be valid. A label-logit
+    family's job (with `prompter`) is the family's own prompts and labels."""
+    if isinstance(prompter, HeadPrompter) and job.systemone is not None:
+        check_head_prompts(job.systemone, prompter, vocab, caps, n_ubatch)  # a 400 or the 501
+    if isinstance(prompter, FamilyPrompter) and job.systemone is not None:
+        return plan_family(job, prompter, vocab, caps, n_ctx_slot)
     prefix = vocab.tokenize(job.prefix, True, True)
     if not prefix:
         raise InvalidRequest("the decision prompt is empty")
@@ -116,10 +131,11 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                 raise InvalidRequest(f"question {question.id!r}: options {seen[tuple(tokens)]!r} "
                                      f"and {text!r} are the same tokens")
             seen[tuple(tokens)] = text
+        suffix = vocab.tokenize(question.suffix, False, True)
         questions.append(QuestionPlan(
-            id=question.id, type=question.type,
-            suffix=vocab.tokenize(question.suffix, False, True), labels=labels,
-            branches=branches_of(labels), temperature=caps.temperature(question.type),
+            id=question.id, type=question.type, suffix=suffix, labels=labels,
+            branches=branches_of(labels),
+            temperature=caps.temperature(question.type, len(labels)),
             children=label_trie(labels)))
     request = DecisionRequest(job, prefix, questions)
     if request.n_tokens_max >= n_ctx_slot:
@@ -129,7 +145,79 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
     for plan in questions:
         if not plan.suffix:
             raise InvalidRequest(f"question {plan.id!r}: its prompt is empty")
+    if caps.family is not None and caps.family.readout == "head":
+        raise head_missing(caps.family.name)
     return request
+
+
+def plan_family(job: DecisionJob, prompter: FamilyPrompter, vocab: Tokenizer,
+                caps: DecisionCaps, n_ctx_slot: int) -> DecisionRequest:
+    """A label-logit family's job: each question's prompt is the model's systemone template
+    rendered for it; what the prompts share (every question keeping a token of its own) is
+    the prefix, prefilled once; each option is read from its label tokens' logits at the end
+    of its question's prompt."""
+    assert job.systemone is not None
+    for question in job.systemone.questions:
+        if question.type == "choice" and len(question.options) > caps.max_options:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.options)} "
+                                 f"options; this model takes at most {caps.max_options}")
+    family = prompter.questions(job.systemone, vocab)
+    if any(not built.tokens for built in family):
+        raise InvalidRequest("the decision prompt is empty")
+    n_shared = min(len(q.tokens) for q in family) - 1
+    for other in family[1:]:
+        n_shared = min(n_shared, _common(family[0].tokens, other.tokens))
+    prefix = family[0].tokens[:n_shared]  # empty when the prompts share nothing
+    questions = []
+    for question, built in zip(job.systemone.questions, family, strict=True):
+        labels = [[token] for group in built.groups for token in group]
+        groups, at = [], 0
+        for group in built.groups:
+            groups.append(list(range(at, at + len(group))))
+            at += len(group)
+        questions.append(QuestionPlan(
+            id=question.id, type=question.type, suffix=built.tokens[n_shared:], labels=labels,
+            branches=[], temperature=caps.temperature(question.type, len(question.options)),
+            children=label_trie(labels), groups=groups))
+    request = DecisionRequest(job, prefix, questions)
+    if request.n_tokens_max >= n_ctx_slot:
+        raise ExceedContextSize(
+            f"the request exceeds the available context size ({request.n_tokens_max} tokens, "
+            f"context {n_ctx_slot})", n_prompt_tokens=request.n_tokens_max, n_ctx=n_ctx_slot)
+    return request
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def check_head_prompts(systemone: SystemOneInput, prompter: HeadPrompter, vocab: Tokenizer,
+                       caps: DecisionCaps, n_ubatch: int) -> None:
+    """A decision-head family's request: its prompts built as llama.cpp builds them (cut to
+    the family's budgets, worker/systemone_heads.py), each (clef: the one of the whole
+    request) checked against --ubatch-size, the batch it is evaluated in; then the 501 of the
+    head this llama.cpp lacks."""
+    assert caps.family is not None
+    for question in systemone.questions:
+        if question.type == "choice" and len(question.options) > caps.max_options:
+            raise InvalidRequest(f"question {question.id!r} has {len(question.options)} "
+                                 f"options; this model takes at most {caps.max_options}")
+    what = "all the questions of a request in one prompt" if caps.family.joint else "a prompt"
+    for n_prompt in prompter.prompt_lengths(systemone, vocab):
+        if caps.family.one_batch and n_prompt > n_ubatch:
+            raise InvalidRequest(
+                f"the decision prompt has {n_prompt} tokens: {caps.family.name} evaluates "
+                f"{what} in one batch, which must fit in --ubatch-size ({n_ubatch})")
+    raise head_missing(caps.family.name)
+
+
+def head_missing(family: str) -> NotSupported:
+    return NotSupported(f"{family} answers from a decision head that the llama.cpp of this "
+                        "worker (llama-cpp-python's) does not have: the request is valid, but "
+                        "it cannot be answered here")
 
 
 def child_logprobs(logits: np.ndarray, tokens: set[int]) -> dict[int, float]:
@@ -152,6 +240,8 @@ def label_scores(question: QuestionPlan,
             onward = sum(math.exp(logprobs[tuple(label)][t]) for t in longer)
             total += math.log(max(1.0 - onward, 1e-300))
         scores.append(total)
+    if question.groups is not None:  # an option is the best of its labels
+        return [max(scores[i] for i in group) for group in question.groups]
     return scores
 
 

@@ -27,6 +27,9 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(vocab)
         self.eos = lc.llama_vocab_eos(vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self.mask = lc.llama_vocab_mask(vocab)
+        self.sep = lc.llama_vocab_sep(vocab)
+        """The mask and separator tokens (-1: none), a decision head's markers."""
         self.eog_tokens = [t for t in range(self.n_tokens) if lc.llama_vocab_is_eog(vocab, t)]
         """Every end-of-generation token (EOS, EOT, …): what ignore_eos bans."""
 

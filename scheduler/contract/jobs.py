@@ -353,15 +353,43 @@ class DecisionQuestion(BaseModel):
     """The text of each candidate answer, in the order the answer reports them."""
 
 
+class SystemOneOption(BaseModel):
+    key: str
+    description: Any = None
+
+
+class SystemOneQuestion(BaseModel):
+    """A question as a decision family's systemone template reads it: its options are the
+    choice's criteria in their order, the score's levels ("0" … "K-1", with their
+    descriptions), or noul's "false" and "true" (with their descriptions, or null)."""
+
+    id: str
+    type: Literal["choice", "score", "noul"]
+    instructions: Any
+    options: list[SystemOneOption]
+
+
+class SystemOneInput(BaseModel):
+    """The request as a decision family of the spec reads it (llama.cpp's server-decision.cpp):
+    the state without its media parts, and the questions."""
+
+    state: Any
+    questions: list[SystemOneQuestion]
+
+
 class DecisionJob(BaseModel):
     """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
-    each read from the logits over its labels; nothing is sampled (worker/decisions.py)."""
+    each read from the logits over its labels; nothing is sampled (worker/decisions.py).
+    `systemone`: the request itself, for a model of a label-logit family, whose worker renders
+    it with the model's own systemone template and label codes (worker/systemone_prompt.py)
+    instead of llamaq's prompt."""
 
     kind: Literal[JobKind.DECISION] = JobKind.DECISION
     job_id: str = Field(default_factory=new_job_id)
     model: str
     prefix: str
     questions: list[DecisionQuestion] = Field(min_length=1)
+    systemone: SystemOneInput | None = None
     worker_id: str | None = None
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 
 from scheduler.contract import keys
-from scheduler.contract.errors import LlamaqError
+from scheduler.contract.errors import LlamaqError, NotSupported
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import Continuation, ErrorEvent
 from worker.jobs.parts import HandBack, WorkerParts
 
+DECISIONS_ONLY = ("This model serves only /v1/systemone: it is a {family} decision model, text "
+                  "generation is not available")
+"""The same words as the api's (api/placement.py), for a job that reached the worker anyway."""
 QUICK_PREPARE_MAX_CHARS = 4096
 """Up to this many characters of plain prompt are tokenized on the event loop (see
 quick_to_prepare)."""
@@ -21,7 +24,11 @@ async def run(parts: WorkerParts, job: CompletionJob,
     """Run a completion (under the lease the caller took); `resumed`: continue it where its
     dead worker stopped (scheduler/migration.py)."""
     engine = parts.engine
+    caps = parts.decision_caps
     try:  # tokenizing, schema conversion, grammar: off the loop that renews leases
+        if caps is not None and not caps.serves_text and caps.family is not None:
+            # a job sent before the api knew this worker (clef serves only /v1/systemone)
+            raise NotSupported(DECISIONS_ONLY.format(family=caps.family.name))
         if quick_to_prepare(parts, job) and resumed is None:  # a thread hop costs more
             request = engine.prepare(job)
         else:

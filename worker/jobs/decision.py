@@ -20,8 +20,11 @@ async def run(parts: WorkerParts, job: DecisionJob) -> None:
         if caps is None:
             raise NotSupported("this model is not a decision model: /v1/systemone needs "
                                "one (or a worker started with --decisions)")
+        plan = engine.model.plan
         request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
-                                          engine.model.n_ctx_slot)
+                                          engine.model.n_ctx_slot,
+                                          min(plan.n_ubatch, plan.n_batch),
+                                          parts.decision_prompter)
     except LlamaqError as error:
         publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return

@@ -26,6 +26,8 @@ from worker.media_fetch import MediaFetcher
 from worker.model import LoadedModel
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
+from worker.systemone_heads import HeadPrompter
+from worker.systemone_prompt import FamilyPrompter
 
 
 class HandBack(Exception):
@@ -49,6 +51,9 @@ class WorkerParts:
     """Set on a worker started with --embedding or --rerank (worker/jobs/embed.py)."""
     decision_caps: DecisionCaps | None
     """Decisions run in the completion engine, on a decision model."""
+    decision_prompter: FamilyPrompter | HeadPrompter | None = None
+    """A decision family's prompts: a label-logit family's and its labels
+    (worker/systemone_prompt.py), a decision-head family's (worker/systemone_heads.py)."""
     draining: bool = False
     media_fetcher: MediaFetcher | None = field(default=None, repr=False)
 

@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from arq.connections import ArqRedis, create_pool
 from arq.worker import Function
@@ -29,7 +30,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
-from scheduler.decision_meta import output_modalities
+from scheduler.decision_meta import DecisionCaps, DecisionMetaError, output_modalities
 from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
@@ -48,6 +49,8 @@ from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
 from worker.settings import WorkerSettings
+from worker.systemone_heads import HeadPrompter
+from worker.systemone_prompt import FamilyPrompter
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +94,13 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                 settings = settings.model_copy(update={"mmproj": str(source.mmproj)})
             marker = await fleet_media_marker(redis, settings.model_id()) \
                 if settings.mmproj else None
+            caps = None if embedding_mode(settings) else worker_decision_caps(
+                model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
                                             adapter_files, marker)
             try:
-                await WorkerRuntime(settings, redis, model).run(pool, stop)
+                await WorkerRuntime(settings, redis, model, caps).run(pool, stop)
             finally:
                 model.close()
         finally:
@@ -116,11 +121,35 @@ async def fleet_media_marker(redis: Redis, model_id: str) -> str:
     return chosen.decode() if isinstance(chosen, bytes) else str(chosen)
 
 
+def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | None:
+    """How the worker serves /v1/systemone; a decision family it refuses (by name) or unusable
+    decision metadata stops it before the model is loaded, with the reason."""
+    try:
+        return decision_caps(model_path, prompted)
+    except DecisionMetaError as error:
+        raise ModelLoadError(f"{model_path.name}: {error}") from None
+
+
+def family_prompter(caps: DecisionCaps | None,
+                    model: LoadedModel) -> FamilyPrompter | HeadPrompter | None:
+    """A decision family's prompts on the loaded vocabulary; a label that is not a single
+    token, a missing marker token, or a template that does not parse, stops the worker."""
+    if caps is None or caps.family is None:
+        return None
+    try:
+        if caps.family.readout == "head":
+            return HeadPrompter(caps, model.vocab)
+        return FamilyPrompter(caps, model.vocab)
+    except DecisionMetaError as error:
+        raise ModelLoadError(f"{model.path.name}: {error}") from None
+
+
 class WorkerRuntime:
     """A worker's parts (worker/jobs/parts.py), built together, and the process around them:
     the arq workers of its queues, the background loops, draining."""
 
-    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel) -> None:
+    def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
+                 caps: DecisionCaps | None) -> None:
         """Needs the running event loop (the publisher hands events over to it)."""
         self.settings = settings
         model_id = settings.model_id()
@@ -133,7 +162,8 @@ class WorkerRuntime:
             leases=leases, publisher=publisher, model=model,
             engine=new_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model) if embedding else None,
-            decision_caps=None if embedding else decision_caps(model.path, settings.decisions))
+            decision_caps=None if embedding else caps,
+            decision_prompter=None if embedding else family_prompter(caps, model))
         if self.parts.decision_caps is not None and model.adapters.adapters:
             raise ModelLoadError("--lora is not built for a worker that serves decisions "
                                  "(--decisions or a decision model)")

@@ -133,15 +133,21 @@ def _decisions_json(meta: ModelMeta) -> dict[str, Any]:
     caps = meta.decisions
     if caps is None:
         return {"mode": "off"}
-    return {"mode": caps.mode, "types": caps.types, "max_options": caps.max_options,
-            "temperatures": caps.temperatures}
+    answer: dict[str, Any] = {"mode": caps.mode, "types": caps.types,
+                              "max_options": caps.max_options, "temperatures": caps.temperatures}
+    if caps.family is not None:  # the spec's family the file names, and its rules
+        answer["family"] = caps.family.model_dump(mode="json")
+        if caps.head_tokens is not None:
+            answer["head_tokens"] = caps.head_tokens
+    return answer
 
 
 def _serves(workers: list[WorkerInfo]) -> dict[str, Any]:
-    """Ours: what the model's workers serve (completion, embedding, rerank), and their pooling
+    """Ours: what the model's workers serve (completion; decisions for a model that serves only
+    /v1/systemone; embedding, rerank), and their pooling
     when they embed."""
     capabilities = sorted({c for w in workers for c in w.capabilities()},
-                          key=["completion", "embedding", "rerank"].index)
+                          key=["completion", "decisions", "embedding", "rerank"].index)
     pooling = next((w.pooling for w in workers if w.embedding), None)
     return {"capabilities": capabilities, **({"pooling": pooling} if pooling else {})}
 

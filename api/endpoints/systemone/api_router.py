@@ -10,7 +10,7 @@ from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.endpoints.systemone.prompt import decision_job
+from api.endpoints.systemone.prompt import decision_job, systemone_input
 from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import systemone_json
 from api.fleet import Fleet
@@ -34,6 +34,9 @@ async def answer(request: Request) -> HTTPResponse:
         raise NotSupported("image input is not supported: no multimodal projector is loaded")
     caps = able[0].meta.decisions
     assert caps is not None
+    if body.state is None and not caps.accepts_null_state:
+        raise InvalidRequest('"state" must be provided (only lfm2-d1 and lfm2-d1-omni take a '
+                             'null state)')
     for qid, question in body.questions.items():
         if question.type not in caps.types:
             raise InvalidRequest(f"question {qid!r}: this model does not answer "
@@ -46,6 +49,8 @@ async def answer(request: Request) -> HTTPResponse:
     template = ChatTemplate.for_model(settings, able[0].meta) if own else None
     job = decision_job(body, template, model_id,
                        {**template_kwargs(settings), "enable_thinking": False})
+    if caps.family is not None:  # a family of the spec: its worker renders the request itself
+        job.systemone = systemone_input(body)
     limits.check_decision(job)
     if len(able) < len(workers):  # only some workers serve decisions: one of them
         job.worker_id = (await fleet.placement.pick(able)).worker_id

@@ -17,8 +17,14 @@ import json
 from typing import Any
 
 from api.chat.templates import ChatTemplate
-from api.endpoints.systemone.protocol import Question, SystemOneRequest, state_text
-from scheduler.contract.jobs import DecisionJob, DecisionQuestion
+from api.endpoints.systemone.protocol import Question, SystemOneRequest, split_state, state_text
+from scheduler.contract.jobs import (
+    DecisionJob,
+    DecisionQuestion,
+    SystemOneInput,
+    SystemOneOption,
+    SystemOneQuestion,
+)
 
 FRAMING = ("Read the text and answer the question with one of the options given, written "
            "exactly as it is given, and nothing else.")
@@ -101,3 +107,28 @@ def decision_job(body: SystemOneRequest, template: ChatTemplate | None, model: s
         DecisionQuestion(id=i, type=body.questions[i].type, suffix=r[len(prefix):],
                          labels=[lead + label for label in labels(body.questions[i])])
         for i, r in zip(ids, renders, strict=True)])
+
+
+def systemone_options(question: Question) -> list[SystemOneOption]:
+    """A question's options as llama.cpp gives them to a family's template: the criteria in
+    their order (choice), the levels "0" … "K-1" (score), "false" then "true" (noul)."""
+    criteria = question.criteria
+    if question.type == "choice":
+        assert isinstance(criteria, dict)
+        return [SystemOneOption(key=key, description=about) for key, about in criteria.items()]
+    if question.type == "score":
+        assert isinstance(criteria, list)
+        return [SystemOneOption(key=str(level), description=about)
+                for level, about in enumerate(criteria)]
+    described = criteria if isinstance(criteria, dict) else {}
+    return [SystemOneOption(key=key, description=described.get(key))
+            for key in ("false", "true")]
+
+
+def systemone_input(body: SystemOneRequest) -> SystemOneInput:
+    """The request as a decision family reads it: the state without its media parts (raw JSON,
+    the template serializes what is not a string) and each question with its options."""
+    return SystemOneInput(state=split_state(body.state)[0], questions=[
+        SystemOneQuestion(id=qid, type=question.type, instructions=question.instructions,
+                          options=systemone_options(question))
+        for qid, question in body.questions.items()])
