@@ -24,6 +24,8 @@ class ModelMeta(BaseModel):
     chat_template: str | None = None
     bos_token: str = ""
     eos_token: str = ""
+    model_ftype: str = ""
+    """The weights' type as llama.cpp names it (`Q4_K - Medium`), `/props` `model_ftype`."""
     output_modalities: list[str] = ["text"]
     decisions: DecisionCaps | None = None
     """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""

@@ -142,8 +142,17 @@ class LoadedModel:
             chat_template=template.decode("utf-8", errors="replace") if template else None,
             bos_token=vocab.text_of(vocab.bos) if vocab.bos >= 0 else "",
             eos_token=vocab.text_of(vocab.eos) if vocab.eos >= 0 else "",
+            model_ftype=self.ftype_name(),
         ).model_copy(update={} if self.projector is None else {
             "modalities": self.projector.modalities(), "media_marker": self.projector.marker})
+
+    def ftype_name(self) -> str:
+        """llama.cpp's name of the weights' type, the last part of its model description
+        (`gemma3 270M Q4_K - Medium`); the bindings have no call for it alone."""
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.model, buf, len(buf))
+        parts = buf.value.decode("utf-8", errors="replace").split(" ", 2)
+        return parts[2] if len(parts) == 3 else ""
 
     def close(self) -> None:
         if self.projector is not None:

@@ -65,6 +65,8 @@ class RunReports:
             request.sampling, n_predict=request.n_predict, stop=request.stop, stream=job.stream,
             timings_per_token=job.timings_per_token, n_keep=request.n_keep,
             n_discard=request.n_discard, n_probs=job.n_probs, lora=job.lora or [],
+            post_sampling_probs=job.post_sampling_probs,
+            preserved_tokens=sorted(request.preserved),
             logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
                         for t, b in request.logit_bias])
 

@@ -10,9 +10,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import (
     BaseModel,
     Field,
-    SerializerFunctionWrapHandler,
     TypeAdapter,
-    model_serializer,
 )
 
 from scheduler.contract.errors import ErrorInfo, ServerError
@@ -42,11 +40,18 @@ REPORT_ORDER = (
     "top_n_sigma", "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n",
     "repeat_penalty", "presence_penalty", "frequency_penalty", "dry_multiplier", "dry_base",
     "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat",
-    "mirostat_tau", "mirostat_eta", "stop", "max_tokens", "n_predict", "n_keep", "n_discard",
-    "ignore_eos", "stream", "logit_bias", "n_probs", "min_keep", "samplers",
-    "timings_per_token", "lora", "n_ctx", "model",
+    "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay", "stop", "max_tokens",
+    "n_predict", "n_keep", "n_discard", "ignore_eos", "stream", "logit_bias", "n_probs",
+    "min_keep", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens",
+    "chat_format", "reasoning_format", "reasoning_in_content", "generation_prompt", "samplers",
+    "speculative.types", "timings_per_token", "post_sampling_probs", "backend_sampling", "lora",
 )
-"""llama-server's order of generation_settings (server-task.cpp task_params::to_json)."""
+"""llama-server's `generation_settings` of a result, keys and order (server-task.cpp
+task_params::to_json)."""
+METRICS_ONLY_LEAVES = frozenset({"dry_sequence_breakers", "stop", "logit_bias", "grammar",
+                                 "grammar_lazy", "grammar_triggers", "preserved_tokens"})
+"""What llama-server's shorter form (`/slots` params, `/props` defaults: to_json(true)) leaves
+out."""
 
 
 class GenerationSettings(SamplingSettings):
@@ -64,14 +69,32 @@ class GenerationSettings(SamplingSettings):
     timings_per_token: bool
     lora: list[LoraScale] = Field(default_factory=list)
     """The request's own `lora` list (llama-server's task_params `lora`), not the global scales."""
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
+    """The adaptive-p sampler's (not built: its defaults, off)."""
+    grammar: str = ""
+    grammar_lazy: bool = False
+    grammar_triggers: list[Any] = Field(default_factory=list)
+    preserved_tokens: list[int] = Field(default_factory=list)
+    chat_format: str = "Content-only"
+    reasoning_format: str = "none"
+    reasoning_in_content: bool = False
+    generation_prompt: str = ""
+    speculative_types: str = "none"
+    """`speculative.types` on the wire (speculative decoding is not built: none)."""
+    post_sampling_probs: bool = False
+    backend_sampling: bool = False
     n_ctx: int
     model: str
+    """Ours (not on the wire): the slot's context and the model's name."""
 
-    @model_serializer(mode="wrap")
-    def _in_report_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        ordered = {name: data[name] for name in REPORT_ORDER if name in data}
-        return {**ordered, **data}
+    def to_wire(self, full: bool = True) -> dict[str, Any]:
+        """llama-server's shape: a result's `generation_settings` (`full`), or the shorter
+        params of `/slots` and `/props`; its keys only, in its order."""
+        data = self.model_dump()
+        data["speculative.types"] = data.pop("speculative_types")
+        return {key: data[key] for key in REPORT_ORDER
+                if key in data and (full or key not in METRICS_ONLY_LEAVES)}
 
 
 class Candidate(BaseModel):

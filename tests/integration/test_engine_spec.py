@@ -105,7 +105,8 @@ def shifting(redis_url: str, workdir: Path, tiny_model_path: Path) -> Iterator[s
 
 def test_n_discard_sets_how_much_a_context_shift_drops(shifting: str) -> None:
     first = complete(shifting, {"prompt": "hi", "n_predict": 1})
-    n_ctx: int = first["generation_settings"]["n_ctx"]  # type: ignore[index]
+    assert first["tokens_predicted"] == 1
+    n_ctx: int = httpx.get(f"{shifting}/props").json()["default_generation_settings"]["n_ctx"]
     body = {"prompt": "hello world", "n_predict": n_ctx * 2 - 20, "ignore_eos": True,
             **GREEDY, "n_keep": 0}
     halved = complete(shifting, body)

@@ -22,7 +22,7 @@ def test_props(api: str) -> None:
     assert body["model_path"].endswith(".gguf")
     settings = body["default_generation_settings"]
     assert settings["n_ctx"] == 1024  # -c 4096 over -np 4: not unified
-    assert settings["is_processing"] is False
+    assert set(settings) == {"params", "n_ctx"}  # llama-server's default_generation_settings
     params = settings["params"]
     assert params["temperature"] == 0.8 and params["top_k"] == 40 and params["n_predict"] == -1
     assert params["repeat_penalty"] == 1.0

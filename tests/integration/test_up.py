@@ -49,8 +49,7 @@ def test_up_passes_flags_to_both_roles_and_hides_the_redis_password(
         result = httpx.post(f"{url}/completion", json=body, timeout=120).json()
         assert "\n" not in result["content"]
         assert result["stop_type"] in ("word", "eos")
-        props = httpx.get(f"{url}/props").json()
-        assert props["default_generation_settings"]["params"]["stop"] == ["\n"]  # -e: "\n"
+        assert result["generation_settings"]["stop"] == ["\n"]  # -r "\n" with -e: a newline
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=60)

@@ -7,7 +7,12 @@ import json
 
 from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract.jobs import SamplingParams, SamplingSettings
-from scheduler.contract.results import REPORT_ORDER, GenerationSettings, TokenBias
+from scheduler.contract.results import (
+    METRICS_ONLY_LEAVES,
+    REPORT_ORDER,
+    GenerationSettings,
+    TokenBias,
+)
 from worker.sampling import resolve_sampling
 
 
@@ -37,8 +42,12 @@ def test_the_report_dumps_the_resolved_settings_in_llama_servers_order() -> None
                                 logit_bias=[TokenBias(token=2, bias=None)],
                                 timings_per_token=False, n_ctx=128, model="m")
     data = json.loads(report.model_dump_json())
-    assert list(data) == [name for name in REPORT_ORDER if name in data]
-    assert set(data) == set(REPORT_ORDER)
-    assert data["top_k"] == 3 and data["n_probs"] == 4 and data["n_discard"] == 2
-    assert data["logit_bias"] == [{"bias": None, "token": 2}]
     assert GenerationSettings.model_validate(data) == report  # through Redis and back
+    wire = report.to_wire(full=True)
+    assert list(wire) == list(REPORT_ORDER)  # llama-server's keys, in its order, and no more
+    assert wire["top_k"] == 3 and wire["n_probs"] == 4 and wire["n_discard"] == 2
+    assert wire["logit_bias"] == [{"bias": None, "token": 2}]
+    assert wire["speculative.types"] == "none" and "model" not in wire and "n_ctx" not in wire
+    short = report.to_wire(full=False)  # /slots, /props
+    assert list(short) == [k for k in REPORT_ORDER if k not in METRICS_ONLY_LEAVES]
+    assert "stop" not in short and "dry_sequence_breakers" not in short

@@ -20,7 +20,7 @@ from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
 from scheduler.llama_build import llama_build_info, llamaq_version
 from scheduler.metrics_window import scrape
-from scheduler.registry import ModelMeta, NextToken, SlotState, WorkerInfo, fleet_sleeping
+from scheduler.registry import ModelMeta, SlotState, WorkerInfo, fleet_sleeping
 
 routes = Routes("monitor")
 
@@ -100,28 +100,30 @@ async def props(request: Request) -> HTTPResponse:
         return json(_router_props(request, settings))
     workers = await fleet.placement.workers(request_model(request), fresh=True)
     first = workers[0]
-    default = SlotState(id=0, n_ctx=first.n_ctx_slot, is_processing=False, id_task=-1,
-                        params=first.default_settings,
-                        next_token=[NextToken(has_next_token=True, has_new_line=False,
-                                              n_remain=-1, n_decoded=0)])
-    default_json = _slot_json(default, 0)
-    default_json["prompt"] = ""
     return json({
-        "default_generation_settings": default_json,
+        "default_generation_settings": {"params": first.default_settings.to_wire(full=False),
+                                        "n_ctx": first.n_ctx_slot},
         "total_slots": sum(w.n_slots for w in workers),
         "model_alias": request_model(request),
+        "model_ftype": first.meta.model_ftype,
         "model_path": first.model_path,
         "chat_template": first.meta.chat_template or "",
         "chat_template_caps": _template_caps(settings, first.meta),
         "modalities": {key: first.meta.modalities.get(key, False)
                        for key in ("vision", "video", "audio")},
         "media_marker": first.meta.media_marker,
+        "endpoint_slots": settings.slots,
+        "endpoint_props": settings.props,
+        "endpoint_metrics": settings.metrics,
         "decisions": _decisions_json(first.meta),
         "build_info": first.build_info,
         "llamaq_version": llamaq_version(),
         "is_sleeping": fleet_sleeping(workers),
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
+        "bos_token": first.meta.bos_token,
+        "eos_token": first.meta.eos_token,
+        "cors_proxy_enabled": settings.cors_proxy_on(),
         **_serves(workers),
     })
 
@@ -164,7 +166,7 @@ def _router_props(request: Request, settings: ApiSettings) -> dict[str, Any]:
         "ui_settings": request.app.ctx.ui_settings,
         "build_info": llama_build_info(),
         "llamaq_version": llamaq_version(),
-        "cors_proxy_enabled": False,
+        "cors_proxy_enabled": settings.cors_proxy_on(),
     }
 
 
@@ -181,5 +183,5 @@ def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
     data = state.model_dump(exclude_none=True)
     data["id"] = state.id + offset
     if "params" in data:  # with the bans' -inf (null) biases, which exclude_none drops
-        data["params"] = state.params.model_dump() if state.params else data["params"]
+        data["params"] = state.params.to_wire(full=False) if state.params else data["params"]
     return data

@@ -20,6 +20,7 @@ def completion_json(result: CompletionResult, index: int = 0, slot_offset: int =
                                       "post_sampling_probs"})
     data["index"] = index
     data["id_slot"] = result.id_slot + slot_offset
+    data["generation_settings"] = result.generation_settings.to_wire(full=True)
     data["stop"] = True
     out = {key: data[key] for key in FINAL_ORDER}
     if result.probs:
