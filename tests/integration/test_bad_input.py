@@ -93,7 +93,7 @@ def test_n_probs_is_capped_and_clamps_are_reported(api: str) -> None:
         "repeat_last_n": 2**31 - 1, "dry_penalty_last_n": 2**31 - 1}).json()
     assert len(body["completion_probabilities"][0]["top_logprobs"]) == limits.DEFAULT_N_PROBS_MAX
     settings = body["generation_settings"]
-    n_ctx = settings["n_ctx"]
+    n_ctx = httpx.get(f"{api}/props").json()["default_generation_settings"]["n_ctx"]
     assert (settings["top_p"], settings["min_p"], settings["temperature"]) == (1.0, 0.0, 0.0)
     assert (settings["mirostat"], settings["xtc_threshold"]) == (2, 1.0)
     assert settings["repeat_last_n"] == n_ctx and settings["dry_penalty_last_n"] == n_ctx
