@@ -424,8 +424,8 @@ def test_batch_lines_leave_a_slot_to_online_requests(batch_fleet: Fleet) -> None
         return sum(s["is_processing"] for s in httpx.get(f"{api}/slots").json())
 
     wait_until(lambda: busy() == 3, timeout=60, what="three slots busy with the batch")
-    seen = [busy() for _ in range(40)]
-    assert max(seen) == 3, seen  # the batch fills what it may, and no more
+    seen = [busy() for _ in range(40)]  # between two short lines a slot is idle a moment
+    assert max(seen) <= 3, seen  # the batch fills what it may (above), and no more
     online = httpx.post(f"{api}/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": "now"}], "max_tokens": 4}).json()
     assert online["choices"][0]["message"]["role"] == "assistant"
