@@ -171,6 +171,7 @@ def test_https_with_a_certificate_without_subject_alt_name(pods: Fleet, tmp_path
     assert httpx.get(f"{url}/health", verify=False).json() == {"status": "ok"}
 
 
+@pytest.mark.process
 def test_a_certificate_that_cannot_load_stops_the_api_with_a_message(tmp_path: Path) -> None:
     (tmp_path / "bad.pem").write_text("not a certificate")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "LLAMAQ_"))}
