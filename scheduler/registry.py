@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -91,6 +91,12 @@ class WorkerMetrics(BaseModel):
     n_busy_slots_total: int = 0
     """Sum over decodes of the slots in each: divided by n_decode_total it is the average."""
     n_tokens_max: int = 0
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
+    spec_drafts_total: int = 0
+    """Speculative decoding: tokens drafted, drafted tokens accepted, verification steps."""
+    spec_accepted_per_pos: list[int] = Field(default_factory=list)
+    """Accepted tokens per draft position (empty: no speculative request finished yet)."""
     requests_processing: int = 0
     requests_deferred: int = 0
 

@@ -14,6 +14,7 @@ import llama_cpp as lc
 
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.settings import WorkerSettings
+from worker.speculative import config as spec
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,40 @@ def default_logit_bias(settings: WorkerSettings) -> list[LogitBias]:
         else:
             raise UnsupportedFlag(f"llamaq worker: bad --logit-bias {item!r}")
     return biases
+
+
+def speculative(settings: WorkerSettings) -> spec.SpecConfig:
+    """--spec-type and its flags, checked as llama.cpp's arguments check them (its messages),
+    and the types llamaq cannot draft with refused by name."""
+    s = settings
+    checks = (
+        (0 <= s.spec_ngram_mod_n_min <= 1024, "ngram n-min must be between 0 and 1024 inclusive"),
+        (0 <= s.spec_ngram_mod_n_max <= 1024, "ngram n-max must be between 0 and 1024 inclusive"),
+        (1 <= s.spec_ngram_mod_n_match <= 1024,
+         "ngram size N must be between 1 and 1024 inclusive"),
+        (1 <= s.spec_ngram_simple_size_n <= 1024,
+         "ngram size N must be between 1 and 1024 inclusive"),
+        (1 <= s.spec_ngram_simple_size_m <= 1024,
+         "ngram size M must be between 1 and 1024 inclusive"),
+        (s.spec_ngram_simple_min_hits >= 1, "ngram min hits must be at least 1"),
+    )
+    for ok, message in checks:
+        if not ok:
+            raise UnsupportedFlag(f"llamaq worker: {message}")
+    try:
+        config = spec.resolve(
+            s.spec_type, s.spec_default,
+            spec.NgramModParams(n_match=s.spec_ngram_mod_n_match, n_max=s.spec_ngram_mod_n_max,
+                                n_min=s.spec_ngram_mod_n_min),
+            spec.NgramMapParams(size_n=s.spec_ngram_simple_size_n,
+                                size_m=s.spec_ngram_simple_size_m,
+                                min_hits=s.spec_ngram_simple_min_hits))
+    except spec.UnknownSpecType as error:
+        raise UnsupportedFlag(f"llamaq worker: {error}") from error
+    refused = spec.refusal(config.types)
+    if refused is not None:
+        raise UnsupportedFlag(f"llamaq worker: {refused}")
+    return config
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"',

@@ -101,7 +101,8 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
-NOT_BUILT_SPEC = "speculative decoding is not built"
+NOT_BUILT_SPEC = ("speculative decoding with a draft model (draft-simple) is not built; the n-gram "
+                  "modes need none: --spec-type ngram-mod or ngram-simple")
 NOT_BUILT_MTMD_DOWNLOAD = ("projector downloads by URL are not built; give -mm with a path, or "
                            "-hf (its repo's mmproj comes with the model)")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
@@ -112,7 +113,10 @@ CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread 
                  "or the container's cpuset instead")
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
-REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
+REMOVED_ARG = "the argument has been removed. "
+"""llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
+NOT_BUILT_NGRAM_MAP = ("the ngram-map-k and ngram-map-k4v speculative modes are not built; use "
+                       "--spec-type ngram-mod or ngram-simple")
 CHECKPOINTS = ("context checkpoints (for sliding-window and recurrent models) are not built; a "
                "worker keeps the full-size SWA cache instead")
 HOST_CACHE = "the host-memory prompt cache is not built (a slot keeps only its own tokens)"
@@ -272,20 +276,27 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--spec-draft-device -devd --device-draft",
            "--spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft "
            "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
-           "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL",
-           "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+           "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL"),
+    *_rows(W, "", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
            "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
-           "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n",
+           "--spec-ngram-simple-min-hits", "--spec-default", "--spec-type LLAMA_ARG_SPEC_TYPE"),
+    *_rows(R, NOT_BUILT_NGRAM_MAP, "--spec-ngram-map-k-size-n",
            "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
            "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
-           "--spec-ngram-map-k4v-min-hits", "--spec-default"),
-    *_off(_rows(R, NOT_BUILT_SPEC, "--spec-type LLAMA_ARG_SPEC_TYPE"), values=("none",)),
+           "--spec-ngram-map-k4v-min-hits"),
     *_off(_rows(R, NOT_BUILT_SPEC, "--spec-draft-backend-sampling "
                 "--no-spec-draft-backend-sampling LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"),
           names=("--no-spec-draft-backend-sampling",)),
-    *_rows(R, REMOVED, "--draft --draft-n --draft-max LLAMA_ARG_DRAFT_MAX",
-           "--draft-min --draft-n-min LLAMA_ARG_DRAFT_MIN", "--spec-ngram-size-n",
-           "--spec-ngram-size-m", "--spec-ngram-min-hits"),
+    SpecFlag(("--draft", "--draft-n", "--draft-max"), R,
+             REMOVED_ARG + "use --spec-draft-n-max or --spec-ngram-mod-n-max",
+             "LLAMA_ARG_DRAFT_MAX"),
+    SpecFlag(("--draft-min", "--draft-n-min"), R,
+             REMOVED_ARG + "use --spec-draft-n-min or --spec-ngram-mod-n-min",
+             "LLAMA_ARG_DRAFT_MIN"),
+    SpecFlag(("--spec-ngram-size-n",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-n"),
+    SpecFlag(("--spec-ngram-size-m",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-m"),
+    SpecFlag(("--spec-ngram-min-hits",), R,
+             REMOVED_ARG + "use the respective --spec-ngram-*-min-hits"),
     *_rows(R, PRESET, "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
            "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
            "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",

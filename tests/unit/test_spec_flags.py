@@ -120,13 +120,13 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_DRAFT_MODEL"}
 
 
-OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"], ["--spec-type", "none"],
+OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"],
              ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
              ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
-OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_SPEC_TYPE": "none"},
+OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"},
             {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
 
 
@@ -143,7 +143,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
     for argv, environ in ((["--cache-ram", "-1"], {}), (["--fit", "on"], {}),
                           ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
-                          ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
+                          ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft.gguf"})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
         assert exit_info.value.code == 2
@@ -151,8 +151,8 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0", "--spec-type=none",
-                        "--port", "1", "--no-mmproj"], UP_ROLES)
+    parts = split_args(["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0", "--port", "1",
+                        "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
     assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
 
@@ -200,7 +200,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--mmproj-url", "m"], "--mmproj-url is not supported"),
     (["--cache-ram", "512"], "--cache-ram is not supported"),
-    (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
+    (["-md", "draft.gguf"], "-md is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:

@@ -180,4 +180,5 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,
+                          spec=flags.speculative(s),
                           adapt_threads=not wait_policy_by_hand(os.environ))
