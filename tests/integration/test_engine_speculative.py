@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
+from scheduler.contract.jobs import CompletionJob, DraftLimits, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
 from worker.engine import Engine
@@ -62,7 +62,7 @@ def _run(engine: Engine, events: Events, *jobs: CompletionJob) -> list[list[obje
 
 def _result(run: list[object]) -> CompletionResult:
     final = run[-1]
-    assert isinstance(final, FinalEvent), final
+    assert isinstance(final, FinalEvent) and isinstance(final.result, CompletionResult), final
     return final.result
 
 
@@ -163,3 +163,21 @@ def test_the_metrics_count_drafts_and_acceptance(
     assert plain.spec_accepted_per_pos == []
     assert all(s.speculative for s in engine.slot_states())
     assert not any(s.speculative for s in engines["plain"][0].slot_states())
+
+
+def test_a_requests_speculative_limits_hold(engines: dict[str, tuple[Engine, Events]]) -> None:
+    """speculative.n_max caps each draft (0: none), speculative.n_min drops shorter drafts;
+    the output stays the plain one."""
+    engine, events = engines["spec"]
+    [plain] = _run(*engines["plain"], _job(CODE, GREEDY, n_predict=40))
+    want = _result(plain).tokens
+    for limits, most in ((DraftLimits(n_max=2), 2), (DraftLimits(n_max=0), 0),
+                         (DraftLimits(n_min=17), 0)):
+        job = _job(CODE, GREEDY, n_predict=40).model_copy(update={"draft_limits": limits})
+        [run] = _run(engine, events, job)
+        result = _result(run)
+        assert result.tokens == want
+        if most == 0:
+            assert result.timings.draft_n == 0, limits
+        else:
+            assert 0 < result.timings.draft_n <= most * 40, limits

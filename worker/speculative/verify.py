@@ -73,15 +73,24 @@ class Speculation:
 
     def make_drafts(self, generating: list[SlotRun], room: int) -> None:
         """Each generating run's draft for this step, in slot order, while the batch has
-        `room` for draft tokens (beyond one token per generating run)."""
+        `room` for draft tokens (beyond one token per generating run); a request's
+        speculative.n_max caps its draft and a draft shorter than its speculative.n_min is
+        dropped (as llama-server did before those fields were compiled out)."""
         for active in generating:
             spec = self.of(active)
             spec.draft = []
             n_max = self.n_draft_max(active)
             if n_max <= 0 or room <= 0 or not spec.begun or not speculates(active):
                 continue
+            limits = active.request.job.draft_limits
+            if limits is not None and limits.n_max is not None:
+                n_max = min(n_max, limits.n_max)
+                if n_max <= 0:
+                    continue
             draft = self.drafter.draft(active.slot.slot_id, list(active.slot.tokens),
                                        active.next_token, n_max)[:room]
+            if limits is not None and limits.n_min is not None and len(draft) < limits.n_min:
+                draft = []  # shorter than the request's speculative.n_min: not worth it
             spec.draft = draft
             active.draft_n += len(draft)
             room -= len(draft)
