@@ -218,8 +218,8 @@ class DraftLimits(BaseModel):
     """A request's `speculative.n_max`, `speculative.n_min`, `speculative.p_min` (the spec's
     fields; compiled out of the vendored llama-server, honoured by llamaq): the longest draft,
     the shortest one worth verifying, and the draft model's least probability (no draft model
-    is built: p_min is kept and reported, and n-gram drafts have no probabilities to hold to
-    it). Clamped as llama-server clamped them: 0 <= n_min <= n_max."""
+    is built: only p_min 0 is taken, api/endpoints/native/protocol.py). Clamped as
+    llama-server clamped them: 0 <= n_min <= n_max."""
 
     n_max: int | None = None
     n_min: int | None = None

@@ -203,6 +203,11 @@ class CompletionRequest(SamplingParams):
         if all(v is None for v in given):
             return None
         n_max, n_min, p_min = given
+        if p_min is not None and p_min != 0.0:
+            raise InvalidRequest("speculative.p_min is not supported by llamaq: it bounds a "
+                                 "draft model's tokens (draft-simple), which is not built; "
+                                 "the n-gram modes' drafts have no probabilities (0 is "
+                                 "accepted)")
         return DraftLimits(n_max=n_max, n_min=n_min, p_min=p_min).clamped()
 
 
