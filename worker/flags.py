@@ -117,6 +117,12 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
         (1 <= s.spec_ngram_simple_size_m <= 1024,
          "ngram size M must be between 1 and 1024 inclusive"),
         (s.spec_ngram_simple_min_hits >= 1, "ngram min hits must be at least 1"),
+        *((1 <= size_n <= 1024, "ngram size N must be between 1 and 1024 inclusive")
+          for size_n in (s.spec_ngram_map_k_size_n, s.spec_ngram_map_k4v_size_n)),
+        *((1 <= size_m <= 1024, "ngram size M must be between 1 and 1024 inclusive")
+          for size_m in (s.spec_ngram_map_k_size_m, s.spec_ngram_map_k4v_size_m)),
+        *((hits >= 1, "ngram min hits must be at least 1")
+          for hits in (s.spec_ngram_map_k_min_hits, s.spec_ngram_map_k4v_min_hits)),
     )
     for ok, message in checks:
         if not ok:
@@ -128,7 +134,13 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
                                 n_min=s.spec_ngram_mod_n_min),
             spec.NgramMapParams(size_n=s.spec_ngram_simple_size_n,
                                 size_m=s.spec_ngram_simple_size_m,
-                                min_hits=s.spec_ngram_simple_min_hits))
+                                min_hits=s.spec_ngram_simple_min_hits),
+            spec.NgramMapParams(size_n=s.spec_ngram_map_k_size_n,
+                                size_m=s.spec_ngram_map_k_size_m,
+                                min_hits=s.spec_ngram_map_k_min_hits),
+            spec.NgramMapParams(size_n=s.spec_ngram_map_k4v_size_n,
+                                size_m=s.spec_ngram_map_k4v_size_m,
+                                min_hits=s.spec_ngram_map_k4v_min_hits))
     except spec.UnknownSpecType as error:
         raise UnsupportedFlag(f"llamaq worker: {error}") from error
     refused = spec.refusal(config.types)

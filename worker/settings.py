@@ -158,6 +158,22 @@ class WorkerSettings(RoleSettings):
     spec_ngram_simple_min_hits: int = flag(1, "--spec-ngram-simple-min-hits",
                                            help="minimum hits for ngram-simple speculative "
                                            "decoding")
+    spec_ngram_map_k_size_n: int = flag(12, "--spec-ngram-map-k-size-n",
+                                     help="ngram size N for ngram-map-k speculative decoding, "
+                                     "length of lookup n-gram")
+    spec_ngram_map_k_size_m: int = flag(48, "--spec-ngram-map-k-size-m",
+                                     help="ngram size M for ngram-map-k speculative decoding, "
+                                     "length of draft m-gram")
+    spec_ngram_map_k_min_hits: int = flag(1, "--spec-ngram-map-k-min-hits",
+                                       help="minimum hits for ngram-map-k speculative decoding")
+    spec_ngram_map_k4v_size_n: int = flag(12, "--spec-ngram-map-k4v-size-n",
+                                     help="ngram size N for ngram-map-k4v speculative decoding, "
+                                     "length of lookup n-gram")
+    spec_ngram_map_k4v_size_m: int = flag(48, "--spec-ngram-map-k4v-size-m",
+                                     help="ngram size M for ngram-map-k4v speculative decoding, "
+                                     "length of draft m-gram")
+    spec_ngram_map_k4v_min_hits: int = flag(1, "--spec-ngram-map-k4v-min-hits",
+                                       help="minimum hits for ngram-map-k4v speculative decoding")
     reverse_prompt: list[str] = flag([], "-r", "--reverse-prompt", sep=None,
                                      help="halt generation at PROMPT: the stop strings of a "
                                      "request that gives none, one per flag")

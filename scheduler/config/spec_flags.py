@@ -102,7 +102,8 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = ("speculative decoding with a draft model (draft-simple) is not built; the n-gram "
-                  "modes need none: --spec-type ngram-mod or ngram-simple")
+                  "modes need none: --spec-type ngram-mod, ngram-simple, ngram-map-k or "
+                  "ngram-map-k4v")
 NOT_BUILT_MTMD_DOWNLOAD = ("projector downloads by URL are not built; give -mm with a path, or "
                            "-hf (its repo's mmproj comes with the model)")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
@@ -115,8 +116,6 @@ PRESET = ("downloads a preset model from the internet at start; give -hf or -m (
           "key in the object store) instead")
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
-NOT_BUILT_NGRAM_MAP = ("the ngram-map-k and ngram-map-k4v speculative modes are not built; use "
-                       "--spec-type ngram-mod or ngram-simple")
 CHECKPOINTS = ("context checkpoints (for sliding-window and recurrent models) are not built; a "
                "worker keeps the full-size SWA cache instead")
 HOST_CACHE = "the host-memory prompt cache is not built (a slot keeps only its own tokens)"
@@ -279,11 +278,10 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL"),
     *_rows(W, "", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
            "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
-           "--spec-ngram-simple-min-hits", "--spec-default", "--spec-type LLAMA_ARG_SPEC_TYPE"),
-    *_rows(R, NOT_BUILT_NGRAM_MAP, "--spec-ngram-map-k-size-n",
-           "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
-           "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
-           "--spec-ngram-map-k4v-min-hits"),
+           "--spec-ngram-simple-min-hits", "--spec-default", "--spec-type LLAMA_ARG_SPEC_TYPE",
+           "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m",
+           "--spec-ngram-map-k-min-hits", "--spec-ngram-map-k4v-size-n",
+           "--spec-ngram-map-k4v-size-m", "--spec-ngram-map-k4v-min-hits"),
     *_off(_rows(R, NOT_BUILT_SPEC, "--spec-draft-backend-sampling "
                 "--no-spec-draft-backend-sampling LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"),
           names=("--no-spec-draft-backend-sampling",)),

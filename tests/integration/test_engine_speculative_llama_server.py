@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.contract.jobs import CompletionJob, SamplingParams
-from tests.integration.test_engine_speculative import _engine, _result, _run
+from tests.integration.test_engine_speculative import CODE, _engine, _result, _run
 from worker.speculative.config import NgramMapParams, NgramModParams, resolve
 
 SOURCE = "".join(f"def handler_{i}(request):\n    value = request.get('key_{i}', {i})\n"
@@ -27,7 +27,9 @@ PROMPT = ("Here is a Python file:\n\n" + SOURCE
     # llama-server --spec-type ngram-mod --spec-ngram-mod-n-match 12 --spec-ngram-mod-n-min 4
     #   --spec-ngram-mod-n-max 16
     ("ngram-mod", NgramModParams(n_match=12, n_min=4, n_max=16), 256, 120),
-], ids=["ngram-simple-first", "ngram-mod"])
+    # llama-server --spec-type ngram-map-k (its defaults)
+    ("ngram-map-k", NgramModParams(), 395, 125),
+], ids=["ngram-simple-first", "ngram-mod", "ngram-map-k"])
 def test_drafts_and_acceptance_are_llama_servers(gemma_path: Path, types: str,
                                                  mod: NgramModParams, draft_n: int,
                                                  accepted: int) -> None:
@@ -41,3 +43,20 @@ def test_drafts_and_acceptance_are_llama_servers(gemma_path: Path, types: str,
         model.close()
     assert result.timings.prompt_n == 580
     assert (result.timings.draft_n, result.timings.draft_n_accepted) == (draft_n, accepted)
+
+
+def test_ngram_map_k4v_drafts_and_acceptance_are_llama_servers(gemma_path: Path) -> None:
+    """llama-server --spec-type ngram-map-k4v --spec-ngram-map-k4v-size-n 4 --size-m 16
+    --min-hits 2, the engine test's code prompt three times, 100 tokens: 14 drafted, 14
+    accepted."""
+    params = NgramMapParams(size_n=4, size_m=16, min_hits=2)
+    config = resolve(["ngram-map-k4v"], False, NgramModParams(), NgramMapParams(), params, params)
+    engine, events, model = _engine(gemma_path, config)
+    try:
+        job = CompletionJob(model="gemma", prompt=CODE * 3, n_predict=100, return_tokens=True,
+                            sampling=SamplingParams(temperature=0.0))
+        result = _result(_run(engine, events, job)[0])
+    finally:
+        engine.stop()
+        model.close()
+    assert (result.timings.draft_n, result.timings.draft_n_accepted) == (14, 14)

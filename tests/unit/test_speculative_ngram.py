@@ -18,6 +18,7 @@ from worker.speculative.config import (
     types_from_names,
 )
 from worker.speculative.drafter import Drafter
+from worker.speculative.ngram_map import NgramMap, NgramMapK, ngram_hash
 from worker.speculative.ngram_mod import EMPTY, MULTIPLIER, NgramMod, NgramTable
 from worker.speculative.ngram_simple import simple_draft
 
@@ -143,6 +144,39 @@ def test_draft_types_that_need_other_model_families_are_refused_by_name() -> Non
     for name in ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"):
         message = refusal(["none", name])
         assert message is not None and name in message and "cannot load" in message
-    message = refusal(["ngram-map-k"])
-    assert message is not None and "ngram-map-k" in message and "not built" in message
-    assert refusal(["none", "ngram-mod", "ngram-simple"]) is None
+    message = refusal(["ngram-cache"])
+    assert message is not None and "ngram-cache" in message and "not built" in message
+    assert refusal(["none", "ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v"]) is None
+
+
+def test_the_map_hash_is_llama_cpps_32_bit_lcg() -> None:
+    expected = ((3 * 2654435761 + 4) * 2654435761 + 5) % 2**32
+    assert ngram_hash([9, 3, 4, 5], 1, 3) == expected
+
+
+def test_ngram_map_k_drafts_what_followed_the_key_as_much_as_was_accepted() -> None:
+    history = [0, 1, 2, 7, 8, 5, 5, 5, 5, 1]  # the key [1, 2] (sampled 2) is found at 1
+    keys_only = NgramMap(2, 2, key_only=True, min_hits=1)
+    assert keys_only.draft(history, 2) == [7, 8]
+    keys_only.accept(1)  # one token of it was accepted: next time only one
+    assert keys_only.draft(history, 2) == [7]
+
+
+def test_ngram_map_k4v_waits_for_min_hits_and_a_clear_favourite() -> None:
+    history = [0, 1, 2, 7, 8, 5, 5, 5, 5, 1]
+    values = NgramMap(2, 2, key_only=False, min_hits=2)
+    assert values.draft(history, 2) == []  # the key's first hit
+    assert values.draft(history, 2) == [7, 8]  # its second: one value, seen once
+    # two values after [1, 2], once each: the most frequent is not twice the others
+    split = [0, 1, 2, 7, 8, 1, 2, 9, 9, 5, 5, 5, 5, 1]
+    assert NgramMap(2, 2, key_only=False, min_hits=1).draft(split, 2) == []
+
+
+def test_the_map_modes_keep_a_map_per_slot_and_ignore_others_accepts() -> None:
+    mode = NgramMapK(NgramMapParams(size_n=2, size_m=2), key_only=True, n_seq=2)
+    history = [0, 1, 2, 7, 8, 5, 5, 5, 5, 1]
+    assert mode.draft(0, history, 2) == [7, 8]
+    mode.accept(0, 0, is_other=True)
+    assert mode.draft(0, history, 2) == [7, 8]
+    mode.accept(0, 0, is_other=False)
+    assert mode.draft(0, history, 2) == [] and mode.draft(1, history, 2) == [7, 8]

@@ -13,7 +13,7 @@ TYPE_NAMES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash
               "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
               "ngram-cache")
 """llama.cpp's speculative types, in the order of its enum (common_speculative_type)."""
-BUILT = frozenset({"none", "ngram-simple", "ngram-mod"})
+BUILT = frozenset({"none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"})
 """The types llamaq drafts with."""
 NOT_LOADABLE = {
     "draft-eagle3": "EAGLE-3 draft heads",
@@ -64,7 +64,8 @@ class NgramModParams(BaseModel):
 
 
 class NgramMapParams(BaseModel):
-    """--spec-ngram-simple-* (and the map modes'): common_params_speculative_ngram_map."""
+    """--spec-ngram-simple-*, --spec-ngram-map-k-*, --spec-ngram-map-k4v-*:
+    common_params_speculative_ngram_map."""
 
     size_n: int = 12
     size_m: int = 48
@@ -79,6 +80,8 @@ class SpecConfig(BaseModel):
     is given) and --spec-default added, in that order."""
     ngram_mod: NgramModParams = Field(default_factory=NgramModParams)
     ngram_simple: NgramMapParams = Field(default_factory=NgramMapParams)
+    ngram_map_k: NgramMapParams = Field(default_factory=NgramMapParams)
+    ngram_map_k4v: NgramMapParams = Field(default_factory=NgramMapParams)
 
     @property
     def drafting(self) -> list[str]:
@@ -97,12 +100,15 @@ class SpecConfig(BaseModel):
     def n_max(self) -> int:
         """The largest draft of any enabled mode (common_speculative_n_max)."""
         sizes = {"ngram-simple": self.ngram_simple.size_m,
+                 "ngram-map-k": self.ngram_map_k.size_m,
+                 "ngram-map-k4v": self.ngram_map_k4v.size_m,
                  "ngram-mod": max(0, self.ngram_mod.n_max), "ngram-cache": 8}
         return max((sizes.get(t, 0) for t in self.drafting), default=0)
 
 
 def resolve(spec_types: list[str], spec_default: bool, ngram_mod: NgramModParams,
-            ngram_simple: NgramMapParams) -> SpecConfig:
+            ngram_simple: NgramMapParams, ngram_map_k: NgramMapParams | None = None,
+            ngram_map_k4v: NgramMapParams | None = None) -> SpecConfig:
     """The flags as llama-server applies them: each --spec-type list appends its types to the
     default `none` (a `none` in a list adds only `none`), --spec-default appends ngram-mod
     with n_match 24, n_min 48, n_max 64 (after the command line's, as its handler runs last
@@ -113,4 +119,6 @@ def resolve(spec_types: list[str], spec_default: bool, ngram_mod: NgramModParams
     if spec_default:
         types.append("ngram-mod")
         ngram_mod = NgramModParams(n_match=24, n_min=48, n_max=64)
-    return SpecConfig(types=types, ngram_mod=ngram_mod, ngram_simple=ngram_simple)
+    return SpecConfig(types=types, ngram_mod=ngram_mod, ngram_simple=ngram_simple,
+                      ngram_map_k=ngram_map_k or NgramMapParams(),
+                      ngram_map_k4v=ngram_map_k4v or NgramMapParams())

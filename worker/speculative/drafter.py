@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.speculative.config import SpecConfig
+from worker.speculative.ngram_map import NgramMapK
 from worker.speculative.ngram_mod import NgramMod
 from worker.speculative.ngram_simple import NgramSimple
 
@@ -30,6 +31,9 @@ def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
     for name in config.drafting:
         if name == "ngram-simple":
             modes.append(NgramSimple(config.ngram_simple))
+        elif name in ("ngram-map-k", "ngram-map-k4v"):
+            params = config.ngram_map_k if name == "ngram-map-k" else config.ngram_map_k4v
+            modes.append(NgramMapK(params, name == "ngram-map-k", n_seq))
         elif name == "ngram-mod":
             modes.append(NgramMod(config.ngram_mod, n_seq))
     return modes
