@@ -73,6 +73,8 @@ class SpecFlag:
 
 FALSEY = ("off", "disabled", "false", "0")
 """What llama.cpp reads as false in an environment variable (`common_arg_utils::is_falsey`)."""
+TRUTHY = ("on", "enabled", "true", "1")
+"""What llama.cpp reads as true (`common_arg_utils::is_truthy`)."""
 
 
 def no_env(env: str) -> str:
@@ -140,24 +142,14 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-lm --load-mode", "-lzm --lazy-mode"),
     *_rows(R, "NUMA placement is not built (llama-cpp-python's llama_numa_init is not called)",
            "--numa LLAMA_ARG_NUMA"),
-    *_rows(R, "device selection is not built (llama.cpp picks every device it finds; limit "
-           "them with CUDA_VISIBLE_DEVICES)", "-dev --device LLAMA_ARG_DEVICE",
-           "--list-devices"),
-    *_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-           "tensor_buft_overrides unused)", "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR",
-           "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB"),
-    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-                "tensor_buft_overrides unused)", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE"),
-          switch=True),
-    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-                "tensor_buft_overrides unused)", "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE",
-                "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"), values=("0",)),
+    *_rows(W, "", "-dev --device LLAMA_ARG_DEVICE", "--list-devices",
+           "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE",
+           "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
+    *_off(_rows(R, "the GPU cache of CPU-kept MoE experts is not in the vendored llama.cpp",
+                "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB"), values=("0",)),
     *_rows(W, "", "-ngl --gpu-layers --n-gpu-layers", "-sm --split-mode", "-ts --tensor-split",
            "-mg --main-gpu"),
-    *_off(_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
-                "-fit --fit LLAMA_ARG_FIT"), values=("off",)),
-    *_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
-           "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
+    *_rows(W, "", "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
            "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
     *_rows(W, "", "--check-tensors"),
     *_rows(R, "metadata overrides are not built", "--override-kv"),

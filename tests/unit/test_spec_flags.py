@@ -124,10 +124,10 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
 
 
 OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"], ["--spec-type", "none"],
-             ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
+             ["--moe-cache-mib", "0"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
              ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
 OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_SPEC_TYPE": "none"},
-            {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
+            {"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
@@ -141,7 +141,7 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--cache-ram", "-1"], {}), (["--fit", "on"], {}),
+    for argv, environ in ((["--cache-ram", "-1"], {}), (["--moe-cache-mib", "512"], {}),
                           ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
                           ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
         with pytest.raises(SystemExit) as exit_info:
