@@ -51,6 +51,11 @@ class ContextPlan:
     cache_type_v: str
     n_ctx_slot_cap: int | None = None
     """--kv-unified-per-slot: the most context one slot may use."""
+    n_outputs_max: int = 0
+    """The most tokens with logits in one decode (0: n_batch). llama-server's rule
+    (server_output_limits): one per slot for completions, so the compute buffer holds the
+    logits of n_slots rows, not of n_batch (with Gemma's 262k vocabulary at -b 2048, 81 MiB
+    instead of 514); decisions read several rows per sequence and keep n_batch."""
 
 
 class LoadedModel:
@@ -167,6 +172,8 @@ def context_params(plan: ContextPlan) -> lc.llama_context_params:
     params.type_v = CACHE_TYPES[plan.cache_type_v]
     params.no_perf = True  # --perf: tune_context
     params.embeddings = False
+    params.n_outputs_max = plan.n_outputs_max
+    params.n_outputs_max_per_seq = 0 if plan.n_outputs_max == 0 else 1
     return params
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from scheduler.registry import FitReport
 from tests.tiny_gguf import write_tiny_llama
+from worker.devices import cpu_device
+from worker.fit import MiB
 from worker.model import ModelLoadError
 from worker.process.startup import load_model
 from worker.settings import WorkerSettings
@@ -57,3 +59,17 @@ def test_placement_flags_load_and_bad_ones_stop_the_load(long_tiny: Path) -> Non
         loaded(long_tiny, "-c", "512", "-ot", "token_embd=NOPE")
     with pytest.raises(ModelLoadError, match="invalid device: NOPE0"):
         loaded(long_tiny, "-c", "512", "-dev", "NOPE0")
+
+
+LLAMA_SERVER_FITS = {1100: 23040, 1000: 20224}
+"""n_ctx per slot that llama-server (the vendored llama.cpp, as it ships) chose for Gemma 3 270M
+with `-np 2 --swa-full -fitt <host total MiB - room>`, per room (MiB): recorded with
+`llama-server -m gemma-3-270m-Q4_K_M.gguf -np 2 --swa-full -fitt N` and its /props."""
+
+
+@pytest.mark.parametrize("room", sorted(LLAMA_SERVER_FITS))
+def test_the_fitted_context_is_llama_servers(gemma_path: Path, room: int) -> None:
+    total_mib = cpu_device().total // MiB
+    _, n_ctx_slot, report = loaded(gemma_path, "-np", "2", "--swa-full", "-fitt",
+                                   str(total_mib - room))
+    assert n_ctx_slot == LLAMA_SERVER_FITS[room] and report.fits

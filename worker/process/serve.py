@@ -98,7 +98,7 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                 model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
-                                            adapter_files, marker)
+                                            adapter_files, marker, caps is not None)
             try:
                 await WorkerRuntime(settings, redis, model, caps).run(pool, stop)
             finally:

@@ -81,7 +81,8 @@ def reload_engine(parts: WorkerParts) -> None:
     projector = parts.model.projector
     model = load_model(parts.settings, parts.model.path,
                        adapter_files=parts.model.adapter_files,
-                       marker=projector.marker if projector is not None else None)
+                       marker=projector.marker if projector is not None else None,
+                       serves_decisions=parts.decision_caps is not None)
     model.adapters.set_scales(parts.model.adapters.scales)  # as the fleet last set them
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
                         parts.publisher)

@@ -69,12 +69,13 @@ def embedding_batch(settings: WorkerSettings) -> int:
 def load_model(s: WorkerSettings, path: Path,
                on_load_progress: Callable[[float], None] | None = None,
                adapter_files: Mapping[str, Path] | None = None,
-               marker: str | None = None) -> LoadedModel:
+               marker: str | None = None, serves_decisions: bool = False) -> LoadedModel:
     """The model file at `path` (worker/model_source.py fetched it) and its one context,
     laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
     control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
     sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
-    this process's own) (blocking: call it off the event loop). `on_load_progress` gets the
+    this process's own); `serves_decisions`: decision jobs share its batches (several logits
+    per sequence) (blocking: call it off the event loop). `on_load_progress` gets the
     load's progress, 0..1, from this thread."""
     files = dict(adapter_files or {})
     try:
@@ -94,6 +95,7 @@ def load_model(s: WorkerSettings, path: Path,
         swa_full=s.swa_full or s.cache_prompt,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
+        n_outputs_max=0 if embedding or serves_decisions else n_slots,
     )
     callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
 
