@@ -225,6 +225,13 @@ class WorkerSettings(RoleSettings):
     # multimodal (worker/media.py)
     mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
                               help="path to a multimodal projector file")
+    mmproj_url: str | None = flag(None, "-mmu", "--mmproj-url", env="LLAMA_ARG_MMPROJ_URL",
+                                  help="URL to a multimodal projector file (downloaded once "
+                                  "into the cache and the store, as -mu)")
+    mmproj_device: str | None = flag(None, "-mmdev", "--mmproj-device",
+                                     env="MTMD_BACKEND_DEVICE",
+                                     help="device to use for the multimodal projector (none = "
+                                     "don't offload; default: follows --device)")
     mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
                              negative=("--no-mmproj", "--no-mmproj-auto"),
                              help="with -hf, load the repo's multimodal projector too, if it "

@@ -104,8 +104,6 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = "speculative decoding is not built"
-NOT_BUILT_MTMD_DOWNLOAD = ("projector downloads by URL are not built; give -mm with a path, or "
-                           "-hf (its repo's mmproj comes with the model)")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
@@ -206,9 +204,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
            "--media-path"),
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
-    *_rows(R, NOT_BUILT_MTMD_DOWNLOAD, "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL"),
-    *_rows(R, "projector device choice is not built (the projector runs where "
-           "--mmproj-offload puts it)", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
+    *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
+           "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
     *_rows(R, NOT_BUILT_VIDEO, "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
            "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR"),
     *_rows(W, "", "-a --alias", "--tags", "--host", "--port", "--reuse-port LLAMA_ARG_REUSE_PORT"),

@@ -115,12 +115,12 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_CACHE_RAM",
-                "LLAMA_ARG_MMPROJ_URL"):
+                "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_TYPE"}
 
 
 OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"], ["--spec-type", "none"],
@@ -198,7 +198,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--mmproj-url", "m"], "--mmproj-url is not supported"),
+    (["--video-fps", "2"], "--video-fps is not supported"),
     (["--cache-ram", "512"], "--cache-ram is not supported"),
     (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
     (["-c"], "-c expects a value"),

@@ -25,7 +25,7 @@ from scheduler.registry import FitMemory, FitReport
 from worker import flags
 from worker.compute_threads import wait_policy_by_hand
 from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
-from worker.devices import DeviceError
+from worker.devices import DeviceError, parse_devices
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
@@ -215,7 +215,17 @@ def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
                    marker: str | None = None) -> Projector:
     """-mm/--mmproj on the loaded model (worker/media.py)."""
     assert s.mmproj is not None
-    options = ProjectorOptions(offload=s.mmproj_offload, n_threads=threads,
+    offload, device = s.mmproj_offload, None
+    chosen = s.mmproj_device or (s.devices if offload else None)  # it follows -dev (llama.cpp)
+    if chosen is not None:  # -mmdev: none, or exactly one device (llama-server's)
+        try:
+            devices = parse_devices(chosen)
+        except DeviceError as error:
+            raise ProjectorLoadError(str(error)) from None
+        if len(devices) > 1 and s.mmproj_device is not None:
+            raise ProjectorLoadError("only one device may be specified for mmproj")
+        offload, device = bool(devices), devices[0].handle if devices else None
+    options = ProjectorOptions(offload=offload, device=device, n_threads=threads,
                                image_min_tokens=s.image_min_tokens,
                                image_max_tokens=s.image_max_tokens,
                                batch_max_tokens=s.mtmd_batch_max_tokens)
