@@ -20,6 +20,7 @@ from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, che
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.infill import infill_tokens
+from worker.kv_tier import TierPlan
 from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
@@ -78,6 +79,9 @@ class Request:
     the prompt and the tokens generated so far, which the run starts with."""
     media: MediaPrompt | None = None
     """The prompt's media chunks (worker/media.py); its placeholders are in prompt_tokens."""
+    tier: TierPlan | None = None
+    """The fleet-wide KV tier's part (--kv-store, worker/kv_tier.py): a stored prefix state
+    to restore, a boundary whose state to take."""
 
     @property
     def n_prompt(self) -> int:

@@ -259,6 +259,17 @@ class WorkerSettings(RoleSettings):
                            "the model does not advertise \"decisions\" in /v1/models")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
+    kv_store: bool = flag(False, "--kv-store", env="LLAMAQ_KV_STORE", negative=("--no-kv-store",),
+                          help="the fleet-wide KV tier: long prompts' prefix states go to the "
+                          "object store and any worker of the model restores them instead of "
+                          "prefilling (docs/architecture.md)")
+    kv_store_max: int = flag(10240, "--kv-store-max", env="LLAMAQ_KV_STORE_MAX",
+                             help="MiB of KV states the tier keeps per model fingerprint "
+                             "(least recently used evicted first)")
+    kv_store_block: int = flag(256, "--kv-store-block", env="LLAMAQ_KV_STORE_BLOCK",
+                               help="tokens per block: states are taken at block boundaries")
+    kv_store_min: int = flag(1024, "--kv-store-min", env="LLAMAQ_KV_STORE_MIN",
+                             help="prompts shorter than this many tokens do not use the tier")
     batch_reserve: int = flag(1, "--batch-reserve", env="LLAMAQ_BATCH_RESERVE",
                               help="slots that batch lines (the Batch API) leave free for "
                               "online requests (at most -np minus 1)")

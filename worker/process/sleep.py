@@ -88,6 +88,7 @@ def reload_engine(parts: WorkerParts) -> None:
                         parts.publisher)
     engine.metrics = old.metrics
     engine.on_slots_changed = old.on_slots_changed
+    engine.on_tier_state = old.on_tier_state
     engine.start()
     if parts.embedder is not None:  # an embedding or rerank worker: its embedder too
         embedder = Embedder(model)
