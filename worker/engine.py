@@ -204,7 +204,7 @@ class Engine:
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
                 similarity=self.defaults.slot_similarity,
-                usable=lambda request, slot: self._sets.usable(request.job, slot))
+                usable=lambda request, slot: self._sets.usable(self._first_set(request), slot))
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -219,9 +219,14 @@ class Engine:
                 events.append((request.job.job_id, active.progress(active.t_start)))
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
-        same_set = self._sets.claim(self._kv, self.slots, slot, self._sets.of(request.job))
+        same_set = self._sets.claim(self._kv, self.slots, slot, self._first_set(request))
         n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
                                         request.cache_prompt, request.cache_reuse)
+        alora = request.alora
+        if alora is not None and 0 < alora.pre_end < n_reuse:  # the base prefix only
+            self._kv.remove(slot.slot_id, alora.pre_end, -1)
+            del slot.tokens[alora.pre_end:]
+            n_reuse = alora.pre_end
         if request.media is not None:
             n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
         if request.tier is not None and request.tier.hit is not None:
@@ -237,6 +242,9 @@ class Engine:
             active.probs = list(request.resumed.probs)
             active.earlier_predicted_ms = request.resumed.predicted_ms
         return active
+
+    def _first_set(self, request: Request) -> tuple[float, ...]:
+        return self._sets.first_set(request.job, request.adapter_set, request.alora)
 
     def _restore_tier(self, hit: TierHit, slot: SlotCache, n_reuse: int) -> int:
         """A stored prefix state (worker/kv_tier.py) into the slot, when it holds more of
@@ -299,6 +307,9 @@ class Engine:
             else media.text_end(active.prompt_done)
         if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
             end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
+        alora = active.request.alora
+        if alora is not None and active.prompt_done < alora.pre_end:
+            end = min(end, alora.pre_end)  # the base phase ends there (worker/alora.py)
         return end
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
@@ -321,6 +332,9 @@ class Engine:
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
             self._take_tier_state(active)
+            alora = active.request.alora
+            if alora is not None and active.prompt_done >= alora.pre_end:
+                self._sets.enter(active.slot, alora.adapter_set)
         runs = self._sets.step_group(runs, bool(self.decisions.runs))  # one adapter set
         if any(a.prefilling and not a.request.job.background for a in runs):
             runs = [a for a in runs if not a.request.job.background]
@@ -468,6 +482,8 @@ class Engine:
         return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
 
     def _release(self, active: SlotRun) -> None:
+        if active.request.alora is not None:
+            self._sets.end_alora(self._kv, active.slot, active.request.alora)
         self._previous[active.slot.slot_id] = active
         self.on_slots_changed()
         active.request.sampler.free()
