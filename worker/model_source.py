@@ -39,8 +39,16 @@ def resolve_model(settings: WorkerSettings,
                   listener: DownloadListener | None = None) -> ModelSource:
     """The local path of the model the settings name (blocking: run it in a thread); with -hf
     and no -mm, the repo's mmproj too, as llama-server's --mmproj-auto (not for an embedding
-    worker, which takes no media)."""
+    worker, which takes no media); with -mmu and no -mm, the projector from that URL (cached
+    and stored as -mu's model file)."""
     files = model_files(settings, listener)
+    source = _model_source(settings, files)
+    if settings.mmproj_url and settings.mmproj is None and source.mmproj is None:
+        return ModelSource(source.model, files.from_url(settings.mmproj_url))  # -mmu
+    return source
+
+
+def _model_source(settings: WorkerSettings, files: ModelFiles) -> ModelSource:
     if settings.model:
         return ModelSource(files.resolve(settings.model))
     if settings.hf_repo:

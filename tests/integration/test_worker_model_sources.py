@@ -209,3 +209,29 @@ def test_hf_pulls_the_repos_mmproj_unless_told_not_to(redis_url: str, tmp_path: 
     assert host.gets("mmproj-gemma-3-270m-F16.gguf") == 1  # the second run: none asked
     stored = tmp_path / "store" / "models" / "hf" / repo / "mmproj-gemma-3-270m-F16.gguf"
     assert stored.read_bytes() == tiny_mmproj_path.read_bytes()
+
+
+def test_mmproj_url_downloads_the_projector_once(redis_url: str, tmp_path: Path,
+                                                 gemma_path: Path,
+                                                 tiny_mmproj_path: Path) -> None:
+    """-mmu: the projector comes from a URL (cached and stored as -mu's files), a worker that
+    restarts on the same store asks nothing again."""
+    host = ModelHost()
+    host.add("files/mmproj-tiny.gguf", tiny_mmproj_path.read_bytes())
+    with serve(host):
+        for round_no in (1, 2):
+            work = tmp_path / f"round{round_no}"
+            fleet = Fleet(redis_url, work, ["-m", str(gemma_path), "--alias", "mmu",
+                                            "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(work / "cache")],
+                          logs=work / "logs")
+            try:
+                fleet.add_worker("-c", "1024", "-np", "1", "-t", "2",
+                                 "-mmu", f"{host.url}/files/mmproj-tiny.gguf")
+                api = fleet.add_api()
+                fleet.wait_healthy(api, timeout=180)
+                props = httpx.get(f"{api}/props", timeout=30).json()
+                assert props["modalities"]["vision"] is True
+            finally:
+                fleet.stop()
+    assert host.gets("mmproj-tiny.gguf") == 1
