@@ -455,9 +455,9 @@ class Engine:
         through the token rules in turn, as plain decoding's would."""
         assert self._spec is not None
 
-        def sample(run: SlotRun, index: int) -> tuple[int, TokenProbs | None]:
+        def sample(run: SlotRun, index: int, accept: bool) -> tuple[int, TokenProbs | None]:
             return token_probs.sample(run, self.model.ctx, index, self.model.vocab.n_tokens,
-                                      self._piece)
+                                      self._piece, accept)
 
         def emit(run: SlotRun, token: int, probs: TokenProbs | None) -> bool:
             self._on_token(run, token, probs, now, events)

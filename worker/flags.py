@@ -16,6 +16,7 @@ from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.devices import parse_devices
 from worker.settings import WorkerSettings
 from worker.speculative import config as spec
+from worker.speculative import synthetic
 from worker.tensor_overrides import (
     CPU_BUFFER,
     FFN_DENSE,
@@ -167,6 +168,15 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
     refused = spec.refusal(config.types)
     if refused is not None:
         raise UnsupportedFlag(f"llamaq worker: {refused}")
+    config.synth_len, config.synth_rates = s.spec_synth_len, list(s.spec_synth_rates)
+    if config.synth_len is not None or config.synth_rates:
+        if not config.enabled:
+            raise UnsupportedFlag("llamaq worker: synthetic acceptance requires an initialized "
+                                  "speculative decoding context")
+        try:
+            synthetic.resolve_rates(config.synth_len, config.synth_rates, config.n_max())
+        except synthetic.SynthError as error:
+            raise UnsupportedFlag(f"llamaq worker: {error}") from error
     return config
 
 

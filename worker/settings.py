@@ -165,6 +165,14 @@ class WorkerSettings(RoleSettings):
                                 help="comma-separated list of types of speculative decoding "
                                 "to use (default: none; llamaq drafts with none, ngram-simple, "
                                 "ngram-mod)")
+    spec_synth_len: float | None = flag(None, "--spec-synth-len", env="LLAMA_ARG_SPEC_SYNTH_LEN",
+                                        help="target mean synthetic acceptance length, "
+                                        "including the target token (benchmarking only)")
+    spec_synth_rates: list[float] = flag([], "--spec-synth-rates",
+                                         env="LLAMA_ARG_SPEC_SYNTH_RATES",
+                                         help="comma-separated unconditional per-position "
+                                         "synthetic acceptance probabilities (benchmarking "
+                                         "only)")
     spec_default: bool = flag(False, "--spec-default",
                               help="enable default speculative decoding config (ngram-mod, "
                               "n_match 24, n_min 48, n_max 64)")

@@ -60,3 +60,22 @@ def test_ngram_map_k4v_drafts_and_acceptance_are_llama_servers(gemma_path: Path)
         engine.stop()
         model.close()
     assert (result.timings.draft_n, result.timings.draft_n_accepted) == (14, 14)
+
+
+def test_synthetic_acceptance_is_llama_servers(gemma_path: Path) -> None:
+    """llama-server --spec-type ngram-simple --spec-ngram-simple-size-n 4 --size-m 16
+    --spec-synth-len 3, the engine test's code prompt, 80 greedy tokens at seed 7: 214 drafted,
+    41 accepted at random (the same random numbers: std::mt19937 and
+    uniform_real_distribution), and the same (invalid by design) tokens."""
+    config = resolve(["ngram-simple"], False, NgramModParams(),
+                     NgramMapParams(size_n=4, size_m=16))
+    config.synth_len = 3.0
+    engine, events, model = _engine(gemma_path, config)
+    try:
+        job = CompletionJob(model="gemma", prompt=CODE, n_predict=80, return_tokens=True,
+                            sampling=SamplingParams(temperature=0.0, seed=7))
+        result = _result(_run(engine, events, job)[0])
+    finally:
+        engine.stop()
+        model.close()
+    assert (result.timings.draft_n, result.timings.draft_n_accepted) == (214, 41)

@@ -48,7 +48,8 @@ class Target:
         self.removed: list[tuple[int, int]] = []
         self.stop_after = stop_after
 
-    def sample(self, active: SlotRun, index: int) -> tuple[int, TokenProbs | None]:
+    def sample(self, active: SlotRun, index: int,
+               accept: bool) -> tuple[int, TokenProbs | None]:
         return self.picks[index], None
 
     def emit(self, active: SlotRun, token: int, probs: TokenProbs | None) -> bool:
@@ -73,7 +74,8 @@ def _run(prompt: list[int], next_token: int) -> SlotRun:
 def _step(draft: list[int], picks: list[int], view: tuple[int, int] = (0, 64),
           stop_after: int | None = None) -> tuple[Speculation, SlotRun, Target, FixedDraft]:
     mode = FixedDraft(draft)
-    spec = Speculation(Drafter(cast(Any, SimpleNamespace(drafting=[])), 1, modes=[mode]), 4096)
+    config = SimpleNamespace(drafting=[], synth_len=None, synth_rates=[])
+    spec = Speculation(Drafter(cast(Any, config), 1, modes=[mode]), 4096)
     run = _run([1, 2, 3], next_token=4)
     spec.begin(run)
     spec.make_drafts([run], room=64)

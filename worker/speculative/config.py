@@ -82,6 +82,9 @@ class SpecConfig(BaseModel):
     ngram_simple: NgramMapParams = Field(default_factory=NgramMapParams)
     ngram_map_k: NgramMapParams = Field(default_factory=NgramMapParams)
     ngram_map_k4v: NgramMapParams = Field(default_factory=NgramMapParams)
+    synth_len: float | None = None
+    synth_rates: list[float] = Field(default_factory=list)
+    """--spec-synth-len, --spec-synth-rates (worker/speculative/synthetic.py)."""
 
     @property
     def drafting(self) -> list[str]:

@@ -14,14 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from scheduler.contract.jobs import DEFAULT_SEED
 from scheduler.contract.results import TokenProbs
 from scheduler.registry import WorkerMetrics
 from worker.slot_run import SlotRun
 from worker.speculative.drafter import Drafter
+from worker.speculative.synthetic import SynthRng, conditional, resolve_rates
 from worker.step_batch import StepBatch
 
-Sample = Callable[[SlotRun, int], tuple[int, TokenProbs | None]]
-"""The run's next token (and its probabilities) from the logits at a view index."""
+Sample = Callable[[SlotRun, int, bool], tuple[int, TokenProbs | None]]
+"""The run's next token (and its probabilities) from the logits at a view index; the bool:
+whether the run's sampler chain accepts it (synthetic acceptance decides that itself)."""
 Emit = Callable[[SlotRun, int, TokenProbs | None], bool]
 """One accepted token through the run's token rules; False when the run ended."""
 Remove = Callable[[int, int], None]
@@ -38,6 +41,8 @@ class RunSpec:
     """Position of the run's sampled token in this step (its draft follows it)."""
     begun: bool = False
     n_verif_steps: int = 0
+    rng: SynthRng | None = None
+    """Synthetic acceptance's random numbers (seeded with the request's seed)."""
     accepted_per_pos: list[int] = field(default_factory=list)
 
 
@@ -47,6 +52,10 @@ class Speculation:
     def __init__(self, drafter: Drafter, n_ctx_slot: int) -> None:
         self.drafter = drafter
         self.n_ctx_slot = n_ctx_slot
+        config = drafter.config
+        self.synth_probs = conditional(resolve_rates(config.synth_len, config.synth_rates,
+                                                     drafter.n_max))
+        """--spec-synth-*: per draft position, the chance it is accepted (empty: off)."""
         self.runs: dict[int, RunSpec] = {}
         """By slot id, the runs on the slots (one RunSpec per request, made when the run
         first needs it, dropped when it leaves the slot)."""
@@ -124,12 +133,8 @@ class Speculation:
         spec.draft, spec.base = [], -1
         n_in_view = min(len(draft), off + size - base - 1)
         checked = draft[:n_in_view]
-        picked: list[tuple[int, TokenProbs | None]] = []
-        for i in range(n_in_view + 1):
-            token, probs = sample(active, base - off + i)
-            picked.append((token, probs))
-            if i == n_in_view or token != checked[i] or (is_eog(token) and i + 1 < n_in_view):
-                break
+        picked = self._synthetic(active, spec, checked, base - off, sample, is_eog) \
+            if self.synth_probs else _matched(active, checked, base - off, sample, is_eog)
         n_accepted = len(picked) - 1
         self.drafter.accept(active.slot.slot_id, n_accepted)
         active.draft_n_accepted += n_accepted
@@ -154,6 +159,29 @@ class Speculation:
         elif len(slot.tokens) < first + n_accepted:  # ended before its accepted tokens
             remove(slot.slot_id, len(slot.tokens))
 
+    def _synthetic(self, active: SlotRun, spec: RunSpec, checked: list[int], start: int,
+                   sample: Sample, is_eog: IsEog) -> list[tuple[int, TokenProbs | None]]:
+        """llama-server's server_sample_and_accept_synth: the target samples each position
+        (its token not yet accepted), a draw decides whether the draft's token stands there
+        (never a drafted end-of-generation token; the chain accepts it, the grammar does
+        not), else the target's token does and ends the draft."""
+        if spec.rng is None:
+            seed = active.request.sampling.seed
+            spec.rng = SynthRng(None if seed == DEFAULT_SEED else seed)
+        picked: list[tuple[int, TokenProbs | None]] = []
+        sampler = active.request.sampler
+        for i, drafted in enumerate(checked):
+            token, probs = sample(active, start + i, False)
+            if spec.rng.uniform() < self.synth_probs[i] and not is_eog(drafted):
+                sampler.accept_token(drafted, grammar=False)
+                picked.append((drafted, None))
+                continue
+            sampler.accept_token(token, grammar=True)
+            picked.append((token, probs))
+            return picked
+        picked.append(sample(active, start + len(checked), True))
+        return picked
+
     def finish_decode(self, remove: Remove) -> None:
         """After every view of the step: the cache of drafts cut by a view's end ends where
         their slots' tokens do."""
@@ -175,6 +203,19 @@ class Speculation:
             per_pos += [0] * (len(spec.accepted_per_pos) - len(per_pos))
         for i, count in enumerate(spec.accepted_per_pos):
             per_pos[i] += count
+
+
+def _matched(active: SlotRun, checked: list[int], start: int, sample: Sample,
+             is_eog: IsEog) -> list[tuple[int, TokenProbs | None]]:
+    """common_sampler_sample_and_accept_n: the target's token at each position, up to the
+    first that differs from the draft (or an EOG before the draft's end), or one past it."""
+    picked: list[tuple[int, TokenProbs | None]] = []
+    for i in range(len(checked) + 1):
+        token, probs = sample(active, start + i, True)
+        picked.append((token, probs))
+        if i == len(checked) or token != checked[i] or (is_eog(token) and i + 1 < len(checked)):
+            break
+    return picked
 
 
 def speculates(active: SlotRun) -> bool:
