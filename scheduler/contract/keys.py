@@ -135,7 +135,7 @@ LEASE_RENEW_EVERY_S = 1.0
 JOB_STATE_TTL_S = 3600
 JOB_TTL_S = 3600
 """arq's job document of a queued job expires after this (the api's --timeout default)."""
-OWNER_CHECK_EVERY_S = 1.0
+OWNER_CHECK_EVERY_S = 0.5
 """How long an api waits on a silent job before it checks that the job's worker is alive."""
 
 

@@ -235,3 +235,30 @@ def test_mmproj_url_downloads_the_projector_once(redis_url: str, tmp_path: Path,
             finally:
                 fleet.stop()
     assert host.gets("mmproj-tiny.gguf") == 1
+
+
+def test_an_adapter_from_the_hub(redis_url: str, tmp_path: Path, gemma_path: Path) -> None:
+    """`--lora hf://<user>/<repo>/<file>`: the adapter comes from the Hub through the store, as
+    -hf's model files do; GET /lora-adapters names it by that source."""
+    from tests.tiny_lora import write_lora
+
+    adapter = write_lora(tmp_path / "adapter.gguf")
+    repo = "org/tiny-lora-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/lora-gemma3.gguf", adapter.read_bytes())
+    source = f"hf://{repo}/lora-gemma3.gguf"
+    with serve(host):
+        fleet = Fleet(redis_url, tmp_path, ["-m", str(gemma_path), "--alias", "hub-lora",
+                                            "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+        try:
+            fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "--lora", source)
+            api = fleet.add_api()
+            fleet.wait_healthy(api, timeout=180)
+            [info] = httpx.get(f"{api}/lora-adapters", timeout=30).json()
+            assert info["path"] == source and info["scale"] == 1.0
+        finally:
+            fleet.stop()
+    stored = tmp_path / "store" / "models" / "hf" / repo / "lora-gemma3.gguf"
+    assert stored.read_bytes() == adapter.read_bytes()
