@@ -67,6 +67,12 @@ class ApiSettings(RoleSettings):
     api_key_file: str | None = flag(None, "--api-key-file", env="LLAMA_ARG_API_KEY_FILE",
                                     help="path to file containing API keys, one per line; "
                                     "lines starting with a hash are comments")
+    tenants: str | None = flag(None, "--tenants", env="LLAMAQ_TENANTS",
+                               help="ours: JSON file (a path or s3://bucket/key) of tenants: "
+                               "each one's name, keys and limits (max_concurrent, "
+                               "requests_per_minute, tokens_per_minute, priority, "
+                               "max_file_bytes, max_stored_bytes, admin); re-read on SIGHUP; "
+                               "--api-key's keys are the tenant 'default' (docs/tenants.md)")
     cors_origins: list[str] = flag(["*"], "--cors-origins", env="LLAMA_ARG_CORS_ORIGINS",
                                    help="comma-separated list of allowed origins for CORS "
                                    "('localhost': reflect the Origin only if it is localhost)")

@@ -303,3 +303,31 @@ def worker_prefixes(worker_id: str) -> str:
     """JSON PrefixSummary of a worker (scheduler/affinity.py): hashes of the prompt blocks its
     slots hold and its free slots, for cache-aware routing; expires with its heartbeats."""
     return f"{PREFIX}:worker:{worker_id}:prefixes"
+
+
+# Tenants (--tenants): fleet-wide limits and counters (scheduler/tenant_limits.py).
+def tenant_requests(tenant: str) -> str:
+    """Hash `level`, `at_ms`: the tenant's requests_per_minute bucket (refilled by Redis TIME)."""
+    return f"{PREFIX}:tenant:{tenant}:requests"
+
+
+def tenant_tokens(tenant: str) -> str:
+    """Hash `level`, `at_ms`: the tenant's tokens_per_minute bucket (prompt and generated
+    tokens charged as they are known; it may go below zero: a debt paid by waiting)."""
+    return f"{PREFIX}:tenant:{tenant}:tokens"
+
+
+def tenant_active(tenant: str) -> str:
+    """Sorted set of the tenant's running and queued jobs (score: when its hold lapses, ms of
+    Redis TIME), for max_concurrent; the api pod waiting for a job renews its hold."""
+    return f"{PREFIX}:tenant:{tenant}:active"
+
+
+TENANT_COUNTERS = f"{PREFIX}:tenants:counters"
+"""Hash of per-tenant counters: `tokens:<tenant>`, `requests:<tenant>`, `limited:<tenant>`
+(for /metrics and the fleet page)."""
+TENANT_BUCKET_TTL_S = 120
+"""A bucket untouched this long is full again: it expires."""
+TENANT_HOLD_S = 30.0
+"""How long a job's max_concurrent hold lasts without renewal (a pod that died lets go)."""
+TENANT_RENEW_EVERY_S = 10.0
