@@ -98,7 +98,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         exit_when_done(renewing, "tenant holds renewal", _exit_for_restart)
         app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
                                                      settings.s3_endpoint_url))
-        app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store)
+        app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store,
+                                           app.ctx.tenants)
         driving = asyncio.create_task(app.ctx.batch_driver.run())
         exit_when_done(driving, "batch driver", _exit_for_restart)
         if tools_config is not None:

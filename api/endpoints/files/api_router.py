@@ -15,6 +15,7 @@ from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.routing import Routes
+from api.tenants.service import TenantScope
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
 from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
@@ -42,6 +43,35 @@ T = TypeVar("T")
 
 def file_store(request: Request) -> FileStore:
     return FileStore(request.app.ctx.store)
+
+
+def tenant_of(request: Request) -> TenantScope:
+    scope: TenantScope = request.ctx.tenant
+    return scope
+
+
+async def owned_meta(request: Request, file_id: str) -> StoredFile:
+    """The file's description; another tenant's file is a 404, as a missing one."""
+    store = file_store(request)
+    meta = await in_thread(lambda: store.meta(file_id), file_id)
+    tenant_of(request).check_owner(meta.owner, f"No such File object: {file_id}")
+    return meta
+
+
+async def check_room(request: Request, size: int) -> None:
+    """The tenant's max_file_bytes and max_stored_bytes (its files together)."""
+    tenant = tenant_of(request).tenant
+    if tenant.max_file_bytes is not None and size > tenant.max_file_bytes:
+        raise InvalidRequest(f"The file is larger than {tenant.max_file_bytes} bytes, the "
+                             f"limit of a file of tenant {tenant.name!r} (max_file_bytes)",
+                             status=413)
+    if tenant.max_stored_bytes is not None:
+        found = await asyncio.to_thread(file_store(request).list)
+        stored = sum(f.bytes for f in found if f.owner == tenant.name)
+        if stored + size > tenant.max_stored_bytes:
+            raise InvalidRequest(f"Tenant {tenant.name!r} stores {stored} bytes of files; "
+                                 f"this one would pass its max_stored_bytes "
+                                 f"({tenant.max_stored_bytes})", status=413)
 
 
 async def in_thread(call: Callable[[], T], missing: str) -> T:
@@ -94,11 +124,13 @@ async def upload_file(request: Request) -> HTTPResponse:
     if len(upload.body) > MAX_INPUT_BYTES:
         raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
                              "a batch input file")
+    await check_room(request, len(upload.body))
     meta = StoredFile(id=new_file_id(), bytes=len(upload.body), created_at=now(),
-                      filename=upload.name or "upload.jsonl", purpose=purpose)
+                      filename=upload.name or "upload.jsonl", purpose=purpose,
+                      owner=tenant_of(request).name)
     store = file_store(request)
     await asyncio.to_thread(store.put, meta, upload.body)
-    return json(meta.model_dump())
+    return json(meta.to_wire())
 
 
 @routes.get("/v1/files", name="list_files")
@@ -114,7 +146,9 @@ async def list_files(request: Request) -> HTTPResponse:
     if not 1 <= limit <= 10000:
         raise InvalidRequest("limit must be between 1 and 10000")
     found = await asyncio.to_thread(file_store(request).list)
-    found = [f for f in found if purpose is None or f.purpose == purpose]
+    scope = tenant_of(request)
+    found = [f for f in found if (purpose is None or f.purpose == purpose)
+             and scope.owns(f.owner)]
     found.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     after = request.args.get("after")
     if after:
@@ -123,16 +157,14 @@ async def list_files(request: Request) -> HTTPResponse:
             raise NotFound(f"No such File object: {after}")
         found = found[ids.index(after) + 1:]
     page = found[:limit]
-    return json({"object": "list", "data": [f.model_dump() for f in page],
+    return json({"object": "list", "data": [f.to_wire() for f in page],
                  "first_id": page[0].id if page else None,
                  "last_id": page[-1].id if page else None, "has_more": len(found) > limit})
 
 
 @routes.get("/v1/files/<file_id:str>", name="get_file")
 async def get_file(request: Request, file_id: str) -> HTTPResponse:
-    store = file_store(request)
-    meta = await in_thread(lambda: store.meta(file_id), file_id)
-    return json(meta.model_dump())
+    return json((await owned_meta(request, file_id)).to_wire())
 
 
 @routes.get("/v1/files/<file_id:str>/content", name="get_file_content")
@@ -140,6 +172,7 @@ async def get_file_content(request: Request, file_id: str) -> None:
     """Streamed from a local copy: an output file (20,000 embeddings are ~150 MB) is never
     held in memory."""
     store = file_store(request)
+    await owned_meta(request, file_id)
     with tempfile.TemporaryDirectory(prefix="llamaq-file-") as folder:
         path = Path(folder) / "content"
         await in_thread(lambda: store.content_to(file_id, path), file_id)
@@ -153,6 +186,7 @@ async def get_file_content(request: Request, file_id: str) -> None:
 @routes.delete("/v1/files/<file_id:str>", name="delete_file")
 async def delete_file(request: Request, file_id: str) -> HTTPResponse:
     store = file_store(request)
+    await owned_meta(request, file_id)
     await in_thread(lambda: store.delete(file_id), file_id)
     return json({"id": file_id, "object": "file", "deleted": True})
 
