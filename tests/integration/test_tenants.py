@@ -1,7 +1,9 @@
 """Tenants on a real fleet (--tenants): real Redis, real api pods and Gemma 3 270M on real
-llama.cpp (slow enough that a long stream is still running when the next request comes), real HTTP clients (httpx, the openai SDK for the 429's shape): limits refused with
-429 and Retry-After before anything is queued, tokens counted, ownership of files, batches and
-streams (another tenant: 404; the admin: all), SIGHUP re-reads the file, per-tenant metrics."""
+llama.cpp (slow enough that a long stream still runs when the next request comes), real HTTP
+clients (httpx, the openai SDK for the 429's shape): limits refused with 429 and Retry-After
+before anything is queued, tokens counted, a batch tenant's jobs in the batch lane, ownership of
+files, batches and streams (another tenant: 404; the admin: all), SIGHUP re-reads the file,
+per-tenant metrics."""
 
 from __future__ import annotations
 
