@@ -137,12 +137,11 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
-        if directory.enabled:  # SIGHUP: the --tenants file again (off the loop: it may be S3)
-            def on_hangup() -> None:
-                app.add_task(asyncio.to_thread(directory.reload))
+        def on_hangup() -> None:  # the --tenants file again (off the loop: it may be on S3)
+            app.add_task(asyncio.to_thread(directory.reload))
 
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
     async def drain_then_stop(app: Sanic) -> None:
         await app.ctx.batch_driver.close()  # another pod takes its batches over at once
