@@ -182,7 +182,8 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
             return error_response(AuthenticationFailed("Invalid API Key"))
         scope = service.scope(tenant)
         request.ctx.tenant = scope
-        CURRENT.set(scope)  # this request's task: the job client reads it
+        if directory.enabled:  # this request's task: the job client meters and limits it
+            CURRENT.set(scope)
         if directory.enabled and request.method != "OPTIONS" \
                 and not is_public(request.path, settings.api_prefix):
             try:

@@ -18,7 +18,7 @@ from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
-from scheduler.connections import arq_settings, open_redis
+from scheduler.connections import COMMAND_TIMEOUT_S, arq_settings, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
@@ -103,7 +103,7 @@ class Fleet:
                       migration_limit: int = 0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
-        redis = open_redis(redis_url)
+        redis = open_redis(redis_url, COMMAND_TIMEOUT_S)  # a frozen Redis: errors, not hangs
         arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 READY_POLL_S = 0.2
 RELAY_RETRY_S = 1.0
+RELAY_POLL_S = 1.0
 STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
@@ -259,8 +260,9 @@ class ModelRouter:
             pubsub = redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(keys.MODELS_CHANNEL)
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
+                while True:  # polled: the client's reply timeout is not an idle channel's
+                    message = await pubsub.get_message(timeout=RELAY_POLL_S)
+                    if message is not None and message.get("type") == "message":
                         await self._deliver(message["data"])
             except RedisError as error:
                 log.warning("model events: lost Redis (%s); resubscribing", error)

@@ -198,7 +198,7 @@ class BatchRun:
             return
         self.owner = record.owner
         tenants = self.driver.tenants
-        if tenants is not None:  # this task's (and its chunks') tenant
+        if tenants is not None and tenants.directory.enabled:  # its (and its chunks') tenant
             CURRENT.set(tenants.scope(tenants.directory.by_name(record.owner), enforce=False))
         parsed = await self._read_input(record)
         if parsed.errors and record.status != "validating":  # its input went mid-run
