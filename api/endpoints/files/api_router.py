@@ -9,11 +9,12 @@ import asyncio
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
+from api.endpoints.files.upload import read_upload, upload_folder
 from api.routing import Routes
 from api.tenants.service import TenantScope
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
@@ -82,54 +83,38 @@ async def in_thread(call: Callable[[], T], missing: str) -> T:
         raise NotFound(f"No such File object: {missing}") from None
 
 
-async def _read_body(request: Request) -> None:
-    """The upload streams in (this route lifts the server's body limit) up to UPLOAD_LIMIT."""
-    body = bytearray()
-    body_timeout = request.app.ctx.settings.body_timeout
-    while True:
-        try:
-            part = await asyncio.wait_for(request.stream.read(),  # type: ignore[union-attr]
-                                          body_timeout)
-        except TimeoutError:
-            raise InvalidRequest(f"no part of the upload came for {body_timeout:g} s "
-                                 "(--body-timeout)", status=408) from None
-        if part is None:
-            break
-        body += part
-        if len(body) > UPLOAD_LIMIT:
-            raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit "
-                                 "of a batch input file")
-    request.body = bytes(body)
-
-
 @routes.post("/v1/files", name="upload_file", stream=True)
 async def upload_file(request: Request) -> HTTPResponse:
-    await _read_body(request)
-    if not (request.content_type or "").startswith("multipart/form-data"):
-        raise InvalidRequest("The body must be multipart/form-data with `file` and `purpose`")
-    form: dict[str, Any] = dict(request.form or {})
-    uploads: dict[str, Any] = dict(request.files or {})
-    purpose = (form.get("purpose") or [None])[0]
-    if purpose is None:
-        raise InvalidRequest("Missing required parameter: 'purpose'")
-    if purpose not in PURPOSES:
-        raise InvalidRequest(f"purpose {purpose!r} is not supported; llamaq accepts files "
-                             "for: " + ", ".join(PURPOSES))
-    unknown = sorted(set(form) - {"purpose"})
-    if unknown:
-        raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
-    upload = (uploads.get("file") or [None])[0]
-    if upload is None:
-        raise InvalidRequest("Missing required parameter: 'file'")
-    if len(upload.body) > MAX_INPUT_BYTES:
-        raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
+    """Streamed (api/endpoints/files/upload.py): the file goes to disk as it arrives, then to
+    the store from there, never held in memory whole."""
+    tenant = tenant_of(request).tenant
+    most = MAX_INPUT_BYTES
+    too_big = InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
                              "a batch input file")
-    await check_room(request, len(upload.body))
-    meta = StoredFile(id=new_file_id(), bytes=len(upload.body), created_at=now(),
-                      filename=upload.name or "upload.jsonl", purpose=purpose,
-                      owner=tenant_of(request).name)
-    store = file_store(request)
-    await asyncio.to_thread(store.put, meta, upload.body)
+    if tenant.max_file_bytes is not None and tenant.max_file_bytes < most:
+        most = tenant.max_file_bytes
+        too_big = InvalidRequest(f"The file is larger than {most} bytes, the limit of a file "
+                                 f"of tenant {tenant.name!r} (max_file_bytes)", status=413)
+    with upload_folder() as folder:
+        upload = await read_upload(request, Path(folder), most, too_big, UPLOAD_LIMIT)
+        purpose = upload.fields.get("purpose")
+        if purpose is None:
+            raise InvalidRequest("Missing required parameter: 'purpose'")
+        if purpose not in PURPOSES:
+            raise InvalidRequest(f"purpose {purpose!r} is not supported; llamaq accepts files "
+                                 "for: " + ", ".join(PURPOSES))
+        unknown = sorted(set(upload.fields) - {"purpose"})
+        if unknown:
+            raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
+        if upload.path is None:
+            raise InvalidRequest("Missing required parameter: 'file'")
+        await check_room(request, upload.size)
+        meta = StoredFile(id=new_file_id(), bytes=upload.size, created_at=now(),
+                          filename=upload.filename or "upload.jsonl", purpose=purpose,
+                          owner=tenant_of(request).name)
+        store = file_store(request)
+        path = upload.path
+        await asyncio.to_thread(store.put_path, meta, path)
     return json(meta.to_wire())
 
 
