@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sanic import Request
 
-from api.body import load_json, raw_body
+from api.body import parsed_json, raw_body
 from api.settings import ApiSettings
 from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
 from scheduler.contract import keys
@@ -140,7 +140,7 @@ class ModelRouter:
                     or request.route is None):
                 return None
             raw = raw_body(request)
-            body = load_json(raw) if raw.strip() else None
+            body = parsed_json(request, raw, keep=True)
             name = body.get("model") if isinstance(body, dict) else None
             if path in ARG_ROUTED_POST:
                 name = request.args.get("model")
