@@ -25,7 +25,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from api.batch.embeddings import run_embedding_chunk
-from api.batch.input import BatchInput, BatchLine, read_input
+from api.batch.input import BatchInput, BatchLine, read_input_file
 from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
 from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
@@ -215,13 +215,17 @@ class BatchRun:
         await self._finalize(parsed.lines)
 
     async def _read_input(self, record: BatchRecord) -> BatchInput:
-        try:
-            data = await asyncio.to_thread(self.driver.files.content, record.input_file_id)
-        except ObjectNotFound:
-            parsed = BatchInput()
-            parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
-            return parsed
-        return await asyncio.to_thread(read_input, data, record.endpoint)
+        """The input file, copied to disk and read line by line (never held whole)."""
+        with tempfile.TemporaryDirectory(prefix="llamaq-batch-input-") as folder:
+            path = Path(folder) / "input.jsonl"
+            try:
+                await asyncio.to_thread(self.driver.files.content_to, record.input_file_id,
+                                        path)
+            except ObjectNotFound:
+                parsed = BatchInput()
+                parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
+                return parsed
+            return await asyncio.to_thread(read_input_file, path, record.endpoint)
 
     async def _validated(self, record: BatchRecord, parsed: BatchInput) -> BatchRecord:
         if parsed.errors:
