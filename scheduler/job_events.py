@@ -33,7 +33,7 @@ from scheduler.contract.jobs import (
     SlotActionJob,
     TokenizeJob,
 )
-from scheduler.contract.kinds import movable
+from scheduler.contract.kinds import movable, queue_for
 from scheduler.contract.results import (
     ErrorEvent,
     EventEnvelope,
@@ -80,6 +80,8 @@ class JobEvents:
         """A placed job (an n_cmpl group's) went from its dead worker's queue to the shared
         one."""
         self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
+        self._shared_queue = queue_for(job)
+        """The queue whose workers take the job again when its worker died."""
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -225,6 +227,8 @@ class JobEvents:
             self._rerun_of = lapse.tries
             await self._unstick()
             await self._move_placed()
+            # its queue's workers take it now, not at their next poll (up to --poll-delay)
+            await self._redis.publish(keys.wake_channel(self._shared_queue), b"1")
             return
         if await self._hub.read_log(self.job_id, self._next_seq):
             # Its last events went out (the worker logs them before it counts them as sent)

@@ -115,19 +115,19 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_CACHE_RAM",
-                "LLAMA_ARG_MMPROJ_URL"):
+                "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_TYPE"}
 
 
 OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"], ["--spec-type", "none"],
-             ["--fit", "off"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
+             ["--moe-cache-mib", "0"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
              ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
 OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"}, {"LLAMA_ARG_SPEC_TYPE": "none"},
-            {"LLAMA_ARG_CPU_MOE": "0"}, {"LLAMA_ARG_FIT": "off"}]
+            {"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
@@ -141,7 +141,7 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--cache-ram", "-1"], {}), (["--fit", "on"], {}),
+    for argv, environ in ((["--cache-ram", "-1"], {}), (["--moe-cache-mib", "512"], {}),
                           ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
                           ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
         with pytest.raises(SystemExit) as exit_info:
@@ -198,7 +198,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--mmproj-url", "m"], "--mmproj-url is not supported"),
+    (["--video-fps", "2"], "--video-fps is not supported"),
     (["--cache-ram", "512"], "--cache-ram is not supported"),
     (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
     (["-c"], "-c expects a value"),
