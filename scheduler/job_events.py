@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -97,6 +97,9 @@ class JobEvents:
         self.finished = False
         self.handed_off = False
         """Left to a resumable stream's delayed cancel: leaving `submit` does not cancel."""
+        self.on_event: Callable[[TokenEvent | FinalEvent | StartedEvent],
+                                Awaitable[None]] | None = None
+        """Called with each event before it is handed on (a tenant's token meter)."""
 
     def prefill(self, envelopes: list[EventEnvelope]) -> None:
         """Events read from the log before any arrive by pub/sub (a resumed stream)."""
@@ -131,6 +134,8 @@ class JobEvents:
             self.finished = True
         if isinstance(event, StartedEvent):
             self.started = True
+        if self.on_event is not None:
+            await self.on_event(event)
         return event
 
     async def _next_in_order(self) -> EventEnvelope:

@@ -239,6 +239,17 @@ class Registry:
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
 
 
+    async def every_live_worker(self) -> list[WorkerInfo]:
+        """The live workers of every model (a scan of the models' registries: for rare
+        operations, e.g. DELETE /models checking which files are in use)."""
+        prefix, suffix = keys.model_workers("\0").split("\0")
+        found: list[WorkerInfo] = []
+        async for raw in self._redis.scan_iter(match=f"{prefix}*{suffix}", count=500):
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            found += await self.live_workers(name[len(prefix):len(name) - len(suffix)])
+        return found
+
+
 def fleet_sleeping(workers: list[WorkerInfo]) -> bool:
     """Is the model asleep: it has live workers and every one of them sleeps (/props
     `is_sleeping`; `/models` status `sleeping`). A model with one awake worker is loaded."""

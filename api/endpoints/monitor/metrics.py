@@ -159,8 +159,26 @@ def _ours(queue: QueueStats) -> list[str]:
     return lines
 
 
+TENANT_SERIES = (
+    ("tenant_tokens_total", "tokens", "Prompt and generated tokens of the tenant's jobs."),
+    ("tenant_requests_total", "requests", "Requests of the tenant."),
+    ("tenant_rate_limited_total", "limited", "Requests of the tenant refused with 429."),
+)
+
+
+def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:
+    """Per-tenant counters (--tenants): `llamaq:tenant_tokens_total{tenant="…"}`, …"""
+    lines: list[str] = []
+    for name, what, help_text in TENANT_SERIES:
+        lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} counter"]
+        lines += [f'{OURS}{name}{{tenant="{tenant}"}} {counts.get(what, 0)}'
+                  for tenant, counts in sorted(tenants.items())]
+    return lines
+
+
 def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None,
-                   window: Throughput | None = None) -> bytes:
+                   window: Throughput | None = None,
+                   tenants: dict[str, dict[str, int]] | None = None) -> bytes:
     """`window`: the work since the last scrape (scheduler/metrics_window.py), which the two
     throughput gauges average, as llama-server's buckets do."""
     queue = queue or QueueStats()
@@ -173,4 +191,6 @@ def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None
                       f"{PREFIX}{item.name} {_number(item.value)}"]
     lines += _accepted_per_pos(workers)
     lines += _ours(queue)
+    if tenants is not None:
+        lines += tenant_lines(tenants)
     return ("\n".join(lines) + "\n").encode()
