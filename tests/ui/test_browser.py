@@ -171,6 +171,31 @@ def test_api_key_is_asked_once(redis_url: str, workdir: Path, gemma_path: Path, 
         fleet.stop()
 
 
+def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path: Path,
+                                      page: Page, api: str, tmp_path: Path) -> None:
+    """Under --tenants the fleet page lists what /fleet gives the key's tenant: the admin
+    tenant every tenant, with its counters and limits."""
+    tenants = tmp_path / "tenants.json"
+    tenants.write_text(json.dumps({"tenants": [
+        {"name": "ops", "keys": ["k-ops"], "admin": True},
+        {"name": "alice", "keys": ["k-alice"], "max_concurrent": 2, "tokens_per_minute": 900}]}))
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--tenants", str(tenants))
+        answer = httpx.post(f"{url}/completion", headers={"Authorization": "Bearer k-alice"},
+                            json={"prompt": "Hi", "n_predict": 2}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        page.goto(f"{url}/#/fleet")
+        page.fill("input[name=api-key]", "k-ops")
+        page.get_by_role("button", name="Save key").click()
+        alice = page.locator("tr[data-tenant='alice']")
+        expect(alice.locator(".tenant-requests")).to_have_text("1")
+        expect(alice).to_contain_text("900")
+        expect(page.locator("tr[data-tenant]")).to_have_count(3)  # default, alice, ops
+    finally:
+        fleet.stop()
+
+
 def test_ui_config_defaults_show_in_settings(redis_url: str, workdir: Path, gemma_path: Path,
                                              page: Page, api: str, tmp_path: Path,
                                              shot: Shot) -> None:

@@ -64,6 +64,37 @@ function Worker({ worker, now }) {
   );
 }
 
+// Under --tenants: each tenant's counters since the fleet's Redis started, its jobs now and
+// its limits (an unset limit is unlimited).
+function Tenants({ tenants }) {
+  const limit = (value) => (value === null || value === undefined ? '–' : value);
+  return (
+    <table class="batches tenants">
+      <thead>
+        <tr>
+          <th>tenant</th><th>requests</th><th>tokens</th><th>429s</th><th>active</th>
+          <th>max concurrent</th><th>requests/min</th><th>tokens/min</th><th>priority</th>
+        </tr>
+      </thead>
+      <tbody>
+        {tenants.map((t) => (
+          <tr key={t.name} data-tenant={t.name}>
+            <td class="tenant-name">{t.name}</td>
+            <td class="tenant-requests">{t.requests}</td>
+            <td class="tenant-tokens">{t.tokens}</td>
+            <td class="tenant-limited">{t.limited}</td>
+            <td class="tenant-active">{t.active}</td>
+            <td>{limit(t.limits.max_concurrent)}</td>
+            <td>{limit(t.limits.requests_per_minute)}</td>
+            <td>{limit(t.limits.tokens_per_minute)}</td>
+            <td>{t.limits.priority}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
 function Batches({ batches, note }) {
   if (note) return <p class="note" id="batches-note">{note}</p>;
   if (!batches) return <p class="note">loading…</p>;
@@ -231,6 +262,12 @@ export function Fleet({ onAuthError }) {
           {workers.map((w) => <Worker key={w.worker_id} worker={w} now={now} />)}
         </div>
       </section>
+      {fleet && fleet.tenants ? (
+        <section>
+          <h3>Tenants</h3>
+          <Tenants tenants={fleet.tenants} />
+        </section>
+      ) : null}
       <section>
         <h3>Batches</h3>
         <Batches batches={batches} note={batchesNote} />
