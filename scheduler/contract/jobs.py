@@ -311,6 +311,9 @@ class SlotActionJob(BaseModel):
     """The worker-local slot id."""
     action: Literal["save", "restore", "erase"]
     filename: str = ""
+    tenant_file: bool = False
+    """Under --tenants the file is the caller's own (api/tenants): a restore that finds none
+    is 404, as another tenant's file is (ids leak nothing), not llama-server's 400."""
 
 
 EmbeddingInput = str | list[PromptPiece]

@@ -51,7 +51,8 @@ def tenants_file(workdir: Path) -> Path:
 def tenant_fleet(redis_url: str, workdir: Path, gemma_path: Path,
                  tenants_file: Path) -> Iterator[Fleet]:
     fleet = make_fleet(redis_url, workdir, gemma_path, ALIAS)
-    fleet.add_worker("-c", "4096", "-np", "4", "-t", "2", "-n", "8")
+    fleet.add_worker("-c", "4096", "-np", "4", "-t", "2", "-n", "8",
+                     "--slot-save-path", str(workdir / "slots"))
     url = fleet.add_api("--tenants", str(tenants_file), "--api-key", "k-default", "--metrics")
     fleet.wait_healthy(url)
     warm = httpx.post(f"{url}/completion", headers=auth("k-ops"), timeout=120,
@@ -248,3 +249,21 @@ def test_metrics_and_fleet_page_count_per_tenant(tenant_fleet: Fleet) -> None:
     assert {"default", "alice", "bob", "ops"} <= names
     own = httpx.get(f"{url}/fleet", headers=auth("k-erin")).json()["tenants"]
     assert [t["name"] for t in own] == ["erin"]
+
+
+def test_a_saved_slot_is_its_tenants(tenant_fleet: Fleet) -> None:
+    """Saved slots belong to the tenant that saved them: another tenant's restore of the name
+    is 404, as a name nobody saved is (ids leak nothing); the owner restores it."""
+    url = api(tenant_fleet)
+    assert complete(tenant_fleet, "k-ops", id_slot=0).status_code == 200
+    saved = httpx.post(f"{url}/slots/0?action=save", headers=auth("k-ops"),
+                       json={"filename": "ops-slot"}, timeout=60)
+    assert saved.status_code == 200, saved.text
+    for key, name in (("k-erin", "ops-slot"), ("k-erin", "never-saved")):
+        other = httpx.post(f"{url}/slots/0?action=restore", headers=auth(key),
+                           json={"filename": name}, timeout=60)
+        assert other.status_code == 404, other.text
+        assert other.json()["error"]["type"] == "not_found_error"
+    own = httpx.post(f"{url}/slots/0?action=restore", headers=auth("k-ops"),
+                     json={"filename": "ops-slot"}, timeout=60)
+    assert own.status_code == 200, own.text

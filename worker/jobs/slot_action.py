@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from scheduler.contract.errors import InvalidRequest, NotSupported
+from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
 from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
 from storage import (
@@ -52,6 +52,8 @@ async def run(parts: WorkerParts, job: SlotActionJob) -> None:
         try:
             data, stored = await asyncio.to_thread(snapshots.load, job.filename)
         except ObjectNotFound:
+            if job.tenant_file:
+                raise NotFound("slot save file not found") from None
             raise restore_error(f"no slot save file named {job.filename!r}") from None
         except StorageUnavailable:
             raise

@@ -82,7 +82,8 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     stored_as = slot_file_of(request.ctx.tenant, filename) if filename else filename
     result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
-        action=action, filename=stored_as))  # type: ignore[arg-type]
+        action=action, filename=stored_as,  # type: ignore[arg-type]
+        tenant_file=request.app.ctx.tenants.directory.enabled))
     result.filename = filename
     return json(slot_action_json(result, slot_id))
 
