@@ -147,7 +147,7 @@ class Sleeper:
         if self._parts.embedder is not None:
             self._parts.embedder.stop()
         for slot in engine.slots:  # their KV is gone with the context
-            slot.tokens.clear()
+            slot.forget_tokens()
         engine.model.close()
         release_freed_memory()
 

@@ -77,8 +77,10 @@ def load_model(s: WorkerSettings, path: Path,
         n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
         n_threads=threads,
         n_threads_batch=s.threads_batch or threads,
-        # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
-        swa_full=s.swa_full or s.cache_prompt,
+        # Prefix reuse on sliding-window models goes through context checkpoints
+        # (worker/checkpoints.py); a decision's branches go back and forth over a prefix,
+        # which only a full-size SWA cache allows.
+        swa_full=s.swa_full or s.decisions,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
     )
@@ -180,4 +182,8 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,
-                          adapt_threads=not wait_policy_by_hand(os.environ))
+                          adapt_threads=not wait_policy_by_hand(os.environ),
+                          ctx_checkpoints=s.ctx_checkpoints,
+                          checkpoint_min_step=s.checkpoint_min_step,
+                          cache_ram_mib=0 if s.decisions else s.cache_ram,
+                          cache_idle_slots=s.cache_idle_slots)
