@@ -65,9 +65,22 @@ def running(model: LoadedModel, **defaults: object) -> Iterator[tuple[Engine, Si
 
 
 def complete(engine: Engine, sink: Sink, prompt: str, n_predict: int) -> CompletionResult:
-    job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY)
+    job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY,
+                        n_probs=8)
     engine.submit(engine.prepare(job))
     return sink.result(job.job_id)
+
+
+def same_next_token(a: CompletionResult, b: CompletionResult, tolerance: float = 0.05) -> bool:
+    """The first sampled token's candidates agree (log-probabilities within `tolerance`): a
+    prefix restored whole gives the distribution that decoding it again gives, up to the
+    rounding of another batch split; attention over lost cells would not. (Greedy text on
+    a 270M model over near-ties may part on that rounding alone, so the text is not it.)"""
+    top_a = {c.id: c.p for c in a.probs[0].top}
+    top_b = {c.id: c.p for c in b.probs[0].top}
+    shared = top_a.keys() & top_b.keys()
+    return len(shared) >= len(top_a) - 1 and all(
+        abs(top_a[i] - top_b[i]) <= tolerance for i in shared)
 
 
 def document(seed: int, n_words: int) -> str:
