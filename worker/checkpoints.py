@@ -106,7 +106,10 @@ class CheckpointRules:
         if not self.needed or n_past <= 0:
             return n_past, None
         threshold = max(0, n_past - self.n_swa)  # there are always new tokens to decode
-        if pos_min < threshold:
+        if pos_min < threshold or (self.n_swa > 0 and pos_min == 0):
+            # (ours: an SWA sequence that still holds position 0 lost nothing yet, where
+            # llama-server restores a checkpoint anyway when the prompt is shorter than the
+            # window, and so decodes a few tokens more)
             return n_past, None
         for cp in reversed(checkpoints):
             if cp.pos_max > n_past:

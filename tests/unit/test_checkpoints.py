@@ -128,3 +128,20 @@ def test_a_checkpoint_travels_with_a_prefix_copied_from_another_slot() -> None:
     n = prepare_slot(kv, [donor, slot], slot, [*range(45), 99], True, 0, kv, RULES)
     assert n == 39 and kv.cells[1] == set(range(28, 39))
     assert [c.n_tokens for c in donor.checkpoints] == [40]  # the donor keeps its own
+
+
+def test_a_window_that_still_holds_position_0_lost_nothing() -> None:
+    kv = SwaKv(window=64)
+    slot = SlotCache(0, list(range(30)))
+    kv.decode(0, 30)
+    take_checkpoint(kv, slot, RULES, 26, task=1)
+    # llama-server would restore the checkpoint (pos_min 0 is not below 0) and keep 25
+    assert restore_prefix(kv, slot, 29, RULES) == 29
+
+
+def test_a_recurrent_state_past_the_prefix_needs_a_checkpoint() -> None:
+    rules = CheckpointRules(n_max=4, min_step=100, rollback_only_full=True)
+    checkpoints = [Checkpoint(20, 19, 19, b"s")]
+    assert rules.restore_point(checkpoints, 25, pos_min=39) == (20, checkpoints[0])
+    assert rules.restore_point(checkpoints, 15, pos_min=39) == (0, None)
+    assert rules.restore_point(checkpoints, 40, pos_min=39) == (40, None)
