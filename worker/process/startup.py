@@ -57,21 +57,12 @@ def embedding_batch(settings: WorkerSettings) -> int:
     return min(settings.batch_size, settings.ubatch_size)
 
 
-def load_model(s: WorkerSettings, path: Path,
-               on_load_progress: Callable[[float], None] | None = None,
-               adapter_files: Mapping[str, Path] | None = None,
-               marker: str | None = None) -> LoadedModel:
-    """The model file at `path` (worker/model_source.py fetched it) and its one context,
-    laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
-    control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
-    sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
-    this process's own) (blocking: call it off the event loop). `on_load_progress` gets the
-    load's progress, 0..1, from this thread."""
-    files = dict(adapter_files or {})
+def context_plan(s: WorkerSettings) -> ContextPlan:
+    """The shared context's layout from the flags (llama-server's rules)."""
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
-    plan = ContextPlan(
+    return ContextPlan(
         n_ctx=s.ctx_size, n_slots=n_slots,
         kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
         n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
@@ -84,6 +75,21 @@ def load_model(s: WorkerSettings, path: Path,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
     )
+
+
+def load_model(s: WorkerSettings, path: Path,
+               on_load_progress: Callable[[float], None] | None = None,
+               adapter_files: Mapping[str, Path] | None = None,
+               marker: str | None = None) -> LoadedModel:
+    """The model file at `path` (worker/model_source.py fetched it) and its one context,
+    laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
+    control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
+    sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
+    this process's own) (blocking: call it off the event loop). `on_load_progress` gets the
+    load's progress, 0..1, from this thread."""
+    files = dict(adapter_files or {})
+    embedding = embedding_mode(s)
+    plan = context_plan(s)
     callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
 
     def tune_model(params: lc.llama_model_params) -> None:
@@ -117,7 +123,7 @@ def load_model(s: WorkerSettings, path: Path,
         raise ModelLoadError(str(error)) from None
     if s.mmproj and not embedding:  # an embedding worker with -mm does not start (serve.py)
         try:
-            model.projector = load_projector(s, model, threads, marker)
+            model.projector = load_projector(s, model, plan.n_threads, marker)
         except ProjectorLoadError as error:
             model.close()
             raise ModelLoadError(str(error)) from None
