@@ -6,6 +6,11 @@ model and flags.
 
     .venv/bin/python bench/kv_tiers.py [--llama-server PATH] [--model GGUF] [--rounds 3]
         [--words 600] [--cache-ram 512,0] [--systems llamaq,llama-server] [--threads 2]
+    .venv/bin/python bench/kv_tiers.py --memory [--systems ...]
+
+`--memory`: the issue's third figure instead: each system started with `-c 32768 -np 4
+-ub 512`, one request, then the resident memory (VmRSS) of llama-server against that of
+llamaq's worker process.
 
 A request is `document i` + a question, greedy, `n_predict` 8, streamed; its TTFT is measured
 by the client (request sent to the first token), and it is a hit when its `timings.cache_n`
@@ -75,6 +80,45 @@ def ask(http: httpx.Client, url: str, prompt: str) -> tuple[float, int, int]:
     return ttft, cache_n, cache_n + prompt_n
 
 
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def worker_pid(group: int) -> int:
+    """The `llamaq worker` process that `llamaq up` (session `group`) started."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat[3]) == group and b"worker" in argv:  # stat[3]: the session id
+            return int(entry.name)
+    raise RuntimeError("no llamaq worker process found")
+
+
+def measure_memory(system: str, args: argparse.Namespace, model: Path, folder: Path) -> float:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = command(system, args.llama_server, model, port, 0, args.threads)
+    cmd[cmd.index("-c") + 1] = "32768"
+    cmd[cmd.index("-np") + 1] = "4"
+    cmd += ["-ub", "512"]
+    with running(cmd, folder / f"{system}-memory.log", server_env()) as process, \
+            httpx.Client() as http:
+        wait_healthy(url, process=process)
+        ask(http, url, document(0, args.words))
+        pid = process.pid if system == "llama-server" else worker_pid(process.pid)
+        rss = rss_mib(pid)
+    print(f"  {system}: RSS {rss:.0f} MiB", flush=True)
+    return rss
+
+
 def run_system(system: str, cache_ram: int, args: argparse.Namespace, model: Path,
                folder: Path) -> tuple[float, list[float]]:
     """(hit rate, TTFTs) after the first round."""
@@ -110,6 +154,8 @@ def main() -> None:
                         default=[512, 0])
     parser.add_argument("--systems", default="llamaq,llama-server")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--memory", action="store_true",
+                        help="the RSS figure (-c 32768 -np 4) instead of the rotation")
     args = parser.parse_args()
     if args.rounds < 2:
         sys.exit("--rounds must be at least 2 (the first one fills the caches)")
@@ -117,6 +163,13 @@ def main() -> None:
     if "llama-server" in systems and not args.llama_server.is_file():
         sys.exit(f"no llama-server at {args.llama_server}: run bench/build_llama_server.sh")
     model = args.model or default_model_path(Path.home() / ".cache" / "llamaq-tests")
+    if args.memory:
+        with tempfile.TemporaryDirectory(prefix="llamaq-kv-bench-") as tmp:
+            rss = {s: measure_memory(s, args, model, Path(tmp)) for s in systems}
+        if len(rss) == 2 and rss.get("llama-server"):
+            print(f"\nRSS llamaq worker / llama-server: "
+                  f"{rss['llamaq'] / rss['llama-server']:.2f}")
+        return
     with tempfile.TemporaryDirectory(prefix="llamaq-kv-bench-") as tmp:
         results = {(s, c): run_system(s, c, args, model, Path(tmp))
                    for s in systems for c in args.cache_ram}
