@@ -63,6 +63,9 @@ class PromptCache:
     def size(self) -> int:
         return sum(s.size for s in self.states)
 
+    def clear(self) -> None:
+        self.states.clear()
+
     def n_tokens(self) -> int:
         return sum(len(s.tokens) for s in self.states)
 

@@ -148,6 +148,8 @@ class Sleeper:
             self._parts.embedder.stop()
         for slot in engine.slots:  # their KV is gone with the context
             slot.forget_tokens()
+        if engine.prompt_cache is not None:  # sleep frees the host cache's states too
+            engine.prompt_cache.clear()
         engine.model.close()
         release_freed_memory()
 
