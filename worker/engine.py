@@ -225,15 +225,13 @@ class Engine:
             self._cache_idle_slots(self.prompt_cache)
 
     def _cache_idle_slots(self, cache: PromptCache) -> None:
-        """--cache-idle-slots: a task started, so the idle slots' prompts go to the host cache
-        (and, with a unified KV cache, leave the slot: llama-server's rule)."""
+        """--cache-idle-slots: a task started, so the idle slots' prompts go to the host cache.
+        They stay in their slots too, also with a unified KV cache (where llama-server empties
+        them): an idle slot is purged only when the cache has no room (_decode), and until
+        then it serves its prefix without a copy and keeps cache-aware routing's view."""
         for slot in self.slots:
-            if slot.busy:
-                continue
-            if cache.save(self._kv, slot, self._sets.set_of(slot.slot_id)):
+            if not slot.busy and cache.save(self._kv, slot, self._sets.set_of(slot.slot_id)):
                 cache.update()
-            if self.model.plan.kv_unified and slot.tokens:
-                kv_moves.clear(self._kv, slot)
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
         cache = self.prompt_cache if request.cache_prompt else None

@@ -142,8 +142,9 @@ class WorkerSettings(RoleSettings):
                           "0 on a worker that serves decisions)")
     cache_idle_slots: bool = flag(True, "--cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS",
                                   negative=("--no-cache-idle-slots",),
-                                  help="save idle slots to the prompt cache on new task, and "
-                                  "clear them when using unified KV (requires cache-ram)")
+                                  help="save idle slots to the prompt cache on new task "
+                                  "(requires cache-ram; llamaq keeps them in their slots, "
+                                  "also with a unified KV)")
     context_shift: bool = flag(False, "--context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
                                negative=("--no-context-shift",),
                                help="whether to use context shift on infinite text generation")

@@ -66,3 +66,23 @@ def test_the_cache_stays_within_its_size(gemma: LoadedModel) -> None:
             assert cache.size() <= limit_mib * MIB
         assert len(cache.states) == 1
     assert result.timings.cache_n <= HEAD  # A went out (the oldest) when C came in
+
+
+def test_idle_slots_go_to_the_cache_when_a_task_starts(gemma_path: Path) -> None:
+    model = LoadedModel(gemma_path, plan(4096, 2))
+    try:
+        for idle_slots in (True, False):
+            with running(model, cache_ram_mib=64, cache_idle_slots=idle_slots) as (engine, sink):
+                first = complete(engine, sink, PROMPTS[0], 4)  # slot 0, then idle
+                complete(engine, sink, PROMPTS[1], 4)  # an empty slot: nothing is evicted
+                cache = engine.prompt_cache
+                assert cache is not None
+                held = [s.tokens for s in cache.states]
+                kept = [s.tokens[: len(t)] == t for s in engine.slots for t in held]
+            if idle_slots:  # A was saved when B started, and is still in its slot too
+                assert len(held) == 1 and len(held[0]) == first.tokens_evaluated + 3
+                assert any(kept)
+            else:
+                assert held == []
+    finally:
+        model.close()
