@@ -24,7 +24,8 @@ COPY worker worker
 COPY llamaq llamaq
 RUN python3 -m venv /opt/llamaq \
     && CMAKE_ARGS="${CMAKE_ARGS}" /opt/llamaq/bin/pip install --no-cache-dir ${PIP_OPTIONS} \
-       --find-links /wheels ".[worker]"
+       --find-links /wheels ".[worker]" \
+    && if command -v c++ >/dev/null; then /opt/llamaq/bin/python -m worker.memory_probe; fi
 
 FROM ${RUNTIME_BASE}
 COPY docker/ensure-packages /usr/local/bin/

@@ -35,6 +35,9 @@ LIFETIMES: dict[str, str] = {
     "model_workers": f"members older than {keys.HEARTBEAT_TTL_S} s are dropped on every read",
     "worker_info": HEARTBEAT, "worker_slots": HEARTBEAT, "worker_metrics": HEARTBEAT,
     "worker_prefixes": HEARTBEAT,
+    "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
+                      "recently used first, by the worker that adds one)",
+    "kv_tier_lru": "as kv_tier_blocks",
     "worker_queue": QUEUE + "; a dead worker's own queue is emptied by the apis whose jobs "
                             "it held",
     "slot_queue": QUEUE, "utility_queue": QUEUE, "embed_queue": QUEUE,

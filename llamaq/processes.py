@@ -104,11 +104,21 @@ def listen_hosts(host: str) -> list[str]:
     return hosts
 
 
+def print_devices() -> None:
+    """--list-devices: llama.cpp's offload devices, as llama-server prints them."""
+    from worker.devices import device_list_text
+
+    print(device_list_text(), end="", flush=True)
+
+
 def run_worker(argv: list[str]) -> None:
     from worker.settings import WorkerSettings
 
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported
+    if settings.list_devices:
+        print_devices()
+        return
     if settings.embedding or settings.rerank:
         # Embedding workers decode on two threads (online, background): their ggml threads
         # sleep at once unless told otherwise (read when libgomp loads). Completion workers

@@ -22,6 +22,7 @@ import redis
 from api.settings import ApiSettings
 from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
+from llamaq.processes import print_devices
 from llamaq.supervisor import Child, Supervisor
 from scheduler.config.settings import FlagError, split_args
 from storage.redact import redacted_url
@@ -44,6 +45,9 @@ def run_up(argv: list[str]) -> None:
         sys.exit(2)
     api_settings = ApiSettings.from_args(parts[ApiSettings])
     worker_args = parts[WorkerSettings]
+    if "--list-devices" in worker_args:
+        print_devices()
+        return
     if api_settings.router_mode():  # the worker waits to be told which model to load
         worker_args = [*worker_args, "--no-default-model"]
     WorkerSettings.from_args(worker_args)  # fail fast on bad flags

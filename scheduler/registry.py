@@ -95,6 +95,33 @@ class WorkerMetrics(BaseModel):
     requests_deferred: int = 0
 
 
+class FitMemory(BaseModel):
+    """What the fitted model and context take on one device (or the host), in MiB."""
+
+    device: str
+    """The device's name ("host": host memory)."""
+    free_mib: int
+    total_mib: int
+    model_mib: int
+    context_mib: int
+    """The KV cache (and other context state)."""
+    compute_mib: int
+
+
+class FitReport(BaseModel):
+    """What `--fit` decided for a worker (worker/fit.py), as its registry entry, /props and the
+    fleet page show it."""
+
+    enabled: bool
+    fits: bool
+    """Projected to leave --fit-target free on every device."""
+    n_ctx: int
+    n_gpu_layers: int | None = None
+    """The layers it offloads when the fit chose them (None: as configured)."""
+    note: str
+    memory: list[FitMemory] = []
+
+
 class WorkerInfo(BaseModel):
     worker_id: str
     model_id: str
@@ -115,6 +142,8 @@ class WorkerInfo(BaseModel):
     """Its LoRA adapters with their global scales (the same list on every worker of a model)."""
     build_info: str = "unknown"
     """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
+    fit: FitReport | None = None
+    """What --fit decided (None: off, or no memory probe)."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank

@@ -24,8 +24,11 @@ WEIGHT_SCALE = 0.05
 
 
 def write_lora(path: Path, seed: int = DEFAULT_SEED, task_name: str = "",
-               prompt_prefix: str = "", alpha: float = float(RANK)) -> Path:
-    """The adapter at `path`: the same file for the same seed."""
+               prompt_prefix: str = "", alpha: float = float(RANK),
+               invocation_tokens: tuple[int, ...] = ()) -> Path:
+    """The adapter at `path`: the same file for the same seed; `invocation_tokens` make it an
+    aLoRA (applied from their last occurrence in a prompt on, as llama.cpp reads
+    `adapter.alora.invocation_tokens`)."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_string("general.type", "adapter")
@@ -35,6 +38,9 @@ def write_lora(path: Path, seed: int = DEFAULT_SEED, task_name: str = "",
         writer.add_string("adapter.lora.task_name", task_name)
     if prompt_prefix:
         writer.add_string("adapter.lora.prompt_prefix", prompt_prefix)
+    if invocation_tokens:
+        writer.add_key_value("adapter.alora.invocation_tokens", list(invocation_tokens),
+                             gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.UINT32)
     shape = GEMMA3_270M
     for layer in range(shape["n_layer"]):
         a = rng.normal(0.0, WEIGHT_SCALE, (RANK, shape["n_embd"])).astype(np.float32)
@@ -69,13 +75,16 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--task-name", default="")
+    parser.add_argument("--invocation-tokens", default="",
+                        help="comma-separated token ids: write an aLoRA")
     parser.add_argument("--control-vector", action="store_true",
                         help="write a control vector instead of a LoRA adapter")
     args = parser.parse_args()
     if args.control_vector:
         print(write_control_vector(args.out, args.seed))
     else:
-        print(write_lora(args.out, args.seed, args.task_name))
+        tokens = tuple(int(t) for t in args.invocation_tokens.split(",") if t)
+        print(write_lora(args.out, args.seed, args.task_name, invocation_tokens=tokens))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ from typing import Any, Protocol, TypeVar
 
 from scheduler.contract.jobs import CompletionJob, scales_of
 from worker import kv_moves
+from worker.alora import ALoraRun
 from worker.lora import LoraAdapters
 from worker.slots import SlotCache
 
-AdapterSet = tuple[float, ...]
+AdapterSet = tuple[float, ...]  # as worker/alora.py
 
 
 class GroupedRun(Protocol):
@@ -72,9 +73,31 @@ class AdapterSets:
         self._cache_set[slot.slot_id] = adapter_set
         return [s for s in slots if self._cache_set.get(s.slot_id) == adapter_set]
 
-    def usable(self, job: CompletionJob, slot: SlotCache) -> bool:
-        """May the slot's cache serve the job's prompt (made under the job's set)?"""
-        return not self.active or self._cache_set.get(slot.slot_id) == self.of(job)
+    def first_set(self, job: CompletionJob, decided: AdapterSet | None,
+                  alora: ALoraRun | None) -> AdapterSet:
+        """The set a run's prompt starts under: the base for an aLoRA's tokens before its
+        invocation (worker/alora.py), else its own (`decided` at prepare, else `of`)."""
+        if alora is not None and alora.pre_end > 0:
+            return alora.base
+        return decided if decided is not None else self.of(job)
+
+    def usable(self, adapter_set: AdapterSet, slot: SlotCache) -> bool:
+        """May the slot's cache serve a prompt decoded under `adapter_set`?"""
+        return not self.active or self._cache_set.get(slot.slot_id) == adapter_set
+
+    def enter(self, slot: SlotCache, adapter_set: AdapterSet) -> None:
+        """An aLoRA run reached its invocation: its slot decodes under its set from now."""
+        self._cache_set[slot.slot_id] = adapter_set
+
+    def end_alora(self, kv: kv_moves.KvCache, slot: SlotCache, alora: ALoraRun) -> None:
+        """An aLoRA run ended: its slot keeps only the base prefix before the invocation."""
+        if alora.pre_end <= 0:
+            return
+        if len(slot.tokens) > alora.pre_end:
+            if not kv.remove(slot.slot_id, alora.pre_end, -1):
+                kv_moves.clear(kv, slot)
+            del slot.tokens[alora.pre_end:]
+        self._cache_set[slot.slot_id] = alora.base
 
     def forget(self, slot_id: int) -> None:
         """The slot's cache was written by other means (a restored snapshot): its set is

@@ -46,6 +46,7 @@ from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
+from worker.kv_tier import TierHit
 from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.prompt_cache import PromptCache, wants_update
@@ -53,6 +54,7 @@ from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.slot_run import SlotRun
 from worker.slots import SlotCache
+from worker.snapshots import restore_slot, save_slot
 from worker.step_batch import StepBatch, decode_error_message
 from worker.stopping import StopType
 from worker.textstream import TextStream
@@ -78,6 +80,9 @@ class Engine:
         self.speed = DecodeSpeed()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
+        self.on_tier_state: Callable[[list[int], bytes], None] = lambda tokens, data: None
+        """Called (from the engine thread) with a prompt prefix's KV state for the fleet-wide
+        KV tier (worker/kv_tier.py)."""
         self._inbox = Inbox()
         """What other threads hand over (worker/engine_inbox.py)."""
         self._admission: Admission[Request] = Admission()
@@ -208,7 +213,7 @@ class Engine:
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
                 similarity=self.defaults.slot_similarity,
-                usable=lambda request, slot: self._sets.usable(request.job, slot))
+                usable=lambda request, slot: self._sets.usable(self._first_set(request), slot))
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -238,16 +243,24 @@ class Engine:
         swap = cache is not None and wants_update(slot.tokens, request.prompt_tokens)
         if cache is not None and swap:  # what the slot loses goes to the host cache
             cache.save(self._kv, slot, self._sets.set_of(slot.slot_id))
-        same_set = self._sets.claim(self._kv, self.slots, slot, self._sets.of(request.job))
+        first_set = self._first_set(request)
+        same_set = self._sets.claim(self._kv, self.slots, slot, first_set)
         if cache is not None and swap:  # a cached prompt that shares more comes back
-            cache.load(self._kv, self._kv, slot, request.prompt_tokens,
-                       self._sets.of(request.job))
+            cache.load(self._kv, self._kv, slot, request.prompt_tokens, first_set)
             cache.update()
         n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
                                         request.cache_prompt, request.cache_reuse, self._kv,
                                         self._checkpoints)
+        alora = request.alora
+        if alora is not None and 0 < alora.pre_end < n_reuse:  # the base prefix only
+            self._kv.remove(slot.slot_id, alora.pre_end, -1)
+            del slot.tokens[alora.pre_end:]
+            slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= alora.pre_end]
+            n_reuse = alora.pre_end
         if request.media is not None:
             n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
+        if request.tier is not None and request.tier.hit is not None:
+            n_reuse = self._restore_tier(request.tier.hit, slot, n_reuse)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         spec = request.job.reasoning
@@ -259,6 +272,35 @@ class Engine:
             active.probs = list(request.resumed.probs)
             active.earlier_predicted_ms = request.resumed.predicted_ms
         return active
+
+    def _first_set(self, request: Request) -> tuple[float, ...]:
+        return self._sets.first_set(request.job, request.adapter_set, request.alora)
+
+    def _restore_tier(self, hit: TierHit, slot: SlotCache, n_reuse: int) -> int:
+        """A stored prefix state (worker/kv_tier.py) into the slot, when it holds more of
+        the prompt than the slot's cache; one that does not restore is a miss."""
+        if len(hit.tokens) <= n_reuse:
+            return n_reuse
+        try:
+            restore_slot(self.model, slot, hit.data, hit.tokens)
+        except LlamaqError as error:
+            log.warning("kv tier: state of %d tokens not restored (%s)", len(hit.tokens), error)
+            kv_moves.clear(self._kv, slot)
+            return 0
+        return len(hit.tokens)
+
+    def _take_tier_state(self, active: SlotRun) -> None:
+        """The run's prefill reached its tier boundary: its slot holds exactly that prefix."""
+        tier = active.request.tier
+        if tier is None or tier.saved or tier.save_at != active.prompt_done:
+            return
+        tier.saved = True
+        try:
+            data, tokens = save_slot(self.model, active.slot)
+        except LlamaqError as error:
+            log.warning("kv tier: state of %d tokens not taken (%s)", tier.save_at, error)
+            return
+        self.on_tier_state(tokens, data)
 
     def _reuse_whole_media(self, media: MediaPrompt, slot: SlotCache, n_reuse: int) -> int:
         """A media chunk is cached whole or not at all: back off to its start."""
@@ -300,11 +342,16 @@ class Engine:
 
     def _prompt_end(self, active: SlotRun) -> int:
         """Where this step's prompt tokens of a run may go up to: its next media chunk."""
-        media = active.request.media
-        if media is not None:
-            return media.text_end(active.prompt_done)
-        n_prompt = len(active.request.prompt_tokens)  # checkpoints start chunks of their own
-        return self._checkpoints.chunk_end(n_prompt, active.prompt_done, n_prompt)
+        media, tier = active.request.media, active.request.tier
+        n_prompt = len(active.request.prompt_tokens)
+        end = media.text_end(active.prompt_done) if media is not None \
+            else self._checkpoints.chunk_end(n_prompt, active.prompt_done, n_prompt)
+        if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
+            end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
+        alora = active.request.alora
+        if alora is not None and active.prompt_done < alora.pre_end:
+            end = min(end, alora.pre_end)  # the base phase ends there (worker/alora.py)
+        return end
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):
@@ -325,6 +372,10 @@ class Engine:
         runs = sorted(self._active.values(), key=lambda a: a.slot.slot_id)
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
+            self._take_tier_state(active)
+            alora = active.request.alora
+            if alora is not None and active.prompt_done >= alora.pre_end:
+                self._sets.enter(active.slot, alora.adapter_set)
         runs = self._sets.step_group(runs, bool(self.decisions.runs))  # one adapter set
         if any(a.prefilling and not a.request.job.background for a in runs):
             runs = [a for a in runs if not a.request.job.background]
@@ -473,6 +524,8 @@ class Engine:
         return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
 
     def _release(self, active: SlotRun) -> None:
+        if active.request.alora is not None:
+            self._sets.end_alora(self._kv, active.slot, active.request.alora)
         self._previous[active.slot.slot_id] = active
         self.on_slots_changed()
         active.request.sampler.free()

@@ -13,7 +13,17 @@ from pathlib import Path
 import llama_cpp as lc
 
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
+from worker.devices import parse_devices
 from worker.settings import WorkerSettings
+from worker.tensor_overrides import (
+    CPU_BUFFER,
+    FFN_DENSE,
+    FFN_EXPERTS,
+    Override,
+    Placement,
+    cpu_ffn_overrides,
+    parse_overrides,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,17 @@ def tune_model(params: lc.llama_model_params, settings: WorkerSettings) -> None:
         params.n_gpu_layers = int(settings.n_gpu_layers)
     elif settings.n_gpu_layers == "all":
         params.n_gpu_layers = -1
+
+
+def placement(settings: WorkerSettings) -> Placement:
+    """-ot, -cmoe, -ncmoe, -ncffn and -dev (worker/tensor_overrides.py): where tensors go."""
+    overrides = parse_overrides(settings.override_tensor)
+    if settings.cpu_moe:
+        overrides.append(Override(FFN_EXPERTS, CPU_BUFFER))
+    overrides += cpu_ffn_overrides(settings.n_cpu_moe, FFN_EXPERTS)
+    overrides += cpu_ffn_overrides(settings.n_cpu_ffn, FFN_DENSE)
+    devices = None if settings.devices is None else parse_devices(settings.devices)
+    return Placement(overrides, devices)
 
 
 def tune_context(params: lc.llama_context_params, settings: WorkerSettings) -> None:

@@ -90,10 +90,7 @@ class LoraAdapters:
             handle = lc.llama_adapter_lora_init(model, local.encode())
             if not handle:
                 raise LoraLoadError(f"failed to load lora adapter '{spec.path}'")
-            tokens = invocation_tokens(handle)
-            if tokens:  # llama-server applies one from its invocation tokens on: not built
-                raise LoraLoadError(f"lora adapter '{spec.path}' is an aLoRA (it declares "
-                                    "invocation tokens): aLoRA adapters are not built")
+            tokens = invocation_tokens(handle)  # an aLoRA: worker/alora.py
             loaded.append(LoadedAdapter(handle, LoraAdapterInfo(
                 id=i, path=spec.path, scale=spec.scale,
                 task_name=_meta(handle, "adapter.lora.task_name"),

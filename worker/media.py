@@ -53,6 +53,8 @@ class ProjectorLoadError(RuntimeError):
 @dataclass(frozen=True)
 class ProjectorOptions:
     offload: bool = True
+    device: int | None = None
+    """-mmdev: the ggml device handle to offload to (None: llama.cpp's choice)."""
     n_threads: int = 1
     image_min_tokens: int = -1
     image_max_tokens: int = -1
@@ -122,6 +124,8 @@ class Projector:
         route_mtmd_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = options.offload
+        if options.device is not None:
+            params.device = options.device
         params.n_threads = options.n_threads
         params.print_timings = False
         params.warmup = False

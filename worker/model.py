@@ -16,7 +16,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from scheduler.registry import ModelMeta
+from scheduler.registry import FitReport, ModelMeta
 from worker.llama_logs import route_llama_logs
 from worker.lora import LoraAdapters
 from worker.media import Projector
@@ -51,6 +51,11 @@ class ContextPlan:
     cache_type_v: str
     n_ctx_slot_cap: int | None = None
     """--kv-unified-per-slot: the most context one slot may use."""
+    n_outputs_max: int = 0
+    """The most tokens with logits in one decode (0: n_batch). llama-server's rule
+    (server_output_limits): one per slot for completions, so the compute buffer holds the
+    logits of n_slots rows, not of n_batch (with Gemma's 262k vocabulary at -b 2048, 81 MiB
+    instead of 514); decisions read several rows per sequence and keep n_batch."""
 
 
 class LoadedModel:
@@ -68,7 +73,7 @@ class LoadedModel:
             raise ModelLoadError(f"failed to load model from {path}")
         self.vocab = Vocab(lc.llama_model_get_vocab(self.model))
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
-        cparams = self._context_params(plan)
+        cparams = context_params(plan)
         tune_context(cparams)
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -81,6 +86,8 @@ class LoadedModel:
         self.plan = plan
         self.projector: Projector | None = None
         """-mm/--mmproj: the multimodal projector (worker/process/startup.py loads it)."""
+        self.fitted: FitReport | None = None
+        """What --fit decided (worker/process/startup.py)."""
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_swa = 0 if plan.swa_full else max(0, lc.llama_model_n_swa(self.model))
         """The sliding window the KV cache keeps (0: none, or --swa-full)."""
@@ -106,23 +113,6 @@ class LoadedModel:
             lc.llama_memory_clear(self.memory, True)
             lc.llama_set_warmup(self.ctx, False)
         log.info("model warmed up")
-
-    def _context_params(self, plan: ContextPlan) -> lc.llama_context_params:
-        params = lc.llama_context_default_params()
-        params.n_ctx = plan.n_ctx
-        params.n_batch = plan.n_batch
-        params.n_ubatch = min(plan.n_ubatch, plan.n_batch)
-        params.n_seq_max = plan.n_slots
-        params.n_threads = plan.n_threads
-        params.n_threads_batch = plan.n_threads_batch
-        params.swa_full = plan.swa_full
-        params.kv_unified = plan.kv_unified
-        params.flash_attn_type = FLASH_ATTN[plan.flash_attn]
-        params.type_k = CACHE_TYPES[plan.cache_type_k]
-        params.type_v = CACHE_TYPES[plan.cache_type_v]
-        params.no_perf = True  # --perf: tune_context
-        params.embeddings = False
-        return params
 
     def meta_value(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(4096)
@@ -169,6 +159,27 @@ class LoadedModel:
         if self.model:
             lc.llama_model_free(self.model)
             self.model = None
+
+
+def context_params(plan: ContextPlan) -> lc.llama_context_params:
+    """The llama_context_params of `plan` (the flags passed straight through come after)."""
+    params = lc.llama_context_default_params()
+    params.n_ctx = plan.n_ctx
+    params.n_batch = plan.n_batch
+    params.n_ubatch = min(plan.n_ubatch, plan.n_batch)
+    params.n_seq_max = plan.n_slots
+    params.n_threads = plan.n_threads
+    params.n_threads_batch = plan.n_threads_batch
+    params.swa_full = plan.swa_full
+    params.kv_unified = plan.kv_unified
+    params.flash_attn_type = FLASH_ATTN[plan.flash_attn]
+    params.type_k = CACHE_TYPES[plan.cache_type_k]
+    params.type_v = CACHE_TYPES[plan.cache_type_v]
+    params.no_perf = True  # --perf: tune_context
+    params.embeddings = False
+    params.n_outputs_max = plan.n_outputs_max
+    params.n_outputs_max_per_seq = 0 if plan.n_outputs_max == 0 else 1
+    return params
 
 
 def default_threads() -> int:

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from scheduler.downloads import DownloadBoard, DownloadReporter
 from storage import ModelFiles, default_model_path, open_store
+from storage.errors import ModelNotFound
 from storage.hf import HubClient, hub_endpoint
 from storage.progress import DownloadListener
 from worker.settings import WorkerSettings
@@ -39,8 +40,16 @@ def resolve_model(settings: WorkerSettings,
                   listener: DownloadListener | None = None) -> ModelSource:
     """The local path of the model the settings name (blocking: run it in a thread); with -hf
     and no -mm, the repo's mmproj too, as llama-server's --mmproj-auto (not for an embedding
-    worker, which takes no media)."""
+    worker, which takes no media); with -mmu and no -mm, the projector from that URL (cached
+    and stored as -mu's model file)."""
     files = model_files(settings, listener)
+    source = _model_source(settings, files)
+    if settings.mmproj_url and settings.mmproj is None and source.mmproj is None:
+        return ModelSource(source.model, files.from_url(settings.mmproj_url))  # -mmu
+    return source
+
+
+def _model_source(settings: WorkerSettings, files: ModelFiles) -> ModelSource:
     if settings.model:
         return ModelSource(files.resolve(settings.model))
     if settings.hf_repo:
@@ -83,15 +92,31 @@ def resolve_adapters(settings: WorkerSettings) -> dict[str, Path]:
     """Each adapter source's local file (blocking: run it in a thread): a local file as is;
     `store:<key>`, a store key or `s3://` fetched into this machine's cache (checked against
     the store's SHA-256 when it has one, fetched again only when the cached copy differs); an
-    http(s) URL downloaded once through the store, with its SHA-256, like `-mu`."""
+    http(s) URL downloaded once through the store, with its SHA-256, like `-mu`; a Hub file
+    `hf://<user>/<repo>/<file>` through the store and the Hub, like `-hf`/`-hff`."""
     files = model_files(settings)
     found: dict[str, Path] = {}
     for source in adapter_sources(settings):
         if source.startswith(("http://", "https://")):
             found[source] = files.from_url(source)
+        elif source.startswith(HF_SCHEME):
+            repo, file = hf_source(source)
+            found[source] = files.from_hf(repo, file, settings.hf_token)
         else:
             found[source] = files.resolve(source)
     return found
+
+
+HF_SCHEME = "hf://"
+
+
+def hf_source(source: str) -> tuple[str, str]:
+    """`hf://<user>/<repo>/<path in the repo>` (huggingface_hub's URL form): repo, file."""
+    user, _, rest = source.removeprefix(HF_SCHEME).partition("/")
+    repo, _, file = rest.partition("/")
+    if not user or not repo or not file:
+        raise ModelNotFound(f"adapter source {source!r}: expected hf://<user>/<repo>/<file>")
+    return f"{user}/{repo}", file
 
 
 async def fetch_adapters(settings: WorkerSettings) -> dict[str, Path]:

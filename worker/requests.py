@@ -15,11 +15,13 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest
-from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings
+from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings, scales_of
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
+from worker.alora import ALoraRun, alora_plan
 from worker.infill import infill_tokens
+from worker.kv_tier import TierPlan
 from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
@@ -87,6 +89,14 @@ class Request:
     the prompt and the tokens generated so far, which the run starts with."""
     media: MediaPrompt | None = None
     """The prompt's media chunks (worker/media.py); its placeholders are in prompt_tokens."""
+    alora: ALoraRun | None = None
+    """An aLoRA request's two phases (worker/alora.py)."""
+    adapter_set: tuple[float, ...] | None = None
+    """The set decided at prepare when an aLoRA is loaded (None: the engine's rule when the
+    slot starts, worker/adapter_sets.py)."""
+    tier: TierPlan | None = None
+    """The fleet-wide KV tier's part (--kv-store, worker/kv_tier.py): a stored prefix state
+    to restore, a boundary whose state to take."""
 
     @property
     def n_prompt(self) -> int:
@@ -153,10 +163,19 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     stop = [s for s in job.stop if s] or list(defaults.stop)
     if media_prompt is not None:
         cache_reuse = 0  # chunks are not shifted across media (llama-server: the same)
+    adapter_set, alora = None, None
+    if any(a.info.alora_invocation_tokens for a in model.adapters.adapters):
+        wanted = tuple(model.adapters.scales if job.lora is None
+                       else scales_of(len(model.adapters.adapters), job.lora))
+        try:
+            adapter_set, alora = alora_plan(model.adapters, wanted, tokens)
+        except InvalidRequest:
+            sampler.free()
+            raise
     return Request(job, tokens + generated, sampling, sampler, n_predict, cache_prompt, n_keep,
                    cache_reuse, stop, n_discard=job.n_discard or 0, logit_bias=biases,
                    preserved=vocab.single_tokens(job.preserved_tokens), resumed=resumed,
-                   media=media_prompt)
+                   media=media_prompt, alora=alora, adapter_set=adapter_set)
 
 
 def media_prompt_of(job: CompletionJob, model: LoadedModel,

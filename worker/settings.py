@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+import re
+from typing import ClassVar
 
-from pydantic import model_validator
+from pydantic import field_validator
 
 from scheduler.common_settings import RoleSettings
 from scheduler.config.settings import flag, flag_group
+from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.jobs import SamplingSettings
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -107,6 +109,29 @@ class WorkerSettings(RoleSettings):
                          "intermediate results and KV (split-mode row)")
     op_offload: bool = flag(True, "--op-offload", negative=("--no-op-offload",),
                             help="whether to offload host tensor operations to device")
+    devices: str | None = flag(None, "-dev", "--device", env="LLAMA_ARG_DEVICE",
+                               help="comma-separated list of devices to use for offloading "
+                               "(none = don't offload); --list-devices lists them")
+    list_devices: bool = flag(False, "--list-devices",
+                              help="print list of available devices and exit")
+    override_tensor: list[str] = flag([], "-ot", "--override-tensor",
+                                      env="LLAMA_ARG_OVERRIDE_TENSOR",
+                                      help="override tensor buffer type: "
+                                      "<tensor name pattern>=<buffer type>,...")
+    cpu_moe: bool = flag(False, "-cmoe", "--cpu-moe", env="LLAMA_ARG_CPU_MOE",
+                         help="keep all Mixture of Experts (MoE) weights in the CPU")
+    n_cpu_moe: int = flag(0, "-ncmoe", "--n-cpu-moe", env="LLAMA_ARG_N_CPU_MOE",
+                          help="keep the MoE weights of the first N layers in the CPU")
+    n_cpu_ffn: int = flag(0, "-ncffn", "--n-cpu-ffn", env="LLAMA_ARG_N_CPU_FFN",
+                          help="keep the dense FFN weights of the first N layers in the CPU")
+    fit: str = flag("on", "-fit", "--fit", env="LLAMA_ARG_FIT",
+                    help="whether to adjust unset arguments to fit in device memory "
+                    "('on' or 'off')")
+    fit_target: str = flag("1024", "-fitt", "--fit-target", env="LLAMA_ARG_FIT_TARGET",
+                           help="target margin per device for --fit in MiB, comma-separated; "
+                           "a single value is broadcast across all devices")
+    fit_ctx: int = flag(4096, "-fitc", "--fit-ctx", env="LLAMA_ARG_FIT_CTX",
+                        help="minimum ctx size that can be set by --fit option")
     # slots and prompt cache
     n_parallel: int = flag(-1, "-np", "--parallel", env="LLAMA_ARG_N_PARALLEL",
                            help="number of server slots (-1 = auto)")
@@ -215,6 +240,13 @@ class WorkerSettings(RoleSettings):
     # multimodal (worker/media.py)
     mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
                               help="path to a multimodal projector file")
+    mmproj_url: str | None = flag(None, "-mmu", "--mmproj-url", env="LLAMA_ARG_MMPROJ_URL",
+                                  help="URL to a multimodal projector file (downloaded once "
+                                  "into the cache and the store, as -mu)")
+    mmproj_device: str | None = flag(None, "-mmdev", "--mmproj-device",
+                                     env="MTMD_BACKEND_DEVICE",
+                                     help="device to use for the multimodal projector (none = "
+                                     "don't offload; default: follows --device)")
     mmproj_auto: bool = flag(True, "--mmproj-auto", env="LLAMA_ARG_MMPROJ_AUTO",
                              negative=("--no-mmproj", "--no-mmproj-auto"),
                              help="with -hf, load the repo's multimodal projector too, if it "
@@ -242,14 +274,51 @@ class WorkerSettings(RoleSettings):
                            "the model does not advertise \"decisions\" in /v1/models")
     worker_id: str | None = flag(None, "--worker-id", env="LLAMAQ_WORKER_ID",
                                  help="worker id in the registry (none: generated)")
+    kv_store: bool = flag(False, "--kv-store", env="LLAMAQ_KV_STORE", negative=("--no-kv-store",),
+                          help="the fleet-wide KV tier: long prompts' prefix states go to the "
+                          "object store and any worker of the model restores them instead of "
+                          "prefilling (docs/architecture.md)")
+    kv_store_max: int = flag(10240, "--kv-store-max", env="LLAMAQ_KV_STORE_MAX",
+                             help="MiB of KV states the tier keeps per model fingerprint "
+                             "(least recently used evicted first)")
+    kv_store_block: int = flag(256, "--kv-store-block", env="LLAMAQ_KV_STORE_BLOCK",
+                               help="tokens per block: states are taken at block boundaries")
+    kv_store_min: int = flag(1024, "--kv-store-min", env="LLAMAQ_KV_STORE_MIN",
+                             help="prompts shorter than this many tokens do not use the tier")
     batch_reserve: int = flag(1, "--batch-reserve", env="LLAMAQ_BATCH_RESERVE",
                               help="slots that batch lines (the Batch API) leave free for "
                               "online requests (at most -np minus 1)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
 
-    @model_validator(mode="after")
-    def _checkpoint_step(self) -> Self:
-        if self.checkpoint_min_step < 0:  # llama-server's message
+    @field_validator("checkpoint_min_step")
+    @classmethod
+    def _checkpoint_step(cls, value: int) -> int:
+        if value < 0:  # llama-server's message
             raise ValueError("checkpoint-min-step must be non-negative")
-        return self
+        return value
+
+    @field_validator("fit")
+    @classmethod
+    def _fit_on_or_off(cls, value: str) -> str:
+        """llama.cpp reads --fit's value as truthy or falsey, anything else is an error."""
+        word = value.strip().lower()
+        if word in TRUTHY:
+            return "on"
+        if word in FALSEY:
+            return "off"
+        raise ValueError(f"unknown value for --fit: '{value}'")
+
+    @field_validator("fit_target")
+    @classmethod
+    def _fit_target_mib(cls, value: str) -> str:
+        if not all(part.strip().isdigit() for part in re.split(r"[,/]+", value)):
+            raise ValueError(f"invalid value for --fit-target: '{value}' (MiB per device)")
+        return value
+
+    def fit_margins(self, n_devices: int) -> list[int]:
+        """--fit-target in bytes, one per device (a single value is broadcast)."""
+        mib = [int(part) for part in re.split(r"[,/]+", self.fit_target)]
+        if len(mib) == 1:
+            mib *= max(1, n_devices)
+        return [m * 1024 * 1024 for m in mib] + [1024 * 1024 * 1024] * (n_devices - len(mib))

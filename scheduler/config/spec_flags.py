@@ -73,6 +73,8 @@ class SpecFlag:
 
 FALSEY = ("off", "disabled", "false", "0")
 """What llama.cpp reads as false in an environment variable (`common_arg_utils::is_falsey`)."""
+TRUTHY = ("on", "enabled", "true", "1")
+"""What llama.cpp reads as true (`common_arg_utils::is_truthy`)."""
 
 
 def no_env(env: str) -> str:
@@ -102,8 +104,6 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
 NOT_BUILT_SPEC = "speculative decoding is not built"
-NOT_BUILT_MTMD_DOWNLOAD = ("projector downloads by URL are not built; give -mm with a path, or "
-                           "-hf (its repo's mmproj comes with the model)")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
@@ -137,24 +137,14 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-lm --load-mode", "-lzm --lazy-mode"),
     *_rows(R, "NUMA placement is not built (llama-cpp-python's llama_numa_init is not called)",
            "--numa LLAMA_ARG_NUMA"),
-    *_rows(R, "device selection is not built (llama.cpp picks every device it finds; limit "
-           "them with CUDA_VISIBLE_DEVICES)", "-dev --device LLAMA_ARG_DEVICE",
-           "--list-devices"),
-    *_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-           "tensor_buft_overrides unused)", "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR",
-           "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB"),
-    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-                "tensor_buft_overrides unused)", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE"),
-          switch=True),
-    *_off(_rows(R, "tensor buffer overrides are not built (llama-cpp-python leaves "
-                "tensor_buft_overrides unused)", "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE",
-                "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"), values=("0",)),
+    *_rows(W, "", "-dev --device LLAMA_ARG_DEVICE", "--list-devices",
+           "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE",
+           "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
+    *_off(_rows(R, "the GPU cache of CPU-kept MoE experts is not in the vendored llama.cpp",
+                "--moe-cache-mib LLAMA_ARG_MOE_CACHE_MIB"), values=("0",)),
     *_rows(W, "", "-ngl --gpu-layers --n-gpu-layers", "-sm --split-mode", "-ts --tensor-split",
            "-mg --main-gpu"),
-    *_off(_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
-                "-fit --fit LLAMA_ARG_FIT"), values=("off",)),
-    *_rows(R, "llamaq does not fit arguments to device memory; set -ngl and -c yourself",
-           "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
+    *_rows(W, "", "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
            "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
     *_rows(W, "", "--check-tensors"),
     *_rows(R, "metadata overrides are not built", "--override-kv"),
@@ -209,9 +199,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
            "--media-path"),
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
-    *_rows(R, NOT_BUILT_MTMD_DOWNLOAD, "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL"),
-    *_rows(R, "projector device choice is not built (the projector runs where "
-           "--mmproj-offload puts it)", "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
+    *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
+           "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
     *_rows(R, NOT_BUILT_VIDEO, "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
            "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR"),
     *_rows(W, "", "-a --alias", "--tags", "--host", "--port", "--reuse-port LLAMA_ARG_REUSE_PORT"),

@@ -303,3 +303,15 @@ def worker_prefixes(worker_id: str) -> str:
     """JSON PrefixSummary of a worker (scheduler/affinity.py): hashes of the prompt blocks its
     slots hold and its free slots, for cache-aware routing; expires with its heartbeats."""
     return f"{PREFIX}:worker:{worker_id}:prefixes"
+
+
+def kv_tier_blocks(model_id: str, fingerprint: str) -> str:
+    """Hash of the fleet-wide KV tier (worker/kv_tier.py): prefix hash → "n_tokens:bytes" of
+    each state in the object store under that model fingerprint."""
+    return f"{PREFIX}:kvtier:{model_id}:{fingerprint}:blocks"
+
+
+def kv_tier_lru(model_id: str, fingerprint: str) -> str:
+    """Sorted set of the same prefix hashes, scored by their last use (Redis TIME): the
+    eviction order under --kv-store-max."""
+    return f"{PREFIX}:kvtier:{model_id}:{fingerprint}:lru"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, LoraScale, SamplingParams
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
 from tests.tiny_lora import DEFAULT_SEED, write_control_vector, write_lora
@@ -302,3 +303,75 @@ def test_a_bad_control_vector_stops_the_load(gemma_path: Path, lora_path: Path,
     with pytest.raises(ModelLoadError, match="failed to load control vector"):
         load_model(worker_settings(gemma_path, "--control-vector", str(tmp_path / "none")),
                    gemma_path)
+
+
+ALORA = json.loads((Path(__file__).parent.parent / "data" / "alora_greedy.json").read_text())
+"""llama-server's greedy tokens with two aLoRA adapters (how they were made: its `about`)."""
+
+
+def alora_job(prompt: str, *scales: float, **fields: Any) -> CompletionJob:
+    return CompletionJob(model="gemma", prompt=prompt, n_predict=ALORA["n_predict"],
+                         sampling=GREEDY, return_tokens=True,
+                         lora=[LoraScale(id=i, scale=s) for i, s in enumerate(scales)], **fields)
+
+
+@pytest.fixture(scope="module")
+def with_aloras(gemma_path: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[LoadedModel, WorkerSettings]]:
+    folder = tmp_path_factory.mktemp("alora")
+    tokens = tuple(ALORA["invocation_tokens"])
+    first = write_lora(folder / "alora-a.gguf", seed=ALORA["seed"], invocation_tokens=tokens)
+    assert hashlib.sha256(first.read_bytes()).hexdigest() == ALORA["adapter_sha256"]
+    second = write_lora(folder / "alora-b.gguf", seed=ALORA["second_seed"],
+                        invocation_tokens=tokens)
+    settings = worker_settings(gemma_path, "--lora", str(first), "--lora", str(second),
+                               n_parallel=1)
+    model = load_model(settings, gemma_path)
+    yield model, settings
+    model.close()
+
+
+@pytest.fixture
+def alora_run(with_aloras: tuple[LoadedModel, WorkerSettings]) -> Iterator[Run]:
+    runner = Run(*with_aloras)
+    runner.engine.start()
+    yield runner
+    runner.engine.stop()
+
+
+def test_an_alora_applies_from_its_invocation_as_llama_server(alora_run: Run) -> None:
+    """llama-server's tokens (tests/data/alora_greedy.json): with the invocation the adapter
+    applies from one token before it (the prompt before it decoded without), without it the
+    aLoRA is off; the adapter's info carries its invocation."""
+    info = alora_run.engine.model.adapters.infos()[0]
+    assert info.alora_invocation_tokens == ALORA["invocation_tokens"]
+    assert info.alora_invocation_string == "Answer:"
+    for case in ALORA["cases"]:
+        results, _ = alora_run.run_all([alora_job(case["prompt"], 1.0, 0.0,
+                                                  cache_prompt=False)])
+        (result,) = results.values()
+        assert result.tokens == case["tokens"], case
+    assert ALORA["cases"][0]["tokens"] != ALORA["base_tokens_with_invocation"]
+
+
+def test_the_base_prefix_before_the_invocation_is_shared(alora_run: Run) -> None:
+    """The prompt before the invocation is the base model's: a plain request after an aLoRA
+    one reuses it (and only it), and gets the base tokens; the aLoRA request again reuses the
+    base prefix and gets its own tokens."""
+    case = ALORA["cases"][0]
+    first, _ = alora_run.run_all([alora_job(case["prompt"], 1.0, 0.0)])
+    plain, _ = alora_run.run_all([alora_job(case["prompt"], 0.0, 0.0)])
+    again, _ = alora_run.run_all([alora_job(case["prompt"], 1.0, 0.0)])
+    n_prompt = first[next(iter(first))].tokens_evaluated
+    invocation = n_prompt - 2  # "Answer:" ends the prompt
+    (plain_result,), (again_result,) = plain.values(), again.values()
+    assert plain_result.tokens == ALORA["base_tokens_with_invocation"]
+    assert plain_result.timings.cache_n == invocation - 1
+    assert again_result.tokens == case["tokens"]
+    assert again_result.timings.cache_n == invocation - 1
+
+
+def test_two_enabled_aloras_are_refused_as_llama_server_refuses(alora_run: Run) -> None:
+    job = alora_job("x Answer:", 1.0, 1.0)
+    with pytest.raises(InvalidRequest, match=ALORA["both_enabled_error"]["message"]):
+        alora_run.engine.prepare(job)

@@ -16,14 +16,20 @@ from tests.conftest import make_fleet
 from tests.key_probe import FLAGS, probe
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "llama_server_keys.json"
+FIT_KEYS = {"fit", *(f"fit.{k}" for k in ("enabled", "fits", "n_ctx", "n_gpu_layers", "note",
+                                          "memory")),
+            *(f"fit.memory[].{k}" for k in ("device", "free_mib", "total_mib", "model_mib",
+                                            "context_mib", "compute_mib"))}
 OURS = {
-    "GET /props": {"capabilities", "decisions", "decisions.mode", "llamaq_version"},
+    "GET /props": {"capabilities", "decisions", "decisions.mode", "llamaq_version",
+                   *FIT_KEYS},
     "GET /slots": set(),
     "POST /completion": set(),
     "POST /v1/chat/completions": set(),
 }
 """llamaq's own keys (docs/endpoints.md, "Keys of our own"): what a model serves
-(`capabilities`), how it serves /v1/systemone (`decisions`), its version."""
+(`capabilities`), how it serves /v1/systemone (`decisions`), its version, what --fit decided
+(`fit`)."""
 
 
 @pytest.fixture(scope="module")

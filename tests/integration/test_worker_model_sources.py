@@ -209,3 +209,56 @@ def test_hf_pulls_the_repos_mmproj_unless_told_not_to(redis_url: str, tmp_path: 
     assert host.gets("mmproj-gemma-3-270m-F16.gguf") == 1  # the second run: none asked
     stored = tmp_path / "store" / "models" / "hf" / repo / "mmproj-gemma-3-270m-F16.gguf"
     assert stored.read_bytes() == tiny_mmproj_path.read_bytes()
+
+
+def test_mmproj_url_downloads_the_projector_once(redis_url: str, tmp_path: Path,
+                                                 gemma_path: Path,
+                                                 tiny_mmproj_path: Path) -> None:
+    """-mmu: the projector comes from a URL (cached and stored as -mu's files), a worker that
+    restarts on the same store asks nothing again."""
+    host = ModelHost()
+    host.add("files/mmproj-tiny.gguf", tiny_mmproj_path.read_bytes())
+    with serve(host):
+        for round_no in (1, 2):
+            work = tmp_path / f"round{round_no}"
+            fleet = Fleet(redis_url, work, ["-m", str(gemma_path), "--alias", "mmu",
+                                            "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(work / "cache")],
+                          logs=work / "logs")
+            try:
+                fleet.add_worker("-c", "1024", "-np", "1", "-t", "2",
+                                 "-mmu", f"{host.url}/files/mmproj-tiny.gguf")
+                api = fleet.add_api()
+                fleet.wait_healthy(api, timeout=180)
+                props = httpx.get(f"{api}/props", timeout=30).json()
+                assert props["modalities"]["vision"] is True
+            finally:
+                fleet.stop()
+    assert host.gets("mmproj-tiny.gguf") == 1
+
+
+def test_an_adapter_from_the_hub(redis_url: str, tmp_path: Path, gemma_path: Path) -> None:
+    """`--lora hf://<user>/<repo>/<file>`: the adapter comes from the Hub through the store, as
+    -hf's model files do; GET /lora-adapters names it by that source."""
+    from tests.tiny_lora import write_lora
+
+    adapter = write_lora(tmp_path / "adapter.gguf")
+    repo = "org/tiny-lora-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/lora-gemma3.gguf", adapter.read_bytes())
+    source = f"hf://{repo}/lora-gemma3.gguf"
+    with serve(host):
+        fleet = Fleet(redis_url, tmp_path, ["-m", str(gemma_path), "--alias", "hub-lora",
+                                            "--store-url", str(tmp_path / "store"),
+                                            "--cache-dir", str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+        try:
+            fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "--lora", source)
+            api = fleet.add_api()
+            fleet.wait_healthy(api, timeout=180)
+            [info] = httpx.get(f"{api}/lora-adapters", timeout=30).json()
+            assert info["path"] == source and info["scale"] == 1.0
+        finally:
+            fleet.stop()
+    stored = tmp_path / "store" / "models" / "hf" / repo / "lora-gemma3.gguf"
+    assert stored.read_bytes() == adapter.read_bytes()

@@ -68,11 +68,11 @@ def test_a_slots_cache_serves_only_its_own_set() -> None:
     assert sets.claim(kv, slots, slots[0], a) == [slots[0]]  # unknown set: dropped
     assert kv.removed == [0] and slots[0].tokens == []
     slots[0].tokens[:] = [1, 2, 3]
-    assert sets.usable(job((0, 1.0)), slots[0]) and not sets.usable(job((1, 1.0)), slots[0])
+    assert sets.usable(a, slots[0]) and not sets.usable(b, slots[0])
     sets.claim(kv, slots, slots[1], b)
     assert sets.claim(kv, slots, slots[0], a) == [slots[0]] and slots[0].tokens == [1, 2, 3]
     sets.forget(0)  # a restored snapshot: its set is unknown
-    assert not sets.usable(job((0, 1.0)), slots[0])
+    assert not sets.usable(a, slots[0])
 
 
 def test_without_adapters_nothing_changes() -> None:
@@ -81,4 +81,4 @@ def test_without_adapters_nothing_changes() -> None:
     runs = [Run(s) for s in slots]
     assert sets.claim(FakeKv(), slots, slots[0], ()) is slots
     assert sets.step_group(runs, True) == runs and sets.decisions_turn()
-    assert sets.usable(job(), slots[0])
+    assert sets.usable(sets.of(job()), slots[0])

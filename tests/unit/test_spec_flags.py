@@ -115,18 +115,17 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_SPEC_TYPE",
-                "LLAMA_ARG_MMPROJ_URL"):
+                "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_MMPROJ_URL", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_TYPE"}
 
 
-OFF_FORMS = [["--spec-type", "none"], ["--fit", "off"], ["--no-log-jsonl"],
+OFF_FORMS = [["--spec-type", "none"], ["--moe-cache-mib", "0"], ["--no-log-jsonl"],
              ["--log-colors", "off"], ["--spec-type=none"]]
-OFF_ENVS = [{"LLAMA_ARG_SPEC_TYPE": "none"}, {"LLAMA_ARG_CPU_MOE": "0"},
-            {"LLAMA_ARG_FIT": "off"}]
+OFF_ENVS = [{"LLAMA_ARG_SPEC_TYPE": "none"}, {"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
@@ -140,8 +139,8 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--spec-type", "ngram-mod"], {}), (["--fit", "on"], {}),
-                          ([], {"LLAMA_ARG_FIT": "on"}),
+    for argv, environ in ((["--spec-type", "ngram-mod"], {}), (["--moe-cache-mib", "512"], {}),
+                          ([], {"LLAMA_ARG_MOE_CACHE_MIB": "512"}),
                           ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
@@ -150,7 +149,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--fit", "off", "-c", "64", "--spec-type=none", "--port", "1",
+    parts = split_args(["--moe-cache-mib", "0", "-c", "64", "--spec-type=none", "--port", "1",
                         "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
     assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
@@ -225,8 +224,8 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--mmproj-url", "m"], "--mmproj-url is not supported"),
-    (["--fit", "on"], "--fit is not supported"),
+    (["--video-fps", "2"], "--video-fps is not supported"),
+    (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
     (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
     (["-c"], "-c expects a value"),
 ])
@@ -246,7 +245,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
     ["api", "--mmproj", "m"],
-    ["worker", "--fit", "on"],
+    ["worker", "--moe-cache-mib", "512"],
     ["scheduler", "--models-preset", "p.ini"],
     ["api", "-c", "4096"],
     ["worker", "--api-key", "k"],

@@ -4,12 +4,20 @@ which streams its events; the job ends when its last event is on Redis."""
 from __future__ import annotations
 
 import asyncio
+import logging
+
+from redis.exceptions import RedisError
 
 from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, NotSupported
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import Continuation, ErrorEvent
+from worker.engine import Engine
 from worker.jobs.parts import HandBack, WorkerParts
+from worker.kv_tier import KvTier, TierPlan
+from worker.slots import common_prefix
+
+log = logging.getLogger(__name__)
 
 DECISIONS_ONLY = ("This model serves only /v1/systemone: it is a {family} decision model, text "
                   "generation is not available")
@@ -37,6 +45,9 @@ async def run(parts: WorkerParts, job: CompletionJob,
     except LlamaqError as error:
         parts.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return
+    if parts.kv_tier is not None and request.media is None and request.cache_prompt \
+            and not parts.model.adapters.adapters:
+        request.tier = await tier_plan(parts.kv_tier, engine, request.prompt_tokens)
     if parts.draining:
         request.sampler.free()
         raise HandBack()
@@ -49,6 +60,16 @@ async def run(parts: WorkerParts, job: CompletionJob,
     except asyncio.CancelledError:
         engine.cancel(job.job_id)
         raise
+
+
+async def tier_plan(tier: KvTier, engine: Engine, prompt: list[int]) -> TierPlan | None:
+    """The KV tier's part in a request; a Redis or store problem only costs the tier."""
+    cached = max((common_prefix(list(slot.tokens), prompt) for slot in engine.slots), default=0)
+    try:
+        return await tier.plan(prompt, cached)
+    except RedisError as error:
+        log.warning("kv tier: lookup failed (%s): prefilled instead", error)
+        return None
 
 
 def quick_to_prepare(parts: WorkerParts, job: CompletionJob) -> bool:

@@ -38,6 +38,7 @@ from scheduler.registry import Registry, WorkerInfo
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
+from worker.kv_tier import KvTier, file_sha256, fingerprint
 from worker.media import media_marker
 from worker.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_adapters, fetch_model
@@ -98,7 +99,7 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                 model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
-                                            adapter_files, marker)
+                                            adapter_files, marker, caps is not None)
             try:
                 await WorkerRuntime(settings, redis, model, caps).run(pool, stop)
             finally:
@@ -128,6 +129,25 @@ def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | Non
         return decision_caps(model_path, prompted)
     except DecisionMetaError as error:
         raise ModelLoadError(f"{model_path.name}: {error}") from None
+
+
+def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTier | None:
+    """--kv-store: the fleet-wide KV tier of this model (worker/kv_tier.py), fed by the
+    engine's prefix states; off with control vectors (they change every state)."""
+    if settings.control_vector or settings.control_vector_scaled:
+        log.warning("kv tier off: control vectors change the KV states it would share")
+        return None
+    model, engine = parts.model, parts.engine
+    model_sha = file_sha256(model.path, settings.model_cache_dir())
+    tier = KvTier(redis, settings.store_url, settings.s3_endpoint_url, settings.model_id(),
+                  fingerprint(model_sha, model.plan, model.n_ctx_slot), settings.kv_store_block,
+                  settings.kv_store_min, settings.kv_store_max * 1024 * 1024,
+                  lambda: parts.engine.speed.s_per_token)  # the engine of the moment
+    loop = asyncio.get_running_loop()
+    engine.on_tier_state = lambda tokens, data: tier.save_from_thread(loop, tokens, data)
+    log.info("kv tier on: fingerprint %s, blocks of %d tokens from %d", tier.fingerprint,
+             tier.block, tier.min_tokens)
+    return tier
 
 
 def family_prompter(caps: DecisionCaps | None,
@@ -164,6 +184,8 @@ class WorkerRuntime:
             embedder=Embedder(model) if embedding else None,
             decision_caps=None if embedding else caps,
             decision_prompter=None if embedding else family_prompter(caps, model))
+        if settings.kv_store and not embedding:
+            self.parts.kv_tier = kv_tier(settings, redis, self.parts)
         if self.parts.decision_caps is not None and model.adapters.adapters:
             raise ModelLoadError("--lora is not built for a worker that serves decisions "
                                  "(--decisions or a decision model)")
@@ -187,7 +209,7 @@ class WorkerRuntime:
             default_settings=parts.engine.default_settings(), started_at=time.time(),
             embedding=parts.embedder is not None,
             pooling=parts.embedder.pooling if parts.embedder else None,
-            build_info=llama_build_info()))
+            build_info=llama_build_info(), fit=model.fitted))
         registry = Registry(parts.redis)
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()

@@ -81,12 +81,14 @@ def reload_engine(parts: WorkerParts) -> None:
     projector = parts.model.projector
     model = load_model(parts.settings, parts.model.path,
                        adapter_files=parts.model.adapter_files,
-                       marker=projector.marker if projector is not None else None)
+                       marker=projector.marker if projector is not None else None,
+                       serves_decisions=parts.decision_caps is not None)
     model.adapters.set_scales(parts.model.adapters.scales)  # as the fleet last set them
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
                         parts.publisher)
     engine.metrics = old.metrics
     engine.on_slots_changed = old.on_slots_changed
+    engine.on_tier_state = old.on_tier_state
     engine.start()
     if parts.embedder is not None:  # an embedding or rerank worker: its embedder too
         embedder = Embedder(model)

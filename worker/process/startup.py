@@ -10,27 +10,36 @@ and builds the worker whole.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+from scheduler.registry import FitMemory, FitReport
 from worker import flags
 from worker.compute_threads import wait_policy_by_hand
 from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
+from worker.devices import DeviceError, parse_devices
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
+from worker.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
 from worker.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
-from worker.model import ContextPlan, LoadedModel, ModelLoadError, default_threads
+from worker.memory_probe import MemoryProbe, load_probe
+from worker.model import ContextPlan, LoadedModel, ModelLoadError, context_params, default_threads
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
+from worker.tensor_overrides import Placement
+
+log = logging.getLogger(__name__)
 
 
 def embedding_mode(settings: WorkerSettings) -> bool:
@@ -57,8 +66,9 @@ def embedding_batch(settings: WorkerSettings) -> int:
     return min(settings.batch_size, settings.ubatch_size)
 
 
-def context_plan(s: WorkerSettings) -> ContextPlan:
-    """The shared context's layout from the flags (llama-server's rules)."""
+def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPlan:
+    """The shared context's layout from the flags (llama-server's rules); `serves_decisions`:
+    decision jobs share its batches (several logits per sequence)."""
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
@@ -71,29 +81,47 @@ def context_plan(s: WorkerSettings) -> ContextPlan:
         # Prefix reuse on sliding-window models goes through context checkpoints
         # (worker/checkpoints.py); a decision's branches go back and forth over a prefix,
         # which only a full-size SWA cache allows.
-        swa_full=s.swa_full or s.decisions,
+        swa_full=s.swa_full or s.decisions or serves_decisions,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
+        n_outputs_max=0 if embedding or serves_decisions else n_slots,
     )
 
 
 def load_model(s: WorkerSettings, path: Path,
                on_load_progress: Callable[[float], None] | None = None,
                adapter_files: Mapping[str, Path] | None = None,
-               marker: str | None = None) -> LoadedModel:
+               marker: str | None = None, serves_decisions: bool = False) -> LoadedModel:
     """The model file at `path` (worker/model_source.py fetched it) and its one context,
     laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
     control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
     sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
-    this process's own) (blocking: call it off the event loop). `on_load_progress` gets the
+    this process's own); `serves_decisions`: decision jobs share its batches (several logits
+    per sequence) (blocking: call it off the event loop). `on_load_progress` gets the
     load's progress, 0..1, from this thread."""
     files = dict(adapter_files or {})
+    try:
+        placement = flags.placement(s)
+    except DeviceError as error:
+        raise ModelLoadError(str(error)) from None
     embedding = embedding_mode(s)
-    plan = context_plan(s)
+    plan = context_plan(s, serves_decisions)
     callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
+
+    def tune_context(params: Any) -> None:
+        flags.tune_context(params, s)
+        if embedding:
+            tune_embedding_context(params, s)
+
+    fitted = FitOutcome(plan, None, None)
+    if s.fit == "on":
+        fitted = fit_to_memory(s, path, plan, placement, tune_context)
 
     def tune_model(params: lc.llama_model_params) -> None:
         flags.tune_model(params, s)
+        placement.apply(params)
+        if fitted.n_gpu_layers is not None:
+            params.n_gpu_layers = fitted.n_gpu_layers
         if on_load_progress is not None:
             report = on_load_progress
 
@@ -104,12 +132,8 @@ def load_model(s: WorkerSettings, path: Path,
             callbacks.append(lc.llama_progress_callback(progress))
             params.progress_callback = callbacks[-1]
 
-    def tune_context(params: Any) -> None:
-        flags.tune_context(params, s)
-        if embedding:
-            tune_embedding_context(params, s)
-
-    model = LoadedModel(path, plan, tune_model, tune_context)
+    model = LoadedModel(path, fitted.plan, tune_model, tune_context)
+    model.fitted = fitted.report
     try:
         specs = adapter_specs(s.lora, s.lora_scaled, s.lora_init_without_apply)
         model.adapters = LoraAdapters.load(model.model, model.vocab, specs, files)
@@ -132,11 +156,85 @@ def load_model(s: WorkerSettings, path: Path,
     return model
 
 
+@dataclass(frozen=True)
+class FitOutcome:
+    plan: ContextPlan
+    n_gpu_layers: int | None
+    """The layers to offload when the fit chose them."""
+    report: FitReport | None
+
+
+def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: Placement,
+                  tune_context: Callable[[lc.llama_context_params], None]) -> FitOutcome:
+    """--fit on (worker/fit.py), on llama.cpp's own projections (worker/memory_probe.py);
+    nothing is measured when nothing could change (-c set, and -ngl set or no device)."""
+    lib = load_probe()
+    if lib is None:
+        log.warning("--fit: there is no memory probe (it needs a C++ compiler once, see "
+                    "docs/deployment.md): the arguments stay as given, as with -fit off")
+        return FitOutcome(plan, None, None)
+
+    def model_params() -> lc.llama_model_params:
+        params = lc.llama_model_default_params()
+        flags.tune_model(params, s)
+        placement.apply(params)
+        return params
+
+    def context_of(n_ctx: int) -> lc.llama_context_params:
+        params = context_params(replace(plan, n_ctx=n_ctx))
+        tune_context(params)
+        return params
+
+    probe = MemoryProbe(lib, path, model_params, context_of)
+    shape = probe.shape()
+    layers_auto = s.n_gpu_layers == "auto"
+    if plan.n_ctx != 0 and not (shape.n_devices and layers_auto):
+        return FitOutcome(plan, None, FitReport(
+            enabled=True, fits=True, n_ctx=plan.n_ctx, note="nothing to fit: -c is set, and "
+            + ("-ngl is set" if shape.n_devices else "there is no offload device")))
+    n_ctx_given = "ctx_size" in s.model_fields_set
+    request = FitRequest(
+        n_ctx=plan.n_ctx, n_ctx_train=shape.n_ctx_train,
+        n_streams=1 if plan.kv_unified else plan.n_slots,
+        n_ctx_min=ALL_CONTEXT if n_ctx_given and plan.n_ctx == 0 else s.fit_ctx,
+        margins=s.fit_margins(shape.n_devices), n_layer=shape.n_layer, layers_auto=layers_auto)
+    result = fit(request, probe.measure)
+    report = fit_report(result)
+    (log.info if result.fits else log.warning)("--fit: %s (n_ctx %d%s)", result.note,
+                                                result.n_ctx, "" if result.n_gpu_layers is None
+                                                else f", {result.n_gpu_layers} layers offloaded")
+    return FitOutcome(replace(plan, n_ctx=result.n_ctx), result.n_gpu_layers, report)
+
+
+def fit_report(result: FitResult) -> FitReport:
+    """The fit's outcome as the registry shows it, in MiB."""
+    projection = result.projection
+    memory = [FitMemory(device=d.name, free_mib=d.free // MiB, total_mib=d.total // MiB,
+                        model_mib=d.use.model // MiB, context_mib=d.use.context // MiB,
+                        compute_mib=d.use.compute // MiB) for d in projection.devices]
+    host = projection.host
+    memory.append(FitMemory(device="host", free_mib=(projection.host_total - host.total) // MiB,
+                            total_mib=projection.host_total // MiB, model_mib=host.model // MiB,
+                            context_mib=host.context // MiB, compute_mib=host.compute // MiB))
+    return FitReport(enabled=True, fits=result.fits, n_ctx=result.n_ctx,
+                     n_gpu_layers=result.n_gpu_layers, note=result.note, memory=memory)
+
+
 def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
                    marker: str | None = None) -> Projector:
     """-mm/--mmproj on the loaded model (worker/media.py)."""
     assert s.mmproj is not None
-    options = ProjectorOptions(offload=s.mmproj_offload, n_threads=threads,
+    offload, device = s.mmproj_offload, None
+    chosen = s.mmproj_device or (s.devices if offload else None)  # it follows -dev (llama.cpp)
+    if chosen is not None:  # -mmdev: none, or exactly one device (llama-server's)
+        try:
+            devices = parse_devices(chosen)
+        except DeviceError as error:
+            raise ProjectorLoadError(str(error)) from None
+        if len(devices) > 1 and s.mmproj_device is not None:
+            raise ProjectorLoadError("only one device may be specified for mmproj")
+        offload, device = bool(devices), devices[0].handle if devices else None
+    options = ProjectorOptions(offload=offload, device=device, n_threads=threads,
                                image_min_tokens=s.image_min_tokens,
                                image_max_tokens=s.image_max_tokens,
                                batch_max_tokens=s.mtmd_batch_max_tokens)

@@ -55,6 +55,7 @@ async def _workers_json(fleet: Fleet, settings: ApiSettings,
             "n_slots": worker.n_slots,
             "n_ctx_slot": worker.n_ctx_slot,
             "started_at": worker.started_at,
+            "fit": worker.fit.model_dump() if worker.fit else None,
             "slots": slots,
             "metrics": counters[0].model_dump() if counters else None,
         })

@@ -118,6 +118,7 @@ async def props(request: Request) -> HTTPResponse:
         "decisions": _decisions_json(first.meta),
         "build_info": first.build_info,
         "llamaq_version": llamaq_version(),
+        **({"fit": first.fit.model_dump()} if first.fit else {}),
         "is_sleeping": fleet_sleeping(workers),
         "ui": settings.ui,
         "ui_settings": request.app.ctx.ui_settings,
