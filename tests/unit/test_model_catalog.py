@@ -149,7 +149,7 @@ def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
                "mmproj-auto": "false", "spec-type": "none"}
     assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096", "-cram", "0",
                                     "--no-mmproj", "--no-mmproj"]  # a worker switch (issue 28)
-    assert preset_argv({"LLAMA_ARG_FIT": "on"}) == ["-fit"]  # refused by name
+    assert preset_argv({"LLAMA_ARG_MOE_CACHE_MIB": "512"}) == ["--moe-cache-mib"]  # refused
     assert preset_argv({"mmproj-auto": "true"}) == ["--mmproj-auto"]
     api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)
     assert (api.chat_template, api.jinja, api.reasoning_format) == ("chatml", False, "none")
