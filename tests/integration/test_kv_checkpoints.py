@@ -123,6 +123,7 @@ def test_cache_n_is_at_least_llama_servers(gemma: LoadedModel, gemma_path: Path,
     finally:
         server.terminate()
         server.wait(timeout=30)
+    print(f"cache_n: llamaq {ours}, llama-server {theirs}")
     assert all(o >= t for o, t in zip(ours, theirs, strict=True)), (ours, theirs)
     assert ours[1] > 0
 
