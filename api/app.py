@@ -12,7 +12,7 @@ import time
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse
 
-from api.auth import check_api_key, load_api_keys
+from api.auth import is_public, load_api_keys, request_tenant
 from api.batch.driver import BatchDriver
 from api.chat.templates import validate_chat_template_setting
 from api.cors import add_allow_origin, preflight
@@ -25,10 +25,13 @@ from api.fleet import Fleet
 from api.router import ModelRouter
 from api.sanic_app import HARD_STOP_MARGIN_S, ApiApp, ApiRequest, exit_by_force_after
 from api.settings import ApiSettings
+from api.tenants.config import UNLIMITED
+from api.tenants.service import CURRENT, TenantDirectory, TenantService
 from api.tools.service import ToolsConfig, ToolsService
-from scheduler.contract.errors import Unavailable
+from scheduler.contract.errors import AuthenticationFailed, LlamaqError, Unavailable
 from scheduler.contract.limits import largest_body_limit
 from scheduler.supervise import exit_when_done
+from scheduler.tenant_limits import TenantLimits
 from storage import open_store
 from storage.lazy import LazyStore
 
@@ -69,9 +72,14 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
     app.ctx.draining = False
     app.ctx.ui_settings = ui_defaults(settings)  # and unreadable --ui-config JSON
     api_keys = load_api_keys(settings.api_key, settings.api_key_file)
-    app.ctx.refuses_key = lambda request: check_api_key(request, api_keys,
-                                                        settings.api_prefix) is not None
-    app.ctx.api_keys = api_keys
+    try:  # a --tenants file that does not read or is bad stops the start
+        directory = TenantDirectory(api_keys, settings.tenants, settings.s3_endpoint_url)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    app.ctx.tenant_directory = directory
+    app.ctx.refuses_key = lambda request: request_tenant(request, directory,
+                                                         settings.api_prefix) is None
+    app.ctx.api_keys = api_keys if not directory.enabled else frozenset({"(tenants)"})
     tools_config = tools_config_of(settings)  # a bad --tools, runtime or MCP config stops it
     app.ctx.tools = None
 
@@ -80,12 +88,18 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         app.ctx.fleet = await Fleet.connect(redis_url, float(settings.timeout),
                                             settings.queue_max, settings.n_probs_max,
                                             settings.prefix_affinity,
-                                            settings.coalesce_embeddings,
+                                            # one job per tenant: no coalescing
+                                            settings.coalesce_embeddings
+                                            and not directory.enabled,
                                             max(0, settings.migration_limit))
         exit_when_done(app.ctx.fleet.hub.reader, "event hub", _exit_for_restart)
+        app.ctx.tenants = TenantService(directory, TenantLimits(app.ctx.fleet.redis))
+        renewing = asyncio.create_task(app.ctx.tenants.renew_forever())
+        exit_when_done(renewing, "tenant holds renewal", _exit_for_restart)
         app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
                                                      settings.s3_endpoint_url))
-        app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store)
+        app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store,
+                                           app.ctx.tenants)
         driving = asyncio.create_task(app.ctx.batch_driver.run())
         exit_when_done(driving, "batch driver", _exit_for_restart)
         if tools_config is not None:
@@ -123,6 +137,11 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
+        def on_hangup() -> None:  # the --tenants file again (off the loop: it may be on S3)
+            app.add_task(asyncio.to_thread(directory.reload))
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
     async def drain_then_stop(app: Sanic) -> None:
         await app.ctx.batch_driver.close()  # another pod takes its batches over at once
@@ -154,9 +173,24 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
                                               retry_after_s=1))
         if preflight_response := preflight(request, settings):
             return preflight_response
+        service: TenantService = app.ctx.tenants
         if is_ui_route(request):  # the web UI's page and assets
+            request.ctx.tenant = service.scope(UNLIMITED)
             return None
-        return check_api_key(request, api_keys, settings.api_prefix)
+        tenant = request_tenant(request, directory, settings.api_prefix)
+        if tenant is None:
+            return error_response(AuthenticationFailed("Invalid API Key"))
+        scope = service.scope(tenant)
+        request.ctx.tenant = scope
+        if directory.enabled:  # this request's task: the job client meters and limits it
+            CURRENT.set(scope)
+        if directory.enabled and request.method != "OPTIONS" \
+                and not is_public(request.path, settings.api_prefix):
+            try:
+                await scope.take_request()
+            except LlamaqError as error:
+                return error_response(error)
+        return None
 
     @app.on_request
     async def route_by_model(request: Request) -> None:

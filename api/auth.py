@@ -9,6 +9,8 @@ from sanic.response import HTTPResponse
 
 from api.errors import error_response
 from api.settings import read_key_file
+from api.tenants.config import UNLIMITED, Tenant
+from api.tenants.service import TenantDirectory
 from scheduler.contract.errors import AuthenticationFailed
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
@@ -50,3 +52,13 @@ def check_api_key(request: Request, keys: frozenset[str],
     if key_matches(presented_key(request), keys):
         return None
     return error_response(AuthenticationFailed("Invalid API Key"))
+
+
+def request_tenant(request: Request, directory: TenantDirectory,
+                   api_prefix: str = "") -> Tenant | None:
+    """The tenant of the request's key; the default tenant for a request that needs none
+    (OPTIONS, /health, or no key configured); None for a wrong or missing key (401)."""
+    if not directory.auth_on or request.method == "OPTIONS" or is_public(request.path,
+                                                                          api_prefix):
+        return UNLIMITED
+    return directory.by_key(presented_key(request))

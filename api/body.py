@@ -3,6 +3,7 @@ limits (size per route, nesting depth, NaN/Infinity, lone UTF-16 surrogates) are
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -31,11 +32,22 @@ def _finite(text: str) -> float:
     return value
 
 
-def load_json(raw: bytes) -> Any:
+OFF_LOOP_BYTES = 1 << 20
+"""A JSON body at least this big is parsed in a thread as soon as it has arrived."""
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def load_json(raw: bytes, *, yielding: bool = False) -> Any:
     """Parse JSON as llama-server's parser reads it: NaN and Infinity are not JSON, numbers
-    must fit a double, strings must be valid Unicode; and no deeper than MAX_JSON_DEPTH."""
+    must fit a double, strings must be valid Unicode; and no deeper than MAX_JSON_DEPTH.
+    `yielding` (in a thread): a Python call for every object, so that the parser (C code,
+    which holds the GIL) lets the event loop's thread run every few milliseconds."""
     try:
-        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite,
+                           object_hook=_same if yielding else None)
     except RecursionError:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
@@ -92,9 +104,36 @@ def raw_body(request: Request) -> bytes:
     return raw
 
 
+async def parse_ahead(request: Request) -> None:
+    """A big JSON body parsed (and its shape checked) in a thread, not on the event loop (a
+    32 MiB body of small objects takes seconds); the result, or its error, waits for
+    `json_body`. Called once the body has arrived (api/sanic_app.py)."""
+    raw = request.body or b""
+    if len(raw) < OFF_LOOP_BYTES or raw.lstrip()[:1] not in (b"{", b"["):
+        return
+    try:
+        value: Any = await asyncio.to_thread(load_json, raw, yielding=True)
+    except InvalidRequest as error:
+        value = error
+    request.ctx.parsed_ahead = (raw, value)
+
+
+def parsed_json(request: Request, raw: bytes, keep: bool = False) -> Any:
+    """The body's JSON: what `parse_ahead` found for these very bytes (then forgotten unless
+    `keep`: a handler may change what it gets), else parsed now."""
+    ahead = getattr(request.ctx, "parsed_ahead", None)
+    if ahead is None or ahead[0] is not raw:
+        return load_json(raw) if raw.strip() else None
+    if not keep:
+        request.ctx.parsed_ahead = None
+    if isinstance(ahead[1], InvalidRequest):
+        raise ahead[1]
+    return ahead[1]
+
+
 def json_body(request: Request) -> dict[str, Any]:
     raw = raw_body(request)
-    body = load_json(raw) if raw.strip() else None
+    body = parsed_json(request, raw)
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object")
     return body

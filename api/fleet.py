@@ -14,10 +14,11 @@ from redis.asyncio import Redis
 from api.embedding_batcher import EmbeddingBatcher
 from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
+from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
-from scheduler.connections import arq_settings, open_redis
+from scheduler.connections import COMMAND_TIMEOUT_S, arq_settings, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
@@ -51,12 +52,20 @@ class CheckedJobClient(JobClient):
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
+        """Under a tenant (api/tenants/service.py CURRENT): admitted by its limits (429),
+        its tokens metered, a `batch` tenant's job in the background lane."""
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
-        async with super().submit(job, queue) as events:
+        scope = CURRENT.get()
+        if scope is None:
+            async with super().submit(job, queue) as events:
+                yield events
+            return
+        async with scope.job(job) as meter, super().submit(job, queue) as events:
+            events.on_event = meter.on_event
             yield events
 
     @contextlib.asynccontextmanager
@@ -94,7 +103,7 @@ class Fleet:
                       migration_limit: int = 0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
-        redis = open_redis(redis_url)
+        redis = open_redis(redis_url, COMMAND_TIMEOUT_S)  # a frozen Redis: errors, not hangs
         arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
                                 job_deserializer=deserialize_job)
         hub = EventHub(redis)

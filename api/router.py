@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sanic import Request
 
-from api.body import load_json, raw_body
+from api.body import parsed_json, raw_body
 from api.settings import ApiSettings
 from scheduler.catalog import Catalog, CatalogError, CatalogSources, ModelEntry, load_catalog
 from scheduler.contract import keys
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 READY_POLL_S = 0.2
 RELAY_RETRY_S = 1.0
+RELAY_POLL_S = 1.0
 STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
@@ -139,7 +140,7 @@ class ModelRouter:
                     or request.route is None):
                 return None
             raw = raw_body(request)
-            body = load_json(raw) if raw.strip() else None
+            body = parsed_json(request, raw, keep=True)
             name = body.get("model") if isinstance(body, dict) else None
             if path in ARG_ROUTED_POST:
                 name = request.args.get("model")
@@ -259,8 +260,9 @@ class ModelRouter:
             pubsub = redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(keys.MODELS_CHANNEL)
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
+                while True:  # polled: the client's reply timeout is not an idle channel's
+                    message = await pubsub.get_message(timeout=RELAY_POLL_S)
+                    if message is not None and message.get("type") == "message":
                         await self._deliver(message["data"])
             except RedisError as error:
                 log.warning("model events: lost Redis (%s); resubscribing", error)

@@ -17,6 +17,7 @@ import time
 
 from sanic import Request, Sanic
 
+from api.body import parse_ahead
 from scheduler.contract.errors import AuthenticationFailed, InvalidRequest
 
 
@@ -37,6 +38,7 @@ class ApiRequest(Request):  # type: ignore[type-arg]
         except TimeoutError:
             raise InvalidRequest(f"the request body did not arrive within {timeout:g} s "
                                  "(--body-timeout)", status=408) from None
+        await parse_ahead(self)  # a big JSON body: parsed off the event loop
 
 
 class ApiApp(Sanic):  # type: ignore[type-arg]

@@ -67,6 +67,12 @@ class ApiSettings(RoleSettings):
     api_key_file: str | None = flag(None, "--api-key-file", env="LLAMA_ARG_API_KEY_FILE",
                                     help="path to file containing API keys, one per line; "
                                     "lines starting with a hash are comments")
+    tenants: str | None = flag(None, "--tenants", env="LLAMAQ_TENANTS",
+                               help="ours: JSON file (a path or s3://bucket/key) of tenants: "
+                               "each one's name, keys and limits (max_concurrent, "
+                               "requests_per_minute, tokens_per_minute, priority, "
+                               "max_file_bytes, max_stored_bytes, admin); re-read on SIGHUP; "
+                               "--api-key's keys are the tenant 'default' (docs/tenants.md)")
     cors_origins: list[str] = flag(["*"], "--cors-origins", env="LLAMA_ARG_CORS_ORIGINS",
                                    help="comma-separated list of allowed origins for CORS "
                                    "('localhost': reflect the Origin only if it is localhost)")
@@ -183,6 +189,18 @@ class ApiSettings(RoleSettings):
     models_max: int = flag(4, "--models-max", env="LLAMA_ARG_MODELS_MAX",
                            help="for router server, maximum number of models loaded at once "
                            "across the fleet (0 = unlimited); the least recently used unloads")
+    models_download_max_bytes: int = flag(64 << 30, "--models-download-max-bytes",
+                                          env="LLAMAQ_MODELS_DOWNLOAD_MAX_BYTES",
+                                          help="ours: POST /models refuses a model whose files "
+                                          "(with its sidecars) are larger, in bytes "
+                                          "(0 = no cap)")
+    models_allow: list[str] = flag([], "--models-allow", env="LLAMAQ_MODELS_ALLOW",
+                                   help="ours: Hugging Face repos POST /models may download, "
+                                   "comma-separated shell patterns (`ggml-org/*`); empty: any")
+    models_downloads_max: int = flag(2, "--models-downloads-max",
+                                     env="LLAMAQ_MODELS_DOWNLOADS_MAX",
+                                     help="ours: POST /models downloads running at once, "
+                                     "fleet-wide; past it 503 with Retry-After (0 = no bound)")
     models_autoload: bool = flag(True, "--models-autoload", env="LLAMA_ARG_MODELS_AUTOLOAD",
                                  negative=("--no-models-autoload",),
                                  help="for router server, whether to automatically load models")

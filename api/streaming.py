@@ -69,10 +69,13 @@ async def resume_of(request: Request, fleet: Fleet,
     """The stream a `Last-Event-ID` header resumes (404 when unknown or expired), or a new
     record holding the ids minted for this response."""
     header = request.headers.get("Last-Event-ID")
+    tenant = request.ctx.tenant
     if not header:
-        return Resume(StreamRecord(route=request.path, minted=minted or {}))
+        return Resume(StreamRecord(route=request.path, minted=minted or {},
+                                   tenant=tenant.name))
     event_id = EventId.parse(header)
     record = await StreamRecords(fleet.redis).load(event_id, request.path)
+    tenant.check_owner(record.tenant, f"unknown or expired Last-Event-ID {header!r}")
     return Resume(record, event_id.counts)
 
 

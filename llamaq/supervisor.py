@@ -1,5 +1,6 @@
 """`llamaq up`'s process supervision: restart a dead worker with backoff (and say why it
-died), stop everything whole on SIGTERM/SIGINT."""
+died), stop everything whole on SIGTERM/SIGINT, hand SIGHUP to the api pod (it reads its
+--tenants file again)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,14 @@ class Supervisor:
         def stop(*_: object) -> None:
             self._stopping = True
 
+        def hang_up(*_: object) -> None:
+            for child in self._children:
+                if child.name == "api" and child.process.poll() is None:
+                    child.process.send_signal(signal.SIGHUP)
+
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, hang_up)
 
     def adopt(self, child: Child) -> None:
         self._children.append(child)

@@ -47,13 +47,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from arq.constants import in_progress_key_prefix
-from arq.utils import timestamp_ms
 from pydantic import BaseModel, ValidationError
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob, PromptPiece
-from scheduler.redis_clock import recent
+from scheduler.redis_clock import LUA_NOW_MS, recent
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""
@@ -295,12 +294,13 @@ class PrefixRouter:
             del self.pending[worker_id]
 
 
-MOVE_TO_SHARED = """
--- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, now (ms),
--- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it.
+MOVE_TO_SHARED = LUA_NOW_MS + """
+-- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, (unused),
+-- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it
+-- (scored with Redis's now).
 if redis.call('EXISTS', ARGV[3] .. ARGV[1]) == 1 then return 0 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[2], now_ms, ARGV[1])
 return 1
 """
 
@@ -311,7 +311,7 @@ async def move_to_shared(redis: Redis, model_id: str, worker_id: str, job_id: st
     shared = keys.slot_queue(model_id)
     moved = await redis.eval(  # type: ignore[misc]
         MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
-        str(timestamp_ms()), in_progress_key_prefix)
+        "0", in_progress_key_prefix)
     if moved:
         await redis.publish(keys.wake_channel(shared), b"1")
     return bool(moved)

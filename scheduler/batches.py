@@ -112,6 +112,8 @@ class BatchRecord(BaseModel):
     """Driver runs that ended in an error (the store down, a full disk): each waits longer
     before the next (`retry_at`); past MAX_FAILED_RUNS the batch fails. Not on the wire."""
     retry_at: float = 0.0
+    owner: str = "default"
+    """The tenant that made it (--tenants). Not on the wire."""
 
     @property
     def final(self) -> bool:
@@ -119,7 +121,8 @@ class BatchRecord(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json",
-                               exclude={"plan", "fleet_model", "failed_runs", "retry_at"})
+                               exclude={"plan", "fleet_model", "failed_runs", "retry_at",
+                                        "owner"})
 
 
 MAX_FAILED_RUNS = 10
@@ -212,21 +215,33 @@ class Batches:
                 except WatchError:
                     continue
 
-    async def page(self, after: str | None, limit: int) -> tuple[list[BatchRecord], bool]:
-        """Newest first; `after` is the id of the last batch of the previous page."""
+    async def page(self, after: str | None, limit: int,
+                   owner: str | None = None) -> tuple[list[BatchRecord], bool]:
+        """Newest first; `after` is the id of the last batch of the previous page; `owner`:
+        only that tenant's batches."""
         start = 0
         if after:
             rank = await self._redis.zrevrank(keys.BATCHES, after)
             if rank is None:
                 raise NotFound(f"No batch found with id '{after}'")
             start = rank + 1
-        ids = await self._redis.zrevrange(keys.BATCHES, start, start + limit)
-        records = []
-        for batch_id in ids[:limit]:
-            raw = await self._redis.get(keys.batch_record(_text(batch_id)))
-            if raw is not None:
-                records.append(BatchRecord.model_validate_json(raw))
-        return records, len(ids) > limit
+        records: list[BatchRecord] = []
+        step = limit + 1 if owner is None else max(100, limit + 1)
+        while len(records) <= limit:
+            ids = await self._redis.zrevrange(keys.BATCHES, start, start + step - 1)
+            if not ids:
+                break
+            start += len(ids)
+            for batch_id in ids:
+                raw = await self._redis.get(keys.batch_record(_text(batch_id)))
+                if raw is None:
+                    continue
+                record = BatchRecord.model_validate_json(raw)
+                if owner is None or record.owner == owner:
+                    records.append(record)
+            if owner is None:
+                break
+        return records[:limit], len(records) > limit
 
     async def forget_expired(self) -> None:
         """Drop ids whose record expired from the listing."""

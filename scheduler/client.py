@@ -43,6 +43,7 @@ from scheduler.contract.results import (
 )
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
+from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,11 @@ class QueueRoom:
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
 
-ENQUEUE = """
+ENQUEUE = LUA_NOW_MS + """
 -- KEYS: arq's job key, the job's arq result key, the queue, then the queues whose waiting
--- jobs the bound counts (none: no bound); ARGV: job id, score (ms), expiry (ms), the job as
--- arq's serialize_job wrote it, the queue's wake channel, the bound (-1: none), now (ms),
--- arq's in-progress prefix.
+-- jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry (ms), the job as
+-- arq's serialize_job wrote it, the queue's wake channel, the bound (-1: none), (unused),
+-- arq's in-progress prefix. The job's score is Redis's now (TIME), not the pod's clock.
 -- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
 -- pass the check together: count the due jobs no worker holds in the counted queues (as
 -- scheduler/leases.py WAITING_JOBS does); at the bound, refuse. Else no second job under an
@@ -81,7 +82,7 @@ if bound >= 0 then
   for q = 4, #KEYS do
     local offset = 0
     while true do
-      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', ARGV[7], 'LIMIT', offset, 500)
+      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_ms, 'LIMIT', offset, 500)
       if #ids == 0 then break end
       for i = 1, #ids do
         if redis.call('EXISTS', ARGV[8] .. ids[i]) == 0 then waiting = waiting + 1 end
@@ -94,7 +95,7 @@ end
 local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
-  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
 end
 redis.call('PUBLISH', ARGV[5], '1')
 if fresh then return {1, waiting} end
@@ -125,16 +126,16 @@ class JobClient:
         JOB_TTL_S) and the wake-up of the queue's workers, in one round trip (EVALSHA), after
         the backpressure check of `room` in the same script: past the bound, 503 with
         Retry-After at once instead of a wait."""
-        now_ms = timestamp_ms()
+        now_ms = timestamp_ms()  # arq's enqueue_time in the job (informational); the queue's
         data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
-                             serializer=self._arq.job_serializer)
+                             serializer=self._arq.job_serializer)  # score is Redis's TIME
         counted = list(room.queues) if room is not None else []
         status, waiting = await self._enqueue_script(
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
                   *counted],
-            args=[job.job_id, now_ms, int(keys.JOB_TTL_S * 1000), data,
+            args=[job.job_id, 0, int(keys.JOB_TTL_S * 1000), data,
                   keys.wake_channel(queue_name), room.limit if room is not None else -1,
-                  now_ms, in_progress_key_prefix])
+                  0, in_progress_key_prefix])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)

@@ -11,6 +11,8 @@ reconnect) lands on the new master."""
 
 from __future__ import annotations
 
+import socket
+from typing import Any
 from urllib.parse import unquote
 
 from arq.connections import RedisSettings
@@ -20,6 +22,18 @@ from redis.asyncio.sentinel import Sentinel
 
 from scheduler.contract.errors import InvalidRequest
 
+CONNECT_TIMEOUT_S = 5.0
+"""How long a connection to Redis may take to open (a partition: no answer at all)."""
+COMMAND_TIMEOUT_S = 5.0
+"""How long a reply may take, on the clients that ask for it (a frozen Redis: SIGSTOP, a
+network partition, accepts the bytes and never answers). A pub/sub reader polls instead of
+blocking (scheduler/hub.py), so an idle subscription is not a timeout."""
+KEEPALIVE_OPTIONS: dict[int, int] = {
+    option: value for name, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2),
+                                      ("TCP_KEEPCNT", 3))
+    if (option := getattr(socket, name, None)) is not None
+}
+"""TCP keepalive: a peer gone from the network is noticed within ~11 s of silence."""
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
 
@@ -61,15 +75,28 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
                           password=password, ssl=scheme.startswith("rediss"))
 
 
-def open_redis(url: str) -> Redis:
-    """A redis-py client for the URL (through Sentinel when it names sentinels)."""
+def connection_options(command_timeout_s: float | None) -> dict[str, Any]:
+    """Every connection: a connect timeout and TCP keepalive; a reply timeout where asked."""
+    return {"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_keepalive": True,
+            "socket_keepalive_options": KEEPALIVE_OPTIONS,
+            "socket_timeout": command_timeout_s}
+
+
+def open_redis(url: str, command_timeout_s: float | None = None) -> Redis:
+    """A redis-py client for the URL (through Sentinel when it names sentinels), with a
+    connect timeout and keepalive; `command_timeout_s`: a reply that takes longer is a
+    RedisError (`TimeoutError`), and the connection is dropped (the api pods and the
+    scheduler ask for COMMAND_TIMEOUT_S; a client with blocking pub/sub reads may not)."""
+    options = connection_options(command_timeout_s)
     target = parse_sentinel_url(url)
     if target is None:
-        return Redis.from_url(url)
+        return Redis.from_url(url, **options)
     sentinel = Sentinel(target.sentinels, ssl=target.ssl,
-                        sentinel_kwargs={"ssl": target.ssl})
+                        sentinel_kwargs={"ssl": target.ssl,
+                                         "socket_connect_timeout": CONNECT_TIMEOUT_S,
+                                         "socket_timeout": CONNECT_TIMEOUT_S})
     return sentinel.master_for(target.master, db=target.db, username=target.username,
-                               password=target.password)
+                               password=target.password, **options)
 
 
 def arq_settings(url: str) -> RedisSettings:

@@ -136,6 +136,13 @@ class DownloadBoard:
             pipe.srem(keys.DOWNLOADS, model)
             await pipe.execute()
 
+    async def running(self) -> int:
+        """How many downloads run now, fleet-wide (their downloaders are alive)."""
+        members = await self.redis.smembers(keys.DOWNLOADS)  # type: ignore[misc]
+        if not members:
+            return 0
+        return int(await self.redis.exists(*[keys.download_alive(_text(m)) for m in members]))
+
     async def is_downloading(self, model: str) -> bool:
         return bool(await self.redis.exists(keys.download_alive(model)))
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, RedisUnreachable
@@ -29,6 +30,12 @@ from scheduler.contract.results import ENVELOPE, EventEnvelope
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAY_S = 0.5
+POLL_S = 0.5
+"""The reader waits this long for a message, then looks at the connection's health."""
+PING_EVERY_S = 1.0
+SILENT_S = 3.0
+"""No message nor pong for this long: Redis is frozen (SIGSTOP, a partition) though its
+socket is open; the connection is dropped and treated as lost."""
 INLINE = ord("E")
 POINTER = ord("R")
 
@@ -118,18 +125,33 @@ class EventHub:
         lost_at: float | None = None
         lost_with: set[str] = set()  # the jobs waiting when Redis went away
         failed = False
+        heard = pinged = time.monotonic()
         while True:
             try:
-                message = await pubsub.get_message(timeout=None)
-            except RedisError as error:
-                if lost_at is None:
-                    lost_at, lost_with = time.monotonic(), set(self._queues)
+                message = await pubsub.get_message(timeout=POLL_S)
+                now = time.monotonic()
+                if message is not None:
+                    heard = now
+                elif now - heard >= SILENT_S:
+                    await _drop(pubsub)
+                    raise RedisTimeoutError(f"no answer from Redis for {SILENT_S:g} s")
+                if now - pinged >= PING_EVERY_S:
+                    pinged = now
+                    await asyncio.wait_for(pubsub.ping(), POLL_S)  # its pong is a message
+            except (RedisError, TimeoutError) as error:
+                if lost_at is None:  # a frozen Redis: lost since it was last heard
+                    silent = isinstance(error, RedisTimeoutError)
+                    lost_at = heard if silent else time.monotonic()
+                    lost_with = set(self._queues)
                     log.error("event hub lost Redis (%s); reconnecting", error)
                 if not failed and time.monotonic() - lost_at >= keys.HUB_GRACE_S:
                     failed = True
                     self._fail_all("lost the connection to the job queue (Redis)")
                 self._fail_confirmations()
                 await asyncio.sleep(RECONNECT_DELAY_S)
+                heard = pinged = time.monotonic()  # the next connection gets its own SILENT_S
+                continue
+            if message is None:  # nothing yet: while lost, no proof that Redis answers
                 continue
             if lost_at is not None:
                 log.warning("event hub reconnected to Redis after %.1f s",
@@ -138,8 +160,7 @@ class EventHub:
                 task = asyncio.create_task(self._after_reconnect(pubsub, lost_with))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
-            if message is not None:
-                self._dispatch(message)
+            self._dispatch(message)
 
     def _fail_all(self, message: str, only: set[str] | None = None) -> None:
         """Whatever was on its way may be lost (and the jobs may be gone with Redis's data), so
@@ -186,6 +207,8 @@ class EventHub:
             log.warning("event hub: clean-up after reconnecting failed (%s)", error)
 
     def _dispatch(self, message: dict[str, object]) -> None:
+        if message["type"] not in ("subscribe", "message"):
+            return  # a pong (the reader's health check), an unsubscribe
         channel = _text(message["channel"])
         if message["type"] == "subscribe":
             confirmed = self._confirmations.get(channel)
@@ -206,6 +229,13 @@ class EventHub:
                 queue.put_nowait(ENVELOPE.validate_json(data[1:] if data[0] == INLINE else data))
         except (ValidationError, ValueError, IndexError):  # junk anyone may publish
             log.exception("malformed event on %s", channel)
+
+
+async def _drop(pubsub: PubSub) -> None:
+    """Close the subscription's connection (it reconnects and resubscribes on next use)."""
+    if pubsub.connection is not None:
+        with contextlib.suppress(Exception):
+            await pubsub.connection.disconnect(nowait=True)
 
 
 def _text(value: object) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -33,7 +33,7 @@ from scheduler.contract.jobs import (
     SlotActionJob,
     TokenizeJob,
 )
-from scheduler.contract.kinds import movable
+from scheduler.contract.kinds import movable, queue_for
 from scheduler.contract.results import (
     ErrorEvent,
     EventEnvelope,
@@ -80,6 +80,8 @@ class JobEvents:
         """A placed job (an n_cmpl group's) went from its dead worker's queue to the shared
         one."""
         self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
+        self._shared_queue = queue_for(job)
+        """The queue whose workers take the job again when its worker died."""
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -95,6 +97,9 @@ class JobEvents:
         self.finished = False
         self.handed_off = False
         """Left to a resumable stream's delayed cancel: leaving `submit` does not cancel."""
+        self.on_event: Callable[[TokenEvent | FinalEvent | StartedEvent],
+                                Awaitable[None]] | None = None
+        """Called with each event before it is handed on (a tenant's token meter)."""
 
     def prefill(self, envelopes: list[EventEnvelope]) -> None:
         """Events read from the log before any arrive by pub/sub (a resumed stream)."""
@@ -129,6 +134,8 @@ class JobEvents:
             self.finished = True
         if isinstance(event, StartedEvent):
             self.started = True
+        if self.on_event is not None:
+            await self.on_event(event)
         return event
 
     async def _next_in_order(self) -> EventEnvelope:
@@ -220,6 +227,8 @@ class JobEvents:
             self._rerun_of = lapse.tries
             await self._unstick()
             await self._move_placed()
+            # its queue's workers take it now, not at their next poll (up to --poll-delay)
+            await self._redis.publish(keys.wake_channel(self._shared_queue), b"1")
             return
         if await self._hub.read_log(self.job_id, self._next_seq):
             # Its last events went out (the worker logs them before it counts them as sent)

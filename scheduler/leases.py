@@ -33,16 +33,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
-from arq.utils import timestamp_ms
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
+from scheduler.redis_clock import LUA_NOW_MS
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = """
--- KEYS[1]: an arq queue; ARGV: now (ms), how many jobs, arq's in-progress prefix, lease (ms).
+CLAIM_JOBS = LUA_NOW_MS + """
+-- KEYS[1]: an arq queue; ARGV: (unused: due is by Redis's TIME, as the queue's scores), how
+-- many jobs, arq's in-progress prefix, lease (ms).
 -- Claims the oldest due jobs that no live worker holds, however many running jobs come first
 -- (arq itself reads a window of ~100 ids and skips the held ones: a cap on the fleet): sets
 -- each one's in-progress key for the lease as arq's start_jobs does, in the same step, so two
@@ -52,7 +53,7 @@ local claimed = {}
 local n = 0
 local offset = 0
 while n < wanted do
-  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES',
+  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES',
                           'LIMIT', offset, 200)
   if #page == 0 then break end
   for i = 1, #page, 2 do
@@ -70,14 +71,15 @@ end
 return claimed
 """
 
-WAITING_JOBS = """
--- KEYS[1]: an arq queue; ARGV: now (ms), arq's in-progress prefix.
--- How many due jobs no worker holds, and the enqueue score (ms) of the oldest of them.
+WAITING_JOBS = LUA_NOW_MS + """
+-- KEYS[1]: an arq queue; ARGV: (unused), arq's in-progress prefix.
+-- How many due jobs no worker holds, the enqueue score (ms) of the oldest of them, and
+-- Redis's now (ms) to measure its wait against.
 local count = 0
 local oldest = -1
 local offset = 0
 while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES',
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES',
                          'LIMIT', offset, 500)
   if #ids == 0 then break end
   for i = 1, #ids, 2 do
@@ -88,7 +90,7 @@ while true do
   end
   offset = offset + 500
 end
-return {count, tostring(oldest)}
+return {count, tostring(oldest), tostring(now_ms)}
 """
 
 RENEW = """
@@ -293,11 +295,10 @@ async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
 
 async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
     """How many jobs of the queue wait for a worker, and how long the oldest has waited (s)."""
-    now_ms = timestamp_ms()  # arq's own clock: it rounds, so int() could miss a new job
     script = redis.register_script(WAITING_JOBS)  # EVALSHA: not the text on every request
-    count, oldest = await script(keys=[queue_name], args=[now_ms, in_progress_key_prefix])
-    oldest_ms = float(oldest)
-    return int(count), (now_ms - oldest_ms) / 1000 if oldest_ms >= 0 else 0.0
+    count, oldest, now = await script(keys=[queue_name], args=[0, in_progress_key_prefix])
+    oldest_ms, now_ms = float(oldest), float(now)
+    return int(count), max(0.0, now_ms - oldest_ms) / 1000 if oldest_ms >= 0 else 0.0
 
 
 async def count_retry(redis: Redis, model_id: str) -> None:

@@ -8,6 +8,12 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+LUA_NOW_MS = """local _t = redis.call('TIME')
+local now_ms = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
+"""
+"""A script's first lines: `now_ms`, Redis's now in ms (queue scores are on it: a job enqueued
+by a pod whose clock is ahead is due at once, not when that clock says)."""
+
 STAMP = """
 local t = redis.call('TIME')
 return redis.call('ZADD', KEYS[1], tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[1])

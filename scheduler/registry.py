@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -91,6 +91,12 @@ class WorkerMetrics(BaseModel):
     n_busy_slots_total: int = 0
     """Sum over decodes of the slots in each: divided by n_decode_total it is the average."""
     n_tokens_max: int = 0
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
+    spec_drafts_total: int = 0
+    """Speculative decoding: tokens drafted, drafted tokens accepted, verification steps."""
+    spec_accepted_per_pos: list[int] = Field(default_factory=list)
+    """Accepted tokens per draft position (empty: no speculative request finished yet)."""
     requests_processing: int = 0
     requests_deferred: int = 0
 
@@ -231,6 +237,17 @@ class Registry:
             args=[keys.HEARTBEAT_TTL_S, prefix, suffix])
         workers = [WorkerInfo.model_validate_json(doc) for doc in documents if doc is not None]
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id))
+
+
+    async def every_live_worker(self) -> list[WorkerInfo]:
+        """The live workers of every model (a scan of the models' registries: for rare
+        operations, e.g. DELETE /models checking which files are in use)."""
+        prefix, suffix = keys.model_workers("\0").split("\0")
+        found: list[WorkerInfo] = []
+        async for raw in self._redis.scan_iter(match=f"{prefix}*{suffix}", count=500):
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            found += await self.live_workers(name[len(prefix):len(name) - len(suffix)])
+        return found
 
 
 def fleet_sleeping(workers: list[WorkerInfo]) -> bool:

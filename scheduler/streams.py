@@ -21,6 +21,8 @@ class StreamRecord(BaseModel):
     route: str
     job_ids: list[str] = Field(default_factory=list)
     minted: dict[str, str | int] = Field(default_factory=dict)
+    tenant: str = "default"
+    """Who may resume or stop it (--tenants; another tenant gets 404)."""
 
 
 class EventId(BaseModel):
@@ -71,7 +73,11 @@ class StreamRecords:
 
     async def job_ids(self, record_id: str) -> list[str]:
         """The jobs of a streamed response; 404 when the record is unknown or expired."""
+        return (await self.record(record_id)).job_ids
+
+    async def record(self, record_id: str) -> StreamRecord:
+        """A streamed response's record; 404 when unknown or expired."""
         body = await self._redis.get(keys.stream_record(record_id))
         if body is None:
             raise NotFound(f"unknown or expired stream {record_id!r}")
-        return StreamRecord.model_validate_json(body).job_ids
+        return StreamRecord.model_validate_json(body)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -43,6 +44,11 @@ class StoredFile(BaseModel):
     status: str = "processed"
     status_details: str | None = None
     expires_at: int | None = None
+    owner: str = "default"
+    """The tenant that made it (ours, not on the wire; files from before tenants: default)."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"owner"})
 
 
 class FileStore:

@@ -13,7 +13,8 @@ worker/stopping.py), token probabilities (worker/token_probs.py), results and th
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
 (worker/decisions.py), slot snapshots (worker/snapshots.py), LoRA adapter sets (the step's
-group, the cache keyed by set: worker/adapter_sets.py).
+group, the cache keyed by set: worker/adapter_sets.py), speculative decoding (drafts into the
+step's batch, their verification and KV clean-up: worker/speculative/).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from worker.requests import EngineDefaults, Request, prepare_request
 from worker.slot_run import SlotRun
 from worker.slots import SlotCache
 from worker.snapshots import restore_slot, save_slot
+from worker.speculative.drafter import Drafter
+from worker.speculative.verify import Speculation
 from worker.step_batch import StepBatch, decode_error_message
 from worker.stopping import StopType
 from worker.textstream import TextStream
@@ -106,6 +109,9 @@ class Engine:
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
                                   model.n_ctx_slot, self._shift_context)
+        self._spec = Speculation(Drafter(defaults.spec, len(self.slots)), model.n_ctx_slot) \
+            if defaults.spec.enabled else None
+        """Speculative decoding (worker/speculative/); None when --spec-type drafts nothing."""
         self.decisions = DecisionRunner(model, self.metrics, self._inbox.wake, defaults.worker_id,
                                         defaults.model_alias, self._cancel_event,
                                         lambda: self.on_slots_changed())
@@ -382,9 +388,13 @@ class Engine:
         if any(a.request.media is not None for a in runs):
             self._evaluate_media(runs, events)
             runs = [a for a in runs if a.slot.slot_id in self._active]
-        for active in runs:
-            if not active.prefilling:
-                n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
+        generating = [a for a in runs if not a.prefilling]
+        if self._spec is not None:
+            self._spec.make_drafts(generating, self.model.plan.n_batch - len(generating))
+        for active in generating:
+            n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
+            if self._spec is not None:
+                n = self._spec.add_draft(self._batch, n, active)
         n_batch = self.model.plan.n_batch
         online = [a for a in runs if a.prefilling and not a.request.job.background]
         background = [a for a in runs if a.prefilling and a.request.job.background]
@@ -430,11 +440,13 @@ class Engine:
                 continue
             if rc != 0:
                 self._fail_all(ServerError(decode_error_message(rc)), events)
-                return
+                break
             self.metrics.n_decode_total += 1
             self._after_view(off, size, events)
             self.decisions.after_view(off, size, events)
             off += size
+        if self._spec is not None:
+            self._spec.finish_decode(self._remove_kv)
 
     def _adapt_threads(self) -> None:
         """Fewer compute threads while other processes want the cores
@@ -451,6 +463,7 @@ class Engine:
     def _after_view(self, off: int, size: int, events: list[JobEvent]) -> None:
         """Progress and sampling for the requests whose tokens were in the decoded view."""
         now = time.perf_counter()
+        drafted: list[SlotRun] = []
         for active in list(self._active.values()):
             job = active.request.job
             if off <= active.last_prompt_index < off + size:
@@ -461,8 +474,13 @@ class Engine:
                 continue
             if not active.t_prompt_done:
                 active.t_prompt_done = active.t_prompt_last = now
+                if self._spec is not None:
+                    self._spec.begin(active)
             if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
                 self._finish(active, StopType.LIMIT, now, events)
+                continue
+            if self._spec is not None and self._spec.has_draft(active):
+                drafted.append(active)  # verified after the plain runs, as llama-server does
                 continue
             try:
                 token, probs = token_probs.sample(active, self.model.ctx, active.batch_index - off,
@@ -470,6 +488,32 @@ class Engine:
                 self._on_token(active, token, probs, now, events)
             except Exception as error:  # one request's failure must not stop the engine
                 self._fail_one(active, error, events)
+        for active in drafted:
+            self._verify(active, off, size, now, events)
+
+    def _verify(self, active: SlotRun, off: int, size: int, now: float,
+                events: list[JobEvent]) -> None:
+        """A speculating run's draft (worker/speculative/verify.py): each accepted token goes
+        through the token rules in turn, as plain decoding's would."""
+        assert self._spec is not None
+
+        def sample(run: SlotRun, index: int, accept: bool) -> tuple[int, TokenProbs | None]:
+            return token_probs.sample(run, self.model.ctx, index, self.model.vocab.n_tokens,
+                                      self._piece, accept)
+
+        def emit(run: SlotRun, token: int, probs: TokenProbs | None) -> bool:
+            self._on_token(run, token, probs, now, events)
+            return self._active.get(run.slot.slot_id) is run
+
+        try:
+            self._spec.verify(active, off, size, sample, emit, self._remove_kv,
+                              self.model.vocab.is_eog)
+        except Exception as error:  # one request's failure must not stop the engine
+            kv_moves.clear(self._kv, active.slot)
+            self._fail_one(active, error, events)
+
+    def _remove_kv(self, slot_id: int, pos: int) -> None:
+        self._kv.remove(slot_id, pos, -1)
 
     def _piece(self, token: int) -> bytes:
         return self.model.vocab.piece(token, self.defaults.special)
@@ -529,6 +573,8 @@ class Engine:
         self._previous[active.slot.slot_id] = active
         self.on_slots_changed()
         active.request.sampler.free()
+        if self._spec is not None:
+            self._spec.end(active, self.metrics)
         active.slot.busy = False
         active.slot.last_used = time.monotonic()
         del self._active[active.slot.slot_id]

@@ -15,6 +15,8 @@ import llama_cpp as lc
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.devices import parse_devices
 from worker.settings import WorkerSettings
+from worker.speculative import config as spec
+from worker.speculative import synthetic
 from worker.tensor_overrides import (
     CPU_BUFFER,
     FFN_DENSE,
@@ -121,6 +123,61 @@ def default_logit_bias(settings: WorkerSettings) -> list[LogitBias]:
         else:
             raise UnsupportedFlag(f"llamaq worker: bad --logit-bias {item!r}")
     return biases
+
+
+def speculative(settings: WorkerSettings) -> spec.SpecConfig:
+    """--spec-type and its flags, checked as llama.cpp's arguments check them (its messages),
+    and the types llamaq cannot draft with refused by name."""
+    s = settings
+    checks = (
+        (0 <= s.spec_ngram_mod_n_min <= 1024, "ngram n-min must be between 0 and 1024 inclusive"),
+        (0 <= s.spec_ngram_mod_n_max <= 1024, "ngram n-max must be between 0 and 1024 inclusive"),
+        (1 <= s.spec_ngram_mod_n_match <= 1024,
+         "ngram size N must be between 1 and 1024 inclusive"),
+        (1 <= s.spec_ngram_simple_size_n <= 1024,
+         "ngram size N must be between 1 and 1024 inclusive"),
+        (1 <= s.spec_ngram_simple_size_m <= 1024,
+         "ngram size M must be between 1 and 1024 inclusive"),
+        (s.spec_ngram_simple_min_hits >= 1, "ngram min hits must be at least 1"),
+        *((1 <= size_n <= 1024, "ngram size N must be between 1 and 1024 inclusive")
+          for size_n in (s.spec_ngram_map_k_size_n, s.spec_ngram_map_k4v_size_n)),
+        *((1 <= size_m <= 1024, "ngram size M must be between 1 and 1024 inclusive")
+          for size_m in (s.spec_ngram_map_k_size_m, s.spec_ngram_map_k4v_size_m)),
+        *((hits >= 1, "ngram min hits must be at least 1")
+          for hits in (s.spec_ngram_map_k_min_hits, s.spec_ngram_map_k4v_min_hits)),
+    )
+    for ok, message in checks:
+        if not ok:
+            raise UnsupportedFlag(f"llamaq worker: {message}")
+    try:
+        config = spec.resolve(
+            s.spec_type, s.spec_default,
+            spec.NgramModParams(n_match=s.spec_ngram_mod_n_match, n_max=s.spec_ngram_mod_n_max,
+                                n_min=s.spec_ngram_mod_n_min),
+            spec.NgramMapParams(size_n=s.spec_ngram_simple_size_n,
+                                size_m=s.spec_ngram_simple_size_m,
+                                min_hits=s.spec_ngram_simple_min_hits),
+            spec.NgramMapParams(size_n=s.spec_ngram_map_k_size_n,
+                                size_m=s.spec_ngram_map_k_size_m,
+                                min_hits=s.spec_ngram_map_k_min_hits),
+            spec.NgramMapParams(size_n=s.spec_ngram_map_k4v_size_n,
+                                size_m=s.spec_ngram_map_k4v_size_m,
+                                min_hits=s.spec_ngram_map_k4v_min_hits))
+    except spec.UnknownSpecType as error:
+        raise UnsupportedFlag(f"llamaq worker: {error}") from error
+    refused = spec.refusal(config.types)
+    if refused is not None:
+        raise UnsupportedFlag(f"llamaq worker: {refused}")
+    config.synth_len, config.synth_rates = s.spec_synth_len, list(s.spec_synth_rates)
+    if config.synth_len is not None or config.synth_rates:
+        if not config.enabled:
+            raise UnsupportedFlag("llamaq worker: synthetic acceptance requires an initialized "
+                                  "speculative decoding context")
+        try:
+            synthetic.resolve_rates(config.synth_len, config.synth_rates, config.n_max())
+        except synthetic.SynthError as error:
+            raise UnsupportedFlag(f"llamaq worker: {error}") from error
+    return config
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"',

@@ -56,6 +56,11 @@ class ContextPlan:
     (server_output_limits): one per slot for completions, so the compute buffer holds the
     logits of n_slots rows, not of n_batch (with Gemma's 262k vocabulary at -b 2048, 81 MiB
     instead of 514); decisions read several rows per sequence and keep n_batch."""
+    n_outputs_per_seq: int = 1
+    """The most tokens with logits of one sequence in a decode (with n_outputs_max > 0): 1, or
+    1 + the longest draft when speculative decoding is on (llama-server's
+    common_speculative_get_output_limits; n_outputs_max is then n_slots times that, at most
+    n_batch)."""
 
 
 class LoadedModel:
@@ -178,7 +183,7 @@ def context_params(plan: ContextPlan) -> lc.llama_context_params:
     params.no_perf = True  # --perf: tune_context
     params.embeddings = False
     params.n_outputs_max = plan.n_outputs_max
-    params.n_outputs_max_per_seq = 0 if plan.n_outputs_max == 0 else 1
+    params.n_outputs_max_per_seq = 0 if plan.n_outputs_max == 0 else plan.n_outputs_per_seq
     return params
 
 

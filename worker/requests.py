@@ -26,6 +26,7 @@ from worker.media import MediaPrompt
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
 from worker.slots import SIMILARITY
+from worker.speculative.config import SpecConfig
 from worker.vocab import Vocab
 
 
@@ -55,6 +56,8 @@ class EngineDefaults:
     adapt_threads: bool = False
     """Compute with fewer threads while other processes want the cores
     (worker/compute_threads.py): on unless the OpenMP wait policy was set by hand."""
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    """Speculative decoding (--spec-type and its flags; worker/speculative/)."""
     ctx_checkpoints: int = 32
     """-ctxcp: context checkpoints per slot (worker/checkpoints.py)."""
     checkpoint_min_step: int = 8192

@@ -159,11 +159,12 @@ class SamplerChain:
                 lc.llama_sampler_accept(self._grammar, token)
 
     def sample(self, ctx: lc.llama_context_p, batch_index: int,
-               with_candidates: bool) -> tuple[int, list[tuple[int, float]]]:
-        """Sample from the logits at `batch_index` of the last decode and accept the token.
-        With `with_candidates`, also the candidates left after the samplers, most probable
-        first, as (token, probability)."""
-        if self._grammar is None and not with_candidates:
+               with_candidates: bool, accept: bool = True) -> tuple[int, list[tuple[int, float]]]:
+        """Sample from the logits at `batch_index` of the last decode and accept the token
+        (`accept` False: leave that to `accept_token`, as synthetic speculative acceptance
+        does). With `with_candidates`, also the candidates left after the samplers, most
+        probable first, as (token, probability)."""
+        if self._grammar is None and not with_candidates and accept:
             return int(lc.llama_sampler_sample(self._chain, ctx, batch_index)), []
         cur = self._candidates_from(ctx, batch_index)
         lc.llama_sampler_apply(self._chain, ctypes.byref(cur))
@@ -175,9 +176,8 @@ class SamplerChain:
             lc.llama_sampler_apply(self._grammar, ctypes.byref(cur))
             lc.llama_sampler_apply(self._chain, ctypes.byref(cur))
             token = int(cur.data[cur.selected].id)
-        lc.llama_sampler_accept(self._chain, token)
-        if self._grammar is not None:
-            lc.llama_sampler_accept(self._grammar, token)
+        if accept:
+            self.accept_token(token, grammar=True)
         if not with_candidates:
             return token, []
         n = int(cur.size)
@@ -185,6 +185,13 @@ class SamplerChain:
                                      shape=(n * CANDIDATE.itemsize,)).view(CANDIDATE)
         order = np.argsort(-view["p"], kind="stable")
         return token, [(int(view["id"][i]), float(view["p"][i])) for i in order]
+
+    def accept_token(self, token: int, grammar: bool) -> None:
+        """`token` into the chain's state (penalties, ...) and, with `grammar`, the grammar's
+        (llama.cpp's common_sampler_accept(accept_grammar))."""
+        lc.llama_sampler_accept(self._chain, token)
+        if grammar and self._grammar is not None:
+            lc.llama_sampler_accept(self._grammar, token)
 
     def _grammar_allows(self, token: int) -> bool:
         single = lc.llama_token_data(token, 1.0, 0.0)

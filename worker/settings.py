@@ -175,6 +175,55 @@ class WorkerSettings(RoleSettings):
                                help="whether to use context shift on infinite text generation")
     slot_save_path: str | None = flag(None, "--slot-save-path", env="LLAMA_ARG_SLOT_SAVE_PATH",
                                       help="path to save slot kv cache")
+    # speculative decoding (worker/speculative/)
+    spec_type: list[str] = flag([], "--spec-type", env="LLAMA_ARG_SPEC_TYPE", sep=None,
+                                help="comma-separated list of types of speculative decoding "
+                                "to use (default: none; llamaq drafts with none, ngram-simple, "
+                                "ngram-mod)")
+    spec_synth_len: float | None = flag(None, "--spec-synth-len", env="LLAMA_ARG_SPEC_SYNTH_LEN",
+                                        help="target mean synthetic acceptance length, "
+                                        "including the target token (benchmarking only)")
+    spec_synth_rates: list[float] = flag([], "--spec-synth-rates",
+                                         env="LLAMA_ARG_SPEC_SYNTH_RATES",
+                                         help="comma-separated unconditional per-position "
+                                         "synthetic acceptance probabilities (benchmarking "
+                                         "only)")
+    spec_default: bool = flag(False, "--spec-default",
+                              help="enable default speculative decoding config (ngram-mod, "
+                              "n_match 24, n_min 48, n_max 64)")
+    spec_ngram_mod_n_min: int = flag(48, "--spec-ngram-mod-n-min",
+                                     help="minimum number of ngram tokens to use for "
+                                     "ngram-based speculative decoding")
+    spec_ngram_mod_n_max: int = flag(64, "--spec-ngram-mod-n-max",
+                                     help="maximum number of ngram tokens to use for "
+                                     "ngram-based speculative decoding")
+    spec_ngram_mod_n_match: int = flag(24, "--spec-ngram-mod-n-match",
+                                       help="ngram-mod lookup length")
+    spec_ngram_simple_size_n: int = flag(12, "--spec-ngram-simple-size-n",
+                                         help="ngram size N for ngram-simple speculative "
+                                         "decoding, length of lookup n-gram")
+    spec_ngram_simple_size_m: int = flag(48, "--spec-ngram-simple-size-m",
+                                         help="ngram size M for ngram-simple speculative "
+                                         "decoding, length of draft m-gram")
+    spec_ngram_simple_min_hits: int = flag(1, "--spec-ngram-simple-min-hits",
+                                           help="minimum hits for ngram-simple speculative "
+                                           "decoding")
+    spec_ngram_map_k_size_n: int = flag(12, "--spec-ngram-map-k-size-n",
+                                     help="ngram size N for ngram-map-k speculative decoding, "
+                                     "length of lookup n-gram")
+    spec_ngram_map_k_size_m: int = flag(48, "--spec-ngram-map-k-size-m",
+                                     help="ngram size M for ngram-map-k speculative decoding, "
+                                     "length of draft m-gram")
+    spec_ngram_map_k_min_hits: int = flag(1, "--spec-ngram-map-k-min-hits",
+                                       help="minimum hits for ngram-map-k speculative decoding")
+    spec_ngram_map_k4v_size_n: int = flag(12, "--spec-ngram-map-k4v-size-n",
+                                     help="ngram size N for ngram-map-k4v speculative decoding, "
+                                     "length of lookup n-gram")
+    spec_ngram_map_k4v_size_m: int = flag(48, "--spec-ngram-map-k4v-size-m",
+                                     help="ngram size M for ngram-map-k4v speculative decoding, "
+                                     "length of draft m-gram")
+    spec_ngram_map_k4v_min_hits: int = flag(1, "--spec-ngram-map-k4v-min-hits",
+                                       help="minimum hits for ngram-map-k4v speculative decoding")
     reverse_prompt: list[str] = flag([], "-r", "--reverse-prompt", sep=None,
                                      help="halt generation at PROMPT: the stop strings of a "
                                      "request that gives none, one per flag")

@@ -49,6 +49,10 @@ class SlotRun:
     """Its generation_settings, made once (slot reports read them on every change)."""
     earlier_predicted_ms: float = 0.0
     """A continuation's generation time on the workers before (scheduler/migration.py)."""
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    """Speculative decoding: tokens drafted for the run, and how many the target accepted
+    (worker/speculative/verify.py)."""
 
     @property
     def prefilling(self) -> bool:
@@ -78,6 +82,8 @@ class SlotRun:
             predicted_ms=predicted_ms,
             predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
             predicted_per_second=steps * 1000 / predicted_ms if predicted_ms else 0.0,
+            draft_n=self.draft_n,
+            draft_n_accepted=self.draft_n_accepted,
         )
 
     def progress(self, now: float) -> TokenEvent:

@@ -67,6 +67,7 @@ class RunReports:
             n_discard=request.n_discard, n_probs=job.n_probs, lora=job.lora or [],
             post_sampling_probs=job.post_sampling_probs,
             preserved_tokens=sorted(request.preserved),
+            speculative_types=self.defaults.spec.name_str(),
             logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
                         for t, b in request.logit_bias])
 
@@ -78,6 +79,8 @@ class RunReports:
                                   model=self.defaults.model_alias)
 
     def default_settings(self) -> GenerationSettings:
+        """The server's defaults (/props): `speculative.types` reads `none` there, as
+        llama-server's default task parameters do, whatever --spec-type says."""
         d = self.defaults
         bans = self.vocab.eog_tokens if d.sampling.ignore_eos else []  # --ignore-eos
         return self.generation_settings(d.sampling, n_predict=d.n_predict, stop=list(d.stop),
@@ -95,6 +98,7 @@ class RunReports:
             processing = active is not None
             active = active or previous.get(slot.slot_id)
             state = SlotState(id=slot.slot_id, n_ctx=self.n_ctx_slot,
+                              speculative=self.defaults.spec.enabled,
                               is_processing=processing or slot.busy)  # busy: decisions
             if active is not None:
                 n_predict = active.request.n_predict

@@ -23,16 +23,19 @@ Piece = Callable[[int], bytes]
 
 
 def sample(active: SlotRun, ctx: lc.llama_context_p, index: int, n_vocab: int,
-           piece: Piece) -> tuple[int, TokenProbs | None]:
+           piece: Piece, accept: bool = True) -> tuple[int, TokenProbs | None]:
     """The run's next token, from the logits at `index` of the last decoded view (a forced
-    end of a thinking block first), and its probabilities when the request asked n_probs."""
+    end of a thinking block first), and its probabilities when the request asked n_probs
+    (`accept` False: the sampler chain is not told of the token: the caller accepts it or
+    another one)."""
     job = active.request.job
     post = job.n_probs > 0 and job.post_sampling_probs
-    forced = active.reasoning.next_forced() if active.reasoning else None
+    forced = active.reasoning.next_forced() if active.reasoning and accept else None
     if forced is not None:  # the end of a thinking block, cut short
         active.request.sampler.accept_prompt([forced])
         return forced, None
-    token, candidates = active.request.sampler.sample(ctx, index, with_candidates=post)
+    token, candidates = active.request.sampler.sample(ctx, index, with_candidates=post,
+                                                      accept=accept)
     if job.n_probs <= 0:
         return token, None
     if post:

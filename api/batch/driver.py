@@ -25,11 +25,12 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from api.batch.embeddings import run_embedding_chunk
-from api.batch.input import BatchInput, BatchLine, read_input
+from api.batch.input import BatchInput, BatchLine, read_input_file
 from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
 from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
 from api.settings import ApiSettings
+from api.tenants.service import CURRENT, TenantService
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
     MAX_FAILED_RUNS,
@@ -73,8 +74,12 @@ def result_file_id(batch_id: str, kind: str) -> str:
 
 
 class BatchDriver:
-    def __init__(self, fleet: Fleet, settings: ApiSettings, store: ObjectStore) -> None:
+    def __init__(self, fleet: Fleet, settings: ApiSettings, store: ObjectStore,
+                 tenants: TenantService | None = None) -> None:
+        """`tenants`: a batch's lines run as its owner's (tokens counted, limits not
+        applied: the batch lane paces them)."""
         self.fleet = fleet
+        self.tenants = tenants
         self.settings = settings
         self.batches = Batches(fleet.redis)
         self.files = FileStore(store)
@@ -184,11 +189,17 @@ class BatchRun:
         self.batch_id = batch_id
         self.stop = asyncio.Event()
         """Set when the batch is cancelled or expires: no new chunk starts."""
+        self.owner = "default"
+        """The tenant whose batch it is (its output files are its too)."""
 
     async def run(self) -> None:
         record = await self.batches.get(self.batch_id)
         if record.final:
             return
+        self.owner = record.owner
+        tenants = self.driver.tenants
+        if tenants is not None and tenants.directory.enabled:  # its (and its chunks') tenant
+            CURRENT.set(tenants.scope(tenants.directory.by_name(record.owner), enforce=False))
         parsed = await self._read_input(record)
         if parsed.errors and record.status != "validating":  # its input went mid-run
             log.warning("batch %s: its input file is gone or unreadable: failed",
@@ -204,13 +215,17 @@ class BatchRun:
         await self._finalize(parsed.lines)
 
     async def _read_input(self, record: BatchRecord) -> BatchInput:
-        try:
-            data = await asyncio.to_thread(self.driver.files.content, record.input_file_id)
-        except ObjectNotFound:
-            parsed = BatchInput()
-            parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
-            return parsed
-        return await asyncio.to_thread(read_input, data, record.endpoint)
+        """The input file, copied to disk and read line by line (never held whole)."""
+        with tempfile.TemporaryDirectory(prefix="llamaq-batch-input-") as folder:
+            path = Path(folder) / "input.jsonl"
+            try:
+                await asyncio.to_thread(self.driver.files.content_to, record.input_file_id,
+                                        path)
+            except ObjectNotFound:
+                parsed = BatchInput()
+                parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
+                return parsed
+            return await asyncio.to_thread(read_input_file, path, record.endpoint)
 
     async def _validated(self, record: BatchRecord, parsed: BatchInput) -> BatchRecord:
         if parsed.errors:
@@ -396,7 +411,7 @@ class BatchRun:
             return None
         meta = StoredFile(id=result_file_id(self.batch_id, kind), bytes=path.stat().st_size,
                           created_at=now(), filename=f"{self.batch_id}_{kind}.jsonl",
-                          purpose="batch_output")
+                          purpose="batch_output", owner=self.owner)
         await asyncio.to_thread(self.driver.files.put_path, meta, path)
         return meta.id
 

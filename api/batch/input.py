@@ -5,7 +5,9 @@ goes to the error file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from api.body import load_json
@@ -37,15 +39,41 @@ class BatchInput:
 
 def read_input(data: bytes, endpoint: str) -> BatchInput:
     """The lines of a batch input file for `endpoint`, or the errors that fail the batch."""
-    result = BatchInput()
     if len(data) > MAX_INPUT_BYTES:
-        result.fail("file_too_large", f"The input file is larger than the {MAX_INPUT_BYTES} "
-                    "bytes a batch may read.")
-        return result
+        return _too_large()
+    return read_lines(data.split(b"\n"), endpoint)
+
+
+def read_input_file(path: Path, endpoint: str) -> BatchInput:
+    """As read_input, from a file read line by line (never whole)."""
+    if path.stat().st_size > MAX_INPUT_BYTES:
+        return _too_large()
+    with path.open("rb") as lines:
+        return read_lines(lines, endpoint)
+
+
+def _too_large() -> BatchInput:
+    result = BatchInput()
+    result.fail("file_too_large", f"The input file is larger than the {MAX_INPUT_BYTES} "
+                "bytes a batch may read.")
+    return result
+
+
+def read_lines(raws: Iterable[bytes], endpoint: str) -> BatchInput:
+    """The lines, read as they come: past MAX_LINES requests the reading stops (the file
+    fails with too_many_requests), the rest not read."""
+    result = BatchInput()
     seen: set[str] = set()
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    requests = 0
+    for number, raw in enumerate(raws, start=1):
         if not raw.strip():
             continue
+        requests += 1
+        if requests > MAX_LINES:
+            result.fail("too_many_requests", f"The input file has more than {MAX_LINES} "
+                        f"requests; a batch may have at most {MAX_LINES}.")
+            result.lines = []
+            return result
         line = _read_line(raw, number, endpoint, result)
         if line is None:
             continue
@@ -71,9 +99,6 @@ def read_input(data: bytes, endpoint: str) -> BatchInput:
         result.lines.append(line)
     if not result.lines and not result.errors:
         result.fail("empty_file", "The input file has no requests.")
-    if len(result.lines) > MAX_LINES:
-        result.fail("too_many_requests", f"The input file has {len(result.lines)} requests; "
-                    f"a batch may have at most {MAX_LINES}.")
     if result.errors:
         result.lines = []
     return result

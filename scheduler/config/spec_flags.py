@@ -103,7 +103,9 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
-NOT_BUILT_SPEC = "speculative decoding is not built"
+NOT_BUILT_SPEC = ("speculative decoding with a draft model (draft-simple) is not built; the n-gram "
+                  "modes need none: --spec-type ngram-mod, ngram-simple, ngram-map-k or "
+                  "ngram-map-k4v")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
@@ -113,6 +115,8 @@ CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread 
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
 REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
+REMOVED_ARG = "the argument has been removed. "
+"""llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
 SPEC_FLAGS: tuple[SpecFlag, ...] = (
@@ -248,28 +252,34 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE", "--spec-draft-n-max LLAMA_ARG_SPEC_DRAFT_N_MAX",
            "--spec-draft-n-min LLAMA_ARG_SPEC_DRAFT_N_MIN",
            "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH",
-           "--spec-synth-len LLAMA_ARG_SPEC_SYNTH_LEN",
-           "--spec-synth-rates LLAMA_ARG_SPEC_SYNTH_RATES",
            "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
            "--spec-draft-p-min --draft-p-min LLAMA_ARG_SPEC_DRAFT_P_MIN",
            "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING",
            "--spec-draft-device -devd --device-draft",
            "--spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft "
            "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
-           "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL",
-           "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
+           "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL"),
+    *_rows(W, "", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
            "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
-           "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n",
-           "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",
-           "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
-           "--spec-ngram-map-k4v-min-hits", "--spec-default"),
-    *_off(_rows(R, NOT_BUILT_SPEC, "--spec-type LLAMA_ARG_SPEC_TYPE"), values=("none",)),
+           "--spec-ngram-simple-min-hits", "--spec-default", "--spec-type LLAMA_ARG_SPEC_TYPE",
+           "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m",
+           "--spec-ngram-map-k-min-hits", "--spec-ngram-map-k4v-size-n",
+           "--spec-ngram-map-k4v-size-m", "--spec-ngram-map-k4v-min-hits",
+           "--spec-synth-len LLAMA_ARG_SPEC_SYNTH_LEN",
+           "--spec-synth-rates LLAMA_ARG_SPEC_SYNTH_RATES"),
     *_off(_rows(R, NOT_BUILT_SPEC, "--spec-draft-backend-sampling "
                 "--no-spec-draft-backend-sampling LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"),
           names=("--no-spec-draft-backend-sampling",)),
-    *_rows(R, REMOVED, "--draft --draft-n --draft-max LLAMA_ARG_DRAFT_MAX",
-           "--draft-min --draft-n-min LLAMA_ARG_DRAFT_MIN", "--spec-ngram-size-n",
-           "--spec-ngram-size-m", "--spec-ngram-min-hits"),
+    SpecFlag(("--draft", "--draft-n", "--draft-max"), R,
+             REMOVED_ARG + "use --spec-draft-n-max or --spec-ngram-mod-n-max",
+             "LLAMA_ARG_DRAFT_MAX"),
+    SpecFlag(("--draft-min", "--draft-n-min"), R,
+             REMOVED_ARG + "use --spec-draft-n-min or --spec-ngram-mod-n-min",
+             "LLAMA_ARG_DRAFT_MIN"),
+    SpecFlag(("--spec-ngram-size-n",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-n"),
+    SpecFlag(("--spec-ngram-size-m",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-m"),
+    SpecFlag(("--spec-ngram-min-hits",), R,
+             REMOVED_ARG + "use the respective --spec-ngram-*-min-hits"),
     *_rows(R, PRESET, "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
            "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
            "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",

@@ -74,6 +74,14 @@ class Conflict(InvalidRequest):
     status = 409
 
 
+class RateLimited(LlamaqError):
+    """A tenant over one of its limits (--tenants): 429 with Retry-After, OpenAI's
+    `rate_limit_exceeded`."""
+
+    status = 429
+    error_type = "rate_limit_exceeded"
+
+
 class NotSupported(LlamaqError):
     status = 501
     error_type = "not_supported_error"
@@ -107,8 +115,8 @@ class BadGateway(ServerError):
 
 
 ERROR_TABLE: tuple[type[LlamaqError], ...] = (
-    InvalidRequest, ExceedContextSize, AuthenticationFailed, NotFound, Conflict, NotSupported,
-    Unavailable, ServerError, BadGateway,
+    InvalidRequest, ExceedContextSize, AuthenticationFailed, NotFound, Conflict, RateLimited,
+    NotSupported, Unavailable, ServerError, BadGateway,
 )
 """Every class an error is rendered as, each with its own (status, type)."""
 

@@ -214,6 +214,25 @@ class ReasoningSpec(BaseModel):
     """The prompt ends inside the block (the template opened it)."""
 
 
+class DraftLimits(BaseModel):
+    """A request's `speculative.n_max`, `speculative.n_min`, `speculative.p_min` (the spec's
+    fields; compiled out of the vendored llama-server, honoured by llamaq): the longest draft,
+    the shortest one worth verifying, and the draft model's least probability (no draft model
+    is built: only p_min 0 is taken, api/endpoints/native/protocol.py). Clamped as
+    llama-server clamped them: 0 <= n_min <= n_max."""
+
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+
+    def clamped(self) -> DraftLimits:
+        n_max = None if self.n_max is None else max(self.n_max, 0)
+        n_min = self.n_min
+        if n_min is not None:
+            n_min = max(min(n_min, n_max) if n_max is not None else n_min, 0)
+        return DraftLimits(n_max=n_max, n_min=n_min, p_min=self.p_min)
+
+
 class CompletionJob(BaseModel):
     kind: Literal[JobKind.COMPLETION] = JobKind.COMPLETION
     job_id: str = Field(default_factory=new_job_id)
@@ -248,6 +267,8 @@ class CompletionJob(BaseModel):
     `preserved_tokens`: what marks reasoning or tool calls for the chat parser); a text that is
     not one token of the model's vocabulary is ignored."""
     lora: list[LoraScale] | None = None
+    draft_limits: DraftLimits | None = None
+    """The request's speculative.* fields (None: the worker's --spec-* flags alone)."""
     """The request's LoRA scales by adapter id (those not named at 0); None: the worker's
     global scales when the run starts (a request without `lora`, or with `[]`)."""
     background: bool = False

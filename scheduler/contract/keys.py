@@ -135,7 +135,7 @@ LEASE_RENEW_EVERY_S = 1.0
 JOB_STATE_TTL_S = 3600
 JOB_TTL_S = 3600
 """arq's job document of a queued job expires after this (the api's --timeout default)."""
-OWNER_CHECK_EVERY_S = 1.0
+OWNER_CHECK_EVERY_S = 0.5
 """How long an api waits on a silent job before it checks that the job's worker is alive."""
 
 
@@ -315,3 +315,31 @@ def kv_tier_lru(model_id: str, fingerprint: str) -> str:
     """Sorted set of the same prefix hashes, scored by their last use (Redis TIME): the
     eviction order under --kv-store-max."""
     return f"{PREFIX}:kvtier:{model_id}:{fingerprint}:lru"
+
+
+# Tenants (--tenants): fleet-wide limits and counters (scheduler/tenant_limits.py).
+def tenant_requests(tenant: str) -> str:
+    """Hash `level`, `at_ms`: the tenant's requests_per_minute bucket (refilled by Redis TIME)."""
+    return f"{PREFIX}:tenant:{tenant}:requests"
+
+
+def tenant_tokens(tenant: str) -> str:
+    """Hash `level`, `at_ms`: the tenant's tokens_per_minute bucket (prompt and generated
+    tokens charged as they are known; it may go below zero: a debt paid by waiting)."""
+    return f"{PREFIX}:tenant:{tenant}:tokens"
+
+
+def tenant_active(tenant: str) -> str:
+    """Sorted set of the tenant's running and queued jobs (score: when its hold lapses, ms of
+    Redis TIME), for max_concurrent; the api pod waiting for a job renews its hold."""
+    return f"{PREFIX}:tenant:{tenant}:active"
+
+
+TENANT_COUNTERS = f"{PREFIX}:tenants:counters"
+"""Hash of per-tenant counters: `tokens:<tenant>`, `requests:<tenant>`, `limited:<tenant>`
+(for /metrics and the fleet page)."""
+TENANT_BUCKET_TTL_S = 120
+"""A bucket untouched this long is full again: it expires."""
+TENANT_HOLD_S = 30.0
+"""How long a job's max_concurrent hold lasts without renewal (a pod that died lets go)."""
+TENANT_RENEW_EVERY_S = 10.0

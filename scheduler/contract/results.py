@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import (
     BaseModel,
     Field,
+    SerializerFunctionWrapHandler,
     TypeAdapter,
+    model_serializer,
 )
 
 from scheduler.contract.errors import ErrorInfo, ServerError
@@ -27,6 +29,18 @@ class Timings(BaseModel):
     predicted_ms: float = 0.0
     predicted_per_token_ms: float = 0.0
     predicted_per_second: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    """Speculative decoding's drafted and accepted tokens: on the wire only when the run
+    drafted any (llama-server's server_slot_stats::to_json)."""
+
+    @model_serializer(mode="wrap")
+    def _without_drafts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.draft_n:
+            data.pop("draft_n", None)
+            data.pop("draft_n_accepted", None)
+        return data
 
 
 class TokenBias(BaseModel):
@@ -81,7 +95,8 @@ class GenerationSettings(SamplingSettings):
     reasoning_in_content: bool = False
     generation_prompt: str = ""
     speculative_types: str = "none"
-    """`speculative.types` on the wire (speculative decoding is not built: none)."""
+    """`speculative.types` on the wire: the worker's --spec-type list (`none` first, as
+    llama-server keeps it), `none` in the server's defaults."""
     post_sampling_probs: bool = False
     backend_sampling: bool = False
     n_ctx: int

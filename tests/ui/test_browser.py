@@ -219,6 +219,8 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         assert sorted(page.locator(".worker-id").all_inner_texts()) == ids
         expect(page.locator(".worker-model")).to_have_text(["gemma-ui", "gemma-ui"])
         expect(page.locator(".slot")).to_have_count(6)
+        fits = sorted(page.locator(".worker-fit").all_inner_texts())  # what --fit decided
+        assert [f.splitlines()[0] for f in fits] == ["fit: ctx 2048", "fit: ctx 4096"]
         expect(page.locator("#worker-count")).to_have_text("2")
         expect(page.locator("#metrics-note")).to_contain_text("not available")
         # the Batch API's batches, refreshed with the rest of the page

@@ -81,3 +81,26 @@ def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
     jobs = embeddings._jobs_of([member(0, 1), member(1, 3), member(2, 2), member(3, 9),
                                 member(4, 1)])
     assert [[i for i, _ in job] for job in jobs] == [[0, 1], [2], [3], [4]]
+
+
+def test_a_file_is_read_line_by_line_and_stops_past_the_limit(monkeypatch: Any,
+                                                               tmp_path: Any) -> None:
+    """The driver reads the input from a file as it goes (issue 27, hole 6): the same lines as
+    from bytes, and past MAX_LINES requests it stops reading (the rest is never parsed)."""
+    from api.batch.input import read_input_file, read_lines
+
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(jsonl(line("x"), line("y")) + b"\n" + jsonl(line("z")))
+    assert [ln.custom_id for ln in read_input_file(path, URL).lines] == ["x", "y", "z"]
+    monkeypatch.setattr("api.batch.input.MAX_LINES", 3)
+    consumed = 0
+
+    def lines() -> Any:
+        nonlocal consumed
+        for i in range(10_000):
+            consumed += 1
+            yield jsonl(line(str(i)))
+
+    parsed = read_lines(lines(), URL)
+    assert [(e.code, e.line) for e in parsed.errors] == [("too_many_requests", None)]
+    assert not parsed.lines and consumed == 4

@@ -148,7 +148,8 @@ def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
                "LLAMA_ARG_CACHE_RAM": "0", "reasoning-format": "none", "no-mmproj": "true",
                "mmproj-auto": "false", "spec-type": "none"}
     assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096", "-cram", "0",
-                                    "--no-mmproj", "--no-mmproj"]  # a worker switch (issue 28)
+                                    "--no-mmproj", "--no-mmproj",  # a worker switch (issue 28)
+                                    "--spec-type", "none"]  # a worker flag (issue 22)
     assert preset_argv({"LLAMA_ARG_MOE_CACHE_MIB": "512"}) == ["--moe-cache-mib"]  # refused
     assert preset_argv({"mmproj-auto": "true"}) == ["--mmproj-auto"]
     api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)

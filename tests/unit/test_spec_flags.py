@@ -120,12 +120,11 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_TYPE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_DRAFT_MODEL"}
 
 
-OFF_FORMS = [["--spec-type", "none"], ["--moe-cache-mib", "0"], ["--no-log-jsonl"],
-             ["--log-colors", "off"], ["--spec-type=none"]]
-OFF_ENVS = [{"LLAMA_ARG_SPEC_TYPE": "none"}, {"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
+OFF_FORMS = [["--moe-cache-mib", "0"], ["--no-log-jsonl"], ["--log-colors", "off"]]
+OFF_ENVS = [{"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
@@ -139,9 +138,9 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--spec-type", "ngram-mod"], {}), (["--moe-cache-mib", "512"], {}),
+    for argv, environ in ((["--moe-cache-mib", "512"], {}),
                           ([], {"LLAMA_ARG_MOE_CACHE_MIB": "512"}),
-                          ([], {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"})):
+                          ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft.gguf"})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
         assert exit_info.value.code == 2
@@ -149,7 +148,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--moe-cache-mib", "0", "-c", "64", "--spec-type=none", "--port", "1",
+    parts = split_args(["--moe-cache-mib", "0", "-c", "64", "--port", "1",
                         "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
     assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
@@ -226,7 +225,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--video-fps", "2"], "--video-fps is not supported"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
-    (["--spec-type", "ngram-mod"], "--spec-type is not supported"),
+    (["-md", "draft.gguf"], "-md is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:

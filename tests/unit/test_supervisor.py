@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,34 @@ def test_a_dead_api_stops_everything() -> None:
     assert supervisor.run() == 1
     assert worker.process.poll() is not None
     assert time.monotonic() - started < 3
+
+
+@pytest.mark.process
+def test_sighup_goes_to_the_api(tmp_path: Path) -> None:
+    """`llamaq up` hands SIGHUP to its api pod (which reads --tenants again); a worker does
+    not get it."""
+    marker = f"{tmp_path}/hup"
+    catcher = [sys.executable, "-c",
+               "import signal, time, pathlib\n"
+               f"signal.signal(signal.SIGHUP, lambda *_: pathlib.Path({marker!r}).touch())\n"
+               f"pathlib.Path({marker!r} + '.ready').touch()\n"
+               "time.sleep(60)"]
+    supervisor = Supervisor(drain_timeout_s=1)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGINT,
+                                                      signal.SIGTERM)}
+    api = supervisor.start("api", catcher, dict(os.environ))
+    worker = supervisor.start("worker", SLEEPER, dict(os.environ), restart=True)
+    try:
+        supervisor.handle_signals()
+        deadline = time.monotonic() + 10
+        while not os.path.exists(marker + ".ready") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGHUP)
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker)
+        assert api.process.poll() is None and worker.process.poll() is None
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        supervisor.stop_all()

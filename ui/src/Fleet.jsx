@@ -21,6 +21,24 @@ function Slot({ slot }) {
   );
 }
 
+// What --fit decided: the context, the layers it offloads, and per device what the model,
+// its KV cache and compute buffers take (MiB).
+function Fit({ fit }) {
+  const layers = fit.n_gpu_layers === null || fit.n_gpu_layers === undefined
+    ? '' : ` · ${fit.n_gpu_layers} layers offloaded`;
+  return (
+    <div class="worker-fit" title={fit.note}>
+      <span>fit: ctx {fit.n_ctx}{layers}{fit.fits ? '' : ' (does not fit)'}</span>
+      {(fit.memory || []).map((d) => (
+        <span key={d.device} class="fit-device">
+          {d.device}: model {d.model_mib} + KV {d.context_mib} + compute {d.compute_mib} MiB
+          {' '}of {d.total_mib}
+        </span>
+      ))}
+    </div>
+  );
+}
+
 function Worker({ worker, now }) {
   const m = worker.metrics || {};
   const busy = (worker.slots || []).filter((s) => s.is_processing).length;
@@ -36,6 +54,7 @@ function Worker({ worker, now }) {
         <span>{m.requests_deferred ?? 0} waiting</span>
         <span>up {age(now - worker.started_at)}</span>
       </div>
+      {worker.fit ? <Fit fit={worker.fit} /> : null}
       {worker.slots ? (
         <div class="slots">{worker.slots.map((s) => <Slot key={s.id} slot={s} />)}</div>
       ) : (

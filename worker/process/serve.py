@@ -35,6 +35,7 @@ from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
+from worker import flags
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
@@ -84,6 +85,7 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     if (settings.lora or settings.lora_scaled) and embedding_mode(settings):
         raise ModelLoadError("--lora and --lora-scaled are not built for --embedding or "
                              "--rerank workers (adapters apply to completions)")
+    flags.speculative(settings)  # a bad --spec-type stops the worker before it loads
     redis = open_redis(redis_url)
     try:
         pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,

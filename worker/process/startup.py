@@ -72,10 +72,13 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
     n_slots = 4 if s.n_parallel < 0 else s.n_parallel
     threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
+    batch = embedding_batch(s) if embedding else s.batch_size
+    # a slot's sampled token and its draft have logits (server_output_limits)
+    per_seq = min(batch, 1 + (0 if embedding else flags.speculative(s).n_max()))
     return ContextPlan(
         n_ctx=s.ctx_size, n_slots=n_slots,
         kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-        n_batch=embedding_batch(s) if embedding else s.batch_size, n_ubatch=s.ubatch_size,
+        n_batch=batch, n_ubatch=s.ubatch_size,
         n_threads=threads,
         n_threads_batch=s.threads_batch or threads,
         # Prefix reuse on sliding-window models goes through context checkpoints
@@ -84,7 +87,8 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
         swa_full=s.swa_full or s.decisions or serves_decisions,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
         n_ctx_slot_cap=s.kv_unified_per_slot,
-        n_outputs_max=0 if embedding or serves_decisions else n_slots,
+        n_outputs_max=0 if embedding or serves_decisions else min(batch, n_slots * per_seq),
+        n_outputs_per_seq=per_seq,
     )
 
 
@@ -286,6 +290,7 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           stop=[flags.process_escapes(r) if s.escape else r
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,
+                          spec=flags.speculative(s),
                           adapt_threads=not wait_policy_by_hand(os.environ),
                           ctx_checkpoints=s.ctx_checkpoints,
                           checkpoint_min_step=s.checkpoint_min_step,

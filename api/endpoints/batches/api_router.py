@@ -12,7 +12,7 @@ from sanic.response import HTTPResponse, json
 
 from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.body import json_body
-from api.endpoints.files.api_router import file_store, in_thread, refuse_on_a_router
+from api.endpoints.files.api_router import owned_meta, refuse_on_a_router, tenant_of
 from api.errors import validation_message
 from api.routing import Routes
 from scheduler.batches import (
@@ -77,8 +77,7 @@ async def create_batch(request: Request) -> HTTPResponse:
         body = CreateBatch.model_validate(json_body(request))
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from None
-    files = file_store(request)
-    meta = await in_thread(lambda: files.meta(body.input_file_id), body.input_file_id)
+    meta = await owned_meta(request, body.input_file_id)
     if meta.purpose != "batch":
         raise InvalidRequest(f"File {body.input_file_id} has purpose {meta.purpose!r}; a "
                              "batch reads only files uploaded with purpose 'batch'")
@@ -86,7 +85,8 @@ async def create_batch(request: Request) -> HTTPResponse:
     record = BatchRecord(endpoint=body.endpoint, input_file_id=body.input_file_id,
                          completion_window=body.completion_window, metadata=body.metadata,
                          created_at=created, expires_at=created + COMPLETION_WINDOW_S,
-                         fleet_model=request.app.ctx.settings.model_id())
+                         fleet_model=request.app.ctx.settings.model_id(),
+                         owner=tenant_of(request).name)
     await store_of(request).create(record)
     return json(record.to_wire())
 
@@ -100,9 +100,18 @@ async def list_batches(request: Request) -> HTTPResponse:
     if not 1 <= limit <= LIST_LIMIT_MAX:
         raise InvalidRequest(f"limit must be between 1 and {LIST_LIMIT_MAX}")
     store = store_of(request)
-    records, has_more = await store.page(request.args.get("after"), limit)
+    scope = tenant_of(request)
+    records, has_more = await store.page(request.args.get("after"), limit,
+                                         None if scope.sees_all else scope.name)
     data = [(await store.with_counts(r)).to_wire() for r in records]
     return json(page_json(data, has_more))
+
+
+async def owned_batch(request: Request, batch_id: str) -> BatchRecord:
+    """Another tenant's batch is a 404, as a missing one."""
+    record = await store_of(request).get(batch_id)
+    tenant_of(request).check_owner(record.owner, f"No batch found with id '{batch_id}'")
+    return record
 
 
 def page_json(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
@@ -113,12 +122,13 @@ def page_json(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
 @routes.get("/v1/batches/<batch_id:str>", name="get_batch")
 async def get_batch(request: Request, batch_id: str) -> HTTPResponse:
     store = store_of(request)
-    return json((await store.with_counts(await store.get(batch_id))).to_wire())
+    return json((await store.with_counts(await owned_batch(request, batch_id))).to_wire())
 
 
 @routes.post("/v1/batches/<batch_id:str>/cancel", name="cancel_batch")
 async def cancel_batch(request: Request, batch_id: str) -> HTTPResponse:
     store = store_of(request)
+    await owned_batch(request, batch_id)
 
     def cancelling(record: BatchRecord) -> BatchRecord | None:
         if record.status not in ("validating", "in_progress"):

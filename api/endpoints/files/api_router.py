@@ -9,12 +9,14 @@ import asyncio
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
+from api.endpoints.files.upload import read_upload, upload_folder
 from api.routing import Routes
+from api.tenants.service import TenantScope
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
 from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
 from storage import ObjectNotFound
@@ -44,6 +46,35 @@ def file_store(request: Request) -> FileStore:
     return FileStore(request.app.ctx.store)
 
 
+def tenant_of(request: Request) -> TenantScope:
+    scope: TenantScope = request.ctx.tenant
+    return scope
+
+
+async def owned_meta(request: Request, file_id: str) -> StoredFile:
+    """The file's description; another tenant's file is a 404, as a missing one."""
+    store = file_store(request)
+    meta = await in_thread(lambda: store.meta(file_id), file_id)
+    tenant_of(request).check_owner(meta.owner, f"No such File object: {file_id}")
+    return meta
+
+
+async def check_room(request: Request, size: int) -> None:
+    """The tenant's max_file_bytes and max_stored_bytes (its files together)."""
+    tenant = tenant_of(request).tenant
+    if tenant.max_file_bytes is not None and size > tenant.max_file_bytes:
+        raise InvalidRequest(f"The file is larger than {tenant.max_file_bytes} bytes, the "
+                             f"limit of a file of tenant {tenant.name!r} (max_file_bytes)",
+                             status=413)
+    if tenant.max_stored_bytes is not None:
+        found = await asyncio.to_thread(file_store(request).list)
+        stored = sum(f.bytes for f in found if f.owner == tenant.name)
+        if stored + size > tenant.max_stored_bytes:
+            raise InvalidRequest(f"Tenant {tenant.name!r} stores {stored} bytes of files; "
+                                 f"this one would pass its max_stored_bytes "
+                                 f"({tenant.max_stored_bytes})", status=413)
+
+
 async def in_thread(call: Callable[[], T], missing: str) -> T:
     """A store call off the event loop; a missing object is the API's 404."""
     try:
@@ -52,53 +83,39 @@ async def in_thread(call: Callable[[], T], missing: str) -> T:
         raise NotFound(f"No such File object: {missing}") from None
 
 
-async def _read_body(request: Request) -> None:
-    """The upload streams in (this route lifts the server's body limit) up to UPLOAD_LIMIT."""
-    body = bytearray()
-    body_timeout = request.app.ctx.settings.body_timeout
-    while True:
-        try:
-            part = await asyncio.wait_for(request.stream.read(),  # type: ignore[union-attr]
-                                          body_timeout)
-        except TimeoutError:
-            raise InvalidRequest(f"no part of the upload came for {body_timeout:g} s "
-                                 "(--body-timeout)", status=408) from None
-        if part is None:
-            break
-        body += part
-        if len(body) > UPLOAD_LIMIT:
-            raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit "
-                                 "of a batch input file")
-    request.body = bytes(body)
-
-
 @routes.post("/v1/files", name="upload_file", stream=True)
 async def upload_file(request: Request) -> HTTPResponse:
-    await _read_body(request)
-    if not (request.content_type or "").startswith("multipart/form-data"):
-        raise InvalidRequest("The body must be multipart/form-data with `file` and `purpose`")
-    form: dict[str, Any] = dict(request.form or {})
-    uploads: dict[str, Any] = dict(request.files or {})
-    purpose = (form.get("purpose") or [None])[0]
-    if purpose is None:
-        raise InvalidRequest("Missing required parameter: 'purpose'")
-    if purpose not in PURPOSES:
-        raise InvalidRequest(f"purpose {purpose!r} is not supported; llamaq accepts files "
-                             "for: " + ", ".join(PURPOSES))
-    unknown = sorted(set(form) - {"purpose"})
-    if unknown:
-        raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
-    upload = (uploads.get("file") or [None])[0]
-    if upload is None:
-        raise InvalidRequest("Missing required parameter: 'file'")
-    if len(upload.body) > MAX_INPUT_BYTES:
-        raise InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
+    """Streamed (api/endpoints/files/upload.py): the file goes to disk as it arrives, then to
+    the store from there, never held in memory whole."""
+    tenant = tenant_of(request).tenant
+    most = MAX_INPUT_BYTES
+    too_big = InvalidRequest(f"The file is larger than {MAX_INPUT_BYTES} bytes, the limit of "
                              "a batch input file")
-    meta = StoredFile(id=new_file_id(), bytes=len(upload.body), created_at=now(),
-                      filename=upload.name or "upload.jsonl", purpose=purpose)
-    store = file_store(request)
-    await asyncio.to_thread(store.put, meta, upload.body)
-    return json(meta.model_dump())
+    if tenant.max_file_bytes is not None and tenant.max_file_bytes < most:
+        most = tenant.max_file_bytes
+        too_big = InvalidRequest(f"The file is larger than {most} bytes, the limit of a file "
+                                 f"of tenant {tenant.name!r} (max_file_bytes)", status=413)
+    with upload_folder() as folder:
+        upload = await read_upload(request, Path(folder), most, too_big, UPLOAD_LIMIT)
+        purpose = upload.fields.get("purpose")
+        if purpose is None:
+            raise InvalidRequest("Missing required parameter: 'purpose'")
+        if purpose not in PURPOSES:
+            raise InvalidRequest(f"purpose {purpose!r} is not supported; llamaq accepts files "
+                                 "for: " + ", ".join(PURPOSES))
+        unknown = sorted(set(upload.fields) - {"purpose"})
+        if unknown:
+            raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
+        if upload.path is None:
+            raise InvalidRequest("Missing required parameter: 'file'")
+        await check_room(request, upload.size)
+        meta = StoredFile(id=new_file_id(), bytes=upload.size, created_at=now(),
+                          filename=upload.filename or "upload.jsonl", purpose=purpose,
+                          owner=tenant_of(request).name)
+        store = file_store(request)
+        path = upload.path
+        await asyncio.to_thread(store.put_path, meta, path)
+    return json(meta.to_wire())
 
 
 @routes.get("/v1/files", name="list_files")
@@ -114,7 +131,9 @@ async def list_files(request: Request) -> HTTPResponse:
     if not 1 <= limit <= 10000:
         raise InvalidRequest("limit must be between 1 and 10000")
     found = await asyncio.to_thread(file_store(request).list)
-    found = [f for f in found if purpose is None or f.purpose == purpose]
+    scope = tenant_of(request)
+    found = [f for f in found if (purpose is None or f.purpose == purpose)
+             and scope.owns(f.owner)]
     found.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     after = request.args.get("after")
     if after:
@@ -123,16 +142,14 @@ async def list_files(request: Request) -> HTTPResponse:
             raise NotFound(f"No such File object: {after}")
         found = found[ids.index(after) + 1:]
     page = found[:limit]
-    return json({"object": "list", "data": [f.model_dump() for f in page],
+    return json({"object": "list", "data": [f.to_wire() for f in page],
                  "first_id": page[0].id if page else None,
                  "last_id": page[-1].id if page else None, "has_more": len(found) > limit})
 
 
 @routes.get("/v1/files/<file_id:str>", name="get_file")
 async def get_file(request: Request, file_id: str) -> HTTPResponse:
-    store = file_store(request)
-    meta = await in_thread(lambda: store.meta(file_id), file_id)
-    return json(meta.model_dump())
+    return json((await owned_meta(request, file_id)).to_wire())
 
 
 @routes.get("/v1/files/<file_id:str>/content", name="get_file_content")
@@ -140,6 +157,7 @@ async def get_file_content(request: Request, file_id: str) -> None:
     """Streamed from a local copy: an output file (20,000 embeddings are ~150 MB) is never
     held in memory."""
     store = file_store(request)
+    await owned_meta(request, file_id)
     with tempfile.TemporaryDirectory(prefix="llamaq-file-") as folder:
         path = Path(folder) / "content"
         await in_thread(lambda: store.content_to(file_id, path), file_id)
@@ -153,6 +171,7 @@ async def get_file_content(request: Request, file_id: str) -> None:
 @routes.delete("/v1/files/<file_id:str>", name="delete_file")
 async def delete_file(request: Request, file_id: str) -> HTTPResponse:
     store = file_store(request)
+    await owned_meta(request, file_id)
     await in_thread(lambda: store.delete(file_id), file_id)
     return json({"id": file_id, "object": "file", "deleted": True})
 

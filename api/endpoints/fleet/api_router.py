@@ -8,9 +8,11 @@ from typing import Any
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
+from api.endpoints.monitor.api_router import tenant_counts
 from api.fleet import Fleet
 from api.routing import Routes
 from api.settings import ApiSettings
+from api.tenants.service import TenantScope, TenantService
 from scheduler.registry import WorkerInfo
 
 routes = Routes("fleet_view")
@@ -30,7 +32,29 @@ async def fleet_status(request: Request) -> HTTPResponse:
         queue = await fleet.queue_stats(model_id, workers)
         queued, oldest = queued + queue.depth, max(oldest, queue.oldest_s)
     return json({"model": None if router else model_ids[0], "workers": out,
-                 "queued": queued, "oldest_queued_s": oldest})
+                 "queued": queued, "oldest_queued_s": oldest,
+                 "tenants": await _tenants_json(request)})
+
+
+async def _tenants_json(request: Request) -> list[dict[str, Any]] | None:
+    """Under --tenants: each tenant's counters, its jobs running and queued now, and its
+    limits (the admin tenant and a server without --tenants see all; another tenant only
+    itself)."""
+    counts = await tenant_counts(request)
+    if counts is None:
+        return None
+    service: TenantService = request.app.ctx.tenants
+    scope: TenantScope = request.ctx.tenant
+    out = []
+    for name, counters in sorted(counts.items()):
+        if not scope.owns(name):
+            continue
+        tenant = service.directory.by_name(name)
+        out.append({"name": name, **counters, "active": await service.limits.active(name),
+                    "limits": tenant.model_dump(include={
+                        "max_concurrent", "requests_per_minute", "tokens_per_minute",
+                        "priority", "max_file_bytes", "max_stored_bytes", "admin"})})
+    return out
 
 
 async def _workers_json(fleet: Fleet, settings: ApiSettings,

@@ -10,10 +10,12 @@ another pod starts the files it lacks from scratch)."""
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import time
 import uuid
+from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
@@ -26,6 +28,7 @@ from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
+from scheduler.registry import WorkerInfo
 from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageError, open_store
 from storage.hf import (
     SIDECAR_KEYWORDS,
@@ -47,6 +50,7 @@ routes = Routes("model_files")
 STOP_WAIT_S = 30.0
 """How long DELETE waits for a running download of the model to stop."""
 UNLOAD_WAIT_S = 60.0
+DOWNLOADS_RETRY_AFTER_S = 30
 """How long a DELETE of a running model waits for its workers to stop (they drain first)."""
 
 
@@ -92,6 +96,21 @@ async def pause_downloads(app: Sanic) -> None:
         reporter.stop()
 
 
+def check_allowed(name: str, patterns: list[str]) -> None:
+    """--models-allow: the repo (without its tag) must match one pattern (none: any)."""
+    repo_id = split_repo_tag(name)[0]
+    if patterns and not any(fnmatch.fnmatchcase(repo_id, p) for p in patterns if p):
+        raise InvalidRequest(f"model '{name}' is not one this server may download "
+                             "(--models-allow)", status=403)
+
+
+def _in_use(victims: list[str], workers: list[WorkerInfo]) -> list[str]:
+    """The files of `victims` a live worker runs (by file name: whatever the model is called
+    there, an alias, another tag of one repo)."""
+    running = {Path(w.model_path).name for w in workers}
+    return [v for v in victims if Path(v).name in running]
+
+
 def _check_sidecars(kinds: list[str]) -> None:
     unknown = [kind for kind in kinds if kind not in SIDECAR_KEYWORDS]
     if unknown:
@@ -106,9 +125,15 @@ async def post_models(request: Request) -> HTTPResponse:
     if not name:
         raise InvalidRequest("model must be a non-empty string")
     _check_sidecars(body.sidecars)
+    settings: ApiSettings = request.app.ctx.settings
+    check_allowed(name, settings.models_allow)
     board = DownloadBoard(request.app.ctx.fleet.redis)
     if await board.is_downloading(name):
         raise InvalidRequest(f"model '{name}' is already being downloaded")
+    most = settings.models_downloads_max
+    if most > 0 and (running := await board.running()) >= most:
+        raise Unavailable(f"{running} model downloads are running (--models-downloads-max "
+                          f"{most}); retry later", retry_after_s=DOWNLOADS_RETRY_AFTER_S)
     downloads = _downloads(request.app)
     reporter = DownloadReporter(board, name, asyncio.get_running_loop(),
                                 sidecars=body.sidecars)
@@ -118,6 +143,11 @@ async def post_models(request: Request) -> HTTPResponse:
     except (ModelNotFound, InvalidKey) as exc:
         log.info("POST /models %s: %s", name, exc)
         raise InvalidRequest("model validation failed, unable to download") from exc
+    cap = settings.models_download_max_bytes
+    size = sum(f.size for f in plan.all_files())
+    if cap > 0 and size > cap:
+        raise InvalidRequest(f"model '{name}' is {size} bytes with its sidecars, more than "
+                             f"--models-download-max-bytes ({cap})", status=413)
     await reporter.start()
     downloads.running[name] = reporter
 
@@ -153,9 +183,18 @@ def _hf_victims(files: ModelFiles, name: str, sidecar: str | None) -> tuple[str,
     return repo_id, victims
 
 
-def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -> list[str]:
+class FilesInUse(Exception):
+    """Files DELETE /models would remove that a live worker runs."""
+
+
+def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool,
+            workers: list[WorkerInfo]) -> list[str]:
+    """Remove the files `name` names; FilesInUse (nothing removed) when a live worker runs one
+    of them, whatever name it serves them under."""
     pushed = name if name.startswith(MODELS_PREFIX) else MODELS_PREFIX + name
     if not sidecar and name.endswith(".gguf") and files.store.exists(pushed):
+        if busy := _in_use([pushed], workers):
+            raise FilesInUse(", ".join(busy))
         files.delete_keys([pushed])
         return [pushed]
     try:
@@ -163,6 +202,8 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool) -
     except HFValidationError:
         return []  # not a Hub repo: nothing of it can be cached
     repo_id, victims = _hf_victims(files, name, sidecar)
+    if busy := _in_use(victims, workers):
+        raise FilesInUse(", ".join(busy))
     prefix = hf_store_prefix(repo_id)
     files.delete_keys([prefix + path for path in victims])
     files.hub.remove_cached(repo_id, victims, partials=partials)
@@ -202,10 +243,14 @@ async def delete_models(request: Request) -> HTTPResponse:
             raise InvalidRequest(f"model '{name}' is still downloading; retry the delete")
     had_record = await board.record(name) is not None
     files = await downloads.files(label=name)
+    running = await fleet.registry.every_live_worker()
     try:
-        removed = await asyncio.to_thread(_delete, files, name, sidecar, had_record)
+        removed = await asyncio.to_thread(_delete, files, name, sidecar, had_record, running)
     except (ModelNotFound, InvalidKey) as exc:
         raise NotFound(f"model '{name}' not found") from exc
+    except FilesInUse as exc:
+        raise InvalidRequest(f"model '{name}': its file {exc} is loaded by a running worker "
+                             "(under another name); stop it before deleting") from None
     if not removed and not had_record:
         what = f"sidecar '{sidecar}' of model" if sidecar else "model"
         raise NotFound(f"{what} '{name}' not found")

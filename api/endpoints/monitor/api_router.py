@@ -15,6 +15,7 @@ from api.fleet import Fleet
 from api.router import request_model
 from api.routing import Routes
 from api.settings import ApiSettings
+from api.tenants.service import TenantScope, TenantService
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
@@ -54,7 +55,9 @@ async def metrics(request: Request) -> HTTPResponse:
     queue = await fleet.queue_stats(model_id, workers)
     window = await scrape(fleet.redis, model_id, counters)
     started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
-    return raw(render_metrics(list(counters.values()), queue, window), content_type=CONTENT_TYPE,
+    tenants = await tenant_counts(request)
+    return raw(render_metrics(list(counters.values()), queue, window, tenants),
+               content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
 
@@ -76,10 +79,35 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
         if not isinstance(filename, str) or not filename:
             raise InvalidRequest("Invalid filename")
     worker, local_id = await fleet.placement.slot(request_model(request), slot_id)
+    stored_as = slot_file_of(request.ctx.tenant, filename) if filename else filename
     result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
-        action=action, filename=filename))  # type: ignore[arg-type]
+        action=action, filename=stored_as))  # type: ignore[arg-type]
+    result.filename = filename
     return json(slot_action_json(result, slot_id))
+
+
+async def tenant_counts(request: Request) -> dict[str, dict[str, int]] | None:
+    """Every tenant's counters under --tenants (None without): the file's tenants and the
+    default at least, at 0 before their first request."""
+    service: TenantService = request.app.ctx.tenants
+    if not service.directory.enabled:
+        return None
+    found = await service.limits.counters()
+    for name in service.directory.names():
+        found.setdefault(name, {"tokens": 0, "requests": 0, "limited": 0})
+    return found
+
+
+def slot_file_of(scope: TenantScope, filename: str) -> str:
+    """Under --tenants a saved slot is its tenant's: stored as `<tenant>~<filename>`, so
+    another tenant's restore of that name finds nothing (as a missing file); the admin
+    tenant names files as they are stored."""
+    if scope.sees_all:
+        return filename
+    if any(c in filename for c in "/\\") or ".." in filename:
+        raise InvalidRequest("Invalid filename")
+    return f"{scope.name}~{filename}"
 
 
 def slot_action_json(result: SlotActionResult, slot_id: int) -> dict[str, Any]:

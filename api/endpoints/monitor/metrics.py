@@ -75,11 +75,13 @@ def counters(workers: list[WorkerMetrics]) -> list[Series]:
         Series("n_tokens_max", "Largest observed sequence length (prompt + generation)",
                float(max((w.n_tokens_max for w in workers), default=0))),
         Series("spec_decode_num_draft_tokens_total",
-               "Speculative: Total draft tokens generated", 0.0),
+               "Speculative: Total draft tokens generated", total("spec_draft_tokens_total")),
         Series("spec_decode_num_accepted_tokens_total",
-               "Speculative: Total draft tokens accepted by the target model", 0.0),
+               "Speculative: Total draft tokens accepted by the target model",
+               total("spec_accepted_tokens_total")),
         Series("spec_decode_num_drafts_total",
-               "Speculative: Total speculative decoding verification steps", 0.0),
+               "Speculative: Total speculative decoding verification steps",
+               total("spec_drafts_total")),
     ]
 
 
@@ -103,6 +105,22 @@ def gauges(workers: list[WorkerMetrics], queue: QueueStats, window: Throughput) 
 
 def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _accepted_per_pos(workers: list[WorkerMetrics]) -> list[str]:
+    """llama-server's labeled counter, one series per draft position, summed over the
+    workers; absent until a speculative request finished."""
+    per_pos: list[int] = []
+    for worker in workers:
+        counts = worker.spec_accepted_per_pos
+        per_pos += [0] * (len(counts) - len(per_pos))
+        for i, count in enumerate(counts):
+            per_pos[i] += count
+    if not per_pos:
+        return []
+    name = f"{PREFIX}spec_decode_num_accepted_tokens_per_pos_total"
+    return [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter",
+            *(f'{name}{{position="{i}"}} {count}' for i, count in enumerate(per_pos))]
 
 
 def _ours(queue: QueueStats) -> list[str]:
@@ -141,8 +159,26 @@ def _ours(queue: QueueStats) -> list[str]:
     return lines
 
 
+TENANT_SERIES = (
+    ("tenant_tokens_total", "tokens", "Prompt and generated tokens of the tenant's jobs."),
+    ("tenant_requests_total", "requests", "Requests of the tenant."),
+    ("tenant_rate_limited_total", "limited", "Requests of the tenant refused with 429."),
+)
+
+
+def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:
+    """Per-tenant counters (--tenants): `llamaq:tenant_tokens_total{tenant="…"}`, …"""
+    lines: list[str] = []
+    for name, what, help_text in TENANT_SERIES:
+        lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} counter"]
+        lines += [f'{OURS}{name}{{tenant="{tenant}"}} {counts.get(what, 0)}'
+                  for tenant, counts in sorted(tenants.items())]
+    return lines
+
+
 def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None,
-                   window: Throughput | None = None) -> bytes:
+                   window: Throughput | None = None,
+                   tenants: dict[str, dict[str, int]] | None = None) -> bytes:
     """`window`: the work since the last scrape (scheduler/metrics_window.py), which the two
     throughput gauges average, as llama-server's buckets do."""
     queue = queue or QueueStats()
@@ -153,5 +189,8 @@ def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None
             lines += [f"# HELP {PREFIX}{item.name} {item.help}",
                       f"# TYPE {PREFIX}{item.name} {kind}",
                       f"{PREFIX}{item.name} {_number(item.value)}"]
+    lines += _accepted_per_pos(workers)
     lines += _ours(queue)
+    if tenants is not None:
+        lines += tenant_lines(tenants)
     return ("\n".join(lines) + "\n").encode()

@@ -20,6 +20,7 @@ from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import (
     CompletionJob,
     DetokenizeJob,
+    DraftLimits,
     ExtraContext,
     InfillParts,
     LogitBias,
@@ -102,6 +103,11 @@ class CompletionRequest(SamplingParams):
     """Seconds between SSE ping comments of this stream (<= 0: none); None: the server's."""
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
+    speculative_n_max: int | None = Field(default=None, alias="speculative.n_max")
+    speculative_n_min: int | None = Field(default=None, alias="speculative.n_min")
+    speculative_p_min: float | None = Field(default=None, alias="speculative.p_min")
+    """Per-request speculative decoding limits (the spec's fields: scheduler/contract/jobs.py
+    DraftLimits)."""
 
     lora: list[Any] | None = None
     """Per-request LoRA scales, `[{id, scale}]`, read as llama-server's parse_lora_request
@@ -189,7 +195,20 @@ class CompletionRequest(SamplingParams):
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             logit_bias=self.logit_bias,
             lora=parse_lora_request(self.lora) if self.lora else None,
+            draft_limits=self.draft_limits(),
         )
+
+    def draft_limits(self) -> DraftLimits | None:
+        given = (self.speculative_n_max, self.speculative_n_min, self.speculative_p_min)
+        if all(v is None for v in given):
+            return None
+        n_max, n_min, p_min = given
+        if p_min is not None and p_min != 0.0:
+            raise InvalidRequest("speculative.p_min is not supported by llamaq: it bounds a "
+                                 "draft model's tokens (draft-simple), which is not built; "
+                                 "the n-gram modes' drafts have no probabilities (0 is "
+                                 "accepted)")
+        return DraftLimits(n_max=n_max, n_min=n_min, p_min=p_min).clamped()
 
 
 def parse_logit_bias(value: Any) -> Any:

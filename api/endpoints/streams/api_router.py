@@ -19,7 +19,9 @@ routes = Routes("streams")
 @routes.delete("/v1/streams/<record_id:str>", name="stop_stream")
 async def stop_stream(request: Request, record_id: str) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
-    job_ids = await StreamRecords(fleet.redis).job_ids(record_id.partition("-")[0])
+    record = await StreamRecords(fleet.redis).record(record_id.partition("-")[0])
+    request.ctx.tenant.check_owner(record.tenant, f"unknown or expired stream {record_id!r}")
+    job_ids = record.job_ids
     for job_id in job_ids:
         await fleet.jobs.cancel(job_id)
     return json({"id": record_id, "stopped": len(job_ids)})

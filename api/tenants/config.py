@@ -1,0 +1,112 @@
+"""The --tenants file (ours; JSON): each tenant's name, keys and limits.
+
+```json
+{"tenants": [
+  {"name": "alice", "keys": ["sk-alice"], "max_concurrent": 2, "requests_per_minute": 60,
+   "tokens_per_minute": 20000, "priority": "interactive", "max_file_bytes": 10000000,
+   "max_stored_bytes": 100000000},
+  {"name": "ops", "keys": ["sk-ops"], "admin": true}
+]}
+```
+
+Every limit is optional (absent: none). The keys of --api-key/--api-key-file are the tenant
+"default", with no limits (a file may not name a tenant "default")."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from storage.objects import read_object_url
+
+DEFAULT_TENANT = "default"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class Tenant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    keys: tuple[str, ...] = Field(min_length=1)
+    admin: bool = False
+    """Sees and acts on every tenant's files, batches, streams and saved slots."""
+    max_concurrent: int | None = Field(default=None, ge=1)
+    """Its jobs running and queued at once, fleet-wide."""
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Prompt and generated tokens."""
+    priority: Literal["interactive", "batch"] = "interactive"
+    """batch: its jobs wait in the background lanes, taken only where interactive work
+    leaves room (as batch lines are)."""
+    max_file_bytes: int | None = Field(default=None, ge=1)
+    max_stored_bytes: int | None = Field(default=None, ge=1)
+    """Its files in the store (uploads and batch outputs) together."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError("a tenant's name is 1 to 64 letters, digits, '_', '.' or '-'")
+        if value == DEFAULT_TENANT:
+            raise ValueError(f"{DEFAULT_TENANT!r} is the tenant of --api-key's keys")
+        return value
+
+    @field_validator("keys")
+    @classmethod
+    def _keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not key.strip() or key != key.strip() for key in value):
+            raise ValueError("a key is not empty and has no surrounding spaces")
+        return value
+
+    @property
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.max_concurrent, self.requests_per_minute,
+                                           self.tokens_per_minute))
+
+
+UNLIMITED = Tenant.model_construct(name=DEFAULT_TENANT, keys=("-",), admin=False,
+                                   max_concurrent=None, requests_per_minute=None,
+                                   tokens_per_minute=None, priority="interactive",
+                                   max_file_bytes=None, max_stored_bytes=None)
+"""The default tenant: --api-key's keys, or everyone when no key is set."""
+
+
+class TenantsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenants: list[Tenant]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("two tenants have one name")
+        keys = [k for t in self.tenants for k in t.keys]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a key belongs to two tenants")
+        return self
+
+
+def parse_tenants(raw: bytes, where: str) -> TenantsFile:
+    """ValueError naming `where` and the problem."""
+    try:
+        return TenantsFile.model_validate(json.loads(raw))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--tenants {where}: not JSON ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ValueError(f"--tenants {where}: {problems}") from None
+
+
+def read_tenants(url: str, s3_endpoint_url: str | None = None) -> TenantsFile:
+    """The file at `url` (a path or `s3://bucket/key`); ValueError when unreadable or bad."""
+    try:
+        raw = read_object_url(url, s3_endpoint_url)
+    except Exception as exc:  # any store or OS error: named, not raised raw
+        raise ValueError(f"--tenants {url}: cannot be read ({type(exc).__name__}: {exc})") \
+            from None
+    return parse_tenants(raw, url)

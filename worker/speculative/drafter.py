@@ -1,0 +1,77 @@
+"""The worker's drafters in llama.cpp's order of preference (llama.cpp's
+common_speculative: begin, draft, accept).
+
+Owns: which drafter drafts for a sequence (the first that proposes anything; the draft cut to
+the slot's room), which one last drafted for it (its accept counts).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from worker.speculative.config import SpecConfig
+from worker.speculative.ngram_map import NgramMapK
+from worker.speculative.ngram_mod import NgramMod
+from worker.speculative.ngram_simple import NgramSimple
+
+
+class DraftMode(Protocol):
+    name: str
+    n_max: int
+
+    def begin(self, seq: int, prompt: list[int]) -> None: ...
+
+    def draft(self, seq: int, prompt: list[int], id_last: int) -> list[int]: ...
+
+    def accept(self, seq: int, n_accepted: int, is_other: bool) -> None: ...
+
+
+def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
+    modes: list[DraftMode] = []
+    for name in config.drafting:
+        if name == "ngram-simple":
+            modes.append(NgramSimple(config.ngram_simple))
+        elif name in ("ngram-map-k", "ngram-map-k4v"):
+            params = config.ngram_map_k if name == "ngram-map-k" else config.ngram_map_k4v
+            modes.append(NgramMapK(params, name == "ngram-map-k", n_seq))
+        elif name == "ngram-mod":
+            modes.append(NgramMod(config.ngram_mod, n_seq))
+    return modes
+
+
+class Drafter:
+    """common_speculative for the engine's slots (one sequence per slot)."""
+
+    def __init__(self, config: SpecConfig, n_seq: int,
+                 modes: list[DraftMode] | None = None) -> None:
+        self.config = config
+        self.modes = make_modes(config, n_seq) if modes is None else modes
+        self._last: list[DraftMode | None] = [None] * n_seq
+        self.n_max = max((max(0, m.n_max) for m in self.modes), default=0)
+        """common_speculative_n_max of the initialized modes (the per-position series)."""
+
+    def begin(self, seq: int, prompt: list[int]) -> None:
+        """A sequence's prompt is evaluated and its generation begins."""
+        for mode in self.modes:
+            mode.begin(seq, prompt)
+
+    def draft(self, seq: int, prompt: list[int], id_last: int, n_max: int) -> list[int]:
+        """The first mode's draft for the sequence (`prompt`: its tokens in the cache;
+        `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens."""
+        for mode in self.modes:
+            drafted = mode.draft(seq, prompt, id_last)
+            if drafted:
+                if 0 < n_max < len(drafted):
+                    drafted = drafted[:n_max]
+                self._last[seq] = mode
+                return drafted
+        return []
+
+    def accept(self, seq: int, n_accepted: int) -> None:
+        mode = self._last[seq]
+        if mode is None:
+            return
+        mode.accept(seq, n_accepted, False)
+        for other in self.modes:
+            if other is not mode:
+                other.accept(seq, n_accepted, True)
