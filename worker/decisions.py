@@ -229,6 +229,7 @@ class DecisionRunner:
             lc.llama_memory_seq_rm(memory, slot.slot_id, -1, -1)
             n_cached = 0
         del slot.tokens[n_cached:]
+        slot.checkpoints.clear()  # a decision's truncations leave them no meaning
         run = DecisionRun(request, slot, n_cached, time.perf_counter(),
                           prefill=deque(Token(t, pos) for pos, t in
                                         enumerate(prefix[n_cached:], n_cached)),
@@ -247,6 +248,7 @@ class DecisionRunner:
         lc.llama_memory_seq_cp(memory, run.owner.slot_id, slot.slot_id, -1, -1)
         lc.llama_memory_seq_rm(memory, slot.slot_id, run.n_prefix, -1)
         slot.tokens[:] = run.request.prefix
+        slot.checkpoints.clear()
         self._slots_changed()
         return Lane(slot)
 
@@ -330,7 +332,7 @@ class DecisionRunner:
         for slot in [run.owner, *(lane.slot for lane in run.lanes if lane.slot is not run.owner)]:
             if forget:
                 lc.llama_memory_seq_rm(self._model.memory, slot.slot_id, -1, -1)
-                slot.tokens.clear()
+                slot.forget_tokens()
             elif not run.prefill:
                 self._truncate(slot, run.n_prefix)
             self._free(slot)

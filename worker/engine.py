@@ -42,6 +42,7 @@ from scheduler.registry import SlotState, WorkerMetrics
 from worker import kv_moves, slots_report, token_probs
 from worker.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
+from worker.checkpoints import CheckpointRules
 from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
@@ -49,6 +50,7 @@ from worker.engine_inbox import Inbox, SlotResult
 from worker.kv_tier import TierHit
 from worker.media import MediaPrompt
 from worker.model import LoadedModel
+from worker.prompt_cache import PromptCache, wants_update
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.slot_run import SlotRun
@@ -94,7 +96,14 @@ class Engine:
         self._batch = StepBatch(model.plan.n_batch)
         self._threads = ComputeThreads(model.plan.n_threads, model.plan.n_threads_batch,
                                        machine_cores()) if defaults.adapt_threads else None
-        self._kv = kv_moves.LlamaKv(model.memory)
+        self._kv = kv_moves.LlamaKv(model.memory, model.ctx)
+        self._checkpoints = CheckpointRules(
+            defaults.ctx_checkpoints, defaults.checkpoint_min_step, model.n_swa,
+            model.rollback_only_full, model.plan.n_batch, model.plan.n_ubatch)
+        """Context checkpoints of SWA and recurrent models (worker/checkpoints.py)."""
+        self.prompt_cache = PromptCache(defaults.cache_ram_mib, model.n_ctx) \
+            if defaults.cache_ram_mib != 0 and defaults.cache_prompt else None
+        """--cache-ram: prompts' states kept in host memory (worker/prompt_cache.py)."""
         self._sets = AdapterSets(model.adapters)
         """Per-request LoRA adapter sets: the step's group, each slot's cache set."""
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
@@ -223,15 +232,36 @@ class Engine:
             if request.job.stream and request.job.return_progress \
                     and request.resumed is None:  # the 0 % event (a continuation shows none)
                 events.append((request.job.job_id, active.progress(active.t_start)))
+        if decision.admitted and self.prompt_cache is not None and self.defaults.cache_idle_slots:
+            self._cache_idle_slots(self.prompt_cache)
+
+    def _cache_idle_slots(self, cache: PromptCache) -> None:
+        """--cache-idle-slots: a task started, so the idle slots' prompts go to the host cache.
+        They stay in their slots too, also with a unified KV cache (where llama-server empties
+        them): an idle slot is purged only when the cache has no room (_decode), and until
+        then it serves its prefix without a copy and keeps cache-aware routing's view."""
+        for slot in self.slots:
+            if not slot.busy and cache.save(self._kv, slot, self._sets.set_of(slot.slot_id)):
+                cache.update()
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
-        same_set = self._sets.claim(self._kv, self.slots, slot, self._first_set(request))
+        cache = self.prompt_cache if request.cache_prompt else None
+        swap = cache is not None and wants_update(slot.tokens, request.prompt_tokens)
+        if cache is not None and swap:  # what the slot loses goes to the host cache
+            cache.save(self._kv, slot, self._sets.set_of(slot.slot_id))
+        first_set = self._first_set(request)
+        same_set = self._sets.claim(self._kv, self.slots, slot, first_set)
+        if cache is not None and swap:  # a cached prompt that shares more comes back
+            cache.load(self._kv, self._kv, slot, request.prompt_tokens, first_set)
+            cache.update()
         n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
-                                        request.cache_prompt, request.cache_reuse)
+                                        request.cache_prompt, request.cache_reuse, self._kv,
+                                        self._checkpoints)
         alora = request.alora
         if alora is not None and 0 < alora.pre_end < n_reuse:  # the base prefix only
             self._kv.remove(slot.slot_id, alora.pre_end, -1)
             del slot.tokens[alora.pre_end:]
+            slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= alora.pre_end]
             n_reuse = alora.pre_end
         if request.media is not None:
             n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
@@ -285,7 +315,17 @@ class Engine:
             return n_reuse
         self._kv.remove(slot.slot_id, span.start, -1)
         del slot.tokens[span.start:]
+        slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= span.start]
         return span.start
+
+    def _take_checkpoint(self, active: SlotRun, end: int) -> None:
+        """A context checkpoint before the run's prompt tokens up to `end` are decoded, when
+        llama-server would take one (worker/checkpoints.py); none for prompts with media."""
+        n_prompt = len(active.request.prompt_tokens)
+        if self._checkpoints.wanted(n_prompt, active.prompt_done, end,
+                                    active.request.media is not None):
+            kv_moves.take_checkpoint(self._kv, active.slot, self._checkpoints,
+                                     active.prompt_done, active.task_no)
 
     def _evaluate_media(self, runs: list[SlotRun], events: list[JobEvent]) -> None:
         """The media chunks that come next in a prefilling run's prompt, each in a decode of
@@ -309,8 +349,9 @@ class Engine:
     def _prompt_end(self, active: SlotRun) -> int:
         """Where this step's prompt tokens of a run may go up to: its next media chunk."""
         media, tier = active.request.media, active.request.tier
-        end = len(active.request.prompt_tokens) if media is None \
-            else media.text_end(active.prompt_done)
+        n_prompt = len(active.request.prompt_tokens)
+        end = media.text_end(active.prompt_done) if media is not None \
+            else self._checkpoints.chunk_end(n_prompt, active.prompt_done, n_prompt)
         if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
             end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
         alora = active.request.alora
@@ -365,6 +406,7 @@ class Engine:
         for active, end in zip(prefilling, ends, strict=True):
             if end == active.prompt_done:
                 continue
+            self._take_checkpoint(active, end)
             prompt = active.request.prompt_tokens
             for pos in range(active.prompt_done, end):
                 n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)

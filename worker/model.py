@@ -94,6 +94,11 @@ class LoadedModel:
         self.fitted: FitReport | None = None
         """What --fit decided (worker/process/startup.py)."""
         self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.n_swa = 0 if plan.swa_full else max(0, lc.llama_model_n_swa(self.model))
+        """The sliding window the KV cache keeps (0: none, or --swa-full)."""
+        self.rollback_only_full = bool(lc.llama_model_is_recurrent(self.model)
+                                       or lc.llama_model_is_hybrid(self.model))
+        """A recurrent or hybrid memory: a part of a sequence cannot be removed."""
         self.n_ctx_slot = min(lc.llama_n_ctx_seq(self.ctx), self.n_ctx_train,
                               plan.n_ctx_slot_cap or self.n_ctx_train)
         log.info("model %s loaded: n_ctx=%d, slots=%d, n_ctx_slot=%d, kv_unified=%s", path.name,

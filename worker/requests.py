@@ -58,6 +58,15 @@ class EngineDefaults:
     (worker/compute_threads.py): on unless the OpenMP wait policy was set by hand."""
     spec: SpecConfig = field(default_factory=SpecConfig)
     """Speculative decoding (--spec-type and its flags; worker/speculative/)."""
+    ctx_checkpoints: int = 32
+    """-ctxcp: context checkpoints per slot (worker/checkpoints.py)."""
+    checkpoint_min_step: int = 8192
+    """-cms: the least spacing between two checkpoints, in tokens."""
+    cache_ram_mib: int = 0
+    """--cache-ram: the host-memory prompt cache's size in MiB (-1: no limit, 0: none;
+    worker/prompt_cache.py)."""
+    cache_idle_slots: bool = False
+    """--cache-idle-slots: idle slots' prompts go to that cache when a task starts."""
 
 
 @dataclass

@@ -155,6 +155,21 @@ class WorkerSettings(RoleSettings):
                                          help="how much the prompt of a request must match "
                                          "the prompt of a slot in order to use that slot "
                                          "(0.0 = disabled)")
+    ctx_checkpoints: int = flag(32, "-ctxcp", "--ctx-checkpoints", "--swa-checkpoints",
+                                env="LLAMA_ARG_CTX_CHECKPOINTS",
+                                help="max number of context checkpoints to create per slot")
+    checkpoint_min_step: int = flag(8192, "-cms", "--checkpoint-min-step",
+                                    env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
+                                    help="minimum spacing between context checkpoints in "
+                                    "tokens (0 = no minimum)")
+    cache_ram: int = flag(8192, "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM",
+                          help="set the maximum cache size in MiB (-1 - no limit, 0 - disable; "
+                          "0 on a worker that serves decisions)")
+    cache_idle_slots: bool = flag(True, "--cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS",
+                                  negative=("--no-cache-idle-slots",),
+                                  help="save idle slots to the prompt cache on new task "
+                                  "(requires cache-ram; llamaq keeps them in their slots, "
+                                  "also with a unified KV)")
     context_shift: bool = flag(False, "--context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
                                negative=("--no-context-shift",),
                                help="whether to use context shift on infinite text generation")
@@ -324,6 +339,13 @@ class WorkerSettings(RoleSettings):
                               "online requests (at most -np minus 1)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
+
+    @field_validator("checkpoint_min_step")
+    @classmethod
+    def _checkpoint_step(cls, value: int) -> int:
+        if value < 0:  # llama-server's message
+            raise ValueError("checkpoint-min-step must be non-negative")
+        return value
 
     @field_validator("fit")
     @classmethod

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from worker.checkpoints import Checkpoint
+
 
 @dataclass
 class SlotCache:
@@ -18,6 +20,14 @@ class SlotCache:
     tokens: list[int] = field(default_factory=list)
     last_used: float = 0.0
     busy: bool = False
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    """Its context checkpoints (worker/checkpoints.py), oldest first; they cover a prefix of
+    `tokens` and go when that prefix does."""
+
+    def forget_tokens(self) -> None:
+        """The cache was emptied: no tokens, no checkpoints."""
+        self.tokens.clear()
+        self.checkpoints.clear()
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

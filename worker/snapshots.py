@@ -58,7 +58,7 @@ def restore_slot(model: LoadedModel, slot: SlotCache, data: bytes, tokens: list[
     if not all(model.vocab.valid(t) for t in tokens):
         raise restore_error("Invalid tokens in slot save file")
     lc.llama_memory_seq_rm(model.memory, slot.slot_id, -1, -1)
-    slot.tokens.clear()
+    slot.forget_tokens()
     buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
     read = lc.llama_state_seq_set_data(model.ctx, buffer, len(data), slot.slot_id)
     if read == 0:
@@ -70,5 +70,5 @@ def restore_slot(model: LoadedModel, slot: SlotCache, data: bytes, tokens: list[
 def erase_slot(model: LoadedModel, slot: SlotCache) -> int:
     erased = len(slot.tokens)
     lc.llama_memory_seq_rm(model.memory, slot.slot_id, -1, -1)
-    slot.tokens.clear()
+    slot.forget_tokens()
     return erased

@@ -114,11 +114,9 @@ CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread 
                  "or the container's cpuset instead")
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
+REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
-CHECKPOINTS = ("context checkpoints (for sliding-window and recurrent models) are not built; a "
-               "worker keeps the full-size SWA cache instead")
-HOST_CACHE = "the host-memory prompt cache is not built (a slot keeps only its own tokens)"
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
 SPEC_FLAGS: tuple[SpecFlag, ...] = (
@@ -189,12 +187,10 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(R, "lookup decoding is not built", "-lcs --lookup-cache-static",
            "-lcd --lookup-cache-dynamic"),
     *_rows(W, "", "--kv-unified-per-slot"),
-    *_off(_rows(R, CHECKPOINTS, "-ctxcp --ctx-checkpoints --swa-checkpoints "
-                "LLAMA_ARG_CTX_CHECKPOINTS"), values=("0",)),
-    *_rows(R, CHECKPOINTS, "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"),
-    *_off(_rows(R, HOST_CACHE, "-cram --cache-ram LLAMA_ARG_CACHE_RAM"), values=("0",)),
-    *_off(_rows(R, HOST_CACHE, "--cache-idle-slots --no-cache-idle-slots "
-                "LLAMA_ARG_CACHE_IDLE_SLOTS"), names=("--no-cache-idle-slots",)),
+    *_rows(W, "", "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
+           "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
+           "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
+           "--cache-idle-slots --no-cache-idle-slots LLAMA_ARG_CACHE_IDLE_SLOTS"),
     *_rows(W, "", "-kvu --kv-unified -no-kvu --no-kv-unified",
            "--context-shift --no-context-shift", "-r --reverse-prompt", "-sp --special",
            "--warmup --no-warmup", "--spm-infill"),

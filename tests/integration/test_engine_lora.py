@@ -35,7 +35,8 @@ def worker_settings(model: Path, *argv: str, n_parallel: int = 2) -> WorkerSetti
     """1024 tokens a slot, as the stored expectation ran (the KV layout changes greedy ties)."""
     return WorkerSettings.from_args(["-m", str(model), "-c", str(1024 * n_parallel),
                                      "-np", str(n_parallel),
-                                     "-t", "2", "--no-warmup", *argv], environ={})
+                                     "-t", "2", "--no-warmup", "--swa-full", *argv],
+                                    environ={})  # the reference was made with --swa-full
 
 
 @pytest.fixture(scope="module")

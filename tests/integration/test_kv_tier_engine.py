@@ -35,9 +35,11 @@ class Worker:
                            n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",
                            cache_type_k="f16", cache_type_v="f16")
         self.model = LoadedModel(gemma, plan)
+        # no context checkpoints: they split a prefill's last chunks, and greedy text on this
+        # model is compared across prefills split alike (the tier boundary's)
         defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,
                                   cache_prompt=True, special=False, model_alias="gemma",
-                                  worker_id="w")
+                                  worker_id="w", ctx_checkpoints=0)
         self.events: queue.Queue[JobEvent] = queue.Queue()
         self.engine = Engine(self.model, defaults, self._sink)
         self.states: list[tuple[list[int], bytes]] = []

@@ -21,7 +21,7 @@ from tests.conftest import make_fleet
 from tests.processes import Fleet, wait_until
 from tests.tiny_lora import write_lora
 
-WORKER = ("-c", "1024", "-np", "2", "-t", "1")
+WORKER = ("-c", "1024", "-np", "2", "-t", "1", "--swa-full")  # as the reference was made
 EXPECTED = json.loads((Path(__file__).parent.parent / "data" / "lora_greedy.json").read_text())
 PROMPT = EXPECTED["cases"][0]["prompt"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.process.startup import engine_defaults
+from worker.process.startup import context_plan, engine_defaults
 from worker.settings import WorkerSettings
 
 
@@ -17,3 +17,24 @@ def test_dry_sequence_breaker_none_clears_the_list() -> None:
     assert breakers("--dry-sequence-breaker", "a", "--dry-sequence-breaker", "none",
                     "--dry-sequence-breaker", "b") == ["b"]  # as llama.cpp: none clears, then b
     assert breakers("--dry-sequence-breaker", "\\n") == ["\n"]
+
+
+def defaults(*argv: str) -> tuple[int, int, int, bool]:
+    d = engine_defaults(WorkerSettings.from_args(list(argv), environ={}), "m", "w")
+    return d.cache_ram_mib, d.ctx_checkpoints, d.checkpoint_min_step, d.cache_idle_slots
+
+
+def test_the_kv_cache_flags_reach_the_engine() -> None:
+    assert defaults() == (8192, 32, 8192, True)  # llama-server's defaults
+    assert defaults("--cache-ram", "-1", "-ctxcp", "2", "-cms", "64",
+                    "--no-cache-idle-slots") == (-1, 2, 64, False)
+    assert defaults("--decisions", "--cache-ram", "512")[0] == 0  # the spec's 0 for them
+
+
+def test_the_swa_cache_is_full_size_only_when_asked_or_for_decisions() -> None:
+    def swa_full(*argv: str) -> bool:
+        return context_plan(WorkerSettings.from_args(list(argv), environ={})).swa_full
+
+    assert not swa_full()  # prompt caching on (the default) no longer forces it
+    assert swa_full("--swa-full")
+    assert swa_full("--decisions")

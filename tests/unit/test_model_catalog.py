@@ -142,14 +142,15 @@ def test_preset_options_become_worker_flags(tmp_path: Path) -> None:
 
 def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
     """The spec's example section: api keys (chat-template, jinja) are left to the api pods,
-    which apply them; off values of unbuilt features (LLAMA_ARG_CACHE_RAM = 0) are no-ops."""
+    which apply them; off values of unbuilt features (spec-type = none) are no-ops; the
+    host prompt cache's size (LLAMA_ARG_CACHE_RAM) is a worker flag (issue 24)."""
     options = {"chat-template": "chatml", "n-gpu-layers": "123", "jinja": "true", "c": "4096",
                "LLAMA_ARG_CACHE_RAM": "0", "reasoning-format": "none", "no-mmproj": "true",
                "mmproj-auto": "false", "spec-type": "none"}
-    assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096",
+    assert preset_argv(options) == ["--n-gpu-layers", "123", "-c", "4096", "-cram", "0",
                                     "--no-mmproj", "--no-mmproj",  # a worker switch (issue 28)
                                     "--spec-type", "none"]  # a worker flag (issue 22)
-    assert preset_argv({"LLAMA_ARG_CACHE_RAM": "512"}) == ["-cram"]  # refused by name
+    assert preset_argv({"LLAMA_ARG_MOE_CACHE_MIB": "512"}) == ["--moe-cache-mib"]  # refused
     assert preset_argv({"mmproj-auto": "true"}) == ["--mmproj-auto"]
     api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)
     assert (api.chat_template, api.jinja, api.reasoning_format) == ("chatml", False, "none")

@@ -114,7 +114,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_CACHE_RAM",
+    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_MOE_CACHE_MIB",
                 "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
@@ -123,11 +123,8 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
     assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_DRAFT_MODEL"}
 
 
-OFF_FORMS = [["--cache-ram", "0"], ["-cram", "0"],
-             ["--moe-cache-mib", "0"], ["--ctx-checkpoints", "0"], ["--no-cache-idle-slots"],
-             ["--no-log-jsonl"], ["--log-colors", "off"], ["--cache-ram=0"]]
-OFF_ENVS = [{"LLAMA_ARG_CACHE_RAM": "0"},
-            {"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
+OFF_FORMS = [["--moe-cache-mib", "0"], ["--no-log-jsonl"], ["--log-colors", "off"]]
+OFF_ENVS = [{"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
@@ -141,8 +138,8 @@ def test_off_forms_of_unbuilt_features_are_no_ops(role: type[ProcessSettings]) -
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, environ in ((["--cache-ram", "-1"], {}), (["--moe-cache-mib", "512"], {}),
-                          ([], {"LLAMA_ARG_CACHE_RAM": "8192"}),
+    for argv, environ in ((["--moe-cache-mib", "512"], {}),
+                          ([], {"LLAMA_ARG_MOE_CACHE_MIB": "512"}),
                           ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft.gguf"})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
@@ -151,10 +148,38 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
 
 
 def test_up_drops_off_forms() -> None:
-    parts = split_args(["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0", "--port", "1",
+    parts = split_args(["--moe-cache-mib", "0", "-c", "64", "--port", "1",
                         "--no-mmproj"], UP_ROLES)
     assert parts[ApiSettings] == ["--port", "1"]
     assert parts[WorkerSettings] == ["-c", "64", "--no-mmproj"]  # works since issue 28
+
+
+def test_cache_flags_work_on_the_worker() -> None:
+    """Issue 24: --cache-ram, --cache-idle-slots and the checkpoint flags are the worker's,
+    read from their llama-server names and environment variables."""
+    parts = split_args(["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0", "-ctxcp", "4",
+                        "--port", "1"], UP_ROLES)
+    assert parts[WorkerSettings] == ["--no-cache-idle-slots", "-c", "64", "--cache-ram", "0",
+                                     "-ctxcp", "4"]
+    worker = WorkerSettings.from_args(["-cram", "512", "--swa-checkpoints", "3", "-cms", "0"],
+                                      environ={})
+    assert (worker.cache_ram, worker.ctx_checkpoints, worker.checkpoint_min_step) == (512, 3, 0)
+    assert worker.cache_idle_slots
+    by_env = WorkerSettings.from_args([], environ={
+        "LLAMA_ARG_CACHE_RAM": "-1", "LLAMA_ARG_CTX_CHECKPOINTS": "0",
+        "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT": "16", "LLAMA_ARG_NO_CACHE_IDLE_SLOTS": "1"})
+    assert (by_env.cache_ram, by_env.ctx_checkpoints, by_env.checkpoint_min_step,
+            by_env.cache_idle_slots) == (-1, 0, 16, False)
+    defaults = WorkerSettings.from_args([], environ={})
+    assert (defaults.cache_ram, defaults.ctx_checkpoints, defaults.checkpoint_min_step) == (
+        8192, 32, 8192)
+
+
+def test_a_negative_checkpoint_step_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        WorkerSettings.from_args(["-cms", "-1"], environ={})
+    assert exit_info.value.code == 2
+    assert "checkpoint-min-step must be non-negative" in capsys.readouterr().err
 
 
 def test_mmproj_auto_is_a_worker_switch() -> None:
@@ -199,7 +224,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--video-fps", "2"], "--video-fps is not supported"),
-    (["--cache-ram", "512"], "--cache-ram is not supported"),
+    (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
     (["-md", "draft.gguf"], "-md is not supported"),
     (["-c"], "-c expects a value"),
 ])
@@ -219,7 +244,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     ["up", "-dr", "ai/smollm2"],
     ["up", "--ssl-key-file", "k.pem"],
     ["api", "--mmproj", "m"],
-    ["worker", "--cache-ram", "8192"],
+    ["worker", "--moe-cache-mib", "512"],
     ["scheduler", "--models-preset", "p.ini"],
     ["api", "-c", "4096"],
     ["worker", "--api-key", "k"],

@@ -149,7 +149,9 @@ class Sleeper:
         if self._parts.embedder is not None:
             self._parts.embedder.stop()
         for slot in engine.slots:  # their KV is gone with the context
-            slot.tokens.clear()
+            slot.forget_tokens()
+        if engine.prompt_cache is not None:  # sleep frees the host cache's states too
+            engine.prompt_cache.clear()
         engine.model.close()
         release_freed_memory()
 

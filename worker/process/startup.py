@@ -66,6 +66,32 @@ def embedding_batch(settings: WorkerSettings) -> int:
     return min(settings.batch_size, settings.ubatch_size)
 
 
+def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPlan:
+    """The shared context's layout from the flags (llama-server's rules); `serves_decisions`:
+    decision jobs share its batches (several logits per sequence)."""
+    n_slots = 4 if s.n_parallel < 0 else s.n_parallel
+    threads = default_threads() if s.threads < 1 else s.threads
+    embedding = embedding_mode(s)
+    batch = embedding_batch(s) if embedding else s.batch_size
+    # a slot's sampled token and its draft have logits (server_output_limits)
+    per_seq = min(batch, 1 + (0 if embedding else flags.speculative(s).n_max()))
+    return ContextPlan(
+        n_ctx=s.ctx_size, n_slots=n_slots,
+        kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
+        n_batch=batch, n_ubatch=s.ubatch_size,
+        n_threads=threads,
+        n_threads_batch=s.threads_batch or threads,
+        # Prefix reuse on sliding-window models goes through context checkpoints
+        # (worker/checkpoints.py); a decision's branches go back and forth over a prefix,
+        # which only a full-size SWA cache allows.
+        swa_full=s.swa_full or s.decisions or serves_decisions,
+        flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
+        n_ctx_slot_cap=s.kv_unified_per_slot,
+        n_outputs_max=0 if embedding or serves_decisions else min(batch, n_slots * per_seq),
+        n_outputs_per_seq=per_seq,
+    )
+
+
 def load_model(s: WorkerSettings, path: Path,
                on_load_progress: Callable[[float], None] | None = None,
                adapter_files: Mapping[str, Path] | None = None,
@@ -82,25 +108,8 @@ def load_model(s: WorkerSettings, path: Path,
         placement = flags.placement(s)
     except DeviceError as error:
         raise ModelLoadError(str(error)) from None
-    n_slots = 4 if s.n_parallel < 0 else s.n_parallel
-    threads = default_threads() if s.threads < 1 else s.threads
     embedding = embedding_mode(s)
-    batch = embedding_batch(s) if embedding else s.batch_size
-    # a slot's sampled token and its draft have logits (server_output_limits)
-    per_seq = min(batch, 1 + (0 if embedding else flags.speculative(s).n_max()))
-    plan = ContextPlan(
-        n_ctx=s.ctx_size, n_slots=n_slots,
-        kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
-        n_batch=batch, n_ubatch=s.ubatch_size,
-        n_threads=threads,
-        n_threads_batch=s.threads_batch or threads,
-        # Prefix reuse on sliding-window models (Gemma 3) needs the full-size SWA cache.
-        swa_full=s.swa_full or s.cache_prompt,
-        flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,
-        n_ctx_slot_cap=s.kv_unified_per_slot,
-        n_outputs_max=0 if embedding or serves_decisions else min(batch, n_slots * per_seq),
-        n_outputs_per_seq=per_seq,
-    )
+    plan = context_plan(s, serves_decisions)
     callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
 
     def tune_context(params: Any) -> None:
@@ -142,7 +151,7 @@ def load_model(s: WorkerSettings, path: Path,
         raise ModelLoadError(str(error)) from None
     if s.mmproj and not embedding:  # an embedding worker with -mm does not start (serve.py)
         try:
-            model.projector = load_projector(s, model, threads, marker)
+            model.projector = load_projector(s, model, plan.n_threads, marker)
         except ProjectorLoadError as error:
             model.close()
             raise ModelLoadError(str(error)) from None
@@ -282,4 +291,8 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                                 for r in s.reverse_prompt],
                           n_probs_max=s.n_probs_max,
                           spec=flags.speculative(s),
-                          adapt_threads=not wait_policy_by_hand(os.environ))
+                          adapt_threads=not wait_policy_by_hand(os.environ),
+                          ctx_checkpoints=s.ctx_checkpoints,
+                          checkpoint_min_step=s.checkpoint_min_step,
+                          cache_ram_mib=0 if s.decisions else s.cache_ram,
+                          cache_idle_slots=s.cache_idle_slots)
