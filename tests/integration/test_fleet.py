@@ -181,16 +181,25 @@ def test_cors(api: str) -> None:
 
 
 def test_output_does_not_depend_on_the_batch_size(redis_url: str, workdir: Path,
-                                                  gemma_path: Path, api: str) -> None:
+                                                  gemma_path: Path) -> None:
     """The same greedy request on a worker that evaluates the prompt 16 tokens at a time
-    (-b 16) and on the session's worker (-b 2048) gives the same text (llama.cpp's own
-    test_consistent_result_different_batch_size)."""
+    (-b 16) and on one that takes it whole (-b 2048) gives the same text (llama.cpp's own
+    test_consistent_result_different_batch_size). Both with --swa-full: Gemma 3's small
+    sliding-window cache holds n_swa + n_ubatch cells, so -ub would change its layout too."""
     body = {"prompt": "The recipe for bread: first, take some flour and " * 3,
             "temperature": 0.0, "n_predict": 24, "cache_prompt": False}
-    whole = httpx.post(f"{api}/completion", json=body, timeout=60).json()
+    wide = make_fleet(redis_url, workdir, gemma_path, "gemma-b2048")
+    try:
+        wide.add_worker("-c", "1024", "-np", "1", "-t", "2", "--swa-full")
+        big = wide.add_api()
+        wide.wait_healthy(big)
+        whole = httpx.post(f"{big}/completion", json=body, timeout=60).json()
+    finally:
+        wide.stop()
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-b16")
     try:
-        fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "-b", "16", "-ub", "16")
+        fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "-b", "16", "-ub", "16",
+                         "--swa-full")
         small = fleet.add_api()
         fleet.wait_healthy(small)
         chunked = httpx.post(f"{small}/completion", json=body, timeout=60).json()

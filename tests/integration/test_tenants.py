@@ -135,6 +135,8 @@ def test_tokens_per_minute_count_prompt_and_output(tenant_fleet: Fleet) -> None:
 def test_a_batch_tenants_jobs_wait_in_the_batch_lane(tenant_fleet: Fleet,
                                                      redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
+    wait_until(lambda: r.zcard(keys.batch_queue(ALIAS)) == 0 == r.zcard(keys.slot_queue(ALIAS)),
+               timeout=60, what="the queues empty of earlier tests' jobs")
     with httpx.stream("POST", f"{api(tenant_fleet)}/completion", headers=auth("k-erin"),
                       timeout=60, json={"prompt": "Tell me", "n_predict": 900,
                                         "ignore_eos": True, "stream": True}) as running:

@@ -176,22 +176,25 @@ def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path:
     """Under --tenants the fleet page lists what /fleet gives the key's tenant: the admin
     tenant every tenant, with its counters and limits."""
     tenants = tmp_path / "tenants.json"
+    # names of this test's own: the session's Redis keeps other tests' tenant counters
     tenants.write_text(json.dumps({"tenants": [
-        {"name": "ops", "keys": ["k-ops"], "admin": True},
-        {"name": "alice", "keys": ["k-alice"], "max_concurrent": 2, "tokens_per_minute": 900}]}))
+        {"name": "ui-ops", "keys": ["k-ui-ops"], "admin": True},
+        {"name": "ui-alice", "keys": ["k-ui-alice"], "max_concurrent": 2,
+         "tokens_per_minute": 900}]}))
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
     try:
         url = fleet.add_api("--tenants", str(tenants))
-        answer = httpx.post(f"{url}/completion", headers={"Authorization": "Bearer k-alice"},
+        answer = httpx.post(f"{url}/completion", headers={"Authorization": "Bearer k-ui-alice"},
                             json={"prompt": "Hi", "n_predict": 2}, timeout=120)
         assert answer.status_code == 200, answer.text
         page.goto(f"{url}/#/fleet")
-        page.fill("input[name=api-key]", "k-ops")
+        page.fill("input[name=api-key]", "k-ui-ops")
         page.get_by_role("button", name="Save key").click()
-        alice = page.locator("tr[data-tenant='alice']")
+        alice = page.locator("tr[data-tenant='ui-alice']")
         expect(alice.locator(".tenant-requests")).to_have_text("1")
         expect(alice).to_contain_text("900")
-        expect(page.locator("tr[data-tenant]")).to_have_count(3)  # default, alice, ops
+        expect(page.locator("tr[data-tenant='ui-ops']")).to_have_count(1)
+        expect(page.locator("tr[data-tenant='default']")).to_have_count(1)
     finally:
         fleet.stop()
 
