@@ -52,7 +52,7 @@ from redis.asyncio import Redis
 
 from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob, PromptPiece
-from scheduler.redis_clock import LUA_NOW_MS, recent
+from scheduler.redis_clock import recent
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""
@@ -294,13 +294,15 @@ class PrefixRouter:
             del self.pending[worker_id]
 
 
-MOVE_TO_SHARED = LUA_NOW_MS + """
+MOVE_TO_SHARED = """
 -- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, (unused),
--- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it
--- (scored with Redis's now).
+-- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it,
+-- keeping its score (its place in arrival order).
 if redis.call('EXISTS', ARGV[3] .. ARGV[1]) == 1 then return 0 end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('ZADD', KEYS[2], now_ms, ARGV[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], score, ARGV[1])
 return 1
 """
 

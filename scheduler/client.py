@@ -82,7 +82,7 @@ if bound >= 0 then
   for q = 4, #KEYS do
     local offset = 0
     while true do
-      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_ms, 'LIMIT', offset, 500)
+      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
       if #ids == 0 then break end
       for i = 1, #ids do
         if redis.call('EXISTS', ARGV[8] .. ids[i]) == 0 then waiting = waiting + 1 end
@@ -95,7 +95,7 @@ end
 local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
-  redis.call('ZADD', KEYS[3], now_ms, ARGV[1])
+  redis.call('ZADD', KEYS[3], now_score, ARGV[1])
 end
 redis.call('PUBLISH', ARGV[5], '1')
 if fresh then return {1, waiting} end

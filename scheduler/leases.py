@@ -53,7 +53,7 @@ local claimed = {}
 local n = 0
 local offset = 0
 while n < wanted do
-  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES',
+  local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                           'LIMIT', offset, 200)
   if #page == 0 then break end
   for i = 1, #page, 2 do
@@ -79,7 +79,7 @@ local count = 0
 local oldest = -1
 local offset = 0
 while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'WITHSCORES',
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                          'LIMIT', offset, 500)
   if #ids == 0 then break end
   for i = 1, #ids, 2 do

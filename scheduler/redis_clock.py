@@ -10,9 +10,12 @@ from redis.asyncio.client import Pipeline
 
 LUA_NOW_MS = """local _t = redis.call('TIME')
 local now_ms = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
+local now_score = string.format('%.3f', tonumber(_t[1]) * 1000 + tonumber(_t[2]) / 1000)
 """
-"""A script's first lines: `now_ms`, Redis's now in ms (queue scores are on it: a job enqueued
-by a pod whose clock is ahead is due at once, not when that clock says)."""
+"""A script's first lines: `now_ms`, Redis's now in ms, and `now_score`, the same to the
+microsecond as the string a queue's ZADD takes (queue scores are on Redis's clock: a job enqueued
+by a pod whose clock is ahead is due at once, not when that clock says; the microseconds keep
+two jobs enqueued in the same millisecond in arrival order instead of job-id order)."""
 
 STAMP = """
 local t = redis.call('TIME')

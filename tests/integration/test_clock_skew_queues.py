@@ -79,3 +79,14 @@ async def test_a_pod_behind_does_not_jump_the_queue(
     waiting, waited_s = await waiting_jobs(redis, queue)
     assert waiting == 2 and waited_s < 5  # not an hour
     assert await claim(redis, queue) == [first.job_id, later.job_id]
+
+
+async def test_jobs_enqueued_in_the_same_millisecond_keep_arrival_order(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    redis, _, client = pod
+    model = f"skew-burst-{time.monotonic_ns()}"
+    queue = keys.utility_queue(model)
+    burst = [TokenizeJob(model=model, content=str(i)) for i in range(10)]
+    for job in burst:  # a few per millisecond: job-id order would shuffle them
+        await client._enqueue(job, queue, None)
+    assert await claim(redis, queue) == [job.job_id for job in burst]
