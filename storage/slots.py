@@ -1,10 +1,10 @@
 """Slot KV-cache snapshots (llama-server's /slots save/restore) in the object store."""
 
-import json
 from typing import Any
 
 from storage.base import ObjectStore
-from storage.errors import InvalidKey, StorageError
+from storage.blobs import delete_with_meta, get_with_meta, put_with_meta
+from storage.errors import InvalidKey
 
 SLOTS_PREFIX = "slots/"
 
@@ -28,33 +28,22 @@ def check_slot_name(name: str) -> str:
 
 
 class SlotSnapshotStore:
-    """Snapshot bytes at `slots/<name>`, its metadata (JSON) at `slots/<name>.json`."""
+    """Snapshot bytes at `slots/<name>`, its metadata (JSON) at `slots/<name>.json`
+    (storage/blobs.py)."""
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
 
     def save(self, name: str, data: bytes, meta: dict[str, Any]) -> None:
-        key = SLOTS_PREFIX + check_slot_name(name)
-        self.store.put_bytes(key, data)
-        self.store.put_bytes(key + ".json", json.dumps(meta).encode())
+        put_with_meta(self.store, SLOTS_PREFIX + check_slot_name(name), data, meta)
 
     def load(self, name: str) -> tuple[bytes, dict[str, Any]]:
         """Raises ObjectNotFound if no snapshot has that name."""
-        key = SLOTS_PREFIX + check_slot_name(name)
-        meta_raw = self.store.get_bytes(key + ".json")
-        data = self.store.get_bytes(key)
-        try:
-            meta = json.loads(meta_raw)
-        except ValueError as exc:
-            raise StorageError(f"slot snapshot {name!r}: corrupt metadata") from exc
-        if not isinstance(meta, dict):
-            raise StorageError(f"slot snapshot {name!r}: metadata is not an object")
-        return data, meta
+        return get_with_meta(self.store, SLOTS_PREFIX + check_slot_name(name),
+                             f"slot snapshot {name!r}")
 
     def exists(self, name: str) -> bool:
         return self.store.exists(SLOTS_PREFIX + check_slot_name(name) + ".json")
 
     def delete(self, name: str) -> None:
-        key = SLOTS_PREFIX + check_slot_name(name)
-        self.store.delete(key + ".json")
-        self.store.delete(key)
+        delete_with_meta(self.store, SLOTS_PREFIX + check_slot_name(name))
