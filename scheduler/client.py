@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.affinity import Affinity, RoutedJob
-from scheduler.contract import keys
+from scheduler.contract import keys, limits
 from scheduler.contract.errors import LlamaqError, NotFound, Unavailable
 from scheduler.contract.jobs import (
     CompletionJob,
@@ -115,6 +115,8 @@ class JobClient:
         self._hub = hub
         self._timeout_s = timeout_s
         self._queue_limit = queue_limit
+        self.quick_queue_max = limits.QUICK_QUEUE_MAX
+        """The bound of the utility and online embedding queues (waiting jobs)."""
         self._deferred_cancels: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         hub.on_reconnect.append(self._flush_deferred_cancels)
@@ -174,6 +176,8 @@ class JobClient:
         if self._queue_limit is not None and (
                 routed is not None or queue_name == keys.slot_queue(job.model)):
             room = await self._queue_limit(job.model)
+        elif queue_name in (keys.utility_queue(job.model), keys.embed_queue(job.model)):
+            room = QueueRoom(self.quick_queue_max, (queue_name,))
         try:
             async with self._hub.subscription(job.job_id) as queue:
                 self._open[job.job_id] = queue

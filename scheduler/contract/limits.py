@@ -51,6 +51,9 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 """A seed is a uint32 in llama.cpp; anything a 64-bit integer holds is taken modulo 2**32."""
 
 # llamaq's own limits (llama-server has none)
+QUICK_QUEUE_MAX = 256
+"""Jobs waiting in a model's utility queue (tokenize, detokenize, apply-template) and in its
+online embedding queue: past it 503 with Retry-After (Redis memory stays bounded)."""
 DEFAULT_N_PROBS_MAX = 100
 """n_probs (and logprobs/top_logprobs) is capped at this (--n-probs-max)."""
 MAX_GRAMMAR_BYTES = 1 << 20
