@@ -34,6 +34,7 @@ from scheduler.supervise import exit_when_done
 from scheduler.tenant_limits import TenantLimits
 from storage import open_store
 from storage.lazy import LazyStore
+from storage.results import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ def create_app(settings: ApiSettings, redis_url: str, name: str = "llamaq") -> S
         exit_when_done(renewing, "tenant holds renewal", _exit_for_restart)
         app.ctx.store = LazyStore(lambda: open_store(settings.store_url,
                                                      settings.s3_endpoint_url))
+        app.ctx.fleet.jobs.results = ResultStore(app.ctx.store)
         app.ctx.batch_driver = BatchDriver(app.ctx.fleet, settings, app.ctx.store,
                                            app.ctx.tenants)
         driving = asyncio.create_task(app.ctx.batch_driver.run())

@@ -39,6 +39,8 @@ LIFETIMES: dict[str, str] = {
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",
     "kv_tier_lru": "as kv_tier_blocks",
+    "stored_results": f"no TTL: members older than {keys.STORED_RESULT_TTL_S} s are taken out "
+                      "by a worker's sweep (every 60 s), which deletes their objects",
     "worker_queue": QUEUE + "; a dead worker's own queue is emptied by the apis whose jobs "
                             "it held",
     "slot_queue": QUEUE, "utility_queue": QUEUE, "embed_queue": QUEUE,

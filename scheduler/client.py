@@ -45,6 +45,7 @@ from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
+from storage.results import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ class JobClient:
         self._hub = hub
         self._timeout_s = timeout_s
         self._queue_limit = queue_limit
+        self.results: ResultStore | None = None
+        """Where workers put final results too big for Redis (the pod's object store)."""
         self.quick_queue_max = limits.QUICK_QUEUE_MAX
         """The bound of the utility and online embedding queues (waiting jobs)."""
         self._deferred_cancels: set[str] = set()
@@ -186,7 +189,8 @@ class JobClient:
                 except BaseException:
                     self._open.pop(job.job_id, None)
                     raise
-                events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed)
+                events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed,
+                                   self.results)
                 async with self._watched(events):
                     yield events
         finally:
@@ -201,7 +205,8 @@ class JobClient:
             logged = await self._hub.read_log(job.job_id, 0)
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")
-            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub)
+            events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub,
+                               results=self.results)
             events.prefill(logged)
             self._open[job.job_id] = queue
             async with self._watched(events):

@@ -19,6 +19,7 @@ from scheduler.affinity import RoutedJob, move_to_shared
 from scheduler.contract import keys
 from scheduler.contract.errors import (
     LlamaqError,
+    NotFound,
     RedisUnreachable,
     ServerError,
     Unavailable,
@@ -35,11 +36,13 @@ from scheduler.contract.jobs import (
 )
 from scheduler.contract.kinds import movable, queue_for
 from scheduler.contract.results import (
+    RESULT,
     ErrorEvent,
     EventEnvelope,
     FinalEvent,
     Result,
     StartedEvent,
+    StoredFinalEvent,
     TokenEvent,
 )
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync
@@ -50,6 +53,8 @@ from scheduler.leases import (
     forget_queued,
     lapsed_run,
 )
+from storage.errors import ObjectNotFound, StorageError
+from storage.results import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +72,11 @@ class JobEvents:
     unless it is due to run again on another worker."""
 
     def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
-                 redis: Redis, hub: EventHub, routed: RoutedJob | None = None) -> None:
+                 redis: Redis, hub: EventHub, routed: RoutedJob | None = None,
+                 results: ResultStore | None = None) -> None:
+        """`results`: where a worker puts final results too big for Redis."""
         self.job_id = job.job_id
+        self._results = results
         self._routed = routed
         """Set when cache-aware routing sent the job to a worker's own queue."""
         self._model_id = job.model
@@ -123,6 +131,8 @@ class JobEvents:
             raise RedisUnreachable() from None
         self._next_seq = envelope.seq + 1
         event = envelope.event
+        if isinstance(event, StoredFinalEvent):
+            event = FinalEvent(result=await self._stored_result(event))
         if not isinstance(event, StartedEvent):
             self._shown += 1
         if self._routed is not None:
@@ -137,6 +147,22 @@ class JobEvents:
         if self.on_event is not None:
             await self.on_event(event)
         return event
+
+    async def _stored_result(self, event: StoredFinalEvent) -> Result:
+        """The result a worker put in the object store (storage/results.py)."""
+        if self._results is None:
+            raise ServerError("the worker stored this request's result, and this pod has no "
+                              "object store to read it from")
+        try:
+            data = await asyncio.to_thread(self._results.get, event.key)
+        except ObjectNotFound:
+            raise NotFound("the result of this request expired") from None
+        except StorageError as error:
+            log.warning("job %s: cannot read its stored result %s (%s)", self.job_id,
+                        event.key, error)
+            raise Unavailable("the object store holding this request's result is "
+                              "unreachable") from None
+        return RESULT.validate_json(data)
 
     async def _next_in_order(self) -> EventEnvelope:
         """The event numbered `_next_seq`: from pub/sub, or read back from the log."""

@@ -40,7 +40,7 @@ def continuation_from(envelopes: list[EventEnvelope], migrations: int = 1,
     predicted_ms = 0.0
     for envelope in envelopes:
         event = envelope.event
-        if isinstance(event, FinalEvent) or event.kind == "error":
+        if isinstance(event, FinalEvent) or event.kind in ("stored_final", "error"):
             return None
         if not isinstance(event, TokenEvent) or event.progress is not None:
             continue

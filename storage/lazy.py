@@ -31,8 +31,9 @@ class LazyStore:
     def put_file(self, key: str, path: Path) -> None:
         self._get().put_file(key, path)
 
-    def get_file(self, key: str, path: Path) -> None:
-        self._get().get_file(key, path)
+    def get_file(self, key: str, path: Path,
+                 on_bytes: Callable[[int], None] | None = None) -> None:
+        self._get().get_file(key, path, on_bytes)
 
     def exists(self, key: str) -> bool:
         return self._get().exists(key)

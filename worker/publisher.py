@@ -27,9 +27,16 @@ from redis.exceptions import RedisError, ResponseError
 
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
-from scheduler.contract.results import ErrorEvent, EventEnvelope, FinalEvent, TokenEvent
+from scheduler.contract.results import (
+    ErrorEvent,
+    Event,
+    EventEnvelope,
+    FinalEvent,
+    TokenEvent,
+)
 from scheduler.leases import Leases
 from worker.engine import JobEvent
+from worker.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,8 @@ INLINE = b"E"
 """Pub/sub payload tag: the envelope JSON follows."""
 POINTER = b"R"
 """Pub/sub payload tag: the decimal seq of an event to read from the job's event log."""
+ENDS = ("final", "stored_final", "error")
+"""Event kinds that end a job (the results first)."""
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 1.0
 
@@ -65,16 +74,19 @@ class EventPublisher:
     def __init__(self, redis: Redis,
                  before_results: Callable[[Pipeline], None] = lambda _: None,
                  on_lost: Callable[[str], None] = lambda _: None,
-                 leases: Leases | None = None) -> None:
+                 leases: Leases | None = None,
+                 offload: ResultOffload | None = None) -> None:
         """`before_results` adds commands to the pipeline of a batch that starts or ends jobs,
         ahead of the events (so what it writes is there when the client gets its result, and
         an api that sees a job start reads its slot taken).
         `on_lost(job_id)` ends a job whose events could not be sent (cancels it).
-        `leases`: the worker's; a job's lease is let go with its final or error event."""
+        `leases`: the worker's; a job's lease is let go with its final or error event.
+        `offload`: big final results go to the object store (worker/result_offload.py)."""
         self._redis = redis
         self._before_results = before_results
         self._on_lost = on_lost
         self._leases = leases
+        self._offload = offload
         self._loop = asyncio.get_running_loop()
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
@@ -132,11 +144,15 @@ class EventPublisher:
             await self._send(events)
 
     async def _send(self, events: list[JobEvent]) -> None:
-        envelopes = self._number([(j, e) for j, e in events
+        sent: list[tuple[str, Event]] = list(events)
+        if self._offload is not None:
+            sent = [(j, await self._offload.event(j, e) if isinstance(e, FinalEvent) else e)
+                    for j, e in events]
+        envelopes = self._number([(j, e) for j, e in sent
                                   if j not in self._lost and j not in self._dropped])
-        ends = any(e.event.kind in ("started", "final", "error") for e in envelopes)
+        ends = any(e.event.kind == "started" or e.event.kind in ENDS for e in envelopes)
         released = [] if self._leases is None else self._leases.let_go(
-            e.job_id for e in envelopes if e.event.kind in ("final", "error"))
+            e.job_id for e in envelopes if e.event.kind in ENDS)
         if await self._write(self._owed + envelopes, ends, released):
             self._owed.clear()
             if self._first_token:
@@ -146,19 +162,19 @@ class EventPublisher:
         if self._leases is not None:
             self._leases.released(released)
         for job_id, event in events:
-            if event.kind in ("final", "error"):
+            if event.kind in ENDS:
                 self._lost.discard(job_id)
-                self._finish(job_id, isinstance(event, FinalEvent))
+                self._finish(job_id, event.kind != "error")
 
     def _tell_first_tokens(self, envelopes: list[EventEnvelope]) -> None:
         now_ms = timestamp_ms()
         for envelope in envelopes:
             event = envelope.event
-            if envelope.job_id in self._first_token and (
-                    event.kind == "final" or (isinstance(event, TokenEvent) and event.tokens)):
+            if envelope.job_id in self._first_token and (event.kind in ENDS[:2] or (
+                    isinstance(event, TokenEvent) and event.tokens)):
                 self._first_token.pop(envelope.job_id)(now_ms)
 
-    def _number(self, events: list[JobEvent]) -> list[EventEnvelope]:
+    def _number(self, events: list[tuple[str, Event]]) -> list[EventEnvelope]:
         envelopes = []
         for job_id, event in events:
             seq = self._next_seq.get(job_id, 0)
@@ -207,7 +223,7 @@ class EventPublisher:
     def _give_up(self, envelopes: list[EventEnvelope]) -> None:
         """End the jobs whose events are lost; their clients get an error event later."""
         for job_id in dict.fromkeys(e.job_id for e in envelopes):
-            if any(e.job_id == job_id and e.event.kind in ("final", "error") for e in envelopes):
+            if any(e.job_id == job_id and e.event.kind in ENDS for e in envelopes):
                 ended = True
             else:
                 ended = False

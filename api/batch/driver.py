@@ -25,7 +25,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from api.batch.embeddings import run_embedding_chunk
-from api.batch.input import BatchInput, BatchLine, read_input_file
+from api.batch.input import BatchInput, BatchLine, BatchLines, read_input_file
 from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
 from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
@@ -200,32 +200,31 @@ class BatchRun:
         tenants = self.driver.tenants
         if tenants is not None and tenants.directory.enabled:  # its (and its chunks') tenant
             CURRENT.set(tenants.scope(tenants.directory.by_name(record.owner), enforce=False))
-        parsed = await self._read_input(record)
-        if parsed.errors and record.status != "validating":  # its input went mid-run
-            log.warning("batch %s: its input file is gone or unreadable: failed",
-                        self.batch_id)
-            await self.batches.update(self.batch_id, lambda r: _failed(r, parsed.errors))
-            return
-        if record.status == "validating":
-            record = await self._validated(record, parsed)
-            if record.final:
-                return
-        if record.status == "in_progress":
-            await self._run_chunks(record, parsed.lines)
-        await self._finalize(parsed.lines)
-
-    async def _read_input(self, record: BatchRecord) -> BatchInput:
-        """The input file, copied to disk and read line by line (never held whole)."""
         with tempfile.TemporaryDirectory(prefix="llamaq-batch-input-") as folder:
-            path = Path(folder) / "input.jsonl"
-            try:
-                await asyncio.to_thread(self.driver.files.content_to, record.input_file_id,
-                                        path)
-            except ObjectNotFound:
-                parsed = BatchInput()
-                parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
-                return parsed
-            return await asyncio.to_thread(read_input_file, path, record.endpoint)
+            parsed = await self._read_input(record, Path(folder) / "input.jsonl")
+            if parsed.errors and record.status != "validating":  # its input went mid-run
+                log.warning("batch %s: its input file is gone or unreadable: failed",
+                            self.batch_id)
+                await self.batches.update(self.batch_id, lambda r: _failed(r, parsed.errors))
+                return
+            if record.status == "validating":
+                record = await self._validated(record, parsed)
+                if record.final:
+                    return
+            if record.status == "in_progress":
+                await self._run_chunks(record, parsed.lines)
+            await self._finalize(parsed.lines)
+
+    async def _read_input(self, record: BatchRecord, path: Path) -> BatchInput:
+        """The input file, copied to `path` (kept there while the batch runs: its lines are
+        read from it chunk by chunk) and read line by line (never held whole)."""
+        try:
+            await asyncio.to_thread(self.driver.files.content_to, record.input_file_id, path)
+        except ObjectNotFound:
+            parsed = BatchInput()
+            parsed.fail("invalid_file", f"The input file {record.input_file_id} is gone.")
+            return parsed
+        return await asyncio.to_thread(read_input_file, path, record.endpoint)
 
     async def _validated(self, record: BatchRecord, parsed: BatchInput) -> BatchRecord:
         if parsed.errors:
@@ -254,7 +253,7 @@ class BatchRun:
                  plan.n_chunks, plan.chunk_size)
         return record
 
-    async def _run_chunks(self, record: BatchRecord, lines: list[BatchLine]) -> None:
+    async def _run_chunks(self, record: BatchRecord, lines: BatchLines) -> None:
         plan = record.plan
         done = set((await self.batches.progress(self.batch_id)).chunks)
         todo = [i for i in range(plan.n_chunks) if i not in done]
@@ -277,7 +276,7 @@ class BatchRun:
                 await self._wait_for_workers()
                 if self.stop.is_set():
                     break
-                chunk_lines = [lines[i] for i in plan.chunk_lines(index)]
+                chunk_lines = await asyncio.to_thread(lines.take, plan.chunk_lines(index))
                 running.add(asyncio.create_task(
                     self._chunk(index, chunk_lines, record.endpoint, context, limit)))
             while running and not self.stop.is_set():
@@ -336,7 +335,7 @@ class BatchRun:
         await self.batches.chunk_done(self.batch_id, index, len(chunk.output),
                                       len(chunk.errors))
 
-    async def _finalize(self, lines: list[BatchLine]) -> None:
+    async def _finalize(self, lines: BatchLines) -> None:
         def finalizing(r: BatchRecord) -> BatchRecord | None:
             if r.status != "in_progress":
                 return None
@@ -382,7 +381,7 @@ class BatchRun:
             await asyncio.to_thread(self.driver.chunks.delete_all, self.batch_id)
 
     def _concatenate(self, plan: BatchPlan, done: dict[int, tuple[int, int]],
-                     expired_lines: list[BatchLine] | None, output: Path,
+                     expired_lines: BatchLines | None, output: Path,
                      errors: Path) -> tuple[int, int]:
         """Chunks in order into the two files; with `expired_lines`, the lines of unfinished
         chunks become batch_expired errors."""
@@ -394,8 +393,8 @@ class BatchRun:
                     lines_out, lines_err = chunk.output, chunk.errors
                 elif expired_lines is not None:
                     lines_out = []
-                    lines_err = [unrun_line(expired_lines[i].custom_id, "batch_expired",
-                                            EXPIRED_MESSAGE) for i in plan.chunk_lines(index)]
+                    lines_err = [unrun_line(line.custom_id, "batch_expired", EXPIRED_MESSAGE)
+                                 for line in expired_lines.take(plan.chunk_lines(index))]
                 else:
                     continue
                 for text in lines_out:

@@ -151,6 +151,21 @@ EVENT_LOG_TTL_S = 600
 """How long a job's event log outlives its last event (and how long a response can resume)."""
 EVENT_LOG_MAXLEN = 20000
 """Events kept per job; older ones are trimmed (a resume from before them is a 404)."""
+RESULT_INLINE_MAX_BYTES = 1 << 20
+"""A final result whose JSON is bigger (a tokenize with pieces of a long text, token-level
+embeddings) goes to the object store (`results/<job id>.json`); its event carries the key
+(StoredFinalEvent), so Redis does not hold it for EVENT_LOG_TTL_S."""
+STORED_RESULT_TTL_S = EVENT_LOG_TTL_S + 60
+"""A stored result is deleted this long after it was written (its event's log is gone by
+then, so nothing can ask for it)."""
+
+
+def stored_results() -> str:
+    """Sorted set of the stored results' store keys, scored by when they were written (Redis
+    TIME, s): any worker's sweep deletes those past STORED_RESULT_TTL_S."""
+    return f"{PREFIX}:stored_results"
+
+
 EVENT_INLINE_MAX_BYTES = 32 * 1024
 """Bigger events travel by the stream only: pub/sub carries a small pointer instead, so that
 one request's huge events cannot push the api's shared subscriber past Redis's pub/sub output

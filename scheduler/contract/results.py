@@ -350,6 +350,16 @@ class FinalEvent(BaseModel):
     result: Result
 
 
+class StoredFinalEvent(BaseModel):
+    """A final event whose result's JSON is over keys.RESULT_INLINE_MAX_BYTES: the result is in
+    the object store at `key` (storage/results.py). The api reads it and hands on the
+    FinalEvent (scheduler/job_events.py); nothing past that sees this kind."""
+
+    kind: Literal["stored_final"] = "stored_final"
+    key: str
+    size: int
+
+
 class StartedEvent(BaseModel):
     """A slot took the job: from here a stream's headers go out (and its pings)."""
 
@@ -361,7 +371,7 @@ class ErrorEvent(BaseModel):
     error: ErrorInfo
 
 
-Event = Annotated[TokenEvent | FinalEvent | ErrorEvent | StartedEvent,
+Event = Annotated[TokenEvent | FinalEvent | StoredFinalEvent | ErrorEvent | StartedEvent,
                   Field(discriminator="kind")]
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import tempfile
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
-from api.batch.input import read_input
+from api.batch.input import BatchInput, BatchLines, read_input_file, read_lines
 from scheduler.batches import BatchPlan
 
 URL = "/v1/chat/completions"
@@ -22,14 +26,25 @@ def jsonl(*items: Any) -> bytes:
     return "".join(json.dumps(i) + "\n" for i in items).encode()
 
 
+def read_input(data: bytes) -> BatchInput:
+    path = Path(tempfile.mkdtemp(prefix="llamaq-test-batch-")) / "input.jsonl"
+    path.write_bytes(data)
+    return read_input_file(path, URL)
+
+
+def ids(lines: BatchLines) -> list[str]:
+    return [item.custom_id for item in lines.take(range(len(lines)))]
+
+
 def codes(data: bytes) -> list[tuple[str, int | None]]:
-    return [(e.code, e.line) for e in read_input(data, URL).errors]
+    return [(e.code, e.line) for e in read_input(data).errors]
 
 
 def test_good_lines_in_order_blank_lines_skipped() -> None:
-    parsed = read_input(jsonl(line("x"), line("y")) + b"\n\n" + jsonl(line("z")), URL)
+    parsed = read_input(jsonl(line("x"), line("y")) + b"\n\n" + jsonl(line("z")))
     assert not parsed.errors and parsed.model == "m"
-    assert [item.custom_id for item in parsed.lines] == ["x", "y", "z"]
+    assert ids(parsed.lines) == ["x", "y", "z"]
+    assert parsed.lines.take([2])[0].body == line("z")["body"]
 
 
 def test_each_rule_names_its_line() -> None:
@@ -49,9 +64,9 @@ def test_each_rule_names_its_line() -> None:
 
 
 def test_errors_are_collected_and_no_line_runs() -> None:
-    parsed = read_input(jsonl(line("a"), line("a")) + b"junk\n", URL)
+    parsed = read_input(jsonl(line("a"), line("a")) + b"junk\n")
     assert [e.code for e in parsed.errors] == ["duplicate_custom_id", "invalid_json_line"]
-    assert parsed.lines == []
+    assert len(parsed.lines) == 0
 
 
 def test_too_many_lines(monkeypatch: Any) -> None:
@@ -85,13 +100,11 @@ def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
 
 def test_a_file_is_read_line_by_line_and_stops_past_the_limit(monkeypatch: Any,
                                                                tmp_path: Any) -> None:
-    """The driver reads the input from a file as it goes (issue 27, hole 6): the same lines as
-    from bytes, and past MAX_LINES requests it stops reading (the rest is never parsed)."""
-    from api.batch.input import read_input_file, read_lines
-
+    """The driver reads the input from a file as it goes (issue 27, hole 6), and past
+    MAX_LINES requests it stops reading (the rest is never parsed)."""
     path = tmp_path / "input.jsonl"
     path.write_bytes(jsonl(line("x"), line("y")) + b"\n" + jsonl(line("z")))
-    assert [ln.custom_id for ln in read_input_file(path, URL).lines] == ["x", "y", "z"]
+    assert ids(read_input_file(path, URL).lines) == ["x", "y", "z"]
     monkeypatch.setattr("api.batch.input.MAX_LINES", 3)
     consumed = 0
 
@@ -101,6 +114,27 @@ def test_a_file_is_read_line_by_line_and_stops_past_the_limit(monkeypatch: Any,
             consumed += 1
             yield jsonl(line(str(i)))
 
-    parsed = read_lines(lines(), URL)
+    parsed = read_lines(lines(), URL, BatchLines())
     assert [(e.code, e.line) for e in parsed.errors] == [("too_many_requests", None)]
     assert not parsed.lines and consumed == 4
+
+
+def test_read_lines_are_offsets_not_requests(tmp_path: Path) -> None:
+    """Once read, an input holds offsets into its file, not its requests (issue 27, hole 6):
+    20,000 lines of 1 KB requests hold well under 1 MiB; a chunk's lines are read back."""
+    path = tmp_path / "input.jsonl"
+    with path.open("w") as out:
+        for i in range(20_000):
+            out.write(json.dumps(line(f"req-{i}", body={"model": "m", "messages": [
+                {"role": "user", "content": f"{i} " + "x" * 900}]})) + "\n")
+    gc.collect()
+    tracemalloc.start()
+    parsed = read_input_file(path, URL)
+    gc.collect()
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert not parsed.errors and len(parsed.lines) == 20_000
+    assert held < 1 << 20, f"{held} bytes held for a {path.stat().st_size}-byte input"
+    taken = parsed.lines.take(range(19_990, 20_000))
+    assert [item.custom_id for item in taken] == [f"req-{i}" for i in range(19_990, 20_000)]
+    assert taken[0].body["messages"][0]["content"].startswith("19990 x")

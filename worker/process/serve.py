@@ -35,6 +35,9 @@ from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
+from storage import open_store
+from storage.lazy import LazyStore
+from storage.results import ResultStore
 from worker import flags
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
@@ -50,6 +53,7 @@ from worker.process.lora_control import LoraControl
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
+from worker.result_offload import ResultOffload
 from worker.settings import WorkerSettings
 from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
@@ -177,7 +181,9 @@ class WorkerRuntime:
         model_id = settings.model_id()
         worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         leases = Leases(redis, worker_id)
-        publisher = EventPublisher(redis, self._write_metrics, self._lost, leases)
+        self.offload = ResultOffload(redis, ResultStore(LazyStore(
+            lambda: open_store(settings.store_url, settings.s3_endpoint_url))))
+        publisher = EventPublisher(redis, self._write_metrics, self._lost, leases, self.offload)
         embedding = embedding_mode(settings)
         self.parts = WorkerParts(
             settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,
@@ -221,6 +227,7 @@ class WorkerRuntime:
             asyncio.create_task(parts.publisher.run()),
             asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice)),
             asyncio.create_task(renew_leases(parts)),
+            asyncio.create_task(self.offload.sweep_forever()),
             asyncio.create_task(self.reporter.run(registry, entry)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),
         ]
