@@ -45,6 +45,7 @@ from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
+from scheduler.worker_presence import WorkerPresence
 from storage.results import ResultStore
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,8 @@ class JobClient:
         self._queue_limit = queue_limit
         self.results: ResultStore | None = None
         """Where workers put final results too big for Redis (the pod's object store)."""
+        self.presence = WorkerPresence(redis)
+        """Which workers hold Redis connections (a dead one's jobs go on at once)."""
         self.quick_queue_max = limits.QUICK_QUEUE_MAX
         """The bound of the utility and online embedding queues (waiting jobs)."""
         self._deferred_cancels: set[str] = set()
@@ -190,7 +193,7 @@ class JobClient:
                     self._open.pop(job.job_id, None)
                     raise
                 events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed,
-                                   self.results)
+                                   self.results, self.presence)
                 async with self._watched(events):
                     yield events
         finally:
@@ -206,7 +209,7 @@ class JobClient:
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")
             events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub,
-                               results=self.results)
+                               results=self.results, presence=self.presence)
             events.prefill(logged)
             self._open[job.job_id] = queue
             async with self._watched(events):

@@ -53,6 +53,7 @@ from scheduler.leases import (
     forget_queued,
     lapsed_run,
 )
+from scheduler.worker_presence import GoneWatch, WorkerPresence
 from storage.errors import ObjectNotFound, StorageError
 from storage.results import ResultStore
 
@@ -73,10 +74,13 @@ class JobEvents:
 
     def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
                  redis: Redis, hub: EventHub, routed: RoutedJob | None = None,
-                 results: ResultStore | None = None) -> None:
-        """`results`: where a worker puts final results too big for Redis."""
+                 results: ResultStore | None = None,
+                 presence: WorkerPresence | None = None) -> None:
+        """`results`: where a worker puts final results too big for Redis; `presence`: the
+        pod's view of which workers hold Redis connections (a dead one is seen at once)."""
         self.job_id = job.job_id
         self._results = results
+        self._gone_watch = GoneWatch(presence, job.job_id) if presence is not None else None
         self._routed = routed
         """Set when cache-aware routing sent the job to a worker's own queue."""
         self._model_id = job.model
@@ -234,6 +238,8 @@ class JobEvents:
         routing sent to a worker's own queue moves to the shared queue when that worker did
         not take it in time, or when it may run again after its worker died (nobody polls a
         dead worker's queue)."""
+        if self._gone_watch is not None:
+            await self._gone_watch.look()  # a dead worker's lease ends now, not in 3 s
         lapse = await lapsed_run(self._redis, self.job_id,
                                  None if self._placed_moved else self._pinned_worker)
         if lapse is None or lapse.tries == self._rerun_of:

@@ -38,6 +38,7 @@ from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
 from scheduler.redis_clock import LUA_NOW_MS
+from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,8 @@ class Leases:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
             pipe.hmget(state, ["sent", "seq", "worker", "at"])
-            pipe.hset(state, "worker", self._worker_id)
+            pipe.hset(state, mapping={"worker": self._worker_id,
+                                      "conn": client_name(self._worker_id)})
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
             cancelled, tries, (sent, seq, worker, at), _, _, _ = await pipe.execute()

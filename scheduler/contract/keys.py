@@ -74,8 +74,9 @@ def job_owner(job_id: str) -> str:
 def job_state(job_id: str) -> str:
     """Hash of a job's run: `tries` (how many times a worker started it), `sent` (events with
     output published so far), `seq` (the next event's seq), `at` (when events were last
-    written, ms) and `worker` (who started its last run). Expires JOB_STATE_TTL_S after the
-    last write."""
+    written, ms), `worker` (who started its last run) and `conn` (the name of that worker's
+    Redis connections, scheduler/worker_presence.py). Expires JOB_STATE_TTL_S after the last
+    write."""
     return f"{PREFIX}:job:{job_id}:state"
 
 
@@ -137,6 +138,10 @@ JOB_TTL_S = 3600
 """arq's job document of a queued job expires after this (the api's --timeout default)."""
 OWNER_CHECK_EVERY_S = 0.5
 """How long an api waits on a silent job before it checks that the job's worker is alive."""
+GONE_FOR_S = 0.5
+"""A worker with no Redis connection (CLIENT LIST) at two looks this far apart has died (its
+process ended: the kernel closed its sockets): its jobs' leases are taken from it at once
+instead of after JOB_LEASE_S (scheduler/worker_presence.py)."""
 
 
 # Reliable events: every job's events also go to a capped Redis stream (entry id `0-<seq+1>`),

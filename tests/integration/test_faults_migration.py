@@ -5,6 +5,7 @@ missing, and monotonic event ids. Real Redis, real workers on Gemma, raw SSE cli
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import threading
@@ -17,11 +18,12 @@ import anthropic
 import httpx
 import openai
 
+from scheduler.contract import keys
 from scheduler.streams import EventId
 from tests.conftest import make_fleet
 from tests.faults import slots_of
 from tests.integration.test_batches import busy_slots
-from tests.integration.test_faults_jobs import metric, worker_log
+from tests.integration.test_faults_jobs import api_log, metric, worker_log
 from tests.processes import wait_until
 from tests.proxy import RoundRobinProxy
 
@@ -116,9 +118,21 @@ def test_streams_of_a_killed_worker_continue_on_the_other(redis_url: str, workdi
         doomed = max(processes, key=lambda name: busy_slots(api, name))
         assert busy_slots(api, doomed) > 0
         processes[doomed].kill()
+        killed_at, killed_wall = time.monotonic(), datetime.datetime.now()
         survivor = next(p for name, p in processes.items() if name != doomed)
         for sse in [*streams, openai]:
             assert sse.done.wait(240), "a stream did not end"
+        # the dead worker's connections are gone at once, so the api takes its leases
+        # within about a second instead of waiting 3 s for them to lapse
+        # (scheduler/worker_presence.py)
+        taken = [datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                 for line in api_log(fleet).splitlines() if "its lease is taken now" in line]
+        assert taken, "no lease was taken from the dead worker"
+        seen_s = (min(taken) - killed_wall).total_seconds()
+        stall = max(min(t for _, _, t in sse.events if t > killed_at) - killed_at
+                    for sse in [*streams, openai])
+        print(f"death seen after {seen_s:.2f} s; longest pause {stall:.2f} s")
+        assert seen_s < keys.JOB_LEASE_S - 1, f"the death was seen after {seen_s:.2f} s"
 
         for sse in streams:
             assert sse.error is None, sse.error

@@ -123,17 +123,22 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
     our model (`on_lora`), on one pub/sub connection."""
     by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
+    retry_s = 0.0
     while True:
         try:
             await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, keys.LORA_CHANNEL,
                                    *by_channel)
+            retry_s = 0.0
             async for message in pubsub.listen():
                 on_message(parts, message, by_channel, on_lora)
         except RedisError as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
                 worker.wake.set()  # jobs enqueued meanwhile announced nothing
-            await asyncio.sleep(REDIS_RETRY_S)
+            # at once the first time: this connection shows api pods the worker is alive
+            # (scheduler/worker_presence.py), so it is not gone for longer than a blip
+            await asyncio.sleep(retry_s)
+            retry_s = REDIS_RETRY_S
 
 
 def on_message(parts: WorkerParts, message: dict[str, Any],

@@ -35,6 +35,7 @@ from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
+from scheduler.worker_presence import client_name
 from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
@@ -180,6 +181,10 @@ class WorkerRuntime:
         self.settings = settings
         model_id = settings.model_id()
         worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
+        # every connection opened from here on (the listener's, which stays open) carries the
+        # worker's name: api pods see its death in CLIENT LIST (scheduler/worker_presence.py)
+        redis.connection_pool.connection_kwargs["client_name"] = client_name(
+            worker_id)
         leases = Leases(redis, worker_id)
         self.offload = ResultOffload(redis, ResultStore(LazyStore(
             lambda: open_store(settings.store_url, settings.s3_endpoint_url))))
