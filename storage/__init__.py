@@ -1,4 +1,5 @@
-"""Object storage: the ObjectStore interface, a local-folder and an S3 implementation,
+"""Object storage: the ObjectStore interface, a local-folder and an S3 implementation
+(`storage.s3`, imported only where a store is in S3: boto3 costs ~25 MB of every process),
 model-file resolution and slot snapshots. Imports nothing else of llamaq."""
 
 from storage.base import ObjectStore, check_key, check_prefix
@@ -15,7 +16,6 @@ from storage.errors import (
 from storage.factory import open_store
 from storage.local import LocalStore
 from storage.models import ModelFiles, default_model_path
-from storage.s3 import S3Store, make_s3_client
 from storage.slots import SlotSnapshotStore, check_slot_name
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "ModelNotFound",
     "ObjectNotFound",
     "ObjectStore",
-    "S3Store",
     "SlotSnapshotStore",
     "StorageError",
     "StorageUnavailable",
@@ -36,6 +35,5 @@ __all__ = [
     "check_prefix",
     "check_slot_name",
     "default_model_path",
-    "make_s3_client",
     "open_store",
 ]

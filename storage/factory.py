@@ -5,7 +5,6 @@ from pathlib import Path
 from storage.base import ObjectStore
 from storage.errors import InvalidKey
 from storage.local import LocalStore
-from storage.s3 import S3Store
 
 
 def open_store(url: str, s3_endpoint_url: str | None = None) -> ObjectStore:
@@ -14,6 +13,8 @@ def open_store(url: str, s3_endpoint_url: str | None = None) -> ObjectStore:
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         if not bucket:
             raise InvalidKey(f"store URL {url!r} names no bucket")
+        from storage.s3 import S3Store  # boto3 (~25 MB) only where a store is in S3
+
         return S3Store(bucket, prefix, s3_endpoint_url)
     folder = url.removeprefix("file://")
     if not folder:

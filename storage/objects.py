@@ -4,7 +4,6 @@ kept in the object store, e.g. --tenants)."""
 from pathlib import Path
 
 from storage.errors import InvalidKey
-from storage.s3 import S3Store
 
 
 def read_object_url(url: str, s3_endpoint_url: str | None = None) -> bytes:
@@ -14,5 +13,7 @@ def read_object_url(url: str, s3_endpoint_url: str | None = None) -> bytes:
         bucket, _, key = url.removeprefix("s3://").partition("/")
         if not bucket or not key:
             raise InvalidKey(f"{url!r} names no bucket and key")
+        from storage.s3 import S3Store  # boto3 only where it is needed
+
         return S3Store(bucket, "", s3_endpoint_url).get_bytes(key)
     return Path(url.removeprefix("file://")).expanduser().read_bytes()

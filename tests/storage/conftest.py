@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
-from storage import LocalStore, ObjectStore, S3Store
+from storage import LocalStore, ObjectStore
+from storage.s3 import S3Store
 
 
 @pytest.fixture(scope="session")

@@ -19,11 +19,11 @@ from storage import (
     ModelFiles,
     ModelNotFound,
     ObjectStore,
-    S3Store,
 )
 from storage.checksum import checksum_key
 from storage.hf import HubClient, pick_model, pick_sidecar, split_parts
 from storage.models import hf_store_prefix, url_store_key
+from storage.s3 import S3Store
 from storage.url_fetch import partial_path
 from tests.model_hosts import ModelHost, serve
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import InvalidKey, LocalStore, S3Store, open_store
+from storage import InvalidKey, LocalStore, open_store
+from storage.s3 import S3Store
 
 
 def test_creates_root_and_hides_staging(tmp_path: Path) -> None:

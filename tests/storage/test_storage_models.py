@@ -13,11 +13,10 @@ from storage import (
     ModelFiles,
     ModelNotFound,
     ObjectStore,
-    S3Store,
     StorageUnavailable,
     default_model_path,
-    make_s3_client,
 )
+from storage.s3 import S3Store, make_s3_client
 
 
 def test_local_file_is_used_as_is(store: ObjectStore, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ import time
 import boto3
 import pytest
 
-from storage import InvalidKey, S3Store, SlotSnapshotStore, StorageUnavailable, make_s3_client
+from storage import InvalidKey, SlotSnapshotStore, StorageUnavailable
+from storage.s3 import S3Store, make_s3_client
 
 
 def test_creates_missing_bucket_and_reuses_existing(
