@@ -70,6 +70,8 @@ LIFETIMES: dict[str, str] = {
     "tenant_requests": f"{keys.TENANT_BUCKET_TTL_S} s after its last request (then full)",
     "tenant_tokens": f"{keys.TENANT_BUCKET_TTL_S} s after its last charge, or longer while "
                      "in debt (then full)",
+    "tenant_uploads": "an upload leaves when its file is stored (or refused), or "
+                      f"{keys.TENANT_UPLOAD_HOLD_S:g} s after it began",
     "tenant_active": f"a job leaves when it ends, or {keys.TENANT_HOLD_S:g} s after its last "
                      f"renewal (every {keys.TENANT_RENEW_EVERY_S:g} s); the set expires with "
                      "its last member",

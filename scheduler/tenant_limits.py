@@ -100,6 +100,19 @@ return 0
 """
 
 
+RESERVE_UPLOAD = """
+-- KEYS[1]: the tenant's uploads in flight; ARGV: the file id, its bytes, hold (ms). Drops
+-- lapsed reservations, adds this one and returns the others ({file id, bytes, ...}).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local others = redis.call('ZRANGE', KEYS[1], 0, -1)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1] .. ':' .. ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return others
+"""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A limit a request is over, and how long until it is not."""
@@ -121,6 +134,7 @@ class TenantLimits:
         self._admit = redis.register_script(ADMIT_JOB)
         self._charge = redis.register_script(CHARGE_TOKENS)
         self._renew = redis.register_script(RENEW_HOLDS)
+        self._reserve_upload = redis.register_script(RESERVE_UPLOAD)
 
     async def take_request(self, tenant: str, per_minute: int) -> Refusal | None:
         ok, wait_ms = await self._take(keys=[keys.tenant_requests(tenant)],
@@ -148,6 +162,23 @@ class TenantLimits:
             await self._charge(keys=[keys.tenant_tokens(tenant)],
                                args=[tokens_per_minute, n_tokens, keys.TENANT_BUCKET_TTL_S])
         await self._redis.hincrby(keys.TENANT_COUNTERS, f"tokens:{tenant}", n_tokens)  # type: ignore[misc]
+
+    async def reserve_upload(self, tenant: str, file_id: str, size: int) -> dict[str, int]:
+        """Reserve `size` bytes for the upload of `file_id`; the uploads in flight before it
+        (file id -> bytes): the caller counts those whose files it does not see stored yet
+        (read after this call), so two uploads that arrive together never both pass."""
+        others = await self._reserve_upload(
+            keys=[keys.tenant_uploads(tenant)],
+            args=[file_id, size, int(keys.TENANT_UPLOAD_HOLD_S * 1000)])
+        found: dict[str, int] = {}
+        for member in others:
+            text = member.decode() if isinstance(member, bytes) else str(member)
+            other_id, _, other_size = text.rpartition(":")
+            found[other_id] = int(other_size)
+        return found
+
+    async def end_upload(self, tenant: str, file_id: str, size: int) -> None:
+        await self._redis.zrem(keys.tenant_uploads(tenant), f"{file_id}:{size}")
 
     async def release(self, tenant: str, job_id: str) -> None:
         await self._redis.zrem(keys.tenant_active(tenant), job_id)

@@ -355,6 +355,15 @@ def tenant_active(tenant: str) -> str:
     return f"{PREFIX}:tenant:{tenant}:active"
 
 
+def tenant_uploads(tenant: str) -> str:
+    """Sorted set of the tenant's uploads in flight, `<file id>:<bytes>` (score: when the
+    reservation lapses, ms of Redis TIME), so that uploads that arrive together count each
+    other against max_stored_bytes."""
+    return f"{PREFIX}:tenant:{tenant}:uploads"
+
+
+TENANT_UPLOAD_HOLD_S = 3600.0
+"""How long an upload's reservation lasts at most (a pod that died mid-upload lets go)."""
 TENANT_COUNTERS = f"{PREFIX}:tenants:counters"
 """Hash of per-tenant counters: `tokens:<tenant>`, `requests:<tenant>`, `limited:<tenant>`
 (for /metrics and the fleet page)."""

@@ -7,6 +7,7 @@ per-tenant metrics."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ TENANTS: list[dict[str, Any]] = [
     {"name": "carol", "keys": ["k-carol"], "requests_per_minute": 2},
     {"name": "erin", "keys": ["k-erin"], "priority": "batch"},
     {"name": "ops", "keys": ["k-ops"], "admin": True},
+    {"name": "frank", "keys": ["k-frank"], "max_stored_bytes": 1000},
 ]
 ALIAS = "gemma-tenants"
 
@@ -201,6 +203,24 @@ def test_file_size_limit_of_a_tenant(tenant_fleet: Fleet) -> None:
                      data={"purpose": "batch"}, files={"file": ("in.jsonl", b"x" * 3000)})
     assert big.status_code == 413
     assert "max_file_bytes" in big.json()["error"]["message"]
+
+
+def test_uploads_that_arrive_together_count_each_other(tenant_fleet: Fleet) -> None:
+    """max_stored_bytes holds for uploads sent at the same instant (each is reserved in
+    Redis before the tenant's files are counted): of eight 400-byte uploads against 1000
+    bytes, exactly two are stored."""
+    url = f"{api(tenant_fleet)}/v1/files"
+
+    def upload(i: int) -> httpx.Response:
+        return httpx.post(url, headers=auth("k-frank"), timeout=60, data={"purpose": "batch"},
+                          files={"file": (f"in-{i}.jsonl", b"y" * 400)})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(upload, range(8)))
+    assert sorted(a.status_code for a in answers) == [200] * 2 + [413] * 6, \
+        [a.text[:120] for a in answers]
+    listed = httpx.get(url, headers=auth("k-frank"), timeout=30).json()["data"]
+    assert sum(f["bytes"] for f in listed) == 800
 
 
 def test_streams_are_stopped_and_resumed_only_by_their_tenant(tenant_fleet: Fleet) -> None:

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -59,20 +60,34 @@ async def owned_meta(request: Request, file_id: str) -> StoredFile:
     return meta
 
 
-async def check_room(request: Request, size: int) -> None:
-    """The tenant's max_file_bytes and max_stored_bytes (its files together)."""
-    tenant = tenant_of(request).tenant
+@contextlib.asynccontextmanager
+async def room_for(request: Request, file_id: str, size: int) -> AsyncIterator[None]:
+    """The tenant's max_file_bytes and max_stored_bytes (its files together, with its uploads
+    in flight: the upload is reserved in Redis first, so uploads that arrive together cannot
+    pass one check together); the reservation ends with the block (the file stored)."""
+    scope = tenant_of(request)
+    tenant = scope.tenant
     if tenant.max_file_bytes is not None and size > tenant.max_file_bytes:
         raise InvalidRequest(f"The file is larger than {tenant.max_file_bytes} bytes, the "
                              f"limit of a file of tenant {tenant.name!r} (max_file_bytes)",
                              status=413)
-    if tenant.max_stored_bytes is not None:
-        found = await asyncio.to_thread(file_store(request).list)
-        stored = sum(f.bytes for f in found if f.owner == tenant.name)
-        if stored + size > tenant.max_stored_bytes:
-            raise InvalidRequest(f"Tenant {tenant.name!r} stores {stored} bytes of files; "
-                                 f"this one would pass its max_stored_bytes "
-                                 f"({tenant.max_stored_bytes})", status=413)
+    if tenant.max_stored_bytes is None:
+        yield
+        return
+    limits = scope.service.limits
+    in_flight = await limits.reserve_upload(tenant.name, file_id, size)
+    try:
+        found = await asyncio.to_thread(file_store(request).list)  # read after reserving
+        mine = {f.id: f.bytes for f in found if f.owner == tenant.name}
+        stored = sum(mine.values())
+        pending = sum(n for other, n in in_flight.items() if other not in mine)
+        if stored + pending + size > tenant.max_stored_bytes:
+            raise InvalidRequest(f"Tenant {tenant.name!r} stores {stored} bytes of files "
+                                 f"({pending} more being uploaded); this one would pass its "
+                                 f"max_stored_bytes ({tenant.max_stored_bytes})", status=413)
+        yield
+    finally:
+        await limits.end_upload(tenant.name, file_id, size)
 
 
 async def in_thread(call: Callable[[], T], missing: str) -> T:
@@ -108,13 +123,13 @@ async def upload_file(request: Request) -> HTTPResponse:
             raise InvalidRequest(f"Unknown parameter: '{unknown[0]}' (not supported)")
         if upload.path is None:
             raise InvalidRequest("Missing required parameter: 'file'")
-        await check_room(request, upload.size)
         meta = StoredFile(id=new_file_id(), bytes=upload.size, created_at=now(),
                           filename=upload.filename or "upload.jsonl", purpose=purpose,
                           owner=tenant_of(request).name)
         store = file_store(request)
         path = upload.path
-        await asyncio.to_thread(store.put_path, meta, path)
+        async with room_for(request, meta.id, upload.size):
+            await asyncio.to_thread(store.put_path, meta, path)
     return json(meta.to_wire())
 
 
