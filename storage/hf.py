@@ -15,27 +15,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from huggingface_hub import (
-    HfApi,
-    get_hf_file_metadata,
-    hf_hub_download,
-    hf_hub_url,
-    snapshot_download,
-    try_to_load_from_cache,
-)
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    HfHubHTTPError,
-    HFValidationError,
-    LocalEntryNotFoundError,
-)
-from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.utils import (
-    build_hf_headers,
-    get_session,
-    hf_raise_for_status,
-    validate_repo_id,
-)
 
 from storage._fs import file_lock
 from storage.errors import DownloadFailed, ModelNotFound
@@ -53,18 +32,16 @@ SIDECAR_KEYWORDS = {"mmproj": "mmproj", "mtp": "mtp-", "dflash": "dflash-",
 _NOT_MODEL_MARKS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 _SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _QUANT_BITS = re.compile(r"[QqFf](\d+)")
-HUB_ERRORS: tuple[type[BaseException], ...] = (
-    HfHubHTTPError, EntryNotFoundError, HFValidationError, LocalEntryNotFoundError,
-    httpx.HTTPError, OSError, ValueError)
-"""What huggingface-hub raises (its own errors, bad ids, cache I/O); its HTTP client's errors
-(httpx2, a dependency of huggingface-hub only) are recognised by is_hub_error."""
+HUB_MODULES = ("huggingface_hub", "httpx", "httpx2", "httpcore")
+"""huggingface-hub (imported only where the Hub is used: ~8 MB of every worker otherwise) and
+the HTTP clients it brings."""
 
 
 def is_hub_error(exc: BaseException) -> bool:
-    """An error of huggingface-hub or of the HTTP client it brings (network, timeouts)."""
-    return isinstance(exc, HUB_ERRORS) or any(
-        cls.__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
-        for cls in type(exc).__mro__)
+    """An error of huggingface-hub (its own errors, bad ids, cache I/O) or of the HTTP client
+    it brings (network, timeouts)."""
+    return isinstance(exc, httpx.HTTPError | OSError | ValueError) or any(
+        cls.__module__.split(".")[0] in HUB_MODULES for cls in type(exc).__mro__)
 
 
 def hub_endpoint(environ: Mapping[str, str]) -> str | None:
@@ -181,16 +158,23 @@ class HubClient:
         self.endpoint = endpoint.rstrip("/") if endpoint else None
         self.token = token
         self.offline = offline
-        self._api = HfApi(endpoint=self.endpoint, token=token)
+
+    @property
+    def _base(self) -> str:
+        """The Hub's URL (the library's default, HF_ENDPOINT or huggingface.co, unless set)."""
+        from huggingface_hub import constants
+
+        return self.endpoint or constants.ENDPOINT
 
     def file_url(self, repo_id: str, path: str) -> str:
-        base = self.endpoint or self._api.endpoint
-        return f"{base}/{repo_id}/resolve/main/{path}"
+        return f"{self._base}/{repo_id}/resolve/main/{path}"
 
     def list_files(self, repo_id: str) -> list[HubFile]:
         """The repo's files with their sizes and SHA-256, from the Hub (or, offline, from the
         cached snapshot, without checksums)."""
         if self.offline:
+            from huggingface_hub import snapshot_download
+
             folder = Path(snapshot_download(repo_id, token=self.token, local_files_only=True,
                                             cache_dir=self.cache_dir))
             return [HubFile(p.relative_to(folder).as_posix(), p.stat().st_size, None)
@@ -204,8 +188,15 @@ class HubClient:
         """The Hub's recursive tree listing, page by page, in one try per page (the hub
         library's own listing retries for half a minute when the Hub is unreachable, and a
         machine without internet then falls back to the object store)."""
+        from huggingface_hub.utils import (
+            build_hf_headers,
+            get_session,
+            hf_raise_for_status,
+            validate_repo_id,
+        )
+
         validate_repo_id(repo_id)
-        url: str | None = f"{self.endpoint or self._api.endpoint}/api/models/{repo_id}/tree/main"
+        url: str | None = f"{self._base}/api/models/{repo_id}/tree/main"
         params: dict[str, str] | None = {"recursive": "true", "expand": "false"}
         while url:
             response = get_session().get(url, params=params, timeout=LIST_TIMEOUT_S,
@@ -235,6 +226,8 @@ class HubClient:
         (a cached LFS blob is named by its SHA-256, so no re-hashing is needed)."""
         if hub_file.sha256 is None:
             return None
+        from huggingface_hub import try_to_load_from_cache
+
         found = try_to_load_from_cache(repo_id, hub_file.path, cache_dir=self.cache_dir)
         if not isinstance(found, str):
             return None
@@ -245,6 +238,8 @@ class HubClient:
         """Drop files of `repo_id` from the local hub cache (their snapshot links and blobs;
         with `partials`, the partial blobs of unfinished downloads too); the whole repo folder
         when nothing is left in it."""
+        from huggingface_hub.file_download import repo_folder_name
+
         repo_dir = self.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
         for link in [*repo_dir.glob("snapshots/*/**/*")]:
             rel = link.relative_to(repo_dir / "snapshots").as_posix().split("/", 1)[-1]
@@ -262,6 +257,10 @@ class HubClient:
     def download(self, repo_id: str, hub_file: HubFile, listener: DownloadListener) -> Path:
         """One file into the hub cache (its layout: blobs named by ETag, a snapshot link per
         commit), resumed from the partial blob an earlier attempt left; offline: the cache."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+        from huggingface_hub.file_download import repo_folder_name
+        from huggingface_hub.utils import build_hf_headers
+
         try:
             if self.offline:
                 return Path(hf_hub_download(repo_id, hub_file.path, cache_dir=self.cache_dir,
