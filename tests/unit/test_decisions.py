@@ -279,3 +279,24 @@ def test_native_decision_models_are_recognized_offline(tmp_path: Path) -> None:
 def test_unusable_decision_keys_are_errors(metadata: dict[str, Any]) -> None:
     with pytest.raises(DecisionMetaError):
         native_caps(metadata)
+
+
+def test_the_first_media_input_is_named_with_its_field() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    question = {"q": {"type": "noul", "instructions": "?"}}
+
+    def first(**fields: Any) -> tuple[str, str] | None:
+        return SystemOneRequest.model_validate({"questions": question, "state": "x",
+                                                **fields}).first_media()
+
+    assert first() is None
+    assert first(files=[png], images=[png]) == ("files", "image")
+    assert first(images=[png]) == ("images", "image")
+    messages = [{"role": "user", "content": "plain"},
+                {"role": "user", "content": [{"type": "text", "text": "t"},
+                                             {"type": "input_audio",
+                                              "input_audio": {"data": "AAAA"}}]}]
+    assert first(state=messages) == ("state[1].content[1] (input_audio)", "audio")
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": png}}]}
+    assert first(state={"messages": [messages[0], image]}) \
+        == ("state.messages[1].content[0] (image_url)", "image")

@@ -1,7 +1,9 @@
 """POST /v1/systemone: typed questions about a state, answered with probabilities by a decision
 job (worker/decisions.py). An invalid body is a 400 first; then a model that serves no
-decisions (neither native nor under the worker's --decisions), or images without a multimodal
-projector (none is ever loaded), is a 501."""
+decisions (neither native nor under the worker's --decisions), or any image or audio input
+(`files`, `images`, a state's image_url / input_audio parts: the spec's 501 for a model that
+does not take them; llamaq's decisions read text only, and the vendored llama-server has no
+/v1/systemone to follow), is a 501 that names the field."""
 
 from __future__ import annotations
 
@@ -30,8 +32,12 @@ async def answer(request: Request) -> HTTPResponse:
     fleet: Fleet = request.app.ctx.fleet
     model_id = request_model(request)
     workers, able = await fleet.placement.deciding(model_id)
-    if body.media():
-        raise NotSupported("image input is not supported: no multimodal projector is loaded")
+    media = body.first_media()
+    if media is not None:  # the spec's 501; the vendored llama-server has no /v1/systemone
+        where, kind = media
+        raise NotSupported(f"{kind} input is not supported by /v1/systemone here ({where}): "
+                           "llamaq's decisions read text only, with or without a multimodal "
+                           "projector")
     caps = able[0].meta.decisions
     assert caps is not None
     if body.state is None and not caps.accepts_null_state:
