@@ -141,3 +141,47 @@ def test_a_large_image_travels_through_the_store(answers: dict[str, dict[str, An
     assert answers["large_through_the_store"]["status"] == 200
     stored = workdir / "store" / "media" / hashlib.sha256(large).hexdigest()
     assert stored.read_bytes() == large
+
+
+def test_batch_lines_take_media_as_online_requests_do(vision_api: str) -> None:
+    import time
+
+    import openai
+
+    marker = httpx.get(f"{vision_api}/props", timeout=30).json()["media_marker"]
+    cat = base64.b64encode(images()["cat"]).decode()
+    bad = base64.b64encode(b"no image here").decode()
+    bodies = {
+        "data": {"input": {"prompt_string": f"a {marker} b", "multimodal_data": [cat]}},
+        "parts": {"input": [{"content": [
+            {"type": "text", "text": "a "},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + cat}},
+            {"type": "text", "text": " b"}]}, "text alone"]},
+        "corrupt": {"input": {"prompt_string": f"a {marker} b", "multimodal_data": [bad]}},
+    }
+    lines = "".join(json.dumps({"custom_id": name, "method": "POST", "url": "/v1/embeddings",
+                                "body": body}) + "\n" for name, body in bodies.items())
+    client = openai.OpenAI(base_url=f"{vision_api}/v1", api_key="none", max_retries=0,
+                           timeout=60)
+    file_id = client.files.create(file=("in.jsonl", lines.encode()), purpose="batch").id
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/embeddings",
+                                  completion_window="24h")
+    deadline = time.monotonic() + 180
+    while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.3)
+    assert batch.status == "completed", batch
+    assert batch.output_file_id is not None and batch.error_file_id is not None
+    output = {json.loads(line)["custom_id"]: json.loads(line)["response"]
+              for line in client.files.content(batch.output_file_id).text.splitlines()}
+    errors = {json.loads(line)["custom_id"]: json.loads(line)["response"]
+              for line in client.files.content(batch.error_file_id).text.splitlines()}
+    assert set(output) == {"data", "parts"} and set(errors) == {"corrupt"}
+    assert errors["corrupt"]["status_code"] == 500
+    assert errors["corrupt"]["body"]["error"]["message"] == "Failed to load image or audio file"
+    for name in ("data", "parts"):
+        online = httpx.post(f"{vision_api}/v1/embeddings", json=bodies[name], timeout=120)
+        assert output[name]["body"]["usage"] == online.json()["usage"]
+        for batched, alone in zip(vectors(output[name]["body"]), vectors(online.json()),
+                                  strict=True):
+            assert cosine(batched, alone) > 0.9999
