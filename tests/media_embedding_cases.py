@@ -2,7 +2,8 @@
 their recording: `python -m tests.media_embedding_cases OUT.json` starts
 ~/.cache/llamaq-bench/bin/llama-server on Gemma 3 270M with the tiny gemma3 projector
 (tests/tiny_mmproj.py, deterministic) as `-m gemma --mmproj tiny --no-mmproj-offload
---embeddings --pooling mean -c 2048 -np 2`, and once more without `--mmproj`, sends every case
+--embeddings --pooling mean -c 2048 -np 2`, once more without `--mmproj`, and once with
+`--pooling none`, sends every case
 and writes what it answered (status and body, embeddings rounded to 6 decimals).
 tests/data/llama_server_media_embeddings.json is that file; tests/integration/
 test_multimodal_embeddings.py sends the same cases to a fleet and compares."""
@@ -91,6 +92,14 @@ def projector_cases(marker: str) -> dict[str, Case]:
     }
 
 
+def token_row_cases(marker: str) -> dict[str, Case]:
+    """Cases for `--pooling none` (/embedding: one row per token of what is read)."""
+    cat = base64.b64encode(images()["cat"]).decode()
+    return {"rows": ("/embedding", {"content": [
+        {"prompt_string": f"What is this: {marker}\nA small picture.", "multimodal_data": [cat]},
+        "What is this: \n"]})}
+
+
 def text_cases() -> dict[str, Case]:
     """Cases for a model without a projector."""
     cat = base64.b64encode(images()["cat"]).decode()
@@ -124,8 +133,9 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-def _record(folder: Path, mmproj: Path | None, cases: Any, port: int) -> dict[str, Any]:
-    args = [str(LLAMA_SERVER), "-m", str(GEMMA), "--embeddings", "--pooling", "mean",
+def _record(folder: Path, mmproj: Path | None, cases: Any, port: int,
+            pooling: str = "mean") -> dict[str, Any]:
+    args = [str(LLAMA_SERVER), "-m", str(GEMMA), "--embeddings", "--pooling", pooling,
             "-c", "2048", "-np", "2", "--port", str(port)]
     if mmproj is not None:
         args += ["--mmproj", str(mmproj), "--no-mmproj-offload"]
@@ -154,7 +164,8 @@ def main(out: Path) -> None:
         folder = Path(tmp)
         mmproj = write_tiny_mmproj(folder / "mmproj-tiny-gemma3.gguf")
         recorded = {"projector": _record(folder, mmproj, projector_cases, 18451),
-                    "text": _record(folder, None, text_cases, 18452)}
+                    "text": _record(folder, None, text_cases, 18452),
+                    "pooling_none": _record(folder, mmproj, token_row_cases, 18453, "none")}
     out.write_text(json.dumps(recorded, separators=(",", ":")) + "\n")
 
 
