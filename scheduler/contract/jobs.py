@@ -427,6 +427,10 @@ class DecisionJob(BaseModel):
     questions: list[DecisionQuestion] = Field(min_length=1)
     systemone: SystemOneInput | None = None
     worker_id: str | None = None
+    media: list[MediaRef] = Field(default_factory=list)
+    """Images (or audio), one per `media_marker` in `prefix`, in order (a prompted decision on a
+    worker with a multimodal projector)."""
+    media_marker: str = ""
 
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob
