@@ -300,3 +300,17 @@ def test_the_first_media_input_is_named_with_its_field() -> None:
     image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": png}}]}
     assert first(state={"messages": [messages[0], image]}) \
         == ("state.messages[1].content[0] (image_url)", "image")
+
+
+def test_media_markers_go_before_the_state_in_the_prefix() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    body = SystemOneRequest.model_validate({
+        "state": [{"role": "user", "content": [{"type": "text", "text": "the page"},
+                                               {"type": "image_url", "image_url": {"url": png}}]}],
+        "files": [png], "questions": {"q": {"type": "noul", "instructions": "A table?"}}})
+    job = decision_job(body, None, "m", {}, "<M>")
+    assert job.prefix.count("<M>") == 2  # files' first, then the state's part
+    assert job.prefix.index("<M><M>\nText: ") < job.prefix.index("the page")
+    assert "<M>" not in job.questions[0].suffix
+    plain = decision_job(body, None, "m", {})
+    assert "<M>" not in plain.prefix and "image_url" not in plain.prefix

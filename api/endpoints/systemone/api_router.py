@@ -1,9 +1,10 @@
 """POST /v1/systemone: typed questions about a state, answered with probabilities by a decision
 job (worker/decisions.py). An invalid body is a 400 first; then a model that serves no
-decisions (neither native nor under the worker's --decisions), or any image or audio input
-(`files`, `images`, a state's image_url / input_audio parts: the spec's 501 for a model that
-does not take them; llamaq's decisions read text only, and the vendored llama-server has no
-/v1/systemone to follow), is a 501 that names the field."""
+decisions (neither native nor under the worker's --decisions) is a 501. Images and audio
+(`files`, `images`, a state's image_url / input_audio parts) go to prompted decision workers
+whose projector takes them, placed before the state (markers in the prefix, the bytes as the
+job's media); none such (or a native family, whose media path is not built) is the spec's 501,
+naming the request's first media field."""
 
 from __future__ import annotations
 
