@@ -134,7 +134,10 @@ def has_media(inputs: list[Any]) -> bool:
 async def resolve_inputs(inputs: list[EmbeddingInput | PendingMedia], meta: ModelMeta | None,
                          store: ObjectStore, media_path: str | None) -> list[EmbeddingInput]:
     """Every input as a job's input: media read (in input order, as llama-server reads them)
-    and made MediaRefs."""
+    and made MediaRefs; at most MAX_MEDIA_ITEMS in the request (docs/limits.md)."""
+    _check_count(sum(len(item.multimodal_data) if item.parts is None else
+                     sum(isinstance(p, MediaPart) for p in item.parts)
+                     for item in inputs if isinstance(item, PendingMedia)))
     resolved: list[EmbeddingInput] = []
     for item in inputs:
         if isinstance(item, PendingMedia):
@@ -152,7 +155,6 @@ async def _resolve(item: PendingMedia, meta: ModelMeta | None, store: ObjectStor
             raise ServerError(NO_PROJECTOR)
         sources = [_string(entry) for entry in item.multimodal_data]
         prompt = _string(item.prompt)
-        _check_count(len(sources))
         datas = [decode_base64(source) for source in sources]
     else:
         modalities = meta.modalities if meta is not None else {}
@@ -166,7 +168,6 @@ async def _resolve(item: PendingMedia, meta: ModelMeta | None, store: ObjectStor
                 raise media_not_supported(part.kind)
             datas.append(await media_bytes(part.source, media_path))
             texts.append(marker)
-        _check_count(len(datas))
         prompt = "".join(texts)
     if not datas:  # multimodal_data: [] : a prompt of text alone (a marker then pairs with none)
         if marker and marker in prompt:

@@ -185,3 +185,11 @@ def test_batch_lines_take_media_as_online_requests_do(vision_api: str) -> None:
         for batched, alone in zip(vectors(output[name]["body"]), vectors(online.json()),
                                   strict=True):
             assert cosine(batched, alone) > 0.9999
+
+
+def test_props_and_models_report_the_projector_of_an_embedding_worker(vision_api: str) -> None:
+    props = httpx.get(f"{vision_api}/props", timeout=30).json()
+    assert props["modalities"] == {"vision": True, "video": False, "audio": False}
+    assert props["media_marker"].startswith("<__media_")
+    card = httpx.get(f"{vision_api}/v1/models", timeout=30).json()["data"][0]
+    assert card["capabilities"] == ["embedding", "multimodal"]

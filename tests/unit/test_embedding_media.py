@@ -108,3 +108,17 @@ def test_a_part_of_another_type_is_refused_while_the_body_is_read() -> None:
     pending = embedding_request({"input": {"prompt_string": "x", "multimodal_data": 1}},
                                 oai_route=True).inputs
     assert pending == [PendingMedia(prompt="x", multimodal_data=[1])]
+
+
+def test_media_items_are_bounded_per_request(tmp_path: Path) -> None:
+    from scheduler.contract.media import MAX_MEDIA_ITEMS
+
+    item = {"prompt_string": MARKER * 4, "multimodal_data": [B64] * 4}
+    body = {"input": [item] * (MAX_MEDIA_ITEMS // 4) + [{"content": [
+        {"type": "image_url", "image_url": {"url": B64}}]}]}
+    error = error_of(body, meta(), tmp_path)
+    assert type(error) is InvalidRequest
+    assert error.message == f"too many media items: {MAX_MEDIA_ITEMS + 1} (at most " \
+                            f"{MAX_MEDIA_ITEMS})"
+    assert len(resolve({"input": [item] * (MAX_MEDIA_ITEMS // 4)}, meta(), tmp_path)) \
+        == MAX_MEDIA_ITEMS // 4
