@@ -3,7 +3,8 @@ made of chat messages) through a real fleet: Gemma 3 270M answering by prompting
 with the tiny gemma3 projector (-mm). The images go before the state; their chunks are decoded
 into the prefix's slot (the questions' copies of it hold them), the usage counts their tokens,
 an image changes the numbers and the same image gives the same ones; bad bytes are a 400 and
-leave the worker serving; audio on a vision projector is the spec's 501, naming the field."""
+leave the worker serving; audio goes through an audio projector, and a kind the projector does
+not take is the spec's 501, naming the field."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import make_fleet
-from tests.media_files import png
+from tests.media_files import png, wav
 
 QUESTIONS = {
     "table": {"type": "noul", "instructions": "Does the image contain a table?"},
@@ -90,6 +91,31 @@ def test_bad_bytes_are_a_400_and_the_worker_goes_on(api: str) -> None:
     assert response.status_code == 400, response.text
     assert response.json()["error"]["message"] == "Failed to load image or audio file"
     answers(ask(api, state="x", images=[CAT]))
+
+
+@pytest.fixture(scope="module")
+def audio_api(redis_url: str, workdir: Path, gemma_path: Path, tiny_audio_mmproj_path: Path
+              ) -> Iterator[str]:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-decisions-audio")
+    fleet.add_worker("-c", "4096", "-np", "2", "-t", "2", "--decisions", "-mm",
+                     str(tiny_audio_mmproj_path), "--no-mmproj-offload")
+    url = fleet.add_api()
+    fleet.wait_healthy(url, timeout=120)
+    yield url
+    fleet.stop()
+
+
+def test_audio_is_read_by_an_audio_projector(audio_api: str) -> None:
+    clip = "data:audio/wav;base64," + base64.b64encode(wav()).decode()
+    text = answers(ask(audio_api, state="A recording."))
+    heard = answers(ask(audio_api, state="A recording.", files=[clip]))
+    assert heard["answers"] != text["answers"]
+    assert heard["usage"]["input_tokens"] >= text["usage"]["input_tokens"] + len(QUESTIONS) * 750
+    response = ask(audio_api, state="A recording.", files=[clip], images=[CAT])
+    assert response.status_code == 501, response.text
+    assert response.json()["error"]["message"] == (
+        "image input is not supported by /v1/systemone here (images[0]): no multimodal "
+        "projector that takes it is loaded")
 
 
 def test_audio_on_a_vision_projector_is_the_specs_501(api: str) -> None:

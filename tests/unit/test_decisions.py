@@ -281,25 +281,26 @@ def test_unusable_decision_keys_are_errors(metadata: dict[str, Any]) -> None:
         native_caps(metadata)
 
 
-def test_the_first_media_input_is_named_with_its_field() -> None:
+def test_every_media_input_is_named_with_its_field_and_kind() -> None:
     png = "data:image/png;base64,iVBORw0KGgo="
+    wav = "data:audio/wav;base64,UklGRg=="
     question = {"q": {"type": "noul", "instructions": "?"}}
 
-    def first(**fields: Any) -> tuple[str, str] | None:
+    def fields(**extra: Any) -> list[tuple[str, str]]:
         return SystemOneRequest.model_validate({"questions": question, "state": "x",
-                                                **fields}).first_media()
+                                                **extra}).media_fields()
 
-    assert first() is None
-    assert first(files=[png], images=[png]) == ("files", "image")
-    assert first(images=[png]) == ("images", "image")
+    assert fields() == []
+    assert fields(files=[png, wav], images=[png]) == [
+        ("files[0]", "image"), ("files[1]", "audio"), ("images[0]", "image")]
     messages = [{"role": "user", "content": "plain"},
                 {"role": "user", "content": [{"type": "text", "text": "t"},
                                              {"type": "input_audio",
                                               "input_audio": {"data": "AAAA"}}]}]
-    assert first(state=messages) == ("state[1].content[1] (input_audio)", "audio")
+    assert fields(state=messages) == [("state[1].content[1] (input_audio)", "audio")]
     image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": png}}]}
-    assert first(state={"messages": [messages[0], image]}) \
-        == ("state.messages[1].content[0] (image_url)", "image")
+    assert fields(state={"messages": [messages[0], image]}) \
+        == [("state.messages[1].content[0] (image_url)", "image")]
 
 
 def test_media_markers_go_before_the_state_in_the_prefix() -> None:

@@ -31,10 +31,10 @@ routes = Routes("systemone")
 
 def media_workers(able: list[WorkerInfo], caps: DecisionCaps, where: str,
                   kind: str) -> list[WorkerInfo]:
-    """The workers that answer decisions with media of `kind` (image, audio): prompted
+    """Those of `able` that answer decisions with media of `kind` (image, audio): prompted
     decisions on a worker whose multimodal projector takes them. None: the spec's 501, naming
-    the request's first media field (a native family's media, its own image path in llama.cpp,
-    are not built)."""
+    the media field `where` (a native family's media, its own path in llama.cpp, are not
+    built)."""
     if caps.family is not None:
         raise NotSupported(f"{kind} input is not supported by /v1/systemone here ({where}): "
                            f"llamaq does not build {caps.family.name}'s media path")
@@ -55,9 +55,9 @@ async def answer(request: Request) -> HTTPResponse:
     workers, able = await fleet.placement.deciding(model_id)
     caps = able[0].meta.decisions
     assert caps is not None
-    media = body.first_media()
-    if media is not None:
-        able = media_workers(able, caps, *media)
+    media = body.media_fields()
+    for where, kind in media:
+        able = media_workers(able, caps, where, kind)
     if body.state is None and not caps.accepts_null_state:
         raise InvalidRequest('"state" must be provided (only lfm2-d1 and lfm2-d1-omni take a '
                              'null state)')
@@ -71,13 +71,13 @@ async def answer(request: Request) -> HTTPResponse:
                                  f"model takes at most {caps.max_options}")
     own = settings.chat_template or settings.chat_template_file or able[0].meta.chat_template
     template = ChatTemplate.for_model(settings, able[0].meta) if own else None
-    marker = able[0].meta.media_marker if media is not None else ""
+    marker = able[0].meta.media_marker if media else ""
     job = decision_job(body, template, model_id,
                        {**template_kwargs(settings), "enable_thinking": False}, marker)
     if caps.family is not None:  # a family of the spec: its worker renders the request itself
         job.systemone = systemone_input(body)
     limits.check_decision(job)
-    if media is not None:
+    if media:
         job.media = await media_refs(body.media(), None, request.app.ctx.store)
         job.media_marker = marker
     if len(able) < len(workers):  # only some workers serve decisions: one of them
