@@ -17,9 +17,10 @@ on every token of the branch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
 from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
+
+if TYPE_CHECKING:
+    from worker.media import MediaPrompt
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""
@@ -57,6 +61,8 @@ class DecisionRequest:
     job: DecisionJob
     prefix: list[int]
     questions: list[QuestionPlan]
+    media: MediaPrompt | None = None
+    """The prefix's media chunks (encoded) over its placeholder positions (worker/media.py)."""
 
     @property
     def n_tokens_max(self) -> int:
@@ -102,7 +108,8 @@ def branches_of(labels: list[list[int]]) -> list[list[int]]:
 
 def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
                   n_ctx_slot: int, n_ubatch: int = 1 << 30,
-                  prompter: FamilyPrompter | HeadPrompter | None = None) -> DecisionRequest:
+                  prompter: FamilyPrompter | HeadPrompter | None = None,
+                  media: Callable[[str], MediaPrompt] | None = None) -> DecisionRequest:
     """Tokenize and check a decision job, with its family's rules (cuts to the token budgets,
     one-batch prompts); raises its 400 before it takes a slot, and the 501 of a family whose
     decision head this llama.cpp lacks once the request is known to be valid. A label-logit
@@ -111,7 +118,15 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
         check_head_prompts(job.systemone, prompter, vocab, caps, n_ubatch)  # a 400 or the 501
     if isinstance(prompter, FamilyPrompter) and job.systemone is not None:
         return plan_family(job, prompter, vocab, caps, n_ctx_slot)
-    prefix = vocab.tokenize(job.prefix, True, True)
+    media_prompt = None
+    if job.media:  # the prefix with its media through the projector (decoded, encoded)
+        if media is None or prompter is not None:
+            raise NotSupported("image input is not supported by /v1/systemone here: this "
+                               "worker has no multimodal projector for its decisions")
+        media_prompt = media(job.prefix)
+        prefix = media_prompt.tokens
+    else:
+        prefix = vocab.tokenize(job.prefix, True, True)
     if not prefix:
         raise InvalidRequest("the decision prompt is empty")
     questions = []
@@ -137,7 +152,7 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
             branches=branches_of(labels),
             temperature=caps.temperature(question.type, len(labels)),
             children=label_trie(labels)))
-    request = DecisionRequest(job, prefix, questions)
+    request = DecisionRequest(job, prefix, questions, media_prompt)
     if request.n_tokens_max >= n_ctx_slot:
         raise ExceedContextSize(
             f"the request exceeds the available context size ({request.n_tokens_max} tokens, "

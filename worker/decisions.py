@@ -46,6 +46,7 @@ from worker.decision_plan import (
     label_scores,
     restricted_softmax,
 )
+from worker.media import Projector
 from worker.model import LoadedModel
 from worker.slots import SlotCache, common_prefix
 
@@ -191,6 +192,27 @@ class DecisionRunner:
             n = self._add(batch, n, n_batch, slot, todo, lane, run)
         return n
 
+    def evaluate_media(self, projector: Projector, events: list[DecisionEvent]) -> None:
+        """The media chunks that come next in a run's prefix, each into the owner's sequence
+        in a decode of its own (worker/media.py), as the engine does a completion's: the text
+        before them was decoded in an earlier step (`_add` stops at a chunk)."""
+        for run in list(self.runs):
+            media = run.request.media
+            if media is None:
+                continue
+            try:
+                while run.prefill and (span := media.span_at(run.prefill[0].pos)) is not None:
+                    projector.evaluate(self._model.ctx, span, run.owner.slot_id,
+                                       self._model.plan.n_batch)
+                    for _ in range(span.n_tokens):
+                        run.owner.tokens.append(run.prefill.popleft().token)
+                    run.decoded += span.n_tokens
+                    self._metrics.n_decode_total += 1
+            except Exception as error:  # one request's media must not stop the engine
+                log.exception("job %s: a media chunk failed", run.job_id)
+                events.append((run.job_id, ErrorEvent(error=_info(error))))
+                self._release(run, forget=True)
+
     def after_view(self, off: int, size: int, events: list[DecisionEvent]) -> None:
         """The batch tokens [off, off + size) were decoded: read their logits, move the lanes
         whose tokens are all decoded on, and finish the runs whose questions are answered."""
@@ -225,6 +247,9 @@ class DecisionRunner:
         self._slots_changed()
         memory, prefix = self._model.memory, request.prefix
         n_cached = common_prefix(slot.tokens, prefix)
+        span = request.media.span_over(n_cached) if request.media is not None else None
+        if span is not None:  # a cache that ends inside a media chunk backs off to its start
+            n_cached = span.start
         if not lc.llama_memory_seq_rm(memory, slot.slot_id, n_cached, -1):
             lc.llama_memory_seq_rm(memory, slot.slot_id, -1, -1)
             n_cached = 0
@@ -283,6 +308,8 @@ class DecisionRunner:
     def _add(self, batch: Any, n: int, n_batch: int, slot: SlotCache,
              todo: deque[Token], lane: Lane | None, run: DecisionRun) -> int:
         while todo and n < n_batch:
+            if todo[0].token < 0:  # a media chunk's placeholder: evaluate_media's, next step
+                break
             item = todo.popleft()
             batch.token[n] = item.token
             batch.pos[n] = item.pos

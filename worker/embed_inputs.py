@@ -7,13 +7,18 @@ llama-server's (tools/server/server-context.cpp, server-common.cpp).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import llama_cpp as lc
 
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest, LlamaqError, ServerError
-from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
+from scheduler.contract.jobs import EmbeddingJob, MediaPromptInput, PromptPiece, RerankJob
+from worker.media import MediaPrompt
 from worker.model import LoadedModel
+
+NO_PROJECTOR = "Multimodal data provided, but model does not support multimodal requests."
+TOKENIZE_FAILED = "Failed to tokenize prompt"
 
 
 @dataclass
@@ -23,20 +28,48 @@ class Prepared:
     index: int
     tokens: list[int]
     error: LlamaqError | None = None
+    media: MediaPrompt | None = None
+    """An input with media: its spans (encoded) over the placeholder positions of `tokens`."""
 
 
-def embedding_inputs(job: EmbeddingJob, model: LoadedModel) -> list[Prepared]:
+def embedding_inputs(job: EmbeddingJob, model: LoadedModel,
+                     media: Mapping[int, list[bytes] | LlamaqError] | None = None
+                     ) -> list[Prepared]:
     """Each input tokenized as llama-server's tokenize_input_subprompt does (special tokens
-    added to a leading string and parsed), then checked against the batch and context."""
+    added to a leading string and parsed), then checked against the batch and context (media
+    tokens count). `media`: the bytes of each input with media (or why they could not be
+    read), by input index."""
     prepared = []
     for index, item in enumerate(job.inputs):
+        media_prompt = None
         try:
-            tokens = _tokenize_input(item, model)
+            if isinstance(item, MediaPromptInput):
+                media_prompt = media_input(item, (media or {}).get(index), model)
+                tokens = media_prompt.tokens
+            else:
+                tokens = _tokenize_input(item, model)
         except LlamaqError as error:
             prepared.append(Prepared(index, [], error))
             continue
-        prepared.append(Prepared(index, tokens, check_size(tokens, model)))
+        prepared.append(Prepared(index, tokens, check_size(tokens, model), media_prompt))
     return prepared
+
+
+def media_input(item: MediaPromptInput, data: list[bytes] | LlamaqError | None,
+                model: LoadedModel) -> MediaPrompt:
+    """An input with media through the projector (decoded and encoded here, off the embedder's
+    thread). Every failure is llama-server's 500 with its words: its embedding handler lets
+    what tokenizing throws reach the generic handler."""
+    if model.projector is None:  # the api refuses it first
+        raise ServerError(NO_PROJECTOR)
+    if isinstance(data, LlamaqError):
+        raise data
+    if data is None or item.prompt.count(item.marker) != len(data):
+        raise ServerError(TOKENIZE_FAILED)
+    try:
+        return model.projector.tokenize(item.prompt, item.marker, data, add_special=True)
+    except InvalidRequest as error:
+        raise ServerError(error.message) from None
 
 
 def rerank_inputs(job: RerankJob, model: LoadedModel) -> list[Prepared]:
@@ -80,7 +113,7 @@ def _pair_tokens(query: str, document: str, model: LoadedModel) -> list[int]:
     return tokens
 
 
-def _tokenize_input(item: EmbeddingInput, model: LoadedModel) -> list[int]:
+def _tokenize_input(item: str | list[PromptPiece], model: LoadedModel) -> list[int]:
     tokens = model.vocab.tokenize_prompt(item)
     if not tokens:  # a model that adds no BOS, given ""
         raise InvalidRequest("Input content cannot be empty")

@@ -225,7 +225,8 @@ class Embedder:
                     self._wake.notify_all()
                     continue
                 self._decoding = True
-                self._abortable = background and not any(s.yielded for s in step)
+                self._abortable = background and not any(
+                    s.yielded or s.input.media is not None for s in step)
                 self._abort.clear()
             try:
                 self._decode(step)
@@ -267,6 +268,10 @@ class Embedder:
         step: list[Sequence] = []
         n_tokens = 0
         while queue and len(step) < self.n_seq_max:
+            if queue[0].input.media is not None:  # decoded in steps of its own (_decode_media)
+                if not step:
+                    step.append(queue.popleft())
+                break
             size = len(queue[0].input.tokens)
             if n_tokens + size > self.n_batch:
                 break
@@ -275,6 +280,9 @@ class Embedder:
         return step
 
     def _decode(self, step: list[Sequence]) -> None:
+        if step[0].input.media is not None:
+            self._decode_media(step[0])
+            return
         batch, n = self._batch, 0
         for seq_id, sequence in enumerate(step):
             for pos, token in enumerate(sequence.input.tokens):
@@ -309,6 +317,58 @@ class Embedder:
             offset += len(sequence.input.tokens)
             self._done(sequence, rows)
         lc.llama_memory_clear(self.model.memory, True)  # memory-less models: a no-op
+
+    def _decode_media(self, sequence: Sequence) -> None:
+        """An input with media, alone in sequence 0, as llama-server's slot decodes it: its
+        text pieces and media chunks in order into the KV cache (a media chunk's embeddings in
+        decodes of their own, worker/media.py), every text token an output. The answer is what
+        the last decode gives, as llama-server reads it after the prompt's last batch: pooled
+        over the text after the last media chunk (that text attends to everything before it),
+        or with pooling none one row per token of that text."""
+        media, tokens = sequence.input.media, sequence.input.tokens
+        projector = self.model.projector
+        assert media is not None
+        if projector is None:
+            self._fail([sequence], ServerError("this worker has no multimodal projector"))
+            return
+        ctx, batch = self.model.ctx, self._batch
+        started = time.perf_counter()
+        pos, n_last = 0, 0
+        try:
+            while pos < len(tokens):
+                span = media.span_at(pos)
+                if span is not None:
+                    projector.evaluate(ctx, span, 0, self.n_batch)
+                    pos, n_last = span.end, 0
+                    continue
+                end = media.text_end(pos)
+                for n, p in enumerate(range(pos, end)):
+                    batch.token[n] = tokens[p]
+                    batch.pos[n] = p
+                    batch.n_seq_id[n] = 1
+                    batch.seq_id[n][0] = 0
+                    batch.logits[n] = True
+                batch.n_tokens = end - pos
+                status = lc.llama_decode(ctx, batch)
+                if status != 0:
+                    raise ServerError(f"llama_decode failed with status {status}")
+                pos, n_last = end, end - pos
+            if n_last == 0:  # the tokenizer refuses a prompt that ends with media
+                raise ServerError("an input with media must end with text")
+            rows = self._read(0, 0, n_last)
+        except LlamaqError as error:
+            lc.llama_memory_clear(self.model.memory, True)
+            self._fail([sequence], error)
+            return
+        elapsed = time.perf_counter() - started
+        lc.llama_memory_clear(self.model.memory, True)
+        m = self.metrics
+        m.n_decode_total += 1
+        m.n_busy_slots_total += 1
+        m.prompt_tokens_total += len(tokens)
+        m.prompt_seconds_total += elapsed
+        m.n_tokens_max = max(m.n_tokens_max, len(tokens))
+        self._done(sequence, rows)
 
     def _yield(self, step: list[Sequence]) -> None:
         """An aborted background decode: its sequences go back to the front of their queue,

@@ -413,6 +413,8 @@ class Engine:
             active.last_prompt_index = n - 1
             active.prompt_done = end
         if self._sets.decisions_turn():
+            if self.model.projector is not None:
+                self.decisions.evaluate_media(self.model.projector, events)
             n = self.decisions.fill(self._batch.raw, n, self.model.plan.n_batch)
         self.metrics.n_busy_slots_total += len(self._active)
         self._sets.apply(self.model.ctx)

@@ -16,6 +16,7 @@ from api.batch.lines import RETRIES, RETRY_PAUSE_S, LineResult, failed_line, out
 from api.endpoints.embeddings.protocol import EmbeddingRequest, embedding_request
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
 from api.endpoints.openai.context import OpenAIContext
+from api.media.embeddings import has_media, resolve_inputs
 from api.placement import NO_EMBEDDINGS
 from scheduler.contract.errors import (
     InvalidRequest,
@@ -26,6 +27,7 @@ from scheduler.contract.errors import (
 )
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingItem, EmbeddingResult
+from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ MAX_JOB_INPUTS = 512
 class EmbeddingLine:
     line: BatchLine
     request: EmbeddingRequest
+    inputs: list[EmbeddingInput]
+    """The request's inputs with their media read (api/media/embeddings.py)."""
 
 
 def render(parsed: EmbeddingLine, pooling: Any, items: list[EmbeddingItem],
@@ -50,28 +54,38 @@ def render(parsed: EmbeddingLine, pooling: Any, items: list[EmbeddingItem],
     return oai_embeddings_json(result, model, parsed.request.base64)
 
 
-async def _refusal(context: OpenAIContext) -> LlamaqError | None:
-    """Why no line of this chunk can run (as /v1/embeddings answers), if so."""
+async def _refusal(context: OpenAIContext) -> tuple[LlamaqError | None, ModelMeta | None]:
+    """Why no line of this chunk can run (as /v1/embeddings answers), if so; and the model as
+    its embedding workers report it (its projector, for lines with media)."""
     workers = await context.fleet.workers(context.model_id)
     embedders = [w for w in workers if "embedding" in w.capabilities()]
+    meta = embedders[0].meta if embedders else None
     if workers and not embedders:
-        return NotSupported(NO_EMBEDDINGS)
+        return NotSupported(NO_EMBEDDINGS), meta
     if any(w.pooling == "none" for w in embedders):
         return InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a "
-                              "different pooling type")
-    return None
+                              "different pooling type"), meta
+    return None, meta
+
+
+async def _read_line(context: OpenAIContext, line: BatchLine,
+                     meta: ModelMeta | None) -> EmbeddingLine:
+    request = embedding_request(line.body, oai_route=True)
+    inputs = request.to_job(context.model_id, None).inputs if not has_media(request.inputs) \
+        else await resolve_inputs(request.inputs, meta, context.store, context.settings.media_path)
+    return EmbeddingLine(line, request, inputs)
 
 
 async def run_embedding_chunk(context: OpenAIContext, lines: list[BatchLine]
                               ) -> list[LineResult]:
     results: dict[int, LineResult] = {}
     groups: dict[int | None, list[tuple[int, EmbeddingLine]]] = {}
-    refusal = await _refusal(context)
+    refusal, meta = await _refusal(context)
     for position, line in enumerate(lines):
         try:
             if refusal is not None:
                 raise refusal
-            parsed = EmbeddingLine(line, embedding_request(line.body, oai_route=True))
+            parsed = await _read_line(context, line, meta)
         except LlamaqError as error:
             results[position] = failed_line(line, error)
             continue
@@ -100,7 +114,7 @@ async def _run_job(context: OpenAIContext, normalize: int | None,
                    members: list[tuple[int, EmbeddingLine]],
                    results: dict[int, LineResult]) -> None:
     """One job's lines: each gets its inputs' embeddings, or the first error among them."""
-    inputs = [i for _, parsed in members for i in parsed.request.inputs]
+    inputs = [i for _, parsed in members for i in parsed.inputs]
     try:
         result = await _embed(context, inputs, normalize)
     except LlamaqError as error:
@@ -109,8 +123,8 @@ async def _run_job(context: OpenAIContext, normalize: int | None,
         return
     start = 0
     for position, parsed in members:
-        items = result.items[start:start + len(parsed.request.inputs)]
-        start += len(parsed.request.inputs)
+        items = result.items[start:start + len(parsed.inputs)]
+        start += len(parsed.inputs)
         error_info = next((item.error for item in items if item.error is not None), None)
         if error_info is not None:
             results[position] = LineResult(False, output_line(

@@ -316,9 +316,21 @@ class SlotActionJob(BaseModel):
     is 404, as another tenant's file is (ids leak nothing), not llama-server's 400."""
 
 
-EmbeddingInput = str | list[PromptPiece]
+class MediaPromptInput(BaseModel):
+    """An embedding input with media (llama-server's `{"prompt_string", "multimodal_data"}`, or
+    an OpenAI `content` array with image or audio parts): `prompt` holds `marker` where each
+    item of `media` goes, in order. The worker's projector reads the media (worker/media.py)."""
+
+    prompt: str
+    media: list[MediaRef] = Field(min_length=1)
+    marker: str
+    """The model's media marker (/props media_marker: every worker of the model agrees)."""
+
+
+EmbeddingInput = str | list[PromptPiece] | MediaPromptInput
 """One input of an embedding job: a string, token ids, or token ids mixed with strings (as a
-prompt of /completion: the first string gets the model's special tokens)."""
+prompt of /completion: the first string gets the model's special tokens), or a prompt with
+media."""
 
 
 class EmbeddingJob(BaseModel):
@@ -415,6 +427,10 @@ class DecisionJob(BaseModel):
     questions: list[DecisionQuestion] = Field(min_length=1)
     systemone: SystemOneInput | None = None
     worker_id: str | None = None
+    media: list[MediaRef] = Field(default_factory=list)
+    """Images (or audio), one per `media_marker` in `prefix`, in order (a prompted decision on a
+    worker with a multimodal projector)."""
+    media_marker: str = ""
 
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob

@@ -179,6 +179,9 @@ def test_images_without_a_projector_are_501(decisions: str) -> None:
         response = ask(decisions, body)
         assert response.status_code == 501, response.text
         assert response.json()["error"]["type"] == "not_supported_error"
+        where = "images[0]" if "images" in body else "state.messages[0].content[1] (image_url)"
+        assert f"image input is not supported by /v1/systemone here ({where})" in \
+            response.json()["error"]["message"]
 
 
 def test_a_prompted_model_does_not_advertise_decisions(decisions: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.contract.jobs import EmbeddingJob
+from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
 from worker.embed_inputs import embedding_inputs
 from worker.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
@@ -46,7 +46,7 @@ def embedder(minilm_path: Path) -> Iterator[Embedder]:
 
 def submit(embedder: Embedder, texts: list[str], background: bool
            ) -> Future[EmbeddingResult | RerankResult]:
-    job = EmbeddingJob(model="m", inputs=list[str | list[int | str]](texts),
+    job = EmbeddingJob(model="m", inputs=list[EmbeddingInput](texts),
                        background=background)
     return embedder.submit(EmbedRequest(job, embedding_inputs(job, embedder.model), 2))
 

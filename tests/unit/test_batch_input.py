@@ -90,8 +90,9 @@ def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
 
     def member(i: int, n: int) -> tuple[int, embeddings.EmbeddingLine]:
         body = {"input": [f"t{k}" for k in range(n)]}
-        return i, embeddings.EmbeddingLine(BatchLine(str(i), body),
-                                           embedding_request(body, oai_route=True))
+        request = embedding_request(body, oai_route=True)
+        return i, embeddings.EmbeddingLine(BatchLine(str(i), body), request,
+                                           request.to_job("m").inputs)
 
     jobs = embeddings._jobs_of([member(0, 1), member(1, 3), member(2, 2), member(3, 9),
                                 member(4, 1)])

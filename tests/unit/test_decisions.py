@@ -279,3 +279,39 @@ def test_native_decision_models_are_recognized_offline(tmp_path: Path) -> None:
 def test_unusable_decision_keys_are_errors(metadata: dict[str, Any]) -> None:
     with pytest.raises(DecisionMetaError):
         native_caps(metadata)
+
+
+def test_every_media_input_is_named_with_its_field_and_kind() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    wav = "data:audio/wav;base64,UklGRg=="
+    question = {"q": {"type": "noul", "instructions": "?"}}
+
+    def fields(**extra: Any) -> list[tuple[str, str]]:
+        return SystemOneRequest.model_validate({"questions": question, "state": "x",
+                                                **extra}).media_fields()
+
+    assert fields() == []
+    assert fields(files=[png, wav], images=[png]) == [
+        ("files[0]", "image"), ("files[1]", "audio"), ("images[0]", "image")]
+    messages = [{"role": "user", "content": "plain"},
+                {"role": "user", "content": [{"type": "text", "text": "t"},
+                                             {"type": "input_audio",
+                                              "input_audio": {"data": "AAAA"}}]}]
+    assert fields(state=messages) == [("state[1].content[1] (input_audio)", "audio")]
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": png}}]}
+    assert fields(state={"messages": [messages[0], image]}) \
+        == [("state.messages[1].content[0] (image_url)", "image")]
+
+
+def test_media_markers_go_before_the_state_in_the_prefix() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    body = SystemOneRequest.model_validate({
+        "state": [{"role": "user", "content": [{"type": "text", "text": "the page"},
+                                               {"type": "image_url", "image_url": {"url": png}}]}],
+        "files": [png], "questions": {"q": {"type": "noul", "instructions": "A table?"}}})
+    job = decision_job(body, None, "m", {}, "<M>")
+    assert job.prefix.count("<M>") == 2  # files' first, then the state's part
+    assert job.prefix.index("<M><M>\nText: ") < job.prefix.index("the page")
+    assert "<M>" not in job.questions[0].suffix
+    plain = decision_job(body, None, "m", {})
+    assert "<M>" not in plain.prefix and "image_url" not in plain.prefix

@@ -80,7 +80,12 @@ def test_normalize_is_llama_cpps(norm: int) -> None:
 
 EMBEDDING_BODIES = [
     {"input": "a"}, {"input": ["a", "b"]}, {"input": [1, 2, "x"]},
-    {"input": [[1, 2], "a", {"content": [{"type": "text", "text": "hi"}, {"text": 5}]}]},
+    {"input": [[1, 2], "a", {"content": [{"type": "text", "text": "hi"},
+                                          {"type": "text", "text": 5}]}]},
+    {"input": {"prompt_string": "a", "multimodal_data": 1}},
+    {"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,"
+                                                                      "AAAA"}},
+                            {"type": "text", "text": "x"}]}]},
     {"content": {"prompt_string": [1, "a"]}}, {"input": {"prompt_string": {"prompt_string": "x"}}},
     {"input": "a", "encoding_format": "base64", "embd_normalize": 2, "model": {"x": 1},
      "extra": 1, "dimensions": None},
@@ -89,7 +94,8 @@ EMBEDDING_BODIES = [
 REFUSED_BODIES = [
     {"input": [True]}, {"input": None}, {"embd_normalize": True, "input": "a"},
     {"input": "a", "dimensions": 3}, {"input": []}, {"x": 1},
-    {"input": {"prompt_string": "a", "multimodal_data": 1}}, {"input": 1.5},
+    {"input": 1.5}, {"input": [{"content": [{"text": "no type"}]}]},
+    {"input": [{"content": [{"type": "image"}]}]}, {"input": [{"content": ["text"]}]},
     {"input": "a", "encoding_format": None},
 ]
 

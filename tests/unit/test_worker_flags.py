@@ -90,14 +90,3 @@ def test_adapter_and_control_vector_flags_are_read() -> None:
     assert parts[WorkerSettings] == argv and parts[ApiSettings] == []
     with pytest.raises(SystemExit):
         settings("--control-vector-layer-range", "2")
-
-
-def test_a_projector_on_an_embedding_worker_is_refused() -> None:
-    """-mm is never accepted and ignored: an --embedding worker with it does not start."""
-    import asyncio
-
-    from worker.model import ModelLoadError
-    from worker.process.serve import serve
-
-    with pytest.raises(ModelLoadError, match="--mmproj is not built for --embedding"):
-        asyncio.run(serve(settings("--embedding", "-mm", "p.gguf"), "redis://127.0.0.1:1"))

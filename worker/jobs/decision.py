@@ -4,6 +4,7 @@ run by the engine in slots, in the same decode steps as the completions."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, NotSupported
@@ -11,6 +12,18 @@ from scheduler.contract.jobs import DecisionJob
 from scheduler.contract.results import ErrorEvent
 from worker.decision_plan import plan_decision
 from worker.jobs.parts import HandBack, WorkerParts
+from worker.media import MediaPrompt
+
+
+async def _media_of(parts: WorkerParts, job: DecisionJob
+                    ) -> Callable[[str], MediaPrompt] | None:
+    """How the prefix is read with the job's media (their bytes fetched now; decoded and
+    encoded by the projector on the planning thread); None without media or projector."""
+    projector = parts.engine.model.projector
+    if not job.media or projector is None:
+        return None
+    data = await parts.media().fetch(job.media)
+    return lambda prefix: projector.tokenize(prefix, job.media_marker, data, add_special=True)
 
 
 async def run(parts: WorkerParts, job: DecisionJob) -> None:
@@ -24,7 +37,8 @@ async def run(parts: WorkerParts, job: DecisionJob) -> None:
         request = await asyncio.to_thread(plan_decision, job, engine.model.vocab, caps,
                                           engine.model.n_ctx_slot,
                                           min(plan.n_ubatch, plan.n_batch),
-                                          parts.decision_prompter)
+                                          parts.decision_prompter,
+                                          await _media_of(parts, job))
     except LlamaqError as error:
         publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return

@@ -5,11 +5,13 @@ together with every other job's inputs, publish one final event."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
 
-from scheduler.contract.errors import NotSupported
-from scheduler.contract.jobs import EmbeddingJob, RerankJob
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
+from scheduler.contract.jobs import EmbeddingJob, MediaPromptInput, RerankJob
 from scheduler.contract.results import FinalEvent
-from worker.embed_inputs import embedding_inputs, rerank_inputs
+from worker.embed_inputs import Prepared, embedding_inputs, rerank_inputs
 from worker.embedder import EmbedRequest
 from worker.jobs.parts import WorkerParts
 
@@ -20,7 +22,23 @@ that takes well under a millisecond, less than the thread hand-offs of to_thread
 
 def _text_chars(job: EmbeddingJob | RerankJob) -> int:
     texts = [job.query, *job.documents] if isinstance(job, RerankJob) else job.inputs
-    return sum(len(text) for text in texts)
+    return sum(len(text) for text in texts if not isinstance(text, MediaPromptInput))
+
+
+async def _media_of(parts: WorkerParts, job: EmbeddingJob
+                    ) -> dict[int, list[bytes] | LlamaqError]:
+    """The bytes of each input with media (inline or from the object store by hash), or why
+    they could not be read (llama-server's 500 on this path, as for bytes that do not decode)."""
+    media: dict[int, list[bytes] | LlamaqError] = {}
+    for index, item in enumerate(job.inputs):
+        if isinstance(item, MediaPromptInput):
+            try:
+                media[index] = await parts.media().fetch(item.media)
+            except InvalidRequest as error:
+                media[index] = ServerError(error.message)
+            except LlamaqError as error:
+                media[index] = error
+    return media
 
 
 async def run(parts: WorkerParts, job: EmbeddingJob | RerankJob) -> None:
@@ -31,11 +49,15 @@ async def run(parts: WorkerParts, job: EmbeddingJob | RerankJob) -> None:
         raise NotSupported("This server does not support embeddings. Start it with "
                            "`--embeddings`")
     model = embedder.model
-    prepare = embedding_inputs if isinstance(job, EmbeddingJob) else rerank_inputs
-    if _text_chars(job) <= QUICK_PREPARE_MAX_CHARS:  # a thread hop costs more than the work
-        prepared = prepare(job, model)  # type: ignore[arg-type]
+    media = await _media_of(parts, job) if isinstance(job, EmbeddingJob) else {}
+    if isinstance(job, RerankJob):
+        prepare: Callable[[], list[Prepared]] = partial(rerank_inputs, job, model)
     else:
-        prepared = await asyncio.to_thread(prepare, job, model)  # type: ignore[arg-type]
+        prepare = partial(embedding_inputs, job, model, media)
+    if not media and _text_chars(job) <= QUICK_PREPARE_MAX_CHARS:  # a thread hop costs more
+        prepared = prepare()
+    else:  # media are decoded and encoded (the vision tower) on this job's thread
+        prepared = await asyncio.to_thread(prepare)
     failed = [item for item in prepared if item.error is not None]
     if failed and not job.per_input_errors:
         raise failed[0].error  # type: ignore[misc]

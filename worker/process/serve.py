@@ -81,9 +81,6 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
     called from the loading thread with the load's progress, 0..1 (router mode publishes it
     in /models/sse loading events)."""
-    if settings.mmproj and embedding_mode(settings):
-        raise ModelLoadError("--mmproj is not built for --embedding or --rerank workers "
-                             "(embeddings take text only)")
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")

@@ -149,7 +149,7 @@ def load_model(s: WorkerSettings, path: Path,
     except (ValueError, LoraLoadError, ControlVectorError) as error:
         model.close()
         raise ModelLoadError(str(error)) from None
-    if s.mmproj and not embedding:  # an embedding worker with -mm does not start (serve.py)
+    if s.mmproj:  # completions, and embeddings of inputs with media
         try:
             model.projector = load_projector(s, model, plan.n_threads, marker)
         except ProjectorLoadError as error:

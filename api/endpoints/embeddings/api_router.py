@@ -16,7 +16,8 @@ from api.body import json_body, parse_body
 from api.endpoints.embeddings.protocol import EmbeddingsRequest, rerank_request
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json, rerank_json
 from api.fleet import Fleet
-from api.router import request_model
+from api.media.embeddings import has_media, resolve_inputs
+from api.router import request_model, request_settings
 from api.routing import Routes
 from scheduler.contract.errors import InvalidRequest
 
@@ -31,7 +32,11 @@ async def _embeddings(request: Request, oai_route: bool) -> HTTPResponse:
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a "
                              "different pooling type")
     body = parse_body(request, EmbeddingsRequest).read(oai_route)
-    result = await fleet.embeddings.embed(body.to_job(model_id))
+    inputs = None
+    if has_media(body.inputs):
+        inputs = await resolve_inputs(body.inputs, worker.meta, request.app.ctx.store,
+                                      request_settings(request).media_path)
+    result = await fleet.embeddings.embed(body.to_job(model_id, inputs))
     if not body.oai:
         return json(native_embeddings_json(result))
     model = body.model if isinstance(body.model, str) else model_id

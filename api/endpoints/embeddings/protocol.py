@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from api.media.embeddings import PendingMedia, content_media, has_media, prompt_media
 from scheduler.contract import limits
-from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 
 REFUSED_FIELDS = {"dimensions": "\"dimensions\" is not supported: the model's embeddings have "
@@ -21,56 +22,53 @@ ELEMENT_SHAPES = ("\"prompt\" elements must be a string, a list of tokens, a JSO
 
 @dataclass
 class EmbeddingRequest:
-    inputs: list[EmbeddingInput]
+    inputs: list[EmbeddingInput | PendingMedia]
+    """The inputs; those with media are read into the job by `api/media/embeddings.py`."""
     oai: bool
     """/v1/embeddings with `input` (OpenAI's shape); `content` always answers natively."""
     base64: bool
     embd_normalize: int | None
     model: Any
 
-    def to_job(self, model_id: str) -> EmbeddingJob:
-        return EmbeddingJob(model=model_id, inputs=self.inputs,
-                            embd_normalize=self.embd_normalize)
+    def to_job(self, model_id: str, inputs: list[EmbeddingInput] | None = None
+               ) -> EmbeddingJob:
+        """The job; `inputs`: the inputs with their media read (needed when some have media)."""
+        if inputs is None:
+            if has_media(self.inputs):
+                raise ServerError("an embedding input's media were not read")
+            inputs = [i for i in self.inputs if not isinstance(i, PendingMedia)]
+        return EmbeddingJob(model=model_id, inputs=inputs, embd_normalize=self.embd_normalize)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _element(value: Any) -> EmbeddingInput:
-    """One input: a string, token ids, token ids mixed with strings, {"prompt_string": …} or
-    OpenAI's {"content": [{"type": "text", "text": …}, …]}."""
+def _element(value: Any) -> EmbeddingInput | PendingMedia:
+    """One input: a string, token ids, token ids mixed with strings, {"prompt_string": …}
+    (with its "multimodal_data"), or OpenAI's {"content": [{"type": "text", "text": …},
+    {"type": "image_url", …}, …]}. Media are read later (api/media/embeddings.py), once the
+    model's projector is known."""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(v, str) or _is_int(v) for v in value):
         return list(value)
     if isinstance(value, dict):
         if "content" in value:
-            return _content_text(value["content"])
+            if not isinstance(value["content"], list):
+                raise InvalidRequest("\"content\" must be an array")
+            return content_media(value["content"])
         if "prompt_string" in value:
             if "multimodal_data" in value:
-                raise InvalidRequest("Multimodal data provided, but model does not support "
-                                     "multimodal requests.")
-            return _element(value["prompt_string"])
+                return prompt_media(value)
+            inner = _element(value["prompt_string"])
+            if isinstance(inner, PendingMedia):  # llama-server tokenizes it as mixed text
+                raise InvalidRequest(ELEMENT_SHAPES)
+            return inner
     raise InvalidRequest(ELEMENT_SHAPES)
 
 
-def _content_text(content: Any) -> str:
-    if not isinstance(content, list):
-        raise InvalidRequest("\"content\" must be an array")
-    text = ""
-    for part in content:
-        if not isinstance(part, dict):
-            raise InvalidRequest("\"content\" parts must be objects")
-        if part.get("type", "text") != "text":
-            raise InvalidRequest(f"{part.get('type')!r} content is not supported: this model "
-                                 "has no multimodal projector")
-        value = part.get("text", "")
-        text += value if isinstance(value, str) else ""
-    return text
-
-
-def read_inputs(prompt: Any) -> list[EmbeddingInput]:
+def read_inputs(prompt: Any) -> list[EmbeddingInput | PendingMedia]:
     """An array with no integer in it holds one input per element; anything else is one
     input."""
     if isinstance(prompt, list) and not any(_is_int(v) for v in prompt):
@@ -108,30 +106,39 @@ def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest
     return EmbeddingRequest(inputs, oai, use_base64, normalize, body.get("model"))
 
 
-class TextPart(BaseModel):
-    """A part of OpenAI's `content` array: only text (no multimodal projector is loaded)."""
+class ContentPart(BaseModel):
+    """A part of OpenAI's `content` array: `{"type": "text", "text": …}`, or with a
+    multimodal projector `{"type": "image_url", "image_url": {"url": …}}`, `{"type":
+    "input_audio", "input_audio": {"data": …}}` (`input_video` / `video_url`: refused, video is
+    not built)."""
 
     model_config = ConfigDict(extra="allow")
 
-    type: Literal["text"] = "text"
+    type: Literal["text", "image_url", "input_audio", "input_video", "video_url"]
     text: Any = ""
     """A string (anything else reads as no text)."""
+    image_url: Any = None
+    input_audio: Any = None
 
 
 class ContentInput(BaseModel):
-    """OpenAI's `{"content": [{"type": "text", "text": ...}, ...]}`: its texts, joined."""
+    """OpenAI's `{"content": [...]}`: its texts joined, each media part where it stands."""
 
     model_config = ConfigDict(extra="allow")
 
-    content: list[TextPart]
+    content: list[ContentPart]
 
 
 class PromptInput(BaseModel):
-    """llama-server's `{"prompt_string": ...}` (multimodal_data is refused)."""
+    """llama-server's `{"prompt_string": ..., "multimodal_data": ["<base64>", ...]}` (one
+    media marker of /props in the prompt for each item; a model without a projector: 500)."""
 
     model_config = ConfigDict(extra="allow")
 
-    prompt_string: EmbeddingElement
+    prompt_string: Any = Field(description="a string, token ids, or strings and token ids (a "
+                                           "string with multimodal_data)")
+    multimodal_data: Any = Field(None, description="base64 images or audio, one per media "
+                                                   "marker of prompt_string")
 
 
 EmbeddingElement = str | list[StrictInt | str] | ContentInput | PromptInput
@@ -140,7 +147,6 @@ EmbeddingPrompt = Annotated[
     EmbeddingElement | list[EmbeddingElement],
     Field(description="one input, or an array of inputs (an array with an integer in it is "
                       "one input of token ids)")]
-PromptInput.model_rebuild()
 
 
 class EmbeddingsRequest(BaseModel):

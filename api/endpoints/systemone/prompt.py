@@ -71,8 +71,10 @@ def question_text(question: Question) -> str:
     return "\n".join(lines)
 
 
-def user_message(state: str, question: str) -> str:
-    return f"Text: {state}\n{question}" if state else question
+def user_message(state: str, question: str, media: str = "") -> str:
+    """The user's turn: the media (their markers) first, then the state, then the question."""
+    media = f"{media}\n" if media else ""
+    return f"{media}Text: {state}\n{question}" if state else f"{media}{question}"
 
 
 def common_prefix(texts: list[str]) -> str:
@@ -84,16 +86,20 @@ def common_prefix(texts: list[str]) -> str:
 
 
 def decision_job(body: SystemOneRequest, template: ChatTemplate | None, model: str,
-                 extra_context: dict[str, Any]) -> DecisionJob:
-    """The job: the shared prefix and one suffix and label list per question."""
+                 extra_context: dict[str, Any], media_marker: str = "") -> DecisionJob:
+    """The job: the shared prefix and one suffix and label list per question; with
+    `media_marker`, one marker per media input before the state (the spec: "All the images are
+    placed before the state in the prompt, the ones from files and images first")."""
     state = state_text(body.state)
     lead = "" if template is not None else " "
+    media = media_marker * len(body.media()) if media_marker else ""
 
     def render(question: str) -> str:
         if template is None:
-            return f"{PLAIN_FRAMING}\n\n{user_message(state, question)}\nAnswer:"
+            return f"{PLAIN_FRAMING}\n\n{user_message(state, question, media)}\nAnswer:"
         return template.render([{"role": "system", "content": FRAMING},
-                                {"role": "user", "content": user_message(state, question)}],
+                                {"role": "user",
+                                 "content": user_message(state, question, media)}],
                                add_generation_prompt=True, extra_context=extra_context)
 
     ids = list(body.questions)

@@ -89,6 +89,23 @@ class SystemOneRequest(BaseModel):
         """Every image or audio input: files and images first, then the state's parts."""
         return [*self.files, *self.images, *split_state(self.state)[1]]
 
+    def media_fields(self) -> list[tuple[str, str]]:
+        """Where each media input is (`files[i]`, `images[i]`, or the state's part as
+        `state.messages[i].content[j]`) and its kind (image, or audio for a `data:audio/` file
+        and an input_audio part), in the order of `media()`."""
+        found = [(f"{name}[{i}]", "audio" if url.startswith("data:audio/") else "image")
+                 for name, urls in (("files", self.files), ("images", self.images))
+                 for i, url in enumerate(urls)]
+        for i, message in enumerate(_messages(self.state) or []):
+            content = message.get("content")
+            for j, part in enumerate(content if isinstance(content, list) else []):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in ("image_url", "input_audio"):
+                    where = "state.messages" if isinstance(self.state, dict) else "state"
+                    found.append((f"{where}[{i}].content[{j}] ({kind})",
+                                  "image" if kind == "image_url" else "audio"))
+        return found
+
 
 def check_data_url(url: str) -> None:
     """`data:<type>/<subtype>[;…];base64,<data>` with valid base64, else ValueError."""
