@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import llama_cpp as lc
 import numpy as np
 
@@ -52,6 +51,8 @@ def vector_specs(plain: list[str], scaled: list[str]) -> list[VectorSpec]:
 
 def load_one(spec: VectorSpec) -> tuple[int, np.ndarray]:
     """(n_embd, data): layer 1's direction first, each scaled by the file's strength."""
+    import gguf  # (and PyYAML): only on a worker given control vectors
+
     try:
         reader = gguf.GGUFReader(spec.path)
     except (OSError, ValueError) as error:
