@@ -51,6 +51,10 @@ class WakeableWorker(Worker):
         self.also_wake: list[WakeableWorker] = []
         """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
         self._claim: AsyncScript | None = None
+        self._drained = False
+        """The last poll took fewer jobs than it had room for: the queue held no more, and any
+        job enqueued since announces itself on the wake channel, so a job that ends needs no
+        look at the queue of its own (one round trip less per job)."""
 
     async def main(self) -> None:
         assert isinstance(self._pool, ArqRedis), "WakeableWorker needs a redis_pool"
@@ -77,11 +81,13 @@ class WakeableWorker(Worker):
         if self.room is not None:
             free = min(free, self.room())
         if free <= 0 or not self.taking:
+            self._drained = False  # jobs may be waiting: look when one of ours ends
             return
         if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
             self._claim = self.pool.register_script(CLAIM_JOBS)
         claimed = await self._claim(keys=[self.queue_name], args=[
             timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000)])
+        self._drained = len(claimed) // 2 < free
         if claimed:
             await self.start_claimed([(_text(claimed[i]), int(float(claimed[i + 1])))
                                       for i in range(0, len(claimed), 2)])
@@ -112,9 +118,11 @@ class WakeableWorker(Worker):
         return [job_id for job_id, task in self.tasks.items() if not task.done()]
 
     def _release_sem_dec_counter_on_complete(self) -> None:
-        # A job ended, so there is room for another: look at the queue now.
+        # A job ended, so there is room for another: look at the queue now, unless the last
+        # look found it drained (then a new job wakes us).
         super()._release_sem_dec_counter_on_complete()
-        self.wake.set()
+        if not self._drained:
+            self.wake.set()
         for other in self.also_wake:
             other.wake.set()
 
