@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.speculative.config import SpecConfig
+from worker.speculative.draft_model import DraftModel, DraftSimple
 from worker.speculative.ngram_map import NgramMapK
 from worker.speculative.ngram_mod import NgramMod
 from worker.speculative.ngram_simple import NgramSimple
@@ -26,7 +27,10 @@ class DraftMode(Protocol):
     def accept(self, seq: int, n_accepted: int, is_other: bool) -> None: ...
 
 
-def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
+def make_modes(config: SpecConfig, n_seq: int, draft: DraftModel | None = None,
+               n_vocab_target: int = 0) -> list[DraftMode]:
+    """The modes of `config`, in its order; draft-simple drafts with `draft` (the worker
+    refuses draft-simple without one before anything loads: worker/flags.py)."""
     modes: list[DraftMode] = []
     for name in config.drafting:
         if name == "ngram-simple":
@@ -36,6 +40,8 @@ def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
             modes.append(NgramMapK(params, name == "ngram-map-k", n_seq))
         elif name == "ngram-mod":
             modes.append(NgramMod(config.ngram_mod, n_seq))
+        elif name == "draft-simple" and draft is not None:
+            modes.append(DraftSimple(draft, config.draft, n_seq, n_vocab_target))
     return modes
 
 
@@ -43,9 +49,11 @@ class Drafter:
     """common_speculative for the engine's slots (one sequence per slot)."""
 
     def __init__(self, config: SpecConfig, n_seq: int,
-                 modes: list[DraftMode] | None = None) -> None:
+                 modes: list[DraftMode] | None = None, draft: DraftModel | None = None,
+                 n_vocab_target: int = 0) -> None:
         self.config = config
-        self.modes = make_modes(config, n_seq) if modes is None else modes
+        self.modes = make_modes(config, n_seq, draft, n_vocab_target) if modes is None \
+            else modes
         self._last: list[DraftMode | None] = [None] * n_seq
         self.n_max = max((max(0, m.n_max) for m in self.modes), default=0)
         """common_speculative_n_max of the initialized modes (the per-position series)."""
@@ -59,7 +67,8 @@ class Drafter:
         """The first mode's draft for the sequence (`prompt`: its tokens in the cache;
         `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens."""
         for mode in self.modes:
-            drafted = mode.draft(seq, prompt, id_last)
+            drafted = mode.draft_limited(seq, prompt, id_last, n_max) \
+                if isinstance(mode, DraftSimple) else mode.draft(seq, prompt, id_last)
             if drafted:
                 if 0 < n_max < len(drafted):
                     drafted = drafted[:n_max]
