@@ -193,3 +193,17 @@ def test_drafts_and_acceptance_are_llama_servers(engines: dict[str, tuple[Engine
     [got] = _run(*engines[draft], _job(PROSE, GREEDY))
     assert got.tokens == LLAMA_SERVER_TOKENS
     assert (got.timings.draft_n, got.timings.draft_n_accepted) == (draft_n, accepted)
+
+
+def test_a_requests_p_min_cuts_the_drafts(engines: dict[str, tuple[Engine, Events]]) -> None:
+    """speculative.p_min: a draft stops at a token the draft model is less sure of (its
+    probability among the 10 largest logits); Gemma drafting for itself is not 99 % sure of
+    every token of its story, so fewer tokens are drafted, and the output is the same."""
+    from scheduler.contract.jobs import DraftLimits
+
+    engine, events = engines["self"]
+    job = _job(PROSE, GREEDY, n_predict=24)
+    [strict, loose] = [_run(engine, events, job.model_copy(update={
+        "draft_limits": DraftLimits(p_min=p_min)}))[0] for p_min in (0.99, 0.0)]
+    assert strict.timings.draft_n < loose.timings.draft_n
+    assert strict.tokens == loose.tokens == LLAMA_SERVER_TOKENS[:24]

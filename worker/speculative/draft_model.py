@@ -162,10 +162,12 @@ class DraftSimple:
     def draft(self, seq: int, prompt: list[int], id_last: int) -> list[int]:
         return self.draft_limited(seq, prompt, id_last, 0)
 
-    def draft_limited(self, seq: int, prompt: list[int], id_last: int, n_limit: int) -> list[int]:
+    def draft_limited(self, seq: int, prompt: list[int], id_last: int, n_limit: int,
+                      p_min: float | None = None) -> list[int]:
         """Up to n_max tokens after `prompt` (the slot's tokens in the target's cache) and
         `id_last` (its sampled token), fewer when `n_limit` > 0 is smaller (the room the slot
-        has: llama.cpp's dp.n_max)."""
+        has: llama.cpp's dp.n_max); `p_min`: the request's own least probability (None:
+        --spec-draft-p-min's)."""
         want = [*prompt, id_last]
         cached = self._cached[seq]
         keep = _common_prefix(cached, want)
@@ -177,11 +179,12 @@ class DraftSimple:
         if not self._decode(seq, want[keep:], keep):
             return []
         params = self.params
+        least = params.p_min if p_min is None else p_min
         n_max = params.n_max if n_limit <= 0 else min(params.n_max, n_limit)
         drafted: list[int] = []
         while n_max > 0:
             token, p = self._top()
-            if p < params.p_min or token >= self.n_vocab_target:
+            if p < least or token >= self.n_vocab_target:
                 break
             drafted.append(token)
             if len(drafted) >= n_max:

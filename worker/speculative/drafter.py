@@ -63,11 +63,13 @@ class Drafter:
         for mode in self.modes:
             mode.begin(seq, prompt)
 
-    def draft(self, seq: int, prompt: list[int], id_last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, prompt: list[int], id_last: int, n_max: int,
+              p_min: float | None = None) -> list[int]:
         """The first mode's draft for the sequence (`prompt`: its tokens in the cache;
-        `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens."""
+        `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens; `p_min`:
+        the request's least probability of a draft model's token (None: --spec-draft-p-min)."""
         for mode in self.modes:
-            drafted = mode.draft_limited(seq, prompt, id_last, n_max) \
+            drafted = mode.draft_limited(seq, prompt, id_last, n_max, p_min) \
                 if isinstance(mode, DraftSimple) else mode.draft(seq, prompt, id_last)
             if drafted:
                 if 0 < n_max < len(drafted):

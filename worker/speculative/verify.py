@@ -83,8 +83,9 @@ class Speculation:
     def make_drafts(self, generating: list[SlotRun], room: int) -> None:
         """Each generating run's draft for this step, in slot order, while the batch has
         `room` for draft tokens (beyond one token per generating run); a request's
-        speculative.n_max caps its draft and a draft shorter than its speculative.n_min is
-        dropped (as llama-server did before those fields were compiled out)."""
+        speculative.n_max caps its draft, a draft shorter than its speculative.n_min is
+        dropped (as llama-server did before those fields were compiled out) and its
+        speculative.p_min is a draft model's least probability (draft-simple)."""
         for active in generating:
             spec = self.of(active)
             spec.draft = []
@@ -97,7 +98,8 @@ class Speculation:
                 if n_max <= 0:
                     continue
             draft = self.drafter.draft(active.slot.slot_id, list(active.slot.tokens),
-                                       active.next_token, n_max)[:room]
+                                       active.next_token, n_max,
+                                       None if limits is None else limits.p_min)[:room]
             if limits is not None and limits.n_min is not None and len(draft) < limits.n_min:
                 draft = []  # shorter than the request's speculative.n_min: not worth it
             spec.draft = draft
