@@ -98,8 +98,8 @@ class Speculation:
                 if n_max <= 0:
                     continue
             draft = self.drafter.draft(active.slot.slot_id, list(active.slot.tokens),
-                                       active.next_token, n_max,
-                                       None if limits is None else limits.p_min)[:room]
+                                       active.next_token, min(n_max, room),
+                                       None if limits is None else limits.p_min)
             if limits is not None and limits.n_min is not None and len(draft) < limits.n_min:
                 draft = []  # shorter than the request's speculative.n_min: not worth it
             spec.draft = draft
