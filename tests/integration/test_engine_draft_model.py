@@ -207,3 +207,19 @@ def test_a_requests_p_min_cuts_the_drafts(engines: dict[str, tuple[Engine, Event
         "draft_limits": DraftLimits(p_min=p_min)}))[0] for p_min in (0.99, 0.0)]
     assert strict.timings.draft_n < loose.timings.draft_n
     assert strict.tokens == loose.tokens == LLAMA_SERVER_TOKENS[:24]
+
+
+@pytest.mark.parametrize("draft", ["self", "tiny"])
+def test_two_drafting_runs_draft_together(engines: dict[str, tuple[Engine, Events]],
+                                          draft: str) -> None:
+    """Two speculating runs in the same steps (their drafts made in one draft-model decode per
+    position): each its plain output, and each drafts and has accepted what it does alone."""
+    other = "The capital of France is"
+    jobs = (_job(PROSE, GREEDY), _job(other, GREEDY, n_predict=32))
+    want = _run(*engines["plain"], *jobs)
+    got = _run(*engines[draft], *jobs)
+    assert [r.tokens for r in got] == [r.tokens for r in want]
+    alone = [_run(*engines[draft], job)[0] for job in jobs]
+    assert [(r.timings.draft_n, r.timings.draft_n_accepted) for r in got] == \
+        [(r.timings.draft_n, r.timings.draft_n_accepted) for r in alone]
+    assert all(r.timings.draft_n > 0 for r in got)

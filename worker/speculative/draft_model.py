@@ -2,9 +2,10 @@
 llama.cpp's common_speculative_impl_draft_simple on llama.h's low-level bindings.
 
 The draft model lives in the worker's process in a llama_context of its own, one sequence per
-slot (the slot's id). For a slot's step it drafts greedily: its cache is brought to the slot's
-tokens and the slot's sampled token (the longest common prefix kept, the rest removed with
-llama_memory_seq_rm and the missing tokens decoded), then its top token is taken while its
+slot (the slot's id). A step's drafting slots draft together, greedily: each one's cache is
+brought to the slot's tokens and the slot's sampled token (the longest common prefix kept, the
+rest removed with llama_memory_seq_rm and the missing tokens decoded), then, one decode per
+draft position for all the slots still drafting, each one's top token is taken while its
 probability (the softmax of the 10 largest logits: llama.cpp's top-k 10 sampler) is at least
 p_min, up to n_max tokens; a draft shorter than n_min is dropped. The draft's cache is cut back
 to what the target accepted when the slot drafts next (the common prefix again), so it never
@@ -21,6 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as lc
 import numpy as np
@@ -138,6 +140,24 @@ def incompatibility(target: lc.llama_vocab_p, draft: lc.llama_vocab_p) -> str | 
     return None
 
 
+@dataclass
+class _Ask:
+    """A queued draft: the sequence, its tokens and sampled token, its limits."""
+
+    seq: int
+    want: list[int]
+    n_max: int
+    p_min: float
+
+
+def _put(batch: Any, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+    batch.token[i] = token
+    batch.pos[i] = pos
+    batch.n_seq_id[i] = 1
+    batch.seq_id[i][0] = seq
+    batch.logits[i] = logits
+
+
 class DraftSimple:
     """draft-simple for the engine's slots (a DraftMode of worker/speculative/drafter.py)."""
 
@@ -151,6 +171,7 @@ class DraftSimple:
         self.n_vocab_target = n_vocab_target
         self._cached: list[list[int]] = [[] for _ in range(n_seq)]
         """Per sequence, the tokens in the draft's cache, in position order."""
+        self._asked: list[_Ask] = []
         lc.llama_memory_clear(model.memory, True)  # a new engine (a wake) starts empty
 
     def begin(self, seq: int, prompt: list[int]) -> None:
@@ -160,45 +181,58 @@ class DraftSimple:
         """Nothing: the rejected tokens leave the cache when the slot drafts next."""
 
     def draft(self, seq: int, prompt: list[int], id_last: int) -> list[int]:
-        return self.draft_limited(seq, prompt, id_last, 0)
+        """One sequence's draft alone (the engine asks for a step's drafts together:
+        `ask` and `run`)."""
+        self.ask(seq, prompt, id_last)
+        return self.run().get(seq, [])
 
-    def draft_limited(self, seq: int, prompt: list[int], id_last: int, n_limit: int,
-                      p_min: float | None = None) -> list[int]:
-        """Up to n_max tokens after `prompt` (the slot's tokens in the target's cache) and
-        `id_last` (its sampled token), fewer when `n_limit` > 0 is smaller (the room the slot
-        has: llama.cpp's dp.n_max); `p_min`: the request's own least probability (None:
-        --spec-draft-p-min's)."""
-        want = [*prompt, id_last]
-        cached = self._cached[seq]
-        keep = _common_prefix(cached, want)
-        if keep == len(want):
-            keep -= 1  # its logits are gone: decode the last token again
+    def ask(self, seq: int, prompt: list[int], id_last: int, n_limit: int = 0,
+            p_min: float | None = None) -> None:
+        """Queue a draft of up to n_max tokens after `prompt` (the slot's tokens in the
+        target's cache) and `id_last` (its sampled token), fewer when `n_limit` > 0 is smaller
+        (the room the slot has: llama.cpp's dp.n_max); `p_min`: the request's own least
+        probability (None: --spec-draft-p-min's)."""
+        least = self.params.p_min if p_min is None else p_min
+        n_max = self.params.n_max if n_limit <= 0 else min(self.params.n_max, n_limit)
+        self._asked.append(_Ask(seq, [*prompt, id_last], n_max, least))
+
+    def run(self) -> dict[int, list[int]]:
+        """The queued drafts, by sequence, made together as llama.cpp's draft-simple makes
+        them: each sequence's cache brought to its tokens but the last, then one decode per
+        draft position for every sequence still drafting."""
+        asked, self._asked = self._asked, []
+        ready = [a for a in asked if a.n_max > 0 and self._catch_up(a, {b.seq for b in asked})]
+        drafts: dict[int, list[int]] = {a.seq: [] for a in asked}
+        entries = [(a, a.want[-1], len(a.want) - 1) for a in ready]
+        while entries:
+            if not self._decode_together(entries):
+                break
+            following = []
+            for i, (ask, _, pos) in enumerate(entries):
+                token, p = self._top(i)
+                drafted = drafts[ask.seq]
+                if p < ask.p_min or token >= self.n_vocab_target:
+                    continue
+                drafted.append(token)
+                if len(drafted) < ask.n_max:
+                    following.append((ask, token, pos + 1))
+            entries = following
+        return {seq: d if len(d) >= self.params.n_min else [] for seq, d in drafts.items()}
+
+    def _catch_up(self, ask: _Ask, asking: set[int]) -> bool:
+        """The sequence's cache: the common prefix with what is asked kept, the rest removed,
+        the missing tokens but the last decoded (that one goes with the first draft step)."""
+        want, cached = ask.want, self._cached[ask.seq]
+        keep = min(_common_prefix(cached, want), len(want) - 1)
         if keep < len(cached):
-            lc.llama_memory_seq_rm(self.model.memory, seq, keep, -1)
+            lc.llama_memory_seq_rm(self.model.memory, ask.seq, keep, -1)
             del cached[keep:]
-        if not self._decode(seq, want[keep:], keep):
-            return []
-        params = self.params
-        least = params.p_min if p_min is None else p_min
-        n_max = params.n_max if n_limit <= 0 else min(params.n_max, n_limit)
-        drafted: list[int] = []
-        while n_max > 0:
-            token, p = self._top()
-            if p < least or token >= self.n_vocab_target:
-                break
-            drafted.append(token)
-            if len(drafted) >= n_max:
-                break
-            if not self._decode(seq, [token], len(cached)):
-                break
-        if len(drafted) < params.n_min:
-            return []
-        return drafted
+        return self._decode(ask.seq, want[keep:-1], keep, asking)
 
-    def _decode(self, seq: int, tokens: list[int], pos: int) -> bool:
-        """`tokens` into the sequence's cache from `pos` on, in batches, logits for the last;
-        when the cache has no room, the other sequences' draft caches are dropped and it is
-        tried once more; False (the sequence's cache emptied) when it still fails."""
+    def _decode(self, seq: int, tokens: list[int], pos: int, asking: set[int]) -> bool:
+        """`tokens` into the sequence's cache from `pos` on, in batches; when the cache has no
+        room, the draft caches of the sequences not `asking` are dropped and it is tried once
+        more; False (the sequence's cache emptied) when it still fails."""
         cached = self._cached[seq]
         n_batch = self.model.plan.n_batch
         done = 0
@@ -207,35 +241,50 @@ class DraftSimple:
             part = tokens[done:done + n_batch]
             batch = self.model.batch
             for i, token in enumerate(part):
-                batch.token[i] = token
-                batch.pos[i] = pos + done + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = seq
-                batch.logits[i] = done + i == len(tokens) - 1
+                _put(batch, i, token, pos + done + i, seq, i == len(part) - 1)
             batch.n_tokens = len(part)
             rc = lc.llama_decode(self.model.ctx, batch)
             if rc == 1 and not retried:
                 retried = True
-                self._drop_others(seq)
+                self._drop_others(asking)
                 continue
             if rc != 0:
-                log.warning("the draft model's decode failed (%d) for slot %d: no draft", rc, seq)
-                lc.llama_memory_seq_rm(self.model.memory, seq, -1, -1)
-                cached.clear()
+                self._failed(rc, [seq])
                 return False
             cached.extend(part)
             done += len(part)
         return True
 
-    def _drop_others(self, seq: int) -> None:
+    def _decode_together(self, entries: list[tuple[_Ask, int, int]]) -> bool:
+        """One token for each sequence (its logits on), in one decode."""
+        batch = self.model.batch
+        for i, (ask, token, pos) in enumerate(entries):
+            _put(batch, i, token, pos, ask.seq, True)
+        batch.n_tokens = len(entries)
+        rc = lc.llama_decode(self.model.ctx, batch)
+        if rc != 0:
+            self._failed(rc, [ask.seq for ask, _, _ in entries])
+            return False
+        for ask, token, _ in entries:
+            self._cached[ask.seq].append(token)
+        return True
+
+    def _failed(self, rc: int, seqs: list[int]) -> None:
+        log.warning("the draft model's decode failed (%d) for slots %s: no draft", rc, seqs)
+        for seq in seqs:
+            lc.llama_memory_seq_rm(self.model.memory, seq, -1, -1)
+            self._cached[seq].clear()
+
+    def _drop_others(self, keep: set[int]) -> None:
         for other, tokens in enumerate(self._cached):
-            if other != seq and tokens:
+            if other not in keep and tokens:
                 lc.llama_memory_seq_rm(self.model.memory, other, -1, -1)
                 tokens.clear()
 
-    def _top(self) -> tuple[int, float]:
-        """The top token of the last decoded logits and its probability among the 10 largest."""
-        pointer = lc.llama_get_logits_ith(self.model.ctx, -1)
+    def _top(self, index: int) -> tuple[int, float]:
+        """The top token of the logits at batch `index` and its probability among the 10
+        largest."""
+        pointer = lc.llama_get_logits_ith(self.model.ctx, index)
         logits = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)),
                                        shape=(self.model.n_vocab,))
         k = min(TOP_K, len(logits))

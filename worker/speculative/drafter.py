@@ -57,6 +57,8 @@ class Drafter:
         self._last: list[DraftMode | None] = [None] * n_seq
         self.n_max = max((max(0, m.n_max) for m in self.modes), default=0)
         """common_speculative_n_max of the initialized modes (the per-position series)."""
+        self.asks_model = False
+        """The last `draft` asked the draft model (its draft comes with `model_drafts`)."""
 
     def begin(self, seq: int, prompt: list[int]) -> None:
         """A sequence's prompt is evaluated and its generation begins."""
@@ -68,15 +70,31 @@ class Drafter:
         """The first mode's draft for the sequence (`prompt`: its tokens in the cache;
         `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens; `p_min`:
         the request's least probability of a draft model's token (None: --spec-draft-p-min)."""
+        self.asks_model = False
         for mode in self.modes:
-            drafted = mode.draft_limited(seq, prompt, id_last, n_max, p_min) \
-                if isinstance(mode, DraftSimple) else mode.draft(seq, prompt, id_last)
+            if isinstance(mode, DraftSimple):  # made with the step's others: model_drafts
+                mode.ask(seq, prompt, id_last, n_max, p_min)
+                self.asks_model = True
+                return []
+            drafted = mode.draft(seq, prompt, id_last)
             if drafted:
                 if 0 < n_max < len(drafted):
                     drafted = drafted[:n_max]
                 self._last[seq] = mode
                 return drafted
         return []
+
+    def model_drafts(self) -> dict[int, list[int]]:
+        """The draft model's drafts asked for by `draft` this step, by sequence, made together
+        (draft-simple is last in llama.cpp's order: the sequences no other mode drafted for)."""
+        out: dict[int, list[int]] = {}
+        for mode in self.modes:
+            if isinstance(mode, DraftSimple):
+                out = mode.run()
+                for seq, drafted in out.items():
+                    if drafted:
+                        self._last[seq] = mode
+        return out
 
     def accept(self, seq: int, n_accepted: int) -> None:
         mode = self._last[seq]
