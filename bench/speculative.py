@@ -16,6 +16,8 @@ the speedups (llamaq's / llama-server's: the issue's target is >= 1.0) and the a
     .venv/bin/python bench/speculative.py --spec "--spec-type ngram-simple" --rounds 5
     .venv/bin/python bench/speculative.py --rounds 1 --clients 1 --n-predict 32 \\
         --workloads code-edit                                   # a smoke run
+    .venv/bin/python bench/speculative.py --draft-self          # draft-simple: the model
+                                                                # drafting for itself
 """
 
 from __future__ import annotations
@@ -105,6 +107,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--spec", default="--spec-type ngram-mod",
                         help="the speculative flags, given to both servers alike")
+    parser.add_argument("--draft-self", action="store_true",
+                        help="draft-simple with the model as its own draft model: --spec "
+                        "becomes `--spec-type draft-simple -md MODEL` (more flags: --draft-flags)")
+    parser.add_argument("--draft-flags", default="",
+                        help="with --draft-self: more flags for both servers, e.g. "
+                        "'--spec-draft-n-max 8'")
     parser.add_argument("--workloads", default="code-edit,summarise")
     parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")],
                         default=[1, 4])
@@ -117,6 +125,9 @@ def main() -> None:
     if not args.llama_server.is_file():
         sys.exit(f"no llama-server at {args.llama_server}: run bench/build_llama_server.sh")
     model = args.model or default_model_path(Path.home() / ".cache" / "llamaq-tests")
+    if args.draft_self:
+        args.spec = " ".join(["--spec-type draft-simple -md", shlex.quote(str(model)),
+                              args.draft_flags]).strip()
     workloads = args.workloads.split(",")
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -150,6 +150,8 @@ class WorkerInfo(BaseModel):
     """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
     fit: FitReport | None = None
     """What --fit decided (None: off, or no memory probe)."""
+    draft_model: str | None = None
+    """The draft model's file when it drafts (-md with --spec-type draft-simple)."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank

@@ -102,6 +102,16 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma_vocab_path(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
+    """A tiny llama GGUF with random weights and Gemma 3's tokenizer (tests/tiny_gguf.py): a
+    draft model for Gemma that llama.cpp finds compatible and that drafts badly."""
+    from tests.tiny_gguf import write_tiny_with_vocab_of
+
+    return write_tiny_with_vocab_of(tmp_path_factory.mktemp("tiny-gemma-vocab")
+                                    / "tiny-gemma-vocab.gguf", gemma_path)
+
+
+@pytest.fixture(scope="session")
 def tiny_fleet(redis_url: str, workdir: Path, tiny_model_path: Path) -> Iterator[Fleet]:
     """One api and one worker serving the tiny model as `tiny` (fast: for many requests)."""
     fleet = make_fleet(redis_url, workdir, tiny_model_path, "tiny")

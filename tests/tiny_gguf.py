@@ -114,3 +114,63 @@ def add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:
             writer.add_float32(key, value)
         else:
             writer.add_uint32(key, value)
+
+
+def write_tiny_with_vocab_of(path: Path, source: Path, n_embd: int = 32, n_layer: int = 1,
+                             n_head: int = 2, n_ff: int = 64, seed: int = 4321) -> Path:
+    """A tiny llama-architecture GGUF with random weights and the tokenizer of `source` (every
+    `tokenizer.ggml.*` key copied: its tokens, scores, types, special ids and BOS/EOS rules), so
+    llama.cpp finds the two vocabularies compatible (a draft model that drafts badly). The
+    embedding doubles as the output (no output.weight), in f16, to keep a 262k vocabulary
+    small."""
+    reader = gguf.GGUFReader(str(source))
+    fields = {k: f for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.")}
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.5 / np.sqrt(shape[-1])).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama-vocab-of-" + source.stem)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key, field in fields.items():
+        value = field.contents()
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+        elif kind == gguf.GGUFValueType.STRING:
+            writer.add_string(key, value)
+        elif kind == gguf.GGUFValueType.BOOL:
+            writer.add_bool(key, value)
+        elif kind == gguf.GGUFValueType.UINT32:
+            writer.add_uint32(key, value)
+        elif kind == gguf.GGUFValueType.INT32:
+            writer.add_int32(key, value)
+        elif kind == gguf.GGUFValueType.FLOAT32:
+            writer.add_float32(key, value)
+    writer.add_tensor("token_embd.weight", (weight(n_vocab, n_embd) * 8).astype(np.float16))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

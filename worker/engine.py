@@ -109,8 +109,9 @@ class Engine:
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
                                   model.n_ctx_slot, self._shift_context)
-        self._spec = Speculation(Drafter(defaults.spec, len(self.slots)), model.n_ctx_slot) \
-            if defaults.spec.enabled else None
+        self._spec = Speculation(Drafter(defaults.spec, len(self.slots), draft=model.draft,
+                                         n_vocab_target=model.vocab.n_tokens),
+                                 model.n_ctx_slot) if defaults.spec.enabled else None
         """Speculative decoding (worker/speculative/); None when --spec-type drafts nothing."""
         self.decisions = DecisionRunner(model, self.metrics, self._inbox.wake, defaults.worker_id,
                                         defaults.model_alias, self._cancel_event,

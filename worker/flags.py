@@ -168,6 +168,12 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
     refused = spec.refusal(config.types)
     if refused is not None:
         raise UnsupportedFlag(f"llamaq worker: {refused}")
+    config.draft = draft_params(s)
+    if "draft-simple" in config.types:
+        if not s.spec_draft_model:
+            raise UnsupportedFlag("llamaq worker: --spec-type draft-simple needs a draft model: "
+                                  "give -md/--spec-draft-model (a GGUF file)")
+        config.draft_model = s.spec_draft_model
     config.synth_len, config.synth_rates = s.spec_synth_len, list(s.spec_synth_rates)
     if config.synth_len is not None or config.synth_rates:
         if not config.enabled:
@@ -178,6 +184,46 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
         except synthetic.SynthError as error:
             raise UnsupportedFlag(f"llamaq worker: {error}") from error
     return config
+
+
+def draft_params(s: WorkerSettings) -> spec.DraftParams:
+    """--spec-draft-n-max/-n-min/-p-min/-p-split, checked as llama.cpp's arguments are."""
+    if s.spec_draft_n_max < 0:
+        raise UnsupportedFlag("llamaq worker: --spec-draft-n-max: invalid value")
+    draft_gpu_layers(s)
+    return spec.DraftParams(n_max=s.spec_draft_n_max, n_min=s.spec_draft_n_min,
+                            p_min=s.spec_draft_p_min, p_split=s.spec_draft_p_split)
+
+
+def draft_gpu_layers(s: WorkerSettings) -> int | None:
+    """-ngld: a number, `all` (every layer) or `auto` (None: llama.cpp's default)."""
+    value = s.spec_draft_ngl
+    if value == "auto":
+        return None
+    if value == "all":
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise UnsupportedFlag(f"llamaq worker: -ngld/--spec-draft-ngl: invalid value: "
+                              f"{value}") from None
+
+
+def tune_draft_model(params: lc.llama_model_params, settings: WorkerSettings) -> Placement:
+    """The draft model's llama_model_params: the target's (split mode, load mode, ...), with
+    -ngld's layers and -devd's devices (else -dev's), and none of the target's tensor
+    overrides (llama.cpp's common_base_params_to_speculative). The returned placement holds
+    the device array: keep it until the model is loaded."""
+    tune_model(params, settings)
+    params.n_gpu_layers = lc.llama_model_default_params().n_gpu_layers
+    layers = draft_gpu_layers(settings)
+    if layers is not None:
+        params.n_gpu_layers = layers
+    chosen = settings.spec_draft_device or settings.devices
+    devices = None if chosen is None else parse_devices(chosen)
+    placed = Placement([], devices)
+    placed.apply(params)
+    return placed
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"',

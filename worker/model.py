@@ -20,6 +20,7 @@ from scheduler.registry import FitReport, ModelMeta
 from worker.llama_logs import route_llama_logs
 from worker.lora import LoraAdapters
 from worker.media import Projector
+from worker.speculative.draft_model import DraftModel
 from worker.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ class LoadedModel:
         """-mm/--mmproj: the multimodal projector (worker/process/startup.py loads it)."""
         self.fitted: FitReport | None = None
         """What --fit decided (worker/process/startup.py)."""
+        self.draft: DraftModel | None = None
+        """-md with --spec-type draft-simple: the draft model (worker/process/startup.py loads
+        it; worker/speculative/draft_model.py)."""
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.n_swa = 0 if plan.swa_full else max(0, lc.llama_model_n_swa(self.model))
         """The sliding window the KV cache keeps (0: none, or --swa-full)."""
@@ -155,6 +159,9 @@ class LoadedModel:
         return parts[2] if len(parts) == 3 else ""
 
     def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
         if self.projector is not None:
             self.projector.close()
             self.projector = None

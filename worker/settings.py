@@ -191,6 +191,44 @@ class WorkerSettings(RoleSettings):
     spec_default: bool = flag(False, "--spec-default",
                               help="enable default speculative decoding config (ngram-mod, "
                               "n_match 24, n_min 48, n_max 64)")
+    spec_draft_model: str | None = flag(None, "-md", "--spec-draft-model", "--model-draft",
+                                        env="LLAMA_ARG_SPEC_DRAFT_MODEL",
+                                        help="draft model for speculative decoding (a local "
+                                        "GGUF file; used with --spec-type draft-simple)")
+    spec_draft_n_max: int = flag(3, "--spec-draft-n-max", env="LLAMA_ARG_SPEC_DRAFT_N_MAX",
+                                 help="number of tokens to draft for speculative decoding")
+    spec_draft_n_min: int = flag(0, "--spec-draft-n-min", env="LLAMA_ARG_SPEC_DRAFT_N_MIN",
+                                 help="minimum number of draft tokens to use for speculative "
+                                 "decoding")
+    spec_draft_p_min: float = flag(0.0, "--spec-draft-p-min", "--draft-p-min",
+                                   env="LLAMA_ARG_SPEC_DRAFT_P_MIN",
+                                   help="minimum speculative decoding probability (greedy)")
+    spec_draft_p_split: float = flag(0.1, "--spec-draft-p-split", "--draft-p-split",
+                                     env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
+                                     help="speculative decoding split probability (read by "
+                                     "nothing, as in llama-server)")
+    spec_draft_ngl: str = flag("auto", "-ngld", "--spec-draft-ngl", "--gpu-layers-draft",
+                               "--n-gpu-layers-draft", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+                               help="max. number of draft model layers to store in VRAM: a "
+                               "number, 'auto' or 'all'")
+    spec_draft_type_k: str = flag("f16", "-ctkd", "--spec-draft-type-k", "--cache-type-k-draft",
+                                  env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", choices=CACHE_TYPES,
+                                  help="KV cache data type for K for the draft model")
+    spec_draft_type_v: str = flag("f16", "-ctvd", "--spec-draft-type-v", "--cache-type-v-draft",
+                                  env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", choices=CACHE_TYPES,
+                                  help="KV cache data type for V for the draft model")
+    spec_draft_device: str | None = flag(None, "-devd", "--spec-draft-device", "--device-draft",
+                                         help="comma-separated list of devices to use for "
+                                         "offloading the draft model (none = don't offload, "
+                                         "default: follows --device)")
+    spec_draft_threads: int = flag(0, "-td", "--spec-draft-threads", "--threads-draft",
+                                   help="number of threads to use during generation for the "
+                                   "draft model (default: same as --threads)")
+    spec_draft_threads_batch: int = flag(0, "-tbd", "--spec-draft-threads-batch",
+                                         "--threads-batch-draft",
+                                         help="number of threads to use during batch and "
+                                         "prompt processing for the draft model (default: "
+                                         "same as --threads-draft)")
     spec_ngram_mod_n_min: int = flag(48, "--spec-ngram-mod-n-min",
                                      help="minimum number of ngram tokens to use for "
                                      "ngram-based speculative decoding")

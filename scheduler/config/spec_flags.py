@@ -103,9 +103,17 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
-NOT_BUILT_SPEC = ("speculative decoding with a draft model (draft-simple) is not built; the n-gram "
-                  "modes need none: --spec-type ngram-mod, ngram-simple, ngram-map-k or "
-                  "ngram-map-k4v")
+NOT_BUILT_DRAFT_HF = ("the draft model from the Hugging Face Hub is not built; give -md a local "
+                      "GGUF file")
+NOT_BUILT_DRAFT_PLACEMENT = ("tensor placement of the draft model (-otd, -cmoed, -ncmoed) is not "
+                             "built; the draft model's tensors go where -ngld and -devd put them")
+NOT_BUILT_DRAFT_UBATCH = ("a physical batch of the draft context's own is not built: the draft "
+                          "context takes -ub")
+NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not built: the draft "
+                            "is greedy (--spec-draft-sampling greedy is accepted)")
+NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
+                           "top token from its logits on the host "
+                           "(--no-spec-draft-backend-sampling is accepted)")
 NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
@@ -167,7 +175,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
                 "--log-colors LLAMA_ARG_LOG_COLORS"), values=("off",)),
     *_rows(W, "", "-v --verbose --log-verbose", "--offline", "-lv --verbosity --log-verbosity",
            "--log-prefix --no-log-prefix", "--log-timestamps --no-log-timestamps"),
-    *_rows(R, NOT_BUILT_SPEC, "--spec-draft-type-k -ctkd --cache-type-k-draft "
+    *_rows(W, "", "--spec-draft-type-k -ctkd --cache-type-k-draft "
            "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "--spec-draft-type-v -ctvd --cache-type-v-draft "
            "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V"),
     # --- sampling params ---
@@ -236,29 +244,34 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
-    *_rows(R, NOT_BUILT_SPEC, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
-           "LLAMA_ARG_SPEC_DRAFT_HF_REPO", "--spec-draft-threads -td --threads-draft",
-           "--spec-draft-threads-batch -tbd --threads-batch-draft",
-           "--spec-draft-cpu-mask -Cd --cpu-mask-draft",
+    *_rows(R, NOT_BUILT_DRAFT_HF, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
+           "LLAMA_ARG_SPEC_DRAFT_HF_REPO"),
+    *_rows(W, "", "--spec-draft-threads -td --threads-draft",
+           "--spec-draft-threads-batch -tbd --threads-batch-draft"),
+    *_rows(R, CPU_PLACEMENT, "--spec-draft-cpu-mask -Cd --cpu-mask-draft",
            "--spec-draft-cpu-range -Crd --cpu-range-draft",
            "--spec-draft-cpu-strict --cpu-strict-draft", "--spec-draft-prio --prio-draft",
            "--spec-draft-poll --poll-draft", "--spec-draft-cpu-mask-batch -Cbd "
            "--cpu-mask-batch-draft", "--spec-draft-cpu-strict-batch --cpu-strict-batch-draft",
            "--spec-draft-prio-batch --prio-batch-draft",
-           "--spec-draft-poll-batch --poll-batch-draft",
+           "--spec-draft-poll-batch --poll-batch-draft"),
+    *_rows(R, NOT_BUILT_DRAFT_PLACEMENT,
            "--spec-draft-override-tensor -otd --override-tensor-draft",
            "--spec-draft-cpu-moe -cmoed --cpu-moe-draft LLAMA_ARG_SPEC_DRAFT_CPU_MOE",
            "--spec-draft-n-cpu-moe --spec-draft-ncmoe -ncmoed --n-cpu-moe-draft "
-           "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE", "--spec-draft-n-max LLAMA_ARG_SPEC_DRAFT_N_MAX",
+           "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE"),
+    *_rows(W, "", "--spec-draft-n-max LLAMA_ARG_SPEC_DRAFT_N_MAX",
            "--spec-draft-n-min LLAMA_ARG_SPEC_DRAFT_N_MIN",
-           "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH",
-           "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
            "--spec-draft-p-min --draft-p-min LLAMA_ARG_SPEC_DRAFT_P_MIN",
-           "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING",
            "--spec-draft-device -devd --device-draft",
            "--spec-draft-ngl -ngld --gpu-layers-draft --n-gpu-layers-draft "
            "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
            "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL"),
+    *_rows(N, "read by nothing in llama-server's draft-simple either",
+           "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT"),
+    *_rows(R, NOT_BUILT_DRAFT_UBATCH, "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH"),
+    *_off(_rows(R, NOT_BUILT_DRAFT_SAMPLING,
+                "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING"), values=("greedy",)),
     *_rows(W, "", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",
            "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
            "--spec-ngram-simple-min-hits", "--spec-default", "--spec-type LLAMA_ARG_SPEC_TYPE",
@@ -267,7 +280,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--spec-ngram-map-k4v-size-m", "--spec-ngram-map-k4v-min-hits",
            "--spec-synth-len LLAMA_ARG_SPEC_SYNTH_LEN",
            "--spec-synth-rates LLAMA_ARG_SPEC_SYNTH_RATES"),
-    *_off(_rows(R, NOT_BUILT_SPEC, "--spec-draft-backend-sampling "
+    *_off(_rows(R, NOT_BUILT_DRAFT_BACKEND, "--spec-draft-backend-sampling "
                 "--no-spec-draft-backend-sampling LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"),
           names=("--no-spec-draft-backend-sampling",)),
     SpecFlag(("--draft", "--draft-n", "--draft-max"), R,

@@ -217,8 +217,8 @@ class ReasoningSpec(BaseModel):
 class DraftLimits(BaseModel):
     """A request's `speculative.n_max`, `speculative.n_min`, `speculative.p_min` (the spec's
     fields; compiled out of the vendored llama-server, honoured by llamaq): the longest draft,
-    the shortest one worth verifying, and the draft model's least probability (no draft model
-    is built: only p_min 0 is taken, api/endpoints/native/protocol.py). Clamped as
+    the shortest one worth verifying, and the least probability of a draft model's token
+    (draft-simple; the n-gram modes' drafts have none, as in llama.cpp). Clamped as
     llama-server clamped them: 0 <= n_min <= n_max."""
 
     n_max: int | None = None

@@ -120,7 +120,8 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_DRAFT_MODEL"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_DRAFT_HF_REPO"}
+    assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in refused_envs()  # -md works (draft-simple)
 
 
 OFF_FORMS = [["--moe-cache-mib", "0"], ["--no-log-jsonl"], ["--log-colors", "off"]]
@@ -140,7 +141,8 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
     for argv, environ in ((["--moe-cache-mib", "512"], {}),
                           ([], {"LLAMA_ARG_MOE_CACHE_MIB": "512"}),
-                          ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft.gguf"})):
+                          ([], {"LLAMA_ARG_SPEC_DRAFT_HF_REPO": "ggml-org/draft"}),
+                          (["--spec-draft-sampling", "probabilistic"], {})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
         assert exit_info.value.code == 2
@@ -225,7 +227,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
     (["--video-fps", "2"], "--video-fps is not supported"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
-    (["-md", "draft.gguf"], "-md is not supported"),
+    (["-hfd", "ggml-org/draft"], "-hfd is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:

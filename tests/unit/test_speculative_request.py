@@ -31,9 +31,10 @@ def test_the_openai_bodies_take_them_too() -> None:
     assert request.job("m", "x").draft_limits == DraftLimits(n_max=8)
 
 
-def test_a_p_min_above_zero_is_refused_by_name() -> None:
-    """p_min bounds a draft model's tokens; no draft model is built, so it is refused, not
-    ignored."""
+def test_p_min_is_a_probability() -> None:
+    """p_min bounds a draft model's tokens (draft-simple): taken in [0, 1], refused outside."""
     request = CompletionRequest.model_validate({"prompt": "x", "speculative.p_min": 0.75})
-    with pytest.raises(InvalidRequest, match=r"speculative\.p_min is not supported"):
+    assert request.job("m", "x").draft_limits == DraftLimits(p_min=0.75)
+    request = CompletionRequest.model_validate({"prompt": "x", "speculative.p_min": 1.5})
+    with pytest.raises(InvalidRequest, match=r"speculative\.p_min must be between 0 and 1"):
         request.job("m", "x")

@@ -219,7 +219,8 @@ class WorkerRuntime:
             default_settings=parts.engine.default_settings(), started_at=time.time(),
             embedding=parts.embedder is not None,
             pooling=parts.embedder.pooling if parts.embedder else None,
-            build_info=llama_build_info(), fit=model.fitted))
+            build_info=llama_build_info(), fit=model.fitted,
+            draft_model=None if model.draft is None else str(model.draft.path)))
         registry = Registry(parts.redis)
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()

@@ -32,11 +32,20 @@ from worker.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
 from worker.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
 from worker.memory_probe import MemoryProbe, load_probe
-from worker.model import ContextPlan, LoadedModel, ModelLoadError, context_params, default_threads
+from worker.model import (
+    CACHE_TYPES,
+    FLASH_ATTN,
+    ContextPlan,
+    LoadedModel,
+    ModelLoadError,
+    context_params,
+    default_threads,
+)
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
+from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
 from worker.tensor_overrides import Placement
 
 log = logging.getLogger(__name__)
@@ -149,6 +158,12 @@ def load_model(s: WorkerSettings, path: Path,
     except (ValueError, LoraLoadError, ControlVectorError) as error:
         model.close()
         raise ModelLoadError(str(error)) from None
+    if not embedding:
+        try:
+            model.draft = load_draft(s, model)
+        except (DraftLoadError, DeviceError) as error:
+            model.close()
+            raise ModelLoadError(str(error)) from None
     if s.mmproj:  # completions, and embeddings of inputs with media
         try:
             model.projector = load_projector(s, model, plan.n_threads, marker)
@@ -158,6 +173,41 @@ def load_model(s: WorkerSettings, path: Path,
     if s.warmup:
         warm_up_on_own_thread(model)
     return model
+
+
+def load_draft(s: WorkerSettings, model: LoadedModel) -> DraftModel | None:
+    """-md with --spec-type draft-simple: the draft model in a context laid out as the target's
+    (its size, sequences, batches, threads unless -td/-tbd), its vocabulary checked against the
+    target's (llama.cpp's common_speculative_are_compatible). -md without draft-simple loads
+    nothing: llama-server loads it and lets it go again, drafting with nothing."""
+    config = flags.speculative(s)
+    if config.draft_model is None:
+        if s.spec_draft_model:
+            log.warning("the draft model %s is not used: --spec-type has no draft-simple",
+                        s.spec_draft_model)
+        return None
+    plan = model.plan
+    n_threads = s.spec_draft_threads if s.spec_draft_threads > 0 else plan.n_threads
+    n_threads_batch = (s.spec_draft_threads_batch if s.spec_draft_threads_batch > 0
+                       else n_threads if s.spec_draft_threads > 0 else plan.n_threads_batch)
+    draft_plan = DraftPlan(n_ctx=model.n_ctx, n_seq=plan.n_slots, kv_unified=plan.kv_unified,
+                           n_batch=plan.n_batch, n_ubatch=plan.n_ubatch, n_threads=n_threads,
+                           n_threads_batch=n_threads_batch,
+                           type_k=CACHE_TYPES[s.spec_draft_type_k],
+                           type_v=CACHE_TYPES[s.spec_draft_type_v],
+                           flash_attn_type=FLASH_ATTN[plan.flash_attn])
+    path = Path(config.draft_model)
+    if not path.is_file():
+        raise DraftLoadError(f"failed to load draft model, '{path}': no such file")
+    kept: list[object] = []  # the device array, alive while the model loads
+    draft = DraftModel(path, draft_plan,
+                       lambda params: kept.append(flags.tune_draft_model(params, s)))
+    assert model.model is not None
+    reason = incompatibility(lc.llama_model_get_vocab(model.model), draft.vocab)
+    if reason is not None:
+        draft.close()
+        raise DraftLoadError(f"the target and draft vocabs are not compatible: {reason}")
+    return draft
 
 
 @dataclass(frozen=True)

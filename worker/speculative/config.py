@@ -13,7 +13,8 @@ TYPE_NAMES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash
               "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
               "ngram-cache")
 """llama.cpp's speculative types, in the order of its enum (common_speculative_type)."""
-BUILT = frozenset({"none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"})
+BUILT = frozenset({"none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v",
+                   "ngram-mod"})
 """The types llamaq drafts with."""
 NOT_LOADABLE = {
     "draft-eagle3": "EAGLE-3 draft heads",
@@ -72,6 +73,16 @@ class NgramMapParams(BaseModel):
     min_hits: int = 1
 
 
+class DraftParams(BaseModel):
+    """--spec-draft-*: common_params_speculative_draft (draft-simple's part)."""
+
+    n_max: int = 3
+    n_min: int = 0
+    p_min: float = 0.0
+    p_split: float = 0.1
+    """Kept as llama-server keeps it: draft-simple does not read it (nor does llama.cpp's)."""
+
+
 class SpecConfig(BaseModel):
     """A worker's speculative decoding (its flags, resolved)."""
 
@@ -82,6 +93,9 @@ class SpecConfig(BaseModel):
     ngram_simple: NgramMapParams = Field(default_factory=NgramMapParams)
     ngram_map_k: NgramMapParams = Field(default_factory=NgramMapParams)
     ngram_map_k4v: NgramMapParams = Field(default_factory=NgramMapParams)
+    draft: DraftParams = Field(default_factory=DraftParams)
+    draft_model: str | None = None
+    """-md/--spec-draft-model: the draft model's file (draft-simple drafts with it)."""
     synth_len: float | None = None
     synth_rates: list[float] = Field(default_factory=list)
     """--spec-synth-len, --spec-synth-rates (worker/speculative/synthetic.py)."""
@@ -105,7 +119,8 @@ class SpecConfig(BaseModel):
         sizes = {"ngram-simple": self.ngram_simple.size_m,
                  "ngram-map-k": self.ngram_map_k.size_m,
                  "ngram-map-k4v": self.ngram_map_k4v.size_m,
-                 "ngram-mod": max(0, self.ngram_mod.n_max), "ngram-cache": 8}
+                 "ngram-mod": max(0, self.ngram_mod.n_max), "ngram-cache": 8,
+                 "draft-simple": self.draft.n_max}
         return max((sizes.get(t, 0) for t in self.drafting), default=0)
 
 

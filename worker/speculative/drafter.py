@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.speculative.config import SpecConfig
+from worker.speculative.draft_model import DraftModel, DraftSimple
 from worker.speculative.ngram_map import NgramMapK
 from worker.speculative.ngram_mod import NgramMod
 from worker.speculative.ngram_simple import NgramSimple
@@ -26,7 +27,10 @@ class DraftMode(Protocol):
     def accept(self, seq: int, n_accepted: int, is_other: bool) -> None: ...
 
 
-def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
+def make_modes(config: SpecConfig, n_seq: int, draft: DraftModel | None = None,
+               n_vocab_target: int = 0) -> list[DraftMode]:
+    """The modes of `config`, in its order; draft-simple drafts with `draft` (the worker
+    refuses draft-simple without one before anything loads: worker/flags.py)."""
     modes: list[DraftMode] = []
     for name in config.drafting:
         if name == "ngram-simple":
@@ -36,6 +40,8 @@ def make_modes(config: SpecConfig, n_seq: int) -> list[DraftMode]:
             modes.append(NgramMapK(params, name == "ngram-map-k", n_seq))
         elif name == "ngram-mod":
             modes.append(NgramMod(config.ngram_mod, n_seq))
+        elif name == "draft-simple" and draft is not None:
+            modes.append(DraftSimple(draft, config.draft, n_seq, n_vocab_target))
     return modes
 
 
@@ -43,22 +49,33 @@ class Drafter:
     """common_speculative for the engine's slots (one sequence per slot)."""
 
     def __init__(self, config: SpecConfig, n_seq: int,
-                 modes: list[DraftMode] | None = None) -> None:
+                 modes: list[DraftMode] | None = None, draft: DraftModel | None = None,
+                 n_vocab_target: int = 0) -> None:
         self.config = config
-        self.modes = make_modes(config, n_seq) if modes is None else modes
+        self.modes = make_modes(config, n_seq, draft, n_vocab_target) if modes is None \
+            else modes
         self._last: list[DraftMode | None] = [None] * n_seq
         self.n_max = max((max(0, m.n_max) for m in self.modes), default=0)
         """common_speculative_n_max of the initialized modes (the per-position series)."""
+        self.asks_model = False
+        """The last `draft` asked the draft model (its draft comes with `model_drafts`)."""
 
     def begin(self, seq: int, prompt: list[int]) -> None:
         """A sequence's prompt is evaluated and its generation begins."""
         for mode in self.modes:
             mode.begin(seq, prompt)
 
-    def draft(self, seq: int, prompt: list[int], id_last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, prompt: list[int], id_last: int, n_max: int,
+              p_min: float | None = None) -> list[int]:
         """The first mode's draft for the sequence (`prompt`: its tokens in the cache;
-        `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens."""
+        `id_last`: its sampled token, not yet in the cache), at most `n_max` tokens; `p_min`:
+        the request's least probability of a draft model's token (None: --spec-draft-p-min)."""
+        self.asks_model = False
         for mode in self.modes:
+            if isinstance(mode, DraftSimple):  # made with the step's others: model_drafts
+                mode.ask(seq, prompt, id_last, n_max, p_min)
+                self.asks_model = True
+                return []
             drafted = mode.draft(seq, prompt, id_last)
             if drafted:
                 if 0 < n_max < len(drafted):
@@ -66,6 +83,18 @@ class Drafter:
                 self._last[seq] = mode
                 return drafted
         return []
+
+    def model_drafts(self) -> dict[int, list[int]]:
+        """The draft model's drafts asked for by `draft` this step, by sequence, made together
+        (draft-simple is last in llama.cpp's order: the sequences no other mode drafted for)."""
+        out: dict[int, list[int]] = {}
+        for mode in self.modes:
+            if isinstance(mode, DraftSimple):
+                out = mode.run()
+                for seq, drafted in out.items():
+                    if drafted:
+                        self._last[seq] = mode
+        return out
 
     def accept(self, seq: int, n_accepted: int) -> None:
         mode = self._last[seq]

@@ -83,8 +83,10 @@ class Speculation:
     def make_drafts(self, generating: list[SlotRun], room: int) -> None:
         """Each generating run's draft for this step, in slot order, while the batch has
         `room` for draft tokens (beyond one token per generating run); a request's
-        speculative.n_max caps its draft and a draft shorter than its speculative.n_min is
-        dropped (as llama-server did before those fields were compiled out)."""
+        speculative.n_max caps its draft, a draft shorter than its speculative.n_min is
+        dropped (as llama-server did before those fields were compiled out) and its
+        speculative.p_min is a draft model's least probability (draft-simple)."""
+        asked: list[SlotRun] = []  # their drafts come from the draft model, made together
         for active in generating:
             spec = self.of(active)
             spec.draft = []
@@ -97,12 +99,25 @@ class Speculation:
                 if n_max <= 0:
                     continue
             draft = self.drafter.draft(active.slot.slot_id, list(active.slot.tokens),
-                                       active.next_token, n_max)[:room]
-            if limits is not None and limits.n_min is not None and len(draft) < limits.n_min:
-                draft = []  # shorter than the request's speculative.n_min: not worth it
-            spec.draft = draft
-            active.draft_n += len(draft)
-            room -= len(draft)
+                                       active.next_token, min(n_max, room),
+                                       None if limits is None else limits.p_min)
+            if not draft and self.drafter.asks_model:
+                asked.append(active)
+                continue
+            room -= self._take(active, draft)
+        if asked:
+            drafts = self.drafter.model_drafts()
+            for active in asked:
+                room -= self._take(active, drafts.get(active.slot.slot_id, [])[:max(room, 0)])
+
+    def _take(self, active: SlotRun, draft: list[int]) -> int:
+        """The run's draft for this step (none when shorter than its speculative.n_min)."""
+        limits = active.request.job.draft_limits
+        if limits is not None and limits.n_min is not None and len(draft) < limits.n_min:
+            draft = []  # shorter than the request's speculative.n_min: not worth it
+        self.of(active).draft = draft
+        active.draft_n += len(draft)
+        return len(draft)
 
     def add_draft(self, batch: StepBatch, n: int, active: SlotRun) -> int:
         """The run's draft into the batch after its sampled token (at batch index n - 1)."""

@@ -203,11 +203,8 @@ class CompletionRequest(SamplingParams):
         if all(v is None for v in given):
             return None
         n_max, n_min, p_min = given
-        if p_min is not None and p_min != 0.0:
-            raise InvalidRequest("speculative.p_min is not supported by llamaq: it bounds a "
-                                 "draft model's tokens (draft-simple), which is not built; "
-                                 "the n-gram modes' drafts have no probabilities (0 is "
-                                 "accepted)")
+        if p_min is not None and not 0.0 <= p_min <= 1.0:
+            raise InvalidRequest("speculative.p_min must be between 0 and 1 (a probability)")
         return DraftLimits(n_max=n_max, n_min=n_min, p_min=p_min).clamped()
 
 
