@@ -119,12 +119,6 @@ def run_worker(argv: list[str]) -> None:
     if settings.list_devices:
         print_devices()
         return
-    if settings.embedding or settings.rerank:
-        # Embedding workers decode on two threads (online, background): their ggml threads
-        # sleep at once unless told otherwise (read when libgomp loads). Completion workers
-        # keep OpenMP's own policy and adapt their thread count (worker/compute_threads.py).
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
     prepare_process(settings, "worker")
     watch_parent()
 
