@@ -25,6 +25,7 @@ from typing import Any, Literal
 from api.chat.messages import media_not_supported
 from api.media.refs import refs_of
 from api.media.sources import decode_base64, media_bytes
+from api.tools.errors import json_type_name  # nlohmann::json's type_name()
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.jobs import EmbeddingInput, MediaPromptInput
 from scheduler.contract.media import MAX_MEDIA_ITEMS
@@ -60,26 +61,11 @@ class PendingMedia:
     """A `content` array: its texts and media parts in order (None: the prompt_string form)."""
 
 
-def json_type(value: Any) -> str:
-    """nlohmann::json's type_name() of a JSON value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def _string(value: Any) -> str:
     """A JSON value read as std::string, as nlohmann::json's get<std::string> does."""
     if not isinstance(value, str):
         raise ServerError(f"[json.exception.type_error.302] type must be string, but is "
-                          f"{json_type(value)}")
+                          f"{json_type_name(value)}")
     return value
 
 
