@@ -119,15 +119,6 @@ def run_worker(argv: list[str]) -> None:
     if settings.list_devices:
         print_devices()
         return
-    if settings.embedding or settings.rerank:
-        # Embedding workers decode on two threads (online, background): their ggml threads
-        # sleep at once unless told otherwise (read when libgomp loads). Spinning is faster
-        # on a quiet box (0.74/0.97/0.97 of llama-server against 0.58/0.84/0.85 at 1/8/64
-        # inputs a request) but collapses beside a busy process (3 texts/s against 100), and
-        # the completion engine's thread rule (worker/compute_threads.py) drops a thread for
-        # the worker's own api and clients here (0.66/0.70/0.75): bench/README.md. Completion
-        # workers keep OpenMP's own policy and adapt their thread count.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     prepare_process(settings, "worker")
     watch_parent()

@@ -52,6 +52,14 @@ class CpuSample:
         return CpuSample((user + nice + system + irq + softirq + steal) / tick,
                          own.user + own.system, now_s)
 
+    def others_cores(self, since: CpuSample) -> float | None:
+        """The cores every other process used between `since` and this sample."""
+        wall = self.at_s - since.at_s
+        if wall <= 0:
+            return None
+        return max(0.0, (self.machine_busy_s - since.machine_busy_s)
+                   - (self.own_s - since.own_s)) / wall
+
 
 @dataclass
 class ComputeThreads:
@@ -83,11 +91,10 @@ class ComputeThreads:
         last, self.last = self.last, sample
         if last is None:
             return False
-        wall = sample.at_s - last.at_s
-        if wall <= 0:
+        others = sample.others_cores(last)
+        if others is None:
             return False
-        self.others_cores = others = max(0.0, (sample.machine_busy_s - last.machine_busy_s)
-                                         - (sample.own_s - last.own_s)) / wall
+        self.others_cores = others
         room = math.floor(self.cores - others + MARGIN_CORES)
         wanted = max(1, min(self.configured, room))
         changed = wanted != self.current

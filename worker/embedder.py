@@ -46,8 +46,10 @@ from scheduler.contract.results import (
     pack_floats,
 )
 from scheduler.registry import WorkerMetrics
+from worker.compute_threads import INTERVAL_S, CpuSample
 from worker.embed_inputs import Prepared
 from worker.model import LoadedModel
+from worker.thread_trial import ThreadTrial
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,13 @@ class AbortFlag:
 
 
 class Embedder:
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(self, model: LoadedModel, trial_threads: bool = False) -> None:
+        """`trial_threads`: choose the compute thread count by trying (worker/thread_trial.py);
+        off when the OpenMP wait policy was set by hand."""
         self.model = model
+        self._trial = ThreadTrial(model.plan.n_threads_batch) if trial_threads else None
+        self._load: CpuSample | None = None
+        """The machine's CPU time at the trial's last look (worker/compute_threads.py)."""
         self.n_seq_max = lc.llama_n_seq_max(model.ctx)
         self.n_batch = lc.llama_n_batch(model.ctx)
         self.pooling_type = lc.llama_pooling_type(model.ctx)
@@ -305,6 +312,7 @@ class Embedder:
             lc.llama_memory_clear(self.model.memory, True)
             self._fail(step, ServerError(f"llama_decode failed with status {status}"))
             return
+        self._retime(n, elapsed)
         m = self.metrics
         m.n_decode_total += 1
         m.n_busy_slots_total += len(step)
@@ -317,6 +325,22 @@ class Embedder:
             offset += len(sequence.input.tokens)
             self._done(sequence, rows)
         lc.llama_memory_clear(self.model.memory, True)  # memory-less models: a no-op
+
+    def _retime(self, n_tokens: int, seconds: float) -> None:
+        """A decode's timing to the thread trial; its count applied when it changes. Only the
+        decoding thread calls this (the two take turns)."""
+        if self._trial is None:
+            return
+        now = time.monotonic()
+        if self._load is None or now - self._load.at_s >= INTERVAL_S:
+            sample = CpuSample.read(now)
+            if self._load is not None and sample is not None:
+                self._trial.observe_load(sample.others_cores(self._load))
+            self._load = sample
+        threads = self._trial.record(n_tokens, seconds, now)
+        if threads is not None:
+            lc.llama_set_n_threads(self.model.ctx, threads, threads)
+            log.debug("embedding with %d thread(s) (trial %d)", threads, self._trial.trials)
 
     def _decode_media(self, sequence: Sequence) -> None:
         """An input with media, alone in sequence 0, as llama-server's slot decodes it: its

@@ -40,6 +40,7 @@ from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
 from worker import flags
+from worker.compute_threads import wait_policy_by_hand
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
@@ -191,7 +192,7 @@ class WorkerRuntime:
             settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,
             leases=leases, publisher=publisher, model=model,
             engine=new_engine(settings, model, model_id, worker_id, publisher),
-            embedder=Embedder(model) if embedding else None,
+            embedder=Embedder(model, not wait_policy_by_hand(os.environ)) if embedding else None,
             decision_caps=None if embedding else caps,
             decision_prompter=None if embedding else family_prompter(caps, model))
         if settings.kv_store and not embedding:

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from redis.exceptions import RedisError
 from scheduler.contract import keys
 from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
+from worker.compute_threads import wait_policy_by_hand
 from worker.embedder import Embedder
 from worker.jobs.parts import WorkerParts
 from worker.process.loops import RegistryEntry
@@ -91,7 +93,7 @@ def reload_engine(parts: WorkerParts) -> None:
     engine.on_tier_state = old.on_tier_state
     engine.start()
     if parts.embedder is not None:  # an embedding or rerank worker: its embedder too
-        embedder = Embedder(model)
+        embedder = Embedder(model, not wait_policy_by_hand(os.environ))
         embedder.metrics = parts.embedder.metrics
         embedder.start()
         parts.embedder = embedder
