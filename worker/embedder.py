@@ -340,7 +340,7 @@ class Embedder:
         threads = self._trial.record(n_tokens, seconds, now)
         if threads is not None:
             lc.llama_set_n_threads(self.model.ctx, threads, threads)
-            log.debug("embedding with %d thread(s) (trial %d)", threads, self._trial.trials)
+            log.info("embedding with %d thread(s) (trial %d)", threads, self._trial.trials)
 
     def _decode_media(self, sequence: Sequence) -> None:
         """An input with media, alone in sequence 0, as llama-server's slot decodes it: its

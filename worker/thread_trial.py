@@ -35,7 +35,8 @@ LOAD_FALL = 0.5
 """While fewer threads are kept: other processes' use fell this many cores below what it was
 at the last trial, at two samples in a row: try at once (a hog ended)."""
 SLOWER = 1.5
-"""The kept count's seconds per token grew this much since its last window: try at once."""
+"""The kept count's seconds per token grew this much since its last window: try one thread
+fewer at once (never more: a slower step beside fewer threads is the load, not the count)."""
 BETTER = 1.05
 """A trial's count is kept when it is this much faster than the window before the trial."""
 HOPELESS = 2.0
@@ -73,6 +74,7 @@ class ThreadTrial:
     window: Window = field(default_factory=Window)
     wait_s: float = FIRST_TRIAL_S
     next_trial_s: float = 0.0
+    """When the next trial is due (the first right after the first window)."""
     last_tried_at: dict[int, float] = field(default_factory=dict)
     trials: int = 0
     """Trials run (for the log and the tests)."""
@@ -104,8 +106,6 @@ class ThreadTrial:
         from now on when it changes, else None."""
         if self.configured <= 1 or tokens <= 0:
             return None
-        if not self.next_trial_s:
-            self.next_trial_s = now_s + self.wait_s
         self.window.add(tokens, seconds)
         if self.trying is not None:
             first_hopeless = (self.window.decodes == 1 and self.reference
@@ -119,13 +119,14 @@ class ThreadTrial:
             return None
         per_token, last = self.window.per_token(), self.reference
         self.reference, self.window = per_token, Window()
-        if ((last and per_token > SLOWER * last) or now_s >= self.next_trial_s
-                or self.load_fell >= 2):
-            return self._start_trial(now_s)
+        if last and per_token > SLOWER * last and self.kept > 1:  # a hog came: one fewer
+            return self._start_trial(now_s, [self.kept - 1])
+        if now_s >= self.next_trial_s or self.load_fell >= 2:
+            return self._start_trial(now_s, [self.kept - 1, self.kept + 1])
         return None
 
-    def _start_trial(self, now_s: float) -> int | None:
-        candidates = [n for n in (self.kept - 1, self.kept + 1) if 1 <= n <= self.configured]
+    def _start_trial(self, now_s: float, counts: list[int]) -> int | None:
+        candidates = [n for n in counts if 1 <= n <= self.configured]
         if not candidates:
             return None
         self.trying = min(candidates, key=lambda n: self.last_tried_at.get(n, -1.0))

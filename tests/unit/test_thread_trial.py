@@ -67,3 +67,17 @@ def test_a_count_that_is_not_clearly_faster_is_not_taken() -> None:
     trial = ThreadTrial(2)
     run(trial, lambda threads: {1: 1.02e-3, 2: 1e-3}[threads], 60.0)
     assert trial.kept == 2
+
+
+def test_a_noisy_single_thread_beside_a_hog_does_not_keep_trying_the_collapsed_count() -> None:
+    decodes = iter(range(10**9))
+
+    def noisy_beside_a_hog(threads: int) -> float:
+        return 30e-3 if threads == 2 else (1.7e-3 if next(decodes) % 7 else 5e-3)
+
+    trial = ThreadTrial(2)
+    now, _ = run(trial, beside_a_hog, 6.0, others_cores=1.3)  # started beside it: 3 decodes
+    assert trial.kept == 1
+    _, spent = run(trial, noisy_beside_a_hog, 120.0, now, others_cores=1.3)
+    assert trial.kept == 1
+    assert spent[2] / 120.0 < 0.05
