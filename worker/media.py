@@ -11,6 +11,10 @@ so never a vocabulary token): the slot's prefix reuse (worker/kv_moves.py) then 
 repeated image as llama-server does (by hash), and a second turn that repeats it evaluates
 nothing again.
 
+With M-RoPE (Qwen2-VL and kin) a chunk's tokens take fewer positions than they are (n_pos):
+the token list keeps one placeholder per token and MediaPrompt.pos_of maps an index to its
+model position, as llama-server's server_tokens::pos_next.
+
 Where llama-server stalls every slot while it encodes an image, the encoding (the vision
 tower, the costly part) runs here when the request is prepared, on the job's thread, while the
 engine goes on decoding the other slots; its embeddings are kept by media hash (EMBD_CACHE_BYTES),
