@@ -124,6 +124,9 @@ def plan_decision(job: DecisionJob, vocab: Tokenizer, caps: DecisionCaps,
             raise NotSupported("image input is not supported by /v1/systemone here: this "
                                "worker has no multimodal projector for its decisions")
         media_prompt = media(job.prefix)
+        if media_prompt.mrope:  # its lanes' positions go by token index
+            raise NotSupported("decisions with media are not supported on this model "
+                                 "(M-RoPE media positions)")
         prefix = media_prompt.tokens
     else:
         prefix = vocab.tokenize(job.prefix, True, True)

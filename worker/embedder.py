@@ -366,9 +366,10 @@ class Embedder:
                     pos, n_last = span.end, 0
                     continue
                 end = media.text_end(pos)
+                shift = media.pos_of(pos) - pos  # M-RoPE chunks take fewer positions
                 for n, p in enumerate(range(pos, end)):
                     batch.token[n] = tokens[p]
-                    batch.pos[n] = p
+                    batch.pos[n] = p + shift
                     batch.n_seq_id[n] = 1
                     batch.seq_id[n][0] = 0
                     batch.logits[n] = True

@@ -266,6 +266,8 @@ class Engine:
             n_reuse = alora.pre_end
         if request.media is not None:
             n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
+            if request.media.mrope:  # the cells past the kept prefix go by position
+                self._kv.remove(slot.slot_id, request.media.pos_of(n_reuse), -1)
         if request.tier is not None and request.tier.hit is not None:
             n_reuse = self._restore_tier(request.tier.hit, slot, n_reuse)
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
@@ -314,7 +316,7 @@ class Engine:
         span = media.span_over(n_reuse)
         if span is None:
             return n_reuse
-        self._kv.remove(slot.slot_id, span.start, -1)
+        self._kv.remove(slot.slot_id, span.pos, -1)
         del slot.tokens[span.start:]
         slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= span.start]
         return span.start
@@ -390,10 +392,12 @@ class Engine:
             self._evaluate_media(runs, events)
             runs = [a for a in runs if a.slot.slot_id in self._active]
         generating = [a for a in runs if not a.prefilling]
-        if self._spec is not None:
-            self._spec.make_drafts(generating, self.model.plan.n_batch - len(generating))
+        if self._spec is not None:  # none for M-RoPE media: drafts go by token index
+            self._spec.make_drafts([a for a in generating if not mrope(a)],
+                                   self.model.plan.n_batch - len(generating))
         for active in generating:
-            n = self._add(n, active.next_token, len(active.slot.tokens), active, True)
+            n = self._add(n, active.next_token, position(active, len(active.slot.tokens)),
+                          active, True)
             if self._spec is not None:
                 n = self._spec.add_draft(self._batch, n, active)
         n_batch = self.model.plan.n_batch
@@ -409,8 +413,9 @@ class Engine:
                 continue
             self._take_checkpoint(active, end)
             prompt = active.request.prompt_tokens
-            for pos in range(active.prompt_done, end):
-                n = self._add(n, prompt[pos], pos, active, pos == len(prompt) - 1)
+            shift = position(active, active.prompt_done) - active.prompt_done
+            for pos in range(active.prompt_done, end):  # text: no media chunk in between
+                n = self._add(n, prompt[pos], pos + shift, active, pos == len(prompt) - 1)
             active.last_prompt_index = n - 1
             active.prompt_done = end
         if self._sets.decisions_turn():
@@ -552,6 +557,8 @@ class Engine:
     def _shift_context(self, active: SlotRun) -> bool:
         """--context-shift (worker/kv_moves.py); False when the cache cannot shift."""
         request = active.request
+        if request.media is not None:  # llama-server: no context shift with media
+            return False
         n_keep = len(request.prompt_tokens) if request.n_keep < 0 else request.n_keep
         dropped = kv_moves.shift_context(self._kv, active.slot, n_keep, request.n_discard,
                                          self.model.n_ctx_slot)
@@ -602,3 +609,16 @@ class Engine:
 
 def _cancelled_event() -> ErrorEvent:
     return ErrorEvent(error=Unavailable("the request was cancelled").to_info())
+
+
+def mrope(active: SlotRun) -> bool:
+    media = active.request.media
+    return media is not None and media.mrope
+
+
+def position(active: SlotRun, index: int) -> int:
+    """The model position of the run's token at `index` (prompt or generated): the index,
+    less what M-RoPE media chunks before it take in tokens beyond their positions
+    (worker/media.py MediaPrompt.pos_of; llama-server's server_tokens::pos_next)."""
+    media = active.request.media
+    return index if media is None or not media.spans else media.pos_of(index)

@@ -11,6 +11,10 @@ so never a vocabulary token): the slot's prefix reuse (worker/kv_moves.py) then 
 repeated image as llama-server does (by hash), and a second turn that repeats it evaluates
 nothing again.
 
+With M-RoPE (Qwen2-VL and kin) a chunk's tokens take fewer positions than they are (n_pos):
+the token list keeps one placeholder per token and MediaPrompt.pos_of maps an index to its
+model position, as llama-server's server_tokens::pos_next.
+
 Where llama-server stalls every slot while it encodes an image, the encoding (the vision
 tower, the costly part) runs here when the request is prepared, on the job's thread, while the
 engine goes on decoding the other slots; its embeddings are kept by media hash (EMBD_CACHE_BYTES),
@@ -78,7 +82,8 @@ def placeholder_token(sha256: str) -> int:
 
 @dataclass
 class MediaSpan:
-    """A media chunk at prompt positions [start, start + n_tokens)."""
+    """A media chunk at token indexes [start, start + n_tokens) of the prompt; its model
+    positions start at `pos` and take `n_pos` (fewer than its tokens with M-RoPE)."""
 
     start: int
     n_tokens: int
@@ -87,6 +92,16 @@ class MediaSpan:
     media_id: str
     embd: np.ndarray | None = None
     """The encoded embeddings (n_tokens × the model's input width, float32)."""
+    pos: int = -1
+    """The model position of its first token (-1: `start`, no M-RoPE before it)."""
+    n_pos: int = -1
+    """The positions it takes (-1: `n_tokens`)."""
+
+    def __post_init__(self) -> None:
+        if self.pos < 0:
+            self.pos = self.start
+        if self.n_pos < 0:
+            self.n_pos = self.n_tokens
 
     @property
     def end(self) -> int:
@@ -103,6 +118,17 @@ class MediaPrompt:
     encode_ms: float = 0.0
     """Time spent encoding its media (none when they came from the cache): part of the
     prompt's time in its timings, as in llama-server's."""
+
+    @property
+    def mrope(self) -> bool:
+        """Some chunk's positions differ from its token count (M-RoPE: Qwen2-VL and kin)."""
+        return any(s.n_pos != s.n_tokens for s in self.spans)
+
+    def pos_of(self, index: int) -> int:
+        """The model position of the token at `index` of the prompt (or of what follows it:
+        generated tokens), as llama-server's server_tokens::pos_next: a media chunk before it
+        advances the positions by its n_pos, not its token count."""
+        return index - sum(s.n_tokens - s.n_pos for s in self.spans if s.end <= index)
 
     def span_at(self, pos: int) -> MediaSpan | None:
         return next((s for s in self.spans if s.start == pos), None)
@@ -243,11 +269,12 @@ class Projector:
                 prompt.tokens.extend(ptr[k] for k in range(n.value))
                 continue
             n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-            if mtmd.mtmd_input_chunk_get_n_pos(chunk) != n_tokens:
-                raise InvalidRequest("this model's media positions (M-RoPE) are not supported")
+            n_pos = mtmd.mtmd_input_chunk_get_n_pos(chunk)
             raw_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
             media_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-            prompt.spans.append(MediaSpan(len(prompt.tokens), n_tokens, int(chunk), media_id))
+            start = len(prompt.tokens)
+            prompt.spans.append(MediaSpan(start, n_tokens, int(chunk), media_id,
+                                          pos=prompt.pos_of(start), n_pos=n_pos))
             prompt.tokens.extend([placeholder_token(media_id or "0")] * n_tokens)
             prompt.n_media_tokens += n_tokens
         if prompt.spans and prompt.spans[-1].end == len(prompt.tokens):
@@ -257,13 +284,14 @@ class Projector:
     def evaluate(self, ctx: lc.llama_context_p, span: MediaSpan, seq_id: int,
                  n_batch: int) -> None:
         """Decode the chunk's embeddings (encoded when it was prepared) into sequence `seq_id`
-        at its positions: a decode of its own, with non-causal attention where the model
-        needs it (mtmd's helper switches it)."""
+        at its positions (from `span.pos`; mtmd's helper lays out M-RoPE's 2-D ones): a decode
+        of its own, with non-causal attention where the model needs it (the helper switches
+        it)."""
         if span.embd is None:
             raise ServerError("a media chunk was not encoded")
         new_n_past = lc.llama_pos(0)
         embd = span.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        rc = mtmd.mtmd_helper_decode_image_chunk(self.ctx, ctx, span.chunk, embd, span.start,
+        rc = mtmd.mtmd_helper_decode_image_chunk(self.ctx, ctx, span.chunk, embd, span.pos,
                                                  seq_id, n_batch, ctypes.byref(new_n_past),
                                                  mtmd.mtmd_helper_post_decode_callback(0),
                                                  None)
