@@ -7,7 +7,8 @@ one call.
 
 Owns: the engine thread, its loop, the step and the decode; starting, ending and failing runs.
 Hands off: what other threads hand over (worker/engine_inbox.py), which request gets which slot
-and the step's budget (worker/admission.py), the KV cache moves (worker/kv_moves.py), the batch
+and the step's budget (worker/admission.py), a slot made ready for a prompt
+(worker/slot_start.py), the KV cache moves (worker/kv_moves.py), the batch
 (worker/step_batch.py), what a token does to its run and when it stops (worker/token_step.py,
 worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
@@ -47,15 +48,14 @@ from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
-from worker.kv_tier import TierHit
-from worker.media import MediaPrompt
 from worker.model import LoadedModel
-from worker.prompt_cache import PromptCache, wants_update
+from worker.prompt_cache import PromptCache
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.slot_run import SlotRun
+from worker.slot_start import SlotStart
 from worker.slots import SlotCache
-from worker.snapshots import restore_slot, save_slot
+from worker.snapshots import save_slot
 from worker.speculative.drafter import Drafter
 from worker.speculative.verify import Speculation
 from worker.step_batch import StepBatch, decode_error_message
@@ -106,6 +106,9 @@ class Engine:
         """--cache-ram: prompts' states kept in host memory (worker/prompt_cache.py)."""
         self._sets = AdapterSets(model.adapters)
         """Per-request LoRA adapter sets: the step's group, each slot's cache set."""
+        self._slot_start = SlotStart(model, self.slots, self._kv, self._sets, self._checkpoints,
+                                     self.prompt_cache)
+        """A slot made ready for a request's prompt (worker/slot_start.py)."""
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
                                   model.n_ctx_slot, self._shift_context)
@@ -220,7 +223,8 @@ class Engine:
                 [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
                 similarity=self.defaults.slot_similarity,
-                usable=lambda request, slot: self._sets.usable(self._first_set(request), slot))
+                usable=lambda request, slot: self._sets.usable(
+                    self._slot_start.first_set(request), slot))
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
@@ -233,45 +237,11 @@ class Engine:
             if request.job.stream and request.job.return_progress \
                     and request.resumed is None:  # the 0 % event (a continuation shows none)
                 events.append((request.job.job_id, active.progress(active.t_start)))
-        if decision.admitted and self.prompt_cache is not None and self.defaults.cache_idle_slots:
-            self._cache_idle_slots(self.prompt_cache)
-
-    def _cache_idle_slots(self, cache: PromptCache) -> None:
-        """--cache-idle-slots: a task started, so the idle slots' prompts go to the host cache.
-        They stay in their slots too, also with a unified KV cache (where llama-server empties
-        them): an idle slot is purged only when the cache has no room (_decode), and until
-        then it serves its prefix without a copy and keeps cache-aware routing's view."""
-        for slot in self.slots:
-            if not slot.busy and cache.save(self._kv, slot, self._sets.set_of(slot.slot_id)):
-                cache.update()
+        if decision.admitted and self.defaults.cache_idle_slots:
+            self._slot_start.cache_idle_slots()
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
-        cache = self.prompt_cache if request.cache_prompt else None
-        swap = cache is not None and wants_update(slot.tokens, request.prompt_tokens)
-        if cache is not None and swap:  # what the slot loses goes to the host cache
-            cache.save(self._kv, slot, self._sets.set_of(slot.slot_id))
-        first_set = self._first_set(request)
-        same_set = self._sets.claim(self._kv, self.slots, slot, first_set)
-        if cache is not None and swap:  # a cached prompt that shares more comes back
-            cache.load(self._kv, self._kv, slot, request.prompt_tokens, first_set)
-            cache.update()
-        n_reuse = kv_moves.prepare_slot(self._kv, same_set, slot, request.prompt_tokens,
-                                        request.cache_prompt, request.cache_reuse, self._kv,
-                                        self._checkpoints)
-        alora = request.alora
-        if alora is not None and 0 < alora.pre_end < n_reuse:  # the base prefix only
-            self._kv.remove(slot.slot_id, alora.pre_end, -1)
-            del slot.tokens[alora.pre_end:]
-            slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= alora.pre_end]
-            n_reuse = alora.pre_end
-        if request.media is not None:
-            n_reuse = self._reuse_whole_media(request.media, slot, n_reuse)
-            if request.media.mrope:  # the cells past the kept prefix go by position
-                self._kv.remove(slot.slot_id, request.media.pos_of(n_reuse), -1)
-        if request.tier is not None and request.tier.hit is not None:
-            n_reuse = self._restore_tier(request.tier.hit, slot, n_reuse)
-        log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
-                  slot.slot_id, len(request.prompt_tokens), n_reuse)
+        n_reuse = self._slot_start.prepare(request, slot)
         spec = request.job.reasoning
         active = SlotRun(request, slot, TextStream(request.stop), task_no,
                          n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
@@ -281,22 +251,6 @@ class Engine:
             active.probs = list(request.resumed.probs)
             active.earlier_predicted_ms = request.resumed.predicted_ms
         return active
-
-    def _first_set(self, request: Request) -> tuple[float, ...]:
-        return self._sets.first_set(request.job, request.adapter_set, request.alora)
-
-    def _restore_tier(self, hit: TierHit, slot: SlotCache, n_reuse: int) -> int:
-        """A stored prefix state (worker/kv_tier.py) into the slot, when it holds more of
-        the prompt than the slot's cache; one that does not restore is a miss."""
-        if len(hit.tokens) <= n_reuse:
-            return n_reuse
-        try:
-            restore_slot(self.model, slot, hit.data, hit.tokens)
-        except LlamaqError as error:
-            log.warning("kv tier: state of %d tokens not restored (%s)", len(hit.tokens), error)
-            kv_moves.clear(self._kv, slot)
-            return 0
-        return len(hit.tokens)
 
     def _take_tier_state(self, active: SlotRun) -> None:
         """The run's prefill reached its tier boundary: its slot holds exactly that prefix."""
@@ -310,16 +264,6 @@ class Engine:
             log.warning("kv tier: state of %d tokens not taken (%s)", tier.save_at, error)
             return
         self.on_tier_state(tokens, data)
-
-    def _reuse_whole_media(self, media: MediaPrompt, slot: SlotCache, n_reuse: int) -> int:
-        """A media chunk is cached whole or not at all: back off to its start."""
-        span = media.span_over(n_reuse)
-        if span is None:
-            return n_reuse
-        self._kv.remove(slot.slot_id, span.pos, -1)
-        del slot.tokens[span.start:]
-        slot.checkpoints[:] = [c for c in slot.checkpoints if c.pos_max <= span.start]
-        return span.start
 
     def _take_checkpoint(self, active: SlotRun, end: int) -> None:
         """A context checkpoint before the run's prompt tokens up to `end` are decoded, when
