@@ -225,7 +225,6 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--video-fps", "2"], "--video-fps is not supported"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
     (["-hfd", "ggml-org/draft"], "-hfd is not supported"),
     (["-c"], "-c expects a value"),
