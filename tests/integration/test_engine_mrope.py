@@ -24,7 +24,9 @@ from tests.tiny_qwen2vl import write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj
 from worker.engine import Engine
 from worker.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
 from worker.model import ContextPlan, LoadedModel
+from worker.process.startup import load_model
 from worker.requests import EngineDefaults
+from worker.settings import WorkerSettings
 
 MARKER = "<__media_test__>"
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -242,3 +244,27 @@ def test_a_corrupt_video_is_the_requests_400(engine: tuple[Engine, Events]) -> N
             eng.prepare(job, media=[bad])
     good = png(40, 40, seed=9)
     assert run(engine, media_job(chat_prompt(f"{MARKER} ?"), [good]), [good]).tokens_predicted
+
+
+def test_the_worker_flags_reach_the_projector(model: LoadedModel) -> None:
+    """--video-fps, --video-timestamp-interval (by its env name) and --video-ffmpeg-dir from the
+    worker's command line to the loaded projector."""
+    folder = model.path.parent
+    argv = ["-m", str(model.path), "-mm", str(folder / "mmproj.gguf"), "-c", "1024", "-np", "1",
+            "--no-warmup", "--no-mmproj-offload"]
+    video = mp4(seconds=1.0)
+
+    def spans(*more: str, environ: dict[str, str] | None = None) -> int:
+        loaded = load_model(WorkerSettings.from_args([*argv, *more], environ=environ or {}),
+                            model.path)
+        try:
+            assert loaded.projector is not None
+            return len(loaded.projector.tokenize(f"a {MARKER} b", MARKER, [video], False).spans)
+        finally:
+            loaded.close()
+
+    no_stamps = {"LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL": "0"}
+    assert spans("--video-fps", "2", environ=no_stamps) < spans(environ=no_stamps)
+    assert spans("--video-timestamp-interval", "250") > spans(environ=no_stamps)
+    with pytest.raises(InvalidRequest, match=LOAD_FAILED):
+        spans("--video-ffmpeg-dir", str(folder))  # no ffmpeg there
