@@ -30,6 +30,9 @@ from worker.settings import WorkerSettings
 
 MARKER = "<__media_test__>"
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+VIDEO = pytest.mark.process
+"""The video tests start ffmpeg (to write the video, and mtmd's helper to read it): not in
+the fast lane (tests/lanes.py)."""
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["qwen2vl", "qwen25vl"])
@@ -179,6 +182,7 @@ def test_two_images_and_an_image_beside_a_text_slot(
     assert alone.tokens == two_final.result.tokens
 
 
+@VIDEO
 def test_a_video_becomes_frames_and_a_second_turn_reuses_them(
         engine: tuple[Engine, Events], model: LoadedModel) -> None:
     """A video through ffmpeg (mtmd's helper, --video-fps 4 by default): its frames are image
@@ -208,6 +212,7 @@ def test_a_video_becomes_frames_and_a_second_turn_reuses_them(
     assert fresh.tokens == second.tokens
 
 
+@VIDEO
 def test_video_flags_reach_the_frames(model: LoadedModel) -> None:
     """--video-fps and --video-timestamp-interval (ProjectorOptions): fewer frames at a lower
     rate; a timestamp text between frames when the interval is short."""
@@ -234,6 +239,7 @@ def test_video_flags_reach_the_frames(model: LoadedModel) -> None:
         frames(video_ffmpeg_dir="/nonexistent")
 
 
+@VIDEO
 def test_a_corrupt_video_is_the_requests_400(engine: tuple[Engine, Events]) -> None:
     eng, _ = engine
     video = mp4(seconds=1.0)
@@ -246,6 +252,7 @@ def test_a_corrupt_video_is_the_requests_400(engine: tuple[Engine, Events]) -> N
     assert run(engine, media_job(chat_prompt(f"{MARKER} ?"), [good]), [good]).tokens_predicted
 
 
+@VIDEO
 def test_the_worker_flags_reach_the_projector(model: LoadedModel) -> None:
     """--video-fps, --video-timestamp-interval (by its env name) and --video-ffmpeg-dir from the
     worker's command line to the loaded projector."""
