@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import io
+import shutil
 import struct
+import subprocess
+import tempfile
 import wave
 import zlib
 
@@ -41,3 +44,19 @@ def wav(seconds: float = 0.5, rate: int = 16000, seed: int = 0) -> bytes:
 
 def data_uri(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def mp4(seconds: float = 1.0, size: str = "96x64", rate: int = 8, pattern: str = "testsrc"
+        ) -> bytes:
+    """A tiny MPEG-4 video written by ffmpeg (Debian's package, scripts/install): lavfi's test
+    pattern, `rate` frames a second."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise RuntimeError("ffmpeg is not installed (scripts/install test installs it)")
+    with tempfile.TemporaryDirectory() as folder:
+        out = f"{folder}/video.mp4"
+        subprocess.run([ffmpeg, "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                        f"{pattern}=size={size}:rate={rate}", "-t", str(seconds),
+                        "-c:v", "mpeg4", out], check=True, timeout=60)
+        with open(out, "rb") as file:
+            return file.read()

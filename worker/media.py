@@ -25,6 +25,7 @@ tokens attend to each other, non-causal, so they cannot share a batch with text)
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import secrets
 import string
@@ -63,6 +64,12 @@ class ProjectorOptions:
     image_min_tokens: int = -1
     image_max_tokens: int = -1
     batch_max_tokens: int = -1
+    video_fps: float = 4.0
+    """--video-fps: frames a second taken from a video (<= 0: the video's own)."""
+    video_timestamp_interval_ms: int = 5000
+    """--video-timestamp-interval: a text timestamp between frames this often (<= 0: none)."""
+    video_ffmpeg_dir: str | None = None
+    """--video-ffmpeg-dir: where ffmpeg and ffprobe are (None: PATH)."""
 
 
 def media_marker(env: Mapping[str, str]) -> str:
@@ -75,9 +82,11 @@ def media_marker(env: Mapping[str, str]) -> str:
     return "<__media_" + "".join(secrets.choice(alphabet) for _ in range(32)) + "__>"
 
 
-def placeholder_token(sha256: str) -> int:
-    """The token that stands for every position of a media chunk with this id (< 0)."""
-    return -1 - int(sha256[:15], 16)
+def placeholder_token(media_id: str) -> int:
+    """The token that stands for every position of a media chunk with this id (< 0): the
+    SHA-256 of its bytes, or for a video's frame (`<sha256>+<frame>`) that of the id."""
+    digest = hashlib.sha256(media_id.encode()).hexdigest() if "+" in media_id else media_id
+    return -1 - int(digest[:15], 16)
 
 
 @dataclass
@@ -167,7 +176,15 @@ class Projector:
         self.marker = marker
         self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self.ctx))
-        self.video = False  # video frames need ffmpeg (--video-*): not built
+        self.video = bool(mtmd.mtmd_helper_support_video(self.ctx))
+        """Video through ffmpeg (mtmd's helper, a vision projector on a build with video):
+        what llama-server reports; a video that ffmpeg cannot read is the request's 400."""
+        self._ffmpeg_dir = options.video_ffmpeg_dir.encode() if options.video_ffmpeg_dir \
+            else None
+        self._init_opt = mtmd.mtmd_helper_init_opt_default()
+        self._init_opt.video_params.fps_target = options.video_fps
+        self._init_opt.video_params.timestamp_interval_ms = options.video_timestamp_interval_ms
+        self._init_opt.video_params.ffmpeg_bin_dir = self._ffmpeg_dir
         self.n_embd = lc.llama_model_n_embd_inp(model)
         self.n_encoded = 0
         """Media chunks encoded since load (a cached one is not)."""
@@ -186,23 +203,23 @@ class Projector:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
 
-    def load_bitmap(self, data: bytes) -> int:
-        """A bitmap (pointer) from image or audio bytes; the request's 400 when they do not
-        decode. Its id is the SHA-256 of the bytes (mtmd's helper sets it)."""
+    def load_bitmap(self, data: bytes) -> tuple[int, int | None]:
+        """A bitmap (pointer) from image, audio or video bytes, and a video's reader (which
+        must outlive the tokenizing: mtmd reads the frames from it lazily, through ffmpeg);
+        the request's 400 when they do not decode. Its id is the SHA-256 of the bytes (mtmd's
+        helper sets it, on every frame of a video too)."""
         if not data:
             raise InvalidRequest(LOAD_FAILED)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         with self._lock:
             wrapper = mtmd.mtmd_helper_bitmap_init_from_buf_wrapper(
-                self.ctx, buf, len(data), False, mtmd.mtmd_helper_init_opt_default())
-        if wrapper.video_ctx:  # video needs its frames read (not built): refuse it whole
-            mtmd.mtmd_helper_video_free(wrapper.video_ctx)
-            if wrapper.bitmap:
-                mtmd.mtmd_bitmap_free(wrapper.bitmap)
-            raise InvalidRequest("video input is not supported")
+                self.ctx, buf, len(data), False, self._init_opt)
+        video = int(wrapper.video_ctx) if wrapper.video_ctx else None
         if not wrapper.bitmap:
+            if video is not None:
+                mtmd.mtmd_helper_video_free(video)
             raise InvalidRequest(LOAD_FAILED)
-        return int(wrapper.bitmap)
+        return int(wrapper.bitmap), video
 
     def tokenize(self, prompt: str, job_marker: str, media: list[bytes],
                  add_special: bool) -> MediaPrompt:
@@ -212,13 +229,21 @@ class Projector:
             raise InvalidRequest(f"number of media markers in the prompt "
                                  f"({prompt.count(job_marker)}) does not match the number of "
                                  f"media ({len(media)})")
-        bitmaps = [self.load_bitmap(data) for data in media]
+        bitmaps: list[int] = []
+        videos: list[int] = []
         try:
+            for data in media:
+                bitmap, video = self.load_bitmap(data)
+                bitmaps.append(bitmap)
+                if video is not None:
+                    videos.append(video)
             tokenized = self._tokenize(prompt.replace(job_marker, self.marker), bitmaps,
                                        add_special)
         finally:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
+            for video in videos:
+                mtmd.mtmd_helper_video_free(video)
         started = time.perf_counter()
         for span in tokenized.spans:
             span.embd = self._embeddings(span)

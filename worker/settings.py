@@ -353,6 +353,16 @@ class WorkerSettings(RoleSettings):
     mtmd_batch_max_tokens: int = flag(-1, "--mtmd-batch-max-tokens",
                                       help="the most tokens mtmd encodes in one batch (-1: "
                                       "mtmd's default)")
+    video_fps: float = flag(4.0, "--video-fps", env="LLAMA_ARG_VIDEO_FPS",
+                            help="target video frame rate (default: 4.0)")
+    video_timestamp_interval: int = flag(5000, "--video-timestamp-interval",
+                                         env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL",
+                                         help="interval in milliseconds between text "
+                                         "timestamps (default: 5000)")
+    video_ffmpeg_dir: str | None = flag(None, "--video-ffmpeg-dir",
+                                        env="LLAMA_ARG_VIDEO_FFMPEG_DIR",
+                                        help="path to the directory containing ffmpeg and "
+                                        "ffprobe (default: search in PATH)")
     # ours
     decisions: bool = flag(False, "--decisions", env="LLAMAQ_DECISIONS",
                            negative=("--no-decisions",),

@@ -41,10 +41,12 @@ class MediaInput:
     marker: str
     vision: bool = False
     audio: bool = False
+    video: bool = False
     sources: list[str] = field(default_factory=list)
 
     def takes(self, kind: str) -> bool:
-        return (kind == "image" and self.vision) or (kind == "audio" and self.audio)
+        return (kind == "image" and self.vision) or (kind == "audio" and self.audio) \
+            or (kind == "video" and self.video)
 
 
 class _Wire(BaseModel):
@@ -248,6 +250,13 @@ def _media_source(part: ContentPart) -> str:
         return part.image_url if isinstance(part.image_url, str) else part.image_url.url
     if isinstance(part, InputAudioPart):
         return part.input_audio.data
+    if isinstance(part, InputVideoPart):  # llama-server: `data`, else `url`, of either key
+        given = part.input_video if part.type == "input_video" else part.video_url
+        if isinstance(given, str):
+            return given
+        given = given or {}
+        source = given.get("data", given.get("url", ""))
+        return source if isinstance(source, str) else ""
     raise _not_supported(_MEDIA_KINDS.get(part.type, "file"))
 
 

@@ -157,4 +157,5 @@ def media_input(meta: ModelMeta | None) -> MediaInput | None:
     if meta is None or not meta.takes_media():
         return None
     return MediaInput(marker=meta.media_marker, vision=meta.modalities.get("vision", False),
-                      audio=meta.modalities.get("audio", False))
+                      audio=meta.modalities.get("audio", False),
+                      video=meta.modalities.get("video", False))

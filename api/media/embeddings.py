@@ -37,6 +37,7 @@ UNSUPPORTED_PART = "unsupported content[].type"
 TOKENIZE_FAILED = "Failed to tokenize prompt"
 """llama-server's words when mtmd_tokenize fails (markers and media that do not pair up)."""
 MediaKind = Literal["image", "audio", "video"]
+MODALITY_OF: dict[str, str] = {"image": "vision", "audio": "audio", "video": "video"}
 PART_KINDS: dict[str, MediaKind] = {"image_url": "image", "input_audio": "audio",
                                     "input_video": "video", "video_url": "video"}
 
@@ -149,8 +150,7 @@ async def _resolve(item: PendingMedia, meta: ModelMeta | None, store: ObjectStor
             if isinstance(part, str):
                 texts.append(part)
                 continue
-            if part.kind == "video" or not modalities.get(
-                    "vision" if part.kind == "image" else "audio"):
+            if not modalities.get(MODALITY_OF[part.kind]):
                 raise media_not_supported(part.kind)
             datas.append(await media_bytes(part.source, media_path))
             texts.append(marker)

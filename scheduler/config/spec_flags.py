@@ -114,7 +114,6 @@ NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not 
 NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
                            "top token from its logits on the host "
                            "(--no-spec-draft-backend-sampling is accepted)")
-NOT_BUILT_VIDEO = "video input (frames through ffmpeg) is not built"
 NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
                     "store key) or -hf")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
@@ -213,7 +212,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
     *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
            "-mmdev --mmproj-device MTMD_BACKEND_DEVICE"),
-    *_rows(R, NOT_BUILT_VIDEO, "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
+    *_rows(W, "", "--video-fps LLAMA_ARG_VIDEO_FPS", "--video-timestamp-interval "
            "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", "--video-ffmpeg-dir LLAMA_ARG_VIDEO_FFMPEG_DIR"),
     *_rows(W, "", "-a --alias", "--tags", "--host", "--port", "--reuse-port LLAMA_ARG_REUSE_PORT"),
     *_rows(W, "", "--path", "--cors-origins", "--cors-methods", "--cors-headers",

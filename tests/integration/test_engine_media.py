@@ -80,7 +80,7 @@ def run(engine: tuple[Engine, Events], job: CompletionJob,
 
 def test_the_projector_loads_and_reports_vision(model: LoadedModel) -> None:
     assert model.projector is not None
-    assert model.projector.modalities() == {"vision": True, "audio": False, "video": False}
+    assert model.projector.modalities() == {"vision": True, "audio": False, "video": True}
     marker = model.projector.marker
     assert marker.startswith("<__media_") and marker.endswith("__>") and len(marker) == 44
     assert media_marker({"LLAMA_MEDIA_MARKER": "<img>"}) == "<img>"

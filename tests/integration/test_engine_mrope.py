@@ -11,21 +11,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import llama_cpp as lc
+import numpy as np
 import pytest
 
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.media import MediaRef
 from scheduler.contract.results import CompletionResult, FinalEvent
 from tests.integration.test_engine_tiny import Events
-from tests.media_files import png
+from tests.media_files import mp4, png
 from tests.tiny_qwen2vl import write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj
 from worker.engine import Engine
-from worker.media import Projector, ProjectorOptions, media_marker
+from worker.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
 from worker.model import ContextPlan, LoadedModel
+from worker.process.startup import load_model
 from worker.requests import EngineDefaults
+from worker.settings import WorkerSettings
 
 MARKER = "<__media_test__>"
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+VIDEO = pytest.mark.process
+"""The video tests start ffmpeg (to write the video, and mtmd's helper to read it): not in
+the fast lane (tests/lanes.py)."""
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["qwen2vl", "qwen25vl"])
@@ -173,3 +180,98 @@ def test_two_images_and_an_image_beside_a_text_slot(
     assert pos_max(model, 1) == tokenized.pos_of(n_all - 1) - 1
     alone = run(engine, media_job(prompt, images, id_slot=1, cache_prompt=False), images)
     assert alone.tokens == two_final.result.tokens
+
+
+@VIDEO
+def test_a_video_becomes_frames_and_a_second_turn_reuses_them(
+        engine: tuple[Engine, Events], model: LoadedModel) -> None:
+    """A video through ffmpeg (mtmd's helper, --video-fps 4 by default): its frames are image
+    chunks (each with its own id, `<sha256>+<frame>`), the prompt counts them all, and a second
+    turn repeating the video reuses the slot's cache and answers as a fresh evaluation."""
+    assert model.projector is not None and model.projector.video
+    video = mp4(seconds=1.0)
+    prompt = chat_prompt(f"{MARKER} what happens?")
+    encoded = model.projector.n_encoded
+    tokenized = model.projector.tokenize(prompt, MARKER, [video], add_special=False)
+    n_frames = len(tokenized.spans)
+    assert n_frames >= 3  # 1 s at 4 frames a second (ffmpeg's frame times: 3 or 4)
+    assert len({s.media_id for s in tokenized.spans}) == n_frames
+    assert len({tokenized.tokens[s.start] for s in tokenized.spans}) == n_frames
+    assert model.projector.n_encoded == encoded + n_frames  # each frame, once (by its id)
+    first = run(engine, media_job(prompt, [video], id_slot=1), [video])
+    assert model.projector.n_encoded == encoded + n_frames
+    assert first.tokens_evaluated == len(tokenized.tokens)
+    assert first.tokens_evaluated >= sum(s.n_tokens for s in tokenized.spans)
+    second_prompt = prompt + first.content + "<|im_end|>\n" + chat_prompt("and then?")
+    decoded = model.projector.n_decoded
+    second = run(engine, media_job(second_prompt, [video], id_slot=1), [video])
+    assert model.projector.n_decoded == decoded
+    assert second.timings.cache_n >= first.tokens_evaluated
+    fresh = run(engine, media_job(second_prompt, [video], id_slot=0, cache_prompt=False),
+                [video])
+    assert fresh.tokens == second.tokens
+
+
+@VIDEO
+def test_video_flags_reach_the_frames(model: LoadedModel) -> None:
+    """--video-fps and --video-timestamp-interval (ProjectorOptions): fewer frames at a lower
+    rate; a timestamp text between frames when the interval is short."""
+    assert model.model is not None
+    video = mp4(seconds=1.0)
+
+    def frames(**options: object) -> tuple[int, int]:
+        projector = Projector(str(model.path.parent / "mmproj.gguf"), model.model,
+                              ProjectorOptions(offload=False, n_threads=2,
+                                               **options),  # type: ignore[arg-type]
+                              media_marker({}))
+        try:
+            tokenized = projector.tokenize(f"see {MARKER} now", MARKER, [video], False)
+            return len(tokenized.spans), len(tokenized.tokens) - tokenized.n_media_tokens
+        finally:
+            projector.close()
+
+    four, text_four = frames(video_fps=4.0, video_timestamp_interval_ms=0)
+    two, _ = frames(video_fps=2.0, video_timestamp_interval_ms=0)
+    assert four > two >= 1
+    stamped, text_stamped = frames(video_fps=4.0, video_timestamp_interval_ms=250)
+    assert stamped >= four - 1 and text_stamped > text_four
+    with pytest.raises(InvalidRequest, match=LOAD_FAILED):  # ffmpeg cannot find them
+        frames(video_ffmpeg_dir="/nonexistent")
+
+
+@VIDEO
+def test_a_corrupt_video_is_the_requests_400(engine: tuple[Engine, Events]) -> None:
+    eng, _ = engine
+    video = mp4(seconds=1.0)
+    rng = np.random.default_rng(5)
+    for bad in (video[:200], video[:32] + rng.integers(0, 256, 4000, dtype=np.uint8).tobytes()):
+        job = media_job(chat_prompt(f"{MARKER} ?"), [bad])
+        with pytest.raises(InvalidRequest, match=LOAD_FAILED):
+            eng.prepare(job, media=[bad])
+    good = png(40, 40, seed=9)
+    assert run(engine, media_job(chat_prompt(f"{MARKER} ?"), [good]), [good]).tokens_predicted
+
+
+@VIDEO
+def test_the_worker_flags_reach_the_projector(model: LoadedModel) -> None:
+    """--video-fps, --video-timestamp-interval (by its env name) and --video-ffmpeg-dir from the
+    worker's command line to the loaded projector."""
+    folder = model.path.parent
+    argv = ["-m", str(model.path), "-mm", str(folder / "mmproj.gguf"), "-c", "1024", "-np", "1",
+            "--no-warmup", "--no-mmproj-offload"]
+    video = mp4(seconds=1.0)
+
+    def spans(*more: str, environ: dict[str, str] | None = None) -> int:
+        loaded = load_model(WorkerSettings.from_args([*argv, *more], environ=environ or {}),
+                            model.path)
+        try:
+            assert loaded.projector is not None
+            return len(loaded.projector.tokenize(f"a {MARKER} b", MARKER, [video], False).spans)
+        finally:
+            loaded.close()
+
+    no_stamps = {"LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL": "0"}
+    assert spans("--video-fps", "2", environ=no_stamps) < spans(environ=no_stamps)
+    assert spans("--video-timestamp-interval", "250") > spans(environ=no_stamps)
+    with pytest.raises(InvalidRequest, match=LOAD_FAILED):
+        spans("--video-ffmpeg-dir", str(folder))  # no ffmpeg there

@@ -71,7 +71,7 @@ def error_of(response: httpx.Response, status: int) -> str:
 
 def test_props_and_models_report_the_projector(api: str) -> None:
     props = httpx.get(f"{api}/props", timeout=30).json()
-    assert props["modalities"] == {"vision": True, "video": False, "audio": False}
+    assert props["modalities"] == {"vision": True, "video": True, "audio": False}
     assert re.fullmatch(r"<__media_[A-Za-z0-9]{32}__>", props["media_marker"])
     card = httpx.get(f"{api}/v1/models", timeout=30).json()["data"][0]
     assert card["capabilities"] == ["completion", "multimodal"]

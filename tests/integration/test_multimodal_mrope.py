@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import WORKER_FLAGS, make_fleet
-from tests.media_files import data_uri, png
+from tests.media_files import data_uri, mp4, png
 from tests.processes import Fleet
 from tests.tiny_qwen2vl import write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj
 
@@ -49,7 +49,7 @@ def image_part(data: bytes) -> dict[str, Any]:
 
 def test_props_report_vision(api: str) -> None:
     props = httpx.get(f"{api}/props", timeout=30).json()
-    assert props["modalities"] == {"vision": True, "video": False, "audio": False}
+    assert props["modalities"] == {"vision": True, "video": True, "audio": False}
 
 
 def test_an_image_chat_counts_the_image_and_a_second_turn_reuses_it(api: str) -> None:
@@ -85,3 +85,22 @@ def test_completion_multimodal_data(api: str) -> None:
     result = answer.json()
     assert result["tokens_predicted"] == 4
     assert result["tokens_evaluated"] >= MIN_IMAGE_TOKENS + 5
+
+
+def test_chat_with_input_video(api: str) -> None:
+    """`input_video` (and `video_url`, its OpenAI-style alias) parts: the worker reads the
+    frames through ffmpeg; the prompt counts every frame's tokens; bad bytes are the 400."""
+    video = data_uri(mp4(seconds=1.0), "video/mp4")
+    text = chat(api, [{"role": "user", "content": "what happens?"}])
+    for part in ({"type": "input_video", "input_video": {"data": video}},
+                 {"type": "video_url", "video_url": {"url": video}}):
+        answer = chat(api, [{"role": "user", "content": [part, {"type": "text",
+                                                               "text": "what happens?"}]}])
+        # at least three frames of at least 8 tokens each
+        assert answer["usage"]["prompt_tokens"] >= text["usage"]["prompt_tokens"] + 24
+    broken = data_uri(mp4(seconds=1.0)[:300], "video/mp4")
+    bad = httpx.post(f"{api}/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": [
+            {"type": "input_video", "input_video": {"data": broken}}]}], "max_tokens": 2})
+    assert bad.status_code == 400, bad.text[:300]
+    assert bad.json()["error"]["message"] == "Failed to load image or audio file"

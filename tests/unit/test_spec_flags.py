@@ -114,7 +114,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_VIDEO_FPS", "LLAMA_ARG_MOE_CACHE_MIB",
+    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MOE_CACHE_MIB",
                 "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
@@ -225,7 +225,6 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
-    (["--video-fps", "2"], "--video-fps is not supported"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
     (["-hfd", "ggml-org/draft"], "-hfd is not supported"),
     (["-c"], "-c expects a value"),

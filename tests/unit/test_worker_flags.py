@@ -25,7 +25,7 @@ def test_defaults_are_supported() -> None:
     settings()
 
 
-@pytest.mark.parametrize("argv", [["--rpc", "h:1"], ["--video-fps", "2"],
+@pytest.mark.parametrize("argv", [["--rpc", "h:1"],
                                   ["--moe-cache-mib", "64"]])
 def test_unbuilt_features_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

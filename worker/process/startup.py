@@ -291,7 +291,10 @@ def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
     options = ProjectorOptions(offload=offload, device=device, n_threads=threads,
                                image_min_tokens=s.image_min_tokens,
                                image_max_tokens=s.image_max_tokens,
-                               batch_max_tokens=s.mtmd_batch_max_tokens)
+                               batch_max_tokens=s.mtmd_batch_max_tokens,
+                               video_fps=s.video_fps,
+                               video_timestamp_interval_ms=s.video_timestamp_interval,
+                               video_ffmpeg_dir=s.video_ffmpeg_dir)
     assert model.model is not None
     return Projector(s.mmproj, model.model, options, marker or media_marker(os.environ))
 
