@@ -169,6 +169,13 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
     if refused is not None:
         raise UnsupportedFlag(f"llamaq worker: {refused}")
     config.draft = draft_params(s)
+    for path, flag_name in ((s.lookup_cache_static, "--lookup-cache-static"),
+                            (s.lookup_cache_dynamic, "--lookup-cache-dynamic")):
+        if path and not Path(path).is_file():
+            raise UnsupportedFlag(f"llamaq worker: {flag_name}: failed to open lookup cache: "
+                                  f"{path}")
+    config.lookup_cache_static = s.lookup_cache_static or None
+    config.lookup_cache_dynamic = s.lookup_cache_dynamic or None
     if "draft-simple" in config.types:
         if not s.spec_draft_model:
             raise UnsupportedFlag("llamaq worker: --spec-type draft-simple needs a draft model: "

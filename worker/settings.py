@@ -178,8 +178,9 @@ class WorkerSettings(RoleSettings):
     # speculative decoding (worker/speculative/)
     spec_type: list[str] = flag([], "--spec-type", env="LLAMA_ARG_SPEC_TYPE", sep=None,
                                 help="comma-separated list of types of speculative decoding "
-                                "to use (default: none; llamaq drafts with none, ngram-simple, "
-                                "ngram-mod)")
+                                "to use (default: none; llamaq drafts with none, draft-simple, "
+                                "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+                                "ngram-cache)")
     spec_synth_len: float | None = flag(None, "--spec-synth-len", env="LLAMA_ARG_SPEC_SYNTH_LEN",
                                         help="target mean synthetic acceptance length, "
                                         "including the target token (benchmarking only)")
@@ -188,6 +189,13 @@ class WorkerSettings(RoleSettings):
                                          help="comma-separated unconditional per-position "
                                          "synthetic acceptance probabilities (benchmarking "
                                          "only)")
+    lookup_cache_static: str | None = flag(None, "-lcs", "--lookup-cache-static",
+                                           help="path to static lookup cache to use for "
+                                           "lookup decoding (not updated by generation)")
+    lookup_cache_dynamic: str | None = flag(None, "-lcd", "--lookup-cache-dynamic",
+                                            help="path to dynamic lookup cache to use for "
+                                            "lookup decoding (read-only in llama-server and "
+                                            "llamaq: not written)")
     spec_default: bool = flag(False, "--spec-default",
                               help="enable default speculative decoding config (ngram-mod, "
                               "n_match 24, n_min 48, n_max 64)")

@@ -191,8 +191,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_off(_rows(R, "backend sampling is not built",
                 "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"), switch=True),
     # --- server-specific params ---
-    *_rows(R, "lookup decoding is not built", "-lcs --lookup-cache-static",
-           "-lcd --lookup-cache-dynamic"),
+    *_rows(W, "", "-lcs --lookup-cache-static", "-lcd --lookup-cache-dynamic"),
     *_rows(W, "", "--kv-unified-per-slot"),
     *_rows(W, "", "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
            "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",

@@ -181,3 +181,29 @@ def test_a_requests_speculative_limits_hold(engines: dict[str, tuple[Engine, Eve
             assert result.timings.draft_n == 0, limits
         else:
             assert 0 < result.timings.draft_n <= most * 40, limits
+
+
+CACHE_SPEC = resolve(["ngram-cache"], False, NgramModParams(), NgramMapParams())
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded-t0.2"])
+def test_ngram_cache_output_is_the_output_without_speculation(
+        engines: dict[str, tuple[Engine, Events]], gemma_path: Path,
+        sampling: SamplingParams) -> None:
+    """--spec-type ngram-cache (lookup decoding, a context cache per slot): the code prompt
+    drafting beside a prose one in the same steps, both what they are without speculation."""
+    prose = "The weather in spring is"
+    want = [_result(r) for r in _run(*engines["plain"], _job(CODE, sampling),
+                                     _job(prose, sampling, n_predict=40))]
+    engine, events, model = _engine(gemma_path, CACHE_SPEC)
+    try:
+        got = [_result(r) for r in _run(engine, events, _job(CODE, sampling),
+                                        _job(prose, sampling, n_predict=40))]
+    finally:
+        engine.stop()
+        model.close()
+    assert [r.tokens for r in got] == [r.tokens for r in want]
+    assert [r.content for r in got] == [r.content for r in want]
+    assert got[0].timings.draft_n > 0, "repetitive code must draft"
+    assert 0 < got[0].timings.draft_n_accepted <= got[0].timings.draft_n
+    assert got[0].generation_settings.speculative_types == "none,ngram-cache"

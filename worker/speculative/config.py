@@ -14,7 +14,7 @@ TYPE_NAMES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash
               "ngram-cache")
 """llama.cpp's speculative types, in the order of its enum (common_speculative_type)."""
 BUILT = frozenset({"none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v",
-                   "ngram-mod"})
+                   "ngram-mod", "ngram-cache"})
 """The types llamaq drafts with."""
 NOT_LOADABLE = {
     "draft-eagle3": "EAGLE-3 draft heads",
@@ -96,6 +96,10 @@ class SpecConfig(BaseModel):
     draft: DraftParams = Field(default_factory=DraftParams)
     draft_model: str | None = None
     """-md/--spec-draft-model: the draft model's file (draft-simple drafts with it)."""
+    lookup_cache_static: str | None = None
+    lookup_cache_dynamic: str | None = None
+    """-lcs/--lookup-cache-static, -lcd/--lookup-cache-dynamic: llama.cpp's n-gram cache files
+    ngram-cache drafts with (read-only, as llama-server: worker/speculative/ngram_cache.py)."""
     synth_len: float | None = None
     synth_rates: list[float] = Field(default_factory=list)
     """--spec-synth-len, --spec-synth-rates (worker/speculative/synthetic.py)."""

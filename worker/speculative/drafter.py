@@ -11,6 +11,7 @@ from typing import Protocol
 
 from worker.speculative.config import SpecConfig
 from worker.speculative.draft_model import DraftModel, DraftSimple
+from worker.speculative.ngram_cache import NgramCache, load_file
 from worker.speculative.ngram_map import NgramMapK
 from worker.speculative.ngram_mod import NgramMod
 from worker.speculative.ngram_simple import NgramSimple
@@ -40,6 +41,11 @@ def make_modes(config: SpecConfig, n_seq: int, draft: DraftModel | None = None,
             modes.append(NgramMapK(params, name == "ngram-map-k", n_seq))
         elif name == "ngram-mod":
             modes.append(NgramMod(config.ngram_mod, n_seq))
+        elif name == "ngram-cache":
+            modes.append(NgramCache(
+                n_seq,
+                load_file(config.lookup_cache_static) if config.lookup_cache_static else None,
+                load_file(config.lookup_cache_dynamic) if config.lookup_cache_dynamic else None))
         elif name == "draft-simple" and draft is not None:
             modes.append(DraftSimple(draft, config.draft, n_seq, n_vocab_target))
     return modes

@@ -1,0 +1,210 @@
+"""ngram-cache: lookup decoding (llama.cpp's common/ngram-cache and
+common_speculative_impl_ngram_cache, ported).
+
+Owns: the n-gram caches (n-gram of 1..4 tokens → counts of the token after it), their update
+from a sequence's tokens, the draft (context cache with lax thresholds, then the dynamic cache
+with strict ones, each validated by the static cache's 2-grams, then the static cache alone),
+and llama.cpp's cache file format (common_ngram_cache_save/load).
+
+As llama-server: the context cache of a sequence only grows (never reset between requests;
+the tokens past its size, the sampled one included, are added as one new run, so n-grams
+that straddle two updates are not counted); -lcs and -lcd are read once, read-only, and the
+dynamic cache is never written (llama-server's save_dynamic is false). Deviation: when two
+tokens tie for the most counts llama.cpp takes the first in its unordered_map's iteration
+order (libstdc++'s bucket order); this port takes the first counted.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+NGRAM_MIN = 1
+NGRAM_MAX = 4
+NGRAM_STATIC = 2
+N_DRAFT = 8
+"""create_state_ngram_cache's n_draft (llama.cpp: `TODO get from config?`)."""
+TOKEN_NULL = -1
+
+MIN_SAMPLE_LAX = (2, 2, 1, 1)
+MIN_PERCENT_LAX = (66, 50, 50, 50)
+MIN_SAMPLE_STRICT = (4, 3, 2, 2)
+MIN_PERCENT_STRICT = (75, 66, 66, 66)
+
+Ngram = tuple[int, int, int, int]
+NO_NGRAM: Ngram = (TOKEN_NULL, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL)
+"""An n-gram longer than the sequence (llama.cpp reads before its start: undefined; here
+it matches nothing)."""
+Cache = dict[Ngram, dict[int, int]]
+"""n-gram (padded with -1 to four tokens) → token after it → times seen."""
+
+
+def ngram_of(tokens: list[int]) -> Ngram:
+    padded = [*tokens, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL][:NGRAM_MAX]
+    return (padded[0], padded[1], padded[2], padded[3])
+
+
+def update(cache: Cache, ngram_min: int, ngram_max: int, inp: list[int], nnew: int) -> None:
+    """common_ngram_cache_update: count every n-gram ending in the last `nnew` tokens."""
+    size = len(inp)
+    for n in range(ngram_min, ngram_max + 1):
+        for i in range(max(size - nnew, n), size):
+            part = cache.setdefault(ngram_of(inp[i - n:i]), {})
+            part[inp[i]] = part.get(inp[i], 0) + 1
+
+
+def _try_static(nc_static: Cache, ngram: Ngram) -> int:
+    part = nc_static.get(ngram)
+    if part is None:
+        return TOKEN_NULL
+    max_count = 0
+    total = 0
+    max_token = TOKEN_NULL
+    for token, count in part.items():
+        if count > max_count:
+            max_token, max_count = token, count
+        total += count
+    if total < MIN_SAMPLE_LAX[NGRAM_STATIC - 1]:
+        return TOKEN_NULL
+    if 100 * max_count < MIN_PERCENT_LAX[NGRAM_STATIC - 1] * total:
+        return TOKEN_NULL
+    return max_token
+
+
+def _try_primary(nc: Cache, ngrams: list[Ngram], part_static: dict[int, int],
+                 min_sample: tuple[int, ...], min_percent: tuple[int, ...]) -> int:
+    """The longest n-gram first; a token's static weight is 100×its static count, or 1."""
+    for i in range(len(ngrams) - 1, -1, -1):
+        part = nc.get(ngrams[i])
+        if part is None:
+            continue
+        max_primary = 0
+        max_static = 0
+        total = 0
+        max_token = TOKEN_NULL
+        for token, count in part.items():
+            weight = 100 * part_static[token] if token in part_static else 1
+            if count * weight > max_primary * max_static:
+                max_token, max_primary, max_static = token, count, weight
+            total += count
+        if total < min_sample[i]:
+            continue
+        if 100 * max_primary < min_percent[i] * total:
+            continue
+        return max_token
+    return TOKEN_NULL
+
+
+def draft(inp: list[int], n_draft: int, ngram_min: int, ngram_max: int, nc_context: Cache,
+          nc_dynamic: Cache, nc_static: Cache) -> list[int]:
+    """common_ngram_cache_draft: the drafted tokens (without the sampled one, which `inp`
+    ends with), at most `n_draft`."""
+    out: list[int] = []
+    if len(inp) < NGRAM_STATIC:
+        return out
+    while len(out) < n_draft:
+        seq = inp + out
+        part_static = nc_static.get(ngram_of(seq[len(seq) - NGRAM_STATIC:]), {})
+        ngrams = [ngram_of(seq[len(seq) - n:]) if n <= len(seq) else NO_NGRAM
+                  for n in range(ngram_min, ngram_max + 1)]
+        token = _try_primary(nc_context, ngrams, part_static, MIN_SAMPLE_LAX, MIN_PERCENT_LAX)
+        if token == TOKEN_NULL:
+            token = _try_primary(nc_dynamic, ngrams, part_static, MIN_SAMPLE_STRICT,
+                                 MIN_PERCENT_STRICT)
+        if token == TOKEN_NULL:
+            token = _try_static(nc_static, ngram_of(seq[len(seq) - NGRAM_STATIC:]))
+        if token == TOKEN_NULL:
+            break
+        out.append(token)
+    return out
+
+
+class CacheFileError(ValueError):
+    pass
+
+
+def dumps(cache: Cache) -> bytes:
+    """common_ngram_cache_save's bytes: per n-gram its four int32 tokens, int32 count of
+    tokens, then (int32 token, int32 count) pairs; little-endian as on llama.cpp's hosts."""
+    out = bytearray()
+    for ngram, part in cache.items():
+        if not part:
+            continue
+        out += struct.pack("<4ii", *ngram, len(part))
+        for token, count in part.items():
+            out += struct.pack("<ii", token, count)
+    return bytes(out)
+
+
+def loads(data: bytes, name: str = "cache") -> Cache:
+    """common_ngram_cache_load (a truncated record or a count ≤ 0 is an error, as its
+    asserts)."""
+    cache: Cache = {}
+    pos = 0
+    size = len(data)
+    while pos + 16 <= size:
+        t0, t1, t2, t3 = struct.unpack_from("<4i", data, pos)
+        pos += 16
+        if pos + 4 > size:
+            raise CacheFileError(f"{name}: truncated n-gram record")
+        (ntokens,) = struct.unpack_from("<i", data, pos)
+        pos += 4
+        if ntokens <= 0 or pos + 8 * ntokens > size:
+            raise CacheFileError(f"{name}: bad token count {ntokens}")
+        part: dict[int, int] = {}
+        for _ in range(ntokens):
+            token, count = struct.unpack_from("<ii", data, pos)
+            pos += 8
+            if count <= 0:
+                raise CacheFileError(f"{name}: bad count {count}")
+            part.setdefault(token, count)
+        cache.setdefault((t0, t1, t2, t3), part)
+    if pos != size:
+        raise CacheFileError(f"{name}: trailing {size - pos} bytes")
+    return cache
+
+
+def load_file(path: str) -> Cache:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise CacheFileError(f"failed to open lookup cache: {path} ({e.strerror})") from e
+    return loads(data, path)
+
+
+def merge(target: Cache, add: Cache) -> None:
+    """common_ngram_cache_merge."""
+    for ngram, part in add.items():
+        into = target.setdefault(ngram, {})
+        for token, count in part.items():
+            into[token] = into.get(token, 0) + count
+
+
+class NgramCache:
+    """The mode's drafter: a context cache per sequence; the static and dynamic caches shared
+    (read-only, as llama-server's per-sequence copies of them are)."""
+
+    name = "ngram-cache"
+
+    def __init__(self, n_seq: int, nc_static: Cache | None = None,
+                 nc_dynamic: Cache | None = None) -> None:
+        self.n_max = N_DRAFT
+        self.nc_static: Cache = nc_static or {}
+        self.nc_dynamic: Cache = nc_dynamic or {}
+        self._context: list[Cache] = [{} for _ in range(n_seq)]
+        self._size = [0] * n_seq
+
+    def begin(self, seq: int, prompt: list[int]) -> None:
+        pass
+
+    def draft(self, seq: int, prompt: list[int], id_last: int) -> list[int]:
+        context = self._context[seq]
+        if self._size[seq] < len(prompt) + 1:
+            new = [*prompt[self._size[seq]:], id_last]
+            update(context, NGRAM_MIN, NGRAM_MAX, new, len(new))
+            self._size[seq] = len(prompt) + 1
+        return draft([*prompt, id_last], N_DRAFT, NGRAM_MIN, NGRAM_MAX, context,
+                     self.nc_dynamic, self.nc_static)
+
+    def accept(self, seq: int, n_accepted: int, is_other: bool) -> None:
+        pass
