@@ -36,7 +36,7 @@ pytestmark = pytest.mark.process
 
 async def test_a_huge_tokenize_result_travels_by_the_store(tiny_fleet: Fleet,
                                                           redis_url: str) -> None:
-    content = " ".join(f"w{i % 997}" for i in range(120_000))
+    content = " ".join(f"w{i % 997}" for i in range(40_000))  # ~3 MB of pieces
     async with httpx.AsyncClient(base_url=tiny_fleet.api_urls[0], timeout=120) as client:
         ids = (await client.post("/tokenize", json={"content": content})).json()["tokens"]
         redis = Redis.from_url(redis_url)
