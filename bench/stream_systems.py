@@ -4,6 +4,8 @@ variants with an environment of their own), as commands and environments."""
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -13,12 +15,21 @@ DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "llamaq-bench" / "bin" / "llama-
 
 
 def command(system: str, binary: Path, model: Path, port: int, shared: list[str]) -> list[str]:
-    """llama-server, or `llamaq up` (for "llamaq" and every llamaq variant "llamaq:NAME")."""
+    """llama-server, or `llamaq up` (for "llamaq" and every llamaq variant "llamaq:NAME") run
+    by this interpreter (the project's .venv here, the image's python3 on the GPU machine)."""
     if system == "llama-server":
         return [str(binary), "-m", str(model), *shared, "--host", "127.0.0.1",
                 "--port", str(port)]
-    return [str(REPO / ".venv" / "bin" / "llamaq"), "up", "-m", str(model), *shared,
+    return [sys.executable, "-m", "llamaq", "up", "-m", str(model), *shared,
             "--host", "127.0.0.1", "--port", str(port)]
+
+
+def shared_flags(args: argparse.Namespace) -> list[str]:
+    """The flags both systems get: slots, context, threads, batch sizes, and --server-flags
+    (e.g. "-ngl 99" on a GPU)."""
+    return ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
+            "-b", str(args.batch_size), "-ub", str(args.ubatch_size),
+            *shlex.split(args.server_flags)]
 
 
 def system_env(system: str, args: argparse.Namespace) -> dict[str, str]:

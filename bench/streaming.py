@@ -45,6 +45,7 @@ from bench.stream_systems import (  # noqa: E402
     RESULTS,
     SYSTEMS,
     command,
+    shared_flags,
     system_env,
 )
 from bench.streaming_ab import interleaved  # noqa: E402
@@ -105,8 +106,7 @@ def bench_system(system: str, args: argparse.Namespace, model: Path, log: Path) 
     result = Result(system)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    shared = ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
-              "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
+    shared = shared_flags(args)
     cmd = command(system, args.llama_server, model, port, shared)
     print(f"{system}: {' '.join(cmd)}  (log: {log})", flush=True)
     load_before = os.getloadavg()[0]
@@ -158,8 +158,8 @@ def report(results: dict[str, Result], args: argparse.Namespace, model: Path) ->
     lines = [
         f"# Streaming benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}",
         "",
-        f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
-        f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
+        f"model `{model.name}`; flags `{' '.join(shared_flags(args))}`;"
+        f" n_predict {args.n_predict}, ignore_eos,"
         f" temperature 0.8, seed = client index, cache_prompt false, distinct prompts;"
         f" best of {args.repeats} round(s) per concurrency after 1 warm-up request;"
         f" late arrival: 7 x"
@@ -206,6 +206,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("-b", "--batch-size", type=int, default=2048)
     parser.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    parser.add_argument("--server-flags", default="", metavar="FLAGS",
+                        help='more flags for both systems, e.g. "-ngl 99" (bench/gpu/run)')
     parser.add_argument("--llama-server", type=Path,
                         default=Path(os.environ.get("LLAMA_SERVER_BIN", DEFAULT_LLAMA_SERVER)),
                         help="llama-server binary (bench/build_llama_server.sh builds it)")

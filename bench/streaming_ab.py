@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.processes import free_port, running, server_env, wait_healthy
 from bench.stream_clients import run_clients, run_round
-from bench.stream_systems import RESULTS, command, system_env, systems_of
+from bench.stream_systems import RESULTS, command, shared_flags, system_env, systems_of
 
 
 def cpu_seconds(session: int) -> dict[str, float]:
@@ -53,8 +53,7 @@ class Sample:
 
 def interleaved(args: argparse.Namespace, model: Path, stamp: str) -> str:
     """Both systems up at once; rounds A/B then B/A …; returns the report."""
-    shared = ["-np", str(args.parallel), "-c", str(args.ctx_size), "-t", str(args.threads),
-              "-b", str(args.batch_size), "-ub", str(args.ubatch_size)]
+    shared = shared_flags(args)
     samples: dict[tuple[str, int], list[Sample]] = {}
     ratios: dict[tuple[str, int], list[float]] = {}
     systems = systems_of(args)
@@ -147,8 +146,8 @@ def interleaved_report(args: argparse.Namespace, model: Path,
     return "\n".join([
         f"# Streaming benchmark, A/B interleaved, {time.strftime('%Y-%m-%d %H:%M:%S')}",
         "",
-        f"model `{model.name}`; flags `-np {args.parallel} -c {args.ctx_size} -t {args.threads}"
-        f" -b {args.batch_size} -ub {args.ubatch_size}`; n_predict {args.n_predict}, ignore_eos,"
+        f"model `{model.name}`; flags `{' '.join(shared_flags(args))}`;"
+        f" n_predict {args.n_predict}, ignore_eos,"
         f" temperature 0.8; {args.streams_per_client} streams one after another per client;"
         f" {args.rounds} rounds, order alternating; median [min–max];"
         f" {args.hog} busy-loop processes beside;"

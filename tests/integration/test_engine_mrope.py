@@ -182,6 +182,46 @@ def test_two_images_and_an_image_beside_a_text_slot(
     assert alone.tokens == two_final.result.tokens
 
 
+def test_an_image_prompt_comes_back_from_the_host_cache(model: LoadedModel) -> None:
+    """--cache-ram with M-RoPE slots: an image prompt that a text prompt pushed out of its slot
+    is saved to host memory, and its second turn restores it (the image neither encoded nor
+    decoded again), goes on from the image's positions, and answers as a fresh evaluation."""
+    assert model.projector is not None
+    events = Events()
+    defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,
+                              cache_prompt=True, special=False, model_alias="qwen",
+                              worker_id="w-mrope-ram", cache_ram_mib=64)
+    eng = Engine(model, defaults, events.sink)
+    eng.start()
+    try:
+        engine = (eng, events)
+        image = png(100, 80, seed=21)
+        first_prompt = chat_prompt(f"{MARKER} what is it?")
+        first = run(engine, media_job(first_prompt, [image], id_slot=1), [image])
+        pushed = run(engine, CompletionJob(
+            model="qwen", prompt=chat_prompt("a long text prompt " * 12), n_predict=4,
+            sampling=GREEDY, id_slot=1), [])
+        assert pushed.timings.cache_n < 10  # the chat head only
+        cache = eng.prompt_cache
+        assert cache is not None and len(cache.states) == 1  # the image prompt, saved
+        encoded, decoded = model.projector.n_encoded, model.projector.n_decoded
+        second_prompt = first_prompt + first.content + "<|im_end|>\n" + chat_prompt("why?")
+        second = run(engine, media_job(second_prompt, [image], id_slot=1), [image])
+        assert cache.hits == 1
+        assert (model.projector.n_encoded, model.projector.n_decoded) == (encoded, decoded)
+        assert second.timings.cache_n >= first.tokens_evaluated
+        tokenized = model.projector.tokenize(second_prompt, MARKER, [image], add_special=False)
+        assert pos_max(model, 1) == tokenized.pos_of(len(tokenized.tokens)
+                                                     + second.tokens_predicted - 1) - 1
+        fresh = run(engine, media_job(second_prompt, [image], id_slot=0, cache_prompt=False),
+                    [image])
+        assert fresh.tokens == second.tokens
+    finally:
+        eng.stop()
+        for slot in eng.slots:  # the module's other engine starts from nothing
+            slot.forget_tokens()
+
+
 @VIDEO
 def test_a_video_becomes_frames_and_a_second_turn_reuses_them(
         engine: tuple[Engine, Events], model: LoadedModel) -> None:

@@ -43,7 +43,7 @@ async def test_a_huge_tokenize_result_travels_by_the_store(tiny_fleet: Fleet,
         before = set(await redis.zrange(keys.stored_results(), 0, -1))
         response = await client.post("/tokenize", json={"content": content,
                                                         "with_pieces": True})
-        assert response.status_code == 200
+        assert response.status_code == 200, response.text
         pieces = response.json()["tokens"]
         assert [p["id"] for p in pieces] == ids  # the whole result, in order
         assert len(response.content) > keys.RESULT_INLINE_MAX_BYTES
