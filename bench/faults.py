@@ -6,6 +6,7 @@ time from the fault to a client's error event.
                                      [--np 8] [--streams 16]
     .venv/bin/python bench/faults.py --scenario redis-restart --rounds 3 [--outage 15]
     .venv/bin/python bench/faults.py --scenario worker-migrate [--rounds 20] [--kill-every 10]
+                                     [--baseline-runs 2] [--worker-args "--no-repack"]
 
 Scenarios live in SCENARIOS (name -> function); a scenario gets a running fleet and one round's
 parameters and returns what its clients saw.
@@ -19,9 +20,10 @@ parameters and returns what its clients saw.
   seam: how many tokens its client had when its worker died, from the continuing worker's
   log), whether its tokens equal the undisturbed run's (run once before the rounds), and for
   a differing stream where the first difference lies relative to its seam. The baseline is
-  a second undisturbed run (same fleet, no kill) against the first: batch composition alone
-  changes greedy tokens on llama.cpp's CPU kernels. The verdict compares the migrated
-  streams' equal share with the baseline's (see equality_verdict).
+  `--baseline-runs` (default 2) more undisturbed runs (same fleet, no kill) against the
+  first: batch composition alone changes greedy tokens on llama.cpp's CPU kernels. The
+  verdict compares the migrated streams with the baseline (see equality_verdict);
+  `--json PATH` writes every stream's check.
 - redis-restart: streams running; Redis is killed (its data with it) and started again empty
   `--outage` seconds later; a request sent during the outage must get 503 with Retry-After;
   every stream must end with its answer or an error event, and the fleet must serve again.
@@ -68,10 +70,6 @@ class Bench:
     kill_every_s: float = 10.0
     baseline_runs: int = 2
     """worker-migrate: undisturbed runs compared with the reference one (the baseline)."""
-    warmup_runs: int = 1
-    """worker-migrate: undisturbed runs before the reference, not compared: a cold fleet's
-    first run evaluates every prompt whole, later ones find it in their slots' caches, and
-    that alone changes greedy tokens (measured: see docs/faults.md)."""
     reference: list[list[int]] = field(default_factory=list)
     """worker-migrate: each stream's undisturbed greedy tokens."""
 
@@ -208,11 +206,9 @@ def worker_migrate(bench: Bench, round_no: int, tally: Tally) -> None:
     once every stream has tokens, if later); a replacement starts at once (as `llamaq up`
     restarts a dead worker): with every slot busy, the survivor has no room for the
     continuations, so the stall includes the replacement's start. Before the first round:
-    the undisturbed run, then a second one (the baseline)."""
+    the undisturbed run (the reference), then `baseline_runs` more (the baseline)."""
     fleet = bench.fleet
     if not bench.reference:
-        for _ in range(bench.warmup_runs):  # fill the slots' prompt caches, as in the rounds
-            undisturbed(bench)
         bench.reference = [r.token_ids for r in undisturbed(bench)]
         for _ in range(bench.baseline_runs):
             for i, record in enumerate(undisturbed(bench)):
@@ -325,8 +321,7 @@ SCENARIOS: dict[str, Callable[[Bench, int, Tally], None]] = {
 
 def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float,
         seconds: float, kill_every_s: float = 10.0, migration_limit: int = 3,
-        worker_args: tuple[str, ...] = (), baseline_runs: int = 2,
-        warmup_runs: int = 1) -> Tally:
+        worker_args: tuple[str, ...] = (), baseline_runs: int = 2) -> Tally:
     workdir = Path(tempfile.mkdtemp(prefix="llamaq-faults-"))
     redis = RestartableRedis(workdir / "redis")
     redis.start()
@@ -342,7 +337,7 @@ def run(scenario: str, rounds: int, n_slots: int, streams: int, outage_s: float,
         fleet.add_worker(*flags)
         api = fleet.add_api("--migration-limit", str(migration_limit))
         bench = Bench(fleet, api, flags, streams, redis, outage_s, kill_every_s,
-                      baseline_runs=baseline_runs, warmup_runs=warmup_runs)
+                      baseline_runs=baseline_runs)
         until = time.monotonic() + seconds
         for round_no in range(rounds):
             if time.monotonic() > until:
@@ -378,8 +373,6 @@ def main() -> None:
                         help="seconds from a round's start to its kill (worker-migrate)")
     parser.add_argument("--baseline-runs", type=int, default=2,
                         help="undisturbed runs compared with the first one (worker-migrate)")
-    parser.add_argument("--warmup-runs", type=int, default=1,
-                        help="undisturbed runs before the reference one (worker-migrate)")
     parser.add_argument("--worker-args", default="",
                         help="more worker flags, one string (e.g. \"--no-repack\")")
     parser.add_argument("--json", type=Path, default=None,
@@ -390,7 +383,7 @@ def main() -> None:
     args = parser.parse_args()
     tally = run(args.scenario, args.rounds, args.n_slots, args.streams, args.outage,
                 args.seconds, args.kill_every, args.migration_limit,
-                tuple(shlex.split(args.worker_args)), args.baseline_runs, args.warmup_runs)
+                tuple(shlex.split(args.worker_args)), args.baseline_runs)
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(c) for c in tally.checks]))
     print(f"\n{args.scenario}: sent {tally.sent}, answered {tally.answered}, errored "
