@@ -30,6 +30,10 @@ class StreamRecord:
     max_gap_s: float = 0.0
     """The longest time between two of its token events (a migration's stall)."""
     last_token_at: float | None = None
+    token_ids: list[int] = field(default_factory=list)
+    """The tokens of its token events, in order."""
+    event_id: str | None = None
+    """The SSE `id:` of its last event (`<stream record>-<counts>`: names its jobs)."""
 
     @property
     def outcome(self) -> str:
@@ -50,6 +54,8 @@ def stream(api: str, body: dict[str, Any], record: StreamRecord, timeout: float 
                 record.error = json.loads(response.read()).get("error")
                 return
             for line in response.iter_lines():
+                if line.startswith("id: "):
+                    record.event_id = line.removeprefix("id: ")
                 if not line.startswith("data: "):
                     continue
                 data = json.loads(line.removeprefix("data: "))
@@ -60,6 +66,7 @@ def stream(api: str, body: dict[str, Any], record: StreamRecord, timeout: float 
                 else:
                     record.tokens += 1
                     record.content += data.get("content", "")
+                    record.token_ids += data.get("tokens", [])
                     now = time.monotonic()
                     if record.last_token_at is not None:
                         record.max_gap_s = max(record.max_gap_s, now - record.last_token_at)
