@@ -24,8 +24,8 @@ PACKAGE = "llama_cpp"
 
 def bindings_only() -> None:
     """Make `import llama_cpp` in this process load the C bindings only (see above). Does
-    nothing when the package is already imported, or is not installed (the import that
-    needs it fails as it would have)."""
+    nothing when the package is already imported, is not installed or its library does not
+    load (the import that needs it then fails as it would have)."""
     if PACKAGE in sys.modules:
         return
     spec = importlib.util.find_spec(PACKAGE)
@@ -35,9 +35,9 @@ def bindings_only() -> None:
     sys.modules[PACKAGE] = package
     try:
         bindings = importlib.import_module(f"{PACKAGE}.llama_cpp")
-    except BaseException:
+    except (ImportError, OSError):
         del sys.modules[PACKAGE]
-        raise
+        return
     package.__dict__.update(_public(bindings))
     package.__dict__["__getattr__"] = _completing(package)
 
