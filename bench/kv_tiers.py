@@ -9,8 +9,8 @@ model and flags.
     .venv/bin/python bench/kv_tiers.py --memory [--systems ...]
 
 `--memory`: the issue's third figure instead: each system started with `-c 32768 -np 4
--ub 512`, one request, then the resident memory (VmRSS) of llama-server against that of
-llamaq's worker process.
+-ub 512`, one request, then the resident memory (VmRSS, and its anonymous and file-backed
+parts) of llama-server against that of llamaq's worker process.
 
 A request is `document i` + a question, greedy, `n_predict` 8, streamed; its TTFT is measured
 by the client (request sent to the first token), and it is a hit when its `timings.cache_n`
@@ -80,9 +80,11 @@ def ask(http: httpx.Client, url: str, prompt: str) -> tuple[float, int, int]:
     return ttft, cache_n, cache_n + prompt_n
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A resident-memory line of /proc/PID/status in MiB: VmRSS (the whole), RssAnon (heap,
+    KV cache, buffers), RssFile (the mapped model file, libraries)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -114,8 +116,9 @@ def measure_memory(system: str, args: argparse.Namespace, model: Path, folder: P
         wait_healthy(url, process=process)
         ask(http, url, document(0, args.words))
         pid = process.pid if system == "llama-server" else worker_pid(process.pid)
-        rss = rss_mib(pid)
-    print(f"  {system}: RSS {rss:.0f} MiB", flush=True)
+        rss, anon, mapped = (rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+    print(f"  {system}: RSS {rss:.0f} MiB (anonymous {anon:.0f}, file-backed {mapped:.0f})",
+          flush=True)
     return rss
 
 

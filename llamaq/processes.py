@@ -111,7 +111,19 @@ def print_devices() -> None:
     print(device_list_text(), end="", flush=True)
 
 
+def prepare_worker_process() -> None:
+    """What a worker process sets before it imports its engine: llama-cpp-python's package
+    without its high-level half (numpy, jinja2, diskcache: worker/llama_package.py) and glibc's
+    mmap threshold (worker/allocator.py), so that its memory is the model's, not Python's."""
+    from worker.allocator import return_large_frees
+    from worker.llama_package import bindings_only
+
+    bindings_only()
+    return_large_frees()
+
+
 def run_worker(argv: list[str]) -> None:
+    prepare_worker_process()  # first: before anything imports llama_cpp
     from worker.settings import WorkerSettings
 
     refuse_other_roles_flags(argv, "worker")

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from storage._fs import file_lock
 from storage.errors import DownloadFailed, ModelNotFound
 from storage.progress import DownloadListener
@@ -34,13 +32,13 @@ _SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf
 _QUANT_BITS = re.compile(r"[QqFf](\d+)")
 HUB_MODULES = ("huggingface_hub", "httpx", "httpx2", "httpcore")
 """huggingface-hub (imported only where the Hub is used: ~8 MB of every worker otherwise) and
-the HTTP clients it brings."""
+the HTTP clients it brings (httpx too is imported only for a download, storage/url_fetch.py)."""
 
 
 def is_hub_error(exc: BaseException) -> bool:
     """An error of huggingface-hub (its own errors, bad ids, cache I/O) or of the HTTP client
     it brings (network, timeouts)."""
-    return isinstance(exc, httpx.HTTPError | OSError | ValueError) or any(
+    return isinstance(exc, OSError | ValueError) or any(  # httpx's errors by their module
         cls.__module__.split(".")[0] in HUB_MODULES for cls in type(exc).__mro__)
 
 

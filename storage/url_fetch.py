@@ -1,16 +1,20 @@
 """Plain HTTP(S) downloads (`-mu`, and the files the Hub serves): resumed from the partial file
 a previous attempt left (`<target>.downloadInProgress`, llama.cpp's name), hashed on the way."""
 
+from __future__ import annotations
+
 import hashlib
 import logging
 import os
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from storage.checksum import CHUNK
 from storage.errors import DownloadCancelled, DownloadFailed
 from storage.progress import DownloadListener
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +27,7 @@ def partial_path(target: Path) -> Path:
     return target.with_name(target.name + PARTIAL_SUFFIX)
 
 
-def _hash_existing(path: Path) -> tuple["hashlib._Hash", int]:
+def _hash_existing(path: Path) -> tuple[hashlib._Hash, int]:
     digest = hashlib.sha256()
     size = 0
     if path.is_file():
@@ -42,6 +46,8 @@ def download_url(url: str, target: Path, listener: DownloadListener,
     takes one (206), else started again. DownloadCancelled when the listener asks to stop (the
     partial file stays for a resume), DownloadFailed on an HTTP or network error.
     """
+    import httpx  # here: a worker that downloads nothing never loads it (~5 MiB, click, ...)
+
     source = source or url  # the name progress is reported under
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(target)

@@ -15,10 +15,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp as lc
-import numpy as np
+
+if TYPE_CHECKING:
+    import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ def vector_specs(plain: list[str], scaled: list[str]) -> list[VectorSpec]:
 def load_one(spec: VectorSpec) -> tuple[int, np.ndarray]:
     """(n_embd, data): layer 1's direction first, each scaled by the file's strength."""
     import gguf  # (and PyYAML): only on a worker given control vectors
+    import numpy as np
 
     try:
         reader = gguf.GGUFReader(spec.path)
@@ -89,6 +92,8 @@ def load_vectors(specs: list[VectorSpec],
     (worker/model_source.py; a source not in it is a path)."""
     if not specs:
         return None
+    import numpy as np
+
     local = [VectorSpec(str(files.get(s.path, s.path)), s.strength) for s in specs]
     n_embd, total = load_one(local[0])
     for spec in local[1:]:
@@ -106,6 +111,8 @@ def apply_vectors(ctx: Any, n_layer: int, vectors: tuple[int, np.ndarray],
                   layer_range: list[int]) -> None:
     """Set the summed vector on the context over the layer range (start, end inclusive; a
     bound <= 0: layer 1, the last layer)."""
+    import numpy as np
+
     start, end = layer_range if layer_range else (-1, -1)
     start = start if start > 0 else 1
     end = end if end > 0 else n_layer

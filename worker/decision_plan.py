@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest, NotSupported
 from scheduler.contract.jobs import DecisionJob, SystemOneInput
 from scheduler.decision_meta import DecisionCaps, native_caps
@@ -32,6 +30,8 @@ from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 
 if TYPE_CHECKING:
+    import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need
+
     from worker.media import MediaPrompt
 
 Path = tuple[int, ...]
@@ -240,6 +240,8 @@ def head_missing(family: str) -> NotSupported:
 
 def child_logprobs(logits: np.ndarray, tokens: set[int]) -> dict[int, float]:
     """log P(token) under the full-vocabulary softmax of one row of logits."""
+    import numpy as np
+
     row = logits.astype(np.float64, copy=False)
     peak = float(row.max())
     scale = peak + math.log(float(np.exp(row - peak).sum()))
@@ -265,6 +267,8 @@ def label_scores(question: QuestionPlan,
 
 def restricted_softmax(scores: list[float], temperature: float = 1.0) -> list[float]:
     """Softmax over the candidates only, of the log-scores divided by the temperature."""
+    import numpy as np
+
     values = np.asarray(scores, dtype=np.float64) / temperature
     if not np.isfinite(values).any():
         return [1.0 / len(scores)] * len(scores)

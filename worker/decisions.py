@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp as lc
-import numpy as np
 
 from scheduler.contract.errors import ErrorInfo, LlamaqError, ServerError
 from scheduler.contract.results import (
@@ -325,6 +324,8 @@ class DecisionRunner:
 
     def _read(self, lane: Lane, run: DecisionRun, off: int, size: int, ctx: lc.llama_context_p,
               n_vocab: int) -> None:
+        import numpy as np
+
         if lane.question < 0:
             return
         question = run.request.questions[lane.question]

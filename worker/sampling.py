@@ -10,14 +10,18 @@ once, as scheduler/contract/jobs.py SamplingSettings.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
+from typing import TYPE_CHECKING
 
 import llama_cpp as lc
-import numpy as np
 
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import DEFAULT_SEED, SamplingParams, SamplingSettings
 from scheduler.contract.limits import SOFT_LIMITS, UINT32_MASK, check_sampling, clamp
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where used: a worker serving plain sampling never loads it
 
 __all__ = ["DEFAULT_SEED", "SamplerChain", "normalize_samplers", "resolve_sampling",
            "token_probabilities"]
@@ -180,9 +184,12 @@ class SamplerChain:
             self.accept_token(token, grammar=True)
         if not with_candidates:
             return token, []
+        import numpy as np
+
         n = int(cur.size)
+        dtype = candidate_dtype()
         view = np.ctypeslib.as_array(ctypes.cast(cur.data, ctypes.POINTER(ctypes.c_uint8)),
-                                     shape=(n * CANDIDATE.itemsize,)).view(CANDIDATE)
+                                     shape=(n * dtype.itemsize,)).view(dtype)
         order = np.argsort(-view["p"], kind="stable")
         return token, [(int(view["id"][i]), float(view["p"][i])) for i in order]
 
@@ -202,8 +209,10 @@ class SamplerChain:
 
     def _candidates_from(self, ctx: lc.llama_context_p,
                          batch_index: int) -> lc.llama_token_data_array:
+        import numpy as np
+
         if self._candidates is None:
-            self._candidates = np.zeros(self._n_vocab, dtype=CANDIDATE)
+            self._candidates = np.zeros(self._n_vocab, dtype=candidate_dtype())
         candidates = self._candidates
         candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)
         logits = lc.llama_get_logits_ith(ctx, batch_index)
@@ -220,7 +229,12 @@ class SamplerChain:
         self._chain = self._grammar = None
 
 
-CANDIDATE = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+@functools.cache
+def candidate_dtype() -> np.dtype:
+    """llama_token_data as a numpy record."""
+    import numpy as np
+
+    return np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
 def _logit_bias(n_vocab: int, biases: list[tuple[int, float]]) -> lc.llama_sampler_p:
@@ -233,6 +247,8 @@ def _logit_bias(n_vocab: int, biases: list[tuple[int, float]]) -> lc.llama_sampl
 def token_probabilities(ctx: lc.llama_context_p, batch_index: int,
                         n_vocab: int) -> np.ndarray:
     """Softmax of the raw logits at `batch_index` (llama-server's pre-sampling probabilities)."""
+    import numpy as np
+
     logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, batch_index),
                                    shape=(n_vocab,)).astype(np.float64)
     logits -= logits.max()

@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import string
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import SystemOneInput, SystemOneQuestion
 from scheduler.decision_meta import DecisionCaps, DecisionMetaError
+
+if TYPE_CHECKING:  # jinja2 is imported where used: only a decision family's worker needs it
+    from jinja2 import Template
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 PAIRS = [a + b for a in string.ascii_uppercase for b in string.ascii_uppercase]
@@ -63,12 +63,17 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
 
 def _raise_exception(message: str) -> None:
     """What chat templates call to refuse an input (transformers' and llama.cpp's)."""
+    from jinja2 import TemplateError
+
     raise TemplateError(message)
 
 
 def systemone_template(caps: DecisionCaps) -> Template:
     """The family's `tokenizer.chat_template.systemone`, compiled (DecisionMetaError when it
     does not parse)."""
+    from jinja2 import TemplateError
+    from jinja2.sandbox import SandboxedEnvironment
+
     assert caps.systemone_template is not None
     env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                extensions=["jinja2.ext.loopcontrols"])
@@ -82,6 +87,8 @@ def systemone_template(caps: DecisionCaps) -> Template:
 
 def render(template: Template, **variables: Any) -> str:
     """The template rendered; a failure is the request's 400, named."""
+    from jinja2 import TemplateError
+
     try:
         return template.render(**variables)
     except TemplateError as error:

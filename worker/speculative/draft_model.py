@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
-import numpy as np
 
 from worker.speculative.config import DraftParams
 
@@ -284,6 +283,8 @@ class DraftSimple:
     def _top(self, index: int) -> tuple[int, float]:
         """The top token of the logits at batch `index` and its probability among the 10
         largest."""
+        import numpy as np
+
         pointer = lc.llama_get_logits_ith(self.model.ctx, index)
         logits = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)),
                                        shape=(self.model.n_vocab,))

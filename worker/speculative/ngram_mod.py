@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from worker.speculative.config import NgramModParams
 
 EMPTY = -1
@@ -31,6 +29,8 @@ class NgramTable:
     """common_ngram_mod: n-gram → next token, last writer wins."""
 
     def __init__(self, n: int, size: int = TABLE_SIZE) -> None:
+        import numpy as np
+
         self.n = n
         self.entries = np.full(size, EMPTY, dtype=np.int32)
         self.used = 0
@@ -53,6 +53,8 @@ class NgramTable:
         in order: numpy's uint64 arithmetic wraps as C's size_t does."""
         if stop <= start:
             return
+        import numpy as np
+
         arr = np.asarray(tokens[start:stop + self.n], dtype=np.int64).astype(np.uint64)
         count = stop - start
         res = np.zeros(count, dtype=np.uint64)

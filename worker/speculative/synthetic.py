@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 import random
 
-import numpy as np
-
 
 class SynthError(ValueError):
     pass
@@ -82,10 +80,14 @@ class SynthRng:
     generate_canonical: two 32-bit draws, (x0 + x1 * 2^32) / 2^64)."""
 
     def __init__(self, seed: int | None) -> None:
+        import numpy as np
+
         self._state = np.random.RandomState(
             random.getrandbits(32) if seed is None else seed & 0xFFFFFFFF)
 
     def uniform(self) -> float:
+        import numpy as np
+
         x0, x1 = (int(x) for x in self._state.randint(0, 2**32, size=2, dtype=np.uint64))
         value = (x0 + x1 * 2.0**32) / 2.0**64
         return value if value < 1.0 else math.nextafter(1.0, 0.0)
