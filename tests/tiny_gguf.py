@@ -76,16 +76,7 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(chat_template)
+    add_sentencepiece_vocab(writer, (tokens, scores, types), chat_template)
     add_metadata(writer, metadata or {})
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
@@ -103,6 +94,25 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def add_sentencepiece_vocab(writer: gguf.GGUFWriter,
+                            vocab: tuple[list[str], list[float], list[int]],
+                            chat_template: str = CHAT_TEMPLATE, eos: int = 2,
+                            add_bos: bool = True) -> None:
+    """The tokenizer keys of a `vocabulary()`: SentencePiece ("llama"), <unk> 0, <s> 1, the
+    end of generation `eos`, no EOS appended, and the chat template."""
+    tokens, scores, types = vocab
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(eos)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(add_bos)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(chat_template)
 
 
 def add_metadata(writer: gguf.GGUFWriter, metadata: dict[str, Any]) -> None:

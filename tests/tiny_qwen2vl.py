@@ -18,7 +18,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.tiny_gguf import vocabulary
+from tests.tiny_gguf import add_sentencepiece_vocab, vocabulary
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -58,16 +58,8 @@ def write_tiny_qwen2vl(path: Path, n_embd: int = TEXT_EMBD, n_layer: int = 2, n_
     writer.add_rope_dimension_sections(list(ROPE_SECTIONS))
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(4)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(False)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_sentencepiece_vocab(writer, (tokens, scores, types), CHAT_TEMPLATE, eos=4,
+                            add_bos=False)
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", weight(n_vocab, n_embd) * 8)

@@ -24,7 +24,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.tiny_gguf import CHAT_TEMPLATE, vocabulary  # noqa: E402
+from tests.tiny_gguf import add_sentencepiece_vocab, vocabulary  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,7 @@ def write(path: Path, shape: Shape, seed: int = 1) -> Path:
     writer.add_rope_freq_base(500_000.0)
     writer.add_vocab_size(shape.n_vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_sentencepiece_vocab(writer, (tokens, scores, types))
     writer.add_tensor("token_embd.weight", weight(shape.n_vocab, shape.n_embd))  # tied output
     writer.add_tensor("output_norm.weight", ones(shape.n_embd))
     kv = shape.n_head_kv * head_dim
