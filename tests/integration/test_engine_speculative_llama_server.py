@@ -1,7 +1,12 @@
 """The n-gram modes propose llama.cpp's drafts: the same greedy request, on a fresh engine, drafts
 and has accepted exactly what the vendored llama-server reported for it (its `timings.draft_n`
 and `draft_n_accepted`, recorded from ~/.cache/llamaq-bench/bin/llama-server with the same
---spec-type and flags, -c 2048 -np 2, `cache_prompt: false`), with the same tokens."""
+--spec-type and flags, -c 2048 -np 2, `cache_prompt: false`), with the same tokens. The KV
+layout moves the counts on both servers alike (Gemma 3's sliding-window layers: a near-tie at
+token 65 of the code-edit request rounds otherwise in a draft's verify over the SWA ring): the
+engine of test_engine_speculative keeps --swa-full, and its figures are llama-server's with
+--swa-full (checked again for ngram-mod,ngram-simple: 493/125; 422/159 without it); the last
+test runs the worker's default layout too."""
 
 from __future__ import annotations
 
@@ -9,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.contract.jobs import CompletionJob, SamplingParams
+from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from tests.integration.test_engine_speculative import CODE, _engine, _result, _run
-from worker.speculative.config import NgramMapParams, NgramModParams, resolve
+from tests.integration.test_engine_tiny import Events
+from worker.engine import Engine
+from worker.model import ContextPlan, LoadedModel
+from worker.requests import EngineDefaults
+from worker.speculative.config import NgramMapParams, NgramModParams, SpecConfig, resolve
 
 SOURCE = "".join(f"def handler_{i}(request):\n    value = request.get('key_{i}', {i})\n"
                  f"    if value > {i * 3}:\n        return value - {i}\n    return value * 2\n\n"
@@ -79,3 +88,50 @@ def test_synthetic_acceptance_is_llama_servers(gemma_path: Path) -> None:
         engine.stop()
         model.close()
     assert (result.timings.draft_n, result.timings.draft_n_accepted) == (214, 41)
+
+
+def _swa_ring_engine(path: Path, spec: SpecConfig) -> tuple[Engine, Events, LoadedModel]:
+    """The worker's KV layout at llama-server's `-c 2048 -np 2`: 1,024 tokens a slot, Gemma 3's
+    sliding-window layers in llama-server's ring (`n_swa + n_ubatch` cells, no --swa-full)."""
+    plan = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
+                       n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",
+                       cache_type_k="f16", cache_type_v="f16")
+    model = LoadedModel(path, plan)
+    events = Events()
+    defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,
+                              cache_prompt=False, special=False, model_alias="gemma",
+                              worker_id="w-test", spec=spec)
+    engine = Engine(model, defaults, events.sink)
+    engine.start()
+    return engine, events, model
+
+
+@pytest.mark.parametrize(("types", "swa_full", "draft_n", "accepted", "token_65"), [
+    # llama-server --spec-type ngram-cache -c 2048 -np 2: at token 65 its greedy text parts from
+    # its own text without speculation (236825, "6": a near-tie rounded otherwise in the
+    # 9-token verify over the SWA ring); the drafts follow the text
+    ("ngram-cache", False, 181, 163, 236770),
+    # the same with --swa-full: the text without speculation, every draft accepted
+    ("ngram-cache", True, 166, 166, 236825),
+    # llama-server --spec-type ngram-mod,ngram-simple -c 2048 -np 2 (493/125 above: --swa-full)
+    ("ngram-mod,ngram-simple", False, 422, 159, 236825),
+], ids=["ngram-cache-swa-ring", "ngram-cache-swa-full", "ngram-simple-first-swa-ring"])
+def test_drafts_and_acceptance_are_llama_servers_in_either_kv_layout(
+        gemma_path: Path, types: str, swa_full: bool, draft_n: int, accepted: int,
+        token_65: int) -> None:
+    """The code-edit request, 200 greedy tokens, the modes' defaults (ngram-cache: no
+    -lcs/-lcd): llama-server's draft_n/draft_n_accepted and its token at 65, in the worker's
+    default KV layout (the SWA ring) and with --swa-full."""
+    config = resolve([types], False, NgramModParams(), NgramMapParams())
+    engine, events, model = (_engine(gemma_path, config) if swa_full
+                             else _swa_ring_engine(gemma_path, config))
+    try:
+        job = CompletionJob(model="gemma", prompt=PROMPT, n_predict=200, return_tokens=True,
+                            sampling=SamplingParams(temperature=0.0))
+        result = _result(_run(engine, events, job)[0])
+    finally:
+        engine.stop()
+        model.close()
+    assert result.timings.prompt_n == 580
+    assert (result.timings.draft_n, result.timings.draft_n_accepted) == (draft_n, accepted)
+    assert result.tokens is not None and result.tokens[65] == token_65

@@ -52,6 +52,37 @@ def test_dynamic_is_strict() -> None:
     assert no.draft(0, [0, 1, 2], 3) == []
 
 
+@pytest.mark.parametrize(("inserted", "order"), [
+    # printed by a g++ 12 program (libstdc++'s unordered_map<int, int>, emplace one at a time,
+    # then iterated): the newest first of its bucket's run (13 buckets: 5, 18, 31 share one),
+    # else first; the 14th element rehashes to 29 buckets, re-threading the nodes
+    ([5, 18, 31], [31, 18, 5]),
+    ([1, 14, 2, 27], [2, 27, 14, 1]),
+    (list(range(14)), [13, *range(13)]),
+    ([262143, 7, 20, 33], [33, 20, 7, 262143]),
+])
+def test_parts_iterate_in_libstdcxx_order(inserted: list[int], order: list[int]) -> None:
+    part: dict[int, int] = {}
+    for token in inserted:
+        part = nc.emplace(part, token, 1)
+    assert list(part) == order
+
+
+@pytest.mark.parametrize(("prompt", "id_last", "drafted"), [
+    # (0,1) → {0:1, 3:1}: a tie (size 2: 2 samples, 50%); llama.cpp's strict `>` keeps the
+    # first in its unordered_map's order, 3 (the newer: inserted at the front)
+    ([0, 1, 0, 1, 3], 0, [1, 3, 0, 1, 3, 0, 1, 3]),
+    # (1,2,3,4) → {5:1, 6:1} (size 4: 1 sample, 50%): 6
+    ([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3], 4, [6, 1, 2, 3, 4, 6, 1, 2]),
+])
+def test_a_tie_drafts_what_llama_cpp_drafts(prompt: list[int], id_last: int,
+                                           drafted: list[int]) -> None:
+    """The drafts printed by llama.cpp's own common/ngram-cache.cpp (the vendored source,
+    built with g++ 12 into a program that drafts as common_speculative_impl_ngram_cache's
+    draft_one); taking the first counted of a tie drafted [1, 0, 1, 0, ...] and [5, ...]."""
+    assert nc.NgramCache(1).draft(0, prompt, id_last) == drafted
+
+
 def test_context_grows_in_runs_as_llama_cpp() -> None:
     # the runs [1,2,3], [4,1], [2,3,4]: (3,4) and (2,3,4) → 1 straddle runs and are not counted
     mode = nc.NgramCache(1)

@@ -9,13 +9,15 @@ and llama.cpp's cache file format (common_ngram_cache_save/load).
 As llama-server: the context cache of a sequence only grows (never reset between requests;
 the tokens past its size, the sampled one included, are added as one new run, so n-grams
 that straddle two updates are not counted); -lcs and -lcd are read once, read-only, and the
-dynamic cache is never written (llama-server's save_dynamic is false). Deviation: when two
-tokens tie for the most counts llama.cpp takes the first in its unordered_map's iteration
-order (libstdc++'s bucket order); this port takes the first counted.
+dynamic cache is never written (llama-server's save_dynamic is false). When two tokens tie for
+the most counts llama.cpp takes the first in its unordered_map's iteration order: each part's
+dict keeps libstdc++'s order (`emplace`), so ties go as in the vendored llama-server (built
+with g++ 12; another C++ library could order them otherwise).
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
 from pathlib import Path
 
@@ -39,6 +41,48 @@ Cache = dict[Ngram, dict[int, int]]
 """n-gram (padded with -1 to four tokens) → token after it → times seen."""
 
 
+_GROWS_AT = (1, 14, 30, 60, 128, 258, 542, 1110, 2358, 5088, 10274, 20754, 42044, 85230,
+             172934, 351062)
+_BUCKETS = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933,
+            351061, 712697)
+"""libstdc++'s bucket count of an unordered_map<int, int> grown one insertion at a time from
+empty: _BUCKETS[i] from _GROWS_AT[i] elements on (its prime rehash policy, max load 1.0;
+printed by a g++ 12 program, the compiler the vendored llama-server is built with)."""
+_SIZE_T = 1 << 64
+
+
+def _bucket_count(n: int) -> int:
+    return _BUCKETS[bisect.bisect_right(_GROWS_AT, n) - 1]
+
+
+def _place(keys: list[int], token: int, n_buckets: int) -> None:
+    """libstdc++'s _M_insert_bucket_begin: first of its bucket's run of nodes, or first of
+    the list when its bucket is empty (std::hash<int>: the value as size_t)."""
+    bucket = token % _SIZE_T % n_buckets
+    for i, key in enumerate(keys):
+        if key % _SIZE_T % n_buckets == bucket:
+            keys.insert(i, token)
+            return
+    keys.insert(0, token)
+
+
+def emplace(part: dict[int, int], token: int, count: int) -> dict[int, int]:
+    """`part` with `token` (not in it) added as std::unordered_map::emplace adds it: the
+    dict's order is the map's iteration order (a rehash re-threads the nodes in their order,
+    each first of its new bucket's run), which decides ties for the most counts in
+    llama.cpp's drafts (its strict `>` keeps the first)."""
+    n = len(part)
+    n_buckets = _bucket_count(n + 1)
+    keys = list(part)
+    if n and n_buckets != _bucket_count(n):
+        rehashed: list[int] = []
+        for key in keys:
+            _place(rehashed, key, n_buckets)
+        keys = rehashed
+    _place(keys, token, n_buckets)
+    return {key: part.get(key, count) for key in keys}
+
+
 def ngram_of(tokens: list[int]) -> Ngram:
     padded = [*tokens, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL, TOKEN_NULL][:NGRAM_MAX]
     return (padded[0], padded[1], padded[2], padded[3])
@@ -49,8 +93,12 @@ def update(cache: Cache, ngram_min: int, ngram_max: int, inp: list[int], nnew: i
     size = len(inp)
     for n in range(ngram_min, ngram_max + 1):
         for i in range(max(size - nnew, n), size):
-            part = cache.setdefault(ngram_of(inp[i - n:i]), {})
-            part[inp[i]] = part.get(inp[i], 0) + 1
+            ngram = ngram_of(inp[i - n:i])
+            part = cache.get(ngram, {})
+            if inp[i] in part:
+                part[inp[i]] += 1
+            else:
+                cache[ngram] = emplace(part, inp[i], 1)
 
 
 def _try_static(nc_static: Cache, ngram: Ngram) -> int:
@@ -157,7 +205,8 @@ def loads(data: bytes, name: str = "cache") -> Cache:
             pos += 8
             if count <= 0:
                 raise CacheFileError(f"{name}: bad count {count}")
-            part.setdefault(token, count)
+            if token not in part:
+                part = emplace(part, token, count)
         cache.setdefault((t0, t1, t2, t3), part)
     if pos != size:
         raise CacheFileError(f"{name}: trailing {size - pos} bytes")
@@ -175,9 +224,15 @@ def load_file(path: str) -> Cache:
 def merge(target: Cache, add: Cache) -> None:
     """common_ngram_cache_merge."""
     for ngram, part in add.items():
-        into = target.setdefault(ngram, {})
+        into = target.get(ngram)
+        if into is None:
+            target[ngram] = dict(part)  # a copy keeps the order
+            continue
         for token, count in part.items():
-            into[token] = into.get(token, 0) + count
+            if token in into:
+                into[token] += count
+            else:
+                into = target[ngram] = emplace(into, token, count)
 
 
 class NgramCache:
