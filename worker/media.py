@@ -73,6 +73,12 @@ class ProjectorOptions:
     """--video-timestamp-interval: a text timestamp between frames this often (<= 0: none)."""
     video_ffmpeg_dir: str | None = None
     """--video-ffmpeg-dir: where ffmpeg and ffprobe are (None: PATH)."""
+    flash_attn_type: int = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
+    """-fa, as llama-server gives it to the vision/audio encoder."""
+    warmup: bool = False
+    """--warmup: encode a dummy input at load. As in llama-server, it is also what resolves
+    `-fa auto` (clip.cpp tries flash attention then): without it the encoder computes
+    attention without flash attention, with other roundings than llama-server's default."""
 
 
 def media_marker(env: Mapping[str, str]) -> str:
@@ -166,7 +172,8 @@ class Projector:
             params.device = options.device
         params.n_threads = options.n_threads
         params.print_timings = False
-        params.warmup = False
+        params.flash_attn_type = options.flash_attn_type
+        params.warmup = options.warmup
         params.image_min_tokens = options.image_min_tokens
         params.image_max_tokens = options.image_max_tokens
         if options.batch_max_tokens > 0:

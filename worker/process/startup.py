@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
@@ -47,6 +47,8 @@ from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.settings import WorkerSettings
 from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
 from worker.tensor_overrides import Placement
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +167,9 @@ def load_model(s: WorkerSettings, path: Path,
             model.close()
             raise ModelLoadError(str(error)) from None
     if s.mmproj:  # completions, and embeddings of inputs with media
-        try:
-            model.projector = load_projector(s, model, plan.n_threads, marker)
+        try:  # its warmup computes: on a thread of its own (see warm_up_on_own_thread)
+            model.projector = on_own_thread(
+                lambda: load_projector(s, model, plan.n_threads, marker))
         except ProjectorLoadError as error:
             model.close()
             raise ModelLoadError(str(error)) from None
@@ -294,7 +297,8 @@ def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
                                batch_max_tokens=s.mtmd_batch_max_tokens,
                                video_fps=s.video_fps,
                                video_timestamp_interval_ms=s.video_timestamp_interval,
-                               video_ffmpeg_dir=s.video_ffmpeg_dir)
+                               video_ffmpeg_dir=s.video_ffmpeg_dir,
+                               flash_attn_type=FLASH_ATTN[s.flash_attn], warmup=s.warmup)
     assert model.model is not None
     return Projector(s.mmproj, model.model, options, marker or media_marker(os.environ))
 
@@ -305,9 +309,27 @@ def warm_up_on_own_thread(model: LoadedModel) -> None:
     than cores it cuts every wait's spinning to ~100 rounds (GOMP_SPINCOUNT no longer
     applies). The loading thread stays in the event loop's pool, so a warmup there would leave
     a second team beside the engine's."""
-    thread = threading.Thread(target=model.warmup, name="llamaq-warmup")
+    on_own_thread(model.warmup)
+
+
+def on_own_thread(work: Callable[[], T]) -> T:
+    """`work()` on a thread that ends with it (see warm_up_on_own_thread): its result, or
+    what it raised."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as error:  # raised again on the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="llamaq-warmup")
     thread.start()
     thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def new_engine(s: WorkerSettings, model: LoadedModel, model_id: str, worker_id: str,
