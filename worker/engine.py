@@ -294,11 +294,13 @@ class Engine:
                 self._fail_one(active, error, events)
 
     def _prompt_end(self, active: SlotRun) -> int:
-        """Where this step's prompt tokens of a run may go up to: its next media chunk."""
+        """Where this step's prompt tokens of a run may go up to: its next media chunk, and
+        the cuts before the prompt's last tokens that llama-server makes for its checkpoints
+        (with media too, where it takes none right after a chunk but cuts all the same)."""
         media, tier = active.request.media, active.request.tier
         n_prompt = len(active.request.prompt_tokens)
-        end = media.text_end(active.prompt_done) if media is not None \
-            else self._checkpoints.chunk_end(n_prompt, active.prompt_done, n_prompt)
+        text_end = media.text_end(active.prompt_done) if media is not None else n_prompt
+        end = self._checkpoints.chunk_end(n_prompt, active.prompt_done, text_end)
         if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
             end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
         alora = active.request.alora

@@ -125,6 +125,27 @@ def test_completion_multimodal_data_with_the_props_marker(api: str) -> None:
         httpx.post(f"{api}/completion", json=wrong, timeout=60), 400)
 
 
+LLAMA_SERVER_IMAGE_LOGPROBS = [(251, -3.2935), (107, -0.1076), (251, -0.9001), (107, -0.0313)]
+"""The vendored llama-server's greedy answer (`n_probs` 1) to the request below, with this
+fleet's model, projector and flags (`-c 4096 -np 4 -t 2 --no-mmproj-offload`), recorded Dec 2.
+llama-server decodes the prompt's last 4 tokens apart (its context-checkpoint cut), media or
+not: decoding them with the text before them rounds otherwise (-3.315 on the first token)."""
+
+
+def test_an_image_prompt_is_decoded_as_llama_server_decodes_it(api: str) -> None:
+    marker = httpx.get(f"{api}/props", timeout=30).json()["media_marker"]
+    image = base64.b64encode(png(80, 60, seed=7)).decode()
+    body = {"prompt": {"prompt_string": f"<start_of_turn>user\n{marker}Describe it.<end_of_turn>"
+                       "\n<start_of_turn>model\n", "multimodal_data": [image]},
+            "n_predict": 4, "temperature": 0, "n_probs": 1, "cache_prompt": False}
+    answer = httpx.post(f"{api}/completion", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text[:400]
+    got = [(p["id"], p["logprob"]) for p in answer.json()["completion_probabilities"]]
+    assert [t for t, _ in got] == [t for t, _ in LLAMA_SERVER_IMAGE_LOGPROBS]
+    for (_, ours), (_, theirs) in zip(got, LLAMA_SERVER_IMAGE_LOGPROBS, strict=True):
+        assert abs(ours - theirs) < 0.005, (got, LLAMA_SERVER_IMAGE_LOGPROBS)
+
+
 def test_errors_are_llama_servers(api: str) -> None:
     audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(),
                                                     "format": "wav"}}
