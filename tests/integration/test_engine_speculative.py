@@ -25,10 +25,13 @@ GREEDY = SamplingParams(temperature=0.0)
 SEEDED = SamplingParams(temperature=0.2, seed=42)
 
 
-def _engine(path: Path, spec: SpecConfig) -> tuple[Engine, Events, LoadedModel]:
-    plan = ContextPlan(n_ctx=4096, n_slots=N_SLOTS, kv_unified=False, n_batch=512,
-                       n_ubatch=512, n_threads=2, n_threads_batch=2, swa_full=True,
-                       flash_attn="auto", cache_type_k="f16", cache_type_v="f16")
+PLAN = ContextPlan(n_ctx=4096, n_slots=N_SLOTS, kv_unified=False, n_batch=512, n_ubatch=512,
+                   n_threads=2, n_threads_batch=2, swa_full=True, flash_attn="auto",
+                   cache_type_k="f16", cache_type_v="f16")
+
+
+def _engine(path: Path, spec: SpecConfig,
+            plan: ContextPlan = PLAN) -> tuple[Engine, Events, LoadedModel]:
     model = LoadedModel(path, plan)
     events = Events()
     defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,

@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
-from tests.integration.test_engine_speculative import CODE, _engine, _result, _run
-from tests.integration.test_engine_tiny import Events
-from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
-from worker.speculative.config import NgramMapParams, NgramModParams, SpecConfig, resolve
+from scheduler.contract.jobs import CompletionJob, SamplingParams
+from tests.integration.test_engine_speculative import CODE, PLAN, _engine, _result, _run
+from worker.model import ContextPlan
+from worker.speculative.config import NgramMapParams, NgramModParams, resolve
 
 SOURCE = "".join(f"def handler_{i}(request):\n    value = request.get('key_{i}', {i})\n"
                  f"    if value > {i * 3}:\n        return value - {i}\n    return value * 2\n\n"
@@ -90,20 +87,11 @@ def test_synthetic_acceptance_is_llama_servers(gemma_path: Path) -> None:
     assert (result.timings.draft_n, result.timings.draft_n_accepted) == (214, 41)
 
 
-def _swa_ring_engine(path: Path, spec: SpecConfig) -> tuple[Engine, Events, LoadedModel]:
-    """The worker's KV layout at llama-server's `-c 2048 -np 2`: 1,024 tokens a slot, Gemma 3's
-    sliding-window layers in llama-server's ring (`n_swa + n_ubatch` cells, no --swa-full)."""
-    plan = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
+SWA_RING = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
                        n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
-    model = LoadedModel(path, plan)
-    events = Events()
-    defaults = EngineDefaults(sampling=SamplingSettings(seed=1), n_predict=-1, n_keep=0,
-                              cache_prompt=False, special=False, model_alias="gemma",
-                              worker_id="w-test", spec=spec)
-    engine = Engine(model, defaults, events.sink)
-    engine.start()
-    return engine, events, model
+"""The worker's KV layout at llama-server's `-c 2048 -np 2`: 1,024 tokens a slot, Gemma 3's
+sliding-window layers in llama-server's ring (`n_swa + n_ubatch` cells, no --swa-full)."""
 
 
 @pytest.mark.parametrize(("types", "swa_full", "draft_n", "accepted", "token_65"), [
@@ -123,8 +111,7 @@ def test_drafts_and_acceptance_are_llama_servers_in_either_kv_layout(
     -lcs/-lcd): llama-server's draft_n/draft_n_accepted and its token at 65, in the worker's
     default KV layout (the SWA ring) and with --swa-full."""
     config = resolve([types], False, NgramModParams(), NgramMapParams())
-    engine, events, model = (_engine(gemma_path, config) if swa_full
-                             else _swa_ring_engine(gemma_path, config))
+    engine, events, model = _engine(gemma_path, config, PLAN if swa_full else SWA_RING)
     try:
         job = CompletionJob(model="gemma", prompt=PROMPT, n_predict=200, return_tokens=True,
                             sampling=SamplingParams(temperature=0.0))
