@@ -87,11 +87,11 @@ def test_synthetic_acceptance_is_llama_servers(gemma_path: Path) -> None:
     assert (result.timings.draft_n, result.timings.draft_n_accepted) == (214, 41)
 
 
+# The worker's KV layout at llama-server's `-c 2048 -np 2`: 1,024 tokens a slot, Gemma 3's
+# sliding-window layers in llama-server's ring (`n_swa + n_ubatch` cells, no --swa-full).
 SWA_RING = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
                        n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
-"""The worker's KV layout at llama-server's `-c 2048 -np 2`: 1,024 tokens a slot, Gemma 3's
-sliding-window layers in llama-server's ring (`n_swa + n_ubatch` cells, no --swa-full)."""
 
 
 @pytest.mark.parametrize(("types", "swa_full", "draft_n", "accepted", "token_65"), [
