@@ -30,6 +30,8 @@ from scheduler.contract.results import ENVELOPE, EventEnvelope
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAY_S = 0.5
+CONNECTED_POLL_S = 0.05
+"""How often a subscription that waits for the reader to reconnect looks again."""
 POLL_S = 0.5
 """The reader waits this long for a message, then looks at the connection's health."""
 PING_EVERY_S = 1.0
@@ -102,6 +104,7 @@ class EventHub:
         self._queues[channel] = queue
         self._confirmations[channel] = confirmed
         try:
+            await self._until_connected()
             await self._pubsub.subscribe(channel)
             await confirmed
             yield queue
@@ -109,9 +112,24 @@ class EventHub:
             self._queues.pop(channel, None)
             self._confirmations.pop(channel, None)
             try:
-                await self._pubsub.unsubscribe(channel)
+                if _connected(self._pubsub):  # else see _until_connected
+                    await self._pubsub.unsubscribe(channel)
+                else:
+                    self._stale.add(channel)
             except RedisError:
                 self._stale.add(channel)
+
+    async def _until_connected(self) -> None:
+        """Only the reader (re)connects the shared connection. A subscription that connected
+        it would read its socket beside the reader (redis-py's on_connect reads replies), and
+        asyncio raises RuntimeError in the second of them: a 500 for the request, or a dead
+        reader. So a subscription waits for the reader, up to HUB_GRACE_S (then 503)."""
+        assert self._pubsub is not None
+        deadline = time.monotonic() + keys.HUB_GRACE_S
+        while not _connected(self._pubsub):
+            if time.monotonic() >= deadline:
+                raise RedisUnreachable()
+            await asyncio.sleep(CONNECTED_POLL_S)
 
     async def read_log(self, job_id: str, first_seq: int,
                        last_seq: int | None = None) -> list[EventEnvelope]:
@@ -199,8 +217,10 @@ class EventHub:
             else:
                 for queue in self._queues.values():
                     queue.put_nowait(RESYNC)
-            if stale:
+            if stale and _connected(pubsub):  # else they stay stale (see _until_connected)
                 await pubsub.unsubscribe(*stale)
+            elif stale:
+                self._stale |= stale
             for callback in self.on_reconnect:
                 await callback()
         except RedisError as error:
@@ -229,6 +249,11 @@ class EventHub:
                 queue.put_nowait(ENVELOPE.validate_json(data[1:] if data[0] == INLINE else data))
         except (ValidationError, ValueError, IndexError):  # junk anyone may publish
             log.exception("malformed event on %s", channel)
+
+
+def _connected(pubsub: PubSub) -> bool:
+    """Whether the subscription's connection has a socket (sending on it connects nothing)."""
+    return pubsub.connection is not None and pubsub.connection.is_connected
 
 
 async def _drop(pubsub: PubSub) -> None:
