@@ -4,6 +4,7 @@ limits (size per route, nesting depth, NaN/Infinity, lone UTF-16 surrogates) are
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import re
@@ -104,18 +105,57 @@ def raw_body(request: Request) -> bytes:
     return raw
 
 
-async def parse_ahead(request: Request) -> None:
+class FrozenBodies:
+    """Big parsed bodies kept out of the cyclic collector's walks while any is alive. The
+    millions of objects of one (none in a cycle: refcounts free them) otherwise start full
+    collections that walk them all, each holding the GIL ~0.2 s: the pod's loop stalls while
+    the body is parsed and for as long as it lives. So the collector pauses during the parse,
+    then `gc.freeze()` moves every object alive into its permanent generation; once the last
+    request holding such a body has ended, `gc.unfreeze()` hands what is left back to the
+    oldest generation (the cyclic garbage of those moments is collected then; a request
+    cancelled while its body was parsed holds none, so its moment waits for the next one)."""
+
+    def __init__(self) -> None:
+        self._held = 0
+
+    @staticmethod
+    def parse(raw: bytes) -> Any:
+        """`load_json` of a big body (in a thread), frozen once parsed."""
+        gc.disable()  # bodies parsed at once may resume it early; it always ends enabled
+        try:
+            value = load_json(raw, yielding=True)
+            gc.freeze()
+            return value
+        finally:
+            gc.enable()
+
+    def hold(self) -> None:
+        """A request holds a body `parse` froze (on the event loop, as `release`)."""
+        self._held += 1
+
+    def release(self) -> None:
+        """A request that held a frozen body has ended."""
+        self._held -= 1
+        if self._held == 0:
+            gc.unfreeze()
+
+
+async def parse_ahead(request: Request, bodies: FrozenBodies) -> bool:
     """A big JSON body parsed (and its shape checked) in a thread, not on the event loop (a
     32 MiB body of small objects takes seconds); the result, or its error, waits for
-    `json_body`. Called once the body has arrived (api/sanic_app.py)."""
+    `json_body`. Called once the body has arrived (api/sanic_app.py). True if `bodies` froze
+    it: the caller releases it when the request has ended."""
     raw = request.body or b""
     if len(raw) < OFF_LOOP_BYTES or raw.lstrip()[:1] not in (b"{", b"["):
-        return
+        return False
     try:
-        value: Any = await asyncio.to_thread(load_json, raw, yielding=True)
+        value: Any = await asyncio.to_thread(bodies.parse, raw)
     except InvalidRequest as error:
-        value = error
+        request.ctx.parsed_ahead = (raw, error)
+        return False
+    bodies.hold()
     request.ctx.parsed_ahead = (raw, value)
+    return True
 
 
 def parsed_json(request: Request, raw: bytes, keep: bool = False) -> Any:

@@ -14,10 +14,11 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 from sanic import Request, Sanic
 
-from api.body import parse_ahead
+from api.body import FrozenBodies, parse_ahead
 from scheduler.contract.errors import AuthenticationFailed, InvalidRequest
 
 
@@ -38,10 +39,25 @@ class ApiRequest(Request):  # type: ignore[type-arg]
         except TimeoutError:
             raise InvalidRequest(f"the request body did not arrive within {timeout:g} s "
                                  "(--body-timeout)", status=408) from None
-        await parse_ahead(self)  # a big JSON body: parsed off the event loop
+        # a big JSON body: parsed off the event loop, frozen until the request has ended
+        self.ctx.frozen_body = await parse_ahead(self, ctx.frozen_bodies)
 
 
 class ApiApp(Sanic):  # type: ignore[type-arg]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ctx.frozen_bodies = FrozenBodies()
+
+    async def handle_request(self, request: Request) -> None:
+        """Sanic's, and the release of a big body `ApiRequest` froze once the request ends."""
+        try:
+            await super().handle_request(request)
+        finally:
+            if getattr(request.ctx, "frozen_body", False):
+                request.ctx.frozen_body = False
+                request.ctx.parsed_ahead = None
+                self.ctx.frozen_bodies.release()
+
     def shutdown_tasks(self, timeout: float | None = None, increment: float = 0.1) -> None:
         """Cancel every task but the server's and give them up to `timeout` seconds (the
         graceful shutdown timeout by default) to end; those still running are left behind."""

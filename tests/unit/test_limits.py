@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 
 import pytest
 from pydantic import ValidationError
 
-from api.body import load_json
+from api.body import FrozenBodies, load_json
 from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest
@@ -151,3 +152,21 @@ def test_sse_ping_interval_is_bounded() -> None:
         with pytest.raises((InvalidRequest, ValidationError)) as raised:
             parse(bad)
         assert "sse_ping_interval" in str(raised.value), bad
+
+
+def test_a_big_body_is_out_of_the_collectors_walks_while_a_request_holds_it() -> None:
+    """Frozen once parsed (the collector never walks it), handed back when the last request
+    holding one has ended; the collector runs again after each parse."""
+    bodies = FrozenBodies()
+    raw = json.dumps([{"text": "hi"}] * 1000).encode()
+    assert gc.get_freeze_count() == 0
+    first, second = bodies.parse(raw), bodies.parse(raw)
+    bodies.hold()
+    bodies.hold()
+    assert first == second == json.loads(raw)
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 1000
+    bodies.release()
+    assert gc.get_freeze_count() > 1000  # the second request still holds its body
+    bodies.release()
+    assert gc.get_freeze_count() == 0
