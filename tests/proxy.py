@@ -47,7 +47,7 @@ class RoundRobinProxy:
                 await writer.drain()
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RoundRobinProxy]:
@@ -60,9 +60,13 @@ class RoundRobinProxy:
             self._thread.join(10)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+               delay_s: float = 0.0) -> None:
+    """Copy `reader` to `writer` until either end closes, each chunk `delay_s` late."""
     try:
         while data := await reader.read(65536):
+            if delay_s:
+                await asyncio.sleep(delay_s)
             writer.write(data)
             await writer.drain()
     except OSError:

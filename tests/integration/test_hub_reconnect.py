@@ -19,22 +19,9 @@ from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError
 from scheduler.contract.results import EventEnvelope, StartedEvent
 from scheduler.hub import INLINE, EventHub, Resync
+from tests.proxy import pipe
 
 REPLY_DELAY_S = 0.02
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                delay_s: float) -> None:
-    try:
-        while data := await reader.read(65536):
-            await asyncio.sleep(delay_s)
-            writer.write(data)
-            await writer.drain()
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            writer.close()
 
 
 @contextlib.asynccontextmanager
@@ -44,7 +31,7 @@ async def slow_link(redis_url: str) -> AsyncIterator[str]:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(host, int(port))
-        await asyncio.gather(_pipe(reader, up_writer, 0), _pipe(up_reader, writer, REPLY_DELAY_S))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer, REPLY_DELAY_S))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     try:
