@@ -4,10 +4,13 @@ prompt so that a later prompt that shares a prefix can go back to it (llama-serv
 `-ctxcp/--ctx-checkpoints`, `-cms/--checkpoint-min-step`).
 
 Owns: a checkpoint (its bytes and the positions it covers), the per-slot rules of
-llama-server's server-context.cpp: when one is taken (near the prompt's end, at
-`4 + n_ubatch` and `4` tokens before it; none right after media), which ones are dropped to
-make room, and which one a new prompt restores (`pos_min < pos_next - n_swa`, else the prompt
-is processed again). Pure: the llama.cpp calls are in worker/kv_moves.py.
+llama-server's server-context.cpp: where the prefill is cut for one (at the start of the last
+user message, of a user message `min_step` past the slot's last checkpoint or of any when the
+slot has none, and `4 + n_ubatch` and `4` tokens before the prompt's end), when one is taken
+(before a chunk that starts such a user message or ends near the prompt's end; none right
+after media), which ones are dropped to make room, and which one a new prompt restores
+(`pos_min < pos_next - n_swa`, else the prompt is processed again). Pure: the llama.cpp
+calls are in worker/kv_moves.py.
 """
 
 from __future__ import annotations
@@ -56,27 +59,45 @@ class CheckpointRules:
     def enabled(self) -> bool:
         return self.needed and self.n_max > 0
 
-    def chunk_end(self, n_prompt: int, done: int, end: int) -> int:
-        """Where a prefill chunk that starts at `done` and would go to `end` stops, so that
-        the last `4 + n_ubatch` and the last `4` tokens of the prompt start chunks of their
-        own (a checkpoint is taken before each)."""
+    def chunk_end(self, n_prompt: int, done: int, end: int, user_starts: tuple[int, ...] = (),
+                  checkpoints: list[Checkpoint] | None = None) -> int:
+        """Where a prefill chunk that starts at `done` and would go to `end` stops: at a user
+        message's start that may take a checkpoint (`user_starts`, with the slot's
+        `checkpoints`), and so that the last `4 + n_ubatch` and the last `4` tokens of the
+        prompt start chunks of their own (a checkpoint is taken before each)."""
         if not self.enabled:
             return end
+        for pos in user_starts:
+            if pos >= end:
+                break
+            if pos > done and self._user_cut(pos, user_starts, checkpoints or []):
+                end = pos
+                break
         for offset in (4 + self.n_ubatch, 4):
             cut = n_prompt - min(self.n_batch, offset)
             if done < cut < end:
                 return cut
         return end
 
-    def wanted(self, n_prompt: int, start: int, end: int, after_media: bool) -> bool:
+    def wanted(self, n_prompt: int, start: int, end: int, after_media: bool,
+               user_starts: tuple[int, ...] = (),
+               checkpoints: list[Checkpoint] | None = None) -> bool:
         """Take one before decoding prompt tokens [start, end) of a prompt of `n_prompt`
-        (llama-server's do_checkpoint): only when the chunk ends within n_ubatch of the
-        prompt's end, never right after media, never with nothing cached yet. (llama-server
-        also takes one at user-message starts, `min_step` apart; llamaq's jobs carry no
-        message spans, so it takes the ones near the end only.)"""
+        (llama-server's do_checkpoint): when the chunk ends within n_ubatch of the prompt's
+        end, or starts a user message that may take one; never right after media, never with
+        nothing cached yet."""
         if not self.enabled or start <= 0 or after_media:
             return False
-        return n_prompt < end + self.n_ubatch
+        if n_prompt < end + self.n_ubatch:
+            return True
+        return start in user_starts and self._user_cut(start, user_starts, checkpoints or [])
+
+    def _user_cut(self, pos: int, user_starts: tuple[int, ...],
+                  checkpoints: list[Checkpoint]) -> bool:
+        """Whether the user message at `pos` gets a cut and a checkpoint: the last one
+        always, another when the slot has none or its last is `min_step` before it."""
+        return (pos == user_starts[-1] or not checkpoints
+                or pos > checkpoints[-1].n_tokens + self.min_step)
 
     def add(self, checkpoints: list[Checkpoint], new: Checkpoint) -> None:
         """Append `new`, first making room as create_checkpoint does: when the list is full,

@@ -270,7 +270,8 @@ class Engine:
         llama-server would take one (worker/checkpoints.py); none for prompts with media."""
         n_prompt = len(active.request.prompt_tokens)
         if self._checkpoints.wanted(n_prompt, active.prompt_done, end,
-                                    active.request.media is not None):
+                                    active.request.media is not None,
+                                    active.request.user_starts, active.slot.checkpoints):
             kv_moves.take_checkpoint(self._kv, active.slot, self._checkpoints,
                                      active.prompt_done, active.task_no)
 
@@ -295,12 +296,14 @@ class Engine:
 
     def _prompt_end(self, active: SlotRun) -> int:
         """Where this step's prompt tokens of a run may go up to: its next media chunk, and
-        the cuts before the prompt's last tokens that llama-server makes for its checkpoints
-        (with media too, where it takes none right after a chunk but cuts all the same)."""
+        the cuts at user messages and before the prompt's last tokens that llama-server makes
+        for its checkpoints (with media too, where it takes none right after a chunk but cuts
+        all the same)."""
         media, tier = active.request.media, active.request.tier
         n_prompt = len(active.request.prompt_tokens)
         text_end = media.text_end(active.prompt_done) if media is not None else n_prompt
-        end = self._checkpoints.chunk_end(n_prompt, active.prompt_done, text_end)
+        end = self._checkpoints.chunk_end(n_prompt, active.prompt_done, text_end,
+                                          active.request.user_starts, active.slot.checkpoints)
         if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
             end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
         alora = active.request.alora

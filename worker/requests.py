@@ -23,6 +23,7 @@ from worker.alora import ALoraRun, alora_plan
 from worker.infill import infill_tokens
 from worker.kv_tier import TierPlan
 from worker.media import MediaPrompt
+from worker.message_spans import user_starts
 from worker.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
 from worker.slots import SIMILARITY
@@ -97,6 +98,9 @@ class Request:
     adapter_set: tuple[float, ...] | None = None
     """The set decided at prepare when an aLoRA is loaded (None: the engine's rule when the
     slot starts, worker/adapter_sets.py)."""
+    user_starts: tuple[int, ...] = ()
+    """Where the prompt's user messages start (worker/message_spans.py): the engine cuts and
+    checkpoints the prefill there."""
     tier: TierPlan | None = None
     """The fleet-wide KV tier's part (--kv-store, worker/kv_tier.py): a stored prefix state
     to restore, a boundary whose state to take."""
@@ -148,6 +152,7 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
             f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
+    starts = user_starts(tokens, job.message_delimiters, vocab)
     sampling = resolve_sampling(defaults.sampling, job.sampling, n_ctx)
     if generated:
         sampling = sampling.model_copy(
@@ -178,7 +183,8 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
     return Request(job, tokens + generated, sampling, sampler, n_predict, cache_prompt, n_keep,
                    cache_reuse, stop, n_discard=job.n_discard or 0, logit_bias=biases,
                    preserved=vocab.single_tokens(job.preserved_tokens), resumed=resumed,
-                   media=media_prompt, alora=alora, adapter_set=adapter_set)
+                   media=media_prompt, alora=alora, adapter_set=adapter_set,
+                   user_starts=starts)
 
 
 def media_prompt_of(job: CompletionJob, model: LoadedModel,

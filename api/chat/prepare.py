@@ -17,6 +17,7 @@ from typing import Any
 
 from api.chat.caps import chat_template_caps
 from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format, preserved_tokens
+from api.chat.delimiters import chat_delimiters
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
@@ -36,7 +37,7 @@ from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import ReasoningSpec
+from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
 from scheduler.registry import ModelMeta
 
 
@@ -82,6 +83,14 @@ class PreparedChat:
     """The special tokens the worker must write as text for the parser (the job's)."""
     media: MediaInput | None = None
     """The media the messages hold (their markers are in `prompt`); None: a text-only model."""
+    message_delimiters: list[MessageDelimiter] = field(default_factory=list)
+    """Where the template's messages start (api/chat/delimiters.py)."""
+
+    def fill(self, job: CompletionJob) -> None:
+        """Give the prompt's job what the worker needs of this chat beside the prompt."""
+        job.reasoning = self.reasoning
+        job.preserved_tokens = self.preserved_tokens
+        job.message_delimiters = self.message_delimiters
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
@@ -149,7 +158,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
             "supports_parallel_tool_calls"]
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
                         reasoning, parallel, preserved_tokens(template.source),
-                        media if media is not None and media.sources else None)
+                        media if media is not None and media.sources else None,
+                        chat_delimiters(settings, template))
 
 
 def media_input(meta: ModelMeta | None) -> MediaInput | None:

@@ -201,6 +201,25 @@ class InfillParts(BaseModel):
     input_extra: list[ExtraContext] = Field(default_factory=list)
 
 
+class MessageDelimiter(BaseModel):
+    """Text that starts a message of `role` in a rendered chat prompt (llama-server's
+    `message_delimiters`, from its chat template analysis): the worker finds where user
+    messages start in the prompt's tokens and cuts and checkpoints the prefill there."""
+
+    role: str = ""
+    delimiter: str = ""
+
+
+def parse_message_delimiters(value: Any) -> list[MessageDelimiter]:
+    """llama-server's common_chat_msg_delimiters_parse: an array's objects, each with string
+    `role` and `delimiter` (default ""); anything else in it is skipped, and a value that is
+    not an array is no delimiters."""
+    if not isinstance(value, list):
+        return []
+    return [MessageDelimiter.model_validate(d, strict=True) for d in value
+            if isinstance(d, dict)]
+
+
 class ReasoningSpec(BaseModel):
     """The thinking block of a chat completion, for the reasoning budget and early end."""
 
@@ -267,10 +286,10 @@ class CompletionJob(BaseModel):
     `preserved_tokens`: what marks reasoning or tool calls for the chat parser); a text that is
     not one token of the model's vocabulary is ignored."""
     lora: list[LoraScale] | None = None
-    draft_limits: DraftLimits | None = None
-    """The request's speculative.* fields (None: the worker's --spec-* flags alone)."""
     """The request's LoRA scales by adapter id (those not named at 0); None: the worker's
     global scales when the run starts (a request without `lora`, or with `[]`)."""
+    draft_limits: DraftLimits | None = None
+    """The request's speculative.* fields (None: the worker's --spec-* flags alone)."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
     its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""
@@ -281,6 +300,8 @@ class CompletionJob(BaseModel):
     """Images and audio, one per `media_marker` in the prompt (a string), in order."""
     media_marker: str = ""
     """The marker the prompt's text holds where each media item goes."""
+    message_delimiters: list[MessageDelimiter] = Field(default_factory=list)
+    """Where the prompt's messages start (a chat's, from its template; /completion's own)."""
 
 
 class TokenizeJob(BaseModel):

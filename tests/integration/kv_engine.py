@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
+from scheduler.contract.jobs import (
+    CompletionJob,
+    MessageDelimiter,
+    SamplingParams,
+    SamplingSettings,
+)
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from tests.processes import free_port
 from worker.engine import Engine, JobEvent
@@ -64,9 +69,10 @@ def running(model: LoadedModel, **defaults: object) -> Iterator[tuple[Engine, Si
             slot.forget_tokens()
 
 
-def complete(engine: Engine, sink: Sink, prompt: str, n_predict: int) -> CompletionResult:
+def complete(engine: Engine, sink: Sink, prompt: str, n_predict: int,
+             delimiters: list[MessageDelimiter] | None = None) -> CompletionResult:
     job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY,
-                        n_probs=8)
+                        n_probs=8, return_tokens=True, message_delimiters=delimiters or [])
     engine.submit(engine.prepare(job))
     return sink.result(job.job_id)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from scheduler.contract.jobs import CompletionJob, MessageDelimiter
 from tests.integration.kv_engine import (
     LLAMA_SERVER,
     complete,
@@ -30,6 +31,9 @@ N_UBATCH = 256
 """A small ubatch keeps the SWA cache at 768 cells: 300 generated tokens push the prompt's
 end out of the window."""
 N_GEN = 300
+GEMMA_DELIMITERS = [MessageDelimiter(role="assistant", delimiter="<start_of_turn>model"),
+                    MessageDelimiter(role="user", delimiter="<start_of_turn>user")]
+"""What llama-server's template analysis finds for Gemma 3's template (api/chat/delimiters.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +130,68 @@ def test_cache_n_is_at_least_llama_servers(gemma: LoadedModel, gemma_path: Path,
     print(f"cache_n: llamaq {ours}, llama-server {theirs}")
     assert all(o >= t for o, t in zip(ours, theirs, strict=True)), (ours, theirs)
     assert ours[1] > 0
+
+
+def chat(*turns: str) -> str:
+    """A Gemma 3 chat prompt: user and model turns by turns, then the model's."""
+    roles = ("user", "model")
+    return "".join(f"<start_of_turn>{roles[i % 2]}\n{turn}<end_of_turn>\n"
+                   for i, turn in enumerate(turns)) + "<start_of_turn>model\n"
+
+
+@pytest.mark.process
+def test_a_chat_that_branches_at_its_last_user_message_restores_from_there(
+        gemma: LoadedModel, gemma_path: Path) -> None:
+    """The prefill is cut and checkpointed where user messages start (the job's message
+    delimiters), so a second request that changes the last user message, past the window,
+    reuses everything before it, as llama-server does; and its batches are llama-server's,
+    so greedy tokens are too."""
+    if not LLAMA_SERVER.exists():
+        pytest.skip(f"no llama-server binary at {LLAMA_SERVER}")
+    answer = "Noted. " + document(9, 40)
+    first = chat(document(3, 250), answer, document(4, 250))
+    branch = chat(document(3, 250), answer, document(5, 250))
+    sequence = [(first, 32), (branch, 32)]
+    with running(gemma) as (engine, sink):
+        ours = [complete(engine, sink, p, n, GEMMA_DELIMITERS) for p, n in sequence]
+        n_first = ours[0].tokens_evaluated
+        prepared = engine.prepare(_job(first))
+        prepared.sampler.free()
+        user_starts = prepared.user_starts
+        cut = [c.n_tokens for c in engine.slots[0].checkpoints]
+    with running(gemma) as (engine, sink):
+        blind = [complete(engine, sink, p, n).timings.cache_n for p, n in sequence]
+    assert len(user_starts) == 2 and user_starts[0] == 1  # after BOS
+    # taken at both user messages (none yet; the last), then near the branch's end
+    assert cut[:2] == list(user_starts), (cut, user_starts)
+    port = free_port()
+    server = subprocess.Popen(
+        [str(LLAMA_SERVER), "-m", str(gemma_path), "--port", str(port), "-c", "8192", "-np",
+         "1", "-ub", str(N_UBATCH), "-t", "2", "--cache-ram", "0", "--no-warmup"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _healthy(url), 60, what="llama-server")
+        theirs = [httpx.post(f"{url}/completion", timeout=300, json={
+            "prompt": p, "n_predict": n, "temperature": 0, "ignore_eos": True,
+            "return_tokens": True,
+            "message_delimiters": [d.model_dump() for d in GEMMA_DELIMITERS]}).json()
+            for p, n in sequence]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    cache_n = [r.timings.cache_n for r in ours]
+    print(f"cache_n: llamaq {cache_n}, without delimiters {blind}, llama-server "
+          f"{[t['timings']['cache_n'] for t in theirs]}")
+    assert n_first > 768  # past the SWA cache (512 + the ubatch): the window lost its start
+    assert cache_n == [t["timings"]["cache_n"] for t in theirs]
+    assert user_starts[1] - 1 <= cache_n[1] <= user_starts[1]
+    assert blind[1] == 0  # no checkpoint at the user message: processed again
+    assert [r.tokens for r in ours] == [t["tokens"] for t in theirs]
+
+
+def _job(prompt: str) -> CompletionJob:
+    return CompletionJob(model="gemma", prompt=prompt, message_delimiters=GEMMA_DELIMITERS)
 
 
 def _healthy(url: str) -> bool:

@@ -72,6 +72,28 @@ def test_checkpoints_are_taken_near_the_end_and_never_after_media_or_at_the_star
     assert not CheckpointRules(n_max=0, n_swa=8).wanted(200, 196, 200, after_media=False)
 
 
+def test_the_prefill_is_cut_and_checkpointed_at_user_message_starts() -> None:
+    # a chat of user messages at 1, 60 and 150 (min_step 100), as server-context.cpp cuts:
+    starts = (1, 60, 150)
+    # no checkpoint yet: the first user start cuts, and its chunk takes one
+    assert RULES.chunk_end(200, 0, 64, starts, []) == 1
+    assert RULES.wanted(200, 1, 60, False, starts, [])
+    # one at 1: the next (60) is within min_step of it and not the last, so no cut there
+    assert RULES.chunk_end(200, 1, 64, starts, [cp(1)]) == 64
+    assert not RULES.wanted(200, 60, 124, False, starts, [cp(1)])
+    # the last user message always cuts and takes one
+    assert RULES.chunk_end(200, 124, 188, starts, [cp(1)]) == 150
+    assert RULES.wanted(200, 150, 180, False, starts, [cp(1)])
+    # a user start min_step past the last checkpoint does as well
+    assert RULES.chunk_end(300, 0, 64, (20, 250), [cp(10)]) == 64
+    assert RULES.chunk_end(300, 100, 164, (120, 250), [cp(10)]) == 120
+    # the near-the-end offsets still come first when they are nearer
+    assert RULES.chunk_end(200, 170, 200, (190,), []) == 180
+    # nothing to roll back: no cut, no checkpoint
+    assert CheckpointRules(n_swa=0).chunk_end(200, 0, 200, starts, []) == 200
+    assert not CheckpointRules(n_swa=0).wanted(200, 1, 60, False, starts, [])
+
+
 def test_a_full_list_drops_close_ones_of_other_runs_then_the_oldest() -> None:
     checkpoints = [cp(100), cp(150), cp(400)]
     RULES.add(checkpoints, cp(600, task=2))  # full: 150 is within min_step of 100

@@ -59,8 +59,7 @@ async def messages(request: Request) -> HTTPResponse | None:
         job.media = await media_refs(prepared.media.sources, _settings(request).media_path,
                                      request.app.ctx.store)
         job.media_marker = prepared.media.marker
-    job.reasoning = prepared.reasoning
-    job.preserved_tokens = prepared.preserved_tokens
+    prepared.fill(job)
     message_id = new_message_id()
     resume = None
     if body.stream:

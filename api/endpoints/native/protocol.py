@@ -24,10 +24,12 @@ from scheduler.contract.jobs import (
     ExtraContext,
     InfillParts,
     LogitBias,
+    MessageDelimiter,
     PromptPiece,
     SamplingParams,
     TokenizeJob,
     parse_lora_request,
+    parse_message_delimiters,
     samplers_from_letters,
 )
 
@@ -108,6 +110,16 @@ class CompletionRequest(SamplingParams):
     speculative_p_min: float | None = Field(default=None, alias="speculative.p_min")
     """Per-request speculative decoding limits (the spec's fields: scheduler/contract/jobs.py
     DraftLimits)."""
+
+    message_delimiters: list[MessageDelimiter] = Field(default_factory=list)
+    """Texts that start messages in the prompt, `[{role, delimiter}]` (what llama-server's
+    chat endpoints pass on from the template): the prefill is cut and checkpointed where user
+    messages start. Read as llama-server reads it: entries that are not objects are skipped."""
+
+    @field_validator("message_delimiters", mode="before")
+    @classmethod
+    def _delimiters(cls, value: Any) -> Any:
+        return parse_message_delimiters(value)
 
     lora: list[Any] | None = None
     """Per-request LoRA scales, `[{id, scale}]`, read as llama-server's parse_lora_request
@@ -196,6 +208,7 @@ class CompletionRequest(SamplingParams):
             logit_bias=self.logit_bias,
             lora=parse_lora_request(self.lora) if self.lora else None,
             draft_limits=self.draft_limits(),
+            message_delimiters=self.message_delimiters,
         )
 
     def draft_limits(self) -> DraftLimits | None:

@@ -62,8 +62,7 @@ class ChatPlan:
     def jobs(self, model_id: str) -> list[CompletionJob]:
         jobs = self.body.chat_jobs(model_id, self.prepared.prompt, self.prepared.tool_schema)
         for job in jobs:
-            job.reasoning = self.prepared.reasoning
-            job.preserved_tokens = self.prepared.preserved_tokens
+            self.prepared.fill(job)
             if self.media and self.prepared.media is not None:
                 job.media = self.media
                 job.media_marker = self.prepared.media.marker
