@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -111,22 +112,10 @@ def test_cache_n_is_at_least_llama_servers(gemma: LoadedModel, gemma_path: Path,
     sequence = [(prompt, N_GEN), (prompt, 16), (prompt + " And more.", 16), (prompt, 16)]
     with running(gemma) as (engine, sink):
         ours = [complete(engine, sink, p, n).timings.cache_n for p, n in sequence]
-    port = free_port()
-    server = subprocess.Popen(
-        [str(LLAMA_SERVER), "-m", str(gemma_path), "--port", str(port), "-c", "8192", "-np",
-         "1", "-ub", str(N_UBATCH), "-t", "2", "--cache-ram", "0", "--no-warmup"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _healthy(url), 60, what="llama-server")
-        theirs = []
-        for p, n in sequence:
-            reply = httpx.post(f"{url}/completion", timeout=300, json={
-                "prompt": p, "n_predict": n, "temperature": 0, "ignore_eos": True})
-            theirs.append(reply.json()["timings"]["cache_n"])
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with llama_server(gemma_path) as url:
+        theirs = [httpx.post(f"{url}/completion", timeout=300, json={
+            "prompt": p, "n_predict": n, "temperature": 0, "ignore_eos": True,
+        }).json()["timings"]["cache_n"] for p, n in sequence]
     print(f"cache_n: llamaq {ours}, llama-server {theirs}")
     assert all(o >= t for o, t in zip(ours, theirs, strict=True)), (ours, theirs)
     assert ours[1] > 0
@@ -164,22 +153,12 @@ def test_a_chat_that_branches_at_its_last_user_message_restores_from_there(
     assert len(user_starts) == 2 and user_starts[0] == 1  # after BOS
     # taken at both user messages (none yet; the last), then near the branch's end
     assert cut[:2] == list(user_starts), (cut, user_starts)
-    port = free_port()
-    server = subprocess.Popen(
-        [str(LLAMA_SERVER), "-m", str(gemma_path), "--port", str(port), "-c", "8192", "-np",
-         "1", "-ub", str(N_UBATCH), "-t", "2", "--cache-ram", "0", "--no-warmup"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _healthy(url), 60, what="llama-server")
+    with llama_server(gemma_path) as url:
         theirs = [httpx.post(f"{url}/completion", timeout=300, json={
             "prompt": p, "n_predict": n, "temperature": 0, "ignore_eos": True,
             "return_tokens": True,
             "message_delimiters": [d.model_dump() for d in GEMMA_DELIMITERS]}).json()
             for p, n in sequence]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     cache_n = [r.timings.cache_n for r in ours]
     print(f"cache_n: llamaq {cache_n}, without delimiters {blind}, llama-server "
           f"{[t['timings']['cache_n'] for t in theirs]}")
@@ -192,6 +171,23 @@ def test_a_chat_that_branches_at_its_last_user_message_restores_from_there(
 
 def _job(prompt: str) -> CompletionJob:
     return CompletionJob(model="gemma", prompt=prompt, message_delimiters=GEMMA_DELIMITERS)
+
+
+@contextmanager
+def llama_server(gemma_path: Path) -> Iterator[str]:
+    """The llama-server binary with this module's context, ubatch and threads; its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(LLAMA_SERVER), "-m", str(gemma_path), "--port", str(port), "-c", "8192", "-np",
+         "1", "-ub", str(N_UBATCH), "-t", "2", "--cache-ram", "0", "--no-warmup"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _healthy(url), 60, what="llama-server")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _healthy(url: str) -> bool:
