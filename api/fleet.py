@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from arq.connections import ArqRedis, create_pool
+from arq.connections import ArqRedis
 from redis.asyncio import Redis
 
 from api.embedding_batcher import EmbeddingBatcher
@@ -18,13 +18,12 @@ from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
-from scheduler.connections import COMMAND_TIMEOUT_S, arq_settings, open_redis
+from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
-from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
@@ -103,9 +102,8 @@ class Fleet:
                       migration_limit: int = 0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
-        redis = open_redis(redis_url, COMMAND_TIMEOUT_S)  # a frozen Redis: errors, not hangs
-        arq = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
-                                job_deserializer=deserialize_job)
+        redis = open_redis(redis_url)
+        arq = await open_arq(redis_url)
         hub = EventHub(redis)
         await hub.start()
         fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),

@@ -11,23 +11,27 @@ reconnect) lands on the new master."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis, RedisSettings
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import RedisError
 
 from scheduler.contract.errors import InvalidRequest
+from scheduler.queueing import deserialize_job, serialize_job
 
 CONNECT_TIMEOUT_S = 5.0
 """How long a connection to Redis may take to open (a partition: no answer at all)."""
 COMMAND_TIMEOUT_S = 5.0
-"""How long a reply may take, on the clients that ask for it (a frozen Redis: SIGSTOP, a
-network partition, accepts the bytes and never answers). A pub/sub reader polls instead of
-blocking (scheduler/hub.py), so an idle subscription is not a timeout."""
+"""How long a reply may take, on every client (a frozen Redis: SIGSTOP, a network partition,
+accepts the bytes and never answers): then it is a RedisError (`TimeoutError`) and the
+connection is dropped. Pub/sub readers poll instead of blocking (scheduler/pubsub_watch.py),
+so an idle subscription is no timeout; no llamaq client blocks longer (BLPOP: 1 s)."""
 KEEPALIVE_OPTIONS: dict[int, int] = {
     option: value for name, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2),
                                       ("TCP_KEEPCNT", 3))
@@ -36,6 +40,7 @@ KEEPALIVE_OPTIONS: dict[int, int] = {
 """TCP keepalive: a peer gone from the network is noticed within ~11 s of silence."""
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
+AnyRedis = TypeVar("AnyRedis", bound=Redis)
 
 
 class SentinelTarget(BaseModel):
@@ -75,28 +80,49 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
                           password=password, ssl=scheme.startswith("rediss"))
 
 
-def connection_options(command_timeout_s: float | None) -> dict[str, Any]:
-    """Every connection: a connect timeout and TCP keepalive; a reply timeout where asked."""
-    return {"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_keepalive": True,
-            "socket_keepalive_options": KEEPALIVE_OPTIONS,
-            "socket_timeout": command_timeout_s}
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": COMMAND_TIMEOUT_S,
+    "socket_keepalive": True, "socket_keepalive_options": KEEPALIVE_OPTIONS}
+"""Every connection's: a connect timeout, a reply timeout and TCP keepalive."""
 
 
-def open_redis(url: str, command_timeout_s: float | None = None) -> Redis:
-    """A redis-py client for the URL (through Sentinel when it names sentinels), with a
-    connect timeout and keepalive; `command_timeout_s`: a reply that takes longer is a
-    RedisError (`TimeoutError`), and the connection is dropped (the api pods and the
-    scheduler ask for COMMAND_TIMEOUT_S; a client with blocking pub/sub reads may not)."""
-    options = connection_options(command_timeout_s)
+def open_redis(url: str) -> Redis:
+    """A redis-py client for the URL (through Sentinel when it names sentinels) with
+    CONNECTION_OPTIONS."""
+    return _client(url, Redis)
+
+
+def _client(url: str, redis_class: type[AnyRedis]) -> AnyRedis:
     target = parse_sentinel_url(url)
     if target is None:
-        return Redis.from_url(url, **options)
+        return redis_class.from_url(url, **CONNECTION_OPTIONS)
     sentinel = Sentinel(target.sentinels, ssl=target.ssl,
                         sentinel_kwargs={"ssl": target.ssl,
                                          "socket_connect_timeout": CONNECT_TIMEOUT_S,
                                          "socket_timeout": CONNECT_TIMEOUT_S})
-    return sentinel.master_for(target.master, db=target.db, username=target.username,
-                               password=target.password, **options)
+    client: AnyRedis = sentinel.master_for(
+        target.master, redis_class=redis_class, db=target.db, username=target.username,
+        password=target.password, **CONNECTION_OPTIONS)
+    return client
+
+
+async def open_arq(url: str) -> ArqRedis:
+    """arq's client for the URL (jobs as JSON) with CONNECTION_OPTIONS: arq's own create_pool
+    sets no reply timeout and no keepalive, so a partition would hang its calls for good.
+    Waits for Redis to answer, as create_pool does (arq_settings' retries)."""
+    settings = arq_settings(url)
+    pool = _client(url, ArqRedis)
+    pool.job_serializer, pool.job_deserializer = serialize_job, deserialize_job
+    for retries_left in range(settings.conn_retries, -1, -1):
+        try:
+            await pool.ping()
+            return pool
+        except (RedisError, OSError):
+            if not retries_left:
+                await pool.aclose()
+                raise
+            await asyncio.sleep(settings.conn_retry_delay)
+    raise AssertionError("unreachable")
 
 
 def arq_settings(url: str) -> RedisSettings:

@@ -7,7 +7,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from scheduler.connections import COMMAND_TIMEOUT_S, open_redis
+from scheduler.connections import open_redis
 from scheduler.contract import keys
 from scheduler.registry import Registry
 
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 async def run_housekeeping(redis_url: str, model_id: str) -> None:
     """Drop registry entries of workers whose heartbeats stopped, and log the fleet's size."""
-    redis = open_redis(redis_url, COMMAND_TIMEOUT_S)
+    redis = open_redis(redis_url)
     registry = Registry(redis)
     seen = -1
     try:

@@ -26,18 +26,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, RedisUnreachable
 from scheduler.contract.results import ENVELOPE, EventEnvelope
+from scheduler.pubsub_watch import WatchedPubSub, connected
 
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAY_S = 0.5
 CONNECTED_POLL_S = 0.05
 """How often a subscription that waits for the reader to reconnect looks again."""
-POLL_S = 0.5
-"""The reader waits this long for a message, then looks at the connection's health."""
-PING_EVERY_S = 1.0
-SILENT_S = 3.0
-"""No message nor pong for this long: Redis is frozen (SIGSTOP, a partition) though its
-socket is open; the connection is dropped and treated as lost."""
 INLINE = ord("E")
 POINTER = ord("R")
 
@@ -73,6 +68,8 @@ class EventHub:
         """Channels whose unsubscribe failed (Redis was away): dropped after a reconnect."""
         self._background: set[asyncio.Task[None]] = set()
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
+        self._heard = False
+        """The reader heard Redis on the connection since it last (re)connected it."""
 
     @property
     def reader(self) -> asyncio.Task[None]:
@@ -112,7 +109,7 @@ class EventHub:
             self._queues.pop(channel, None)
             self._confirmations.pop(channel, None)
             try:
-                if _connected(self._pubsub):  # else see _until_connected
+                if self._connected():  # else see _until_connected
                     await self._pubsub.unsubscribe(channel)
                 else:
                     self._stale.add(channel)
@@ -124,12 +121,20 @@ class EventHub:
         it would read its socket beside the reader (redis-py's on_connect reads replies), and
         asyncio raises RuntimeError in the second of them: a 500 for the request, or a dead
         reader. So a subscription waits for the reader, up to HUB_GRACE_S (then 503)."""
-        assert self._pubsub is not None
         deadline = time.monotonic() + keys.HUB_GRACE_S
-        while not _connected(self._pubsub):
+        while not self._connected():
             if time.monotonic() >= deadline:
                 raise RedisUnreachable()
             await asyncio.sleep(CONNECTED_POLL_S)
+
+    def _connected(self) -> bool:
+        """Whether the connection is up and done connecting. A socket is not enough: while
+        redis-py's on_connect sends its CLIENT SETINFO pair (each send yields, with a reply
+        timeout), a SUBSCRIBE sent between them has its reply read as theirs, and the reader
+        reads the second SETINFO reply as an error (a lost Redis). The reader hearing anything
+        on the connection (a message, a confirmation, a pong) means it connected whole."""
+        assert self._pubsub is not None
+        return self._heard and connected(self._pubsub)
 
     async def read_log(self, job_id: str, first_seq: int,
                        last_seq: int | None = None) -> list[EventEnvelope]:
@@ -143,23 +148,15 @@ class EventHub:
         lost_at: float | None = None
         lost_with: set[str] = set()  # the jobs waiting when Redis went away
         failed = False
-        heard = pinged = time.monotonic()
+        watched = WatchedPubSub(pubsub)
         while True:
             try:
-                message = await pubsub.get_message(timeout=POLL_S)
-                now = time.monotonic()
-                if message is not None:
-                    heard = now
-                elif now - heard >= SILENT_S:
-                    await _drop(pubsub)
-                    raise RedisTimeoutError(f"no answer from Redis for {SILENT_S:g} s")
-                if now - pinged >= PING_EVERY_S:
-                    pinged = now
-                    await asyncio.wait_for(pubsub.ping(), POLL_S)  # its pong is a message
+                message = await watched.get_message()
             except (RedisError, TimeoutError) as error:
+                self._heard = False
                 if lost_at is None:  # a frozen Redis: lost since it was last heard
                     silent = isinstance(error, RedisTimeoutError)
-                    lost_at = heard if silent else time.monotonic()
+                    lost_at = watched.heard if silent else time.monotonic()
                     lost_with = set(self._queues)
                     log.error("event hub lost Redis (%s); reconnecting", error)
                 if not failed and time.monotonic() - lost_at >= keys.HUB_GRACE_S:
@@ -167,10 +164,11 @@ class EventHub:
                     self._fail_all("lost the connection to the job queue (Redis)")
                 self._fail_confirmations()
                 await asyncio.sleep(RECONNECT_DELAY_S)
-                heard = pinged = time.monotonic()  # the next connection gets its own SILENT_S
+                watched.restart()
                 continue
             if message is None:  # nothing yet: while lost, no proof that Redis answers
                 continue
+            self._heard = True
             if lost_at is not None:
                 log.warning("event hub reconnected to Redis after %.1f s",
                             time.monotonic() - lost_at)
@@ -217,7 +215,7 @@ class EventHub:
             else:
                 for queue in self._queues.values():
                     queue.put_nowait(RESYNC)
-            if stale and _connected(pubsub):  # else they stay stale (see _until_connected)
+            if stale and self._connected():  # else they stay stale (see _until_connected)
                 await pubsub.unsubscribe(*stale)
             elif stale:
                 self._stale |= stale
@@ -249,18 +247,6 @@ class EventHub:
                 queue.put_nowait(ENVELOPE.validate_json(data[1:] if data[0] == INLINE else data))
         except (ValidationError, ValueError, IndexError):  # junk anyone may publish
             log.exception("malformed event on %s", channel)
-
-
-def _connected(pubsub: PubSub) -> bool:
-    """Whether the subscription's connection has a socket (sending on it connects nothing)."""
-    return pubsub.connection is not None and pubsub.connection.is_connected
-
-
-async def _drop(pubsub: PubSub) -> None:
-    """Close the subscription's connection (it reconnects and resubscribes on next use)."""
-    if pubsub.connection is not None:
-        with contextlib.suppress(Exception):
-            await pubsub.connection.disconnect(nowait=True)
 
 
 def _text(value: object) -> str:

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from scheduler.affinity import PrefixIndex
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
+from scheduler.pubsub_watch import WatchedPubSub
 from scheduler.registry import Registry, WorkerInfo, write_heartbeat, write_slots
 from worker.jobs.parts import WorkerParts
 from worker.process.arq_worker import WakeableWorker
@@ -123,15 +124,18 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
     our model (`on_lora`), on one pub/sub connection."""
     by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
+    watched = WatchedPubSub(pubsub)  # polls: the client's reply timeout is not for idle reads
     retry_s = 0.0
     while True:
         try:
             await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, keys.LORA_CHANNEL,
                                    *by_channel)
+            watched.restart()
             retry_s = 0.0
-            async for message in pubsub.listen():
-                on_message(parts, message, by_channel, on_lora)
-        except RedisError as error:  # resubscribes when Redis answers again
+            while True:
+                if (message := await watched.get_message()) is not None:
+                    on_message(parts, message, by_channel, on_lora)
+        except (RedisError, TimeoutError) as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
                 worker.wake.set()  # jobs enqueued meanwhile announced nothing

@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from arq.connections import ArqRedis, create_pool
+from arq.connections import ArqRedis
 from arq.worker import Function
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from scheduler.connections import arq_settings, open_redis
+from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
@@ -91,8 +91,7 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
     flags.speculative(settings)  # a bad --spec-type stops the worker before it loads
     redis = open_redis(redis_url)
     try:
-        pool = await create_pool(arq_settings(redis_url), job_serializer=serialize_job,
-                                 job_deserializer=deserialize_job)
+        pool = await open_arq(redis_url)
         try:
             source = await fetch_model(settings, redis)
             model_path = source.model
