@@ -57,6 +57,7 @@ from worker.slot_start import SlotStart
 from worker.slots import SlotCache
 from worker.snapshots import save_slot
 from worker.speculative.drafter import Drafter
+from worker.speculative.ngram_cache import NgramCache
 from worker.speculative.verify import Speculation
 from worker.step_batch import StepBatch, decode_error_message
 from worker.stopping import StopType
@@ -170,6 +171,10 @@ class Engine:
 
     def busy_slots(self) -> int:
         return len(self._active)
+
+    def lookup_cache(self) -> NgramCache | None:
+        """Lookup decoding's caches (ngram-cache), when it speculates with them."""
+        return self._spec.drafter.ngram_cache if self._spec is not None else None
 
     def slot_jobs(self) -> list[CompletionJob | None]:
         """Per slot, the job its cache begins with (cache-aware routing; worker/slots_report.py)."""

@@ -169,11 +169,15 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
     if refused is not None:
         raise UnsupportedFlag(f"llamaq worker: {refused}")
     config.draft = draft_params(s)
-    for path, flag_name in ((s.lookup_cache_static, "--lookup-cache-static"),
-                            (s.lookup_cache_dynamic, "--lookup-cache-dynamic")):
-        if path and not Path(path).is_file():
-            raise UnsupportedFlag(f"llamaq worker: {flag_name}: failed to open lookup cache: "
-                                  f"{path}")
+    if s.lookup_cache_static and not Path(s.lookup_cache_static).is_file():
+        raise UnsupportedFlag("llamaq worker: --lookup-cache-static: failed to open lookup "
+                              f"cache: {s.lookup_cache_static}")
+    dynamic = Path(s.lookup_cache_dynamic) if s.lookup_cache_dynamic else None
+    if dynamic is not None and ((dynamic.exists() and not dynamic.is_file())
+                                or not dynamic.parent.is_dir()):
+        # written by llamaq (worker/speculative/lookup_share.py): none there yet is fine
+        raise UnsupportedFlag("llamaq worker: --lookup-cache-dynamic: cannot write lookup "
+                              f"cache: {dynamic}")
     config.lookup_cache_static = s.lookup_cache_static or None
     config.lookup_cache_dynamic = s.lookup_cache_dynamic or None
     if "draft-simple" in config.types:

@@ -325,6 +325,12 @@ def worker_prefixes(worker_id: str) -> str:
     return f"{PREFIX}:worker:{worker_id}:prefixes"
 
 
+def lookup_cache_lock(model_sha: str, name: str) -> str:
+    """Lock (redis-py's Lock) around a save of the fleet's dynamic lookup cache of a model
+    file (-lcd: worker/speculative/lookup_share.py): read, merge, write."""
+    return f"{PREFIX}:lookup-cache:{model_sha}:{name}:lock"
+
+
 def kv_tier_blocks(model_id: str, fingerprint: str) -> str:
     """Hash of the fleet-wide KV tier (worker/kv_tier.py): prefix hash → "n_tokens:bytes" of
     each state in the object store under that model fingerprint."""

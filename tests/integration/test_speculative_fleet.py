@@ -17,7 +17,9 @@ import pytest
 
 from tests.conftest import make_fleet
 from tests.integration.test_engine_speculative import CODE
+from tests.integration.test_lookup_share import flat_counts
 from tests.processes import Fleet
+from worker.speculative import ngram_cache as nc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +85,38 @@ def test_a_worker_refuses_what_it_cannot_draft_with(tmp_path: Path, argv: list[s
         capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode != 0
     assert words in " ".join(run.stderr.split()), run.stderr[-2000:]
+
+
+@pytest.mark.process
+def test_workers_of_a_model_grow_one_dynamic_lookup_cache(redis_url: str, tmp_path: Path,
+                                                          gemma_path: Path) -> None:
+    """-lcd with ngram-cache: worker A counts its requests into the dynamic lookup cache and
+    saves it to the store as it stops; worker B, started after with an -lcd file of the same
+    name that does not exist yet, starts from the stored cache and adds its own counts."""
+    fleet = make_fleet(redis_url, tmp_path, gemma_path, "gemma-lcd")
+    url = fleet.add_api()
+    body = {"model": "gemma-lcd", "prompt": CODE, "n_predict": 24, "temperature": 0}
+    stored: list[dict[tuple[nc.Ngram, int], int]] = []
+    try:
+        for worker in ("a", "b"):
+            (tmp_path / worker).mkdir()
+            lcd = tmp_path / worker / "dyn.bin"
+            process = fleet.add_worker("-c", "2048", "-np", "1", "-t", "2", "--spec-type",
+                                       "ngram-cache", "-lcd", str(lcd))
+            fleet.wait_healthy(url)
+            if stored:  # B: the stored cache fetched to its file before it served
+                assert flat_counts(nc.load_file(str(lcd))) == stored[-1]
+            for _ in range(2):
+                answer = httpx.post(f"{url}/completion", json=body, timeout=120)
+                assert answer.status_code == 200, answer.text
+            fleet.stop_process(process)  # drains, then saves what it learned
+            keys = list((tmp_path / "store" / "lookup-cache").glob("*/dyn.bin"))
+            assert len(keys) == 1, keys
+            stored.append(flat_counts(nc.loads(keys[0].read_bytes())))
+            assert flat_counts(nc.load_file(str(lcd))) == stored[-1]  # written back to -lcd too
+    finally:
+        fleet.stop()
+    first, second = stored
+    assert first, "worker A saved nothing"
+    assert all(second.get(key, 0) >= count for key, count in first.items())  # A's kept
+    assert sum(second.values()) > sum(first.values())  # and B's added

@@ -132,6 +132,16 @@ def test_drafter_loads_the_files(tmp_path) -> None:
     assert drafter.n_max == 8
     assert drafter.draft(0, [0, 1], 2, 8) == [9]
     missing = SpecConfig(types=["none", "ngram-cache"],
-                         lookup_cache_dynamic=str(tmp_path / "none.bin"))
+                         lookup_cache_static=str(tmp_path / "none.bin"))
     with pytest.raises(nc.CacheFileError, match="failed to open lookup cache"):
         Drafter(missing, 1)
+    dynamic = SpecConfig(types=["none", "ngram-cache"],
+                         lookup_cache_dynamic=str(tmp_path / "none.bin"))
+    learner = Drafter(dynamic, 1)  # -lcd is written by llamaq: none there yet is empty
+    cache = learner.ngram_cache
+    assert cache is not None and cache.nc_dynamic == {}
+    learner.learn([5, 6, 7])
+    assert cache.take_learned() == [[5, 6, 7]]
+    assert cache.take_learned() == []
+    assert Drafter(config, 1).ngram_cache is not None
+    Drafter(config, 1).learn([1])  # without -lcd nothing is kept

@@ -57,6 +57,7 @@ from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
 from worker.result_offload import ResultOffload
 from worker.settings import WorkerSettings
+from worker.speculative.lookup_share import LookupShare
 from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 
@@ -105,7 +106,8 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
             model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
                                             adapter_files, marker, caps is not None)
             try:
-                await WorkerRuntime(settings, redis, model, caps).run(pool, stop)
+                share = await lookup_share(settings, redis, model)
+                await WorkerRuntime(settings, redis, model, caps, share).run(pool, stop)
             finally:
                 model.close()
         finally:
@@ -124,6 +126,19 @@ async def fleet_media_marker(redis: Redis, model_id: str) -> str:
     await redis.set(key, media_marker({}), nx=True)
     chosen = await redis.get(key)
     return chosen.decode() if isinstance(chosen, bytes) else str(chosen)
+
+
+async def lookup_share(settings: WorkerSettings, redis: Redis,
+                       model: LoadedModel) -> LookupShare | None:
+    """-lcd on a completion worker: the fleet's dynamic lookup cache of this model file,
+    fetched to the -lcd file before the engine reads it."""
+    if not settings.lookup_cache_dynamic or embedding_mode(settings):
+        return None
+    model_sha = await asyncio.to_thread(file_sha256, model.path, settings.model_cache_dir())
+    share = LookupShare(settings.store_url, settings.s3_endpoint_url, redis, model_sha,
+                        Path(settings.lookup_cache_dynamic))
+    await share.fetch()
+    return share
 
 
 def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | None:
@@ -173,9 +188,11 @@ class WorkerRuntime:
     the arq workers of its queues, the background loops, draining."""
 
     def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
-                 caps: DecisionCaps | None) -> None:
-        """Needs the running event loop (the publisher hands events over to it)."""
+                 caps: DecisionCaps | None, lookup: LookupShare | None = None) -> None:
+        """Needs the running event loop (the publisher hands events over to it). `lookup`:
+        the dynamic lookup cache shared through the store (-lcd)."""
         self.settings = settings
+        self.lookup = lookup
         model_id = settings.model_id()
         worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
         # every connection opened from here on (the listener's, which stays open) carries the
@@ -236,6 +253,9 @@ class WorkerRuntime:
         ]
         if self.settings.sleep_idle_seconds >= 0:
             tasks.append(asyncio.create_task(sleeper.run()))
+        if self.lookup is not None:
+            tasks.append(asyncio.create_task(self.lookup.run(
+                lambda: self.parts.engine.lookup_cache())))
         log.info("worker %s serves %s with %d slots", parts.worker_id, parts.model_id,
                  model.plan.n_slots)
         stopped = asyncio.create_task((stop or asyncio.Event()).wait())
@@ -245,6 +265,8 @@ class WorkerRuntime:
                 task.result()  # a background task that ended takes the worker down with it
                 raise ServerError(f"worker task {task.get_coro()!r} ended")
             await self._drain()
+            if self.lookup is not None and (cache := parts.engine.lookup_cache()) is not None:
+                await self.lookup.save(cache)  # what the last requests taught it
         finally:
             stopped.cancel()
             with contextlib.suppress(Exception):
@@ -252,6 +274,8 @@ class WorkerRuntime:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.lookup is not None:
+                self.lookup.close()
             log.info("worker %s: tasks stopped", parts.worker_id)
             parts.engine.stop()
             if parts.embedder is not None:

@@ -42,10 +42,11 @@ def make_modes(config: SpecConfig, n_seq: int, draft: DraftModel | None = None,
         elif name == "ngram-mod":
             modes.append(NgramMod(config.ngram_mod, n_seq))
         elif name == "ngram-cache":
+            dynamic = config.lookup_cache_dynamic
             modes.append(NgramCache(
                 n_seq,
                 load_file(config.lookup_cache_static) if config.lookup_cache_static else None,
-                load_file(config.lookup_cache_dynamic) if config.lookup_cache_dynamic else None))
+                load_file(dynamic, missing_ok=True) if dynamic else None, bool(dynamic)))
         elif name == "draft-simple" and draft is not None:
             modes.append(DraftSimple(draft, config.draft, n_seq, n_vocab_target))
     return modes
@@ -101,6 +102,16 @@ class Drafter:
                     if drafted:
                         self._last[seq] = mode
         return out
+
+    @property
+    def ngram_cache(self) -> NgramCache | None:
+        """The ngram-cache mode, when it is one of ours."""
+        return next((m for m in self.modes if isinstance(m, NgramCache)), None)
+
+    def learn(self, tokens: list[int]) -> None:
+        """A request left its slot with `tokens` in its cache (lookup decoding learns them)."""
+        if (cache := self.ngram_cache) is not None:
+            cache.learn(tokens)
 
     def accept(self, seq: int, n_accepted: int) -> None:
         mode = self._last[seq]

@@ -8,8 +8,11 @@ and llama.cpp's cache file format (common_ngram_cache_save/load).
 
 As llama-server: the context cache of a sequence only grows (never reset between requests;
 the tokens past its size, the sampled one included, are added as one new run, so n-grams
-that straddle two updates are not counted); -lcs and -lcd are read once, read-only, and the
-dynamic cache is never written (llama-server's save_dynamic is false). When two tokens tie for
+that straddle two updates are not counted); -lcs and -lcd are read once, read-only. Where
+llama-server never writes -lcd (its save_dynamic is false), llamaq keeps each request's tokens
+for worker/speculative/lookup_share.py, which counts them into the fleet's dynamic cache in
+the object store, as llama.cpp's lookup example counts a generation into it at its end. When
+two tokens tie for
 the most counts llama.cpp takes the first in its unordered_map's iteration order: each part's
 dict keeps libstdc++'s order (`emplace`), so ties go as in the vendored llama-server (built
 with g++ 12; another C++ library could order them otherwise).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections import deque
 from pathlib import Path
 
 NGRAM_MIN = 1
@@ -213,12 +217,25 @@ def loads(data: bytes, name: str = "cache") -> Cache:
     return cache
 
 
-def load_file(path: str) -> Cache:
+def load_file(path: str, missing_ok: bool = False) -> Cache:
+    """The cache file at `path`; `missing_ok`: none there is an empty cache (-lcd, which
+    llamaq writes, as llama.cpp's lookup example creates it)."""
     try:
         data = Path(path).read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return {}
+        raise CacheFileError(f"failed to open lookup cache: {path} (no such file)") from None
     except OSError as e:
         raise CacheFileError(f"failed to open lookup cache: {path} ({e.strerror})") from e
     return loads(data, path)
+
+
+def count_runs(cache: Cache, runs: list[list[int]]) -> None:
+    """Count every n-gram of each token run into `cache` (the context cache llama.cpp's
+    lookup example builds over one generation, merged into its dynamic cache at the end)."""
+    for tokens in runs:
+        update(cache, NGRAM_MIN, NGRAM_MAX, tokens, len(tokens))
 
 
 def merge(target: Cache, add: Cache) -> None:
@@ -242,12 +259,26 @@ class NgramCache:
     name = "ngram-cache"
 
     def __init__(self, n_seq: int, nc_static: Cache | None = None,
-                 nc_dynamic: Cache | None = None) -> None:
+                 nc_dynamic: Cache | None = None, learns: bool = False) -> None:
+        """`learns`: keep each request's tokens for the dynamic cache's next save (-lcd)."""
         self.n_max = N_DRAFT
         self.nc_static: Cache = nc_static or {}
         self.nc_dynamic: Cache = nc_dynamic or {}
         self._context: list[Cache] = [{} for _ in range(n_seq)]
         self._size = [0] * n_seq
+        self._learned: deque[list[int]] | None = deque() if learns else None
+
+    def learn(self, tokens: list[int]) -> None:
+        """A request left its slot with `tokens` (prompt and generation) in its cache."""
+        if self._learned is not None and tokens:
+            self._learned.append(tokens)
+
+    def take_learned(self) -> list[list[int]]:
+        """The runs learned since the last call (any thread: a deque's pops are atomic)."""
+        runs: list[list[int]] = []
+        while self._learned:
+            runs.append(self._learned.popleft())
+        return runs
 
     def begin(self, seq: int, prompt: list[int]) -> None:
         pass

@@ -205,9 +205,11 @@ class Speculation:
         self._deferred.clear()
 
     def end(self, active: SlotRun, metrics: WorkerMetrics) -> None:
-        """The run left its slot: its counts into the worker's /metrics counters (as
-        llama-server's metrics_on_prediction sums a released slot's)."""
+        """The run left its slot: its tokens to the drafter (-lcd learns them), its counts
+        into the worker's /metrics counters (as llama-server's metrics_on_prediction sums a
+        released slot's)."""
         spec = self.runs.pop(active.slot.slot_id, None)
+        self.drafter.learn(list(active.slot.tokens))
         metrics.spec_draft_tokens_total += active.draft_n
         metrics.spec_accepted_tokens_total += active.draft_n_accepted
         if spec is None:
