@@ -16,7 +16,8 @@ image as a base64 data URI, greedy:
 - `stall`: a text stream (n_predict 128) runs while the 4-image request is sent: the longest
   gap between two of its tokens during the image request, beside its median gap;
 - `same output`: whether the greedy completion of the one-image request is the same text on
-  both systems.
+  both systems, per round (with each round's `cache_n`: from the second round on, a system
+  may start it from a prefix it cached, and its batches then differ from a cold run's).
 
 Prints a table and writes it to bench/results/multimodal-<stamp>.md. A smoke run (`--rounds 1
 --n-predict 4`) checks the bench itself; the numbers are for a quiet machine.
@@ -115,7 +116,8 @@ async def measure(url: str, n_predict: int) -> dict[str, Any]:
                                              {"type": "text", "text": "Warm up."}]}]
         await timed_chat(client, url, chat_body(warm, 1, id_slot=0))  # another image
         wall, answer = await timed_chat(client, url, chat_body(first_turn, n_predict, id_slot=0))
-        out["one image"] = (answer["timings"]["prompt_ms"], wall * 1000)
+        out["one image"] = (answer["timings"]["prompt_ms"], wall * 1000,
+                            answer["timings"].get("cache_n", 0))
         out["text"] = answer["choices"][0]["message"]["content"]
         second = [*first_turn, {"role": "assistant", "content": out["text"]},
                   {"role": "user", "content": "And the colours?"}]
@@ -195,8 +197,12 @@ def render(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
                      f"{med(name, 'stall', 0):.0f} ({med(name, 'stall', 1):.0f}) |")
     if len(results) == 2:
         texts = [[r["text"] for r in runs] for runs in results.values()]
-        lines += ["", f"same greedy output: {texts[0] == texts[1]} "
-                  f"({json.dumps(texts[0][0])[:80]} / {json.dumps(texts[1][0])[:80]})"]
+        same = ", ".join(f"round {i + 1} {a == b}"
+                         for i, (a, b) in enumerate(zip(*texts, strict=True)))
+        lines += ["", f"same greedy output: {texts[0] == texts[1]} ({same})"]
+        for name, runs in results.items():  # a later round may start from a cached prefix
+            lines.append(f"- {name}: " + ", ".join(
+                f"{json.dumps(r['text'])} (cache_n {r['one image'][2]})" for r in runs))
     return "\n".join(lines) + "\n"
 
 
