@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.asyncio.lock import Lock
@@ -41,6 +41,9 @@ from worker.speculative.ngram_cache import (
     load_file,
     loads,
 )
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,10 @@ class LookupShare:
         self._unsaved += learned_by.take_learned()
         if not self._unsaved:
             return True
-        if self._saver is None:
+        if self._saver is None:  # imported here: a worker without -lcd never loads them
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             self._saver = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
         loop = asyncio.get_running_loop()
         try:
