@@ -29,6 +29,8 @@ class StreamRecord:
     """The text of its token events, in order."""
     max_gap_s: float = 0.0
     """The longest time between two of its token events (a migration's stall)."""
+    max_gap_end_at: float | None = None
+    """When the token that ended that longest gap came (time.monotonic())."""
     last_token_at: float | None = None
     token_ids: list[int] = field(default_factory=list)
     """The tokens of its token events, in order."""
@@ -68,8 +70,9 @@ def stream(api: str, body: dict[str, Any], record: StreamRecord, timeout: float 
                     record.content += data.get("content", "")
                     record.token_ids += data.get("tokens", [])
                     now = time.monotonic()
-                    if record.last_token_at is not None:
-                        record.max_gap_s = max(record.max_gap_s, now - record.last_token_at)
+                    if record.last_token_at is not None \
+                            and now - record.last_token_at > record.max_gap_s:
+                        record.max_gap_s, record.max_gap_end_at = now - record.last_token_at, now
                     record.last_token_at = now
                     if record.first_token_at is None:
                         record.first_token_at = time.monotonic()

@@ -9,10 +9,11 @@ import pytest
 
 from scheduler.registry import FitReport
 from tests.tiny_gguf import write_tiny_llama
-from worker.devices import cpu_device
+from worker.devices import cpu_device, offload_devices
 from worker.fit import MiB
+from worker.flags import placement
 from worker.model import ModelLoadError
-from worker.process.startup import load_model
+from worker.process.startup import context_plan, fit_to_memory, load_model
 from worker.settings import WorkerSettings
 
 
@@ -59,6 +60,19 @@ def test_placement_flags_load_and_bad_ones_stop_the_load(long_tiny: Path) -> Non
         loaded(long_tiny, "-c", "512", "-ot", "token_embd=NOPE")
     with pytest.raises(ModelLoadError, match="invalid device: NOPE0"):
         loaded(long_tiny, "-c", "512", "-dev", "NOPE0")
+
+
+@pytest.mark.skipif(bool(offload_devices()), reason="a machine with an offload device")
+def test_a_set_context_on_a_cpu_machine_reads_no_metadata(tmp_path: Path) -> None:
+    """Nothing could change, so the probe does not read the model (its metadata load was
+    ~0.6 s of every worker's start with Gemma 3): a file that is not there is never opened."""
+    settings = WorkerSettings.from_args(["-m", "unread.gguf", "-c", "4096"], environ={})
+    plan = context_plan(settings, False)
+    outcome = fit_to_memory(settings, tmp_path / "unread.gguf", plan, placement(settings),
+                            lambda _: None)
+    assert outcome.n_gpu_layers is None and outcome.plan == plan
+    assert outcome.report is not None and outcome.report.note == \
+        "nothing to fit: -c is set, and there is no offload device"
 
 
 LLAMA_SERVER_FITS = {1100: 23040, 1000: 20224}

@@ -41,6 +41,29 @@ def test_gguf_metadata_is_read_offline_and_junk_is_refused(tmp_path: Path) -> No
             read_metadata(bad)
 
 
+def test_keys_after_a_large_vocabulary_are_read(tmp_path: Path) -> None:
+    """The vocabulary is skipped in chunks: strings across a chunk's end, one longer than a
+    chunk, and the keys written after it all come out as gguf wrote them."""
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    tokens = [f"token-{i}" * (i % 7) for i in range(300_000)]
+    tokens[150_000] = "x" * (3 << 20)
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_string("general.name", "after the vocabulary")
+    writer.add_uint32("llama.context_length", 4096)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    meta = read_metadata(path)
+    assert meta["general.name"] == "after the vocabulary"
+    assert meta["llama.context_length"] == 4096
+    with path.open("r+b") as stream:  # cut inside the vocabulary
+        stream.truncate(path.stat().st_size // 3)
+    with pytest.raises(GgufError):
+        read_metadata(path)
+
+
 def test_models_dir_layout_names_files_folders_shards_and_sidecars(tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()

@@ -25,7 +25,7 @@ from scheduler.registry import FitMemory, FitReport
 from worker import flags
 from worker.compute_threads import wait_policy_by_hand
 from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
-from worker.devices import DeviceError, parse_devices
+from worker.devices import DeviceError, offload_devices, parse_devices
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
@@ -224,7 +224,13 @@ class FitOutcome:
 def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: Placement,
                   tune_context: Callable[[lc.llama_context_params], None]) -> FitOutcome:
     """--fit on (worker/fit.py), on llama.cpp's own projections (worker/memory_probe.py);
-    nothing is measured when nothing could change (-c set, and -ngl set or no device)."""
+    nothing is measured when nothing could change (-c set, and -ngl set or no device): on a
+    machine without an offload device that is known before the model is read (the probe's
+    metadata load costs ~0.6 s of a worker's start, the time a migrated stream waits)."""
+    layers_auto, has_devices = s.n_gpu_layers == "auto", bool(offload_devices())
+    if plan.n_ctx != 0 and not (layers_auto and has_devices):
+        return _nothing_to_fit(plan, "-ngl is set" if has_devices
+                               else "there is no offload device")
     lib = load_probe()
     if lib is None:
         log.warning("--fit: there is no memory probe (it needs a C++ compiler once, see "
@@ -244,11 +250,8 @@ def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: P
 
     probe = MemoryProbe(lib, path, model_params, context_of)
     shape = probe.shape()
-    layers_auto = s.n_gpu_layers == "auto"
-    if plan.n_ctx != 0 and not (shape.n_devices and layers_auto):
-        return FitOutcome(plan, None, FitReport(
-            enabled=True, fits=True, n_ctx=plan.n_ctx, note="nothing to fit: -c is set, and "
-            + ("-ngl is set" if shape.n_devices else "there is no offload device")))
+    if plan.n_ctx != 0 and not shape.n_devices:  # the devices there are, the model uses none
+        return _nothing_to_fit(plan, "there is no offload device")
     n_ctx_given = "ctx_size" in s.model_fields_set
     request = FitRequest(
         n_ctx=plan.n_ctx, n_ctx_train=shape.n_ctx_train,
@@ -261,6 +264,11 @@ def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: P
                                                 result.n_ctx, "" if result.n_gpu_layers is None
                                                 else f", {result.n_gpu_layers} layers offloaded")
     return FitOutcome(replace(plan, n_ctx=result.n_ctx), result.n_gpu_layers, report)
+
+
+def _nothing_to_fit(plan: ContextPlan, why: str) -> FitOutcome:
+    return FitOutcome(plan, None, FitReport(enabled=True, fits=True, n_ctx=plan.n_ctx,
+                                            note=f"nothing to fit: -c is set, and {why}"))
 
 
 def fit_report(result: FitResult) -> FitReport:
