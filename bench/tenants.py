@@ -42,6 +42,11 @@ TENANTS = [
 class Seen:
     statuses: Counter[str] = field(default_factory=Counter)
     ttft_s: list[float] = field(default_factory=list)
+    prompt_s: list[float] = field(default_factory=list)
+    """The worker's prompt time of each answer (its final timings): the TTFT less the hops and
+    the wait for a step."""
+    token_rate: list[float] = field(default_factory=list)
+    """Each answer's generation tokens/s (its final timings)."""
     bad: Counter[str] = field(default_factory=Counter)
     """429 without Retry-After, a 5xx, an HTTP error, a stream without its end."""
 
@@ -80,6 +85,9 @@ async def client(http: httpx.AsyncClient, api: str, key: str, n: int, until: flo
                         first = False
                     if event.get("stop"):
                         ended = True
+                        timings = event.get("timings") or {}
+                        seen.prompt_s.append(timings.get("prompt_ms", 0.0) / 1000)
+                        seen.token_rate.append(timings.get("predicted_per_second", 0.0))
                 if not ended:
                     seen.bad["stream without its end"] += 1
         except httpx.HTTPError as error:
@@ -99,6 +107,11 @@ async def drive(api: str, plan: dict[str, int], seconds: float,
 
 def p50(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def times(seen: Seen) -> str:
+    return f"the worker's prompt time p50 {p50(seen.prompt_s) * 1000:.0f} ms, generation " \
+           f"p50 {p50(seen.token_rate):.1f} tok/s"
 
 
 def main() -> None:
@@ -133,10 +146,11 @@ def main() -> None:
         redis_process.terminate()
         redis_process.wait()
     print(f"free alone: {sum(alone.statuses.values())} requests, TTFT p50 "
-          f"{p50(alone.ttft_s) * 1000:.0f} ms, statuses {dict(alone.statuses)}")
+          f"{p50(alone.ttft_s) * 1000:.0f} ms ({times(alone)}), statuses "
+          f"{dict(alone.statuses)}")
     for key, seen in together.items():
         print(f"{key} together: statuses {dict(seen.statuses)}, TTFT p50 "
-              f"{p50(seen.ttft_s) * 1000:.0f} ms, problems {dict(seen.bad)}")
+              f"{p50(seen.ttft_s) * 1000:.0f} ms ({times(seen)}), problems {dict(seen.bad)}")
     free = together["k-free"]
     ratio = p50(free.ttft_s) / p50(alone.ttft_s)
     print(f"free TTFT p50 together / alone: {ratio:.2f}")
