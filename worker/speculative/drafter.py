@@ -7,6 +7,7 @@ the slot's room), which one last drafted for it (its accept counts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from worker.speculative.config import SpecConfig
@@ -108,7 +109,7 @@ class Drafter:
         """The ngram-cache mode, when it is one of ours."""
         return next((m for m in self.modes if isinstance(m, NgramCache)), None)
 
-    def learn(self, tokens: list[int]) -> None:
+    def learn(self, tokens: Sequence[int]) -> None:
         """A request left its slot with `tokens` in its cache (lookup decoding learns them)."""
         if (cache := self.ngram_cache) is not None:
             cache.learn(tokens)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 NGRAM_MIN = 1
@@ -268,10 +269,11 @@ class NgramCache:
         self._size = [0] * n_seq
         self._learned: deque[list[int]] | None = deque() if learns else None
 
-    def learn(self, tokens: list[int]) -> None:
-        """A request left its slot with `tokens` (prompt and generation) in its cache."""
+    def learn(self, tokens: Sequence[int]) -> None:
+        """A request left its slot with `tokens` (prompt and generation) in its cache; copied
+        only when -lcd keeps them (the slot's list changes with its next request)."""
         if self._learned is not None and tokens:
-            self._learned.append(tokens)
+            self._learned.append(list(tokens))
 
     def take_learned(self) -> list[list[int]]:
         """The runs learned since the last call (any thread: a deque's pops are atomic)."""
