@@ -43,7 +43,7 @@ def minilm_path() -> Path:
     if not MINILM.is_file():
         import all_minilm_l6_v2
 
-        from worker.convert_bert import convert
+        from worker.runtime.convert_bert import convert
 
         MINILM.parent.mkdir(parents=True, exist_ok=True)
         convert(all_minilm_l6_v2.get_model_zip_path(), MINILM)

@@ -25,7 +25,7 @@ COPY llamaq llamaq
 RUN python3 -m venv /opt/llamaq \
     && CMAKE_ARGS="${CMAKE_ARGS}" /opt/llamaq/bin/pip install --no-cache-dir ${PIP_OPTIONS} \
        --find-links /wheels ".[worker]" \
-    && if command -v c++ >/dev/null; then /opt/llamaq/bin/python -m worker.memory_probe; fi
+    && if command -v c++ >/dev/null; then /opt/llamaq/bin/python -m worker.runtime.memory_probe; fi
 
 FROM ${RUNTIME_BASE}
 COPY docker/ensure-packages /usr/local/bin/

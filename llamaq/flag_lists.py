@@ -10,7 +10,7 @@ from api.settings import ApiSettings
 from scheduler.common_settings import CommonSettings
 from scheduler.config.settings import FlagError, ProcessSettings, split_args
 from scheduler.config.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 ROLES: tuple[tuple[str, type[ProcessSettings]], ...] = (
     ("api", ApiSettings), ("worker", WorkerSettings), ("scheduler", CommonSettings),

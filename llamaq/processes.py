@@ -106,17 +106,17 @@ def listen_hosts(host: str) -> list[str]:
 
 def print_devices() -> None:
     """--list-devices: llama.cpp's offload devices, as llama-server prints them."""
-    from worker.devices import device_list_text
+    from worker.runtime.devices import device_list_text
 
     print(device_list_text(), end="", flush=True)
 
 
 def prepare_worker_process() -> None:
     """What a worker process sets before it imports its engine: llama-cpp-python's package
-    without its high-level half (numpy, jinja2, diskcache: worker/llama_package.py) and glibc's
-    mmap threshold (worker/allocator.py), so that its memory is the model's, not Python's."""
-    from worker.allocator import return_large_frees
-    from worker.llama_package import bindings_only
+    without its high-level half (numpy, jinja2, diskcache: worker/runtime/llama_package.py) and glibc's
+    mmap threshold (worker/runtime/allocator.py), so that its memory is the model's, not Python's."""
+    from worker.runtime.allocator import return_large_frees
+    from worker.runtime.llama_package import bindings_only
 
     bindings_only()
     return_large_frees()
@@ -124,7 +124,7 @@ def prepare_worker_process() -> None:
 
 def run_worker(argv: list[str]) -> None:
     prepare_worker_process()  # first: before anything imports llama_cpp
-    from worker.settings import WorkerSettings
+    from worker.runtime.settings import WorkerSettings
 
     refuse_other_roles_flags(argv, "worker")
     settings = WorkerSettings.from_args(argv)  # before llama.cpp is even imported

@@ -26,7 +26,7 @@ from llamaq.processes import print_devices
 from llamaq.supervisor import Child, Supervisor
 from scheduler.config.settings import FlagError, split_args
 from storage.redact import redacted_url
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
 

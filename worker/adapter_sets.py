@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 from scheduler.contract.jobs import CompletionJob, scales_of
 from worker import kv_moves
 from worker.alora import ALoraRun
-from worker.lora import LoraAdapters
+from worker.runtime.lora import LoraAdapters
 from worker.slots import SlotCache
 
 AdapterSet = tuple[float, ...]  # as worker/alora.py

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.contract.errors import InvalidRequest
-from worker.lora import LoraAdapters
+from worker.runtime.lora import LoraAdapters
 
 AdapterSet = tuple[float, ...]
 

@@ -32,7 +32,7 @@ from worker.systemone_prompt import FamilyPrompter
 if TYPE_CHECKING:
     import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need
 
-    from worker.media import MediaPrompt
+    from worker.runtime.media import MediaPrompt
 
 Path = tuple[int, ...]
 """A node of a question's label trie: the label tokens read so far."""
@@ -62,7 +62,7 @@ class DecisionRequest:
     prefix: list[int]
     questions: list[QuestionPlan]
     media: MediaPrompt | None = None
-    """The prefix's media chunks (encoded) over its placeholder positions (worker/media.py)."""
+    """The prefix's media chunks (encoded) over its placeholder positions (worker/runtime/media.py)."""
 
     @property
     def n_tokens_max(self) -> int:
@@ -72,7 +72,7 @@ class DecisionRequest:
 
 
 class Tokenizer(Protocol):
-    """What planning needs of the vocabulary (worker/vocab.py Vocab has it)."""
+    """What planning needs of the vocabulary (worker/runtime/vocab.py Vocab has it)."""
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]: ...
 

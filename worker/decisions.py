@@ -45,8 +45,8 @@ from worker.decision_plan import (
     label_scores,
     restricted_softmax,
 )
-from worker.media import Projector
-from worker.model import LoadedModel
+from worker.runtime.media import Projector
+from worker.runtime.model import LoadedModel
 from worker.slots import SlotCache, common_prefix
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class DecisionRunner:
 
     def evaluate_media(self, projector: Projector, events: list[DecisionEvent]) -> None:
         """The media chunks that come next in a run's prefix, each into the owner's sequence
-        in a decode of its own (worker/media.py), as the engine does a completion's: the text
+        in a decode of its own (worker/runtime/media.py), as the engine does a completion's: the text
         before them was decoded in an earlier step (`_add` stops at a chunk)."""
         for run in list(self.runs):
             media = run.request.media

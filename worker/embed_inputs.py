@@ -14,8 +14,8 @@ import llama_cpp as lc
 
 from scheduler.contract.errors import ExceedContextSize, InvalidRequest, LlamaqError, ServerError
 from scheduler.contract.jobs import EmbeddingJob, MediaPromptInput, PromptPiece, RerankJob
-from worker.media import MediaPrompt
-from worker.model import LoadedModel
+from worker.runtime.media import MediaPrompt
+from worker.runtime.model import LoadedModel
 
 NO_PROJECTOR = "Multimodal data provided, but model does not support multimodal requests."
 TOKENIZE_FAILED = "Failed to tokenize prompt"

@@ -46,10 +46,10 @@ from scheduler.contract.results import (
     pack_floats,
 )
 from scheduler.registry import WorkerMetrics
-from worker.compute_threads import INTERVAL_S, CpuSample
+from worker.runtime.compute_threads import INTERVAL_S, CpuSample
 from worker.embed_inputs import Prepared
-from worker.model import LoadedModel
-from worker.thread_trial import ThreadTrial
+from worker.runtime.model import LoadedModel
+from worker.runtime.thread_trial import ThreadTrial
 
 if TYPE_CHECKING:
     import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need
@@ -134,12 +134,12 @@ class AbortFlag:
 
 class Embedder:
     def __init__(self, model: LoadedModel, trial_threads: bool = False) -> None:
-        """`trial_threads`: choose the compute thread count by trying (worker/thread_trial.py);
+        """`trial_threads`: choose the compute thread count by trying (worker/runtime/thread_trial.py);
         off when the OpenMP wait policy was set by hand."""
         self.model = model
         self._trial = ThreadTrial(model.plan.n_threads_batch) if trial_threads else None
         self._load: CpuSample | None = None
-        """The machine's CPU time at the trial's last look (worker/compute_threads.py)."""
+        """The machine's CPU time at the trial's last look (worker/runtime/compute_threads.py)."""
         self.n_seq_max = lc.llama_n_seq_max(model.ctx)
         self.n_batch = lc.llama_n_batch(model.ctx)
         self.pooling_type = lc.llama_pooling_type(model.ctx)
@@ -350,7 +350,7 @@ class Embedder:
     def _decode_media(self, sequence: Sequence) -> None:
         """An input with media, alone in sequence 0, as llama-server's slot decodes it: its
         text pieces and media chunks in order into the KV cache (a media chunk's embeddings in
-        decodes of their own, worker/media.py), every text token an output. The answer is what
+        decodes of their own, worker/runtime/media.py), every text token an output. The answer is what
         the last decode gives, as llama-server reads it after the prompt's last batch: pooled
         over the text after the last media chunk (that text attends to everything before it),
         or with pooling none one row per token of that text."""

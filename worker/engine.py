@@ -44,11 +44,11 @@ from worker import kv_moves, slots_report, token_probs
 from worker.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.checkpoints import CheckpointRules
-from worker.compute_threads import ComputeThreads, CpuSample, machine_cores
+from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 from worker.prompt_cache import PromptCache
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
@@ -282,7 +282,7 @@ class Engine:
 
     def _evaluate_media(self, runs: list[SlotRun], events: list[JobEvent]) -> None:
         """The media chunks that come next in a prefilling run's prompt, each in a decode of
-        its own (worker/media.py): the text before them was decoded in an earlier step."""
+        its own (worker/runtime/media.py): the text before them was decoded in an earlier step."""
         projector = self.model.projector
         for active in runs:
             media = active.request.media
@@ -412,7 +412,7 @@ class Engine:
 
     def _adapt_threads(self) -> None:
         """Fewer compute threads while other processes want the cores
-        (worker/compute_threads.py)."""
+        (worker/runtime/compute_threads.py)."""
         threads = self._threads
         now = time.monotonic()
         if threads is None or not threads.due(now) or not threads.observe(CpuSample.read(now)):
@@ -573,6 +573,6 @@ def mrope(active: SlotRun) -> bool:
 def position(active: SlotRun, index: int) -> int:
     """The model position of the run's token at `index` (prompt or generated): the index,
     less what M-RoPE media chunks before it take in tokens beyond their positions
-    (worker/media.py MediaPrompt.pos_of; llama-server's server_tokens::pos_next)."""
+    (worker/runtime/media.py MediaPrompt.pos_of; llama-server's server_tokens::pos_next)."""
     media = active.request.media
     return index if media is None or not media.spans else media.pos_of(index)

@@ -40,7 +40,7 @@ from storage import open_store
 from storage.checksum import sha256_file
 from storage.errors import StorageError
 from storage.kv_states import KvStateStore
-from worker.model import ContextPlan
+from worker.runtime.model import ContextPlan
 
 log = logging.getLogger(__name__)
 

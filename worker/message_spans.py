@@ -13,7 +13,7 @@ llama-server it would match at every position).
 from __future__ import annotations
 
 from scheduler.contract.jobs import MessageDelimiter
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 def user_starts(prompt: list[int], delimiters: list[MessageDelimiter],

@@ -17,7 +17,7 @@ from storage import ModelFiles, default_model_path, open_store
 from storage.errors import ModelNotFound
 from storage.hf import HubClient, hub_endpoint
 from storage.progress import DownloadListener
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def model_files(settings: WorkerSettings, listener: DownloadListener | None = None) -> ModelFiles:

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from scheduler.contract.jobs import ReasoningSpec
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 @dataclass

@@ -22,13 +22,13 @@ from scheduler.migration import continuation_seed
 from worker.alora import ALoraRun, alora_plan
 from worker.infill import infill_tokens
 from worker.kv_tier import TierPlan
-from worker.media import MediaPrompt
+from worker.runtime.media import MediaPrompt
 from worker.message_spans import user_starts
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
 from worker.slots import SIMILARITY
 from worker.speculative.config import SpecConfig
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class EngineDefaults:
     n_probs_max: int = DEFAULT_N_PROBS_MAX
     adapt_threads: bool = False
     """Compute with fewer threads while other processes want the cores
-    (worker/compute_threads.py): on unless the OpenMP wait policy was set by hand."""
+    (worker/runtime/compute_threads.py): on unless the OpenMP wait policy was set by hand."""
     spec: SpecConfig = field(default_factory=SpecConfig)
     """Speculative decoding (--spec-type and its flags; worker/speculative/)."""
     ctx_checkpoints: int = 32
@@ -92,7 +92,7 @@ class Request:
     """Set on a continuation (its worker died, scheduler/migration.py): `prompt_tokens` are
     the prompt and the tokens generated so far, which the run starts with."""
     media: MediaPrompt | None = None
-    """The prompt's media chunks (worker/media.py); its placeholders are in prompt_tokens."""
+    """The prompt's media chunks (worker/runtime/media.py); its placeholders are in prompt_tokens."""
     alora: ALoraRun | None = None
     """An aLoRA request's two phases (worker/alora.py)."""
     adapter_set: tuple[float, ...] | None = None

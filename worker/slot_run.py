@@ -64,7 +64,7 @@ class SlotRun:
         prompt_n = self.prompt_done - self.n_cached
         prompt_ms = (self.t_prompt_last - self.t_start) * 1000 if self.t_prompt_last else 0.0
         media = self.request.media
-        if media is not None and prompt_ms:  # encoded before the slot started (worker/media.py)
+        if media is not None and prompt_ms:  # encoded before the slot started (worker/runtime/media.py)
             prompt_ms += media.encode_ms
         predicted_n = len(self.generated)
         steps = max(0, predicted_n - 1)

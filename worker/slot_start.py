@@ -6,7 +6,7 @@ In order: the slot's old prompt goes to the host-memory cache when the new one r
 prompt that shares more comes back from the host cache, the slot's cache is cut to the common
 prefix, shifted or restored from a context checkpoint (worker/kv_moves.py), then cut further where
 the request needs it: an aLoRA's base prefix (worker/alora.py), a media chunk kept whole or not at
-all (worker/media.py), and a fleet-wide KV tier hit that holds more (worker/kv_tier.py).
+all (worker/runtime/media.py), and a fleet-wide KV tier hit that holds more (worker/kv_tier.py).
 
 Owns: that order, and `--cache-idle-slots` (idle slots' prompts into the host cache when a task
 starts). Hands off: each move (kv_moves, prompt_cache, adapter_sets, snapshots).
@@ -21,8 +21,8 @@ from worker import kv_moves
 from worker.adapter_sets import AdapterSets
 from worker.checkpoints import CheckpointRules
 from worker.kv_tier import TierHit
-from worker.media import MediaPrompt
-from worker.model import LoadedModel
+from worker.runtime.media import MediaPrompt
+from worker.runtime.model import LoadedModel
 from worker.prompt_cache import PromptCache, wants_update
 from worker.requests import Request
 from worker.slots import SlotCache

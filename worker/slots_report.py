@@ -18,7 +18,7 @@ from worker.requests import EngineDefaults, Request
 from worker.slot_run import SlotRun
 from worker.slots import SlotCache
 from worker.stopping import StopType
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 @dataclass(frozen=True)

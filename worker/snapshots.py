@@ -15,7 +15,7 @@ import llama_cpp as lc
 from pydantic import BaseModel, ValidationError
 
 from scheduler.contract.errors import InvalidRequest, ServerError
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 from worker.slots import SlotCache
 
 

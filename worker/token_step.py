@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from scheduler.contract.results import TokenEvent, TokenProbs
 from worker.slot_run import SlotRun
 from worker.stopping import StepState, StopReason, indent_cut, stop_reason
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ DEFAULT_DRY_BREAKERS = ["\n", ":", '"', "*"]
 class SamplingSettings(BaseModel):
     """The sampling parameters, with llama.cpp's defaults (common_params_sampling): the one
     declaration of what a sampler chain is built from. Its fields are the worker's sampling
-    flags too (worker/settings.py `sampling`, a flag_group: names, environment variables and
+    flags too (worker/runtime/settings.py `sampling`, a flag_group: names, environment variables and
     defaults are declared here once); a job's SamplingParams override them
     (`worker/sampling.py` resolve_sampling: `defaults.model_copy(update=…)`); the result is
     reported as is, inside `generation_settings` (scheduler/contract/results.py
@@ -340,7 +340,7 @@ class SlotActionJob(BaseModel):
 class MediaPromptInput(BaseModel):
     """An embedding input with media (llama-server's `{"prompt_string", "multimodal_data"}`, or
     an OpenAI `content` array with image or audio parts): `prompt` holds `marker` where each
-    item of `media` goes, in order. The worker's projector reads the media (worker/media.py)."""
+    item of `media` goes, in order. The worker's projector reads the media (worker/runtime/media.py)."""
 
     prompt: str
     media: list[MediaRef] = Field(min_length=1)

@@ -3,7 +3,7 @@ prompt, and how the bytes travel.
 
 Small media ride inside the job (base64); media over MEDIA_INLINE_MAX bytes go to the object
 store under their SHA-256 (storage/media.py) and the job carries the key, so Redis messages
-stay small. The worker decodes the bytes with the model's projector (worker/media.py)."""
+stay small. The worker decodes the bytes with the model's projector (worker/runtime/media.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from scheduler.contract.jobs import (
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from tests.processes import free_port
 from worker.engine import Engine, JobEvent
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 TIMEOUT_S = 300
@@ -99,7 +99,7 @@ def document(seed: int, n_words: int) -> str:
 
 @contextmanager
 def kv_log() -> Iterator[list[str]]:
-    """llama.cpp's log lines while a context is made (worker/llama_logs.py routes them)."""
+    """llama.cpp's log lines while a context is made (worker/runtime/llama_logs.py routes them)."""
     lines: list[str] = []
 
     class Keep(logging.Handler):

@@ -19,10 +19,10 @@ from scheduler.contract.results import EmbeddingResult
 from tests.media_embedding_cases import images
 from worker.embed_inputs import embedding_inputs
 from worker.embedder import Embedder, EmbedRequest
-from worker.media import Projector, ProjectorOptions, media_marker
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.media import Projector, ProjectorOptions, media_marker
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import tune_embedding_context
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 RECORDED = json.loads((Path(__file__).parent.parent / "data" /
                        "llama_server_media_embeddings.json").read_text())["pooling_none"]

@@ -20,9 +20,9 @@ from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
 from worker.embed_inputs import embedding_inputs
 from worker.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import tune_embedding_context
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 N_SEQ = 8
 LONG = " ".join(["a sentence about the sea and the mountains near the old city"] * 5)

@@ -1,5 +1,5 @@
 """Embeddings on a real fleet (api + worker started with --embedding) serving all-MiniLM-L6-v2,
-converted from its safetensors by worker/convert_bert.py: the OpenAI SDK and raw HTTP, the
+converted from its safetensors by worker/runtime/convert_bert.py: the OpenAI SDK and raw HTTP, the
 spec's shapes and errors, a numpy forward pass of the same weights as reference, and inputs of
 concurrent requests sharing decodes (read from the worker's decode counter in /metrics)."""
 

@@ -12,7 +12,7 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from tests.integration.test_engine_tiny import Events
 from tests.tiny_gguf import write_tiny_llama
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 N_SLOTS = 8

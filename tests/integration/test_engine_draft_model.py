@@ -15,12 +15,12 @@ import pytest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, FinalEvent
 from tests.integration.test_engine_tiny import Events
-from worker import flags
+from worker.runtime import flags
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import load_draft
 from worker.requests import EngineDefaults
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 from worker.speculative.config import SpecConfig
 from worker.speculative.draft_model import DraftLoadError
 

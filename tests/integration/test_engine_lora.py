@@ -20,9 +20,9 @@ from scheduler.contract.jobs import CompletionJob, LoraScale, SamplingParams
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
 from tests.tiny_lora import DEFAULT_SEED, write_control_vector, write_lora
 from worker.engine import Engine, JobEvent
-from worker.model import LoadedModel, ModelLoadError
+from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.process.startup import engine_defaults, load_model
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The capital of France is"

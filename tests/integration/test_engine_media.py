@@ -21,8 +21,8 @@ from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
 from tests.media_files import png
 from worker.engine import Engine
-from worker.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 MARKER = "<__media_test__>"

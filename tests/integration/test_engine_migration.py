@@ -26,7 +26,7 @@ from scheduler.contract.results import (
 )
 from scheduler.migration import continuation_from
 from worker.engine import Engine, JobEvent
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 TIMEOUT_S = 120

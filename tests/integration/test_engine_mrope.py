@@ -22,11 +22,11 @@ from tests.integration.test_engine_tiny import Events
 from tests.media_files import mp4, png
 from tests.tiny_qwen2vl import write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj
 from worker.engine import Engine
-from worker.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import load_model
 from worker.requests import EngineDefaults
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 MARKER = "<__media_test__>"
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

@@ -14,7 +14,7 @@ from scheduler.contract.jobs import CompletionJob, DraftLimits, SamplingParams, 
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
 from worker.engine import Engine
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 from worker.speculative.config import NgramMapParams, NgramModParams, SpecConfig, resolve
 

@@ -16,7 +16,7 @@ import pytest
 
 from scheduler.contract.jobs import CompletionJob, SamplingParams
 from tests.integration.test_engine_speculative import CODE, PLAN, _engine, _result, _run
-from worker.model import ContextPlan
+from worker.runtime.model import ContextPlan
 from worker.speculative.config import NgramMapParams, NgramModParams, resolve
 
 SOURCE = "".join(f"def handler_{i}(request):\n    value = request.get('key_{i}', {i})\n"

@@ -21,7 +21,7 @@ from scheduler.contract.results import (
 )
 from worker.admission import BACKGROUND_STEP_S
 from worker.engine import Engine, JobEvent
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 N_SLOTS = 4

@@ -26,7 +26,7 @@ from tests.integration.kv_engine import (
     same_next_token,
 )
 from tests.processes import free_port, wait_until
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 
 N_UBATCH = 256
 """A small ubatch keeps the SWA cache at 768 cells: 300 generated tokens push the prompt's

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.kv_engine import complete, document, plan, running, same_next_token
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 from worker.prompt_cache import MIB
 
 

@@ -16,7 +16,7 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from worker.engine import Engine, JobEvent
 from worker.kv_tier import TierHit, TierPlan
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 from worker.snapshots import erase_slot
 

@@ -74,7 +74,7 @@ def test_worker_b_answers_from_worker_as_state(redis_url: str, tmp_path: Path,
         assert cold["timings"]["cache_n"] == 0
         # The same next-token distribution from the restored state as from a cold prefill (not
         # the same greedy text: a prefill split in other batches, or on another thread count
-        # (worker/compute_threads.py), rounds differently, and Gemma 270M has near-ties).
+        # (worker/runtime/compute_threads.py), rounds differently, and Gemma 270M has near-ties).
         first_warm, first_cold = (a["completion_probabilities"][0] for a in (warm, cold))
         assert first_warm["id"] == first_cold["id"]
         top_warm = {t["id"]: t["logprob"] for t in first_warm["top_logprobs"]}

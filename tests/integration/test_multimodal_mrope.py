@@ -2,7 +2,7 @@
 text model and its `qwen2vl_merger` projector (`-mm`, tests/tiny_qwen2vl.py). A chat image,
 `/completion`'s `multimodal_data`, prompt token counts that hold the image's tokens, and a
 second turn that reuses the slot's cache and answers what a fresh evaluation answers (the
-positions after the image are counted by its n_pos, worker/media.py)."""
+positions after the image are counted by its n_pos, worker/runtime/media.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent,
 from scheduler.registry import ModelMeta
 from tests.tiny_gguf import write_tiny_llama
 from worker.engine import Engine, JobEvent
-from worker.model import ContextPlan, LoadedModel
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.requests import EngineDefaults
 
 CONTROL = ("<tool_call>", "</tool_call>", "<think>", "</think>")

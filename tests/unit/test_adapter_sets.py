@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from scheduler.contract.jobs import CompletionJob, LoraScale
 from scheduler.registry import LoraAdapterInfo
 from worker.adapter_sets import AdapterSets
-from worker.lora import LoadedAdapter, LoraAdapters
+from worker.runtime.lora import LoadedAdapter, LoraAdapters
 from worker.slots import SlotCache
 
 

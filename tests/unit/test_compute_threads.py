@@ -3,7 +3,7 @@ cores, the configured ones again once they leave room."""
 
 from __future__ import annotations
 
-from worker.compute_threads import (
+from worker.runtime.compute_threads import (
     INTERVAL_S,
     ComputeThreads,
     CpuSample,

@@ -1,5 +1,5 @@
-"""Devices and tensor placement through ggml's backend registry (worker/devices.py,
-worker/tensor_overrides.py), on this machine's real llama.cpp build."""
+"""Devices and tensor placement through ggml's backend registry (worker/runtime/devices.py,
+worker/runtime/tensor_overrides.py), on this machine's real llama.cpp build."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import ctypes
 import llama_cpp as lc
 import pytest
 
-from worker.devices import (
+from worker.runtime.devices import (
     DeviceError,
     buffer_types,
     device_list_text,
     offload_devices,
     parse_devices,
 )
-from worker.tensor_overrides import (
+from worker.runtime.tensor_overrides import (
     FFN_EXPERTS,
     Override,
     Placement,

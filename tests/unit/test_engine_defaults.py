@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.process.startup import context_plan, engine_defaults
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def breakers(*argv: str) -> list[str]:

@@ -1,9 +1,9 @@
-"""--fit (worker/fit.py): llama.cpp's common_fit_params decisions, on projections of a memory
+"""--fit (worker/runtime/fit.py): llama.cpp's common_fit_params decisions, on projections of a memory
 model that is linear in the context (as llama.cpp's KV cache is) and in the offloaded layers."""
 
 from __future__ import annotations
 
-from worker.fit import ALL_CONTEXT, DeviceUse, FitRequest, MiB, Projection, Use, fit
+from worker.runtime.fit import ALL_CONTEXT, DeviceUse, FitRequest, MiB, Projection, Use, fit
 
 HOST = 10_000 * MiB
 MODEL = 1_000 * MiB

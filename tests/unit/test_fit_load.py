@@ -1,4 +1,4 @@
-"""--fit on a real model load (worker/process/startup.py, worker/memory_probe.py): llama.cpp's
+"""--fit on a real model load (worker/process/startup.py, worker/runtime/memory_probe.py): llama.cpp's
 own projections, read through the memory probe, decide the context as llama-server's fit does."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 
 from scheduler.registry import FitReport
 from tests.tiny_gguf import write_tiny_llama
-from worker.devices import cpu_device, offload_devices
-from worker.fit import MiB
-from worker.flags import placement
-from worker.model import ModelLoadError
+from worker.runtime.devices import cpu_device, offload_devices
+from worker.runtime.fit import MiB
+from worker.runtime.flags import placement
+from worker.runtime.model import ModelLoadError
 from worker.process.startup import context_plan, fit_to_memory, load_model
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 @pytest.fixture(scope="module")

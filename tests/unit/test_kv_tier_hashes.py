@@ -4,7 +4,7 @@ blocks before it and the model fingerprint, so equal hashes mean equal prefixes 
 from __future__ import annotations
 
 from worker.kv_tier import fingerprint, prefix_hashes
-from worker.model import ContextPlan
+from worker.runtime.model import ContextPlan
 
 PLAN = ContextPlan(n_ctx=4096, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
                    n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",

@@ -13,7 +13,7 @@ from scheduler.catalog import CatalogError, CatalogSources, load_catalog
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import LocalStore
 from worker.process.host import PresetError, model_argv, preset_argv
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def write_gguf(path: Path, arch: str = "llama", **values: object) -> Path:

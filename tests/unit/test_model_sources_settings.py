@@ -11,7 +11,7 @@ import pytest
 
 from storage import ChecksumMismatch, LocalStore, ModelFiles
 from storage.checksum import checksum_key
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def test_llama_cache_wins_over_llamaq_cache_dir() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.model import ModelLoadError
+from worker.runtime.model import ModelLoadError
 from worker.process.startup import load_model
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def load(gemma: Path, projector: Path, *argv: str, environ: dict[str, str] | None = None) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from api.settings import ApiSettings
 from scheduler.common_settings import CommonSettings
 from scheduler.config.settings import ProcessSettings, flag
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def fails(capsys: pytest.CaptureFixture[str], argv: list[str], environ: dict[str, str]) -> str:

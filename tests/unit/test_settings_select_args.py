@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api.settings import ApiSettings
 from scheduler.config.settings import select_args
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)
 ARGV = ["-m", "x", "--port", "1234", "-c", "2048", "--api-key", "k", "--no-cache-prompt",

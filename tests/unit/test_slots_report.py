@@ -14,7 +14,7 @@ from worker.slots import SlotCache
 from worker.slots_report import RunReports, count, slot_jobs
 from worker.stopping import StopType
 from worker.textstream import TextStream
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 class FakeVocab:

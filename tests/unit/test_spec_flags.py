@@ -24,7 +24,7 @@ from scheduler.config.spec_flags import (
     refused_envs,
     refused_names,
 )
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 ROLES: tuple[type[ProcessSettings], ...] = (ApiSettings, WorkerSettings, CommonSettings)
 UP_ROLES = (ApiSettings, WorkerSettings)
@@ -299,7 +299,7 @@ def test_version_and_usage() -> None:
 def test_priority_and_log_flags_take_effect() -> None:
     script = ("import logging, os, sys\n"
               "from llamaq.logs import prepare_process\n"
-              "from worker.settings import WorkerSettings\n"
+              "from worker.runtime.settings import WorkerSettings\n"
               "s = WorkerSettings.from_args(sys.argv[1:], environ={})\n"
               "before = os.getpriority(os.PRIO_PROCESS, 0)\n"
               "prepare_process(s, 'worker')\n"

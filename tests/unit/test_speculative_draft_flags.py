@@ -8,9 +8,9 @@ import llama_cpp as lc
 import pytest
 
 from scheduler.config.spec_flags import SPEC_FLAGS, FlagStatus, SpecFlag
-from worker import flags
-from worker.flags import UnsupportedFlag
-from worker.settings import WorkerSettings
+from worker.runtime import flags
+from worker.runtime.flags import UnsupportedFlag
+from worker.runtime.settings import WorkerSettings
 from worker.speculative.config import refusal
 
 

@@ -1,11 +1,11 @@
-"""The embedder's thread count chosen by trying (worker/thread_trial.py), on a simulated machine:
+"""The embedder's thread count chosen by trying (worker/runtime/thread_trial.py), on a simulated machine:
 seconds per token for each thread count, a clock that advances by each decode."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from worker.thread_trial import LONGEST_WAIT_S, ThreadTrial
+from worker.runtime.thread_trial import LONGEST_WAIT_S, ThreadTrial
 
 TOKENS = 40
 """Tokens a decode (about 4 short texts)."""

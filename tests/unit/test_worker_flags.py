@@ -7,14 +7,14 @@ import pytest
 
 from api.settings import ApiSettings
 from scheduler.config.settings import split_args
-from worker.flags import (
+from worker.runtime.flags import (
     default_logit_bias,
     process_escapes,
     sampler_names,
     tune_context,
     tune_model,
 )
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 
 def settings(*argv: str) -> WorkerSettings:

@@ -1,5 +1,5 @@
 """A worker process imports only what serving needs (issue 24's memory figure): llama-cpp-python
-without its high-level half (worker/llama_package.py), and no module a plain worker never uses
+without its high-level half (worker/runtime/llama_package.py), and no module a plain worker never uses
 (numpy, jinja2, the HTTP and cloud clients: each is imported where it is used). Each case runs
 in a python of its own, as a worker starts (llamaq/processes.py prepare_worker_process)."""
 
@@ -26,7 +26,7 @@ prepare_worker_process()
 
 WORKER_IMPORTS = PRELUDE + """
 import worker.process.serve, worker.process.host, worker.jobs.dispatch
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 WorkerSettings.from_args(["-m", "model.gguf"], environ={})
 print(",".join(m for m in NOT_IMPORTED if m in sys.modules))
 """.replace("NOT_IMPORTED", repr(NOT_IMPORTED))

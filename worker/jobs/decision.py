@@ -12,7 +12,7 @@ from scheduler.contract.jobs import DecisionJob
 from scheduler.contract.results import ErrorEvent
 from worker.decision_plan import plan_decision
 from worker.jobs.parts import HandBack, WorkerParts
-from worker.media import MediaPrompt
+from worker.runtime.media import MediaPrompt
 
 
 async def _media_of(parts: WorkerParts, job: DecisionJob

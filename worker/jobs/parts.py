@@ -24,9 +24,9 @@ from worker.embedder import Embedder
 from worker.engine import Engine
 from worker.kv_tier import KvTier
 from worker.media_fetch import MediaFetcher
-from worker.model import LoadedModel
+from worker.runtime.model import LoadedModel
 from worker.publisher import EventPublisher
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter
 

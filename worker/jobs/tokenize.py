@@ -8,7 +8,7 @@ import asyncio
 from scheduler.contract.jobs import DetokenizeJob, TokenizeJob
 from scheduler.contract.results import DetokenizeResult, TokenizeResult, TokenPiece
 from worker.jobs.parts import WorkerParts
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 
 async def run(parts: WorkerParts, job: TokenizeJob | DetokenizeJob) -> None:

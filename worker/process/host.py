@@ -39,7 +39,7 @@ from scheduler.fleet_models import (
 )
 from scheduler.placement import HostState
 from scheduler.redis_clock import stamp
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The global LoRA scales of a worker's model, kept as the fleet sets them: read from Redis at
 start and whenever POST /lora-adapters announces new ones (scheduler/lora_scales.py), handed
-to the model's adapters (worker/lora.py; the engine applies them before its next step) and
+to the model's adapters (worker/runtime/lora.py; the engine applies them before its next step) and
 shown in the worker's registry entry at once.
 
 Owns: taking the stored scales, rewriting the registry entry's `lora`.

@@ -39,14 +39,14 @@ from scheduler.worker_presence import client_name
 from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
-from worker import flags
-from worker.compute_threads import wait_policy_by_hand
+from worker.runtime import flags
+from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv_tier import KvTier, file_sha256, fingerprint
-from worker.media import media_marker
-from worker.model import LoadedModel, ModelLoadError
+from worker.runtime.media import media_marker
+from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
@@ -56,7 +56,7 @@ from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.publisher import EventPublisher
 from worker.result_offload import ResultOffload
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 from worker.speculative.lookup_share import LookupShare
 from worker.systemone_heads import HeadPrompter
 from worker.systemone_prompt import FamilyPrompter

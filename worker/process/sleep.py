@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from scheduler.contract import keys
 from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
-from worker.compute_threads import wait_policy_by_hand
+from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.embedder import Embedder
 from worker.jobs.parts import WorkerParts
 from worker.process.loops import RegistryEntry

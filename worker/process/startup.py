@@ -22,17 +22,17 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.registry import FitMemory, FitReport
-from worker import flags
-from worker.compute_threads import wait_policy_by_hand
+from worker.runtime import flags
+from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
-from worker.devices import DeviceError, offload_devices, parse_devices
+from worker.runtime.devices import DeviceError, offload_devices, parse_devices
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine
-from worker.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
-from worker.lora import LoraAdapters, LoraLoadError, adapter_specs
-from worker.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
-from worker.memory_probe import MemoryProbe, load_probe
-from worker.model import (
+from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
+from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs
+from worker.runtime.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
+from worker.runtime.memory_probe import MemoryProbe, load_probe
+from worker.runtime.model import (
     CACHE_TYPES,
     FLASH_ATTN,
     ContextPlan,
@@ -44,9 +44,9 @@ from worker.model import (
 from worker.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
-from worker.settings import WorkerSettings
+from worker.runtime.settings import WorkerSettings
 from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
-from worker.tensor_overrides import Placement
+from worker.runtime.tensor_overrides import Placement
 
 T = TypeVar("T")
 
@@ -223,7 +223,7 @@ class FitOutcome:
 
 def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: Placement,
                   tune_context: Callable[[lc.llama_context_params], None]) -> FitOutcome:
-    """--fit on (worker/fit.py), on llama.cpp's own projections (worker/memory_probe.py);
+    """--fit on (worker/runtime/fit.py), on llama.cpp's own projections (worker/runtime/memory_probe.py);
     nothing is measured when nothing could change (-c set, and -ngl set or no device): on a
     machine without an offload device that is known before the model is read (the probe's
     metadata load costs ~0.6 s of a worker's start, the time a migrated stream waits)."""
@@ -287,7 +287,7 @@ def fit_report(result: FitResult) -> FitReport:
 
 def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
                    marker: str | None = None) -> Projector:
-    """-mm/--mmproj on the loaded model (worker/media.py)."""
+    """-mm/--mmproj on the loaded model (worker/runtime/media.py)."""
     assert s.mmproj is not None
     offload, device = s.mmproj_offload, None
     chosen = s.mmproj_device or (s.devices if offload else None)  # it follows -dev (llama.cpp)

@@ -32,7 +32,7 @@ class DraftMode(Protocol):
 def make_modes(config: SpecConfig, n_seq: int, draft: DraftModel | None = None,
                n_vocab_target: int = 0) -> list[DraftMode]:
     """The modes of `config`, in its order; draft-simple drafts with `draft` (the worker
-    refuses draft-simple without one before anything loads: worker/flags.py)."""
+    refuses draft-simple without one before anything loads: worker/runtime/flags.py)."""
     modes: list[DraftMode] = []
     for name in config.drafting:
         if name == "ngram-simple":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp as lc
 
-from worker.devices import Device, DeviceError, buffer_types
+from worker.runtime.devices import Device, DeviceError, buffer_types
 
 FFN_EXPERTS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 """llama.cpp's LLM_FFN_EXPS_REGEX: the MoE expert weights."""

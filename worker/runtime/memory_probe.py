@@ -1,6 +1,6 @@
 """What a model and context would take on each device, from llama.cpp itself: the model loaded
 with `no_alloc` (metadata only, allocations simulated), a context created on it, and its memory
-breakdown read through a small C shim (worker/memory_probe.cpp) around libllama's
+breakdown read through a small C shim (worker/runtime/memory_probe.cpp) around libllama's
 llama_get_memory_breakdown, a C++ call (llama-ext.h) that ctypes cannot reach directly.
 
 The shim is compiled once against the installed llama-cpp-python (`scripts/install` does it;
@@ -8,7 +8,7 @@ else the first worker that needs it, when a C++ compiler is there) into the envi
 user's cache when that is read-only. Without a compiler there is no probe, and `--fit` says so
 and leaves the arguments as given (as `-fit off`).
 
-Owns: building and loading the shim, and measuring (worker/fit.py's `Measure`).
+Owns: building and loading the shim, and measuring (worker/runtime/fit.py's `Measure`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from worker.devices import Device, all_devices, cpu_device
-from worker.fit import DeviceUse, Projection, Use
-from worker.llama_logs import route_llama_logs
+from worker.runtime.devices import Device, all_devices, cpu_device
+from worker.runtime.fit import DeviceUse, Projection, Use
+from worker.runtime.llama_logs import route_llama_logs
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ MAX_BUFFER_TYPES = 64
 
 
 class MemoryEntry(ctypes.Structure):
-    """struct llamaq_memory (worker/memory_probe.cpp)."""
+    """struct llamaq_memory (worker/runtime/memory_probe.cpp)."""
     _fields_ = [("device", ctypes.c_void_p), ("model", ctypes.c_size_t),
                 ("context", ctypes.c_size_t), ("compute", ctypes.c_size_t)]
 
@@ -179,7 +179,7 @@ def _plus(use: Use, entry: MemoryEntry) -> Use:
 
 
 def main() -> None:
-    """`python -m worker.memory_probe`: build the shim (scripts/install runs it)."""
+    """`python -m worker.runtime.memory_probe`: build the shim (scripts/install runs it)."""
     lib = load_probe()
     if lib is None:
         sys.exit("llamaq: the memory probe for --fit was not built (see the warning above)")

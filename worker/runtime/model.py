@@ -17,11 +17,11 @@ from pathlib import Path
 import llama_cpp as lc
 
 from scheduler.registry import FitReport, ModelMeta
-from worker.llama_logs import route_llama_logs
-from worker.lora import LoraAdapters
-from worker.media import Projector
+from worker.runtime.llama_logs import route_llama_logs
+from worker.runtime.lora import LoraAdapters
+from worker.runtime.media import Projector
 from worker.speculative.draft_model import DraftModel
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import llama_cpp as lc
 
 from scheduler.registry import LoraAdapterInfo
-from worker.vocab import Vocab
+from worker.runtime.vocab import Vocab
 
 log = logging.getLogger(__name__)
 

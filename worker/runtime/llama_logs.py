@@ -31,7 +31,7 @@ def route_llama_logs() -> None:
 
 
 def route_mtmd_logs() -> None:
-    """The multimodal library's lines (worker/media.py) the same way."""
+    """The multimodal library's lines (worker/runtime/media.py) the same way."""
     from llama_cpp import mtmd_cpp
 
     mtmd_cpp.mtmd_log_set(_to_logging, ctypes.c_void_p(0))

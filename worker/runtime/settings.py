@@ -332,7 +332,7 @@ class WorkerSettings(RoleSettings):
     embd_normalize: int = flag(2, "--embd-normalize",
                                help="normalisation for embeddings (-1=none, 0=max absolute "
                                "int16, 1=taxicab, 2=euclidean, >2=p-norm)")
-    # multimodal (worker/media.py)
+    # multimodal (worker/runtime/media.py)
     mmproj: str | None = flag(None, "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ",
                               help="path to a multimodal projector file")
     mmproj_url: str | None = flag(None, "-mmu", "--mmproj-url", env="LLAMA_ARG_MMPROJ_URL",

@@ -4,7 +4,7 @@ ggml's OpenMP threads spin at every barrier before they sleep (OMP_WAIT_POLICY u
 llama-server ships). On a quiet machine that is the fastest way to wait, but beside a process
 that wants a core all the time, two spinning threads on two cores collapse: each barrier waits a
 whole time slice for the preempted thread (MiniLM beside one busy loop: 3 texts/s against 100
-with one thread). The completion engine reads that from /proc/stat (worker/compute_threads.py),
+with one thread). The completion engine reads that from /proc/stat (worker/runtime/compute_threads.py),
 but an embedding worker's own api pod and clients use about a core in bursts while it computes
 (serializing vectors), and that rule took a thread away for them (0.66 of llama-server at 1 input
 a request, against 0.74 with the threads kept). Bursts cost the spinning threads little; a steady
@@ -79,7 +79,7 @@ class ThreadTrial:
     trials: int = 0
     """Trials run (for the log and the tests)."""
     load_at_trial: float | None = None
-    """Other processes' cores (worker/compute_threads.py) when the last trial ended."""
+    """Other processes' cores (worker/runtime/compute_threads.py) when the last trial ended."""
     load_fell: int = 0
     """Samples in a row with the load LOAD_FALL below load_at_trial."""
     load: float | None = None

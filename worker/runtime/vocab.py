@@ -5,7 +5,7 @@ ctypes releases the GIL during each llama.cpp call, so no call writes into memor
 may be using: every call has its own buffers, and the llama_vocab is only read.
 
 Owns: text ↔ tokens, token pieces, the special tokens (FIM, end of generation). Does not
-own: the model handle (worker/model.py)."""
+own: the model handle (worker/runtime/model.py)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class Vocab:
 
     def detokenize(self, tokens: list[int], special: bool = True) -> str:
         return b"".join(self.piece(t, special) for t in tokens
-                        if t >= 0).decode("utf-8", errors="replace")  # < 0: media (worker/media.py)
+                        if t >= 0).decode("utf-8", errors="replace")  # < 0: media (worker/runtime/media.py)
 
     def fim_tokens(self) -> dict[str, int]:
         """The model's fill-in-the-middle tokens that exist (pre, suf, mid, rep, sep)."""

@@ -2,7 +2,7 @@
 
 A port of llama.cpp's common_fit_params (common/fit.cpp, in libcommon, which the wheel does not
 ship) on exact figures: each projection comes from llama.cpp itself, a model and context built
-with `no_alloc` and their memory breakdown read through worker/memory_probe.py.
+with `no_alloc` and their memory breakdown read through worker/runtime/memory_probe.py.
 
 Ported as llama.cpp does it: the context size, when not given, becomes the model's training
 context per KV stream; when the projection leaves less than `--fit-target` free (per device; of
@@ -13,7 +13,7 @@ count whose projection fits every device (llama.cpp's default split between devi
 additionally fills devices back to front and moves single MoE tensors, which is not ported.
 
 Owns: the decision (pure: it calls `measure` for projections). Does not own: measuring
-(worker/memory_probe.py) or the flags (worker/process/startup.py).
+(worker/runtime/memory_probe.py) or the flags (worker/process/startup.py).
 """
 
 from __future__ import annotations

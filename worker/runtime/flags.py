@@ -13,11 +13,11 @@ from pathlib import Path
 import llama_cpp as lc
 
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
-from worker.devices import parse_devices
-from worker.settings import WorkerSettings
+from worker.runtime.devices import parse_devices
+from worker.runtime.settings import WorkerSettings
 from worker.speculative import config as spec
 from worker.speculative import synthetic
-from worker.tensor_overrides import (
+from worker.runtime.tensor_overrides import (
     CPU_BUFFER,
     FFN_DENSE,
     FFN_EXPERTS,
@@ -60,7 +60,7 @@ def tune_model(params: lc.llama_model_params, settings: WorkerSettings) -> None:
 
 
 def placement(settings: WorkerSettings) -> Placement:
-    """-ot, -cmoe, -ncmoe, -ncffn and -dev (worker/tensor_overrides.py): where tensors go."""
+    """-ot, -cmoe, -ncmoe, -ncffn and -dev (worker/runtime/tensor_overrides.py): where tensors go."""
     overrides = parse_overrides(settings.override_tensor)
     if settings.cpu_moe:
         overrides.append(Override(FFN_EXPERTS, CPU_BUFFER))
