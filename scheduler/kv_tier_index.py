@@ -1,4 +1,4 @@
-"""Where the fleet-wide KV tier's states are (worker/kv_tier.py): one Redis hash per model
+"""Where the fleet-wide KV tier's states are (worker/kv/tier.py): one Redis hash per model
 fingerprint, prefix hash → tokens and bytes of the state stored under it, and its LRU order
 (Redis TIME, so every machine's clock agrees). Looking up and adding are one round trip each;
 adding evicts the least recently used states over the size cap in the same script and returns

@@ -1,4 +1,4 @@
-"""KV states of token prefixes (the fleet-wide KV tier, worker/kv_tier.py) in the object store:
+"""KV states of token prefixes (the fleet-wide KV tier, worker/kv/tier.py) in the object store:
 the state's bytes at `kv/<fingerprint>/<prefix hash>`, its metadata (JSON: the fingerprint and
 the tokens it holds, checked on restore) beside it at `.../<prefix hash>.json`
 (storage/blobs.py)."""

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from scheduler.contract.jobs import CompletionJob, scales_of
-from worker import kv_moves
+from worker.kv import moves as kv_moves
 from worker.alora import ALoraRun
 from worker.runtime.lora import LoraAdapters
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 
 AdapterSet = tuple[float, ...]  # as worker/alora.py
 

@@ -1,6 +1,6 @@
 """Admission and the batch budget as plain state (as TGI's backends/v3 queue.rs `State`).
 
-Owns: the queue of requests waiting for a slot, the choice of slot for each (worker/slots.py
+Owns: the queue of requests waiting for a slot, the choice of slot for each (worker/kv/slots.py
 `pick_slot`), the rules that hold a request back (no idle slot; continuous batching off while
 anything runs; a twin of its prompt still being evaluated, whose cache it will copy), and how a
 step's token budget (-b) is shared among prompts in prefill.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
-from worker.slots import SIMILARITY, SlotCache, pick_slot
+from worker.kv.slots import SIMILARITY, SlotCache, pick_slot
 
 
 class Job(Protocol):

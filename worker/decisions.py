@@ -47,7 +47,7 @@ from worker.decision_plan import (
 )
 from worker.runtime.media import Projector
 from worker.runtime.model import LoadedModel
-from worker.slots import SlotCache, common_prefix
+from worker.kv.slots import SlotCache, common_prefix
 
 log = logging.getLogger(__name__)
 

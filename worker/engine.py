@@ -8,12 +8,12 @@ one call.
 Owns: the engine thread, its loop, the step and the decode; starting, ending and failing runs.
 Hands off: what other threads hand over (worker/engine_inbox.py), which request gets which slot
 and the step's budget (worker/admission.py), a slot made ready for a prompt
-(worker/slot_start.py), the KV cache moves (worker/kv_moves.py), the batch
+(worker/slot_start.py), the KV cache moves (worker/kv/moves.py), the batch
 (worker/step_batch.py), what a token does to its run and when it stops (worker/token_step.py,
 worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
-(worker/decisions.py), slot snapshots (worker/snapshots.py), LoRA adapter sets (the step's
+(worker/decisions.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
 group, the cache keyed by set: worker/adapter_sets.py), speculative decoding (drafts into the
 step's batch, their verification and KV clean-up: worker/speculative/).
 """
@@ -40,22 +40,23 @@ from scheduler.contract.results import (
     TokenProbs,
 )
 from scheduler.registry import SlotState, WorkerMetrics
-from worker import kv_moves, slots_report, token_probs
+from worker import slots_report, token_probs
+from worker.kv import moves as kv_moves
 from worker.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
-from worker.checkpoints import CheckpointRules
+from worker.kv.checkpoints import CheckpointRules
 from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decision_plan import DecisionRequest
 from worker.decisions import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
 from worker.runtime.model import LoadedModel
-from worker.prompt_cache import PromptCache
+from worker.kv.prompt_cache import PromptCache
 from worker.reasoning import ReasoningTracker
 from worker.requests import EngineDefaults, Request, prepare_request
 from worker.slot_run import SlotRun
 from worker.slot_start import SlotStart
-from worker.slots import SlotCache
-from worker.snapshots import save_slot
+from worker.kv.slots import SlotCache
+from worker.kv.snapshots import save_slot
 from worker.speculative.drafter import Drafter
 from worker.speculative.ngram_cache import NgramCache
 from worker.speculative.verify import Speculation
@@ -86,7 +87,7 @@ class Engine:
         """Called (from the engine thread) when a slot starts or ends a request."""
         self.on_tier_state: Callable[[list[int], bytes], None] = lambda tokens, data: None
         """Called (from the engine thread) with a prompt prefix's KV state for the fleet-wide
-        KV tier (worker/kv_tier.py)."""
+        KV tier (worker/kv/tier.py)."""
         self._inbox = Inbox()
         """What other threads hand over (worker/engine_inbox.py)."""
         self._admission: Admission[Request] = Admission()
@@ -101,10 +102,10 @@ class Engine:
         self._checkpoints = CheckpointRules(
             defaults.ctx_checkpoints, defaults.checkpoint_min_step, model.n_swa,
             model.rollback_only_full, model.plan.n_batch, model.plan.n_ubatch)
-        """Context checkpoints of SWA and recurrent models (worker/checkpoints.py)."""
+        """Context checkpoints of SWA and recurrent models (worker/kv/checkpoints.py)."""
         self.prompt_cache = PromptCache(defaults.cache_ram_mib, model.n_ctx) \
             if defaults.cache_ram_mib != 0 and defaults.cache_prompt else None
-        """--cache-ram: prompts' states kept in host memory (worker/prompt_cache.py)."""
+        """--cache-ram: prompts' states kept in host memory (worker/kv/prompt_cache.py)."""
         self._sets = AdapterSets(model.adapters)
         """Per-request LoRA adapter sets: the step's group, each slot's cache set."""
         self._slot_start = SlotStart(model, self.slots, self._kv, self._sets, self._checkpoints,
@@ -272,7 +273,7 @@ class Engine:
 
     def _take_checkpoint(self, active: SlotRun, end: int) -> None:
         """A context checkpoint before the run's prompt tokens up to `end` are decoded, when
-        llama-server would take one (worker/checkpoints.py); none for prompts with media."""
+        llama-server would take one (worker/kv/checkpoints.py); none for prompts with media."""
         n_prompt = len(active.request.prompt_tokens)
         if self._checkpoints.wanted(n_prompt, active.prompt_done, end,
                                     active.request.media is not None,
@@ -310,7 +311,7 @@ class Engine:
         end = self._checkpoints.chunk_end(n_prompt, active.prompt_done, text_end,
                                           active.request.user_starts, active.slot.checkpoints)
         if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
-            end = min(end, tier.save_at)  # its state is taken there (worker/kv_tier.py)
+            end = min(end, tier.save_at)  # its state is taken there (worker/kv/tier.py)
         alora = active.request.alora
         if alora is not None and active.prompt_done < alora.pre_end:
             end = min(end, alora.pre_end)  # the base phase ends there (worker/alora.py)
@@ -509,7 +510,7 @@ class Engine:
                                                + len(self._admission.waiting)})
 
     def _shift_context(self, active: SlotRun) -> bool:
-        """--context-shift (worker/kv_moves.py); False when the cache cannot shift."""
+        """--context-shift (worker/kv/moves.py); False when the cache cannot shift."""
         request = active.request
         if request.media is not None:  # llama-server: no context shift with media
             return False

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from scheduler.contract.errors import LlamaqError
 from worker.requests import Request
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 
 SlotResult = TypeVar("SlotResult")
 SlotTask = tuple[int, Callable[[SlotCache], Any], Future[Any]]

@@ -1,7 +1,7 @@
 """Where a prompt's user messages start, in tokens: the job's message delimiters (a chat
 template's, api/chat/delimiters.py) found in its prompt tokens, as llama-server's
 common_chat_msg_delimiters::split finds them. The engine cuts the prefill there and takes
-context checkpoints there (worker/checkpoints.py), so a chat that goes on from an earlier
+context checkpoints there (worker/kv/checkpoints.py), so a chat that goes on from an earlier
 user message restores its cache as llama-server's does.
 
 At each position the first delimiter in the job's order that matches is the message that

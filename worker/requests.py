@@ -21,12 +21,12 @@ from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.alora import ALoraRun, alora_plan
 from worker.infill import infill_tokens
-from worker.kv_tier import TierPlan
+from worker.kv.tier import TierPlan
 from worker.runtime.media import MediaPrompt
 from worker.message_spans import user_starts
 from worker.runtime.model import LoadedModel
 from worker.sampling import SamplerChain, resolve_sampling
-from worker.slots import SIMILARITY
+from worker.kv.slots import SIMILARITY
 from worker.speculative.config import SpecConfig
 from worker.runtime.vocab import Vocab
 
@@ -49,7 +49,7 @@ class EngineDefaults:
     cache_reuse: int = 0
     slot_similarity: float = SIMILARITY
     """-sps: how much of a slot's cache a prompt must share to take that slot (0: never by
-    similarity; worker/slots.py pick_slot)."""
+    similarity; worker/kv/slots.py pick_slot)."""
     spm_infill: bool = False
     stop: list[str] = field(default_factory=list)
     """-r/--reverse-prompt: the stop strings of a request that gives none."""
@@ -60,12 +60,12 @@ class EngineDefaults:
     spec: SpecConfig = field(default_factory=SpecConfig)
     """Speculative decoding (--spec-type and its flags; worker/speculative/)."""
     ctx_checkpoints: int = 32
-    """-ctxcp: context checkpoints per slot (worker/checkpoints.py)."""
+    """-ctxcp: context checkpoints per slot (worker/kv/checkpoints.py)."""
     checkpoint_min_step: int = 8192
     """-cms: the least spacing between two checkpoints, in tokens."""
     cache_ram_mib: int = 0
     """--cache-ram: the host-memory prompt cache's size in MiB (-1: no limit, 0: none;
-    worker/prompt_cache.py)."""
+    worker/kv/prompt_cache.py)."""
     cache_idle_slots: bool = False
     """--cache-idle-slots: idle slots' prompts go to that cache when a task starts."""
 
@@ -102,7 +102,7 @@ class Request:
     """Where the prompt's user messages start (worker/message_spans.py): the engine cuts and
     checkpoints the prefill there."""
     tier: TierPlan | None = None
-    """The fleet-wide KV tier's part (--kv-store, worker/kv_tier.py): a stored prefix state
+    """The fleet-wide KV tier's part (--kv-store, worker/kv/tier.py): a stored prefix state
     to restore, a boundary whose state to take."""
 
     @property

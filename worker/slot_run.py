@@ -18,7 +18,7 @@ from scheduler.contract.results import (
 )
 from worker.reasoning import ReasoningTracker
 from worker.requests import Request
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 from worker.textstream import TextStream
 
 

@@ -4,9 +4,9 @@ the rest of a known prefix comes (plain state, on the engine thread).
 In order: the slot's old prompt goes to the host-memory cache when the new one replaces it
 (`--cache-ram`), the request's LoRA adapter set claims the slot (worker/adapter_sets.py), a cached
 prompt that shares more comes back from the host cache, the slot's cache is cut to the common
-prefix, shifted or restored from a context checkpoint (worker/kv_moves.py), then cut further where
+prefix, shifted or restored from a context checkpoint (worker/kv/moves.py), then cut further where
 the request needs it: an aLoRA's base prefix (worker/alora.py), a media chunk kept whole or not at
-all (worker/runtime/media.py), and a fleet-wide KV tier hit that holds more (worker/kv_tier.py).
+all (worker/runtime/media.py), and a fleet-wide KV tier hit that holds more (worker/kv/tier.py).
 
 Owns: that order, and `--cache-idle-slots` (idle slots' prompts into the host cache when a task
 starts). Hands off: each move (kv_moves, prompt_cache, adapter_sets, snapshots).
@@ -17,16 +17,16 @@ from __future__ import annotations
 import logging
 
 from scheduler.contract.errors import LlamaqError
-from worker import kv_moves
+from worker.kv import moves as kv_moves
 from worker.adapter_sets import AdapterSets
-from worker.checkpoints import CheckpointRules
-from worker.kv_tier import TierHit
+from worker.kv.checkpoints import CheckpointRules
+from worker.kv.tier import TierHit
 from worker.runtime.media import MediaPrompt
 from worker.runtime.model import LoadedModel
-from worker.prompt_cache import PromptCache, wants_update
+from worker.kv.prompt_cache import PromptCache, wants_update
 from worker.requests import Request
-from worker.slots import SlotCache
-from worker.snapshots import restore_slot
+from worker.kv.slots import SlotCache
+from worker.kv.snapshots import restore_slot
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class SlotStart:
                 cache.update()
 
     def _restore_tier(self, hit: TierHit, slot: SlotCache, n_reuse: int) -> int:
-        """A stored prefix state (worker/kv_tier.py) into the slot, when it holds more of
+        """A stored prefix state (worker/kv/tier.py) into the slot, when it holds more of
         the prompt than the slot's cache; one that does not restore is a miss."""
         if len(hit.tokens) <= n_reuse:
             return n_reuse

@@ -16,7 +16,7 @@ from scheduler.contract.results import CompletionResult, GenerationSettings, Tim
 from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from worker.requests import EngineDefaults, Request
 from worker.slot_run import SlotRun
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 from worker.stopping import StopType
 from worker.runtime.vocab import Vocab
 

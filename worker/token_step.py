@@ -25,7 +25,7 @@ class TokenRules:
     context_shift: bool
     n_ctx_slot: int
     shift: Callable[[SlotRun], bool]
-    """Shift a full slot's context (worker/kv_moves.py); False when the cache cannot."""
+    """Shift a full slot's context (worker/kv/moves.py); False when the cache cannot."""
 
     def apply(self, active: SlotRun, token: int, probs: TokenProbs | None,
               now: float) -> tuple[TokenEvent | None, StopReason | None]:

@@ -332,7 +332,7 @@ def lookup_cache_lock(model_sha: str, name: str) -> str:
 
 
 def kv_tier_blocks(model_id: str, fingerprint: str) -> str:
-    """Hash of the fleet-wide KV tier (worker/kv_tier.py): prefix hash → "n_tokens:bytes" of
+    """Hash of the fleet-wide KV tier (worker/kv/tier.py): prefix hash → "n_tokens:bytes" of
     each state in the object store under that model fingerprint."""
     return f"{PREFIX}:kvtier:{model_id}:{fingerprint}:blocks"
 

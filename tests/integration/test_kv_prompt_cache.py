@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.kv_engine import complete, document, plan, running, same_next_token
 from worker.runtime.model import LoadedModel
-from worker.prompt_cache import MIB
+from worker.kv.prompt_cache import MIB
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from scheduler.contract.jobs import CompletionJob, LoraScale
 from scheduler.registry import LoraAdapterInfo
 from worker.adapter_sets import AdapterSets
 from worker.runtime.lora import LoadedAdapter, LoraAdapters
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 
 
 class FakeKv:

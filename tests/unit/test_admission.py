@@ -11,7 +11,7 @@ from worker.admission import (
     DecodeSpeed,
     prompt_chunks,
 )
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""Context checkpoints (worker/checkpoints.py) and their moves (worker/kv_moves.py) on a
+"""Context checkpoints (worker/kv/checkpoints.py) and their moves (worker/kv/moves.py) on a
 simulated sliding-window cache: llama-server's rules for where a checkpoint is taken, which
 ones make room, and when a reused prefix needs one (pos_min against pos_next - n_swa)."""
 
 from __future__ import annotations
 
-from worker.checkpoints import Checkpoint, CheckpointRules
-from worker.kv_moves import prepare_slot, restore_prefix, take_checkpoint
-from worker.slots import SlotCache
+from worker.kv.checkpoints import Checkpoint, CheckpointRules
+from worker.kv.moves import prepare_slot, restore_prefix, take_checkpoint
+from worker.kv.slots import SlotCache
 
 RULES = CheckpointRules(n_max=4, min_step=100, n_swa=8, n_batch=64, n_ubatch=16)
 

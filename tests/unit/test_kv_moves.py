@@ -1,12 +1,12 @@
-"""The engine's KV moves (worker/kv_moves.py) on a simulated cache: after every move, what the
+"""The engine's KV moves (worker/kv/moves.py) on a simulated cache: after every move, what the
 cache holds for a slot is what the slot's token list says it holds."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.kv_moves import clear, clear_idle_slot, prepare_slot, shift_chunks, shift_context
-from worker.slots import SHARE_MIN_TOKENS, SlotCache
+from worker.kv.moves import clear, clear_idle_slot, prepare_slot, shift_chunks, shift_context
+from worker.kv.slots import SHARE_MIN_TOKENS, SlotCache
 
 END = 1 << 30
 

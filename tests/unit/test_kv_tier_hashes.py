@@ -1,9 +1,9 @@
-"""The KV tier's keys (worker/kv_tier.py): each whole-block prefix has one hash that chains the
+"""The KV tier's keys (worker/kv/tier.py): each whole-block prefix has one hash that chains the
 blocks before it and the model fingerprint, so equal hashes mean equal prefixes of one model."""
 
 from __future__ import annotations
 
-from worker.kv_tier import fingerprint, prefix_hashes
+from worker.kv.tier import fingerprint, prefix_hashes
 from worker.runtime.model import ContextPlan
 
 PLAN = ContextPlan(n_ctx=4096, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,

@@ -1,12 +1,12 @@
-"""The host-memory prompt cache (worker/prompt_cache.py) on a simulated KV cache: llama-server's
+"""The host-memory prompt cache (worker/kv/prompt_cache.py) on a simulated KV cache: llama-server's
 rules (insertion-order eviction, a hit moves the state out, contained prompts not kept twice,
 the token limit, the adapter set) and that a restored slot holds what its tokens say."""
 
 from __future__ import annotations
 
-from worker.checkpoints import Checkpoint
-from worker.prompt_cache import MIB, PromptCache, wants_update
-from worker.slots import SlotCache
+from worker.kv.checkpoints import Checkpoint
+from worker.kv.prompt_cache import MIB, PromptCache, wants_update
+from worker.kv.slots import SlotCache
 
 
 class StateKv:

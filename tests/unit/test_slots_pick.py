@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.slots import SlotCache, common_prefix, pick_slot, reusable_prefix
+from worker.kv.slots import SlotCache, common_prefix, pick_slot, reusable_prefix
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,7 @@ def test_full_match_keeps_one_token_to_decode() -> None:
 
 
 def test_reuse_chunks_moves_a_repeated_block() -> None:
-    from worker.slots import reuse_chunks
+    from worker.kv.slots import reuse_chunks
 
     # The cache had a 2-token block (9, 9) the new prompt dropped: the rest moves back by 2.
     cached = [1, 2, 9, 9, 10, 11, 12, 13, 14, 99]
@@ -130,7 +130,7 @@ def test_reuse_chunks_moves_a_repeated_block() -> None:
 
 
 def test_reuse_needs_the_next_prompt_token_in_the_cache() -> None:
-    from worker.slots import reuse_chunks
+    from worker.kv.slots import reuse_chunks
 
     cached = [1, 2, 3, 10, 11, 12, 13, 14, 99]
     prompt = [1, 2, 7, 10, 11, 12, 13, 14, 50]
@@ -138,7 +138,7 @@ def test_reuse_needs_the_next_prompt_token_in_the_cache() -> None:
 
 
 def test_reuse_chunks_skips_short_matches_and_keeps_the_last_token() -> None:
-    from worker.slots import reuse_chunks
+    from worker.kv.slots import reuse_chunks
 
     cached = [5, 9, 9, 20, 21, 22, 23]
     prompt = [5, 20, 21, 22, 23, 8]

@@ -10,7 +10,7 @@ from scheduler.contract.results import Timings
 from scheduler.registry import WorkerMetrics
 from worker.requests import EngineDefaults, Request
 from worker.slot_run import SlotRun
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 from worker.slots_report import RunReports, count, slot_jobs
 from worker.stopping import StopType
 from worker.textstream import TextStream

@@ -11,7 +11,7 @@ from typing import Any, cast
 from scheduler.contract.results import TokenProbs
 from scheduler.registry import WorkerMetrics
 from worker.slot_run import SlotRun
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 from worker.speculative.drafter import Drafter
 from worker.speculative.verify import Speculation
 from worker.step_batch import StepBatch

@@ -22,7 +22,7 @@ from scheduler.decision_meta import DecisionCaps
 from scheduler.leases import Leases
 from worker.embedder import Embedder
 from worker.engine import Engine
-from worker.kv_tier import KvTier
+from worker.kv.tier import KvTier
 from worker.media_fetch import MediaFetcher
 from worker.runtime.model import LoadedModel
 from worker.publisher import EventPublisher
@@ -58,7 +58,7 @@ class WorkerParts:
     draining: bool = False
     media_fetcher: MediaFetcher | None = field(default=None, repr=False)
     kv_tier: KvTier | None = None
-    """--kv-store: the fleet-wide KV tier (worker/kv_tier.py)."""
+    """--kv-store: the fleet-wide KV tier (worker/kv/tier.py)."""
 
     def media(self) -> MediaFetcher:
         """A job's media bytes (worker/media_fetch.py), made on first use."""

@@ -1,6 +1,6 @@
 """The body of a slot action (POST /slots/{id}?action=save|restore|erase): a slot's KV saved
 to object storage, restored (possibly saved by another worker) or erased; the engine runs it
-while the slot is idle (worker/snapshots.py does the KV side)."""
+while the slot is idle (worker/kv/snapshots.py does the KV side)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from storage import (
     open_store,
 )
 from worker.jobs.parts import WorkerParts
-from worker.snapshots import (
+from worker.kv.snapshots import (
     SnapshotMeta,
     check_snapshot,
     erase_slot,

@@ -44,7 +44,7 @@ from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.decision_plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
-from worker.kv_tier import KvTier, file_sha256, fingerprint
+from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.runtime.media import media_marker
 from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.model_source import fetch_adapters, fetch_model
@@ -151,7 +151,7 @@ def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | Non
 
 
 def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTier | None:
-    """--kv-store: the fleet-wide KV tier of this model (worker/kv_tier.py), fed by the
+    """--kv-store: the fleet-wide KV tier of this model (worker/kv/tier.py), fed by the
     engine's prefix states; off with control vectors (they change every state)."""
     if settings.control_vector or settings.control_vector_scaled:
         log.warning("kv tier off: control vectors change the KV states it would share")

@@ -93,7 +93,7 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
         n_threads=threads,
         n_threads_batch=s.threads_batch or threads,
         # Prefix reuse on sliding-window models goes through context checkpoints
-        # (worker/checkpoints.py); a decision's branches go back and forth over a prefix,
+        # (worker/kv/checkpoints.py); a decision's branches go back and forth over a prefix,
         # which only a full-size SWA cache allows.
         swa_full=s.swa_full or s.decisions or serves_decisions,
         flash_attn=s.flash_attn, cache_type_k=s.cache_type_k, cache_type_v=s.cache_type_v,

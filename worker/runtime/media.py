@@ -7,7 +7,7 @@ inside mtmd; a bad file is the request's 400 "Failed to load image or audio file
 dead worker), the placeholder tokens that stand for a media chunk in a slot's token list.
 
 A media chunk's positions hold placeholder tokens made from the SHA-256 of its bytes (negative,
-so never a vocabulary token): the slot's prefix reuse (worker/kv_moves.py) then matches a
+so never a vocabulary token): the slot's prefix reuse (worker/kv/moves.py) then matches a
 repeated image as llama-server does (by hash), and a second turn that repeats it evaluates
 nothing again.
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from scheduler.contract.errors import InvalidRequest, ServerError
 from worker.runtime.model import LoadedModel
-from worker.slots import SlotCache
+from worker.kv.slots import SlotCache
 
 
 class SnapshotMeta(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worker.checkpoints import Checkpoint
+from worker.kv.checkpoints import Checkpoint
 
 
 @dataclass
@@ -21,7 +21,7 @@ class SlotCache:
     last_used: float = 0.0
     busy: bool = False
     checkpoints: list[Checkpoint] = field(default_factory=list)
-    """Its context checkpoints (worker/checkpoints.py), oldest first; they cover a prefix of
+    """Its context checkpoints (worker/kv/checkpoints.py), oldest first; they cover a prefix of
     `tokens` and go when that prefix does."""
 
     def forget_tokens(self) -> None:

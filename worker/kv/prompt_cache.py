@@ -8,7 +8,7 @@ ones replaces them, the oldest go first when the size limit is reached (insertio
 not use), a hit moves the state out of the cache into the slot, and at most `n_ctx` tokens
 are kept (more while their bytes fit the size limit), even at -1. Each state carries the
 slot's context checkpoints and the LoRA adapter set it was made under (it only serves
-prompts under the same set). The llama.cpp calls go through worker/kv_moves.py's SeqStates.
+prompts under the same set). The llama.cpp calls go through worker/kv/moves.py's SeqStates.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from worker.checkpoints import Checkpoint
-from worker.kv_moves import KvCache, SeqStates
-from worker.slots import SlotCache, common_prefix
+from worker.kv.checkpoints import Checkpoint
+from worker.kv.moves import KvCache, SeqStates
+from worker.kv.slots import SlotCache, common_prefix
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ the purge of an idle slot when a unified cache has no room.
 
 Owns: applying those moves to the cache (through `KvCache`, llama.cpp's llama_memory_* calls)
 and to the slots' token lists together. What to move is decided by plain functions of
-worker/slots.py (reusable_prefix, reuse_chunks); here it happens.
+worker/kv/slots.py (reusable_prefix, reuse_chunks); here it happens.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import llama_cpp as lc
 
-from worker.checkpoints import Checkpoint, CheckpointRules
-from worker.slots import SHARE_MIN_TOKENS, SlotCache, reusable_prefix, reuse_chunks
+from worker.kv.checkpoints import Checkpoint, CheckpointRules
+from worker.kv.slots import SHARE_MIN_TOKENS, SlotCache, reusable_prefix, reuse_chunks
 
 log = logging.getLogger(__name__)
 

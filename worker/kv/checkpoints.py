@@ -10,7 +10,7 @@ slot has none, and `4 + n_ubatch` and `4` tokens before the prompt's end), when 
 (before a chunk that starts such a user message or ends near the prompt's end; none right
 after media), which ones are dropped to make room, and which one a new prompt restores
 (`pos_min < pos_next - n_swa`, else the prompt is processed again). Pure: the llama.cpp
-calls are in worker/kv_moves.py.
+calls are in worker/kv/moves.py.
 """
 
 from __future__ import annotations
