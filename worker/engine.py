@@ -14,7 +14,7 @@ worker/stopping.py), token probabilities (worker/token_probs.py), results and th
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
 (worker/decisions.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
-group, the cache keyed by set: worker/adapter_sets.py), speculative decoding (drafts into the
+group, the cache keyed by set: worker/adapters/adapter_sets.py), speculative decoding (drafts into the
 step's batch, their verification and KV clean-up: worker/speculative/).
 """
 
@@ -42,7 +42,7 @@ from scheduler.contract.results import (
 from scheduler.registry import SlotState, WorkerMetrics
 from worker import slots_report, token_probs
 from worker.kv import moves as kv_moves
-from worker.adapter_sets import AdapterSets
+from worker.adapters.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.kv.checkpoints import CheckpointRules
 from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
@@ -314,7 +314,7 @@ class Engine:
             end = min(end, tier.save_at)  # its state is taken there (worker/kv/tier.py)
         alora = active.request.alora
         if alora is not None and active.prompt_done < alora.pre_end:
-            end = min(end, alora.pre_end)  # the base phase ends there (worker/alora.py)
+            end = min(end, alora.pre_end)  # the base phase ends there (worker/adapters/alora.py)
         return end
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:

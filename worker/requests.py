@@ -19,7 +19,7 @@ from scheduler.contract.jobs import CompletionJob, LogitBias, SamplingSettings, 
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, check_grammar
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
-from worker.alora import ALoraRun, alora_plan
+from worker.adapters.alora import ALoraRun, alora_plan
 from worker.infill import infill_tokens
 from worker.kv.tier import TierPlan
 from worker.runtime.media import MediaPrompt
@@ -94,10 +94,10 @@ class Request:
     media: MediaPrompt | None = None
     """The prompt's media chunks (worker/runtime/media.py); its placeholders are in prompt_tokens."""
     alora: ALoraRun | None = None
-    """An aLoRA request's two phases (worker/alora.py)."""
+    """An aLoRA request's two phases (worker/adapters/alora.py)."""
     adapter_set: tuple[float, ...] | None = None
     """The set decided at prepare when an aLoRA is loaded (None: the engine's rule when the
-    slot starts, worker/adapter_sets.py)."""
+    slot starts, worker/adapters/adapter_sets.py)."""
     user_starts: tuple[int, ...] = ()
     """Where the prompt's user messages start (worker/message_spans.py): the engine cuts and
     checkpoints the prefill there."""

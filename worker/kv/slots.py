@@ -64,7 +64,7 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
     match off, as llama-server's 0.0 does.
 
     `usable`: whether a slot's cache may serve this prompt at all (made under the same LoRA
-    adapter set, worker/adapter_sets.py); one that may not matches nothing."""
+    adapter set, worker/adapters/adapter_sets.py); one that may not matches nothing."""
     if id_slot >= 0:
         slot = slots[id_slot]
         return None if slot.busy else slot

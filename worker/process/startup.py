@@ -24,7 +24,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from scheduler.registry import FitMemory, FitReport
 from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
-from worker.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
+from worker.adapters.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
 from worker.runtime.devices import DeviceError, offload_devices, parse_devices
 from worker.embedder import POOLING_TYPES
 from worker.engine import Engine

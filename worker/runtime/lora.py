@@ -90,7 +90,7 @@ class LoraAdapters:
             handle = lc.llama_adapter_lora_init(model, local.encode())
             if not handle:
                 raise LoraLoadError(f"failed to load lora adapter '{spec.path}'")
-            tokens = invocation_tokens(handle)  # an aLoRA: worker/alora.py
+            tokens = invocation_tokens(handle)  # an aLoRA: worker/adapters/alora.py
             loaded.append(LoadedAdapter(handle, LoraAdapterInfo(
                 id=i, path=spec.path, scale=spec.scale,
                 task_name=_meta(handle, "adapter.lora.task_name"),

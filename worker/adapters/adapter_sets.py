@@ -21,11 +21,11 @@ from typing import Any, Protocol, TypeVar
 
 from scheduler.contract.jobs import CompletionJob, scales_of
 from worker.kv import moves as kv_moves
-from worker.alora import ALoraRun
+from worker.adapters.alora import ALoraRun
 from worker.runtime.lora import LoraAdapters
 from worker.kv.slots import SlotCache
 
-AdapterSet = tuple[float, ...]  # as worker/alora.py
+AdapterSet = tuple[float, ...]  # as worker/adapters/alora.py
 
 
 class GroupedRun(Protocol):
@@ -76,7 +76,7 @@ class AdapterSets:
     def first_set(self, job: CompletionJob, decided: AdapterSet | None,
                   alora: ALoraRun | None) -> AdapterSet:
         """The set a run's prompt starts under: the base for an aLoRA's tokens before its
-        invocation (worker/alora.py), else its own (`decided` at prepare, else `of`)."""
+        invocation (worker/adapters/alora.py), else its own (`decided` at prepare, else `of`)."""
         if alora is not None and alora.pre_end > 0:
             return alora.base
         return decided if decided is not None else self.of(job)
