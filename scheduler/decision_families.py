@@ -11,7 +11,7 @@ are the families llama.cpp knows that the spec does not list.
 at the last prompt token: a language model, which llamaq's engine runs) or "head" (a decision
 head's scores from the embeddings output: llama.cpp's decision head graphs, which the llama.cpp
 that llama-cpp-python bundles does not have; such a model is recognised and its requests are
-checked, then answered 501, see worker/decision_plan.py).
+checked, then answered 501, see worker/decisions/plan.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ and the step's budget (worker/admission.py), a slot made ready for a prompt
 worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
 (worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
 (worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
-(worker/decisions.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
+(worker/decisions/run.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
 group, the cache keyed by set: worker/adapters/adapter_sets.py), speculative decoding (drafts into the
 step's batch, their verification and KV clean-up: worker/speculative/).
 """
@@ -46,8 +46,8 @@ from worker.adapters.adapter_sets import AdapterSets
 from worker.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.kv.checkpoints import CheckpointRules
 from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
-from worker.decision_plan import DecisionRequest
-from worker.decisions import DecisionRunner
+from worker.decisions.plan import DecisionRequest
+from worker.decisions.run import DecisionRunner
 from worker.engine_inbox import Inbox, SlotResult
 from worker.runtime.model import LoadedModel
 from worker.kv.prompt_cache import PromptCache

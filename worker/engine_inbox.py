@@ -2,7 +2,7 @@
 reasoning ends, slot actions, the stop. One condition guards it all; the engine thread holds
 it only to take what was handed over, never across a llama.cpp call.
 
-Decision jobs (worker/decisions.py) share the condition: their arrivals wake the engine too.
+Decision jobs (worker/decisions/run.py) share the condition: their arrivals wake the engine too.
 """
 
 from __future__ import annotations

@@ -436,9 +436,9 @@ class SystemOneInput(BaseModel):
 
 class DecisionJob(BaseModel):
     """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
-    each read from the logits over its labels; nothing is sampled (worker/decisions.py).
+    each read from the logits over its labels; nothing is sampled (worker/decisions/run.py).
     `systemone`: the request itself, for a model of a label-logit family, whose worker renders
-    it with the model's own systemone template and label codes (worker/systemone_prompt.py)
+    it with the model's own systemone template and label codes (worker/decisions/systemone_prompt.py)
     instead of llamaq's prompt."""
 
     kind: Literal[JobKind.DECISION] = JobKind.DECISION

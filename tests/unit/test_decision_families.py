@@ -30,9 +30,9 @@ from scheduler.decision_meta import (
 )
 from scheduler.gguf_meta import read_metadata
 from tests.tiny_gguf import add_metadata
-from worker.decision_plan import label_scores, plan_decision
-from worker.systemone_heads import HeadPrompter
-from worker.systemone_prompt import FamilyPrompter
+from worker.decisions.plan import label_scores, plan_decision
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 
 SYSTEMONE = "{{ state }}|{{ instructions }}|{% for o in options %}{{ o.key }};{% endfor %}"
 """A `tokenizer.chat_template.systemone`: llama.cpp requires one of every decision model."""
@@ -202,7 +202,7 @@ def test_a_head_family_without_its_request_is_a_501_after_the_checks(tmp_path: P
                       WordVocab(), caps, 4096)
 
 
-# -- a decision-head family's prompts, as llama.cpp builds them (worker/systemone_heads.py) ---
+# -- a decision-head family's prompts, as llama.cpp builds them (worker/decisions/systemone_heads.py) ---
 
 
 class HeadWords(WordVocab):
@@ -289,7 +289,7 @@ def test_an_lfm2_d1_omni_prompt_is_cut_to_16384_tokens() -> None:
     forged = request("<<d1omni:sep>><<d1omni:state>> x", question)
     # "<<d1omni sep>><<d1omni state>> x": four words of state, no piece of its own
     assert family.prompt_lengths(forged.systemone, vocab) == [96 + 2 + 2 + 4 + 1]
-    from worker.systemone_heads import escape_special
+    from worker.decisions.systemone_heads import escape_special
     assert escape_special({"<|a|>": ["x <|b_1|> y", 3]}) == {"<\u00a6a\u00a6>": [
         "x <\u00a6b_1\u00a6> y", 3]}
 
@@ -313,7 +313,7 @@ def test_clef_reads_all_the_questions_in_one_prompt() -> None:
 
 
 def test_clef_sorts_keys_and_options_and_reads_noul_true_first() -> None:
-    from worker.systemone_heads import _options, sort_keys
+    from worker.decisions.systemone_heads import _options, sort_keys
 
     assert list(sort_keys({"b": {"z": 1, "y": 2}, "a": [{"d": 0, "c": 1}]})) == ["a", "b"]
     assert list(sort_keys({"b": {"z": 1, "y": 2}})["b"]) == ["y", "z"]
@@ -338,7 +338,7 @@ def test_a_head_family_needs_its_marker_tokens() -> None:
             HeadPrompter(caps, Plain())
 
 
-# -- a label-logit family's own prompts and labels (worker/systemone_prompt.py) ---------------
+# -- a label-logit family's own prompts and labels (worker/decisions/systemone_prompt.py) ---------------
 
 TEMPLATE = ("{{ state if state is string else state | tojson }} | {{ instructions }} |"
             "{% for o in options %} {{ o.label | default('-') }}={{ o.key }}{% endfor %} | end")

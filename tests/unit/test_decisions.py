@@ -31,7 +31,7 @@ from scheduler.decision_meta import (
 )
 from scheduler.gguf_meta import GgufError, read_metadata
 from tests.tiny_gguf import add_metadata
-from worker.decision_plan import (
+from worker.decisions.plan import (
     QuestionPlan,
     branches_of,
     child_logprobs,

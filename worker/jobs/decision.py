@@ -1,4 +1,4 @@
-"""The body of a decision job (POST /v1/systemone; worker/decisions.py): planned in a thread,
+"""The body of a decision job (POST /v1/systemone; worker/decisions/run.py): planned in a thread,
 run by the engine in slots, in the same decode steps as the completions."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, NotSupported
 from scheduler.contract.jobs import DecisionJob
 from scheduler.contract.results import ErrorEvent
-from worker.decision_plan import plan_decision
+from worker.decisions.plan import plan_decision
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.runtime.media import MediaPrompt
 

@@ -27,8 +27,8 @@ from worker.media_fetch import MediaFetcher
 from worker.runtime.model import LoadedModel
 from worker.publisher import EventPublisher
 from worker.runtime.settings import WorkerSettings
-from worker.systemone_heads import HeadPrompter
-from worker.systemone_prompt import FamilyPrompter
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 
 
 class HandBack(Exception):
@@ -54,7 +54,7 @@ class WorkerParts:
     """Decisions run in the completion engine, on a decision model."""
     decision_prompter: FamilyPrompter | HeadPrompter | None = None
     """A decision family's prompts: a label-logit family's and its labels
-    (worker/systemone_prompt.py), a decision-head family's (worker/systemone_heads.py)."""
+    (worker/decisions/systemone_prompt.py), a decision-head family's (worker/decisions/systemone_heads.py)."""
     draining: bool = False
     media_fetcher: MediaFetcher | None = field(default=None, repr=False)
     kv_tier: KvTier | None = None

@@ -41,7 +41,7 @@ from storage.lazy import LazyStore
 from storage.results import ResultStore
 from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
-from worker.decision_plan import decision_caps
+from worker.decisions.plan import decision_caps
 from worker.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
@@ -58,8 +58,8 @@ from worker.publisher import EventPublisher
 from worker.result_offload import ResultOffload
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.lookup_share import LookupShare
-from worker.systemone_heads import HeadPrompter
-from worker.systemone_prompt import FamilyPrompter
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """POST /v1/systemone: typed questions about a state, answered with probabilities by a decision
-job (worker/decisions.py). An invalid body is a 400 first; then a model that serves no
+job (worker/decisions/run.py). An invalid body is a 400 first; then a model that serves no
 decisions (neither native nor under the worker's --decisions) is a 501. Images and audio
 (`files`, `images`, a state's image_url / input_audio parts) go to prompted decision workers
 whose projector takes them, placed before the state (markers in the prefix, the bytes as the

@@ -3,7 +3,7 @@
 A decision run holds one slot (its owner) and prefills the shared prefix there, reusing what the
 slot's cache already holds of it. Then each question runs in a lane: a sequence that starts as a
 copy of the prefix (`llama_memory_seq_cp` from the owner), decodes the question's own suffix and
-its label branches (worker/decision_plan.py), and reads the logits over the candidate tokens.
+its label branches (worker/decisions/plan.py), and reads the logits over the candidate tokens.
 The owner is the first lane; idle slots are borrowed as more lanes while no completion waits
 for a slot, so the questions of one request run side by side. Every token goes into the engine's
 step batch, with the other slots' tokens: decisions share decode steps with completions and with
@@ -38,7 +38,7 @@ from scheduler.contract.results import (
     TokenEvent,
 )
 from scheduler.registry import WorkerMetrics
-from worker.decision_plan import (
+from worker.decisions.plan import (
     DecisionRequest,
     Path,
     child_logprobs,

@@ -4,7 +4,7 @@ fill_task_joint) from the model's `tokenizer.chat_template.systemone`, so that t
 applied to the prompt the model would read: laya's question and options cut to its
 `max_head_tokens`, lfm2-d1-omni's pieces cut to their budgets and the whole to 16384 tokens,
 clef's questions all in one prompt. What comes out is each prompt's length, checked against
---ubatch-size by worker/decision_plan.py; the head itself is not run (the llama.cpp bundled
+--ubatch-size by worker/decisions/plan.py; the head itself is not run (the llama.cpp bundled
 with llama-cpp-python has none), so a valid request ends in a 501 there.
 
 The template gets raw JSON values (it serializes what is not a string):
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from scheduler.contract.errors import InvalidRequest, NotSupported
 from scheduler.contract.jobs import SystemOneInput, SystemOneQuestion
 from scheduler.decision_meta import DecisionCaps, DecisionMetaError
-from worker.systemone_prompt import Tokenizer, render, systemone_template
+from worker.decisions.systemone_prompt import Tokenizer, render, systemone_template
 
 LAYA_MAX_OPTION_TOKENS = 48
 D1OMNI_MARKER = "<<d1omni:"

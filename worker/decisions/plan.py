@@ -26,8 +26,8 @@ from scheduler.contract.errors import ExceedContextSize, InvalidRequest, NotSupp
 from scheduler.contract.jobs import DecisionJob, SystemOneInput
 from scheduler.decision_meta import DecisionCaps, native_caps
 from scheduler.gguf_meta import read_metadata
-from worker.systemone_heads import HeadPrompter
-from worker.systemone_prompt import FamilyPrompter
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 
 if TYPE_CHECKING:
     import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need
@@ -56,7 +56,7 @@ class QuestionPlan:
 
 @dataclass
 class DecisionRequest:
-    """A decision job, tokenized and checked: what the engine runs (worker/decisions.py)."""
+    """A decision job, tokenized and checked: what the engine runs (worker/decisions/run.py)."""
 
     job: DecisionJob
     prefix: list[int]
@@ -215,7 +215,7 @@ def _common(a: list[int], b: list[int]) -> int:
 def check_head_prompts(systemone: SystemOneInput, prompter: HeadPrompter, vocab: Tokenizer,
                        caps: DecisionCaps, n_ubatch: int) -> None:
     """A decision-head family's request: its prompts built as llama.cpp builds them (cut to
-    the family's budgets, worker/systemone_heads.py), each (clef: the one of the whole
+    the family's budgets, worker/decisions/systemone_heads.py), each (clef: the one of the whole
     request) checked against --ubatch-size, the batch it is evaluated in; then the 501 of the
     head this llama.cpp lacks."""
     assert caps.family is not None
