@@ -18,8 +18,8 @@ import pytest
 
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
-from worker.embed_inputs import embedding_inputs
-from worker.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
+from worker.embed.inputs import embedding_inputs
+from worker.embed.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
 from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import tune_embedding_context
 from worker.runtime.settings import WorkerSettings

@@ -20,7 +20,7 @@ from scheduler.contract.results import (
 )
 from scheduler.decision_meta import DecisionCaps
 from scheduler.leases import Leases
-from worker.embedder import Embedder
+from worker.embed.embedder import Embedder
 from worker.engine import Engine
 from worker.kv.tier import KvTier
 from worker.media_fetch import MediaFetcher

@@ -42,7 +42,7 @@ from storage.results import ResultStore
 from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.decisions.plan import decision_caps
-from worker.embedder import Embedder
+from worker.embed.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.runtime.media import media_marker

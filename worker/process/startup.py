@@ -26,7 +26,7 @@ from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.adapters.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
 from worker.runtime.devices import DeviceError, offload_devices, parse_devices
-from worker.embedder import POOLING_TYPES
+from worker.embed.embedder import POOLING_TYPES
 from worker.engine import Engine
 from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs

@@ -16,7 +16,7 @@ priority (`lower_cpu_priority`).
 
 Owns: the threads and their queues, the batch, reading embeddings back (pooled per sequence or one
 row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
-(worker/embed_inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
+(worker/embed/inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
 raise the abort flag under `_wake`.
 """
 
@@ -47,7 +47,7 @@ from scheduler.contract.results import (
 )
 from scheduler.registry import WorkerMetrics
 from worker.runtime.compute_threads import INTERVAL_S, CpuSample
-from worker.embed_inputs import Prepared
+from worker.embed.inputs import Prepared
 from worker.runtime.model import LoadedModel
 from worker.runtime.thread_trial import ThreadTrial
 
