@@ -14,7 +14,7 @@ from scheduler.connections import open_redis
 from scheduler.contract import keys
 from scheduler.contract.results import FinalEvent, TokenizeResult
 from scheduler.leases import Leases
-from worker.publisher import EventPublisher
+from worker.wires.publisher import EventPublisher
 
 
 @pytest.fixture

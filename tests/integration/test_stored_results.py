@@ -29,7 +29,7 @@ from scheduler.job_events import JobEvents
 from storage.local import LocalStore
 from storage.results import ResultStore
 from tests.processes import Fleet
-from worker.result_offload import ResultOffload
+from worker.wires.result_offload import ResultOffload
 
 pytestmark = pytest.mark.process
 

@@ -23,7 +23,7 @@ def test_bad_event_ids_are_404(text: str) -> None:
 
 
 def test_big_events_go_by_pointer() -> None:
-    from worker.publisher import announcement
+    from worker.wires.publisher import announcement
 
     small = EventEnvelope(job_id="j", seq=4, event=TokenEvent(content="x", tokens=[1]))
     data = small.model_dump_json().encode()

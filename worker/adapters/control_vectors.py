@@ -89,7 +89,7 @@ def load_one(spec: VectorSpec) -> tuple[int, np.ndarray]:
 def load_vectors(specs: list[VectorSpec],
                  files: Mapping[str, Path]) -> tuple[int, np.ndarray] | None:
     """The files' sum (None: no control vector given); `files`: each source's local file
-    (worker/model_source.py; a source not in it is a path)."""
+    (worker/wires/model_source.py; a source not in it is a path)."""
     if not specs:
         return None
     import numpy as np

@@ -23,9 +23,9 @@ from scheduler.leases import Leases
 from worker.embed.embedder import Embedder
 from worker.engine import Engine
 from worker.kv.tier import KvTier
-from worker.media_fetch import MediaFetcher
+from worker.wires.media_fetch import MediaFetcher
 from worker.runtime.model import LoadedModel
-from worker.publisher import EventPublisher
+from worker.wires.publisher import EventPublisher
 from worker.runtime.settings import WorkerSettings
 from worker.decisions.systemone_heads import HeadPrompter
 from worker.decisions.systemone_prompt import FamilyPrompter
@@ -61,7 +61,7 @@ class WorkerParts:
     """--kv-store: the fleet-wide KV tier (worker/kv/tier.py)."""
 
     def media(self) -> MediaFetcher:
-        """A job's media bytes (worker/media_fetch.py), made on first use."""
+        """A job's media bytes (worker/wires/media_fetch.py), made on first use."""
         if self.media_fetcher is None:
             self.media_fetcher = MediaFetcher(self.settings.store_url,
                                               self.settings.s3_endpoint_url)

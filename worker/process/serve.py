@@ -47,15 +47,15 @@ from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.runtime.media import media_marker
 from worker.runtime.model import LoadedModel, ModelLoadError
-from worker.model_source import fetch_adapters, fetch_model
+from worker.wires.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
-from worker.publisher import EventPublisher
-from worker.result_offload import ResultOffload
+from worker.wires.publisher import EventPublisher
+from worker.wires.result_offload import ResultOffload
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.lookup_share import LookupShare
 from worker.decisions.systemone_heads import HeadPrompter
@@ -332,7 +332,7 @@ class WorkerRuntime:
         )
 
     def _write_metrics(self, pipe: Pipeline) -> None:
-        """Ahead of the events that start or end jobs (worker/publisher.py)."""
+        """Ahead of the events that start or end jobs (worker/wires/publisher.py)."""
         self.reporter.write_metrics(pipe)
 
     def _lost(self, job_id: str) -> None:

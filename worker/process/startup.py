@@ -1,6 +1,6 @@
 """What a worker builds from its settings before it serves: the model (its context laid out by
 llama-server's rules, for embeddings on an --embedding/--rerank worker; the file comes from
-worker/model_source.py) and the engine's defaults (the sampling flags resolved once into one
+worker/wires/model_source.py) and the engine's defaults (the sampling flags resolved once into one
 SamplingSettings).
 
 Owns: settings → ContextPlan and the loaded model, settings → EngineDefaults, the embedding
@@ -41,7 +41,7 @@ from worker.runtime.model import (
     context_params,
     default_threads,
 )
-from worker.publisher import EventPublisher
+from worker.wires.publisher import EventPublisher
 from worker.requests import EngineDefaults
 from worker.sampling import DEFAULT_SEED, normalize_samplers
 from worker.runtime.settings import WorkerSettings
@@ -107,9 +107,9 @@ def load_model(s: WorkerSettings, path: Path,
                on_load_progress: Callable[[float], None] | None = None,
                adapter_files: Mapping[str, Path] | None = None,
                marker: str | None = None, serves_decisions: bool = False) -> LoadedModel:
-    """The model file at `path` (worker/model_source.py fetched it) and its one context,
+    """The model file at `path` (worker/wires/model_source.py fetched it) and its one context,
     laid out for embeddings on an --embedding/--rerank worker, with its LoRA adapters and
-    control vectors (`adapter_files`: their local files, worker/model_source.py; none: the
+    control vectors (`adapter_files`: their local files, worker/wires/model_source.py; none: the
     sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
     this process's own); `serves_decisions`: decision jobs share its batches (several logits
     per sequence) (blocking: call it off the event loop). `on_load_progress` gets the

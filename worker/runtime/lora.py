@@ -81,7 +81,7 @@ class LoraAdapters:
     def load(cls, model: Any, vocab: Vocab, specs: list[AdapterSpec],
              files: Mapping[str, Path]) -> LoraAdapters:
         """Load each adapter on `model` (a llama_model pointer) from its local file (`files`:
-        worker/model_source.py; a source not in it is a path); a file that fails stops the
+        worker/wires/model_source.py; a source not in it is a path); a file that fails stops the
         worker, as llama-server stops ("failed to load lora adapter"). The adapter's `path`
         is its source as given."""
         loaded = []

@@ -3,7 +3,7 @@
 Owns: the llama_model and llama_context handles and their lifetime (close), the model's
 metadata as reported (`meta`), the per-slot context size. Does not own: how the context is laid
 out from the flags (worker/process/startup.py), where the file comes from
-(worker/model_source.py)."""
+(worker/wires/model_source.py)."""
 
 from __future__ import annotations
 

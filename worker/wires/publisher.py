@@ -36,7 +36,7 @@ from scheduler.contract.results import (
 )
 from scheduler.leases import Leases
 from worker.engine import JobEvent
-from worker.result_offload import ResultOffload
+from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class EventPublisher:
         an api that sees a job start reads its slot taken).
         `on_lost(job_id)` ends a job whose events could not be sent (cancels it).
         `leases`: the worker's; a job's lease is let go with its final or error event.
-        `offload`: big final results go to the object store (worker/result_offload.py)."""
+        `offload`: big final results go to the object store (worker/wires/result_offload.py)."""
         self._redis = redis
         self._before_results = before_results
         self._on_lost = on_lost
