@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings  # noqa: E402
 from scheduler.contract.results import ErrorEvent, FinalEvent, TokenEvent  # noqa: E402
 from storage import default_model_path  # noqa: E402
-from worker.engine import Engine, JobEvent  # noqa: E402
+from worker.engine.loop import Engine, JobEvent  # noqa: E402
 from worker.runtime.model import ContextPlan, LoadedModel  # noqa: E402
-from worker.requests import EngineDefaults  # noqa: E402
+from worker.engine.requests import EngineDefaults  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

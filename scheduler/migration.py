@@ -5,7 +5,7 @@ Built by the worker that takes the lapsed job (worker/process/jobrun.py): it hol
 payload and its lease, so the log it reads can no longer grow (the dead worker wrote its last
 event, and nobody else writes for the job), and the api needs to do nothing but keep reading
 the job's events. The engine prefills prompt + the tokens generated so far and goes on with the
-same sampling settings (worker/requests.py, worker/engine.py).
+same sampling settings (worker/engine/requests.py, worker/engine/loop.py).
 
 Owns: reading the log into a Continuation, the seed of a sampled continuation."""
 

@@ -1,7 +1,7 @@
 """A chat template's message delimiters: the text that starts a user message and the text
 that starts an assistant message in what it renders (llama-server's `message_delimiters`).
 The worker finds them in the prompt's tokens and cuts and checkpoints the prefill at user
-messages (worker/message_spans.py), as llama-server does.
+messages (worker/engine/message_spans.py), as llama-server does.
 
 They come from llama.cpp's differential template analysis (common/chat-diff-analyzer.cpp
 `detect_user_start_marker`, `detect_assistant_start_marker`, with its per-template

@@ -95,7 +95,7 @@ class SamplingSettings(BaseModel):
     declaration of what a sampler chain is built from. Its fields are the worker's sampling
     flags too (worker/runtime/settings.py `sampling`, a flag_group: names, environment variables and
     defaults are declared here once); a job's SamplingParams override them
-    (`worker/sampling.py` resolve_sampling: `defaults.model_copy(update=…)`); the result is
+    (`worker/engine/sampling.py` resolve_sampling: `defaults.model_copy(update=…)`); the result is
     reported as is, inside `generation_settings` (scheduler/contract/results.py
     GenerationSettings extends this model)."""
 
@@ -292,7 +292,7 @@ class CompletionJob(BaseModel):
     """The request's speculative.* fields (None: the worker's --spec-* flags alone)."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
-    its own prompt goes in small parts (worker/engine.py), so online requests keep priority."""
+    its own prompt goes in small parts (worker/engine/loop.py), so online requests keep priority."""
     migration_limit: int = 0
     """How many times the job may continue on another worker after its worker died
     (--migration-limit, set by the api; 0: a job that sent something ends with 503)."""

@@ -20,9 +20,9 @@ from scheduler.contract.jobs import (
 )
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from tests.processes import free_port
-from worker.engine import Engine, JobEvent
+from worker.engine.loop import Engine, JobEvent
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 
 TIMEOUT_S = 300
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

@@ -11,9 +11,9 @@ import pytest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from tests.integration.test_engine_tiny import Events
 from tests.tiny_gguf import write_tiny_llama
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 
 N_SLOTS = 8
 

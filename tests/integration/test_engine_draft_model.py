@@ -16,10 +16,10 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from scheduler.contract.results import CompletionResult, FinalEvent
 from tests.integration.test_engine_tiny import Events
 from worker.runtime import flags
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.runtime.model import ContextPlan, LoadedModel
 from worker.process.startup import load_draft
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.config import SpecConfig
 from worker.speculative.draft_model import DraftLoadError

@@ -25,9 +25,9 @@ from scheduler.contract.results import (
     TokenEvent,
 )
 from scheduler.migration import continuation_from
-from worker.engine import Engine, JobEvent
+from worker.engine.loop import Engine, JobEvent
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 
 TIMEOUT_S = 120
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

@@ -13,9 +13,9 @@ import pytest
 from scheduler.contract.jobs import CompletionJob, DraftLimits, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 from worker.speculative.config import NgramMapParams, NgramModParams, SpecConfig, resolve
 
 N_SLOTS = 2

@@ -19,10 +19,10 @@ from scheduler.contract.results import (
     StartedEvent,
     TokenEvent,
 )
-from worker.admission import BACKGROUND_STEP_S
-from worker.engine import Engine, JobEvent
+from worker.engine.admission import BACKGROUND_STEP_S
+from worker.engine.loop import Engine, JobEvent
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 
 N_SLOTS = 4
 TIMEOUT_S = 60

@@ -1,4 +1,4 @@
-"""The fleet-wide KV tier's engine part (worker/kv/tier.py, worker/engine.py), in-process on
+"""The fleet-wide KV tier's engine part (worker/kv/tier.py, worker/engine/loop.py), in-process on
 Gemma 3 270M with its sliding-window cache kept small (no --swa-full): worker A's engine stops a
 long prompt's prefill at the tier boundary and hands over the slot's state; worker B (its own
 context, "another machine") restores it for a prompt with the same prefix and another question,
@@ -14,10 +14,10 @@ import pytest
 
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
-from worker.engine import Engine, JobEvent
+from worker.engine.loop import Engine, JobEvent
 from worker.kv.tier import TierHit, TierPlan
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 from worker.kv.snapshots import erase_slot
 
 TIMEOUT_S = 120

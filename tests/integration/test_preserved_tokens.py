@@ -17,9 +17,9 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
 from scheduler.registry import ModelMeta
 from tests.tiny_gguf import write_tiny_llama
-from worker.engine import Engine, JobEvent
+from worker.engine.loop import Engine, JobEvent
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.requests import EngineDefaults
+from worker.engine.requests import EngineDefaults
 
 CONTROL = ("<tool_call>", "</tool_call>", "<think>", "</think>")
 HERMES_TEMPLATE = (  # chatml with Hermes tool calls: the generic format, `<tool_call>` blocks

@@ -1,10 +1,10 @@
-"""Admission and the batch budget (worker/admission.py) as plain state, as TGI tests its queue."""
+"""Admission and the batch budget (worker/engine/admission.py) as plain state, as TGI tests its queue."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.admission import (
+from worker.engine.admission import (
     BACKGROUND_MIN_TOKENS,
     BACKGROUND_STEP_S,
     Admission,

@@ -14,7 +14,7 @@ from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, SamplingParams
-from worker.textstream import TextStream
+from worker.engine.textstream import TextStream
 
 
 def nested(depth: int) -> bytes:

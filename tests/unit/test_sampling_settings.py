@@ -13,7 +13,7 @@ from scheduler.contract.results import (
     GenerationSettings,
     TokenBias,
 )
-from worker.sampling import resolve_sampling
+from worker.engine.sampling import resolve_sampling
 
 
 def test_overrides_and_settings_have_the_same_fields() -> None:

@@ -1,4 +1,4 @@
-"""What the engine reports (worker/slots_report.py): a run's result and settings, the slots of
+"""What the engine reports (worker/engine/slots_report.py): a run's result and settings, the slots of
 /slots, the jobs slots hold for routing, the /metrics counters; from plain run state."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any, cast
 from scheduler.contract.jobs import CompletionJob, SamplingSettings
 from scheduler.contract.results import Timings
 from scheduler.registry import WorkerMetrics
-from worker.requests import EngineDefaults, Request
-from worker.slot_run import SlotRun
+from worker.engine.requests import EngineDefaults, Request
+from worker.engine.slot_run import SlotRun
 from worker.kv.slots import SlotCache
-from worker.slots_report import RunReports, count, slot_jobs
-from worker.stopping import StopType
-from worker.textstream import TextStream
+from worker.engine.slots_report import RunReports, count, slot_jobs
+from worker.engine.stopping import StopType
+from worker.engine.textstream import TextStream
 from worker.runtime.vocab import Vocab
 
 

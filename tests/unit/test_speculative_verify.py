@@ -1,4 +1,4 @@
-"""The verification's bookkeeping (worker/speculative/verify.py) on a scripted target: which
+"""The verification's bookkeeping (worker/engine/verify.py) on a scripted target: which
 tokens are emitted, in order, with the slot's tokens as plain decoding would have them at each;
 where the KV cache is cut; a draft cut by a smaller retried view; a run that ends mid-draft;
 and the counters."""
@@ -10,11 +10,11 @@ from typing import Any, cast
 
 from scheduler.contract.results import TokenProbs
 from scheduler.registry import WorkerMetrics
-from worker.slot_run import SlotRun
+from worker.engine.slot_run import SlotRun
 from worker.kv.slots import SlotCache
 from worker.speculative.drafter import Drafter
-from worker.speculative.verify import Speculation
-from worker.step_batch import StepBatch
+from worker.engine.verify import Speculation
+from worker.engine.step_batch import StepBatch
 
 EOG = 99
 

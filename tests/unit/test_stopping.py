@@ -1,4 +1,4 @@
-"""The stop rules as one pure function (worker/stopping.py), rule by rule and in order."""
+"""The stop rules as one pure function (worker/engine/stopping.py), rule by rule and in order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from worker.stopping import StepState, StopReason, StopType, indent_cut, stop_reason
+from worker.engine.stopping import StepState, StopReason, StopType, indent_cut, stop_reason
 
 GOING = StepState(is_eog=False, ignore_eos=False, stopping_word=False, n_generated=3,
                   n_predict=10, context_full=False, elapsed_ms=5.0, t_max_predict_ms=0,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from worker.textstream import TextStream
+from worker.engine.textstream import TextStream
 
 
 def feed(stream: TextStream, pieces: list[bytes]) -> list[str]:
@@ -19,7 +19,7 @@ def test_textstream_and_slots_import_without_llama_cpp() -> None:
     code = (
         "import sys\n"
         "sys.modules['llama_cpp'] = None\n"
-        "import worker.textstream, worker.kv.slots\n"
+        "import worker.engine.textstream, worker.kv.slots\n"
         "assert sys.modules['llama_cpp'] is None\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

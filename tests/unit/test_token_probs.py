@@ -1,4 +1,4 @@
-"""Token probabilities (worker/token_probs.py): top candidates before and after sampling, as
+"""Token probabilities (worker/engine/token_probs.py): top candidates before and after sampling, as
 llama-server reports them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.token_probs import candidate, post_sampling, pre_sampling, valid_utf8_prefix
+from worker.engine.token_probs import candidate, post_sampling, pre_sampling, valid_utf8_prefix
 
 PIECES = {0: b"a", 1: b"b", 2: "é".encode(), 3: "日".encode()[:2]}
 

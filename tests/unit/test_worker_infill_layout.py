@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.contract.errors import NotSupported
 from scheduler.contract.jobs import ExtraContext, InfillParts
-from worker.infill import infill_tokens
+from worker.engine.infill import infill_tokens
 
 
 class LetterVocab:

@@ -29,7 +29,7 @@ AdapterSet = tuple[float, ...]  # as worker/adapters/alora.py
 
 
 class GroupedRun(Protocol):
-    """What grouping needs of a run (worker/slot_run.py SlotRun)."""
+    """What grouping needs of a run (worker/engine/slot_run.py SlotRun)."""
 
     @property
     def slot(self) -> SlotCache: ...

@@ -11,7 +11,7 @@ ends, its slot keeps only that base prefix (the adapter's tail is dropped), so n
 reuses KV made under an adapter it does not run.
 
 Owns: finding the invocation and the run's plan. The engine decodes the two phases
-(worker/engine.py, worker/adapters/adapter_sets.py)."""
+(worker/engine/loop.py, worker/adapters/adapter_sets.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ step batch, with the other slots' tokens: decisions share decode steps with comp
 each other. Nothing is sampled. A borrowed slot is handed back holding the prefix, so the next
 request about the same state finds it cached.
 
-Engine hooks (worker/engine.py): `submit` (any thread), `has_work`, `admit` (start runs and
+Engine hooks (worker/engine/loop.py): `submit` (any thread), `has_work`, `admit` (start runs and
 lanes on idle slots, drop cancelled ones), `fill` (add this step's tokens to the batch),
 `after_view` (read the logits of a decoded view, advance lanes, finish runs), `fail_all`,
 `withdraw`.

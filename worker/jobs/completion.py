@@ -12,7 +12,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError, NotSupported
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import Continuation, ErrorEvent
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, TierPlan
 from worker.kv.slots import common_prefix

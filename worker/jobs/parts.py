@@ -21,7 +21,7 @@ from scheduler.contract.results import (
 from scheduler.decision_meta import DecisionCaps
 from scheduler.leases import Leases
 from worker.embed.embedder import Embedder
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.kv.tier import KvTier
 from worker.wires.media_fetch import MediaFetcher
 from worker.runtime.model import LoadedModel

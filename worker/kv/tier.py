@@ -18,7 +18,7 @@ prompt reuses a stored one only when it shares the whole prefix up to that bound
 with no LoRA adapter loaded and no media use the tier.
 
 Owns: hashing, the fingerprint, the fetch decision, reading and writing states (storage/
-kv_states.py). The engine owns restoring and taking them (worker/engine.py).
+kv_states.py). The engine owns restoring and taking them (worker/engine/loop.py).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class TierHit:
 
 @dataclass
 class TierPlan:
-    """What the tier does for one request (worker/requests.py Request.tier)."""
+    """What the tier does for one request (worker/engine/requests.py Request.tier)."""
 
     hit: TierHit | None
     save_at: int | None

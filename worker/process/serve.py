@@ -6,7 +6,7 @@ none of them optional) and taking it down; the arq workers of its queues; draini
 off: the background loops (worker/process/loops.py), what a job function does around its body
 (worker/process/jobrun.py), the job bodies (worker/jobs/), the model and the engine's defaults
 from the settings (worker/process/startup.py), idle sleep (worker/process/sleep.py), the
-engine (worker/engine.py).
+engine (worker/engine/loop.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.adapters.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
 from worker.runtime.devices import DeviceError, offload_devices, parse_devices
 from worker.embed.embedder import POOLING_TYPES
-from worker.engine import Engine
+from worker.engine.loop import Engine
 from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs
 from worker.runtime.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
@@ -42,8 +42,8 @@ from worker.runtime.model import (
     default_threads,
 )
 from worker.wires.publisher import EventPublisher
-from worker.requests import EngineDefaults
-from worker.sampling import DEFAULT_SEED, normalize_samplers
+from worker.engine.requests import EngineDefaults
+from worker.engine.sampling import DEFAULT_SEED, normalize_samplers
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
 from worker.runtime.tensor_overrides import Placement

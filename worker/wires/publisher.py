@@ -35,7 +35,7 @@ from scheduler.contract.results import (
     TokenEvent,
 )
 from scheduler.leases import Leases
-from worker.engine import JobEvent
+from worker.engine.loop import JobEvent
 from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)

@@ -20,12 +20,12 @@ from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, che
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.adapters.alora import ALoraRun, alora_plan
-from worker.infill import infill_tokens
+from worker.engine.infill import infill_tokens
 from worker.kv.tier import TierPlan
 from worker.runtime.media import MediaPrompt
-from worker.message_spans import user_starts
+from worker.engine.message_spans import user_starts
 from worker.runtime.model import LoadedModel
-from worker.sampling import SamplerChain, resolve_sampling
+from worker.engine.sampling import SamplerChain, resolve_sampling
 from worker.kv.slots import SIMILARITY
 from worker.speculative.config import SpecConfig
 from worker.runtime.vocab import Vocab
@@ -87,7 +87,7 @@ class Request:
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     """Token biases applied (the request's or the server's, then ignore_eos's bans)."""
     preserved: frozenset[int] = frozenset()
-    """Special tokens written as text (the job's preserved_tokens, worker/token_step.py)."""
+    """Special tokens written as text (the job's preserved_tokens, worker/engine/token_step.py)."""
     resumed: Continuation | None = None
     """Set on a continuation (its worker died, scheduler/migration.py): `prompt_tokens` are
     the prompt and the tokens generated so far, which the run starts with."""
@@ -99,7 +99,7 @@ class Request:
     """The set decided at prepare when an aLoRA is loaded (None: the engine's rule when the
     slot starts, worker/adapters/adapter_sets.py)."""
     user_starts: tuple[int, ...] = ()
-    """Where the prompt's user messages start (worker/message_spans.py): the engine cuts and
+    """Where the prompt's user messages start (worker/engine/message_spans.py): the engine cuts and
     checkpoints the prefill there."""
     tier: TierPlan | None = None
     """The fleet-wide KV tier's part (--kv-store, worker/kv/tier.py): a stored prefix state

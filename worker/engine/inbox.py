@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from scheduler.contract.errors import LlamaqError
-from worker.requests import Request
+from worker.engine.requests import Request
 from worker.kv.slots import SlotCache
 
 SlotResult = TypeVar("SlotResult")

@@ -16,10 +16,10 @@ from scheduler.contract.results import (
     TokenEvent,
     TokenProbs,
 )
-from worker.reasoning import ReasoningTracker
-from worker.requests import Request
+from worker.engine.reasoning import ReasoningTracker
+from worker.engine.requests import Request
 from worker.kv.slots import SlotCache
-from worker.textstream import TextStream
+from worker.engine.textstream import TextStream
 
 
 @dataclass
@@ -52,7 +52,7 @@ class SlotRun:
     draft_n: int = 0
     draft_n_accepted: int = 0
     """Speculative decoding: tokens drafted for the run, and how many the target accepted
-    (worker/speculative/verify.py)."""
+    (worker/engine/verify.py)."""
 
     @property
     def prefilling(self) -> bool:

@@ -2,9 +2,9 @@
 candidates, before sampling (a softmax of the raw logits) or after it (the candidates the
 samplers left, with post_sampling_probs), as llama-server reports them.
 
-Owns: a run's next token with its probabilities (the sampler chain is worker/sampling.py's),
+Owns: a run's next token with its probabilities (the sampler chain is worker/engine/sampling.py's),
 picking the top candidates and building TokenProbs, a piece's text (valid UTF-8 prefix). The
-text of `token` is filled in once the token's text is final (worker/token_step.py).
+text of `token` is filled in once the token's text is final (worker/engine/token_step.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import llama_cpp as lc
 
 from scheduler.contract.results import Candidate, TokenProbs
-from worker.sampling import token_probabilities
-from worker.slot_run import SlotRun
+from worker.engine.sampling import token_probabilities
+from worker.engine.slot_run import SlotRun
 
 if TYPE_CHECKING:
     import numpy as np  # for annotations: imported where used, ~19 MiB a worker may never need

@@ -1,7 +1,7 @@
 """What the engine reports: a run's result (CompletionResult) and generation settings, the
 server-wide defaults as settings, the slots for /slots, the token counters of /metrics.
 
-Owns: building those from a run's state (worker/slot_run.py) and the engine's defaults. Plain
+Owns: building those from a run's state (worker/engine/slot_run.py) and the engine's defaults. Plain
 functions: no llama.cpp call but the prompt's detokenization; the engine decides when.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from scheduler.contract.jobs import CompletionJob, SamplingSettings
 from scheduler.contract.results import CompletionResult, GenerationSettings, Timings, TokenBias
 from scheduler.registry import NextToken, SlotState, WorkerMetrics
-from worker.requests import EngineDefaults, Request
-from worker.slot_run import SlotRun
+from worker.engine.requests import EngineDefaults, Request
+from worker.engine.slot_run import SlotRun
 from worker.kv.slots import SlotCache
-from worker.stopping import StopType
+from worker.engine.stopping import StopType
 from worker.runtime.vocab import Vocab
 
 

@@ -1,5 +1,5 @@
 """What a sampled token does to its run: the text it makes final (stop words held back), the
-reasoning tracker, its probabilities' text, the stop rules (worker/stopping.py) with a context
+reasoning tracker, its probabilities' text, the stop rules (worker/engine/stopping.py) with a context
 shift first when the slot is full, and the run's streamed event.
 
 Owns: the per-token rules. The engine samples the token and ends the run when a rule says so.
@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.contract.results import TokenEvent, TokenProbs
-from worker.slot_run import SlotRun
-from worker.stopping import StepState, StopReason, indent_cut, stop_reason
+from worker.engine.slot_run import SlotRun
+from worker.engine.stopping import StepState, StopReason, indent_cut, stop_reason
 from worker.runtime.vocab import Vocab
 
 

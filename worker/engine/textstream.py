@@ -5,7 +5,7 @@ Held-back text is found with one Knuth-Morris-Pratt automaton per stop string, f
 character once: a token costs O(its characters × stop strings), not O(stop length²).
 
 Owns: UTF-8 reassembly, stop-string search and hold-back for one run. Does not own: deciding
-that the run stops (worker/stopping.py), token pieces (worker/runtime/vocab.py)."""
+that the run stops (worker/engine/stopping.py), token pieces (worker/runtime/vocab.py)."""
 
 from __future__ import annotations
 

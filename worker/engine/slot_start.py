@@ -24,7 +24,7 @@ from worker.kv.tier import TierHit
 from worker.runtime.media import MediaPrompt
 from worker.runtime.model import LoadedModel
 from worker.kv.prompt_cache import PromptCache, wants_update
-from worker.requests import Request
+from worker.engine.requests import Request
 from worker.kv.slots import SlotCache
 from worker.kv.snapshots import restore_slot
 

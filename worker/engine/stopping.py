@@ -4,7 +4,7 @@ StoppingCriteria), and the reasons it gives.
 Owns: the order the rules apply in and the mapping of each reason to the wire's `stop_type`.
 Does not own: what happens on a stop (the engine finishes the slot run), the context shift
 (the engine tries it first when the context is full and --context-shift is on, and asks again),
-stop-word matching (worker/textstream.py finds the word; this only hears that it did).
+stop-word matching (worker/engine/textstream.py finds the word; this only hears that it did).
 """
 
 from __future__ import annotations

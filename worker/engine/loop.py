@@ -6,13 +6,13 @@ cache is full), samples every slot that needs a token, and hands the step's even
 one call.
 
 Owns: the engine thread, its loop, the step and the decode; starting, ending and failing runs.
-Hands off: what other threads hand over (worker/engine_inbox.py), which request gets which slot
-and the step's budget (worker/admission.py), a slot made ready for a prompt
-(worker/slot_start.py), the KV cache moves (worker/kv/moves.py), the batch
-(worker/step_batch.py), what a token does to its run and when it stops (worker/token_step.py,
-worker/stopping.py), token probabilities (worker/token_probs.py), results and the slots' report
-(worker/slots_report.py), a run's state (worker/slot_run.py), sampler chains
-(worker/sampling.py), a job into a Request (worker/requests.py), decision jobs
+Hands off: what other threads hand over (worker/engine/inbox.py), which request gets which slot
+and the step's budget (worker/engine/admission.py), a slot made ready for a prompt
+(worker/engine/slot_start.py), the KV cache moves (worker/kv/moves.py), the batch
+(worker/engine/step_batch.py), what a token does to its run and when it stops (worker/engine/token_step.py,
+worker/engine/stopping.py), token probabilities (worker/engine/token_probs.py), results and the slots' report
+(worker/engine/slots_report.py), a run's state (worker/engine/slot_run.py), sampler chains
+(worker/engine/sampling.py), a job into a Request (worker/engine/requests.py), decision jobs
 (worker/decisions/run.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
 group, the cache keyed by set: worker/adapters/adapter_sets.py), speculative decoding (drafts into the
 step's batch, their verification and KV clean-up: worker/speculative/).
@@ -40,30 +40,30 @@ from scheduler.contract.results import (
     TokenProbs,
 )
 from scheduler.registry import SlotState, WorkerMetrics
-from worker import slots_report, token_probs
+from worker.engine import slots_report, token_probs
 from worker.kv import moves as kv_moves
 from worker.adapters.adapter_sets import AdapterSets
-from worker.admission import Admission, DecodeSpeed, prompt_chunks
+from worker.engine.admission import Admission, DecodeSpeed, prompt_chunks
 from worker.kv.checkpoints import CheckpointRules
 from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decisions.plan import DecisionRequest
 from worker.decisions.run import DecisionRunner
-from worker.engine_inbox import Inbox, SlotResult
+from worker.engine.inbox import Inbox, SlotResult
 from worker.runtime.model import LoadedModel
 from worker.kv.prompt_cache import PromptCache
-from worker.reasoning import ReasoningTracker
-from worker.requests import EngineDefaults, Request, prepare_request
-from worker.slot_run import SlotRun
-from worker.slot_start import SlotStart
+from worker.engine.reasoning import ReasoningTracker
+from worker.engine.requests import EngineDefaults, Request, prepare_request
+from worker.engine.slot_run import SlotRun
+from worker.engine.slot_start import SlotStart
 from worker.kv.slots import SlotCache
 from worker.kv.snapshots import save_slot
 from worker.speculative.drafter import Drafter
 from worker.speculative.ngram_cache import NgramCache
-from worker.speculative.verify import Speculation
-from worker.step_batch import StepBatch, decode_error_message
-from worker.stopping import StopType
-from worker.textstream import TextStream
-from worker.token_step import TokenRules
+from worker.engine.verify import Speculation
+from worker.engine.step_batch import StepBatch, decode_error_message
+from worker.engine.stopping import StopType
+from worker.engine.textstream import TextStream
+from worker.engine.token_step import TokenRules
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Engine:
         """Called (from the engine thread) with a prompt prefix's KV state for the fleet-wide
         KV tier (worker/kv/tier.py)."""
         self._inbox = Inbox()
-        """What other threads hand over (worker/engine_inbox.py)."""
+        """What other threads hand over (worker/engine/inbox.py)."""
         self._admission: Admission[Request] = Admission()
         """Requests waiting for a slot (the engine thread's alone)."""
         self._admission_lock = threading.Lock()
@@ -110,7 +110,7 @@ class Engine:
         """Per-request LoRA adapter sets: the step's group, each slot's cache set."""
         self._slot_start = SlotStart(model, self.slots, self._kv, self._sets, self._checkpoints,
                                      self.prompt_cache)
-        """A slot made ready for a request's prompt (worker/slot_start.py)."""
+        """A slot made ready for a request's prompt (worker/engine/slot_start.py)."""
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
                                   model.n_ctx_slot, self._shift_context)
@@ -178,7 +178,7 @@ class Engine:
         return self._spec.drafter.ngram_cache if self._spec is not None else None
 
     def slot_jobs(self) -> list[CompletionJob | None]:
-        """Per slot, the job its cache begins with (cache-aware routing; worker/slots_report.py)."""
+        """Per slot, the job its cache begins with (cache-aware routing; worker/engine/slots_report.py)."""
         return slots_report.slot_jobs(self.slots, self._active, self._previous)
 
     # -- the engine thread ---------------------------------------------------------------
@@ -221,7 +221,7 @@ class Engine:
             self.on_slots_changed()
 
     def _admit(self, cancelled: set[str], events: list[JobEvent]) -> None:
-        """Start the requests admission lets in (worker/admission.py) on their slots."""
+        """Start the requests admission lets in (worker/engine/admission.py) on their slots."""
         with self._admission_lock:
             self._admission.arrive(self._inbox.take_arrivals())
             decision = self._admission.admit(
@@ -456,7 +456,7 @@ class Engine:
 
     def _verify(self, active: SlotRun, off: int, size: int, now: float,
                 events: list[JobEvent]) -> None:
-        """A speculating run's draft (worker/speculative/verify.py): each accepted token goes
+        """A speculating run's draft (worker/engine/verify.py): each accepted token goes
         through the token rules in turn, as plain decoding's would."""
         assert self._spec is not None
 
@@ -525,7 +525,7 @@ class Engine:
         return self.reports.default_settings()
 
     def slot_states(self) -> list[SlotState]:
-        """A snapshot for /slots (worker/slots_report.py; read from another thread)."""
+        """A snapshot for /slots (worker/engine/slots_report.py; read from another thread)."""
         return self.reports.slot_states(self.slots, self._active, self._previous)
 
     def _cancel_event(self, job_id: str) -> ErrorEvent:
