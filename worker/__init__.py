@@ -1,0 +1,14 @@
+"""The worker role: llama.cpp behind a queue, in rooms that import downward only (bottom first;
+tests/unit/test_import_layers.py holds the order):
+
+- speculative/  the drafters (n-gram caches and maps, a draft model), nothing of the engine
+- runtime/      llama.cpp: model, vocabulary, projector, LoRA loading, --fit, devices, flags
+- kv/           slots' token lists, KV moves, checkpoints, prompt cache, KV tier, snapshots
+- adapters/     aLoRA, per-request adapter sets, control vectors
+- decisions/    decision plans and their run on the engine's thread
+- embed/        embedding and rerank inputs, the embedder
+- engine/       the slot engine: loop, admission, step batch, sampling, streaming, verification
+- wires/        Redis and the store: publisher, result offload, media fetch, model sources
+- jobs/         one body per job kind
+- process/      the worker process: serve, loops, arq wiring, sleep, router-mode host
+"""

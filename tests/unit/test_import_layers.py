@@ -20,7 +20,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduler.contract",),  # kinds, jobs, sampling, results and events, errors, limits, keys
     ("storage",),             # object storage, model files, slot snapshots
     ("scheduler",),           # Redis services both roles use: client, hub, leases, registry...
-    ("api", "worker"),        # the api pods; the worker's engine room (worker/*.py)
+    ("api", "worker"),        # the api pods; the worker package's own __init__
+    ("worker.speculative",),  # the drafters: nothing of the engine
+    ("worker.runtime",),      # llama.cpp: model, vocab, projector, LoRA loading, fit, flags
+    ("worker.kv",),           # slots, KV moves, checkpoints, prompt cache, tier, snapshots
+    ("worker.adapters",),     # aLoRA, adapter sets, control vectors
+    ("worker.decisions", "worker.embed"),  # decision runs; the embedder
+    ("worker.engine",),       # the slot engine
+    ("worker.wires",),        # publisher, result offload, media fetch, model sources
     ("worker.jobs",),         # the worker's job bodies, one module per kind
     ("worker.process",),      # the worker process: serve, drain, loops, arq wiring, sleep
     ("llamaq",),              # the command: imports everything, imported by nothing
@@ -147,3 +154,10 @@ def test_the_layers_name_every_module_and_the_checker_sees_imports() -> None:
     assert "worker.jobs.parts" in GRAPH["worker.process.serve"]
     assert not any(t.startswith("llamaq") for m, ts in GRAPH.items()
                    if not m.startswith("llamaq") for t in ts)
+
+
+def test_every_worker_module_is_in_a_room() -> None:
+    """A worker module's room is in its name: nothing lies loose in worker/ but the package."""
+    loose = [m for m in MODULES if m.startswith("worker.") and m.count(".") == 1
+             and not (ROOT / "worker" / m.split(".")[1]).is_dir()]
+    assert not loose, f"worker modules outside a room: {loose}"
