@@ -27,8 +27,8 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from scheduler.contract.results import ErrorEvent, FinalEvent, TokenEvent  # noqa: E402
 from storage import default_model_path  # noqa: E402
 from worker.engine.loop import Engine, JobEvent  # noqa: E402
-from worker.runtime.model import ContextPlan, LoadedModel  # noqa: E402
 from worker.engine.requests import EngineDefaults  # noqa: E402
+from worker.runtime.model import ContextPlan, LoadedModel  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

@@ -113,8 +113,9 @@ def print_devices() -> None:
 
 def prepare_worker_process() -> None:
     """What a worker process sets before it imports its engine: llama-cpp-python's package
-    without its high-level half (numpy, jinja2, diskcache: worker/runtime/llama_package.py) and glibc's
-    mmap threshold (worker/runtime/allocator.py), so that its memory is the model's, not Python's."""
+    without its high-level half (numpy, jinja2, diskcache: worker/runtime/llama_package.py) and
+    glibc's mmap threshold (worker/runtime/allocator.py), so that its memory is the model's, not
+    Python's."""
     from worker.runtime.allocator import return_large_frees
     from worker.runtime.llama_package import bindings_only
 

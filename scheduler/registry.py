@@ -115,8 +115,8 @@ class FitMemory(BaseModel):
 
 
 class FitReport(BaseModel):
-    """What `--fit` decided for a worker (worker/runtime/fit.py), as its registry entry, /props and the
-    fleet page show it."""
+    """What `--fit` decided for a worker (worker/runtime/fit.py), as its registry entry, /props and
+    the fleet page show it."""
 
     enabled: bool
     fits: bool

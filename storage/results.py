@@ -1,6 +1,7 @@
 """Final results too big for Redis (scheduler/contract/keys.py RESULT_INLINE_MAX_BYTES), as
 their JSON at `results/<job id>.json`: a worker writes one, the api pod that waits for the job
-reads it, a sweep deletes it once its job's event log has expired (worker/wires/result_offload.py)."""
+reads it, a sweep deletes it once its job's event log has expired
+(worker/wires/result_offload.py)."""
 
 from storage.base import ObjectStore, check_key
 from storage.errors import InvalidKey

@@ -340,7 +340,8 @@ class SlotActionJob(BaseModel):
 class MediaPromptInput(BaseModel):
     """An embedding input with media (llama-server's `{"prompt_string", "multimodal_data"}`, or
     an OpenAI `content` array with image or audio parts): `prompt` holds `marker` where each
-    item of `media` goes, in order. The worker's projector reads the media (worker/runtime/media.py)."""
+    item of `media` goes, in order. The worker's projector reads the media
+    (worker/runtime/media.py)."""
 
     prompt: str
     media: list[MediaRef] = Field(min_length=1)
@@ -438,8 +439,8 @@ class DecisionJob(BaseModel):
     """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
     each read from the logits over its labels; nothing is sampled (worker/decisions/run.py).
     `systemone`: the request itself, for a model of a label-logit family, whose worker renders
-    it with the model's own systemone template and label codes (worker/decisions/systemone_prompt.py)
-    instead of llamaq's prompt."""
+    it with the model's own systemone template and label codes
+    (worker/decisions/systemone_prompt.py) instead of llamaq's prompt."""
 
     kind: Literal[JobKind.DECISION] = JobKind.DECISION
     job_id: str = Field(default_factory=new_job_id)

@@ -21,8 +21,8 @@ from scheduler.contract.jobs import (
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from tests.processes import free_port
 from worker.engine.loop import Engine, JobEvent
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 
 TIMEOUT_S = 300
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

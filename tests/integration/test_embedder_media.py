@@ -17,11 +17,11 @@ from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, MediaPromptInp
 from scheduler.contract.media import MediaRef
 from scheduler.contract.results import EmbeddingResult
 from tests.media_embedding_cases import images
-from worker.embed.inputs import embedding_inputs
 from worker.embed.embedder import Embedder, EmbedRequest
+from worker.embed.inputs import embedding_inputs
+from worker.process.startup import tune_embedding_context
 from worker.runtime.media import Projector, ProjectorOptions, media_marker
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.process.startup import tune_embedding_context
 from worker.runtime.settings import WorkerSettings
 
 RECORDED = json.loads((Path(__file__).parent.parent / "data" /

@@ -18,10 +18,10 @@ import pytest
 
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
-from worker.embed.inputs import embedding_inputs
 from worker.embed.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
-from worker.runtime.model import ContextPlan, LoadedModel
+from worker.embed.inputs import embedding_inputs
 from worker.process.startup import tune_embedding_context
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.runtime.settings import WorkerSettings
 
 N_SEQ = 8

@@ -12,8 +12,8 @@ from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSetti
 from tests.integration.test_engine_tiny import Events
 from tests.tiny_gguf import write_tiny_llama
 from worker.engine.loop import Engine
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 
 N_SLOTS = 8
 

@@ -15,11 +15,11 @@ import pytest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, FinalEvent
 from tests.integration.test_engine_tiny import Events
-from worker.runtime import flags
 from worker.engine.loop import Engine
-from worker.runtime.model import ContextPlan, LoadedModel
-from worker.process.startup import load_draft
 from worker.engine.requests import EngineDefaults
+from worker.process.startup import load_draft
+from worker.runtime import flags
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.config import SpecConfig
 from worker.speculative.draft_model import DraftLoadError

@@ -20,8 +20,8 @@ from scheduler.contract.jobs import CompletionJob, LoraScale, SamplingParams
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent, TokenEvent
 from tests.tiny_lora import DEFAULT_SEED, write_control_vector, write_lora
 from worker.engine.loop import Engine, JobEvent
-from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.process.startup import engine_defaults, load_model
+from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.runtime.settings import WorkerSettings
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -21,9 +21,9 @@ from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
 from tests.media_files import png
 from worker.engine.loop import Engine
+from worker.engine.requests import EngineDefaults
 from worker.runtime.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.engine.requests import EngineDefaults
 
 MARKER = "<__media_test__>"
 IMAGE_TOKENS = 16  # the tiny projector: (224 / 14 / 4)²

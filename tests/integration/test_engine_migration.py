@@ -26,8 +26,8 @@ from scheduler.contract.results import (
 )
 from scheduler.migration import continuation_from
 from worker.engine.loop import Engine, JobEvent
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 
 TIMEOUT_S = 120
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)

@@ -22,10 +22,10 @@ from tests.integration.test_engine_tiny import Events
 from tests.media_files import mp4, png
 from tests.tiny_qwen2vl import write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj
 from worker.engine.loop import Engine
+from worker.engine.requests import EngineDefaults
+from worker.process.startup import load_model
 from worker.runtime.media import LOAD_FAILED, Projector, ProjectorOptions, media_marker
 from worker.runtime.model import ContextPlan, LoadedModel
-from worker.process.startup import load_model
-from worker.engine.requests import EngineDefaults
 from worker.runtime.settings import WorkerSettings
 
 MARKER = "<__media_test__>"

@@ -14,8 +14,8 @@ from scheduler.contract.jobs import CompletionJob, DraftLimits, SamplingParams, 
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from tests.integration.test_engine_tiny import Events
 from worker.engine.loop import Engine
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 from worker.speculative.config import NgramMapParams, NgramModParams, SpecConfig, resolve
 
 N_SLOTS = 2

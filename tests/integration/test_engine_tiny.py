@@ -21,8 +21,8 @@ from scheduler.contract.results import (
 )
 from worker.engine.admission import BACKGROUND_STEP_S
 from worker.engine.loop import Engine, JobEvent
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 
 N_SLOTS = 4
 TIMEOUT_S = 60

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.kv_engine import complete, document, plan, running, same_next_token
-from worker.runtime.model import LoadedModel
 from worker.kv.prompt_cache import MIB
+from worker.runtime.model import LoadedModel
 
 
 @pytest.fixture(scope="module")

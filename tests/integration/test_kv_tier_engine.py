@@ -15,10 +15,10 @@ import pytest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from worker.engine.loop import Engine, JobEvent
-from worker.kv.tier import TierHit, TierPlan
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
 from worker.kv.snapshots import erase_slot
+from worker.kv.tier import TierHit, TierPlan
+from worker.runtime.model import ContextPlan, LoadedModel
 
 TIMEOUT_S = 120
 BOUNDARY = 512

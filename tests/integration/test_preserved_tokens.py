@@ -18,8 +18,8 @@ from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent,
 from scheduler.registry import ModelMeta
 from tests.tiny_gguf import write_tiny_llama
 from worker.engine.loop import Engine, JobEvent
-from worker.runtime.model import ContextPlan, LoadedModel
 from worker.engine.requests import EngineDefaults
+from worker.runtime.model import ContextPlan, LoadedModel
 
 CONTROL = ("<tool_call>", "</tool_call>", "<think>", "</think>")
 HERMES_TEMPLATE = (  # chatml with Hermes tool calls: the generic format, `<tool_call>` blocks

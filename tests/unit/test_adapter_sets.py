@@ -1,5 +1,5 @@
-"""worker/adapters/adapter_sets.py as plain state: a run's set, the step's group (sets in turns, none
-starves), the prefix cache keyed by set. No llama.cpp call (nothing is applied here)."""
+"""worker/adapters/adapter_sets.py as plain state: a run's set, the step's group (sets in turns,
+none starves), the prefix cache keyed by set. No llama.cpp call (nothing is applied here)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from scheduler.contract.jobs import CompletionJob, LoraScale
 from scheduler.registry import LoraAdapterInfo
 from worker.adapters.adapter_sets import AdapterSets
-from worker.runtime.lora import LoadedAdapter, LoraAdapters
 from worker.kv.slots import SlotCache
+from worker.runtime.lora import LoadedAdapter, LoraAdapters
 
 
 class FakeKv:

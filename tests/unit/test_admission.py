@@ -1,4 +1,5 @@
-"""Admission and the batch budget (worker/engine/admission.py) as plain state, as TGI tests its queue."""
+"""Admission and the batch budget (worker/engine/admission.py) as plain state, as TGI tests its
+queue."""
 
 from __future__ import annotations
 

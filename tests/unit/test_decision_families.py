@@ -129,8 +129,8 @@ def test_an_unusable_temperature_is_an_error(tmp_path: Path, value: Any) -> None
 
 
 def test_a_refused_family_stops_the_worker_with_its_name(tmp_path: Path) -> None:
-    from worker.runtime.model import ModelLoadError
     from worker.process.serve import worker_decision_caps
+    from worker.runtime.model import ModelLoadError
 
     path = write_family(tmp_path / "granite.gguf", "granite", "granite-switch")
     with pytest.raises(ModelLoadError, match=r"granite\.gguf: decision model type "
@@ -202,7 +202,8 @@ def test_a_head_family_without_its_request_is_a_501_after_the_checks(tmp_path: P
                       WordVocab(), caps, 4096)
 
 
-# -- a decision-head family's prompts, as llama.cpp builds them (worker/decisions/systemone_heads.py) ---
+# -- a decision-head family's prompts, as llama.cpp builds them
+# (worker/decisions/systemone_heads.py) ---
 
 
 class HeadWords(WordVocab):
@@ -338,7 +339,7 @@ def test_a_head_family_needs_its_marker_tokens() -> None:
             HeadPrompter(caps, Plain())
 
 
-# -- a label-logit family's own prompts and labels (worker/decisions/systemone_prompt.py) ---------------
+# -- a label-logit family's own prompts and labels (worker/decisions/systemone_prompt.py) --
 
 TEMPLATE = ("{{ state if state is string else state | tojson }} | {{ instructions }} |"
             "{% for o in options %} {{ o.label | default('-') }}={{ o.key }}{% endfor %} | end")

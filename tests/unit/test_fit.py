@@ -1,5 +1,6 @@
-"""--fit (worker/runtime/fit.py): llama.cpp's common_fit_params decisions, on projections of a memory
-model that is linear in the context (as llama.cpp's KV cache is) and in the offloaded layers."""
+"""--fit (worker/runtime/fit.py): llama.cpp's common_fit_params decisions, on projections of a
+memory model that is linear in the context (as llama.cpp's KV cache is) and in the offloaded
+layers."""
 
 from __future__ import annotations
 

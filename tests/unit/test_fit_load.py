@@ -1,5 +1,6 @@
-"""--fit on a real model load (worker/process/startup.py, worker/runtime/memory_probe.py): llama.cpp's
-own projections, read through the memory probe, decide the context as llama-server's fit does."""
+"""--fit on a real model load (worker/process/startup.py, worker/runtime/memory_probe.py):
+llama.cpp's own projections, read through the memory probe, decide the context as llama-server's
+fit does."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 
 from scheduler.registry import FitReport
 from tests.tiny_gguf import write_tiny_llama
+from worker.process.startup import context_plan, fit_to_memory, load_model
 from worker.runtime.devices import cpu_device, offload_devices
 from worker.runtime.fit import MiB
 from worker.runtime.flags import placement
 from worker.runtime.model import ModelLoadError
-from worker.process.startup import context_plan, fit_to_memory, load_model
 from worker.runtime.settings import WorkerSettings
 
 

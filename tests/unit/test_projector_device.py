@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.runtime.model import ModelLoadError
 from worker.process.startup import load_model
+from worker.runtime.model import ModelLoadError
 from worker.runtime.settings import WorkerSettings
 
 

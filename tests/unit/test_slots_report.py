@@ -1,5 +1,5 @@
-"""What the engine reports (worker/engine/slots_report.py): a run's result and settings, the slots of
-/slots, the jobs slots hold for routing, the /metrics counters; from plain run state."""
+"""What the engine reports (worker/engine/slots_report.py): a run's result and settings, the slots
+of /slots, the jobs slots hold for routing, the /metrics counters; from plain run state."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from scheduler.contract.results import Timings
 from scheduler.registry import WorkerMetrics
 from worker.engine.requests import EngineDefaults, Request
 from worker.engine.slot_run import SlotRun
-from worker.kv.slots import SlotCache
 from worker.engine.slots_report import RunReports, count, slot_jobs
 from worker.engine.stopping import StopType
 from worker.engine.textstream import TextStream
+from worker.kv.slots import SlotCache
 from worker.runtime.vocab import Vocab
 
 

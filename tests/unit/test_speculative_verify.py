@@ -11,10 +11,10 @@ from typing import Any, cast
 from scheduler.contract.results import TokenProbs
 from scheduler.registry import WorkerMetrics
 from worker.engine.slot_run import SlotRun
+from worker.engine.step_batch import StepBatch
+from worker.engine.verify import Speculation
 from worker.kv.slots import SlotCache
 from worker.speculative.drafter import Drafter
-from worker.engine.verify import Speculation
-from worker.engine.step_batch import StepBatch
 
 EOG = 99
 

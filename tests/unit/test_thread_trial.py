@@ -1,5 +1,5 @@
-"""The embedder's thread count chosen by trying (worker/runtime/thread_trial.py), on a simulated machine:
-seconds per token for each thread count, a clock that advances by each decode."""
+"""The embedder's thread count chosen by trying (worker/runtime/thread_trial.py), on a simulated
+machine: seconds per token for each thread count, a clock that advances by each decode."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A worker process imports only what serving needs (issue 24's memory figure): llama-cpp-python
-without its high-level half (worker/runtime/llama_package.py), and no module a plain worker never uses
-(numpy, jinja2, the HTTP and cloud clients: each is imported where it is used). Each case runs
+without its high-level half (worker/runtime/llama_package.py), and no module a plain worker never
+uses (numpy, jinja2, the HTTP and cloud clients: each is imported where it is used). Each case runs
 in a python of its own, as a worker starts (llamaq/processes.py prepare_worker_process)."""
 
 from __future__ import annotations

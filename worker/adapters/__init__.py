@@ -1,1 +1,2 @@
-"""Adapters on a loaded model: aLoRA invocation, the per-request adapter sets and control vectors."""
+"""Adapters on a loaded model: aLoRA invocation, the per-request adapter sets and control
+vectors."""

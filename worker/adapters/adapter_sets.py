@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from scheduler.contract.jobs import CompletionJob, scales_of
-from worker.kv import moves as kv_moves
 from worker.adapters.alora import ALoraRun
-from worker.runtime.lora import LoraAdapters
+from worker.kv import moves as kv_moves
 from worker.kv.slots import SlotCache
+from worker.runtime.lora import LoraAdapters
 
 AdapterSet = tuple[float, ...]  # as worker/adapters/alora.py
 

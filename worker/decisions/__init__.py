@@ -1,1 +1,2 @@
-"""Decision jobs: the plan (prompts, label tries, readout math), the decision-head families' prompts, and their run on the engine's thread."""
+"""Decision jobs: the plan (prompts, label tries, readout math), the decision-head families'
+prompts, and their run on the engine's thread."""

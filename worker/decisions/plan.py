@@ -62,7 +62,8 @@ class DecisionRequest:
     prefix: list[int]
     questions: list[QuestionPlan]
     media: MediaPrompt | None = None
-    """The prefix's media chunks (encoded) over its placeholder positions (worker/runtime/media.py)."""
+    """The prefix's media chunks (encoded) over its placeholder positions
+    (worker/runtime/media.py)."""
 
     @property
     def n_tokens_max(self) -> int:

@@ -45,9 +45,9 @@ from worker.decisions.plan import (
     label_scores,
     restricted_softmax,
 )
+from worker.kv.slots import SlotCache, common_prefix
 from worker.runtime.media import Projector
 from worker.runtime.model import LoadedModel
-from worker.kv.slots import SlotCache, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,8 @@ class DecisionRunner:
 
     def evaluate_media(self, projector: Projector, events: list[DecisionEvent]) -> None:
         """The media chunks that come next in a run's prefix, each into the owner's sequence
-        in a decode of its own (worker/runtime/media.py), as the engine does a completion's: the text
-        before them was decoded in an earlier step (`_add` stops at a chunk)."""
+        in a decode of its own (worker/runtime/media.py), as the engine does a completion's: the
+        text before them was decoded in an earlier step (`_add` stops at a chunk)."""
         for run in list(self.runs):
             media = run.request.media
             if media is None:

@@ -1,1 +1,2 @@
-"""The embedding engine: embedding and rerank inputs turned into sequences, and the embedder thread that decodes them."""
+"""The embedding engine: embedding and rerank inputs turned into sequences, and the embedder thread
+that decodes them."""

@@ -46,8 +46,8 @@ from scheduler.contract.results import (
     pack_floats,
 )
 from scheduler.registry import WorkerMetrics
-from worker.runtime.compute_threads import INTERVAL_S, CpuSample
 from worker.embed.inputs import Prepared
+from worker.runtime.compute_threads import INTERVAL_S, CpuSample
 from worker.runtime.model import LoadedModel
 from worker.runtime.thread_trial import ThreadTrial
 
@@ -134,8 +134,8 @@ class AbortFlag:
 
 class Embedder:
     def __init__(self, model: LoadedModel, trial_threads: bool = False) -> None:
-        """`trial_threads`: choose the compute thread count by trying (worker/runtime/thread_trial.py);
-        off when the OpenMP wait policy was set by hand."""
+        """`trial_threads`: choose the compute thread count by trying
+        (worker/runtime/thread_trial.py); off when the OpenMP wait policy was set by hand."""
         self.model = model
         self._trial = ThreadTrial(model.plan.n_threads_batch) if trial_threads else None
         self._load: CpuSample | None = None
@@ -350,8 +350,8 @@ class Embedder:
     def _decode_media(self, sequence: Sequence) -> None:
         """An input with media, alone in sequence 0, as llama-server's slot decodes it: its
         text pieces and media chunks in order into the KV cache (a media chunk's embeddings in
-        decodes of their own, worker/runtime/media.py), every text token an output. The answer is what
-        the last decode gives, as llama-server reads it after the prompt's last batch: pooled
+        decodes of their own, worker/runtime/media.py), every text token an output. The answer is
+        what the last decode gives, as llama-server reads it after the prompt's last batch: pooled
         over the text after the last media chunk (that text attends to everything before it),
         or with pooling none one row per token of that text."""
         media, tokens = sequence.input.media, sequence.input.tokens

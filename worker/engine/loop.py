@@ -1,25 +1,23 @@
 """The slot engine: one thread, one llama_context, N slots decoded together (continuous batching).
 
-Requests join and leave between two decode steps. Each step builds one llama_batch with one token
-per generating slot and prompt chunks of slots in prefill, decodes it (retried smaller when the KV
-cache is full), samples every slot that needs a token, and hands the step's events to the sink in
-one call.
+Requests join and leave between two decode steps. Each step plans one llama_batch with one token
+per generating slot (and its draft) and prompt chunks of slots in prefill, decodes it (retried
+smaller when the KV cache is full), samples every slot that needs a token, and hands the step's
+events to the sink in one call.
 
-Owns: the engine thread, its loop, the step and the decode; starting, ending and failing runs.
-Hands off: what other threads hand over (worker/engine/inbox.py), which request gets which slot
-and the step's budget (worker/engine/admission.py), a slot made ready for a prompt
-(worker/engine/slot_start.py), the KV cache moves (worker/kv/moves.py), the batch
-(worker/engine/step_batch.py), what a token does to its run and when it stops (worker/engine/token_step.py,
-worker/engine/stopping.py), token probabilities (worker/engine/token_probs.py), results and the slots' report
-(worker/engine/slots_report.py), a run's state (worker/engine/slot_run.py), sampler chains
-(worker/engine/sampling.py), a job into a Request (worker/engine/requests.py), decision jobs
-(worker/decisions/run.py), slot snapshots (worker/kv/snapshots.py), LoRA adapter sets (the step's
-group, the cache keyed by set: worker/adapters/adapter_sets.py), speculative decoding (drafts into the
-step's batch, their verification and KV clean-up: worker/speculative/).
+Owns: the engine thread, its loop, the step and the decode; starting runs. Hands off, each to
+its module in worker/engine/: what other threads hand over (inbox), which request gets which
+slot (admission), the step as data (step_plan), prompts into the cache (prefill), a slot made
+ready (slot_start), the batch (step_batch), a token's effect and when a run stops (token_step,
+stopping), probabilities (token_probs), a run's state and ending (slot_run, runs), results and
+the slots' report (slots_report), requests (requests), drafts' verification (verify); and
+elsewhere: KV moves and snapshots (worker/kv/), adapter sets (worker/adapters/), decision jobs
+(worker/decisions/run.py).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -28,46 +26,41 @@ from concurrent.futures import Future
 
 import llama_cpp as lc
 
-from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError, Unavailable
+from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import (
     Continuation,
-    ErrorEvent,
-    FinalEvent,
     GenerationSettings,
     StartedEvent,
-    TokenEvent,
-    TokenProbs,
 )
 from scheduler.registry import SlotState, WorkerMetrics
-from worker.engine import slots_report, token_probs
-from worker.kv import moves as kv_moves
 from worker.adapters.adapter_sets import AdapterSets
-from worker.engine.admission import Admission, DecodeSpeed, prompt_chunks
-from worker.kv.checkpoints import CheckpointRules
-from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
 from worker.decisions.plan import DecisionRequest
 from worker.decisions.run import DecisionRunner
+from worker.engine import slots_report
+from worker.engine.admission import Admission, DecodeSpeed
 from worker.engine.inbox import Inbox, SlotResult
-from worker.runtime.model import LoadedModel
-from worker.kv.prompt_cache import PromptCache
-from worker.engine.reasoning import ReasoningTracker
+from worker.engine.prefill import Prefill, mrope, position
 from worker.engine.requests import EngineDefaults, Request, prepare_request
+from worker.engine.runs import JobEvent, SlotRuns
 from worker.engine.slot_run import SlotRun
 from worker.engine.slot_start import SlotStart
+from worker.engine.step_batch import StepBatch, decode_error_message
+from worker.engine.step_plan import RunState, StepPlan, plan_step, runs_that_go
+from worker.engine.token_step import TokenRules, shift_context
+from worker.engine.verify import Speculation
+from worker.engine.view_outcome import ViewOutcome
+from worker.kv import moves as kv_moves
+from worker.kv.checkpoints import CheckpointRules
+from worker.kv.prompt_cache import PromptCache
 from worker.kv.slots import SlotCache
-from worker.kv.snapshots import save_slot
+from worker.runtime.compute_threads import ComputeThreads, CpuSample, machine_cores
+from worker.runtime.model import LoadedModel
 from worker.speculative.drafter import Drafter
 from worker.speculative.ngram_cache import NgramCache
-from worker.engine.verify import Speculation
-from worker.engine.step_batch import StepBatch, decode_error_message
-from worker.engine.stopping import StopType
-from worker.engine.textstream import TextStream
-from worker.engine.token_step import TokenRules
 
 log = logging.getLogger(__name__)
 
-JobEvent = tuple[str, TokenEvent | FinalEvent | ErrorEvent | StartedEvent]
 EventSink = Callable[[list[JobEvent]], None]
 """Called from the engine thread once per step with that step's events, in order."""
 
@@ -78,8 +71,6 @@ class Engine:
         self.defaults = defaults
         self._sink = sink
         self.slots = [SlotCache(i) for i in range(model.plan.n_slots)]
-        self._active: dict[int, SlotRun] = {}
-        self._previous: dict[int, SlotRun] = {}
         self._tasks_started = 0
         self.metrics = WorkerMetrics()
         self.speed = DecodeSpeed()
@@ -113,13 +104,24 @@ class Engine:
         """A slot made ready for a request's prompt (worker/engine/slot_start.py)."""
         self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
         self._tokens = TokenRules(model.vocab, defaults.special, defaults.context_shift,
-                                  model.n_ctx_slot, self._shift_context)
+                                  model.n_ctx_slot,
+                                  functools.partial(shift_context, self._kv, model.n_ctx_slot))
         self._spec = Speculation(Drafter(defaults.spec, len(self.slots), draft=model.draft,
                                          n_vocab_target=model.vocab.n_tokens),
                                  model.n_ctx_slot) if defaults.spec.enabled else None
         """Speculative decoding (worker/speculative/); None when --spec-type drafts nothing."""
+        self._runs = SlotRuns(self._kv, self._sets, self._spec, self.reports, self.metrics,
+                              self._inbox.cancel_error, lambda: self.on_slots_changed())
+        """The runs on the slots and their endings (worker/engine/runs.py)."""
+        self._active, self._previous = self._runs.active, self._runs.previous
+        self._prefill = Prefill(model, self._kv, self._checkpoints, self.metrics,
+                                lambda tokens, data: self.on_tier_state(tokens, data))
+        """Prompts into the slots' caches (worker/engine/prefill.py)."""
+        self._outcome = ViewOutcome(model, defaults.special, self._runs, self._tokens, self._kv,
+                                    self._spec)
+        """What a decoded view gives its runs (worker/engine/view_outcome.py)."""
         self.decisions = DecisionRunner(model, self.metrics, self._inbox.wake, defaults.worker_id,
-                                        defaults.model_alias, self._cancel_event,
+                                        defaults.model_alias, self._runs.cancel_event,
                                         lambda: self.on_slots_changed())
         """Decision jobs (/v1/systemone): their tokens join each step's batch."""
         self._thread = threading.Thread(target=self._run, name="llamaq-engine", daemon=True)
@@ -178,7 +180,8 @@ class Engine:
         return self._spec.drafter.ngram_cache if self._spec is not None else None
 
     def slot_jobs(self) -> list[CompletionJob | None]:
-        """Per slot, the job its cache begins with (cache-aware routing; worker/engine/slots_report.py)."""
+        """Per slot, the job its cache begins with (cache-aware routing;
+        worker/engine/slots_report.py)."""
         return slots_report.slot_jobs(self.slots, self._active, self._previous)
 
     # -- the engine thread ---------------------------------------------------------------
@@ -233,7 +236,7 @@ class Engine:
                     self._slot_start.first_set(request), slot))
         for request in decision.cancelled:
             request.sampler.free()
-            events.append((request.job.job_id, self._cancel_event(request.job.job_id)))
+            events.append((request.job.job_id, self._runs.cancel_event(request.job.job_id)))
         for request, slot in decision.admitted:
             self.on_slots_changed()
             self._tasks_started += 1
@@ -247,139 +250,86 @@ class Engine:
             self._slot_start.cache_idle_slots()
 
     def _start(self, request: Request, slot: SlotCache, task_no: int) -> SlotRun:
-        n_reuse = self._slot_start.prepare(request, slot)
-        spec = request.job.reasoning
-        active = SlotRun(request, slot, TextStream(request.stop), task_no,
-                         n_cached=n_reuse, t_start=time.perf_counter(), prompt_done=n_reuse,
-                         reasoning=ReasoningTracker.start(spec) if spec else None)
-        if request.resumed is not None:  # where the dead worker stopped
-            self._tokens.replay(active, request.resumed.tokens)
-            active.probs = list(request.resumed.probs)
-            active.earlier_predicted_ms = request.resumed.predicted_ms
+        active = SlotRun.begin(request, slot, task_no, self._slot_start.prepare(request, slot))
+        self._tokens.resume(active)  # a continuation: where the dead worker stopped
         return active
-
-    def _take_tier_state(self, active: SlotRun) -> None:
-        """The run's prefill reached its tier boundary: its slot holds exactly that prefix."""
-        tier = active.request.tier
-        if tier is None or tier.saved or tier.save_at != active.prompt_done:
-            return
-        tier.saved = True
-        try:
-            data, tokens = save_slot(self.model, active.slot)
-        except LlamaqError as error:
-            log.warning("kv tier: state of %d tokens not taken (%s)", tier.save_at, error)
-            return
-        self.on_tier_state(tokens, data)
-
-    def _take_checkpoint(self, active: SlotRun, end: int) -> None:
-        """A context checkpoint before the run's prompt tokens up to `end` are decoded, when
-        llama-server would take one (worker/kv/checkpoints.py); none for prompts with media."""
-        n_prompt = len(active.request.prompt_tokens)
-        if self._checkpoints.wanted(n_prompt, active.prompt_done, end,
-                                    active.request.media is not None,
-                                    active.request.user_starts, active.slot.checkpoints):
-            kv_moves.take_checkpoint(self._kv, active.slot, self._checkpoints,
-                                     active.prompt_done, active.task_no)
-
-    def _evaluate_media(self, runs: list[SlotRun], events: list[JobEvent]) -> None:
-        """The media chunks that come next in a prefilling run's prompt, each in a decode of
-        its own (worker/runtime/media.py): the text before them was decoded in an earlier step."""
-        projector = self.model.projector
-        for active in runs:
-            media = active.request.media
-            if media is None or projector is None or not active.prefilling:
-                continue
-            try:
-                while (span := media.span_at(active.prompt_done)) is not None:
-                    projector.evaluate(self.model.ctx, span, active.slot.slot_id,
-                                       self.model.plan.n_batch)
-                    active.slot.tokens.extend(active.request.prompt_tokens[span.start:span.end])
-                    active.prompt_done = span.end
-                    self.metrics.n_decode_total += 1
-            except Exception as error:  # one request's media must not stop the engine
-                kv_moves.clear(self._kv, active.slot)
-                self._fail_one(active, error, events)
-
-    def _prompt_end(self, active: SlotRun) -> int:
-        """Where this step's prompt tokens of a run may go up to: its next media chunk, and
-        the cuts at user messages and before the prompt's last tokens that llama-server makes
-        for its checkpoints (with media too, where it takes none right after a chunk but cuts
-        all the same)."""
-        media, tier = active.request.media, active.request.tier
-        n_prompt = len(active.request.prompt_tokens)
-        text_end = media.text_end(active.prompt_done) if media is not None else n_prompt
-        end = self._checkpoints.chunk_end(n_prompt, active.prompt_done, text_end,
-                                          active.request.user_starts, active.slot.checkpoints)
-        if tier is not None and tier.save_at is not None and active.prompt_done < tier.save_at:
-            end = min(end, tier.save_at)  # its state is taken there (worker/kv/tier.py)
-        alora = active.request.alora
-        if alora is not None and active.prompt_done < alora.pre_end:
-            end = min(end, alora.pre_end)  # the base phase ends there (worker/adapters/alora.py)
-        return end
 
     def _drop_cancelled(self, cancelled: set[str], events: list[JobEvent]) -> None:
         for slot_id, active in list(self._active.items()):
             if active.request.job.job_id in cancelled:
                 log.info("job %s: cancelled, slot %d freed", active.request.job.job_id, slot_id)
                 events.append((active.request.job.job_id,
-                               self._cancel_event(active.request.job.job_id)))
-                self._release(active)
+                               self._runs.cancel_event(active.request.job.job_id)))
+                self._runs.release(active)
 
     def _step(self, events: list[JobEvent]) -> None:
-        """One decode: a token for each generating run, then prompt tokens, each part in
-        slot order (llama-server's), since without a unified KV cache llama.cpp puts only
-        consecutive sequence ids in one ubatch (llama_batch_allocr::split_equal): slots in
-        the order their requests arrived cost one graph computation per break in the order.
-        Batch lines (background jobs) sit the step out while an online prompt is evaluated,
-        and their prompts go in parts (DecodeSpeed), so an online request waits little."""
-        n = 0
+        """One decode: the runs that go this step, their media evaluated (each chunk in a
+        decode of its own) and their drafts made, then the step planned as data
+        (worker/engine/step_plan.py), its batch filled and decoded."""
+        runs = self._step_runs(events)
+        n_batch = self.model.plan.n_batch
+        if self._spec is not None:  # none for M-RoPE media: drafts go by token index
+            generating = [a for a in runs if not a.prefilling]
+            self._spec.make_drafts([a for a in generating if not mrope(a)],
+                                   n_batch - len(generating))
+        plan = plan_step([self._state(a) for a in runs], n_batch,
+                         self.speed.background_prompt_tokens(n_batch))
+        n = self._fill(plan)
+        if self._sets.decisions_turn():
+            if self.model.projector is not None:
+                self.decisions.evaluate_media(self.model.projector, events)
+            n = self.decisions.fill(self._batch.raw, n, n_batch)
+        self.metrics.n_busy_slots_total += len(self._active)
+        self._sets.apply(self.model.ctx)
+        self._decode(n, events)
+
+    def _step_runs(self, events: list[JobEvent]) -> list[SlotRun]:
+        """The runs that go this step, in slot order: of one adapter set
+        (worker/adapters/adapter_sets.py), without batch lines while an online prompt is
+        evaluated (worker/engine/step_plan.py), their next media chunks evaluated."""
         runs = sorted(self._active.values(), key=lambda a: a.slot.slot_id)
         for active in runs:
             active.batch_index = active.last_prompt_index = -1
-            self._take_tier_state(active)
+            self._prefill.take_tier_state(active)
             alora = active.request.alora
             if alora is not None and active.prompt_done >= alora.pre_end:
                 self._sets.enter(active.slot, alora.adapter_set)
         runs = self._sets.step_group(runs, bool(self.decisions.runs))  # one adapter set
-        if any(a.prefilling and not a.request.job.background for a in runs):
-            runs = [a for a in runs if not a.request.job.background]
+        going = {r.slot_id for r in runs_that_go([self._state(a) for a in runs])}
+        runs = [a for a in runs if a.slot.slot_id in going]
         if any(a.request.media is not None for a in runs):
-            self._evaluate_media(runs, events)
+            for active, error in self._prefill.evaluate_media(runs):
+                self._runs.fail_one(active, error, events)
             runs = [a for a in runs if a.slot.slot_id in self._active]
-        generating = [a for a in runs if not a.prefilling]
-        if self._spec is not None:  # none for M-RoPE media: drafts go by token index
-            self._spec.make_drafts([a for a in generating if not mrope(a)],
-                                   self.model.plan.n_batch - len(generating))
-        for active in generating:
+        return runs
+
+    def _state(self, active: SlotRun) -> RunState:
+        """What the step's plan reads of a run."""
+        prefilling = active.prefilling
+        spec = self._spec
+        return RunState(active.slot.slot_id, prefilling, active.request.job.background,
+                        active.prompt_done, self._prefill.prompt_end(active) if prefilling else 0,
+                        0 if prefilling or spec is None else len(spec.of(active).draft))
+
+    def _fill(self, plan: StepPlan) -> int:
+        """The plan's tokens into the step's batch; returns their count."""
+        n = 0
+        for slot_id in plan.generate:
+            active = self._active[slot_id]
             n = self._add(n, active.next_token, position(active, len(active.slot.tokens)),
                           active, True)
             if self._spec is not None:
                 n = self._spec.add_draft(self._batch, n, active)
-        n_batch = self.model.plan.n_batch
-        online = [a for a in runs if a.prefilling and not a.request.job.background]
-        background = [a for a in runs if a.prefilling and a.request.job.background]
-        ends = prompt_chunks(n, [(a.prompt_done, self._prompt_end(a)) for a in online], n_batch)
-        n_online = n + sum(end - a.prompt_done for a, end in zip(online, ends, strict=True))
-        ends += prompt_chunks(0, [(a.prompt_done, self._prompt_end(a)) for a in background],
-                              min(n_batch - n_online, self.speed.background_prompt_tokens(n_batch)))
-        prefilling = online + background
-        for active, end in zip(prefilling, ends, strict=True):
-            if end == active.prompt_done:
-                continue
-            self._take_checkpoint(active, end)
+        for chunk in plan.prompts:
+            active = self._active[chunk.slot_id]
+            self._prefill.take_checkpoint(active, chunk.end)
             prompt = active.request.prompt_tokens
-            shift = position(active, active.prompt_done) - active.prompt_done
-            for pos in range(active.prompt_done, end):  # text: no media chunk in between
+            shift = position(active, chunk.start) - chunk.start
+            for pos in range(chunk.start, chunk.end):  # text: no media chunk in between
                 n = self._add(n, prompt[pos], pos + shift, active, pos == len(prompt) - 1)
             active.last_prompt_index = n - 1
-            active.prompt_done = end
-        if self._sets.decisions_turn():
-            if self.model.projector is not None:
-                self.decisions.evaluate_media(self.model.projector, events)
-            n = self.decisions.fill(self._batch.raw, n, self.model.plan.n_batch)
-        self.metrics.n_busy_slots_total += len(self._active)
-        self._sets.apply(self.model.ctx)
-        self._decode(n, events)
+            active.prompt_done = chunk.end
+        return n
 
     def _decode(self, n: int, events: list[JobEvent]) -> None:
         """Decode the step's batch; when the KV cache has no room, free an idle slot's cache
@@ -405,11 +355,11 @@ class Engine:
                 self._fail_all(ServerError(decode_error_message(rc)), events)
                 break
             self.metrics.n_decode_total += 1
-            self._after_view(off, size, events)
+            self._outcome.after_view(off, size, events)
             self.decisions.after_view(off, size, events)
             off += size
         if self._spec is not None:
-            self._spec.finish_decode(self._remove_kv)
+            self._spec.finish_decode(self._outcome.remove_kv)
 
     def _adapt_threads(self) -> None:
         """Fewer compute threads while other processes want the cores
@@ -423,64 +373,6 @@ class Engine:
         log.info("computing with %d thread(s) (%d for prompts): other processes used %.2f of "
                  "%d cores", n_threads, n_threads_batch, threads.others_cores, threads.cores)
 
-    def _after_view(self, off: int, size: int, events: list[JobEvent]) -> None:
-        """Progress and sampling for the requests whose tokens were in the decoded view."""
-        now = time.perf_counter()
-        drafted: list[SlotRun] = []
-        for active in list(self._active.values()):
-            job = active.request.job
-            if off <= active.last_prompt_index < off + size:
-                active.t_prompt_last = now
-                if job.return_progress and job.stream and active.request.resumed is None:
-                    events.append((job.job_id, active.progress(now)))
-            if not off <= active.batch_index < off + size:
-                continue
-            if not active.t_prompt_done:
-                active.t_prompt_done = active.t_prompt_last = now
-                if self._spec is not None:
-                    self._spec.begin(active)
-            if active.request.n_predict == 0:  # evaluate the prompt into the cache, no tokens
-                self._finish(active, StopType.LIMIT, now, events)
-                continue
-            if self._spec is not None and self._spec.has_draft(active):
-                drafted.append(active)  # verified after the plain runs, as llama-server does
-                continue
-            try:
-                token, probs = token_probs.sample(active, self.model.ctx, active.batch_index - off,
-                                                  self.model.vocab.n_tokens, self._piece)
-                self._on_token(active, token, probs, now, events)
-            except Exception as error:  # one request's failure must not stop the engine
-                self._fail_one(active, error, events)
-        for active in drafted:
-            self._verify(active, off, size, now, events)
-
-    def _verify(self, active: SlotRun, off: int, size: int, now: float,
-                events: list[JobEvent]) -> None:
-        """A speculating run's draft (worker/engine/verify.py): each accepted token goes
-        through the token rules in turn, as plain decoding's would."""
-        assert self._spec is not None
-
-        def sample(run: SlotRun, index: int, accept: bool) -> tuple[int, TokenProbs | None]:
-            return token_probs.sample(run, self.model.ctx, index, self.model.vocab.n_tokens,
-                                      self._piece, accept)
-
-        def emit(run: SlotRun, token: int, probs: TokenProbs | None) -> bool:
-            self._on_token(run, token, probs, now, events)
-            return self._active.get(run.slot.slot_id) is run
-
-        try:
-            self._spec.verify(active, off, size, sample, emit, self._remove_kv,
-                              self.model.vocab.is_eog)
-        except Exception as error:  # one request's failure must not stop the engine
-            kv_moves.clear(self._kv, active.slot)
-            self._fail_one(active, error, events)
-
-    def _remove_kv(self, slot_id: int, pos: int) -> None:
-        self._kv.remove(slot_id, pos, -1)
-
-    def _piece(self, token: int) -> bytes:
-        return self.model.vocab.piece(token, self.defaults.special)
-
     def _add(self, n: int, token: int, pos: int, active: SlotRun, logits: bool) -> int:
         self._batch.put(n, token, pos, active.slot.slot_id, logits)
         active.slot.tokens.append(token)
@@ -488,38 +380,11 @@ class Engine:
             active.batch_index = n
         return n + 1
 
-    def _on_token(self, active: SlotRun, token: int, probs: TokenProbs | None, now: float,
-                  events: list[JobEvent]) -> None:
-        event, reason = self._tokens.apply(active, token, probs, now)
-        if event is not None:
-            events.append((active.request.job.job_id, event))
-        if reason is not None:
-            self._finish(active, reason.stop_type, now, events)
-
-    def _finish(self, active: SlotRun, stop_type: StopType, now: float,
-                events: list[JobEvent]) -> None:
-        result = self.reports.result(active, stop_type, now)
-        slots_report.count(self.metrics, result.timings, len(active.slot.tokens))
-        events.append((active.request.job.job_id, FinalEvent(result=result)))
-        self._release(active)
-
     def metrics_snapshot(self) -> WorkerMetrics:
         return self.metrics.model_copy(update={"requests_processing": len(self._active)
                                                + len(self.decisions.runs),
                                                "requests_deferred": len(self._inbox.arrivals)
                                                + len(self._admission.waiting)})
-
-    def _shift_context(self, active: SlotRun) -> bool:
-        """--context-shift (worker/kv/moves.py); False when the cache cannot shift."""
-        request = active.request
-        if request.media is not None:  # llama-server: no context shift with media
-            return False
-        n_keep = len(request.prompt_tokens) if request.n_keep < 0 else request.n_keep
-        dropped = kv_moves.shift_context(self._kv, active.slot, n_keep, request.n_discard,
-                                         self.model.n_ctx_slot)
-        if dropped is not None:
-            log.debug("job %s: context shift, %d tokens dropped", request.job.job_id, dropped)
-        return dropped is not None
 
     def default_settings(self) -> GenerationSettings:
         return self.reports.default_settings()
@@ -528,52 +393,7 @@ class Engine:
         """A snapshot for /slots (worker/engine/slots_report.py; read from another thread)."""
         return self.reports.slot_states(self.slots, self._active, self._previous)
 
-    def _cancel_event(self, job_id: str) -> ErrorEvent:
-        error = self._inbox.cancel_error(job_id)
-        return _cancelled_event() if error is None else ErrorEvent(error=error.to_info())
-
-    def _release(self, active: SlotRun) -> None:
-        if active.request.alora is not None:
-            self._sets.end_alora(self._kv, active.slot, active.request.alora)
-        self._previous[active.slot.slot_id] = active
-        self.on_slots_changed()
-        active.request.sampler.free()
-        if self._spec is not None:
-            self._spec.end(active, self.metrics)
-        active.slot.busy = False
-        active.slot.last_used = time.monotonic()
-        del self._active[active.slot.slot_id]
-
-    def _fail_one(self, active: SlotRun, error: Exception, events: list[JobEvent]) -> None:
-        job_id = active.request.job.job_id
-        log.exception("job %s: failed on slot %d", job_id, active.slot.slot_id, exc_info=error)
-        info = (error if isinstance(error, LlamaqError)
-                else ServerError(f"internal error: {type(error).__name__}")).to_info()
-        events.append((job_id, ErrorEvent(error=info)))
-        if active.slot.slot_id in self._active:
-            self._release(active)
-
     def _fail_all(self, error: LlamaqError, events: list[JobEvent]) -> None:
         log.error("decode failed, failing %d requests: %s", len(self._active), error)
         self.decisions.fail_all(error, events)
-        for active in list(self._active.values()):
-            events.append((active.request.job.job_id, ErrorEvent(error=error.to_info())))
-            kv_moves.clear(self._kv, active.slot)
-            self._release(active)
-
-
-def _cancelled_event() -> ErrorEvent:
-    return ErrorEvent(error=Unavailable("the request was cancelled").to_info())
-
-
-def mrope(active: SlotRun) -> bool:
-    media = active.request.media
-    return media is not None and media.mrope
-
-
-def position(active: SlotRun, index: int) -> int:
-    """The model position of the run's token at `index` (prompt or generated): the index,
-    less what M-RoPE media chunks before it take in tokens beyond their positions
-    (worker/runtime/media.py MediaPrompt.pos_of; llama-server's server_tokens::pos_next)."""
-    media = active.request.media
-    return index if media is None or not media.spans else media.pos_of(index)
+        self._runs.fail_all(error, events)

@@ -21,14 +21,14 @@ from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.adapters.alora import ALoraRun, alora_plan
 from worker.engine.infill import infill_tokens
-from worker.kv.tier import TierPlan
-from worker.runtime.media import MediaPrompt
 from worker.engine.message_spans import user_starts
-from worker.runtime.model import LoadedModel
 from worker.engine.sampling import SamplerChain, resolve_sampling
 from worker.kv.slots import SIMILARITY
-from worker.speculative.config import SpecConfig
+from worker.kv.tier import TierPlan
+from worker.runtime.media import MediaPrompt
+from worker.runtime.model import LoadedModel
 from worker.runtime.vocab import Vocab
+from worker.speculative.config import SpecConfig
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,8 @@ class Request:
     """Set on a continuation (its worker died, scheduler/migration.py): `prompt_tokens` are
     the prompt and the tokens generated so far, which the run starts with."""
     media: MediaPrompt | None = None
-    """The prompt's media chunks (worker/runtime/media.py); its placeholders are in prompt_tokens."""
+    """The prompt's media chunks (worker/runtime/media.py); its placeholders are in
+    prompt_tokens."""
     alora: ALoraRun | None = None
     """An aLoRA request's two phases (worker/adapters/alora.py)."""
     adapter_set: tuple[float, ...] | None = None

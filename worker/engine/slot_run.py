@@ -7,6 +7,7 @@ reports read plain attributes from another thread.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from scheduler.contract.results import (
@@ -18,8 +19,8 @@ from scheduler.contract.results import (
 )
 from worker.engine.reasoning import ReasoningTracker
 from worker.engine.requests import Request
-from worker.kv.slots import SlotCache
 from worker.engine.textstream import TextStream
+from worker.kv.slots import SlotCache
 
 
 @dataclass
@@ -54,6 +55,14 @@ class SlotRun:
     """Speculative decoding: tokens drafted for the run, and how many the target accepted
     (worker/engine/verify.py)."""
 
+    @classmethod
+    def begin(cls, request: Request, slot: SlotCache, task_no: int, n_cached: int) -> SlotRun:
+        """The run of `request` on `slot`, whose cache holds its first `n_cached` tokens."""
+        spec = request.job.reasoning
+        return cls(request, slot, TextStream(request.stop), task_no, n_cached=n_cached,
+                   t_start=time.perf_counter(), prompt_done=n_cached,
+                   reasoning=ReasoningTracker.start(spec) if spec else None)
+
     @property
     def prefilling(self) -> bool:
         return self.prompt_done < len(self.request.prompt_tokens)
@@ -64,7 +73,8 @@ class SlotRun:
         prompt_n = self.prompt_done - self.n_cached
         prompt_ms = (self.t_prompt_last - self.t_start) * 1000 if self.t_prompt_last else 0.0
         media = self.request.media
-        if media is not None and prompt_ms:  # encoded before the slot started (worker/runtime/media.py)
+        # encoded before the slot started (worker/runtime/media.py)
+        if media is not None and prompt_ms:
             prompt_ms += media.encode_ms
         predicted_n = len(self.generated)
         steps = max(0, predicted_n - 1)

@@ -2,11 +2,12 @@
 the rest of a known prefix comes (plain state, on the engine thread).
 
 In order: the slot's old prompt goes to the host-memory cache when the new one replaces it
-(`--cache-ram`), the request's LoRA adapter set claims the slot (worker/adapters/adapter_sets.py), a cached
-prompt that shares more comes back from the host cache, the slot's cache is cut to the common
+(`--cache-ram`), the request's LoRA adapter set claims the slot (worker/adapters/adapter_sets.py), a
+cached prompt that shares more comes back from the host cache, the slot's cache is cut to the common
 prefix, shifted or restored from a context checkpoint (worker/kv/moves.py), then cut further where
-the request needs it: an aLoRA's base prefix (worker/adapters/alora.py), a media chunk kept whole or not at
-all (worker/runtime/media.py), and a fleet-wide KV tier hit that holds more (worker/kv/tier.py).
+the request needs it: an aLoRA's base prefix (worker/adapters/alora.py), a media chunk kept whole or
+not at all (worker/runtime/media.py), and a fleet-wide KV tier hit that holds more
+(worker/kv/tier.py).
 
 Owns: that order, and `--cache-idle-slots` (idle slots' prompts into the host cache when a task
 starts). Hands off: each move (kv_moves, prompt_cache, adapter_sets, snapshots).
@@ -17,16 +18,16 @@ from __future__ import annotations
 import logging
 
 from scheduler.contract.errors import LlamaqError
-from worker.kv import moves as kv_moves
 from worker.adapters.adapter_sets import AdapterSets
+from worker.engine.requests import Request
+from worker.kv import moves as kv_moves
 from worker.kv.checkpoints import CheckpointRules
+from worker.kv.prompt_cache import PromptCache, wants_update
+from worker.kv.slots import SlotCache
+from worker.kv.snapshots import restore_slot
 from worker.kv.tier import TierHit
 from worker.runtime.media import MediaPrompt
 from worker.runtime.model import LoadedModel
-from worker.kv.prompt_cache import PromptCache, wants_update
-from worker.engine.requests import Request
-from worker.kv.slots import SlotCache
-from worker.kv.snapshots import restore_slot
 
 log = logging.getLogger(__name__)
 

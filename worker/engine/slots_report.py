@@ -16,8 +16,8 @@ from scheduler.contract.results import CompletionResult, GenerationSettings, Tim
 from scheduler.registry import NextToken, SlotState, WorkerMetrics
 from worker.engine.requests import EngineDefaults, Request
 from worker.engine.slot_run import SlotRun
-from worker.kv.slots import SlotCache
 from worker.engine.stopping import StopType
+from worker.kv.slots import SlotCache
 from worker.runtime.vocab import Vocab
 
 

@@ -1,19 +1,23 @@
 """What a sampled token does to its run: the text it makes final (stop words held back), the
-reasoning tracker, its probabilities' text, the stop rules (worker/engine/stopping.py) with a context
-shift first when the slot is full, and the run's streamed event.
+reasoning tracker, its probabilities' text, the stop rules (worker/engine/stopping.py) with a
+context shift first when the slot is full, and the run's streamed event.
 
 Owns: the per-token rules. The engine samples the token and ends the run when a rule says so.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.contract.results import TokenEvent, TokenProbs
 from worker.engine.slot_run import SlotRun
 from worker.engine.stopping import StepState, StopReason, indent_cut, stop_reason
+from worker.kv import moves as kv_moves
 from worker.runtime.vocab import Vocab
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,15 @@ class TokenRules:
             probs=[probs] if probs is not None else [],
             post_sampling_probs=request.job.post_sampling_probs), reason
 
+    def resume(self, active: SlotRun) -> None:
+        """A continuation's run takes up where the dead worker stopped (its tokens replayed,
+        its probabilities and generation time kept)."""
+        resumed = active.request.resumed
+        if resumed is not None:
+            self.replay(active, resumed.tokens)
+            active.probs = list(resumed.probs)
+            active.earlier_predicted_ms = resumed.predicted_ms
+
     def replay(self, active: SlotRun, tokens: list[int]) -> None:
         """A continuation's earlier tokens into its fresh run (scheduler/migration.py): the
         text they made (a stop string's beginning stays held back, so a stop string split by
@@ -95,3 +108,15 @@ class TokenRules:
             active.text.text = active.text.text[:cut]
         active.line_start = line_start
         return reason
+
+
+def shift_context(kv: kv_moves.LlamaKv, n_ctx_slot: int, active: SlotRun) -> bool:
+    """--context-shift (worker/kv/moves.py); False when the cache cannot shift."""
+    request = active.request
+    if request.media is not None:  # llama-server: no context shift with media
+        return False
+    n_keep = len(request.prompt_tokens) if request.n_keep < 0 else request.n_keep
+    dropped = kv_moves.shift_context(kv, active.slot, n_keep, request.n_discard, n_ctx_slot)
+    if dropped is not None:
+        log.debug("job %s: context shift, %d tokens dropped", request.job.job_id, dropped)
+    return dropped is not None

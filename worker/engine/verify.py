@@ -18,9 +18,9 @@ from scheduler.contract.jobs import DEFAULT_SEED
 from scheduler.contract.results import TokenProbs
 from scheduler.registry import WorkerMetrics
 from worker.engine.slot_run import SlotRun
+from worker.engine.step_batch import StepBatch
 from worker.speculative.drafter import Drafter
 from worker.speculative.synthetic import SynthRng, conditional, resolve_rates
-from worker.engine.step_batch import StepBatch
 
 Sample = Callable[[SlotRun, int, bool], tuple[int, TokenProbs | None]]
 """The run's next token (and its probabilities) from the logits at a view index; the bool:

@@ -14,8 +14,8 @@ from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import Continuation, ErrorEvent
 from worker.engine.loop import Engine
 from worker.jobs.parts import HandBack, WorkerParts
-from worker.kv.tier import KvTier, TierPlan
 from worker.kv.slots import common_prefix
+from worker.kv.tier import KvTier, TierPlan
 
 log = logging.getLogger(__name__)
 

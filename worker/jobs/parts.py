@@ -20,15 +20,15 @@ from scheduler.contract.results import (
 )
 from scheduler.decision_meta import DecisionCaps
 from scheduler.leases import Leases
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 from worker.embed.embedder import Embedder
 from worker.engine.loop import Engine
 from worker.kv.tier import KvTier
-from worker.wires.media_fetch import MediaFetcher
 from worker.runtime.model import LoadedModel
-from worker.wires.publisher import EventPublisher
 from worker.runtime.settings import WorkerSettings
-from worker.decisions.systemone_heads import HeadPrompter
-from worker.decisions.systemone_prompt import FamilyPrompter
+from worker.wires.media_fetch import MediaFetcher
+from worker.wires.publisher import EventPublisher
 
 
 class HandBack(Exception):
@@ -54,7 +54,8 @@ class WorkerParts:
     """Decisions run in the completion engine, on a decision model."""
     decision_prompter: FamilyPrompter | HeadPrompter | None = None
     """A decision family's prompts: a label-logit family's and its labels
-    (worker/decisions/systemone_prompt.py), a decision-head family's (worker/decisions/systemone_heads.py)."""
+    (worker/decisions/systemone_prompt.py), a decision-head family's
+    (worker/decisions/systemone_heads.py)."""
     draining: bool = False
     media_fetcher: MediaFetcher | None = field(default=None, repr=False)
     kv_tier: KvTier | None = None

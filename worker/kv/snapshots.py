@@ -15,8 +15,8 @@ import llama_cpp as lc
 from pydantic import BaseModel, ValidationError
 
 from scheduler.contract.errors import InvalidRequest, ServerError
-from worker.runtime.model import LoadedModel
 from worker.kv.slots import SlotCache
+from worker.runtime.model import LoadedModel
 
 
 class SnapshotMeta(BaseModel):

@@ -39,27 +39,27 @@ from scheduler.worker_presence import client_name
 from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
-from worker.runtime import flags
-from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.decisions.plan import decision_caps
+from worker.decisions.systemone_heads import HeadPrompter
+from worker.decisions.systemone_prompt import FamilyPrompter
 from worker.embed.embedder import Embedder
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
-from worker.runtime.media import media_marker
-from worker.runtime.model import LoadedModel, ModelLoadError
-from worker.wires.model_source import fetch_adapters, fetch_model
 from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
-from worker.wires.publisher import EventPublisher
-from worker.wires.result_offload import ResultOffload
+from worker.runtime import flags
+from worker.runtime.compute_threads import wait_policy_by_hand
+from worker.runtime.media import media_marker
+from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.lookup_share import LookupShare
-from worker.decisions.systemone_heads import HeadPrompter
-from worker.decisions.systemone_prompt import FamilyPrompter
+from worker.wires.model_source import fetch_adapters, fetch_model
+from worker.wires.publisher import EventPublisher
+from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
 

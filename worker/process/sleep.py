@@ -29,11 +29,11 @@ from redis.exceptions import RedisError
 from scheduler.contract import keys
 from scheduler.fleet_models import status_event
 from scheduler.registry import Registry
-from worker.runtime.compute_threads import wait_policy_by_hand
 from worker.embed.embedder import Embedder
 from worker.jobs.parts import WorkerParts
 from worker.process.loops import RegistryEntry
 from worker.process.startup import load_model, new_engine
+from worker.runtime.compute_threads import wait_policy_by_hand
 
 log = logging.getLogger(__name__)
 

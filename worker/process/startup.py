@@ -22,12 +22,19 @@ import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from scheduler.registry import FitMemory, FitReport
-from worker.runtime import flags
-from worker.runtime.compute_threads import wait_policy_by_hand
-from worker.adapters.control_vectors import ControlVectorError, apply_vectors, load_vectors, vector_specs
-from worker.runtime.devices import DeviceError, offload_devices, parse_devices
+from worker.adapters.control_vectors import (
+    ControlVectorError,
+    apply_vectors,
+    load_vectors,
+    vector_specs,
+)
 from worker.embed.embedder import POOLING_TYPES
 from worker.engine.loop import Engine
+from worker.engine.requests import EngineDefaults
+from worker.engine.sampling import DEFAULT_SEED, normalize_samplers
+from worker.runtime import flags
+from worker.runtime.compute_threads import wait_policy_by_hand
+from worker.runtime.devices import DeviceError, offload_devices, parse_devices
 from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs
 from worker.runtime.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
@@ -41,12 +48,10 @@ from worker.runtime.model import (
     context_params,
     default_threads,
 )
-from worker.wires.publisher import EventPublisher
-from worker.engine.requests import EngineDefaults
-from worker.engine.sampling import DEFAULT_SEED, normalize_samplers
 from worker.runtime.settings import WorkerSettings
-from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
 from worker.runtime.tensor_overrides import Placement
+from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
+from worker.wires.publisher import EventPublisher
 
 T = TypeVar("T")
 
@@ -223,7 +228,8 @@ class FitOutcome:
 
 def fit_to_memory(s: WorkerSettings, path: Path, plan: ContextPlan, placement: Placement,
                   tune_context: Callable[[lc.llama_context_params], None]) -> FitOutcome:
-    """--fit on (worker/runtime/fit.py), on llama.cpp's own projections (worker/runtime/memory_probe.py);
+    """--fit on (worker/runtime/fit.py), on llama.cpp's own projections
+    (worker/runtime/memory_probe.py);
     nothing is measured when nothing could change (-c set, and -ngl set or no device): on a
     machine without an offload device that is known before the model is read (the probe's
     metadata load costs ~0.6 s of a worker's start, the time a migrated stream waits)."""

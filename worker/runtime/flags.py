@@ -15,8 +15,6 @@ import llama_cpp as lc
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.runtime.devices import parse_devices
 from worker.runtime.settings import WorkerSettings
-from worker.speculative import config as spec
-from worker.speculative import synthetic
 from worker.runtime.tensor_overrides import (
     CPU_BUFFER,
     FFN_DENSE,
@@ -26,6 +24,8 @@ from worker.runtime.tensor_overrides import (
     cpu_ffn_overrides,
     parse_overrides,
 )
+from worker.speculative import config as spec
+from worker.speculative import synthetic
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def tune_model(params: lc.llama_model_params, settings: WorkerSettings) -> None:
 
 
 def placement(settings: WorkerSettings) -> Placement:
-    """-ot, -cmoe, -ncmoe, -ncffn and -dev (worker/runtime/tensor_overrides.py): where tensors go."""
+    """-ot, -cmoe, -ncmoe, -ncffn and -dev (worker/runtime/tensor_overrides.py): where tensors
+    go."""
     overrides = parse_overrides(settings.override_tensor)
     if settings.cpu_moe:
         overrides.append(Override(FFN_EXPERTS, CPU_BUFFER))

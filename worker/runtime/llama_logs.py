@@ -11,8 +11,8 @@ log = logging.getLogger("llama_cpp")
 GGML_LOG_LEVEL_ERROR = 4
 ABORTED_LINES = ("failed with error 1", "compute status: 1", "failed to decode, ret = 2")
 """What llama.cpp logs as errors when the abort callback stopped a decode (GGML_STATUS_ABORTED
-is 1, llama_decode's status 2): the embedder does that on purpose (worker/embed/embedder.py), so they
-are debug lines."""
+is 1, llama_decode's status 2): the embedder does that on purpose (worker/embed/embedder.py), so
+they are debug lines."""
 
 
 @lc.llama_log_callback

@@ -20,8 +20,8 @@ from scheduler.registry import FitReport, ModelMeta
 from worker.runtime.llama_logs import route_llama_logs
 from worker.runtime.lora import LoraAdapters
 from worker.runtime.media import Projector
-from worker.speculative.draft_model import DraftModel
 from worker.runtime.vocab import Vocab
+from worker.speculative.draft_model import DraftModel
 
 log = logging.getLogger(__name__)
 

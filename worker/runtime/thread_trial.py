@@ -4,7 +4,8 @@ ggml's OpenMP threads spin at every barrier before they sleep (OMP_WAIT_POLICY u
 llama-server ships). On a quiet machine that is the fastest way to wait, but beside a process
 that wants a core all the time, two spinning threads on two cores collapse: each barrier waits a
 whole time slice for the preempted thread (MiniLM beside one busy loop: 3 texts/s against 100
-with one thread). The completion engine reads that from /proc/stat (worker/runtime/compute_threads.py),
+with one thread). The completion engine reads that from /proc/stat
+(worker/runtime/compute_threads.py),
 but an embedding worker's own api pod and clients use about a core in bursts while it computes
 (serializing vectors), and that rule took a thread away for them (0.66 of llama-server at 1 input
 a request, against 0.74 with the threads kept). Bursts cost the spinning threads little; a steady

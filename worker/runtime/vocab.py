@@ -78,8 +78,9 @@ class Vocab:
         return buf.raw[:n]
 
     def detokenize(self, tokens: list[int], special: bool = True) -> str:
+        # < 0: media (worker/runtime/media.py)
         return b"".join(self.piece(t, special) for t in tokens
-                        if t >= 0).decode("utf-8", errors="replace")  # < 0: media (worker/runtime/media.py)
+                        if t >= 0).decode("utf-8", errors="replace")
 
     def fim_tokens(self) -> dict[str, int]:
         """The model's fill-in-the-middle tokens that exist (pre, suf, mid, rep, sep)."""
