@@ -6,8 +6,8 @@ tests/unit/test_import_layers.py holds the order):
 - kv/           slots' token lists, KV moves, checkpoints, prompt cache, KV tier, snapshots
 - adapters/     aLoRA, per-request adapter sets, control vectors
 - decisions/    decision plans and their run on the engine's thread
-- embed/        embedding and rerank inputs, the embedder
-- engine/       the slot engine: loop, admission, step batch, sampling, streaming, verification
+- engine/       the slot engine: loop, step plan, prefill, sampling, streaming, verification
+- embed/        embedding and rerank inputs, queues, pooling, the embedder (on the engine's batch)
 - wires/        Redis and the store: publisher, result offload, media fetch, model sources
 - jobs/         one body per job kind
 - process/      the worker process: serve, loops, arq wiring, sleep, router-mode host

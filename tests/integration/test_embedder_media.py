@@ -17,8 +17,9 @@ from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, MediaPromptInp
 from scheduler.contract.media import MediaRef
 from scheduler.contract.results import EmbeddingResult
 from tests.media_embedding_cases import images
-from worker.embed.embedder import Embedder, EmbedRequest
+from worker.embed.embedder import Embedder
 from worker.embed.inputs import embedding_inputs
+from worker.embed.queue import EmbedRequest
 from worker.process.startup import tune_embedding_context
 from worker.runtime.media import Projector, ProjectorOptions, media_marker
 from worker.runtime.model import ContextPlan, LoadedModel

@@ -18,9 +18,11 @@ import pytest
 
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
-from worker.embed.embedder import BACKGROUND_NICE, Embedder, EmbedRequest
+from worker.embed.embedder import Embedder
 from worker.embed.inputs import embedding_inputs
+from worker.embed.queue import EmbedRequest
 from worker.process.startup import tune_embedding_context
+from worker.runtime.compute_threads import BACKGROUND_NICE
 from worker.runtime.model import ContextPlan, LoadedModel
 from worker.runtime.settings import WorkerSettings
 

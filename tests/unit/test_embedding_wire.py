@@ -63,7 +63,7 @@ def test_rerank_defaults_and_tei() -> None:
 def test_normalize_is_llama_cpps(norm: int) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")  # the worker's side
     assert llama_cpp
-    from worker.embed.embedder import normalize
+    from worker.embed.pooling import normalize
 
     vector = np.array([3.0, -4.0, 0.5], dtype=np.float32)
     got = normalize(vector, norm)

@@ -25,8 +25,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("worker.runtime",),      # llama.cpp: model, vocab, projector, LoRA loading, fit, flags
     ("worker.kv",),           # slots, KV moves, checkpoints, prompt cache, tier, snapshots
     ("worker.adapters",),     # aLoRA, adapter sets, control vectors
-    ("worker.decisions", "worker.embed"),  # decision runs; the embedder
+    ("worker.decisions",),    # decision plans and runs
     ("worker.engine",),       # the slot engine
+    ("worker.embed",),        # the embedder, on the engine's parts
     ("worker.wires",),        # publisher, result offload, media fetch, model sources
     ("worker.jobs",),         # the worker's job bodies, one module per kind
     ("worker.process",),      # the worker process: serve, drain, loops, arq wiring, sleep

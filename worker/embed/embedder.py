@@ -12,11 +12,13 @@ Online work does not wait for a decode of background sequences: it aborts it (ll
 callback, checked after every graph node) and the background sequences go back to the front of
 their queue. A background decode yields once at most, so a batch always moves on. Two threads
 take turns on the context: one decodes online inputs, the other background ones at a lower CPU
-priority (`lower_cpu_priority`).
+priority (`lower_cpu_priority`, worker/runtime/compute_threads.py).
 
-Owns: the threads and their queues, the batch, reading embeddings back (pooled per sequence or one
-row per token), normalization, the decode counters. Hands off: tokenizing and the size checks
-(worker/embed/inputs.py). Threads: other threads only append to `_waiting`/`_cancelled` and
+Owns: the threads and their queues, the decodes, reading embeddings back (pooled per sequence or
+one row per token), the decode counters. Hands off: tokenizing and the size checks
+(worker/embed/inputs.py), what a decode takes (worker/embed/queue.py), the batch (the engine's
+StepBatch), normalization and the job's answer (worker/embed/pooling.py), media chunks
+(worker/runtime/media.py). Threads: other threads only append to `_waiting`/`_cancelled` and
 raise the abort flag under `_wake`.
 """
 
@@ -25,29 +27,24 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
-import sys
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import llama_cpp as lc
 
-from scheduler.contract.errors import ErrorInfo, LlamaqError, ServerError, Unavailable
-from scheduler.contract.jobs import EmbeddingJob, RerankJob
+from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
 from scheduler.contract.results import (
-    EmbeddingItem,
     EmbeddingResult,
-    RerankItem,
     RerankResult,
-    pack_floats,
 )
 from scheduler.registry import WorkerMetrics
-from worker.embed.inputs import Prepared
-from worker.runtime.compute_threads import INTERVAL_S, CpuSample
+from worker.embed.pooling import Pooling, finished_rows, job_result
+from worker.embed.queue import EmbedRequest, Sequence, take_step
+from worker.engine.step_batch import StepBatch
+from worker.runtime.compute_threads import INTERVAL_S, CpuSample, lower_cpu_priority
 from worker.runtime.model import LoadedModel
 from worker.runtime.thread_trial import ThreadTrial
 
@@ -56,61 +53,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN: "mean",
-                 lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last",
-                 lc.LLAMA_POOLING_TYPE_RANK: "rank"}
-POOLING_TYPES = {name: value for value, name in POOLING_NAMES.items()}
+POOLING_NAMES: dict[int, Pooling] = {
+    lc.LLAMA_POOLING_TYPE_NONE: "none", lc.LLAMA_POOLING_TYPE_MEAN: "mean",
+    lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last",
+    lc.LLAMA_POOLING_TYPE_RANK: "rank"}
+POOLING_TYPES: dict[str, int] = {name: value for value, name in POOLING_NAMES.items()}
 ABORTED = 2
 """llama_decode's status when the abort callback stopped it."""
-BACKGROUND_NICE = 10
-"""How much lower the background decode thread's CPU priority is (nice steps)."""
-
-
-def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
-    """llama.cpp's common_embd_normalize: -1 none, 0 max absolute scaled to int16, 2 euclidean,
-    any other p-norm (1 taxicab)."""
-    import numpy as np
-
-    values = vector.astype(np.float64)
-    if norm == -1:
-        total = 1.0
-    elif norm == 0:
-        total = float(np.max(np.abs(values), initial=0.0)) / 32760.0
-    elif norm == 2:
-        total = float(np.sqrt(np.sum(values * values)))
-    else:
-        total = float(np.sum(np.abs(values) ** norm) ** (1.0 / norm))
-    scale = np.float32(1.0 / total if total > 0.0 else 0.0)
-    return (vector * scale).astype(np.float32)
-
-
-@dataclass
-class EmbedRequest:
-    """A job's inputs on their way through the embedder; `future` gets the result."""
-
-    job: EmbeddingJob | RerankJob
-    inputs: list[Prepared]
-    """The inputs to decode (tokens checked)."""
-    normalize: int
-    errors: dict[int, ErrorInfo] = field(default_factory=dict)
-    """Inputs that failed their checks (a job with per_input_errors): index -> error."""
-    future: Future[EmbeddingResult | RerankResult] = field(default_factory=Future)
-    rows: dict[int, np.ndarray] = field(default_factory=dict)
-    """Finished inputs: index -> the rows (pooled: one row) of float32."""
-    left: int = 0
-
-    @property
-    def background(self) -> bool:
-        return self.job.background
-
-
-@dataclass
-class Sequence:
-    request: EmbedRequest
-    input: Prepared
-    yielded: bool = False
-    """Its decode was aborted once for online work: the next one runs to the end."""
-
 
 class AbortFlag:
     """llama.cpp's abort callback without Python: ggml calls it after every graph node, on the
@@ -152,7 +101,7 @@ class Embedder:
         self._wake = threading.Condition()
         self._stopping = False
         self._processing = 0
-        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = StepBatch(self.n_batch)
         self._abort = AbortFlag(model.ctx)
         self._decoding = False
         """One of the two threads decodes now (they take turns on the one context)."""
@@ -183,7 +132,7 @@ class Embedder:
         for thread in self._threads:
             if thread.is_alive():
                 thread.join()
-        lc.llama_batch_free(self._batch)
+        self._batch.free()
 
     def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:
         """Queue the request's inputs (each must have tokens and no error)."""
@@ -232,7 +181,8 @@ class Embedder:
                     self._fail_all(Unavailable("the worker stopped"))
                     return
                 self._drop_cancelled()
-                step = self._take(self._background if background else self._waiting)
+                step = take_step(self._background if background else self._waiting,
+                                 self.n_seq_max, self.n_batch)
                 if not step:  # only cancelled inputs were left: the other thread may go on
                     self._wake.notify_all()
                     continue
@@ -273,24 +223,6 @@ class Embedder:
             queue.clear()
             queue.extend(kept)
 
-    def _take(self, queue: deque[Sequence]) -> list[Sequence]:
-        """Under `_wake`: the next decode's sequences of `queue` in arrival order, while they
-        fit (n_seq_max sequences, n_batch tokens). An online decode carries no background
-        sequence: it would take as long as theirs."""
-        step: list[Sequence] = []
-        n_tokens = 0
-        while queue and len(step) < self.n_seq_max:
-            if queue[0].input.media is not None:  # decoded in steps of its own (_decode_media)
-                if not step:
-                    step.append(queue.popleft())
-                break
-            size = len(queue[0].input.tokens)
-            if n_tokens + size > self.n_batch:
-                break
-            step.append(queue.popleft())
-            n_tokens += size
-        return step
-
     def _decode(self, step: list[Sequence]) -> None:
         if step[0].input.media is not None:
             self._decode_media(step[0])
@@ -298,15 +230,10 @@ class Embedder:
         batch, n = self._batch, 0
         for seq_id, sequence in enumerate(step):
             for pos, token in enumerate(sequence.input.tokens):
-                batch.token[n] = token
-                batch.pos[n] = pos
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = seq_id
-                batch.logits[n] = True
+                batch.put(n, token, pos, seq_id, True)
                 n += 1
-        batch.n_tokens = n
         started = time.perf_counter()
-        status = lc.llama_decode(self.model.ctx, batch)
+        status = lc.llama_decode(self.model.ctx, batch.view(0, n))
         elapsed = time.perf_counter() - started
         with self._wake:  # before any result goes out
             self._abortable = False
@@ -373,13 +300,8 @@ class Embedder:
                 end = media.text_end(pos)
                 shift = media.pos_of(pos) - pos  # M-RoPE chunks take fewer positions
                 for n, p in enumerate(range(pos, end)):
-                    batch.token[n] = tokens[p]
-                    batch.pos[n] = p + shift
-                    batch.n_seq_id[n] = 1
-                    batch.seq_id[n][0] = 0
-                    batch.logits[n] = True
-                batch.n_tokens = end - pos
-                status = lc.llama_decode(ctx, batch)
+                    batch.put(n, tokens[p], p + shift, 0, True)
+                status = lc.llama_decode(ctx, batch.view(0, end - pos))
                 if status != 0:
                     raise ServerError(f"llama_decode failed with status {status}")
                 pos, n_last = end, end - pos
@@ -431,9 +353,8 @@ class Embedder:
         if request.future.done():  # cancelled meanwhile
             return
         pooled = self.pooling_type != lc.LLAMA_POOLING_TYPE_NONE
-        if pooled and isinstance(request.job, EmbeddingJob):  # a rerank's score stays raw
-            rows = normalize(rows[0], request.normalize)[None, :]
-        request.rows[sequence.input.index] = rows
+        request.rows[sequence.input.index] = finished_rows(rows, pooled, request.job,
+                                                           request.normalize)
         request.left -= 1
         if request.left == 0:
             with self._wake:
@@ -441,32 +362,8 @@ class Embedder:
             request.future.set_result(self._result(request))
 
     def _result(self, request: EmbedRequest) -> EmbeddingResult | RerankResult:
-        """Every input's item in input order: failed inputs (per_input_errors) carry their
-        error."""
-        inputs = {item.index: item for item in request.inputs}
-        if isinstance(request.job, RerankJob):
-            scores = []
-            for index in range(len(request.job.documents)):
-                item = inputs.get(index)
-                if item is None or index not in request.rows:
-                    scores.append(RerankItem(index=index, score=-1e6, n_tokens=0,
-                                             error=request.errors.get(index)))
-                    continue
-                scores.append(RerankItem(index=index, score=float(request.rows[index][0][0]),
-                                         n_tokens=len(item.tokens)))
-            return RerankResult(items=scores)
-        items = []
-        for index in range(len(request.job.inputs)):
-            item = inputs.get(index)
-            if item is None or index not in request.rows:
-                items.append(EmbeddingItem(index=index, n_tokens=0,
-                                           error=request.errors.get(index)))
-                continue
-            rows = request.rows[index]
-            items.append(EmbeddingItem(index=index, n_tokens=len(item.tokens),
-                                       n_embd=rows.shape[1], data=pack_floats(rows.ravel())))
-        return EmbeddingResult(pooling=self.pooling,  # type: ignore[arg-type]
-                               items=items)
+        n_tokens = {item.index: len(item.tokens) for item in request.inputs}
+        return job_result(request.job, self.pooling, n_tokens, request.rows, request.errors)
 
     def _fail(self, step: list[Sequence], error: LlamaqError) -> None:
         for request in {id(s.request): s.request for s in step}.values():
@@ -482,21 +379,6 @@ class Embedder:
                 if not sequence.request.future.done():
                     sequence.request.future.set_exception(error)
             queue.clear()
-
-
-def lower_cpu_priority() -> None:
-    """Run the calling thread (and the ggml threads it starts: OpenMP gives each thread that
-    starts a parallel region a pool of its own) at a lower CPU priority than the rest of the
-    worker, and of the machine's processes: batch work yields the cores to online requests,
-    to the event loop that hands them in and out, and to the api and Redis beside it. Linux
-    only (a thread id is a process id for setpriority there); elsewhere nothing changes."""
-    if sys.platform != "linux":
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
-    except OSError as error:
-        log.warning("cannot lower the background decode thread's priority: %s", error)
 
 
 def _floats(pointer: ctypes._Pointer[ctypes.c_float] | None, width: int) -> np.ndarray:

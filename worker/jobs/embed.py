@@ -11,8 +11,8 @@ from functools import partial
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
 from scheduler.contract.jobs import EmbeddingJob, MediaPromptInput, RerankJob
 from scheduler.contract.results import FinalEvent
-from worker.embed.embedder import EmbedRequest
 from worker.embed.inputs import Prepared, embedding_inputs, rerank_inputs
+from worker.embed.queue import EmbedRequest
 from worker.jobs.parts import WorkerParts
 
 QUICK_PREPARE_MAX_CHARS = 2048

@@ -16,8 +16,11 @@ llama_set_n_threads), reading /proc (CpuSample.read does, and only that).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,6 +30,8 @@ MARGIN_CORES = 0.7
 """Other processes may use this much of a core beside our threads before one thread is
 dropped: the api, Redis and clients on the same box use a little, in bursts, and two spinning
 threads still beat one beside them (measured: 2 cores, 8 streams, ~0.3-0.5 cores of others)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,3 +125,22 @@ def machine_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+BACKGROUND_NICE = 10
+"""How much lower the background decode thread's CPU priority is (nice steps)."""
+
+
+def lower_cpu_priority() -> None:
+    """Run the calling thread (and the ggml threads it starts: OpenMP gives each thread that
+    starts a parallel region a pool of its own) at a lower CPU priority than the rest of the
+    worker, and of the machine's processes: batch work yields the cores to online requests,
+    to the event loop that hands them in and out, and to the api and Redis beside it. Linux
+    only (a thread id is a process id for setpriority there); elsewhere nothing changes."""
+    if sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
+    except OSError as error:
+        log.warning("cannot lower the background decode thread's priority: %s", error)
