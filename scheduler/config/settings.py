@@ -1,8 +1,9 @@
 """Declarative command line + environment settings, llama-server style.
 
-A settings class is a frozen pydantic model whose fields are declared with :func:`flag`.
-:meth:`ProcessSettings.from_args` reads each field from, in order of precedence, its command
-line flag, its environment variable, then its default -- as llama-server does. A field declared
+A settings class is a frozen pydantic model whose fields are declared with :func:`flag`
+(scheduler/contract/flag_fields.py, re-exported here). :meth:`ProcessSettings.from_args` reads
+each field from, in order of precedence, its command line flag, its environment variable, then
+its default -- as llama-server does. A field declared
 with :func:`flag_group` holds a model whose own flag() fields are flags of the settings too
 (the worker's sampling flags are SamplingSettings' fields: one declaration for the flags and
 for the requests that override them, as llama.cpp's common_params_sampling).
@@ -14,11 +15,11 @@ import argparse
 import importlib.metadata
 import os
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Self, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
 
 from scheduler.config.spec_flags import (
@@ -30,47 +31,24 @@ from scheduler.config.spec_flags import (
     refused_envs,
     refused_names,
 )
+from scheduler.contract.flag_fields import flag, flag_group
+
+__all__ = [
+    "PRESET_TRUE",
+    "FlagError",
+    "PresetKey",
+    "ProcessSettings",
+    "flag",
+    "flag_group",
+    "parse_bool",
+    "preset_key",
+    "select_args",
+    "spec_flag_of_a_role",
+    "split_args",
+]
 
 TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
 FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
-
-
-def flag(
-    default: Any,
-    *names: str,
-    env: str | None = None,
-    help: str,
-    negative: tuple[str, ...] = (),
-    choices: Iterable[Any] | None = None,
-    sep: str | None = ",",
-    nargs: int = 1,
-) -> Any:
-    """Declare a settings field read from ``names`` (flags), then ``env``, then ``default``.
-
-    ``negative`` flags set a bool field to False; ``choices`` restricts the value (or each item
-    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag);
-    ``nargs`` > 1: a list field whose flag takes that many values at once (``--range 1 4``).
-    """
-    return Field(
-        default=default,
-        description=help,
-        json_schema_extra={
-            "flags": list(names),
-            "env": env,
-            "negative": list(negative),
-            "choices": None if choices is None else list(choices),
-            "sep": sep,
-            "nargs": nargs,
-        },
-    )
-
-
-def flag_group(model: type[BaseModel], help: str) -> Any:
-    """Declare a settings field whose value is `model`, each field of which that is declared
-    with :func:`flag` is read as a flag of these settings (its name: ``field.subfield``);
-    fields of `model` declared otherwise keep their defaults."""
-    return Field(default_factory=model, description=help,
-                 json_schema_extra={"flag_group": True})
 
 
 def _group_model(info: FieldInfo) -> type[BaseModel] | None:

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from scheduler.config.settings import flag
 from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.flag_fields import flag
 from scheduler.contract.media import MediaRef
 
 PromptPiece = int | str
