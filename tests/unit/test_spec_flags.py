@@ -14,7 +14,8 @@ import pytest
 from api.settings import ApiSettings
 from llamaq.flag_lists import declared_names, render
 from scheduler.common_settings import CommonSettings
-from scheduler.config.settings import FlagError, ProcessSettings, split_args
+from scheduler.config.command_line import FlagError, split_args
+from scheduler.config.settings import ProcessSettings
 from scheduler.config.spec_flags import (
     BUILT_ELSEWHERE,
     BUILT_IN_PARSER,
