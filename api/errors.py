@@ -13,6 +13,7 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
+from scheduler import redis_errors  # noqa: F401  (teaches `translate` Redis's errors)
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotFound, ServerError, translate
 from storage import StorageError
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from api.settings import ApiSettings
 from scheduler.common_settings import CommonSettings
-from scheduler.config.settings import FlagError, ProcessSettings, split_args
+from scheduler.config.command_line import FlagError, split_args
+from scheduler.config.settings import ProcessSettings
 from scheduler.config.spec_flags import BUILT_IN_PARSER, FlagStatus, SpecFlag, by_status
 from worker.runtime.settings import WorkerSettings
 

@@ -24,7 +24,7 @@ from llamaq.logs import prepare_process
 from llamaq.pdeathsig import PARENT_PID_ENV, die_with_parent
 from llamaq.processes import print_devices
 from llamaq.supervisor import Child, Supervisor
-from scheduler.config.settings import FlagError, split_args
+from scheduler.config.command_line import FlagError, split_args
 from storage.redact import redacted_url
 from worker.runtime.settings import WorkerSettings
 

@@ -16,7 +16,6 @@ import hashlib
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
-from scheduler.contract.jobs import DEFAULT_SEED
 from scheduler.contract.results import (
     ENVELOPE,
     Continuation,
@@ -24,6 +23,7 @@ from scheduler.contract.results import (
     FinalEvent,
     TokenEvent,
 )
+from scheduler.contract.sampling import DEFAULT_SEED
 
 
 def continuation_from(envelopes: list[EventEnvelope], migrations: int = 1,

@@ -1,11 +1,14 @@
 """Declarative command line + environment settings, llama-server style.
 
-A settings class is a frozen pydantic model whose fields are declared with :func:`flag`.
-:meth:`ProcessSettings.from_args` reads each field from, in order of precedence, its command
-line flag, its environment variable, then its default -- as llama-server does. A field declared
-with :func:`flag_group` holds a model whose own flag() fields are flags of the settings too
-(the worker's sampling flags are SamplingSettings' fields: one declaration for the flags and
-for the requests that override them, as llama.cpp's common_params_sampling).
+A settings class is a frozen pydantic model whose fields are declared with :func:`flag`
+(scheduler/contract/flag_fields.py, re-exported here). :meth:`ProcessSettings.from_args` reads
+each field from, in order of precedence, its command line flag, its environment variable, then
+its default -- as llama-server does. A field declared with :func:`flag_group` holds a model whose
+own flag() fields are flags of the settings too (the worker's sampling flags are
+SamplingSettings' fields: one declaration for the flags and for the requests that override
+them, as llama.cpp's common_params_sampling). How one field is parsed is
+scheduler/config/options.py's; how one command line is split among roles,
+scheduler/config/command_line.py's.
 """
 
 from __future__ import annotations
@@ -13,14 +16,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
-import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, Self, Union, get_args, get_origin
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from scheduler.config.options import Option, declared_with_flag, group_model
 from scheduler.config.spec_flags import (
     FlagStatus,
     SpecFlag,
@@ -28,181 +29,18 @@ from scheduler.config.spec_flags import (
     no_env,
     refusal,
     refused_envs,
-    refused_names,
 )
+from scheduler.contract.flag_fields import flag, flag_group
 
-TRUE_WORDS = frozenset({"true", "1", "on", "enabled", "yes"})
-FALSE_WORDS = frozenset({"false", "0", "off", "disabled", "no"})
-
-
-def flag(
-    default: Any,
-    *names: str,
-    env: str | None = None,
-    help: str,
-    negative: tuple[str, ...] = (),
-    choices: Iterable[Any] | None = None,
-    sep: str | None = ",",
-    nargs: int = 1,
-) -> Any:
-    """Declare a settings field read from ``names`` (flags), then ``env``, then ``default``.
-
-    ``negative`` flags set a bool field to False; ``choices`` restricts the value (or each item
-    of a list); ``sep`` splits list values (``None``: one item per occurrence of the flag);
-    ``nargs`` > 1: a list field whose flag takes that many values at once (``--range 1 4``).
-    """
-    return Field(
-        default=default,
-        description=help,
-        json_schema_extra={
-            "flags": list(names),
-            "env": env,
-            "negative": list(negative),
-            "choices": None if choices is None else list(choices),
-            "sep": sep,
-            "nargs": nargs,
-        },
-    )
-
-
-def flag_group(model: type[BaseModel], help: str) -> Any:
-    """Declare a settings field whose value is `model`, each field of which that is declared
-    with :func:`flag` is read as a flag of these settings (its name: ``field.subfield``);
-    fields of `model` declared otherwise keep their defaults."""
-    return Field(default_factory=model, description=help,
-                 json_schema_extra={"flag_group": True})
-
-
-def _group_model(info: FieldInfo) -> type[BaseModel] | None:
-    extra = info.json_schema_extra
-    if isinstance(extra, dict) and extra.get("flag_group"):
-        annotation = info.annotation
-        assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
-        return annotation
-    return None
-
-
-def _declared_with_flag(info: FieldInfo) -> bool:
-    extra = info.json_schema_extra
-    return isinstance(extra, dict) and "flags" in extra
-
-
-def parse_bool(raw: str) -> bool:
-    """Read a boolean the way llama-server reads one from the environment."""
-    word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(
-        f"invalid boolean {raw!r} (use one of: true, 1, on, enabled / false, 0, off, disabled)"
-    )
-
-
-def _scalar(kind: type) -> Callable[[str], Any]:
-    if kind is bool:
-        return parse_bool
-
-    def convert(raw: str) -> Any:
-        try:
-            return kind(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {raw!r}") from None
-
-    return convert
-
-
-def _printable(value: object) -> str:
-    """A default as --help shows it: escapes for control characters (a newline breaker)."""
-    return str(value).encode("unicode_escape").decode("ascii")
-
-
-def _names(value: object) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
-
-
-@dataclass(frozen=True)
-class Option:
-    """One settings field as the parser sees it."""
-
-    name: str
-    flags: tuple[str, ...]
-    env: str | None
-    negative: tuple[str, ...]
-    choices: tuple[Any, ...] | None
-    sep: str | None
-    kind: type
-    is_list: bool
-    default: Any
-    help: str
-    nargs: int = 1
-    """Values one occurrence of the flag takes (more than 1: a list field, `flag(nargs=)`)."""
-
-    @classmethod
-    def from_field(cls, name: str, info: FieldInfo) -> Option:
-        extra = info.json_schema_extra
-        if not isinstance(extra, dict) or "flags" not in extra:
-            raise TypeError(f"settings field {name!r} must be declared with flag()")
-        annotation: Any = info.annotation
-        if get_origin(annotation) in (Union, types.UnionType):
-            (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
-        is_list = get_origin(annotation) is list
-        kind = get_args(annotation)[0] if is_list else annotation
-        if kind not in (bool, int, float, str):
-            raise TypeError(f"settings field {name!r}: unsupported type {info.annotation!r}")
-        choices = extra["choices"]
-        return cls(
-            name=name,
-            flags=_names(extra["flags"]),
-            env=str(extra["env"]) if extra["env"] else None,
-            negative=_names(extra["negative"]),
-            choices=tuple(choices) if isinstance(choices, list) else None,
-            sep=str(extra["sep"]) if extra["sep"] else None,
-            kind=kind,
-            is_list=is_list,
-            default=info.get_default(call_default_factory=True),
-            help=info.description or "",
-            nargs=int(str(extra.get("nargs") or 1)),
-        )
-
-    @property
-    def is_switch(self) -> bool:
-        return self.kind is bool and not self.is_list
-
-    def convert_item(self, raw: str) -> Any:
-        """Convert one of the values of a flag that takes several (`nargs`)."""
-        return self._check(_scalar(self.kind)(raw))
-
-    def convert(self, raw: str) -> Any:
-        """Convert one flag argument or environment value (raises ArgumentTypeError)."""
-        scalar = _scalar(self.kind)
-        if not self.is_list:
-            return self._check(scalar(raw))
-        parts = [raw] if self.sep is None else [p.strip() for p in raw.split(self.sep)]
-        return [self._check(scalar(p)) for p in parts if p]
-
-    def _check(self, value: Any) -> Any:
-        if self.choices is not None and value not in self.choices:
-            allowed = ", ".join(str(c) for c in self.choices)
-            raise argparse.ArgumentTypeError(f"invalid choice {value!r} (choose from {allowed})")
-        return value
-
-    def help_text(self) -> str:
-        """The field's description, then its default and its environment variable."""
-        value = self.default
-        if self.is_switch and value is not None:
-            shown = "enabled" if value else "disabled"
-        elif isinstance(value, list):
-            shown = (self.sep or ",").join(_printable(v) for v in value) or "none"
-        else:
-            shown = "none" if value is None else str(value) or '""'
-        env = f" (env: {self.env})" if self.env else ""
-        return f"{self.help} (default: {shown}){env}".replace("%", "%%")
-
-    def metavar(self) -> str:
-        if self.choices is not None:
-            return "{" + ",".join(str(c) for c in self.choices) + "}"
-        return self.name.rpartition(".")[2].upper()
+__all__ = [
+    "PRESET_TRUE",
+    "PresetKey",
+    "ProcessSettings",
+    "flag",
+    "flag_group",
+    "preset_key",
+    "spec_flag_of_a_role",
+]
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -290,13 +128,13 @@ class ProcessSettings(BaseModel):
     def options(cls) -> list[Option]:
         found: list[Option] = []
         for name, info in cls.model_fields.items():
-            group = _group_model(info)
+            group = group_model(info)
             if group is None:
                 found.append(Option.from_field(name, info))
                 continue
             found.extend(Option.from_field(f"{name}.{sub}", sub_info)
                          for sub, sub_info in group.model_fields.items()
-                         if _declared_with_flag(sub_info))
+                         if declared_with_flag(sub_info))
         return found
 
     def with_preset(self, options: Mapping[str, str]) -> Self:
@@ -441,56 +279,3 @@ def spec_flag_of_a_role(key: str) -> bool:
     """Whether a preset key is a working spec flag (of some role: the others leave it)."""
     names = {name for row in by_status(FlagStatus.WORKS) for name in row.names}
     return f"--{key}" in names or f"-{key}" in names
-
-
-class FlagError(ValueError):
-    """A command line that no role takes: an unknown or refused flag, or a missing value."""
-
-
-def split_args(argv: Sequence[str],
-               roles: Sequence[type[ProcessSettings]]) -> dict[type[ProcessSettings], list[str]]:
-    """`llamaq up` hands one command line to several processes: each flag goes to every role
-    that takes it. A flag no role takes, or one llamaq refuses, raises FlagError naming it."""
-    arities = [_arities(role) for role in roles]
-    refused = refused_names()
-    parts: dict[type[ProcessSettings], list[str]] = {role: [] for role in roles}
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        name = word.split("=", 1)[0]
-        if name in refused:
-            row = refused[name]
-            takes_value = not (row.switch or row.off_names) and "=" not in word
-            value = word.split("=", 1)[1] if "=" in word else (
-                argv[i + 1] if takes_value and i + 1 < len(argv) else None)
-            if not row.is_off(name, value):
-                raise FlagError(refusal(row, name))
-            i += 2 if takes_value else 1  # an off switch of an unbuilt feature: a no-op
-            continue
-        takers = [role for role, known in zip(roles, arities, strict=True) if name in known]
-        if not takers:
-            what = "flag" if word.startswith("-") else "argument"
-            raise FlagError(f"unknown {what} {word!r} (`llamaq flags` lists every flag)")
-        n_values = max(known[name] for known in arities if name in known)
-        width = 1 if n_values == 1 and "=" in word else 1 + n_values
-        if i + width > len(argv):
-            raise FlagError(f"{name} expects a value")
-        for role in takers:
-            parts[role].extend(argv[i:i + width])
-        i += width
-    return parts
-
-
-def select_args(argv: Sequence[str], keep: type[ProcessSettings],
-                among: Sequence[type[ProcessSettings]]) -> list[str]:
-    """The part of a command line (valid for the union of `among`) that `keep` understands."""
-    return split_args(argv, among)[keep]
-
-
-def _arities(settings: type[ProcessSettings]) -> dict[str, int]:
-    """Each flag name of `settings`, and how many values it takes."""
-    arities: dict[str, int] = {}
-    for option in settings.options():
-        arities.update(dict.fromkeys(option.flags, 0 if option.is_switch else option.nargs))
-        arities.update(dict.fromkeys(option.negative, 0))
-    return arities

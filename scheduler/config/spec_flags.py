@@ -114,14 +114,11 @@ NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not 
 NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
                            "top token from its logits on the host "
                            "(--no-spec-draft-backend-sampling is accepted)")
-NOT_BUILT_ROUTER = ("model downloads by URL are not built (issue 12); give -m (a file or a "
-                    "store key) or -hf")
 CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
                  "(affinity, strict placement, polling); pin the worker process with taskset "
                  "or the container's cpuset instead")
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
-REMOVED = "removed from llama.cpp itself (llama-server refuses it too)"
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
@@ -297,10 +294,6 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
-
-BUILT_ELSEWHERE = frozenset({"--tags"})
-"""Listed as working while their features are being built on other branches (--tags): a
-settings class may not declare them yet."""
 
 BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
 """Flags every parser answers itself (help and version), not settings fields."""

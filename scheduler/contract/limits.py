@@ -15,7 +15,8 @@ import re
 from typing import Any
 
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob, DecisionJob, SamplingParams
+from scheduler.contract.jobs import CompletionJob, DecisionJob
+from scheduler.contract.sampling import SamplingParams
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -16,7 +16,8 @@ from pydantic import (
 )
 
 from scheduler.contract.errors import ErrorInfo, ServerError
-from scheduler.contract.jobs import LoraScale, SamplingSettings
+from scheduler.contract.jobs import LoraScale
+from scheduler.contract.sampling import SamplingSettings
 
 
 class Timings(BaseModel):

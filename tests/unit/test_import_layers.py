@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("scheduler", "storage", "api", "worker", "llamaq")
 
 LAYERS: list[tuple[str, ...]] = [
-    ("scheduler.config",),    # the settings framework and the spec's flag table
     ("scheduler.contract",),  # kinds, jobs, sampling, results and events, errors, limits, keys
+    ("scheduler.config",),    # the settings framework and the spec's flag table
     ("storage",),             # object storage, model files, slot snapshots
     ("scheduler",),           # Redis services both roles use: client, hub, leases, registry...
     ("api", "worker"),        # the api pods; the worker package's own __init__

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.settings import ApiSettings
-from scheduler.config.settings import select_args
+from scheduler.config.command_line import select_args
 from worker.runtime.settings import WorkerSettings
 
 ROLES = (ApiSettings, WorkerSettings)

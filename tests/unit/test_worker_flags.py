@@ -6,7 +6,7 @@ import llama_cpp as lc
 import pytest
 
 from api.settings import ApiSettings
-from scheduler.config.settings import split_args
+from scheduler.config.command_line import split_args
 from worker.runtime.flags import (
     default_logit_bias,
     process_escapes,

@@ -18,8 +18,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from api.body import drop_nulls
 from api.chat.messages import ToolChoice as OpenAIToolChoice
 from api.chat.messages import media_not_supported
-from scheduler.contract.jobs import CompletionJob, SamplingParams, parse_lora_request
+from scheduler.contract.jobs import CompletionJob, parse_lora_request
 from scheduler.contract.limits import ping_seconds
+from scheduler.contract.sampling import SamplingParams
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 10000

@@ -2,8 +2,11 @@
 
 Rendered as llama-server renders them (server-task.cpp `to_metrics`): every series named
 `llamacpp:<name>` exactly (a counter keeps its own name: `llamacpp:n_tokens_max` has no
-`_total` added), counters first, then gauges. Speculative decoding is not built, so its three
-counters read 0 and the per-position series is absent (the spec's rule when it is off).
+`_total` added), counters first, then gauges. The speculative decoding counters are the sums
+of the workers' (worker/engine/verify.py adds a run's drafts when it leaves its slot, as
+llama-server's metrics_on_prediction does): they read 0 on a fleet that does not speculate, and
+the per-position series is absent until a speculative request finished (the spec's rule when
+it is off).
 
 Written by hand, not with prometheus_client: its counters always end in `_total` (its
 Counter("llamacpp:n_tokens_max") is written `llamacpp:n_tokens_max_total`) and come with a

@@ -23,15 +23,13 @@ from scheduler.contract.jobs import (
     DraftLimits,
     ExtraContext,
     InfillParts,
-    LogitBias,
     MessageDelimiter,
     PromptPiece,
-    SamplingParams,
     TokenizeJob,
     parse_lora_request,
     parse_message_delimiters,
-    samplers_from_letters,
 )
+from scheduler.contract.sampling import LogitBias, SamplingParams, samplers_from_letters
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
 

@@ -1,6 +1,6 @@
 """/v1/chat/completions: messages → chat template → jobs → output parsing (content, reasoning,
 tool calls) → chat.completion objects or chunks. Also its token counting and control
-endpoints; the Responses API (openai_responses.py) runs on the same plan."""
+endpoints; the Responses API (responses.py) runs on the same plan."""
 
 from __future__ import annotations
 
