@@ -13,8 +13,8 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler import redis_errors  # noqa: F401  (teaches `translate` Redis's errors)
-from scheduler.contract.errors import InvalidRequest, LlamaqError, NotFound, ServerError, translate
+from scheduler.contract.errors import InvalidRequest, LlamaqError, NotFound, ServerError
+from scheduler.redis_errors import translate
 from storage import StorageError
 
 log = logging.getLogger(__name__)

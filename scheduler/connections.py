@@ -22,7 +22,6 @@ from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
-from scheduler import redis_errors  # noqa: F401  (teaches `translate` Redis's errors)
 from scheduler.contract.errors import InvalidRequest
 from scheduler.queueing import deserialize_job, serialize_job
 

@@ -4,12 +4,11 @@ Each error class declares its status and type. Workers send errors as `ErrorInfo
 events; the api turns them back into these classes and renders them. Errors raised below the
 roles (object storage) name the class of this table they are rendered as (`MappedError`), so
 the table is declared once. Errors of a library (Redis's) are translated by the layer that uses
-that library, which teaches `translate` them (`translate_also`): the contract imports none.
+that library (scheduler/redis_errors.py): the contract imports none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -155,31 +154,12 @@ def error_from_info(info: ErrorInfo) -> LlamaqError:
     return ServerError(info.message, **extra)
 
 
-Translation = Callable[[BaseException], LlamaqError | None]
-"""A library's errors as ours: the class of the table one is rendered as, None for another."""
-
-_LIBRARY_TRANSLATIONS: list[Translation] = []
-
-
-def translate_also(translation: Translation) -> None:
-    """Teach `translate` a library's errors. Redis's are scheduler/redis_errors.py's, registered
-    when scheduler/connections.py (the one place Redis connections are opened) is imported, so
-    before any Redis error can be raised."""
-    if translation not in _LIBRARY_TRANSLATIONS:
-        _LIBRARY_TRANSLATIONS.append(translation)
-
-
 def translate(error: BaseException) -> LlamaqError | None:
-    """The one translation into ours, used by the api and the worker alike: ours as they are,
-    mapped errors (object storage) as the class they name, with the message they allow out,
-    a library's errors as its registered translation says (Redis errors as RedisUnreachable,
-    `translate_also`); None for anything else (a bug, which the caller reports as a 500)."""
+    """Ours as they are, mapped errors (object storage) as the class they name, with the
+    message they allow out; None for anything else. Redis's errors are the scheduler's to
+    translate (scheduler/redis_errors.py `translate`, which the api and the worker call)."""
     if isinstance(error, LlamaqError):
         return error
     if isinstance(error, MappedError):
         return error.to_llamaq()
-    for translation in _LIBRARY_TRANSLATIONS:
-        ours = translation(error)
-        if ours is not None:
-            return ours
     return None

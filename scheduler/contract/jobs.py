@@ -193,7 +193,8 @@ class CompletionJob(BaseModel):
     """The request's speculative.* fields (None: the worker's --spec-* flags alone)."""
     background: bool = False
     """A batch line: while an online request's prompt is evaluated it sits the step out, and
-    its own prompt goes in small parts (worker/engine/step_plan.py), so online requests keep priority."""
+    its own prompt goes in small parts (worker/engine/step_plan.py), so online requests keep
+    priority."""
     migration_limit: int = 0
     """How many times the job may continue on another worker after its worker died
     (--migration-limit, set by the api; 0: a job that sent something ends with 503)."""
@@ -241,7 +242,8 @@ class SlotActionJob(BaseModel):
 class MediaPromptInput(BaseModel):
     """An embedding input with media (llama-server's `{"prompt_string", "multimodal_data"}`, or
     an OpenAI `content` array with image or audio parts): `prompt` holds `marker` where each
-    item of `media` goes, in order. The worker's projector reads the media (worker/runtime/media.py)."""
+    item of `media` goes, in order. The worker's projector reads the media
+    (worker/runtime/media.py)."""
 
     prompt: str
     media: list[MediaRef] = Field(min_length=1)
@@ -339,8 +341,8 @@ class DecisionJob(BaseModel):
     """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
     each read from the logits over its labels; nothing is sampled (worker/decisions/run.py).
     `systemone`: the request itself, for a model of a label-logit family, whose worker renders
-    it with the model's own systemone template and label codes (worker/decisions/systemone_prompt.py)
-    instead of llamaq's prompt."""
+    it with the model's own systemone template and label codes
+    (worker/decisions/systemone_prompt.py) instead of llamaq's prompt."""
 
     kind: Literal[JobKind.DECISION] = JobKind.DECISION
     job_id: str = Field(default_factory=new_job_id)

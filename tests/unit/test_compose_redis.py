@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 from redis.exceptions import ResponseError
 
-from scheduler import redis_errors  # noqa: F401  (teaches `translate` Redis's errors)
-from scheduler.contract.errors import RedisUnreachable, translate
+from scheduler.contract.errors import RedisUnreachable
+from scheduler.redis_errors import translate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -47,11 +47,11 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
         "redis.exceptions", "scheduler.config.settings"]
 
 
-def test_the_redis_translation_is_taught_where_redis_connections_are_opened() -> None:
-    """translate knows Redis's errors only once scheduler/redis_errors.py is imported; the
-    module that opens every Redis connection imports it, and so does the api's error edge."""
-    for path in (ROOT / "scheduler" / "connections.py", ROOT / "api" / "errors.py"):
+def test_the_roles_translate_errors_with_redis_s_included() -> None:
+    """The api's error edge and the worker's job runner call scheduler/redis_errors.py's
+    translate (the contract's knows no Redis)."""
+    for path in (ROOT / "api" / "errors.py", ROOT / "worker" / "process" / "jobrun.py"):
         tree = ast.parse(path.read_text())
-        assert any(isinstance(node, ast.ImportFrom) and node.module == "scheduler"
-                   and any(alias.name == "redis_errors" for alias in node.names)
+        assert any(isinstance(node, ast.ImportFrom) and node.module == "scheduler.redis_errors"
+                   and any(alias.name == "translate" for alias in node.names)
                    for node in ast.walk(tree)), path

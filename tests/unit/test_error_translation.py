@@ -18,8 +18,8 @@ from scheduler.contract.errors import (
     ServerError,
     Unavailable,
     error_from_info,
-    translate,
 )
+from scheduler.redis_errors import translate
 from storage import (
     ChecksumMismatch,
     DownloadCancelled,

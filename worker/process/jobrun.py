@@ -15,7 +15,7 @@ from typing import Any
 from arq import Retry
 from arq.worker import Function, func
 
-from scheduler.contract.errors import LlamaqError, ServerError, Unavailable, translate
+from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
 from scheduler.contract.jobs import JobKind, parse_job
 from scheduler.contract.kinds import Lane, kinds_of, movable
 from scheduler.contract.results import ErrorEvent
@@ -29,6 +29,7 @@ from scheduler.leases import (
     observe_migration_stall,
 )
 from scheduler.migration import read_continuation
+from scheduler.redis_errors import translate
 from storage import StorageError
 from storage.redact import redact
 from worker.jobs import dispatch
