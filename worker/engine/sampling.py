@@ -4,7 +4,7 @@ Owns: resolving a request's sampling overrides against the worker's defaults (on
 `model_copy(update=…)`, after llama-server's checks and clamps of scheduler/contract/limits.py); the
 llama_sampler chain of a run (biases, grammar-first rejection sampling, the samplers in order,
 dist) and its candidates for post-sampling probabilities. The settings themselves are declared
-once, as scheduler/contract/jobs.py SamplingSettings.
+once, as scheduler/contract/sampling.py SamplingSettings.
 """
 
 from __future__ import annotations

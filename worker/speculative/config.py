@@ -99,7 +99,10 @@ class SpecConfig(BaseModel):
     lookup_cache_static: str | None = None
     lookup_cache_dynamic: str | None = None
     """-lcs/--lookup-cache-static, -lcd/--lookup-cache-dynamic: llama.cpp's n-gram cache files
-    ngram-cache drafts with (read-only, as llama-server: worker/speculative/ngram_cache.py)."""
+    ngram-cache drafts with (worker/speculative/ngram_cache.py). -lcs is read only, as in
+    llama-server; -lcd is read at start, grown by the requests' tokens and saved and shared
+    through the object store (worker/speculative/lookup_share.py), where llama-server never
+    writes it."""
     synth_len: float | None = None
     synth_rates: list[float] = Field(default_factory=list)
     """--spec-synth-len, --spec-synth-rates (worker/speculative/synthetic.py)."""
