@@ -26,7 +26,8 @@ from redis.exceptions import RedisError
 
 from api.batch.embeddings import run_embedding_chunk
 from api.batch.input import BatchInput, BatchLine, BatchLines, read_input_file
-from api.batch.lines import CHUNK_ENDPOINTS, LineResult, run_line, unrun_line
+from api.batch.lines import LineResult, run_line, unrun_line
+from api.endpoints.batches.served import CHUNK_ENDPOINTS
 from api.endpoints.openai.context import OpenAIContext
 from api.fleet import Fleet
 from api.settings import ApiSettings

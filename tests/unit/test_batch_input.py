@@ -139,3 +139,11 @@ def test_read_lines_are_offsets_not_requests(tmp_path: Path) -> None:
     taken = parsed.lines.take(range(19_990, 20_000))
     assert [item.custom_id for item in taken] == [f"req-{i}" for i in range(19_990, 20_000)]
     assert taken[0].body["messages"][0]["content"].startswith("19990 x")
+
+
+def test_every_endpoint_a_batch_runs_has_its_runner() -> None:
+    from api.batch.lines import HANDLERS
+    from api.endpoints.batches.served import CHUNK_ENDPOINTS, LINE_ENDPOINTS, SERVED
+
+    assert set(HANDLERS) == set(LINE_ENDPOINTS)
+    assert set(SERVED) == {*LINE_ENDPOINTS, *CHUNK_ENDPOINTS}

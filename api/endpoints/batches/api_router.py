@@ -10,14 +10,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.body import json_body
+from api.endpoints.batches.served import SERVED
 from api.endpoints.files.api_router import owned_meta, refuse_on_a_router, tenant_of
 from api.errors import validation_message
 from api.routing import Routes
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
-    ENDPOINTS,
     LIST_LIMIT_MAX,
     MAX_METADATA_PAIRS,
     Batches,
@@ -41,10 +40,9 @@ class CreateBatch(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        served = [e for e in ENDPOINTS if e in HANDLERS or e in CHUNK_ENDPOINTS]
-        if value not in served:
+        if value not in SERVED:
             raise ValueError(f"endpoint {value!r} is not supported; a batch may run: "
-                             + ", ".join(served))
+                             + ", ".join(SERVED))
         return value
 
     @field_validator("completion_window")
