@@ -84,13 +84,13 @@ def test_plan_cuts_lines_into_chunks() -> None:
 def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
     from api.batch import embeddings
     from api.batch.input import BatchLine
-    from api.endpoints.embeddings.protocol import embedding_request
+    from api.endpoints.embeddings.protocol import EmbeddingsRequest
 
     monkeypatch.setattr(embeddings, "MAX_JOB_INPUTS", 4)
 
     def member(i: int, n: int) -> tuple[int, embeddings.EmbeddingLine]:
         body = {"input": [f"t{k}" for k in range(n)]}
-        request = embedding_request(body, oai_route=True)
+        request = EmbeddingsRequest.model_validate(body)
         return i, embeddings.EmbeddingLine(BatchLine(str(i), body), request,
                                            request.to_job("m").inputs)
 
