@@ -12,10 +12,9 @@ from api.body import parse_body
 from api.chat.messages import validate_messages
 from api.chat.prepare import media_input
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.fleet import Fleet
 from api.media.sources import media_bytes
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from scheduler.contract.errors import InvalidRequest
 from scheduler.registry import ModelMeta
 
@@ -37,7 +36,7 @@ class ApplyTemplateRequest(BaseModel):
 async def apply_template(request: Request) -> HTTPResponse:
     body = parse_body(request, ApplyTemplateRequest)
     settings = request_settings(request)
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     workers = await fleet.placement.workers(request_model(request))
     if body.continue_final_message and body.add_generation_prompt:
         raise InvalidRequest("Cannot set both add_generation_prompt and continue_final_message "
