@@ -58,7 +58,7 @@ async def _media_as_markers(messages: list[Any], meta: ModelMeta,
                             media_path: str | None) -> list[Any]:
     """With a projector, media parts become the media marker (llama-server loads the media
     too, so a bad URL or file fails here as in a chat request); without one, the template's
-    checks answer (a 500 for media, api/chat/templates.py)."""
+    checks answer (a 500 for media, api/chat/template_messages.py)."""
     media = media_input(meta)
     if media is None or not any(_has_media(m) for m in messages):
         return messages
