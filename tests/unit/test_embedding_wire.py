@@ -45,6 +45,13 @@ def test_content_answers_natively_and_formats_are_checked() -> None:
         embedding_request({"input": [True]})
 
 
+def test_content_beside_input_is_not_read() -> None:
+    """llama-server reads `input` and ignores `content` then, whatever its shape (the body was
+    once validated a second time, field by field, which refused such a `content`)."""
+    request = embedding_request({"input": "a", "content": 2.5})
+    assert request.inputs == ["a"] and request.answers_oai(oai_route=True)
+
+
 def test_inputs_per_request_are_bounded() -> None:
     embedding_request({"input": ["x"] * 2048})
     with pytest.raises(InvalidRequest, match="Too many inputs: 2049"):
