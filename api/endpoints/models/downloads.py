@@ -95,16 +95,17 @@ async def post_models(request: Request) -> HTTPResponse:
     if not name:
         raise InvalidRequest("model must be a non-empty string")
     _check_sidecars(body.sidecars)
-    settings = services(request).settings
+    pod = services(request)
+    settings = pod.settings
     check_allowed(name, settings.models_allow)
-    board = DownloadBoard(services(request).fleet.redis)
+    board = DownloadBoard(pod.fleet.redis)
     if await board.is_downloading(name):
         raise InvalidRequest(f"model '{name}' is already being downloaded")
     most = settings.models_downloads_max
     if most > 0 and (running := await board.running()) >= most:
         raise Unavailable(f"{running} model downloads are running (--models-downloads-max "
                           f"{most}); retry later", retry_after_s=DOWNLOADS_RETRY_AFTER_S)
-    downloads = services(request).downloads
+    downloads = pod.downloads
     reporter = DownloadReporter(board, name, asyncio.get_running_loop(),
                                 sidecars=body.sidecars)
     files = await downloads.files(reporter, name)

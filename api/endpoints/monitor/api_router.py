@@ -27,10 +27,10 @@ routes = Routes("monitor")
 
 @routes.get("/slots", name="slots")
 async def slots(request: Request) -> HTTPResponse:
-    settings = services(request).settings
-    if not settings.slots:
+    pod = services(request)
+    if not pod.settings.slots:
         raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
-    fleet = services(request).fleet
+    fleet = pod.fleet
     states: list[dict[str, Any]] = []
     for worker in await fleet.workers(request_model(request), fresh=True):
         offset = len(states)
@@ -43,17 +43,17 @@ async def slots(request: Request) -> HTTPResponse:
 
 @routes.get("/metrics", name="metrics")
 async def metrics(request: Request) -> HTTPResponse:
-    settings = services(request).settings
-    if not settings.metrics:
+    pod = services(request)
+    if not pod.settings.metrics:
         raise NotSupported(
             "This server does not support metrics endpoint. Start it with `--metrics`")
-    fleet = services(request).fleet
+    fleet = pod.fleet
     model_id = request_model(request)
     workers = await fleet.workers(model_id, fresh=True)
     counters = await fleet.registry.metrics_by_worker([w.worker_id for w in workers])
     queue = await fleet.queue_stats(model_id, workers)
     window = await scrape(fleet.redis, model_id, counters)
-    started = str(int(services(request).started_at))  # this api process's start, Unix seconds
+    started = str(int(pod.started_at))  # this api process's start, Unix seconds
     tenants = await tenant_counts(request)
     return raw(render_metrics(list(counters.values()), queue, window, tenants),
                content_type=CONTENT_TYPE,

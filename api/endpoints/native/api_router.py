@@ -83,7 +83,7 @@ async def _offline_modalities(request: Request) -> list[str]:
         return ["text"]
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)
-    cache: dict[tuple[str, int, int], list[str]] = services(request).offline_modalities
+    cache = services(request).offline_modalities
     if key not in cache:
         cache[key] = await asyncio.to_thread(file_output_modalities, path)
     return cache[key]
