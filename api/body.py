@@ -97,7 +97,7 @@ def _check_strings(values: Any) -> None:
 def raw_body(request: Request) -> bytes:
     """The body, refused when larger than its route's limit."""
     raw = request.body or b""
-    prefix = request.app.ctx.settings.api_prefix if hasattr(request.app.ctx, "settings") else ""
+    prefix: str = request.app.config.get("API_PREFIX", "")  # --api-prefix (api/app/)
     limit = limits.body_limit(request.path, prefix)
     if len(raw) > limit:
         raise InvalidRequest(f"The request body is larger than {limit} bytes, the limit of "

@@ -12,8 +12,8 @@ from arq.connections import ArqRedis
 from redis.asyncio import Redis
 
 from api.embedding_batcher import EmbeddingBatcher
-from api.endpoints.monitor.metrics import QueueStats
 from api.placement import Placement
+from api.queue_stats import QueueStats
 from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches

@@ -293,21 +293,3 @@ def _same_load(a: ModelEntry, b: ModelEntry) -> bool:
     fields = ("model", "hf_repo", "hf_file", "options", "mmproj")
     return all(getattr(a, f) == getattr(b, f) for f in fields)
 
-
-def request_settings(request: Request) -> ApiSettings:
-    """The settings a request is served with: the pod's, and in router mode its model's preset
-    options over them."""
-    settings: ApiSettings = request.app.ctx.settings
-    router: ModelRouter | None = getattr(request.app.ctx, "router", None)
-    routed: str | None = getattr(request.ctx, "model_id", None)
-    return router.settings_for(routed) if router is not None and routed else settings
-
-
-def request_model(request: Request) -> str:
-    """The model a request is served by: in router mode the one it named (set by the routing
-    middleware), else the pod's model."""
-    routed: str | None = getattr(request.ctx, "model_id", None)
-    if routed:
-        return routed
-    settings: ApiSettings = request.app.ctx.settings
-    return settings.model_id()

@@ -14,11 +14,11 @@ import logging
 import os
 import threading
 import time
-from typing import Any
 
 from sanic import Request, Sanic
 
-from api.body import FrozenBodies, parse_ahead
+from api.body import parse_ahead
+from api.services import pod_services, services
 from scheduler.contract.errors import AuthenticationFailed, InvalidRequest
 
 
@@ -30,24 +30,20 @@ class ApiRequest(Request):  # type: ignore[type-arg]
     async def receive_body(self) -> None:
         if self.body:
             return
-        ctx = self.app.ctx
-        if ctx.refuses_key(self):
+        pod = services(self)
+        if pod.refuses_key(self):
             raise AuthenticationFailed("Invalid API Key")
-        timeout = ctx.settings.body_timeout
+        timeout = pod.settings.body_timeout
         try:
             await asyncio.wait_for(super().receive_body(), timeout)
         except TimeoutError:
             raise InvalidRequest(f"the request body did not arrive within {timeout:g} s "
                                  "(--body-timeout)", status=408) from None
         # a big JSON body: parsed off the event loop, frozen until the request has ended
-        self.ctx.frozen_body = await parse_ahead(self, ctx.frozen_bodies)
+        self.ctx.frozen_body = await parse_ahead(self, pod.frozen_bodies)
 
 
 class ApiApp(Sanic):  # type: ignore[type-arg]
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.ctx.frozen_bodies = FrozenBodies()
-
     async def handle_request(self, request: Request) -> None:
         """Sanic's, and the release of a big body `ApiRequest` froze once the request ends."""
         try:
@@ -56,7 +52,7 @@ class ApiApp(Sanic):  # type: ignore[type-arg]
             if getattr(request.ctx, "frozen_body", False):
                 request.ctx.frozen_body = False
                 request.ctx.parsed_ahead = None
-                self.ctx.frozen_bodies.release()
+                pod_services(self).frozen_bodies.release()
 
     def shutdown_tasks(self, timeout: float | None = None, increment: float = 0.1) -> None:
         """Cancel every task but the server's and give them up to `timeout` seconds (the

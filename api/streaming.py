@@ -26,7 +26,7 @@ from sanic.response import HTTPResponse
 
 from api.errors import sse_error
 from api.fleet import Fleet
-from api.settings import ApiSettings
+from api.services import services
 from api.sse import open_stream
 from scheduler.contract.errors import LlamaqError
 from scheduler.contract.jobs import CompletionJob
@@ -60,7 +60,7 @@ class Resume:
 
 def ping_interval(request: Request, field: float | None) -> float:
     """Seconds between pings: the request's `sse_ping_interval`, else the server's flag."""
-    settings: ApiSettings = request.app.ctx.settings
+    settings = services(request).settings
     return float(settings.sse_ping_interval if field is None else field)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from api.batch.input import BatchLine
 from api.batch.lines import RETRIES, RETRY_PAUSE_S, LineResult, failed_line, output_line
-from api.endpoints.embeddings.protocol import EmbeddingRequest, embedding_request
+from api.endpoints.embeddings.protocol import EmbeddingsRequest
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
 from api.endpoints.openai.context import OpenAIContext
 from api.media.embeddings import has_media, resolve_inputs
@@ -38,7 +38,7 @@ MAX_JOB_INPUTS = 512
 @dataclass
 class EmbeddingLine:
     line: BatchLine
-    request: EmbeddingRequest
+    request: EmbeddingsRequest
     inputs: list[EmbeddingInput]
     """The request's inputs with their media read (api/media/embeddings.py)."""
 
@@ -48,7 +48,7 @@ def render(parsed: EmbeddingLine, pooling: Any, items: list[EmbeddingItem],
     """The line's body: what /v1/embeddings answers for its inputs alone."""
     result = EmbeddingResult(pooling=pooling, items=[
         item.model_copy(update={"index": i}) for i, item in enumerate(items)])
-    if not parsed.request.oai:
+    if not parsed.request.answers_oai(oai_route=True):
         return native_embeddings_json(result)
     model = parsed.request.model if isinstance(parsed.request.model, str) else model_id
     return oai_embeddings_json(result, model, parsed.request.base64)
@@ -70,7 +70,7 @@ async def _refusal(context: OpenAIContext) -> tuple[LlamaqError | None, ModelMet
 
 async def _read_line(context: OpenAIContext, line: BatchLine,
                      meta: ModelMeta | None) -> EmbeddingLine:
-    request = embedding_request(line.body, oai_route=True)
+    request = EmbeddingsRequest.model_validate(line.body)  # an object: api/batch/input.py
     inputs = request.to_job(context.model_id, None).inputs if not has_media(request.inputs) \
         else await resolve_inputs(request.inputs, meta, context.store, context.settings.media_path)
     return EmbeddingLine(line, request, inputs)

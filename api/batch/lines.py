@@ -29,9 +29,9 @@ HANDLERS: dict[str, LineHandler] = {
     "/v1/completions": batch_completion,
     "/v1/chat/completions": batch_chat_completion,
 }
-"""What runs a line of each endpoint a batch may name (scheduler/batches.py ENDPOINTS), one
-job per line; /v1/embeddings runs a chunk's lines together (api/batch/embeddings.py)."""
-CHUNK_ENDPOINTS = ("/v1/embeddings",)
+"""What runs a line of each endpoint a batch runs one job per line (LINE_ENDPOINTS of
+api/endpoints/batches/served.py); its CHUNK_ENDPOINTS run a chunk's lines together
+(api/batch/embeddings.py)."""
 RETRIES = 3
 """A line whose run ended with 503 (its worker died after it sent something, no answer within
 the timeout) runs again, as a new job, this many times before it fails."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from jinja2 import Template, meta
 
-from api.chat.templates import _environment
+from api.chat.jinja_env import environment
 
 CAP_NAMES = ("supports_string_content", "supports_typed_content", "supports_tools",
              "supports_tool_calls", "supports_parallel_tool_calls", "supports_system_role",
@@ -110,7 +110,7 @@ def chat_template_caps(source: str) -> dict[str, bool]:
             "supports_parallel_tool_calls": True, "supports_system_role": True,
             "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
             "supports_object_arguments": False}
-    env = _environment()
+    env = environment()
     try:
         template = env.from_string(source)
         variables = meta.find_undeclared_variables(env.parse(source))

@@ -1,4 +1,5 @@
-"""OpenAI chat input: messages, content parts, tools and tool_choice, and their validation.
+"""OpenAI chat input: messages and their content parts, and their validation (tools and
+tool_choice: api/chat/request_tools.py).
 
 The pydantic models describe the wire shapes (a wire model may embed them); the `validate_*`
 functions take the request's values (models or plain JSON) and return what the chat template
@@ -19,7 +20,6 @@ from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported,
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 Role = Literal["system", "developer", "user", "assistant", "tool"]
-TOOL_CHOICE_MODES = ("auto", "none", "required")
 
 _MMPROJ_HINT = "hint: if this is unexpected, you may need to provide the mmproj"
 _MEDIA_KINDS = {
@@ -49,42 +49,44 @@ class MediaInput:
             or (kind == "video" and self.video)
 
 
-class _Wire(BaseModel):
+class Wire(BaseModel):
+    """A wire model of chat input: fields it does not know are ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
 
-class TextPart(_Wire):
+class TextPart(Wire):
     type: Literal["text"]
     text: str
 
 
-class ImageUrl(_Wire):
+class ImageUrl(Wire):
     url: str
     detail: str | None = None
 
 
-class ImageUrlPart(_Wire):
+class ImageUrlPart(Wire):
     type: Literal["image_url"]
     image_url: ImageUrl | str
 
 
-class InputAudio(_Wire):
+class InputAudio(Wire):
     data: str
     format: str | None = None
 
 
-class InputAudioPart(_Wire):
+class InputAudioPart(Wire):
     type: Literal["input_audio"]
     input_audio: InputAudio
 
 
-class InputVideoPart(_Wire):
+class InputVideoPart(Wire):
     type: Literal["input_video", "video_url"]
     input_video: dict[str, Any] | None = None
     video_url: dict[str, Any] | str | None = None
 
 
-class FilePart(_Wire):
+class FilePart(Wire):
     type: Literal["file"]
     file: dict[str, Any]
 
@@ -95,18 +97,18 @@ ContentPart = Annotated[
 ]
 
 
-class FunctionCallIn(_Wire):
+class FunctionCallIn(Wire):
     name: str
     arguments: str | dict[str, Any] = "{}"
 
 
-class ToolCallIn(_Wire):
+class ToolCallIn(Wire):
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCallIn
 
 
-class ChatMessageIn(_Wire):
+class ChatMessageIn(Wire):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -115,46 +117,15 @@ class ChatMessageIn(_Wire):
     reasoning_content: str | None = None
 
 
-class FunctionDef(_Wire):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class Tool(_Wire):
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class NamedFunction(_Wire):
-    name: str
-
-
-class NamedToolChoice(_Wire):
-    type: Literal["function"]
-    function: NamedFunction
-
-
-ToolChoiceIn = Literal["auto", "none", "required"] | NamedToolChoice
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """A checked tool_choice: `mode` "required" with a `name` means that function must be called."""
-
-    mode: Literal["auto", "none", "required"] = "auto"
-    name: str | None = None
-
-
-def _dump(value: Any) -> str:
+def dump_json(value: Any) -> str:
     def plain(obj: Any) -> Any:
         return obj.model_dump(exclude_unset=True) if isinstance(obj, BaseModel) else str(obj)
 
     return json.dumps(value, ensure_ascii=False, default=plain)
 
 
-def _errors(exc: ValidationError, where: str) -> str:
+def errors_at(exc: ValidationError, where: str) -> str:
+    """A validation error's messages, each at its place under `where` (`messages[0].role`)."""
     parts = []
     for err in exc.errors():
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
@@ -184,27 +155,28 @@ def media_not_supported(kind: str) -> ServerError:
 def _check_raw_message(index: int, raw: Any, media: MediaInput | None = None) -> None:
     """llama-server's checks on a message as JSON, before the model sees it."""
     if not isinstance(raw, Mapping):
-        raise InvalidRequest(f"Expected 'message' to be an object, got {_dump(raw)}")
+        raise InvalidRequest(f"Expected 'message' to be an object, got {dump_json(raw)}")
     if "role" not in raw:
-        raise InvalidRequest(f"Missing 'role' in message: {_dump(raw)}")
+        raise InvalidRequest(f"Missing 'role' in message: {dump_json(raw)}")
     role = raw["role"]
     if role not in ROLES:
         raise InvalidRequest(
-            f"Invalid role {_dump(role)} in messages[{index}]: expected one of {', '.join(ROLES)}"
+            f"Invalid role {dump_json(role)} in messages[{index}]: expected one of "
+            f"{', '.join(ROLES)}"
         )
     content = raw.get("content")
     if content is not None and not isinstance(content, str | list):
         raise InvalidRequest("Expected 'content' to be a string or an array")
     for number, part in enumerate(content if isinstance(content, list) else ()):
         if not isinstance(part, Mapping) or "type" not in part:
-            raise InvalidRequest(f"Missing content part type: {_dump(part)}")
+            raise InvalidRequest(f"Missing content part type: {dump_json(part)}")
         kind = part["type"]
         if kind in _MEDIA_KINDS and (media is None or not media.takes(_MEDIA_KINDS[kind])):
             raise _not_supported(_MEDIA_KINDS[kind])
         if kind in _MEDIA_KINDS:
             continue
         if kind != "text":
-            raise InvalidRequest(f"Unsupported content part type: {_dump(kind)}")
+            raise InvalidRequest(f"Unsupported content part type: {dump_json(kind)}")
         if not isinstance(part.get("text"), str):
             raise InvalidRequest(
                 f"messages[{index}].content[{number}]: a text part needs a string 'text'"
@@ -219,7 +191,7 @@ def _to_model(index: int, message: ChatMessageIn | Mapping[str, Any],
     try:
         return ChatMessageIn.model_validate(message)
     except ValidationError as exc:
-        raise InvalidRequest(_errors(exc, f"messages[{index}]")) from None
+        raise InvalidRequest(errors_at(exc, f"messages[{index}]")) from None
 
 
 def _content_text(message: ChatMessageIn, media: MediaInput | None = None) -> str:
@@ -266,7 +238,7 @@ def _tool_call_dict(call: ToolCallIn) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": call.function.name,
-            "arguments": arguments if isinstance(arguments, str) else _dump(arguments),
+            "arguments": arguments if isinstance(arguments, str) else dump_json(arguments),
         },
     }
     if call.id:
@@ -341,114 +313,3 @@ def arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
             converted.append({**call, "function": {**call["function"], "arguments": parsed}})
         out.append({**message, "tool_calls": converted})
     return out
-
-
-# tools and tool_choice
-
-
-def _check_parameters(name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
-    """A tool's parameters must be an object schema; absent or {} means no parameters."""
-    if not parameters:
-        return {"type": "object", "properties": {}}
-    kind = parameters.get("type", "object")
-    kinds = kind if isinstance(kind, list) else [kind]
-    if "object" not in kinds:
-        raise InvalidRequest(
-            f"Invalid tool '{name}': 'parameters' must be a JSON schema of type 'object', "
-            f"got type {_dump(kind)}"
-        )
-    if not isinstance(parameters.get("properties", {}), dict):
-        raise InvalidRequest(f"Invalid tool '{name}': 'parameters.properties' must be an object")
-    required = parameters.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        raise InvalidRequest(
-            f"Invalid tool '{name}': 'parameters.required' must be an array of strings"
-        )
-    return parameters
-
-
-def _to_tool(index: int, raw: Tool | Mapping[str, Any]) -> Tool:
-    if isinstance(raw, Tool):
-        return raw
-    if not isinstance(raw, Mapping):
-        raise InvalidRequest(f"Failed to parse tools: expected an object, got {_dump(raw)}")
-    if "type" not in raw:
-        raise InvalidRequest(f"Failed to parse tools: Missing tool type: {_dump(raw)}")
-    if raw["type"] != "function":
-        raise InvalidRequest(f"Failed to parse tools: Unsupported tool type: {_dump(raw)}")
-    if "function" not in raw:
-        raise InvalidRequest(f"Failed to parse tools: Missing tool function: {_dump(raw)}")
-    function = raw["function"]
-    if (
-        isinstance(function, Mapping)
-        and "parameters" in function
-        and not isinstance(function["parameters"], Mapping | None)
-    ):
-        name = function.get("name")
-        raise InvalidRequest(
-            f"Invalid tool '{name}': 'parameters' must be a JSON schema object, "
-            f"got {_dump(function['parameters'])}"
-        )
-    try:
-        return Tool.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidRequest(_errors(exc, f"tools[{index}]")) from None
-
-
-def validate_tools(tools: Any) -> list[dict[str, Any]]:
-    """Check `tools`; return them as OpenAI tool dicts for the template and the grammar
-    (`parameters` always an object schema, `description` always a string)."""
-    if tools is None:
-        return []
-    if not isinstance(tools, Sequence) or isinstance(tools, str | bytes):
-        raise InvalidRequest(f"Expected 'tools' to be an array, got {_dump(tools)}")
-    out = []
-    seen: set[str] = set()
-    for index, raw in enumerate(tools):
-        tool = _to_tool(index, raw)
-        name = tool.function.name
-        if not name.strip():
-            raise InvalidRequest(f"tools[{index}]: the function name must not be empty")
-        if name in seen:
-            raise InvalidRequest(f"tools[{index}]: duplicate function name '{name}'")
-        seen.add(name)
-        out.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "description": tool.function.description or "",
-                    "parameters": _check_parameters(name, tool.function.parameters),
-                },
-            }
-        )
-    return out
-
-
-def tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [tool["function"]["name"] for tool in tools]
-
-
-def validate_tool_choice(tool_choice: Any, tools: Sequence[Mapping[str, Any]]) -> ToolChoice:
-    """Check `tool_choice` against the validated `tools` (from `validate_tools`)."""
-    if tool_choice is None:
-        return ToolChoice("auto")
-    if isinstance(tool_choice, NamedToolChoice):
-        name: Any = tool_choice.function.name
-    elif isinstance(tool_choice, str):
-        if tool_choice not in TOOL_CHOICE_MODES:
-            raise InvalidRequest(f"Invalid tool_choice: {tool_choice}")
-        if tool_choice == "required" and not tools:
-            raise InvalidRequest("tool_choice 'required' needs at least one tool in 'tools'")
-        return ToolChoice(tool_choice)  # type: ignore[arg-type]
-    elif isinstance(tool_choice, Mapping) and tool_choice.get("type") == "function":
-        function = tool_choice.get("function")
-        # the Responses API names the function at the top level
-        name = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
-    else:
-        raise InvalidRequest(f"Invalid tool_choice: {_dump(tool_choice)}")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(f"Invalid tool_choice: no function name in {_dump(tool_choice)}")
-    if name not in tool_names(tools):
-        raise InvalidRequest(f"Invalid tool_choice: tool '{name}' is not in 'tools'")
-    return ToolChoice("required", name)

@@ -29,7 +29,9 @@ import enum
 from collections.abc import Collection
 
 from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
-from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.deltas import Deltas
+from api.chat.message import ChatDelta, ChatMessage
+from api.chat.mistral_calls import MistralCalls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
 from api.chat.tool_formats import (
@@ -38,7 +40,6 @@ from api.chat.tool_formats import (
     WHITESPACE,
     JsonScanner,
     ParsedCall,
-    call_from_object,
     calls_from_json,
     generic_response,
     known_names,
@@ -47,14 +48,10 @@ from api.chat.tool_formats import (
     parse_function_tag,
     parse_python_tag,
     partial_suffix,
-    random_string,
 )
 
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 PYTHON_TAG = "<|python_tag|>"
-_MISTRAL_ARGS = "[ARGS]"
-_MISTRAL_CALL_ID = "[CALL_ID]"
-_MAX_MISTRAL_HEADER = 256
 
 _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<tool_call>": ("</tool_call>", parse_tool_call_block),
@@ -96,10 +93,10 @@ class ChatOutputParser:
         the prompt wrote from the think tag on when it opened the block (`<think>\n`): with
         `reasoning_format` none the answer's content starts with it, as llama-server's does."""
         reasoning = check_reasoning_format(reasoning_format) != "none"
-        self._legacy = reasoning_format == "deepseek-legacy"
+        self._emit = Deltas(legacy=reasoning_format == "deepseek-legacy",
+                            parallel=parallel_tool_calls)
         self._tools = tools
         self._types: ParamTypes = param_types or {}
-        self._parallel = parallel_tool_calls
         self._blocks = {**_BLOCKS, **chat_format.blocks}
         self._dropped = chat_format.dropped
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
@@ -109,24 +106,16 @@ class ChatOutputParser:
         self._text = ""
         self._pos = 0
         self._phase = _Phase.START if reasoning else _Phase.BODY
-        self._thinking = False  # reasoning text emitted yet
-        self._skip_ws = False  # drop the whitespace before the next text (after </think>)
         self._at_start = True  # a bare JSON call may begin here
-        self._held = ""  # whitespace read in the body, emitted only if content follows
         self._call_start = 0  # where the current call block's marker starts
         self._block: tuple[str, BlockParser] | None = None
         self._scanner: JsonScanner | None = None
         self._scan_from = 0
-        self._mistral_step = "begin"
-        self._mistral_header: tuple[str, str | None] = ("", None)
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
-        self._calls: list[ToolCall] = []
-        self._out: list[ChatDelta] = []
+        self._mistral: MistralCalls | None = None
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
         elif thinking_forced_open:
-            self._emit_body(opened or self._start_tag)
+            self._emit.body(opened or self._start_tag)
             self._at_start = False
 
     # public interface
@@ -139,78 +128,18 @@ class ChatOutputParser:
         while self._step(final=False):
             pass
         self._compact()
-        return self._take()
+        return self._emit.take()
 
     def flush(self) -> list[ChatDelta]:
         """End of generation: decide everything held back; returns the last deltas."""
         while self._phase is not _Phase.DONE:
             self._step(final=True)
-        return self._take()
+        return self._emit.take()
 
     def finish(self) -> ChatMessage:
         """The whole message (ends the stream first if `flush()` was not called)."""
         self.flush()
-        reasoning = "".join(self._reasoning)
-        return ChatMessage(
-            content="".join(self._content),
-            reasoning_content=reasoning or None,
-            tool_calls=list(self._calls),
-        )
-
-    # emission
-
-    def _take(self) -> list[ChatDelta]:
-        out, self._out = self._out, []
-        return out
-
-    def _push(self, *, content: str = "", reasoning: str = "") -> None:
-        last = self._out[-1] if self._out else None
-        if last is not None and not last.tool_calls and not (reasoning and last.content):
-            last.content += content
-            last.reasoning_content += reasoning
-        else:
-            self._out.append(ChatDelta(content=content, reasoning_content=reasoning))
-
-    def _emit_content(self, text: str) -> None:
-        if text:
-            self._content.append(text)
-            self._push(content=text)
-
-    def _emit_thought(self, text: str) -> None:
-        if text:
-            self._thinking = True
-            self._reasoning.append(text)
-            self._push(reasoning=text, content=text if self._legacy else "")
-            if self._legacy:
-                self._content.append(text)
-
-    def _emit_body(self, text: str) -> None:
-        """Body text: trailing whitespace is held until more content follows it."""
-        if self._skip_ws:
-            stripped = text.lstrip(WHITESPACE)
-            if not stripped:
-                return
-            text, self._skip_ws = stripped, False
-        body = text.rstrip(WHITESPACE)
-        if body:
-            self._emit_content(self._held + body)
-            self._held = text[len(body) :]
-        else:
-            self._held += text
-
-    def _emit_calls(self, calls: list[ParsedCall]) -> None:
-        self._held = ""  # whitespace before a call is dropped; after it, held as usual
-        if not self._parallel:
-            calls = [] if self._calls else calls[:1]
-        for call in calls:
-            index = len(self._calls)
-            call_id = call.id or random_string()
-            tool_call = ToolCall(id=call_id, name=call.name, arguments=call.arguments)
-            self._calls.append(tool_call)
-            self._out.append(
-                ChatDelta(tool_calls=[ToolCallDelta(index, tool_call.id, tool_call.name, "")])
-            )
-            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, arguments=call.arguments)]))
+        return self._emit.message()
 
     def _compact(self) -> None:
         """Forget text already consumed, where no phase looks back at it."""
@@ -252,38 +181,38 @@ class ChatOutputParser:
 
     def _enter_reasoning(self) -> None:
         self._phase = _Phase.REASONING
-        if self._legacy:
-            self._emit_content(self._start_tag)
+        if self._emit.legacy:
+            self._emit.content(self._start_tag)
 
     def _step_reasoning(self, final: bool) -> bool:
         text = self._text
-        if not self._thinking:
+        if not self._emit.thinking:
             while self._pos < len(text) and text[self._pos] in WHITESPACE:
                 self._pos += 1
         end = text.find(self._end_tag, self._pos)
         if end >= 0 or final:
             stop = end if end >= 0 else len(text)
-            self._emit_thought(text[self._pos : stop].rstrip(WHITESPACE))
+            self._emit.thought(text[self._pos : stop].rstrip(WHITESPACE))
             self._pos = stop + len(self._end_tag) if end >= 0 else stop
-            if self._legacy:
-                self._emit_content(self._end_tag)
+            if self._emit.legacy:
+                self._emit.content(self._end_tag)
             self._phase = _Phase.BODY
-            self._skip_ws = True
+            self._emit.skip_ws = True
             return True
         hold = partial_suffix(text, self._pos, (self._end_tag,))
         sure = text[self._pos : len(text) - hold].rstrip(WHITESPACE)
-        self._emit_thought(sure)
+        self._emit.thought(sure)
         self._pos += len(sure)
         return False
 
     def _step_body(self, final: bool) -> bool:
         text = self._text
         if not self._markers:
-            self._emit_body(text[self._pos :])
+            self._emit.body(text[self._pos :])
             self._pos = len(text)
             if final:
-                self._emit_content(self._held)
-                self._held = ""
+                self._emit.content(self._emit.held)
+                self._emit.held = ""
                 self._phase = _Phase.DONE
             return False
         if self._at_start and self._tools:
@@ -296,20 +225,20 @@ class ChatOutputParser:
         )
         start, marker = found
         if start >= 0 and marker in self._dropped:
-            self._emit_body(text[self._pos : start])
+            self._emit.body(text[self._pos : start])
             self._pos = start + len(marker)
             return True
         if start >= 0:
-            self._emit_body(text[self._pos : start])
+            self._emit.body(text[self._pos : start])
             self._open_call(marker, start)
             return True
         hold = 0 if final else partial_suffix(text, self._pos, self._markers)
-        self._emit_body(text[self._pos : len(text) - hold])
+        self._emit.body(text[self._pos : len(text) - hold])
         self._pos = len(text) - hold
         if final:
-            if not self._calls:
-                self._emit_content(self._held)
-            self._held = ""
+            if not self._emit.tool_calls:
+                self._emit.content(self._emit.held)
+            self._emit.held = ""
             self._phase = _Phase.DONE
         return False
 
@@ -319,12 +248,12 @@ class ChatOutputParser:
         pos = self._pos
         while pos < len(text) and text[pos] in WHITESPACE:
             pos += 1
-        if not self._skip_ws:
-            self._held += text[self._pos : pos]
+        if not self._emit.skip_ws:
+            self._emit.held += text[self._pos : pos]
         self._pos = pos
         if pos == len(text):
             return None if final else False
-        self._skip_ws = False
+        self._emit.skip_ws = False
         rest = text[pos : pos + len(MISTRAL_TOOL_CALLS)]
         if MISTRAL_TOOL_CALLS.startswith(rest) and not final and rest != MISTRAL_TOOL_CALLS:
             return False
@@ -333,10 +262,10 @@ class ChatOutputParser:
             self._scan_from = pos
             self._phase = _Phase.JSON
             return True
-        if text[pos] == ";" and self._calls:  # Llama 3.2: `{call}; {call}`
-            self._held += ";"
+        if text[pos] == ";" and self._emit.tool_calls:  # Llama 3.2: `{call}; {call}`
+            self._emit.held += ";"
             self._pos += 1
-            self._skip_ws = True
+            self._emit.skip_ws = True
             return True
         self._at_start = False
         return None
@@ -349,7 +278,7 @@ class ChatOutputParser:
             self._block = self._blocks[marker]
             self._phase = _Phase.BLOCK
         elif marker == MISTRAL_TOOL_CALLS:
-            self._mistral_step = "begin"
+            self._mistral = MistralCalls(self._pos)
             self._phase = _Phase.MISTRAL
         else:
             self._phase = _Phase.PYTHON
@@ -359,11 +288,11 @@ class ChatOutputParser:
         right after it."""
         marker = next(m for m in self._call_markers if self._text.startswith(m, self._call_start))
         self._pos = self._call_start + len(marker)
-        self._emit_body(marker)
+        self._emit.body(marker)
         self._phase = _Phase.BODY
 
     def _accept_calls(self, calls: list[ParsedCall], end: int) -> None:
-        self._emit_calls(calls)
+        self._emit.calls(calls)
         self._pos = end
         self._phase = _Phase.BODY
 
@@ -378,7 +307,7 @@ class ChatOutputParser:
         if calls:
             self._accept_calls(calls, end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0:
-            self._emit_body(self._text[self._call_start : end + len(end_tag)])
+            self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)
             self._phase = _Phase.BODY
         else:
@@ -427,70 +356,20 @@ class ChatOutputParser:
         self._at_start = False
         self._pos = end
         if response is not None:
-            self._held = ""
-            self._emit_body(response)
+            self._emit.held = ""
+            self._emit.body(response)
         else:
-            self._emit_body(raw)
+            self._emit.body(raw)
         return True
 
     def _step_mistral(self, final: bool) -> bool:
-        """`[TOOL_CALLS]` then a JSON array/object, or `name[CALL_ID]id[ARGS]{...}`."""
-        text = self._text
-        if self._mistral_step == "begin":
-            while self._pos < len(text) and text[self._pos] in WHITESPACE:
-                self._pos += 1
-            if self._pos == len(text):
-                if final:
-                    self._reject_call()
-                return final
-            self._scanner = JsonScanner()
-            self._scan_from = self._pos
-            self._mistral_step = "json" if text[self._pos] in "[{" else "name"
-            return True
-        if self._mistral_step == "name":
-            return self._step_mistral_name(final)
-        raw, failed = self._scan()
-        if not raw:
-            if failed or final:
-                self._reject_call()
-                return True
+        assert self._mistral is not None
+        read = self._mistral.read(self._text, final)
+        if read is None:
             return False
-        try:
-            value = load_json(raw)
-        except ValueError:
-            value = None
-        if self._mistral_step == "json":
-            calls = calls_from_json(value)
-        else:
-            name, call_id = self._mistral_header
-            call = call_from_object({"name": name, "arguments": value, "id": call_id})
-            calls = [call] if call else None
+        calls, end = read
         if calls:
-            self._accept_calls(calls, self._scan_from + len(raw))
+            self._accept_calls(calls, end)
         else:
             self._reject_call()
-        return True
-
-    def _step_mistral_name(self, final: bool) -> bool:
-        text = self._text
-        args = text.find(_MISTRAL_ARGS, self._scan_from)
-        if args >= 0:
-            header = text[self._scan_from : args]
-        else:
-            hold = partial_suffix(text, self._scan_from, (_MISTRAL_ARGS, _MISTRAL_CALL_ID))
-            header = text[self._scan_from : len(text) - hold]
-        name, _, call_id = header.partition(_MISTRAL_CALL_ID)
-        valid = all(c.isalnum() or c in "_.-" for c in name + call_id)
-        if not valid or len(header) > _MAX_MISTRAL_HEADER or (args < 0 and final):
-            self._reject_call()
-            return True
-        if args < 0:
-            return False
-        if not name:
-            self._reject_call()
-            return True
-        self._mistral_header = (name, call_id or None)
-        self._scanner = JsonScanner()
-        self._scan_from = args + len(_MISTRAL_ARGS)
-        self._mistral_step = "args"
         return True

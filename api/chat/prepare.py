@@ -21,17 +21,11 @@ from api.chat.delimiters import chat_delimiters
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatMessage, OutputParser
-from api.chat.messages import (
-    MediaInput,
-    ToolChoice,
-    tool_names,
-    validate_messages,
-    validate_tool_choice,
-    validate_tools,
-)
+from api.chat.messages import MediaInput, validate_messages
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
 from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
+from api.chat.request_tools import ToolChoice, tool_names, validate_tool_choice, validate_tools
 from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, tool_call_grammar

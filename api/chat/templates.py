@@ -1,37 +1,34 @@
 """Chat templates: OpenAI-style messages → the prompt text a model expects.
 
 Templates are Jinja, rendered in a sandbox the way Hugging Face transformers and llama.cpp render
-them (`trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`, `strftime_now`, a
-`tojson` that does not HTML-escape). Which template applies (:meth:`ChatTemplate.for_model`):
+them (api/chat/jinja_env.py). Which template applies (:meth:`ChatTemplate.for_model`):
 `--chat-template-file` > `--chat-template` (a built-in name, or a Jinja string) > the model's own
 template (GGUF metadata, published by its workers) > chatml.
 
-Messages are normalized before rendering as llama-server does: text content parts joined with
-"\\n" (or kept as parts when the template only reads parts), `null` content as "", `developer`
-as `system` (except for gpt-oss templates), a leading system message merged into the next one when
-the template ignores system messages, tool-call arguments as objects when the template wants
-objects. A final assistant message is continued (prefill): see :meth:`ChatTemplate.render`.
+Messages are normalized before rendering as llama-server does (api/chat/template_messages.py).
+A final assistant message is continued (prefill): see :meth:`ChatTemplate.render`.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Template, TemplateError, Undefined, nodes
-from jinja2.ext import Extension
-from jinja2.parser import Parser
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateError
 
 from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_builtin_template
-from api.chat.messages import media_part_error
+from api.chat.jinja_env import RENDER_ERRORS, compile_template
+from api.chat.template_messages import (
+    harmony_history,
+    join_parts,
+    message_to_continue,
+    normalize_messages,
+)
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
@@ -39,254 +36,9 @@ from scheduler.registry import ModelMeta
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "chatml"
-MEDIA_PARTS = frozenset({"image_url", "input_audio", "input_video", "image", "file"})
-RENDER_ERRORS = (TemplateError, TypeError, ValueError, LookupError, AttributeError,
-                 ArithmeticError)
 
 __all__ = ["ChatTemplate", "builtin_template_names", "template_kwargs",
            "validate_chat_template_setting"]
-
-
-# --- the Jinja environment -------------------------------------------------------------------
-
-class _GenerationTag(Extension):
-    """Hugging Face's `{% generation %}…{% endgeneration %}` (marks assistant text for
-    training masks): rendered as its body."""
-
-    tags = {"generation"}  # noqa: RUF012 (typed by jinja2 as a set)
-
-    def parse(self, parser: Parser) -> list[nodes.Node]:
-        next(parser.stream)
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Undefined):
-        return None
-    if isinstance(value, Iterable):  # what `map`, `select`, … give: generators
-        return list(value)
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    """transformers' `tojson`: plain `json.dumps` (Jinja's own escapes HTML characters)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys, default=_json_default)
-
-
-def _environment() -> SandboxedEnvironment:
-    """The sandbox. Not the immutable one transformers uses: llama.cpp's engine lets templates
-    append to their own lists (Kimi K2's does), and what they get is a deep copy anyway."""
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                               extensions=["jinja2.ext.loopcontrols", _GenerationTag])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
-
-
-# --- what a template can take (llama.cpp's template "caps", probed by rendering) ---------------
-
-@dataclass(frozen=True)
-class _Caps:
-    system_role: bool = True          # False: a leading system message is merged into the next
-    typed_content_only: bool = False  # True: string content is passed as [{"type": "text"...}]
-    object_arguments: bool = False    # True: tool-call arguments are passed as objects
-
-
-_NEEDLE = "needle_value"
-
-
-def _probe_tools() -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {
-        "name": "tool1", "description": "Tool description",
-        "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
-                       "required": ["arg"]}}}]
-
-
-def _try_render(template: Template, messages: list[dict[str, Any]],
-                tools: list[dict[str, Any]] | None = None) -> str | None:
-    """The output for these inputs, or None if the template fails on them; without tools,
-    with tools when it fails without (some tool-use templates only render with tools)."""
-    for attempt in ([tools] if tools else [None, _probe_tools()]):
-        try:
-            return template.render(messages=copy.deepcopy(messages),
-                                   tools=attempt, add_generation_prompt=False,
-                                   bos_token="", eos_token="")
-        except Exception:  # a probe: any failure only means "not like this"
-            continue
-    return None
-
-
-def _tool_history(arguments: Any) -> list[dict[str, Any]]:
-    call = {"id": "call00001", "type": "function",
-            "function": {"name": "tool1", "arguments": arguments}}
-    return [{"role": "user", "content": "User message"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-            {"role": "assistant", "content": "The tool response was 'tool response'"},
-            {"role": "user", "content": "User message"}]
-
-
-def _probe(template: Template) -> _Caps:
-    marker = "STRING_MARKER"
-    as_string = _try_render(template, [{"role": "user", "content": marker}])
-    typed_only = False
-    if as_string is None or marker not in as_string:
-        as_parts = _try_render(template, [{"role": "user",
-                                           "content": [{"type": "text", "text": marker}]}])
-        typed_only = as_parts is not None and marker in as_parts
-
-    def content(text: str) -> Any:
-        return [{"type": "text", "text": text}] if typed_only else text
-
-    system = _try_render(template, [{"role": "system", "content": content("SYSTEM_MARKER")},
-                                    {"role": "user", "content": content("User message")}])
-    with_strings = _try_render(template, _tool_history(json.dumps({"arg": _NEEDLE})),
-                               _probe_tools())
-    with_objects = _try_render(template, _tool_history({"arg": _NEEDLE}), _probe_tools())
-    strings_ok = with_strings is not None and f'"arg": "{_NEEDLE}"' in with_strings
-    objects_ok = with_objects is not None and _NEEDLE in with_objects
-    return _Caps(system_role=system is not None and "SYSTEM_MARKER" in system,
-                 typed_content_only=typed_only,
-                 object_arguments=objects_ok and not strings_ok)
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    template: Template
-    caps: _Caps
-
-
-@functools.lru_cache(maxsize=32)
-def _compile(source: str, probe: bool) -> _Compiled:
-    """Parse a template once per source (raises jinja2.TemplateSyntaxError)."""
-    template = _environment().from_string(source)
-    return _Compiled(template, _probe(template) if probe else _Caps())
-
-
-# --- messages --------------------------------------------------------------------------------
-
-def _content_text(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A message's content as a string, or its text parts (as given) when it has parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequest(f"Invalid 'content' type in {where}: expected string or array, "
-                             f"got {type(content).__name__}")
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in MEDIA_PARTS:
-            raise media_part_error(kind)
-        if kind != "text" or not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"Unsupported content part in {where}: {json.dumps(part)}")
-        parts.append({"type": "text", "text": part["text"]})
-    return parts
-
-
-def _join_parts(content: str | list[dict[str, Any]]) -> str:
-    return content if isinstance(content, str) else "\n".join(p["text"] for p in content)
-
-
-def _tool_calls(calls: Any, where: str, object_arguments: bool) -> list[dict[str, Any]]:
-    if not isinstance(calls, list):
-        raise InvalidRequest(f"Invalid 'tool_calls' in {where}: expected an array")
-    normalized = []
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise InvalidRequest(f"Missing tool call function name in {where}")
-        if call.get("type", "function") != "function":
-            raise InvalidRequest(f"Unsupported tool call type in {where}: {call.get('type')!r}")
-        arguments = function.get("arguments", {})
-        if object_arguments and isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise InvalidRequest(f"Failed to parse tool call arguments as JSON in {where}: "
-                                     f"{exc}") from None
-        elif not object_arguments and not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-        normalized.append({**call, "type": "function",
-                           "function": {**function, "arguments": arguments}})
-    return normalized
-
-
-def _normalize(messages: Any, caps: _Caps, map_developer: bool,
-               allow_empty: bool = False) -> list[dict[str, Any]]:
-    if not isinstance(messages, list) or not (messages or allow_empty):
-        raise InvalidRequest("'messages' must be a non-empty array")
-    normalized = []
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"Expected {where} to be an object")
-        role = message.get("role")
-        if not isinstance(role, str) or not role:
-            raise InvalidRequest(f"Missing 'role' in {where}")
-        if role != "assistant" and "content" not in message:
-            raise InvalidRequest("All non-assistant messages must contain 'content'")
-        if role == "assistant" and "content" not in message and "tool_calls" not in message:
-            raise InvalidRequest("Assistant message must contain either 'content' or "
-                                 "'tool_calls'!")
-        content = _content_text(message.get("content"), where)
-        if not caps.typed_content_only:
-            content = _join_parts(content)
-        elif isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        out = {**message, "role": "system" if map_developer and role == "developer" else role,
-               "content": content}
-        if message.get("tool_calls"):
-            out["tool_calls"] = _tool_calls(message["tool_calls"], where, caps.object_arguments)
-        else:
-            out.pop("tool_calls", None)
-        normalized.append(out)
-    if not caps.system_role and normalized and normalized[0]["role"] == "system":
-        first = normalized.pop(0)
-        if normalized:
-            normalized[0] = {**normalized[0], "content": _merge(first["content"],
-                                                                normalized[0]["content"])}
-    return normalized
-
-
-def _merge(system: Any, content: Any) -> Any:
-    if isinstance(system, str) and isinstance(content, str):
-        return f"{system}\n{content}"
-    as_parts = [system] if isinstance(system, str) else system
-    return [*([{"type": "text", "text": p} if isinstance(p, str) else p for p in as_parts]),
-            *([{"type": "text", "text": content}] if isinstance(content, str) else content)]
-
-
-def _prefill(messages: list[dict[str, Any]], continue_final_message: bool | None
-             ) -> dict[str, Any] | None:
-    """The final assistant message to continue, or None (llama-server's checks)."""
-    if not messages:
-        return None
-    last = messages[-1]
-    if continue_final_message is False or (continue_final_message is None
-                                           and last["role"] != "assistant"):
-        return None
-    if last["role"] != "assistant":
-        raise InvalidRequest("continue_final_message needs an assistant message at the end "
-                             "of the list")
-    if continue_final_message is None and len(messages) >= 2 and messages[-2]["role"] == \
-            "assistant":
-        raise InvalidRequest("Cannot have 2 or more assistant messages at the end of the list.")
-    if last.get("tool_calls"):
-        raise InvalidRequest("Cannot continue an assistant message that contains tool calls.")
-    return last
 
 
 # --- the template ----------------------------------------------------------------------------
@@ -303,7 +55,7 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.builtin = builtin
         # built-ins take plain strings and need none of the probing; raises TemplateSyntaxError
-        self._compiled = _compile(source, not builtin)
+        self._compiled = compile_template(source, not builtin)
 
     @classmethod
     def builtin_named(cls, name: str, meta: ModelMeta | None = None) -> ChatTemplate:
@@ -347,16 +99,17 @@ class ChatTemplate:
         A leading `bos_token` is removed: the worker adds BOS when the model wants one.
         Raises InvalidRequest for bad messages and template errors (`raise_exception`)."""
         caps = self._compiled.caps
-        normalized = _normalize(messages, caps, map_developer="<|channel|>" not in self.source,
-                                allow_empty=allow_empty)
+        normalized = normalize_messages(messages, caps,
+                                        map_developer="<|channel|>" not in self.source,
+                                        allow_empty=allow_empty)
         if "<|channel|>" in self.source:
-            normalized = [_harmony_history(m) for m in normalized]
-        prefill = _prefill(normalized, continue_final_message)
+            normalized = [harmony_history(m) for m in normalized]
+        prefill = message_to_continue(normalized, continue_final_message)
         if prefill is not None:
             normalized = normalized[:-1]
             add_generation_prompt = True
         now = datetime.now()
-        # deep copies: templates may change what they are given (see _environment)
+        # deep copies: templates may change what they are given (api/chat/jinja_env.py environment)
         context = copy.deepcopy({
             "date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
             **(extra_context or {}),
@@ -371,20 +124,8 @@ class ChatTemplate:
         if self.bos_token and text.startswith(self.bos_token):
             text = text[len(self.bos_token):]
         if prefill is not None:
-            text += _join_parts(prefill["content"])
+            text += join_parts(prefill["content"])
         return text
-
-
-def _harmony_history(message: dict[str, Any]) -> dict[str, Any]:
-    """gpt-oss templates read an assistant turn's reasoning as `thinking` (and its content
-    not at all beside tool calls): llama.cpp's common/parsers/gpt-oss.cpp copies it so."""
-    reasoning = message.get("reasoning_content")
-    if not isinstance(reasoning, str):
-        return message
-    out = {**message, "thinking": reasoning}
-    if message.get("tool_calls"):
-        out.pop("content", None)
-    return out
 
 
 def _chosen_source(settings: ApiSettings, meta: ModelMeta | None) -> tuple[str, str | None]:
@@ -429,7 +170,7 @@ def validate_chat_template_setting(settings: ApiSettings) -> None:
                              f"{', '.join(builtin_template_names())}")
         if settings.jinja:
             try:
-                _compile(source, True)
+                compile_template(source, True)
             except TemplateError as exc:
                 raise ValueError(f"the supplied chat template is not valid Jinja: {exc}") from None
     _default_kwargs(settings)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from api.chat.messages import ToolChoice, validate_tool_choice
+from api.chat.request_tools import ToolChoice, validate_tool_choice
 
 GENERIC_TOOL_HINT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "

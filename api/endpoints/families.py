@@ -1,4 +1,4 @@
-"""Every endpoint family's routes, in the order the app registers them (api/app.py)."""
+"""Every endpoint family's routes, in the order the app registers them (api/app/routes.py)."""
 
 
 from __future__ import annotations

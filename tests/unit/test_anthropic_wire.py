@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from api.chat.messages import ToolChoice
+from api.chat.request_tools import ToolChoice
 from api.endpoints.anthropic.protocol import MessagesRequest, normalize_billing_header
 from scheduler.contract.errors import ServerError
 

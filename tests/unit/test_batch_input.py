@@ -84,13 +84,13 @@ def test_plan_cuts_lines_into_chunks() -> None:
 def test_embedding_lines_make_jobs_of_bounded_size(monkeypatch: Any) -> None:
     from api.batch import embeddings
     from api.batch.input import BatchLine
-    from api.endpoints.embeddings.protocol import embedding_request
+    from api.endpoints.embeddings.protocol import EmbeddingsRequest
 
     monkeypatch.setattr(embeddings, "MAX_JOB_INPUTS", 4)
 
     def member(i: int, n: int) -> tuple[int, embeddings.EmbeddingLine]:
         body = {"input": [f"t{k}" for k in range(n)]}
-        request = embedding_request(body, oai_route=True)
+        request = EmbeddingsRequest.model_validate(body)
         return i, embeddings.EmbeddingLine(BatchLine(str(i), body), request,
                                            request.to_job("m").inputs)
 
@@ -139,3 +139,11 @@ def test_read_lines_are_offsets_not_requests(tmp_path: Path) -> None:
     taken = parsed.lines.take(range(19_990, 20_000))
     assert [item.custom_id for item in taken] == [f"req-{i}" for i in range(19_990, 20_000)]
     assert taken[0].body["messages"][0]["content"].startswith("19990 x")
+
+
+def test_every_endpoint_a_batch_runs_has_its_runner() -> None:
+    from api.batch.lines import HANDLERS
+    from api.endpoints.batches.served import CHUNK_ENDPOINTS, LINE_ENDPOINTS, SERVED
+
+    assert set(HANDLERS) == set(LINE_ENDPOINTS)
+    assert set(SERVED) == {*LINE_ENDPOINTS, *CHUNK_ENDPOINTS}

@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from api.chat.messages import (
-    ChatMessageIn,
-    NamedToolChoice,
-    ToolChoice,
-    arguments_as_objects,
-    validate_messages,
-    validate_tool_choice,
-    validate_tools,
-)
+from api.chat.messages import ChatMessageIn, arguments_as_objects, validate_messages
+from api.chat.request_tools import NamedToolChoice, ToolChoice, validate_tool_choice, validate_tools
 from api.chat.tool_grammar import GENERIC_TOOL_HINT_REQUIRED, add_system_hint, tool_call_grammar
 from scheduler.contract.errors import InvalidRequest, NotSupported, ServerError
 

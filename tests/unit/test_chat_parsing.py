@@ -9,9 +9,9 @@ import time
 import pytest
 
 from api.chat.message import ChatDelta, ChatMessage, ToolCallDelta
-from api.chat.messages import validate_tools
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning_tags import check_reasoning_format, prompt_opens_thinking, reasoning_tags
+from api.chat.request_tools import validate_tools
 from api.chat.tool_formats import JsonScanner, random_string
 from api.chat.tool_grammar import tool_call_grammar
 from scheduler.contract.errors import InvalidRequest

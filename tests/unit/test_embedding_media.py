@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api.endpoints.embeddings.protocol import embedding_request
+from api.endpoints.embeddings.protocol import EmbeddingsRequest
 from api.media.embeddings import PendingMedia, resolve_inputs
 from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError
 from scheduler.contract.jobs import MediaPromptInput
@@ -31,7 +31,7 @@ def meta(vision: bool = True, audio: bool = False) -> ModelMeta:
 
 
 def resolve(body: dict[str, Any], model: ModelMeta | None, tmp_path: Path) -> list[Any]:
-    inputs = embedding_request(body, oai_route=True).inputs
+    inputs = EmbeddingsRequest.model_validate(body).inputs
     return asyncio.run(resolve_inputs(inputs, model, LocalStore(tmp_path), None))
 
 
@@ -104,9 +104,9 @@ def test_refusals_are_llama_servers(body: dict[str, Any], model: ModelMeta | Non
 def test_a_part_of_another_type_is_refused_while_the_body_is_read() -> None:
     for part in ({"type": "image"}, {"text": "no type"}, "text"):
         with pytest.raises(InvalidRequest, match=r"unsupported content\[\]\.type"):
-            embedding_request({"input": [{"content": [part]}]}, oai_route=True)
-    pending = embedding_request({"input": {"prompt_string": "x", "multimodal_data": 1}},
-                                oai_route=True).inputs
+            EmbeddingsRequest.model_validate({"input": [{"content": [part]}]})
+    pending = EmbeddingsRequest.model_validate(
+        {"input": {"prompt_string": "x", "multimodal_data": 1}}).inputs
     assert pending == [PendingMedia(prompt="x", multimodal_data=[1])]
 
 

@@ -9,12 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from api.endpoints.embeddings.protocol import (
-    EmbeddingsRequest,
-    embedding_request,
-    read_inputs,
-    rerank_request,
-)
+from api.endpoints.embeddings.protocol import EmbeddingsRequest, RerankRequest, read_inputs
 from scheduler.contract.errors import InvalidRequest
 
 
@@ -33,30 +28,64 @@ def test_input_shapes(prompt: object, inputs: list[object]) -> None:
     assert read_inputs(prompt) == inputs
 
 
+def embedding_request(body: dict[str, Any]) -> EmbeddingsRequest:
+    return EmbeddingsRequest.model_validate(body)
+
+
 def test_content_answers_natively_and_formats_are_checked() -> None:
-    assert not embedding_request({"content": "x"}, oai_route=True).oai
-    assert embedding_request({"input": "x", "encoding_format": "base64"}, True).base64
+    assert not embedding_request({"content": "x"}).answers_oai(oai_route=True)
+    assert embedding_request({"input": "x"}).answers_oai(oai_route=True)
+    assert not embedding_request({"input": "x"}).answers_oai(oai_route=False)
+    assert embedding_request({"input": "x", "encoding_format": "base64"}).base64
     with pytest.raises(InvalidRequest, match="float or base64"):
-        embedding_request({"input": "x", "encoding_format": "hex"}, True)
+        embedding_request({"input": "x", "encoding_format": "hex"})
     with pytest.raises(InvalidRequest, match="must not be empty"):
-        embedding_request({"input": []}, True)
+        embedding_request({"input": []})
     with pytest.raises(InvalidRequest, match="elements must be"):
-        embedding_request({"input": [True]}, True)
+        embedding_request({"input": [True]})
+
+
+def test_content_beside_input_is_not_read() -> None:
+    """llama-server reads `input` and ignores `content` then, whatever its shape (the body was
+    once validated a second time, field by field, which refused such a `content`)."""
+    request = embedding_request({"input": "a", "content": 2.5})
+    assert request.inputs == ["a"] and request.answers_oai(oai_route=True)
 
 
 def test_inputs_per_request_are_bounded() -> None:
-    embedding_request({"input": ["x"] * 2048}, True)
+    embedding_request({"input": ["x"] * 2048})
     with pytest.raises(InvalidRequest, match="Too many inputs: 2049"):
-        embedding_request({"input": ["x"] * 2049}, True)
+        embedding_request({"input": ["x"] * 2049})
     with pytest.raises(InvalidRequest, match="Too many documents: 2049"):
-        rerank_request({"query": "q", "documents": ["x"] * 2049})
+        RerankRequest.model_validate({"query": "q", "documents": ["x"] * 2049})
 
 
 def test_rerank_defaults_and_tei() -> None:
-    jina = rerank_request({"query": "q", "documents": ["a", "b"]})
+    jina = RerankRequest.model_validate({"query": "q", "documents": ["a", "b"]})
     assert (jina.top_n, jina.tei, jina.return_text) == (2, False, False)
-    tei = rerank_request({"query": "q", "texts": ["a"], "return_text": True, "top_n": "x"})
+    tei = RerankRequest.model_validate({"query": "q", "texts": ["a"], "return_text": True,
+                                        "top_n": "x"})
     assert (tei.documents, tei.top_n, tei.tei, tei.return_text) == (["a"], 1, True, True)
+    both = RerankRequest.model_validate({"query": "q", "documents": ["a"], "texts": 5,
+                                         "return_text": 1, "top_n": True, "model": 3})
+    assert (both.documents, both.top_n, both.tei, both.return_text, both.model) == \
+        (["a"], 1, True, False, 3)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"documents": ["a"]}, '"query" must be provided'),
+    ({"query": 3, "documents": ["a"]}, '"query" must be a string'),
+    ({"query": "q", "documents": []}, '"documents" must be a non-empty string array'),
+    ({"query": "q", "documents": [], "texts": ["a"]},
+     '"documents" must be a non-empty string array'),
+    ({"query": "q", "documents": [1, 2]}, '"documents" must be a non-empty string array'),
+    ({"query": "q"}, '"documents" must be a non-empty string array'),
+    ({"query": "q", "documents": ["a"], "top_n": -1}, '"top_n" must not be negative'),
+])
+def test_rerank_refuses_with_llama_servers_messages(body: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        RerankRequest.model_validate(body)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("norm", [-1, 0, 1, 2, 3])
@@ -101,19 +130,17 @@ REFUSED_BODIES = [
 
 
 @pytest.mark.parametrize("body", EMBEDDING_BODIES)
-def test_the_typed_model_reads_what_llama_server_reads(body: dict[str, Any]) -> None:
-    for oai_route in (False, True):
-        typed = EmbeddingsRequest.model_validate(body).read(oai_route)
-        assert typed == embedding_request(body, oai_route)
+def test_the_model_reads_what_llama_server_reads(body: dict[str, Any]) -> None:
+    request = EmbeddingsRequest.model_validate(body)
+    assert request.inputs == read_inputs(body["input"] if "input" in body else body["content"])
+    assert request.embd_normalize == body.get("embd_normalize")
+    assert request.model == body.get("model")
 
 
 @pytest.mark.parametrize("body", REFUSED_BODIES)
-def test_the_typed_model_refuses_with_llama_servers_messages(body: dict[str, Any]) -> None:
-    with pytest.raises(InvalidRequest) as by_hand:
-        embedding_request(body, True)
-    with pytest.raises(InvalidRequest) as typed:
+def test_the_model_refuses_with_llama_servers_messages(body: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest):
         EmbeddingsRequest.model_validate(body)
-    assert str(typed.value) == str(by_hand.value)
 
 
 def test_openapi_describes_the_embedding_bodies() -> None:

@@ -4,7 +4,8 @@ Read from the code itself (ast, every `import` wherever it is: at the top, under
 TYPE_CHECKING, inside a function), as test_import_api_without_llama_cpp.py reads what the
 api loads. The layer order is declared here, bottom first; a module belongs to the longest
 prefix that names it. A module may import modules of its own group or of a lower layer; the two
-roles (api, worker) never import each other; nothing imports the command (llamaq).
+roles (api, worker) never import each other; nothing imports the command (llamaq). The rooms
+inside api/ (its packages, and the top-level modules as `api`) are layers of their own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduler.config",),    # the settings framework and the spec's flag table
     ("storage",),             # object storage, model files, slot snapshots
     ("scheduler",),           # Redis services both roles use: client, hub, leases, registry...
-    ("api", "worker"),        # the api pods; the worker package's own __init__
+    ("api.tenants", "api.tools"),  # the api's self-contained services: tenants, server tools
+    ("api", "worker"),        # the api pods' ground (settings, bodies, fleet, services); worker/
+    ("api.chat",),            # chat templates, tool-call formats, output parsers
+    ("api.media",),           # images and audio of requests
+    ("api.endpoints",),       # the endpoint families (HTTP)
+    ("api.batch",),           # the batch driver: runs lines through the endpoints' serving
+    ("api.app",),             # create_app: middleware, lifecycle, routes
     ("worker.speculative",),  # the drafters: nothing of the engine
     ("worker.runtime",),      # llama.cpp: model, vocab, projector, LoRA loading, fit, flags
     ("worker.kv",),           # slots, KV moves, checkpoints, prompt cache, tier, snapshots

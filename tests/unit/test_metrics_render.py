@@ -40,7 +40,7 @@ def test_sums_over_workers_and_averages() -> None:
 
 
 def test_llamaqs_own_queue_series() -> None:
-    from api.endpoints.monitor.metrics import QueueStats
+    from api.queue_stats import QueueStats
 
     text = render_metrics([WorkerMetrics(requests_deferred=1)],
                           QueueStats(depth=3, oldest_s=1.5, retried=2, failed={"poison": 1}))
@@ -54,7 +54,7 @@ def test_llamaqs_own_queue_series() -> None:
 
 
 def test_migrations_and_their_stall_histogram() -> None:
-    from api.endpoints.monitor.metrics import QueueStats
+    from api.queue_stats import QueueStats
 
     text = render_metrics([], QueueStats(migrated=3, stall_buckets={"3": 1, "5": 2, "10": 3},
                                          stall_count=3, stall_sum_s=14.5))

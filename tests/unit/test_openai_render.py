@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
-from api.chat.messages import ToolChoice, validate_tools
 from api.chat.prepare import PreparedChat
+from api.chat.request_tools import ToolChoice, validate_tools
 from api.chat.templates import ChatTemplate
 from api.endpoints.openai.chat import ChatPlan, ChatStream
 from api.endpoints.openai.protocol import ChatCompletionRequest

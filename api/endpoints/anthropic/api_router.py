@@ -24,8 +24,8 @@ from api.endpoints.anthropic.render import (
 )
 from api.fleet import Fleet
 from api.media.refs import media_refs
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.contract.errors import InvalidRequest
@@ -46,7 +46,7 @@ def _settings(request: Request) -> ApiSettings:
 
 
 def _fleet(request: Request) -> Fleet:
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     return fleet
 
 
@@ -57,7 +57,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     if prepared.media is not None:
         job.media = await media_refs(prepared.media.sources, _settings(request).media_path,
-                                     request.app.ctx.store)
+                                     services(request).store)
         job.media_marker = prepared.media.marker
     prepared.fill(job)
     message_id = new_message_id()

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.body import drop_nulls
-from api.chat.messages import ToolChoice as OpenAIToolChoice
 from api.chat.messages import media_not_supported
+from api.chat.request_tools import ToolChoice as OpenAIToolChoice
 from scheduler.contract.jobs import CompletionJob, parse_lora_request
 from scheduler.contract.limits import ping_seconds
 from scheduler.contract.sampling import SamplingParams

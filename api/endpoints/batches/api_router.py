@@ -10,14 +10,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.batch.lines import CHUNK_ENDPOINTS, HANDLERS
 from api.body import json_body
+from api.endpoints.batches.served import SERVED
 from api.endpoints.files.api_router import owned_meta, refuse_on_a_router, tenant_of
 from api.errors import validation_message
 from api.routing import Routes
+from api.services import services
 from scheduler.batches import (
     COMPLETION_WINDOW_S,
-    ENDPOINTS,
     LIST_LIMIT_MAX,
     MAX_METADATA_PAIRS,
     Batches,
@@ -41,10 +41,9 @@ class CreateBatch(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        served = [e for e in ENDPOINTS if e in HANDLERS or e in CHUNK_ENDPOINTS]
-        if value not in served:
+        if value not in SERVED:
             raise ValueError(f"endpoint {value!r} is not supported; a batch may run: "
-                             + ", ".join(served))
+                             + ", ".join(SERVED))
         return value
 
     @field_validator("completion_window")
@@ -68,7 +67,7 @@ class CreateBatch(BaseModel):
 
 
 def store_of(request: Request) -> Batches:
-    return Batches(request.app.ctx.fleet.redis)
+    return Batches(services(request).fleet.redis)
 
 
 @routes.post("/v1/batches", name="create_batch")
@@ -85,7 +84,7 @@ async def create_batch(request: Request) -> HTTPResponse:
     record = BatchRecord(endpoint=body.endpoint, input_file_id=body.input_file_id,
                          completion_window=body.completion_window, metadata=body.metadata,
                          created_at=created, expires_at=created + COMPLETION_WINDOW_S,
-                         fleet_model=request.app.ctx.settings.model_id(),
+                         fleet_model=services(request).settings.model_id(),
                          owner=tenant_of(request).name)
     await store_of(request).create(record)
     return json(record.to_wire())

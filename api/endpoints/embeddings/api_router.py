@@ -12,32 +12,31 @@ from __future__ import annotations
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.body import json_body, parse_body
-from api.endpoints.embeddings.protocol import EmbeddingsRequest, rerank_request
+from api.body import parse_body
+from api.endpoints.embeddings.protocol import EmbeddingsRequest, RerankRequest
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json, rerank_json
-from api.fleet import Fleet
 from api.media.embeddings import has_media, resolve_inputs
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from scheduler.contract.errors import InvalidRequest
 
 routes = Routes("embeddings")
 
 
 async def _embeddings(request: Request, oai_route: bool) -> HTTPResponse:
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     model_id = request_model(request)
     worker = await fleet.placement.serving(model_id, "embedding")
     if oai_route and worker.pooling == "none":
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a "
                              "different pooling type")
-    body = parse_body(request, EmbeddingsRequest).read(oai_route)
+    body = parse_body(request, EmbeddingsRequest)
     inputs = None
     if has_media(body.inputs):
-        inputs = await resolve_inputs(body.inputs, worker.meta, request.app.ctx.store,
+        inputs = await resolve_inputs(body.inputs, worker.meta, services(request).store,
                                       request_settings(request).media_path)
     result = await fleet.embeddings.embed(body.to_job(model_id, inputs))
-    if not body.oai:
+    if not body.answers_oai(oai_route):
         return json(native_embeddings_json(result))
     model = body.model if isinstance(body.model, str) else model_id
     return json(oai_embeddings_json(result, model, body.base64))
@@ -53,12 +52,12 @@ async def oai_embeddings(request: Request) -> HTTPResponse:
     return await _embeddings(request, oai_route=True)
 
 
-@routes.post("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+@routes.post("/rerank", "/reranking", "/v1/rerank", "/v1/reranking", body=RerankRequest)
 async def rerank(request: Request) -> HTTPResponse:
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     model_id = request_model(request)
     await fleet.placement.serving(model_id, "rerank")
-    body = rerank_request(json_body(request))
+    body = parse_body(request, RerankRequest)
     result = await fleet.jobs.run_rerank(body.to_job(model_id))
     model = body.model if isinstance(body.model, str) else model_id
     return json(rerank_json(result, model, body.documents, body.top_n, body.tei,

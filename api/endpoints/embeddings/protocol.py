@@ -4,10 +4,18 @@ server-common.cpp tokenize_input_prompts), into jobs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    StrictInt,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
 from api.media.embeddings import PendingMedia, content_media, has_media, prompt_media
 from scheduler.contract import limits
@@ -18,26 +26,6 @@ REFUSED_FIELDS = {"dimensions": "\"dimensions\" is not supported: the model's em
                                 "one size"}
 ELEMENT_SHAPES = ("\"prompt\" elements must be a string, a list of tokens, a JSON object "
                   "containing a prompt string, or a list of mixed strings & tokens.")
-
-
-@dataclass
-class EmbeddingRequest:
-    inputs: list[EmbeddingInput | PendingMedia]
-    """The inputs; those with media are read into the job by `api/media/embeddings.py`."""
-    oai: bool
-    """/v1/embeddings with `input` (OpenAI's shape); `content` always answers natively."""
-    base64: bool
-    embd_normalize: int | None
-    model: Any
-
-    def to_job(self, model_id: str, inputs: list[EmbeddingInput] | None = None
-               ) -> EmbeddingJob:
-        """The job; `inputs`: the inputs with their media read (needed when some have media)."""
-        if inputs is None:
-            if has_media(self.inputs):
-                raise ServerError("an embedding input's media were not read")
-            inputs = [i for i in self.inputs if not isinstance(i, PendingMedia)]
-        return EmbeddingJob(model=model_id, inputs=inputs, embd_normalize=self.embd_normalize)
 
 
 def _is_int(value: Any) -> bool:
@@ -76,26 +64,21 @@ def read_inputs(prompt: Any) -> list[EmbeddingInput | PendingMedia]:
     return [_element(prompt)]
 
 
-def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest:
+def _read_body(body: dict[str, Any]) -> list[EmbeddingInput | PendingMedia]:
+    """The inputs of an embeddings body, read and checked as llama-server reads it (its
+    messages)."""
     for name, why in REFUSED_FIELDS.items():
         if body.get(name) is not None:
             raise InvalidRequest(why)
-    oai = oai_route
     if "input" in body:
         prompt = body["input"]
     elif "content" in body:
-        oai = False  # "content" is not OpenAI's: native answer
         prompt = body["content"]
     else:
         raise InvalidRequest("\"input\" or \"content\" must be provided")
-    use_base64 = False
-    if "encoding_format" in body:
-        encoding = body["encoding_format"]
-        if encoding == "base64":
-            use_base64 = True
-        elif encoding != "float":
-            raise InvalidRequest("The format to return the embeddings in. Can be either float "
-                                 "or base64")
+    if "encoding_format" in body and body["encoding_format"] not in ("float", "base64"):
+        raise InvalidRequest("The format to return the embeddings in. Can be either float "
+                             "or base64")
     inputs = read_inputs(prompt)
     if not inputs:
         raise InvalidRequest("\"input\" must not be empty")
@@ -103,7 +86,7 @@ def embedding_request(body: dict[str, Any], oai_route: bool) -> EmbeddingRequest
     normalize = body.get("embd_normalize")
     if normalize is not None and not _is_int(normalize):
         raise InvalidRequest("\"embd_normalize\" must be an integer")
-    return EmbeddingRequest(inputs, oai, use_base64, normalize, body.get("model"))
+    return inputs
 
 
 class ContentPart(BaseModel):
@@ -150,9 +133,9 @@ EmbeddingPrompt = Annotated[
 
 
 class EmbeddingsRequest(BaseModel):
-    """The body of /embedding, /embeddings and /v1/embeddings, as llama-server reads it: the
-    checks of `embedding_request` run first (their messages are llama-server's), then the
-    fields are these."""
+    """The body of /embedding, /embeddings and /v1/embeddings, read once, as llama-server
+    reads it (its checks, its messages: `_read_body`). The fields are the body as sent, which
+    /openapi.json describes; `inputs` are what the reading made of `input` (or `content`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -166,31 +149,43 @@ class EmbeddingsRequest(BaseModel):
     model: Any = None
     dimensions: None = Field(None, description="not supported: the model's embeddings have "
                                                "one size")
+    _inputs: list[EmbeddingInput | PendingMedia] = PrivateAttr(default_factory=list)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _as_llama_server_reads_it(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            embedding_request(data, oai_route=False)  # raises InvalidRequest as it does
-        return data
+    def _as_llama_server_reads_it(cls, data: Any, handler: ModelWrapValidatorHandler[Any]
+                                  ) -> Any:
+        """The body's reading is llama-server's (it raises InvalidRequest as it does); the
+        fields keep the body's values as they passed it, not validated a second time."""
+        if not isinstance(data, dict):
+            return handler(data)
+        inputs = _read_body(data)
+        request = cls.model_construct(**{k: v for k, v in data.items() if k in cls.model_fields})
+        request._inputs = inputs
+        return request
 
-    def read(self, oai_route: bool) -> EmbeddingRequest:
-        """The inputs and options of this body; `oai_route`: it came to /v1/embeddings."""
-        return embedding_request(self.model_dump(exclude_unset=True), oai_route)
+    @property
+    def inputs(self) -> list[EmbeddingInput | PendingMedia]:
+        """The inputs; those with media are read into the job by `api/media/embeddings.py`."""
+        return self._inputs
 
+    @property
+    def base64(self) -> bool:
+        return self.encoding_format == "base64"
 
-@dataclass
-class RerankRequest:
-    query: str
-    documents: list[str]
-    top_n: int
-    tei: bool
-    """TEI's shape (`texts` in the body): a bare array of {index, score[, text]}."""
-    return_text: bool
-    model: Any
+    def answers_oai(self, oai_route: bool) -> bool:
+        """OpenAI's answer: /v1/embeddings (`oai_route`) with `input`; `content` always
+        answers natively."""
+        return oai_route and "input" in self.model_fields_set
 
-    def to_job(self, model_id: str) -> RerankJob:
-        return RerankJob(model=model_id, query=self.query, documents=self.documents)
+    def to_job(self, model_id: str, inputs: list[EmbeddingInput] | None = None
+               ) -> EmbeddingJob:
+        """The job; `inputs`: the inputs with their media read (needed when some have media)."""
+        if inputs is None:
+            if has_media(self.inputs):
+                raise ServerError("an embedding input's media were not read")
+            inputs = [i for i in self.inputs if not isinstance(i, PendingMedia)]
+        return EmbeddingJob(model=model_id, inputs=inputs, embd_normalize=self.embd_normalize)
 
 
 def _check_count(count: int, what: str) -> None:
@@ -205,7 +200,10 @@ def _strings(value: Any) -> list[str] | None:
     return None
 
 
-def rerank_request(body: dict[str, Any]) -> RerankRequest:
+def _read_rerank(body: dict[str, Any]) -> dict[str, Any]:
+    """A rerank body checked and read as llama-server reads it (its messages): the documents
+    (`documents`, else TEI's `texts`), `top_n` (a wrong type reads as the default, as its
+    json_value does), whether the answer is TEI's shape."""
     if "query" not in body:
         raise InvalidRequest("\"query\" must be provided")
     query = body["query"]
@@ -219,9 +217,42 @@ def rerank_request(body: dict[str, Any]) -> RerankRequest:
     _check_count(len(documents), "documents")
     top_n = body.get("top_n", len(documents))
     if not _is_int(top_n):
-        top_n = len(documents)  # llama-server's json_value: a wrong type reads as the default
+        top_n = len(documents)
     if top_n < 0:
         raise InvalidRequest("\"top_n\" must not be negative")
     tei = "texts" in body
-    return_text = tei and body.get("return_text") is True
-    return RerankRequest(query, documents, top_n, tei, return_text, body.get("model"))
+    return {**body, "query": query, "documents": documents, "texts": _strings(body.get("texts")),
+            "top_n": top_n, "tei": tei, "return_text": tei and body.get("return_text") is True}
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    """A field whose default the reading sets: /openapi.json shows none."""
+    schema.pop("default", None)
+
+
+class RerankRequest(BaseModel):
+    """The body of /rerank (and /reranking, /v1/rerank, /v1/reranking): Jina's shape, or TEI's
+    (`texts` for the documents: the answer is a bare array of {index, score[, text]}). Read as
+    llama-server reads it (`_read_rerank`: its checks, its messages)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    query: str
+    documents: list[str] = Field(default_factory=list,
+                                 description="the documents to rank (else `texts`)")
+    texts: list[str] | None = Field(None, description="TEI's name for the documents: the "
+                                                      "answer is TEI's shape")
+    top_n: int = Field(0, description="how many of the best to answer (default: all)",
+                       json_schema_extra=_no_default)
+    return_text: bool = Field(False, description="TEI's shape: each answer with its text")
+    model: Any = None
+    tei: SkipJsonSchema[bool] = False
+    """`texts` was sent (whatever its value): TEI's shape."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_llama_server_reads_it(cls, data: Any) -> Any:
+        return _read_rerank(data) if isinstance(data, dict) else data
+
+    def to_job(self, model_id: str) -> RerankJob:
+        return RerankJob(model=model_id, query=self.query, documents=self.documents)

@@ -9,7 +9,7 @@ from sanic.response import HTTPResponse, json
 
 from api.body import json_body
 from api.routing import Routes
-from api.settings import ApiSettings
+from api.services import services
 from scheduler.contract.errors import NotSupported
 
 routes = Routes("extras")
@@ -17,7 +17,7 @@ routes = Routes("extras")
 
 @routes.post("/props")
 async def set_props(request: Request) -> HTTPResponse:
-    settings: ApiSettings = request.app.ctx.settings
+    settings = services(request).settings
     if not settings.props:
         raise NotSupported("This server does not support changing global properties. "
                            "Start it with `--props`")

@@ -17,6 +17,7 @@ from sanic.response import HTTPResponse, json
 
 from api.endpoints.files.upload import read_upload, upload_folder
 from api.routing import Routes
+from api.services import services
 from api.tenants.service import TenantScope
 from scheduler.batches import MAX_INPUT_BYTES, new_file_id, now
 from scheduler.contract.errors import InvalidRequest, NotFound, NotSupported
@@ -29,7 +30,7 @@ routes = Routes("files")
 def refuse_on_a_router(request: Request) -> None:
     """A batch runs on the model of the pod that took it (api/batch/driver.py), and a router pod
     has none: refused by name rather than accepted and never run."""
-    if request.app.ctx.settings.router_mode():
+    if services(request).settings.router_mode():
         raise NotSupported("the Files and Batch API (/v1/files, /v1/batches) is not served in "
                            "router mode: send it to an api pod started with a model (-m)")
 
@@ -44,7 +45,7 @@ T = TypeVar("T")
 
 
 def file_store(request: Request) -> FileStore:
-    return FileStore(request.app.ctx.store)
+    return FileStore(services(request).store)
 
 
 def tenant_of(request: Request) -> TenantScope:

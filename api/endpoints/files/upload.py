@@ -16,6 +16,7 @@ from typing import IO
 from python_multipart.multipart import MultipartParser, parse_options_header
 from sanic import Request
 
+from api.services import services
 from scheduler.contract.errors import InvalidRequest
 
 FIELD_MAX_BYTES = 4096
@@ -110,7 +111,7 @@ async def read_upload(request: Request, folder: Path, max_file_bytes: int,
         name: getattr(form, name) for name in (
             "on_part_begin", "on_header_field", "on_header_value", "on_header_end",
             "on_headers_finished", "on_part_data", "on_part_end")})
-    body_timeout = request.app.ctx.settings.body_timeout
+    body_timeout = services(request).settings.body_timeout
     received = 0
     try:
         while True:

@@ -11,8 +11,9 @@ from sanic.response import HTTPResponse, json
 from api.endpoints.monitor.api_router import tenant_counts
 from api.fleet import Fleet
 from api.routing import Routes
+from api.services import services
 from api.settings import ApiSettings
-from api.tenants.service import TenantScope, TenantService
+from api.tenants.service import TenantScope
 from scheduler.registry import WorkerInfo
 
 routes = Routes("fleet_view")
@@ -20,9 +21,8 @@ routes = Routes("fleet_view")
 
 @routes.get("/fleet", name="fleet")
 async def fleet_status(request: Request) -> HTTPResponse:
-    settings: ApiSettings = request.app.ctx.settings
-    fleet: Fleet = request.app.ctx.fleet
-    router = request.app.ctx.router
+    pod = services(request)
+    settings, fleet, router = pod.settings, pod.fleet, pod.router
     model_ids = [settings.model_id()] if router is None else list(router.catalog.entries)
     out: list[dict[str, Any]] = []
     queued, oldest = 0, 0.0
@@ -43,7 +43,7 @@ async def _tenants_json(request: Request) -> list[dict[str, Any]] | None:
     counts = await tenant_counts(request)
     if counts is None:
         return None
-    service: TenantService = request.app.ctx.tenants
+    service = services(request).tenants
     scope: TenantScope = request.ctx.tenant
     out = []
     for name, counters in sorted(counts.items()):

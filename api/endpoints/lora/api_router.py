@@ -15,9 +15,8 @@ from sanic import Request
 from sanic.response import HTTPResponse, json
 
 from api.body import load_json, raw_body
-from api.fleet import Fleet
-from api.router import request_model
 from api.routing import Routes
+from api.services import request_model, services
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import parse_lora_request, scales_of
 from scheduler.lora_scales import set_scales
@@ -28,7 +27,7 @@ routes = Routes("lora")
 
 @routes.get("/lora-adapters")
 async def lora_adapters(request: Request) -> HTTPResponse:
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     workers = await fleet.placement.workers(request_model(request), fresh=True)
     return json([adapter.wire() for adapter in workers[0].lora])
 
@@ -38,7 +37,7 @@ async def set_lora_adapters(request: Request) -> HTTPResponse:
     """llama-server's: the body is an array of {id, scale}; adapters not named go to 0 and
     unknown ids are ignored; `[]` turns every adapter off."""
     body = json_body_list(request)
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     model_id = request_model(request)
     workers = await fleet.placement.workers(model_id, fresh=True)
     scales = scales_of(len(workers[0].lora), parse_lora_request(body))

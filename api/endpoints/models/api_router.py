@@ -15,6 +15,7 @@ from api.body import json_body
 from api.endpoints.native.render import model_card
 from api.router import RUNNING, ModelRouter
 from api.routing import Routes
+from api.services import services
 from api.sse import open_stream
 from scheduler.contract.errors import InvalidRequest, NotFound, ServerError, Unavailable
 from scheduler.downloads import DownloadBoard, incomplete_sidecars
@@ -27,7 +28,7 @@ SSE_KEEPALIVE_S = 15.0
 
 
 def _router(request: Request) -> ModelRouter:
-    router: ModelRouter | None = request.app.ctx.router
+    router = services(request).router
     if router is None:  # as llama-server: these routes exist in router mode only
         raise NotFound("File Not Found")
     return router
@@ -46,7 +47,7 @@ async def router_models(request: Request) -> HTTPResponse:
     elif router.stale:  # a download finished or a model was deleted somewhere
         await router.reload(announce=False)
     view = await router.view()
-    created = int(request.app.ctx.started_at)
+    created = int(services(request).started_at)
     data: list[dict[str, Any]] = []
     for entry in router.catalog.visible():
         status = status_of(entry.name, entry, view)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import logging
-import os
 import time
 import uuid
 from pathlib import Path
@@ -25,15 +24,13 @@ from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
 from api.routing import Routes
-from api.settings import ApiSettings
+from api.services import pod_services, services
 from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
 from scheduler.registry import WorkerInfo
-from storage import InvalidKey, ModelFiles, ModelNotFound, ObjectStore, StorageError, open_store
+from storage import InvalidKey, ModelFiles, ModelNotFound, StorageError
 from storage.hf import (
     SIDECAR_KEYWORDS,
-    HubClient,
-    hub_endpoint,
     is_model_file,
     pick_model,
     pick_sidecar,
@@ -41,7 +38,6 @@ from storage.hf import (
     split_repo_tag,
 )
 from storage.models import MODELS_PREFIX, hf_store_prefix
-from storage.progress import DownloadListener
 
 log = logging.getLogger(__name__)
 
@@ -63,36 +59,10 @@ class DownloadRequest(BaseModel):
     sidecars: list[str] = Field(default_factory=lambda: ["mmproj"])
 
 
-class PodDownloads:
-    """The downloads this pod runs (to pause them when it stops) and its object store."""
-
-    def __init__(self, settings: ApiSettings) -> None:
-        self.settings = settings
-        self.running: dict[str, DownloadReporter] = {}
-        self._store: ObjectStore | None = None
-
-    async def files(self, listener: DownloadListener | None = None,
-                    label: str = "model") -> ModelFiles:
-        s = self.settings
-        if self._store is None:
-            self._store = await asyncio.to_thread(open_store, s.store_url, s.s3_endpoint_url)
-        hub = HubClient(s.model_cache_dir(), endpoint=hub_endpoint(os.environ),
-                        token=s.hf_token, offline=s.offline)
-        return ModelFiles(self._store, s.model_cache_dir(), offline=s.offline, hub=hub,
-                          s3_endpoint_url=s.s3_endpoint_url, listener=listener, label=label)
-
-
-def _downloads(app: Sanic) -> PodDownloads:
-    downloads: PodDownloads | None = getattr(app.ctx, "model_downloads", None)
-    if downloads is None:
-        downloads = app.ctx.model_downloads = PodDownloads(app.ctx.settings)
-    return downloads
-
-
 @routes.blueprint.listener("before_server_stop")
 async def pause_downloads(app: Sanic) -> None:
     """A stopping pod pauses its downloads (listed as incomplete; a POST resumes them)."""
-    for reporter in _downloads(app).running.values():
+    for reporter in pod_services(app).downloads.running.values():
         reporter.stop()
 
 
@@ -125,16 +95,17 @@ async def post_models(request: Request) -> HTTPResponse:
     if not name:
         raise InvalidRequest("model must be a non-empty string")
     _check_sidecars(body.sidecars)
-    settings: ApiSettings = request.app.ctx.settings
+    pod = services(request)
+    settings = pod.settings
     check_allowed(name, settings.models_allow)
-    board = DownloadBoard(request.app.ctx.fleet.redis)
+    board = DownloadBoard(pod.fleet.redis)
     if await board.is_downloading(name):
         raise InvalidRequest(f"model '{name}' is already being downloaded")
     most = settings.models_downloads_max
     if most > 0 and (running := await board.running()) >= most:
         raise Unavailable(f"{running} model downloads are running (--models-downloads-max "
                           f"{most}); retry later", retry_after_s=DOWNLOADS_RETRY_AFTER_S)
-    downloads = _downloads(request.app)
+    downloads = pod.downloads
     reporter = DownloadReporter(board, name, asyncio.get_running_loop(),
                                 sidecars=body.sidecars)
     files = await downloads.files(reporter, name)
@@ -213,11 +184,11 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool,
 async def _unload_first(request: Request, name: str) -> None:
     """A running model is stopped before its files go, as llama-server's router stops the
     instance; a worker started with the model (`-m`, `-hf`) serves it for life: refused."""
-    router = request.app.ctx.router
+    router = services(request).router
     if router is None or not await router.models.unload(name):
         raise InvalidRequest(f"model '{name}' is loaded: unload it before deleting it")
     deadline = time.monotonic() + UNLOAD_WAIT_S
-    while await request.app.ctx.fleet.workers(name, fresh=True):
+    while await services(request).fleet.workers(name, fresh=True):
         if time.monotonic() > deadline:
             raise Unavailable(f"model '{name}' is still stopping; retry the delete")
         await asyncio.sleep(0.2)
@@ -231,11 +202,11 @@ async def delete_models(request: Request) -> HTTPResponse:
     sidecar = request.args.get("sidecar") or None
     if sidecar:
         _check_sidecars([sidecar])
-    fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     if await fleet.workers(name, fresh=True):
         await _unload_first(request, name)
     board = DownloadBoard(fleet.redis)
-    downloads = _downloads(request.app)
+    downloads = services(request).downloads
     if await board.request_stop(name):
         if (ours := downloads.running.get(name)) is not None:
             ours.stop()

@@ -11,11 +11,10 @@ from api.body import json_body
 from api.chat.caps import chat_template_caps
 from api.chat.templates import ChatTemplate
 from api.endpoints.monitor.metrics import CONTENT_TYPE, render_metrics
-from api.fleet import Fleet
-from api.router import request_model
 from api.routing import Routes
+from api.services import request_model, services
 from api.settings import ApiSettings
-from api.tenants.service import TenantScope, TenantService
+from api.tenants.service import TenantScope
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, Unavailable
 from scheduler.contract.jobs import SlotActionJob
 from scheduler.contract.results import SlotActionResult
@@ -28,10 +27,10 @@ routes = Routes("monitor")
 
 @routes.get("/slots", name="slots")
 async def slots(request: Request) -> HTTPResponse:
-    settings: ApiSettings = request.app.ctx.settings
-    if not settings.slots:
+    pod = services(request)
+    if not pod.settings.slots:
         raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = pod.fleet
     states: list[dict[str, Any]] = []
     for worker in await fleet.workers(request_model(request), fresh=True):
         offset = len(states)
@@ -44,17 +43,17 @@ async def slots(request: Request) -> HTTPResponse:
 
 @routes.get("/metrics", name="metrics")
 async def metrics(request: Request) -> HTTPResponse:
-    settings: ApiSettings = request.app.ctx.settings
-    if not settings.metrics:
+    pod = services(request)
+    if not pod.settings.metrics:
         raise NotSupported(
             "This server does not support metrics endpoint. Start it with `--metrics`")
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = pod.fleet
     model_id = request_model(request)
     workers = await fleet.workers(model_id, fresh=True)
     counters = await fleet.registry.metrics_by_worker([w.worker_id for w in workers])
     queue = await fleet.queue_stats(model_id, workers)
     window = await scrape(fleet.redis, model_id, counters)
-    started = str(int(request.app.ctx.started_at))  # this api process's start, Unix seconds
+    started = str(int(pod.started_at))  # this api process's start, Unix seconds
     tenants = await tenant_counts(request)
     return raw(render_metrics(list(counters.values()), queue, window, tenants),
                content_type=CONTENT_TYPE,
@@ -65,7 +64,7 @@ async def metrics(request: Request) -> HTTPResponse:
 async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     """save / restore / erase a slot's prompt cache, on the worker that holds the slot; saved
     slots live in object storage, so any worker of the model can restore them."""
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     try:
         slot_id = int(id_slot)
     except ValueError:
@@ -83,7 +82,7 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
         action=action, filename=stored_as,  # type: ignore[arg-type]
-        tenant_file=request.app.ctx.tenants.directory.enabled))
+        tenant_file=services(request).tenants.directory.enabled))
     result.filename = filename
     return json(slot_action_json(result, slot_id))
 
@@ -91,7 +90,7 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
 async def tenant_counts(request: Request) -> dict[str, dict[str, int]] | None:
     """Every tenant's counters under --tenants (None without): the file's tenants and the
     default at least, at 0 before their first request."""
-    service: TenantService = request.app.ctx.tenants
+    service = services(request).tenants
     if not service.directory.enabled:
         return None
     found = await service.limits.counters()
@@ -123,9 +122,9 @@ def slot_action_json(result: SlotActionResult, slot_id: int) -> dict[str, Any]:
 
 @routes.get("/props", name="props")
 async def props(request: Request) -> HTTPResponse:
-    settings: ApiSettings = request.app.ctx.settings
-    fleet: Fleet = request.app.ctx.fleet
-    if request.app.ctx.router is not None and not getattr(request.ctx, "model_id", None):
+    pod = services(request)
+    settings, fleet = pod.settings, pod.fleet
+    if pod.router is not None and not getattr(request.ctx, "model_id", None):
         return json(_router_props(request, settings))
     workers = await fleet.placement.workers(request_model(request), fresh=True)
     first = workers[0]
@@ -150,7 +149,7 @@ async def props(request: Request) -> HTTPResponse:
         **({"fit": first.fit.model_dump()} if first.fit else {}),
         "is_sleeping": fleet_sleeping(workers),
         "ui": settings.ui,
-        "ui_settings": request.app.ctx.ui_settings,
+        "ui_settings": pod.ui_settings,
         "bos_token": first.meta.bos_token,
         "eos_token": first.meta.eos_token,
         "cors_proxy_enabled": settings.cors_proxy_on(),
@@ -193,7 +192,7 @@ def _router_props(request: Request, settings: ApiSettings) -> dict[str, Any]:
         "model_alias": "llama-server",
         "model_path": "none",
         "default_generation_settings": {"params": {}, "n_ctx": 0},
-        "ui_settings": request.app.ctx.ui_settings,
+        "ui_settings": services(request).ui_settings,
         "build_info": llama_build_info(),
         "llamaq_version": llamaq_version(),
         "cors_proxy_enabled": settings.cors_proxy_on(),

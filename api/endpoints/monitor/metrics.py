@@ -16,8 +16,9 @@ back with prometheus_client's parser (tests/metrics_text.py), which proves it va
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from api.queue_stats import QueueStats
 from scheduler.leases import MIGRATION_STALL_BUCKETS_S
 from scheduler.metrics_window import Throughput
 from scheduler.registry import WorkerMetrics
@@ -26,28 +27,6 @@ PREFIX = "llamacpp:"
 OURS = "llamaq:"
 CONTENT_TYPE = "text/plain; version=0.0.4"
 FAULT_CAUSES = ("worker_died", "poison", "drain_timeout")
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """The model's jobs in Redis, for autoscalers (see scheduler/leases.py)."""
-
-    depth: int = 0
-    """Jobs that wait for a worker (in the model's queue and its workers' own queues)."""
-    oldest_s: float = 0.0
-    retried: int = 0
-    migrated: int = 0
-    """Streamed completions continued on another worker after theirs died."""
-    stall_buckets: dict[str, int] = field(default_factory=dict)
-    """Of those, how many stalled at most `le` seconds (cumulative; by le's text)."""
-    stall_count: int = 0
-    stall_sum_s: float = 0.0
-    failed: dict[str, int] = field(default_factory=dict)
-    """Failed jobs by cause (worker_died, poison, drain_timeout)."""
-    batches_in_progress: int = 0
-    """Batches (the Batch API) not yet in a final state, fleet-wide."""
-    batch_lines_completed: int = 0
-    batch_lines_failed: int = 0
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from api.endpoints.native.protocol import (
 from api.endpoints.native.render import completion_json, model_card, ollama_model_json, partial_json
 from api.fleet import Fleet
 from api.media.prompts import attach_prompt_media
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from api.sse import sse_data
 from api.streaming import StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.contract.jobs import CompletionJob
@@ -38,8 +38,7 @@ routes = Routes("native")
 
 
 def _fleet(request: Request) -> Fleet:
-    fleet: Fleet = request.app.ctx.fleet
-    return fleet
+    return services(request).fleet
 
 
 def _model_id(request: Request) -> str:
@@ -48,7 +47,7 @@ def _model_id(request: Request) -> str:
 
 @routes.get("/health", "/v1/health")
 async def health(request: Request) -> HTTPResponse:
-    if request.app.ctx.router is not None:  # a router is healthy without any model loaded
+    if services(request).router is not None:  # a router is healthy without any model loaded
         return json({"status": "ok"})
     await _fleet(request).placement.workers(_model_id(request), fresh=True)
     return json({"status": "ok"})
@@ -56,13 +55,13 @@ async def health(request: Request) -> HTTPResponse:
 
 @routes.get("/models", "/v1/models")
 async def models(request: Request) -> HTTPResponse:
-    if request.app.ctx.router is not None:
+    if services(request).router is not None:
         return await router_models(request)
     model_id = _model_id(request)
     workers = await _fleet(request).workers(model_id)
     worker = workers[0] if workers else None
     settings = request_settings(request)
-    card = model_card(model_id, int(request.app.ctx.started_at),
+    card = model_card(model_id, int(services(request).started_at),
                       worker.meta if worker else None, worker.n_ctx_slot if worker else None,
                       aliases=settings.alias, tags=settings.tags,
                       offline_modalities=None if worker else await _offline_modalities(request))
@@ -84,8 +83,7 @@ async def _offline_modalities(request: Request) -> list[str]:
         return ["text"]
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)
-    cache: dict[tuple[str, int, int], list[str]] = request.app.ctx.__dict__.setdefault(
-        "offline_modalities", {})
+    cache = services(request).offline_modalities
     if key not in cache:
         cache[key] = await asyncio.to_thread(file_output_modalities, path)
     return cache[key]
@@ -121,7 +119,7 @@ async def _complete(request: Request, body: CompletionRequest) -> HTTPResponse |
     if any(media):  # /infill's prompt is a string: it takes none
         workers = await _fleet(request).workers(_model_id(request))
         await attach_prompt_media(jobs, media, body.n_cmpl, workers[0].meta if workers else None,
-                                  request.app.ctx.store)
+                                  services(request).store)
     await _fleet(request).placement.pin(_model_id(request), jobs, choices=body.n_cmpl,
                                         id_slot=body.id_slot, field="n_cmpl", together=True)
     if body.stream:

@@ -11,7 +11,7 @@ from sanic import Request
 
 from api.endpoints.openai.render import Envelope, random_id
 from api.fleet import Fleet
-from api.router import request_model, request_settings
+from api.services import request_model, request_settings, services
 from api.settings import ApiSettings
 from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
 from scheduler.contract.errors import ServerError
@@ -40,8 +40,8 @@ class OpenAIContext:
 
     @classmethod
     def of(cls, request: Request) -> OpenAIContext:
-        return cls(request, request.app.ctx.fleet, request_settings(request),
-                   media_store=request.app.ctx.store)
+        pod = services(request)
+        return cls(request, pod.fleet, request_settings(request), media_store=pod.store)
 
     @property
     def store(self) -> ObjectStore:

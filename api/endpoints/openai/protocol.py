@@ -140,7 +140,7 @@ ReasoningFormat = Literal["none", "deepseek", "deepseek-legacy", "auto"]
 
 class ChatCompletionRequest(OpenAIOptions):
     """POST /v1/chat/completions. `messages`, `tools` and `tool_choice` are checked by the
-    chat layer (api/chat/messages.py) when the prompt is rendered."""
+    chat layer (api/chat/messages.py, request_tools.py) when the prompt is rendered."""
 
     prompt: Any = None  # not a chat field; ignored
     messages: list[Any]

@@ -14,6 +14,7 @@ from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
 from api.routing import Routes, body_model
+from api.services import services
 
 routes = Routes("openapi")
 PATH_PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
@@ -73,7 +74,7 @@ def openapi_document(app: Sanic) -> dict[str, Any]:
 
 @routes.get("/openapi.json", name="openapi")
 async def openapi_json(request: Request) -> HTTPResponse:
-    app = request.app
-    if not hasattr(app.ctx, "openapi"):
-        app.ctx.openapi = openapi_document(app)
-    return json(app.ctx.openapi)
+    pod = services(request)
+    if pod.openapi is None:
+        pod.openapi = openapi_document(request.app)
+    return json(pod.openapi)

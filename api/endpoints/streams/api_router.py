@@ -9,8 +9,8 @@ from __future__ import annotations
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
-from api.fleet import Fleet
 from api.routing import Routes
+from api.services import services
 from scheduler.streams import StreamRecords
 
 routes = Routes("streams")
@@ -18,7 +18,7 @@ routes = Routes("streams")
 
 @routes.delete("/v1/streams/<record_id:str>", name="stop_stream")
 async def stop_stream(request: Request, record_id: str) -> HTTPResponse:
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     record = await StreamRecords(fleet.redis).record(record_id.partition("-")[0])
     request.ctx.tenant.check_owner(record.tenant, f"unknown or expired stream {record_id!r}")
     job_ids = record.job_ids

@@ -16,10 +16,9 @@ from api.chat.templates import ChatTemplate, template_kwargs
 from api.endpoints.systemone.prompt import decision_job, systemone_input
 from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import systemone_json
-from api.fleet import Fleet
 from api.media.refs import media_refs
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest, NotSupported
 from scheduler.contract.results import DecisionResult, expect_result
@@ -50,7 +49,7 @@ def media_workers(able: list[WorkerInfo], caps: DecisionCaps, where: str,
 async def answer(request: Request) -> HTTPResponse:
     body = parse_body(request, SystemOneRequest)
     settings = request_settings(request)
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     model_id = request_model(request)
     workers, able = await fleet.placement.deciding(model_id)
     caps = able[0].meta.decisions
@@ -78,7 +77,7 @@ async def answer(request: Request) -> HTTPResponse:
         job.systemone = systemone_input(body)
     limits.check_decision(job)
     if media:
-        job.media = await media_refs(body.media(), None, request.app.ctx.store)
+        job.media = await media_refs(body.media(), None, services(request).store)
         job.media_marker = marker
     if len(able) < len(workers):  # only some workers serve decisions: one of them
         job.worker_id = (await fleet.placement.pick(able)).worker_id

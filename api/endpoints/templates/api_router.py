@@ -12,10 +12,9 @@ from api.body import parse_body
 from api.chat.messages import validate_messages
 from api.chat.prepare import media_input
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.fleet import Fleet
 from api.media.sources import media_bytes
-from api.router import request_model, request_settings
 from api.routing import Routes
+from api.services import request_model, request_settings, services
 from scheduler.contract.errors import InvalidRequest
 from scheduler.registry import ModelMeta
 
@@ -37,7 +36,7 @@ class ApplyTemplateRequest(BaseModel):
 async def apply_template(request: Request) -> HTTPResponse:
     body = parse_body(request, ApplyTemplateRequest)
     settings = request_settings(request)
-    fleet: Fleet = request.app.ctx.fleet
+    fleet = services(request).fleet
     workers = await fleet.placement.workers(request_model(request))
     if body.continue_final_message and body.add_generation_prompt:
         raise InvalidRequest("Cannot set both add_generation_prompt and continue_final_message "
@@ -59,7 +58,7 @@ async def _media_as_markers(messages: list[Any], meta: ModelMeta,
                             media_path: str | None) -> list[Any]:
     """With a projector, media parts become the media marker (llama-server loads the media
     too, so a bad URL or file fails here as in a chat request); without one, the template's
-    checks answer (a 500 for media, api/chat/templates.py)."""
+    checks answer (a 500 for media, api/chat/template_messages.py)."""
     media = media_input(meta)
     if media is None or not any(_has_media(m) for m in messages):
         return messages

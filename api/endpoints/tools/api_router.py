@@ -25,7 +25,7 @@ from api.endpoints.tools.render import (
     server_error,
 )
 from api.routing import Routes
-from api.settings import ApiSettings
+from api.services import services
 from api.sse import open_stream, sse_data
 from api.tools.cors_proxy import ProxyRefused, forward, new_client
 from api.tools.errors import ToolArgumentError, ToolRuntimeError, UnknownToolError
@@ -39,13 +39,13 @@ routes = Routes("tools")
 
 
 def _service(request: Request) -> ToolsService | None:
-    service: ToolsService | None = getattr(request.app.ctx, "tools", None)
+    service: ToolsService | None = services(request).tools
     return service
 
 
 def key_id(request: Request) -> str:
     """Who called, for the log: a digest of the API key (never the key), `-` without keys."""
-    if not getattr(request.app.ctx, "api_keys", None):
+    if not services(request).api_keys:
         return "-"
     return "key-" + hashlib.sha256(presented_key(request).encode()).hexdigest()[:12]
 
@@ -139,7 +139,7 @@ async def cors_proxy_post(request: Request) -> HTTPResponse | None:
 
 
 async def _proxy(request: Request, method: str) -> HTTPResponse | None:
-    settings: ApiSettings = request.app.ctx.settings
+    settings = services(request).settings
     if not settings.cors_proxy_on():
         return feature_disabled()
     url = request.args.get("url", "")

@@ -1,0 +1,85 @@
+"""What the output parser (api/chat/parsing.py) hands out as it reads: the deltas of a stream,
+merged where they can be, and the whole message they add up to. Whitespace at the end of
+content is held until more content follows it; a tool call drops what was held."""
+
+from __future__ import annotations
+
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.tool_formats import WHITESPACE, ParsedCall, random_string
+
+
+class Deltas:
+    def __init__(self, *, legacy: bool, parallel: bool) -> None:
+        """`legacy` (--reasoning-format deepseek-legacy): reasoning is content too;
+        without `parallel` only the answer's first call is kept."""
+        self.legacy = legacy
+        self.parallel = parallel
+        self.thinking = False  # reasoning text emitted yet
+        self.skip_ws = False  # drop the whitespace before the next text (after </think>)
+        self.held = ""  # whitespace read in the body, emitted only if content follows
+        self.tool_calls: list[ToolCall] = []
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._out: list[ChatDelta] = []
+
+    def take(self) -> list[ChatDelta]:
+        """The deltas since the last take."""
+        out, self._out = self._out, []
+        return out
+
+    def message(self) -> ChatMessage:
+        reasoning = "".join(self._reasoning)
+        return ChatMessage(
+            content="".join(self._content),
+            reasoning_content=reasoning or None,
+            tool_calls=list(self.tool_calls),
+        )
+
+    def _push(self, *, content: str = "", reasoning: str = "") -> None:
+        last = self._out[-1] if self._out else None
+        if last is not None and not last.tool_calls and not (reasoning and last.content):
+            last.content += content
+            last.reasoning_content += reasoning
+        else:
+            self._out.append(ChatDelta(content=content, reasoning_content=reasoning))
+
+    def content(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+            self._push(content=text)
+
+    def thought(self, text: str) -> None:
+        if text:
+            self.thinking = True
+            self._reasoning.append(text)
+            self._push(reasoning=text, content=text if self.legacy else "")
+            if self.legacy:
+                self._content.append(text)
+
+    def body(self, text: str) -> None:
+        """Body text: trailing whitespace is held until more content follows it."""
+        if self.skip_ws:
+            stripped = text.lstrip(WHITESPACE)
+            if not stripped:
+                return
+            text, self.skip_ws = stripped, False
+        body = text.rstrip(WHITESPACE)
+        if body:
+            self.content(self.held + body)
+            self.held = text[len(body) :]
+        else:
+            self.held += text
+
+    def calls(self, calls: list[ParsedCall]) -> None:
+        self.held = ""  # whitespace before a call is dropped; after it, held as usual
+        if not self.parallel:
+            calls = [] if self.tool_calls else calls[:1]
+        for call in calls:
+            index = len(self.tool_calls)
+            call_id = call.id or random_string()
+            tool_call = ToolCall(id=call_id, name=call.name, arguments=call.arguments)
+            self.tool_calls.append(tool_call)
+            self._out.append(
+                ChatDelta(tool_calls=[ToolCallDelta(index, tool_call.id, tool_call.name, "")])
+            )
+            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, arguments=call.arguments)]))
