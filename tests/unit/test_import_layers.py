@@ -169,3 +169,13 @@ def test_every_worker_module_is_in_a_room() -> None:
     loose = [m for m in MODULES if m.startswith("worker.") and m.count(".") == 1
              and not (ROOT / "worker" / m.split(".")[1]).is_dir()]
     assert not loose, f"worker modules outside a room: {loose}"
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module over 400 lines holds more than one concern: split it by concern."""
+    long = {module: n for module, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
