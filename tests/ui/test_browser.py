@@ -339,22 +339,17 @@ def test_markdown_code_reasoning_and_copy(page: Page, api: str, shot: Shot) -> N
     shot(page, "markdown-code-reasoning")
 
 
-def test_page_under_an_api_prefix(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
-                                  api: str) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--api-prefix", "/llm")
-        calls: list[str] = []
-        page.on("request", lambda r: calls.append(r.url))
-        page.goto(f"{url}/llm")
-        assert page.url == f"{url}/llm/"
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        page.get_by_role("link", name="Fleet").click()
-        expect(page.locator(".worker")).not_to_have_count(0)
-        assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
-        assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
-    finally:
-        fleet.stop()
+def test_page_under_an_api_prefix(prefixed_api: str, page: Page) -> None:
+    url = prefixed_api  # the session's worker behind a pod with --api-prefix /llm
+    calls: list[str] = []
+    page.on("request", lambda r: calls.append(r.url))
+    page.goto(f"{url}/llm")
+    assert page.url == f"{url}/llm/"
+    expect(page.get_by_label("Model")).to_have_value("gemma")
+    page.get_by_role("link", name="Fleet").click()
+    expect(page.locator(".worker")).not_to_have_count(0)
+    assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
+    assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
 
 
 THINKING_TEMPLATE = (

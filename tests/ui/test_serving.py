@@ -90,7 +90,7 @@ def no_ui_api(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[str]:
 
 
 def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path,
-                              no_ui_api: str) -> None:
+                              no_ui_api: str, prefixed_api: str) -> None:
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
     try:
         off = no_ui_api
@@ -101,7 +101,7 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path,
         old_name = fleet.add_api("--no-webui")
         assert httpx.get(f"{old_name}/").status_code == 404
 
-        prefixed = fleet.add_api("--api-prefix", "/llm")
+        prefixed = prefixed_api
         response = httpx.get(f"{prefixed}/llm")
         assert response.status_code == 308 and response.headers["location"] == "/llm/"
         page = httpx.get(f"{prefixed}/llm/")
