@@ -94,6 +94,29 @@ def api(fleet: Fleet) -> str:
 
 
 @pytest.fixture(scope="session")
+def keyed_api(fleet: Fleet) -> Iterator[str]:
+    """A second api pod for the session's worker, started with `--api-key sekrit`: the tests
+    of a key's prompt, refusal and public paths share it (none of them stops or changes it)."""
+    keyed = Fleet(fleet.redis_url, fleet.workdir, fleet.common,
+                  logs=fleet.workdir / "logs-gemma-keyed")
+    url = keyed.add_api("--api-key", "sekrit")
+    keyed.wait_healthy(url)
+    yield url
+    keyed.stop()
+
+
+@pytest.fixture(scope="session")
+def prefixed_api(fleet: Fleet) -> Iterator[str]:
+    """A second api pod for the session's worker, started with `--api-prefix /llm` (the tests
+    of the prefix share it; none stops or changes it). The url is the pod's root."""
+    prefixed = Fleet(fleet.redis_url, fleet.workdir, fleet.common,
+                     logs=fleet.workdir / "logs-gemma-prefixed")
+    url = prefixed.add_api("--api-prefix", "/llm")
+    yield url
+    prefixed.stop()
+
+
+@pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny llama GGUF with random weights, written by the test (tests/tiny_gguf.py)."""
     from tests.tiny_gguf import write_tiny_llama

@@ -4,14 +4,11 @@ multimodal input, and x-api-key / anthropic-version headers."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
-
-from tests.conftest import make_fleet
 
 USER = [{"role": "user", "content": "Tell me a story."}]
 BODY: dict[str, Any] = {"model": "gemma", "messages": USER, "max_tokens": 6, "temperature": 0}
@@ -148,28 +145,23 @@ def test_sdk_errors(api: str) -> None:
     assert unsupported.value.status_code == 500  # llama-server's answer without an mmproj
 
 
-def test_x_api_key(redis_url: str, workdir: Path, gemma_path: Path, api: str) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--api-key", "sekrit")
-        fleet.wait_healthy(url)
-        good = anthropic.Anthropic(base_url=url, api_key="sekrit", max_retries=0, timeout=120)
-        create: Any = good.messages.create
-        assert create(model="gemma", max_tokens=3, messages=USER).type == "message"
-        count: Any = good.messages.count_tokens
-        assert count(model="gemma", messages=USER).input_tokens > 0
-        bad = anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0)
-        bad_create: Any = bad.messages.create
-        with pytest.raises(anthropic.AuthenticationError) as denied:
-            bad_create(model="gemma", max_tokens=3, messages=USER)
-        assert denied.value.body == {"error": {"code": 401, "message": "Invalid API Key",
-                                               "type": "authentication_error"}}
-        raw = httpx.post(f"{url}/v1/messages", json=BODY,
-                         headers={**HEADERS, "x-api-key": "sekrit"}, timeout=120)
-        assert raw.status_code == 200
-        assert httpx.post(f"{url}/v1/messages", json=BODY, headers=HEADERS).status_code == 401
-    finally:
-        fleet.stop()
+def test_x_api_key(keyed_api: str) -> None:
+    url = keyed_api  # the session's worker behind a pod with --api-key sekrit
+    good = anthropic.Anthropic(base_url=url, api_key="sekrit", max_retries=0, timeout=120)
+    create: Any = good.messages.create
+    assert create(model="gemma", max_tokens=3, messages=USER).type == "message"
+    count: Any = good.messages.count_tokens
+    assert count(model="gemma", messages=USER).input_tokens > 0
+    bad = anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0)
+    bad_create: Any = bad.messages.create
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        bad_create(model="gemma", max_tokens=3, messages=USER)
+    assert denied.value.body == {"error": {"code": 401, "message": "Invalid API Key",
+                                           "type": "authentication_error"}}
+    raw = httpx.post(f"{url}/v1/messages", json=BODY,
+                     headers={**HEADERS, "x-api-key": "sekrit"}, timeout=120)
+    assert raw.status_code == 200
+    assert httpx.post(f"{url}/v1/messages", json=BODY, headers=HEADERS).status_code == 401
 
 
 def test_tool_use_events(api: str) -> None:

@@ -35,15 +35,29 @@ CAT, DOG = uri(png(80, 60, seed=7)), uri(png(50, 50, seed=8))
 
 
 @pytest.fixture(scope="module")
-def api(redis_url: str, workdir: Path, gemma_path: Path, tiny_mmproj_path: Path
-        ) -> Iterator[str]:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-decisions-vision")
-    fleet.add_worker("-c", "4096", "-np", "4", "-t", "2", "--decisions", "-mm",
-                     str(tiny_mmproj_path), "--no-mmproj-offload")
-    url = fleet.add_api()
-    fleet.wait_healthy(url, timeout=120)
-    yield url
-    fleet.stop()
+def fleets(redis_url: str, workdir: Path, gemma_path: Path, tiny_mmproj_path: Path,
+           tiny_audio_mmproj_path: Path) -> Iterator[dict[str, str]]:
+    """The module's two fleets, started at once (their loads overlap): `vision`, Gemma with
+    the tiny gemma3 vision projector, and `audio`, Gemma with the tiny qwen2a one."""
+    vision = make_fleet(redis_url, workdir, gemma_path, "gemma-decisions-vision")
+    audio = make_fleet(redis_url, workdir, gemma_path, "gemma-decisions-audio")
+    try:
+        vision.add_worker("-c", "4096", "-np", "4", "-t", "2", "--decisions", "-mm",
+                          str(tiny_mmproj_path), "--no-mmproj-offload")
+        audio.add_worker("-c", "4096", "-np", "2", "-t", "2", "--decisions", "-mm",
+                         str(tiny_audio_mmproj_path), "--no-mmproj-offload")
+        urls = {"vision": vision.add_api(), "audio": audio.add_api()}
+        vision.wait_healthy(urls["vision"], timeout=120)
+        audio.wait_healthy(urls["audio"], timeout=120)
+        yield urls
+    finally:
+        vision.stop()
+        audio.stop()
+
+
+@pytest.fixture(scope="module")
+def api(fleets: dict[str, str]) -> str:
+    return fleets["vision"]
 
 
 def ask(api: str, **body: Any) -> httpx.Response:
@@ -94,15 +108,8 @@ def test_bad_bytes_are_a_400_and_the_worker_goes_on(api: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def audio_api(redis_url: str, workdir: Path, gemma_path: Path, tiny_audio_mmproj_path: Path
-              ) -> Iterator[str]:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-decisions-audio")
-    fleet.add_worker("-c", "4096", "-np", "2", "-t", "2", "--decisions", "-mm",
-                     str(tiny_audio_mmproj_path), "--no-mmproj-offload")
-    url = fleet.add_api()
-    fleet.wait_healthy(url, timeout=120)
-    yield url
-    fleet.stop()
+def audio_api(fleets: dict[str, str]) -> str:
+    return fleets["audio"]
 
 
 def test_audio_is_read_by_an_audio_projector(audio_api: str) -> None:

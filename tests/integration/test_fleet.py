@@ -189,21 +189,19 @@ def test_output_does_not_depend_on_the_batch_size(redis_url: str, workdir: Path,
     body = {"prompt": "The recipe for bread: first, take some flour and " * 3,
             "temperature": 0.0, "n_predict": 24, "cache_prompt": False}
     wide = make_fleet(redis_url, workdir, gemma_path, "gemma-b2048")
-    try:
-        wide.add_worker("-c", "1024", "-np", "1", "-t", "2", "--swa-full")
-        big = wide.add_api()
-        wide.wait_healthy(big)
-        whole = httpx.post(f"{big}/completion", json=body, timeout=60).json()
-    finally:
-        wide.stop()
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-b16")
-    try:
+    try:  # both start at once; the two requests run one after the other
+        wide.add_worker("-c", "1024", "-np", "1", "-t", "2", "--swa-full")
         fleet.add_worker("-c", "1024", "-np", "1", "-t", "2", "-b", "16", "-ub", "16",
                          "--swa-full")
+        big = wide.add_api()
         small = fleet.add_api()
+        wide.wait_healthy(big)
         fleet.wait_healthy(small)
+        whole = httpx.post(f"{big}/completion", json=body, timeout=60).json()
         chunked = httpx.post(f"{small}/completion", json=body, timeout=60).json()
         assert chunked["tokens_evaluated"] > 16  # the prompt did take several batches
         assert chunked["content"] == whole["content"]
     finally:
         fleet.stop()
+        wide.stop()

@@ -37,14 +37,27 @@ def media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vision_fleet(redis_url: str, workdir: Path, gemma_path: Path, tiny_mmproj_path: Path,
-                 media_dir: Path) -> Iterator[Fleet]:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-vision")
-    fleet.add_worker(*WORKER_FLAGS, "-mm", str(tiny_mmproj_path), "--no-mmproj-offload")
-    url = fleet.add_api("--media-path", str(media_dir))
-    fleet.wait_healthy(url, timeout=120)
-    yield fleet
-    fleet.stop()
+def fleets(redis_url: str, workdir: Path, gemma_path: Path, tiny_mmproj_path: Path,
+           tiny_audio_mmproj_path: Path, media_dir: Path) -> Iterator[dict[str, Fleet]]:
+    """The module's two models, started at once (their loads overlap): `vision`, Gemma with
+    the tiny gemma3 vision projector, and `audio`, Gemma with the tiny qwen2a audio one."""
+    vision = make_fleet(redis_url, workdir, gemma_path, "gemma-vision")
+    audio = make_fleet(redis_url, workdir, gemma_path, "gemma-audio")
+    try:
+        vision.add_worker(*WORKER_FLAGS, "-mm", str(tiny_mmproj_path), "--no-mmproj-offload")
+        audio.add_worker(*WORKER_FLAGS, "-mm", str(tiny_audio_mmproj_path),
+                         "--no-mmproj-offload")
+        vision.wait_healthy(vision.add_api("--media-path", str(media_dir)), timeout=120)
+        audio.wait_healthy(audio.add_api(), timeout=120)
+        yield {"vision": vision, "audio": audio}
+    finally:
+        vision.stop()
+        audio.stop()
+
+
+@pytest.fixture(scope="module")
+def vision_fleet(fleets: dict[str, Fleet]) -> Fleet:
+    return fleets["vision"]
 
 
 @pytest.fixture(scope="module")
@@ -271,15 +284,9 @@ def test_every_worker_of_the_model_uses_one_marker(api: str, vision_fleet: Fleet
 
 
 @pytest.fixture(scope="module")
-def audio_api(redis_url: str, workdir: Path, gemma_path: Path,
-              tiny_audio_mmproj_path: Path) -> Iterator[str]:
+def audio_api(fleets: dict[str, Fleet]) -> str:
     """A second model: Gemma with the tiny qwen2a audio projector."""
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-audio")
-    fleet.add_worker(*WORKER_FLAGS, "-mm", str(tiny_audio_mmproj_path), "--no-mmproj-offload")
-    url = fleet.add_api()
-    fleet.wait_healthy(url, timeout=120)
-    yield url
-    fleet.stop()
+    return fleets["audio"].api_urls[0]
 
 
 def test_chat_with_input_audio(audio_api: str) -> None:

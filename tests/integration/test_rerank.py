@@ -30,15 +30,29 @@ def rank_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rank_api(redis_url: str, workdir: Path, rank_model: Path) -> Iterator[str]:
-    """-fa off: the attention kernel of the reference context below (flash attention's
-    rounding differs by ~1e-3 on these scores)."""
-    fleet = make_fleet(redis_url, workdir, rank_model, "tiny-rank")
-    fleet.add_worker("--rerank", "-np", "4", "-t", "1", "-fa", "off")
-    url = fleet.add_api()
-    fleet.wait_healthy(url)
-    yield url
-    fleet.stop()
+def fleets(redis_url: str, workdir: Path, rank_model: Path,
+           minilm_path: Path) -> Iterator[dict[str, str]]:
+    """The module's two fleets, started at once (their loads overlap): `rank`, the tiny
+    cross-encoder with --rerank and -fa off (the attention kernel of the reference context
+    below: flash attention's rounding differs by ~1e-3 on these scores), and `none`, MiniLM
+    with --pooling none."""
+    rank = make_fleet(redis_url, workdir, rank_model, "tiny-rank")
+    none = make_fleet(redis_url, workdir, minilm_path, "minilm-none")
+    try:
+        rank.add_worker("--rerank", "-np", "4", "-t", "1", "-fa", "off")
+        none.add_worker("--embedding", "--pooling", "none", "-np", "2", "-t", "1")
+        urls = {"rank": rank.add_api(), "none": none.add_api()}
+        rank.wait_healthy(urls["rank"])
+        none.wait_healthy(urls["none"])
+        yield urls
+    finally:
+        rank.stop()
+        none.stop()
+
+
+@pytest.fixture(scope="module")
+def rank_api(fleets: dict[str, str]) -> str:
+    return fleets["rank"]
 
 
 def llama_cpp_scores(path: Path, query: str, documents: list[str]) -> list[float]:
@@ -123,13 +137,8 @@ def test_a_rank_model_says_it_reranks(rank_api: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def none_api(redis_url: str, workdir: Path, minilm_path: Path) -> Iterator[str]:
-    fleet = make_fleet(redis_url, workdir, minilm_path, "minilm-none")
-    fleet.add_worker("--embedding", "--pooling", "none", "-np", "2", "-t", "1")
-    url = fleet.add_api()
-    fleet.wait_healthy(url)
-    yield url
-    fleet.stop()
+def none_api(fleets: dict[str, str]) -> str:
+    return fleets["none"]
 
 
 def test_pooling_none_gives_one_unnormalized_row_per_token(none_api: str) -> None:

@@ -189,7 +189,9 @@ def test_reuse_port_lets_two_pods_share_one_port(pods: Fleet) -> None:
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, what="the first pod")
     second = pods._spawn("api", ["--port", str(port), "--reuse-port"])
-    time.sleep(3)  # long enough for a bind error to stop it
+    second_log = pods.logs / f"api-{len(pods.processes) - 1}.log"
+    wait_until(lambda: second.poll() is not None or "Worker ready" in second_log.read_text(),
+               what="the second pod serving (past its bind) or stopped")
     assert second.poll() is None, "the second pod could not bind the shared port"
     first.terminate()
     first.wait(timeout=30)

@@ -143,32 +143,27 @@ def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: 
         fleet.stop()
 
 
-def test_api_key_is_asked_once(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
-                               api: str, shot: Shot) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--api-key", "sekrit")
-        page.goto(f"{url}/")
-        expect(page.get_by_text("This server needs an API key")).to_be_visible()
-        shot(page, "api-key-prompt")
-        page.fill("input[name=api-key]", "wrong")
-        page.get_by_role("button", name="Save key").click()
-        expect(page.locator(".key-prompt .error")).to_contain_text("Invalid API Key")
-        page.fill("input[name=api-key]", "sekrit")
-        page.get_by_role("button", name="Save key").click()
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        _set_max_tokens(page, 16)
-        _wait_answered(page, _send(page, "Hello!"))
-        assert page.locator(ANSWER).inner_text().strip()
-        assert not page.locator(".message.assistant .error").count()
-        page.reload()  # asked once: the key is kept
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        expect(page.get_by_text("This server needs an API key")).to_have_count(0)
-        page.get_by_role("link", name="Fleet").click()
-        expect(page.locator(".worker")).not_to_have_count(0)
-        shot(page, "api-key-chat")
-    finally:
-        fleet.stop()
+def test_api_key_is_asked_once(keyed_api: str, page: Page, shot: Shot) -> None:
+    url = keyed_api  # the session's worker behind a pod with --api-key sekrit
+    page.goto(f"{url}/")
+    expect(page.get_by_text("This server needs an API key")).to_be_visible()
+    shot(page, "api-key-prompt")
+    page.fill("input[name=api-key]", "wrong")
+    page.get_by_role("button", name="Save key").click()
+    expect(page.locator(".key-prompt .error")).to_contain_text("Invalid API Key")
+    page.fill("input[name=api-key]", "sekrit")
+    page.get_by_role("button", name="Save key").click()
+    expect(page.get_by_label("Model")).to_have_value("gemma")
+    _set_max_tokens(page, 16)
+    _wait_answered(page, _send(page, "Hello!"))
+    assert page.locator(ANSWER).inner_text().strip()
+    assert not page.locator(".message.assistant .error").count()
+    page.reload()  # asked once: the key is kept
+    expect(page.get_by_label("Model")).to_have_value("gemma")
+    expect(page.get_by_text("This server needs an API key")).to_have_count(0)
+    page.get_by_role("link", name="Fleet").click()
+    expect(page.locator(".worker")).not_to_have_count(0)
+    shot(page, "api-key-chat")
 
 
 def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path: Path,
@@ -344,22 +339,17 @@ def test_markdown_code_reasoning_and_copy(page: Page, api: str, shot: Shot) -> N
     shot(page, "markdown-code-reasoning")
 
 
-def test_page_under_an_api_prefix(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
-                                  api: str) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--api-prefix", "/llm")
-        calls: list[str] = []
-        page.on("request", lambda r: calls.append(r.url))
-        page.goto(f"{url}/llm")
-        assert page.url == f"{url}/llm/"
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        page.get_by_role("link", name="Fleet").click()
-        expect(page.locator(".worker")).not_to_have_count(0)
-        assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
-        assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
-    finally:
-        fleet.stop()
+def test_page_under_an_api_prefix(prefixed_api: str, page: Page) -> None:
+    url = prefixed_api  # the session's worker behind a pod with --api-prefix /llm
+    calls: list[str] = []
+    page.on("request", lambda r: calls.append(r.url))
+    page.goto(f"{url}/llm")
+    assert page.url == f"{url}/llm/"
+    expect(page.get_by_label("Model")).to_have_value("gemma")
+    page.get_by_role("link", name="Fleet").click()
+    expect(page.locator(".worker")).not_to_have_count(0)
+    assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
+    assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
 
 
 THINKING_TEMPLATE = (

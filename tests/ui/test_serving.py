@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,71 +26,74 @@ def _asset_paths(page: str) -> list[str]:
     return paths
 
 
-def test_page_and_assets_with_caching_headers(redis_url: str, workdir: Path,
-                                              gemma_path: Path) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
-    try:
-        url = fleet.add_api()
-        page = httpx.get(f"{url}/")
-        assert page.status_code == 200
-        assert page.headers["content-type"] == "text/html; charset=utf-8"
-        assert page.headers["cache-control"] == "no-cache"
-        assert page.headers["cross-origin-opener-policy"] == "same-origin"
-        assert page.headers["cross-origin-embedder-policy"] == "require-corp"
-        assert '<div id="app">' in page.text
-        assert httpx.get(f"{url}/index.html").text == page.text
-        assert "http" not in re.sub(r'xmlns="[^"]+"', "", page.text)  # nothing from a CDN
-        for asset in _asset_paths(page.text):
-            response = httpx.get(f"{url}/{asset}")
-            assert response.status_code == 200
-            assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
-        script = next(a for a in _asset_paths(page.text) if a.endswith(".js"))
-        zipped = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "gzip"})
-        assert zipped.headers["content-encoding"] == "gzip"
-        assert zipped.headers["content-type"] == "application/javascript; charset=utf-8"
-        plain = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "identity"})
-        assert "content-encoding" not in plain.headers
-        assert zipped.content == plain.content  # httpx decoded it
-        with httpx.stream("GET", f"{url}/{script}", headers={"Accept-Encoding": "gzip"}) as raw:
-            assert gzip.decompress(b"".join(raw.iter_raw())) == plain.content
+def test_page_and_assets_with_caching_headers(api: str) -> None:
+    url = api  # the session's pod: no flags
+    page = httpx.get(f"{url}/")
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.headers["cache-control"] == "no-cache"
+    assert page.headers["cross-origin-opener-policy"] == "same-origin"
+    assert page.headers["cross-origin-embedder-policy"] == "require-corp"
+    assert '<div id="app">' in page.text
+    assert httpx.get(f"{url}/index.html").text == page.text
+    assert "http" not in re.sub(r'xmlns="[^"]+"', "", page.text)  # nothing from a CDN
+    for asset in _asset_paths(page.text):
+        response = httpx.get(f"{url}/{asset}")
+        assert response.status_code == 200
+        assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
+    script = next(a for a in _asset_paths(page.text) if a.endswith(".js"))
+    zipped = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert zipped.headers["content-type"] == "application/javascript; charset=utf-8"
+    plain = httpx.get(f"{url}/{script}", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers
+    assert zipped.content == plain.content  # httpx decoded it
+    with httpx.stream("GET", f"{url}/{script}", headers={"Accept-Encoding": "gzip"}) as raw:
+        assert gzip.decompress(b"".join(raw.iter_raw())) == plain.content
 
-        etag = page.headers["etag"]
-        again = httpx.get(f"{url}/", headers={"If-None-Match": etag})
-        assert again.status_code == 304 and again.content == b""
-        for path in PUBLIC_ASSETS:
-            response = httpx.get(f"{url}/{path}")
-            assert response.status_code == 200, path
-            assert response.headers["cache-control"] == "no-cache"
-        assert httpx.get(f"{url}/manifest.webmanifest").json()["name"] == "llamaq"
-        assert httpx.get(f"{url}/_app/version.json").json()["version"]
-        head = httpx.head(f"{url}/sw.js")
-        assert head.status_code == 200 and head.content == b""
-        assert httpx.get(f"{url}/_app/immutable/nothing.js").json() == NOT_FOUND
+    etag = page.headers["etag"]
+    again = httpx.get(f"{url}/", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    for path in PUBLIC_ASSETS:
+        response = httpx.get(f"{url}/{path}")
+        assert response.status_code == 200, path
+        assert response.headers["cache-control"] == "no-cache"
+    assert httpx.get(f"{url}/manifest.webmanifest").json()["name"] == "llamaq"
+    assert httpx.get(f"{url}/_app/version.json").json()["version"]
+    head = httpx.head(f"{url}/sw.js")
+    assert head.status_code == 200 and head.content == b""
+    assert httpx.get(f"{url}/_app/immutable/nothing.js").json() == NOT_FOUND
+
+
+def test_page_is_public_under_an_api_key(keyed_api: str) -> None:
+    url = keyed_api  # the session's worker behind a pod with --api-key sekrit
+    page = httpx.get(f"{url}/")
+    assert page.status_code == 200
+    for path in (*PUBLIC_ASSETS, *_asset_paths(page.text)):
+        assert httpx.get(f"{url}/{path}").status_code == 200, path
+    for path in ("props", "fleet", "v1/chat/completions"):
+        assert httpx.get(f"{url}/{path}").status_code == 401, path
+    keyed = httpx.get(f"{url}/fleet", headers={"Authorization": "Bearer sekrit"})
+    assert keyed.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def no_ui_api(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[str]:
+    """An api pod for the session's model started with --no-ui: two tests read it, none
+    changes it."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    fleet.logs = workdir / "logs-gemma-no-ui"
+    try:
+        yield fleet.add_api("--no-ui")
     finally:
         fleet.stop()
 
 
-def test_page_is_public_under_an_api_key(redis_url: str, workdir: Path, gemma_path: Path,
-                                         api: str) -> None:
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--api-key", "sekrit")
-        page = httpx.get(f"{url}/")
-        assert page.status_code == 200
-        for path in (*PUBLIC_ASSETS, *_asset_paths(page.text)):
-            assert httpx.get(f"{url}/{path}").status_code == 200, path
-        for path in ("props", "fleet", "v1/chat/completions"):
-            assert httpx.get(f"{url}/{path}").status_code == 401, path
-        keyed = httpx.get(f"{url}/fleet", headers={"Authorization": "Bearer sekrit"})
-        assert keyed.status_code == 200
-    finally:
-        fleet.stop()
-
-
-def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path) -> None:
+def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path,
+                              no_ui_api: str, prefixed_api: str) -> None:
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
     try:
-        off = fleet.add_api("--no-ui")
+        off = no_ui_api
         response = httpx.get(f"{off}/")
         assert response.status_code == 404 and response.json() == NOT_FOUND
         remover = httpx.get(f"{off}/sw.js")  # the old UI's service worker removes itself
@@ -97,7 +101,7 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path) -
         old_name = fleet.add_api("--no-webui")
         assert httpx.get(f"{old_name}/").status_code == 404
 
-        prefixed = fleet.add_api("--api-prefix", "/llm")
+        prefixed = prefixed_api
         response = httpx.get(f"{prefixed}/llm")
         assert response.status_code == 308 and response.headers["location"] == "/llm/"
         page = httpx.get(f"{prefixed}/llm/")
@@ -111,7 +115,7 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path) -
 
 
 def test_ui_config_defaults_in_props(redis_url: str, workdir: Path, gemma_path: Path,
-                                     api: str, tmp_path: Path) -> None:
+                                     api: str, no_ui_api: str, tmp_path: Path) -> None:
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
     try:
         assert httpx.get(f"{api}/props").json()["ui_settings"] == {}
@@ -125,8 +129,7 @@ def test_ui_config_defaults_in_props(redis_url: str, workdir: Path, gemma_path: 
         both = fleet.add_api("--webui-config-file", str(config), "--webui-config", '{"top_k": 9}')
         assert httpx.get(f"{both}/props").json()["ui_settings"] == {
             "systemMessage": "Be brief.", "top_k": 9}
-        off = fleet.add_api("--no-ui")
-        assert httpx.get(f"{off}/props").json()["ui"] is False
+        assert httpx.get(f"{no_ui_api}/props").json()["ui"] is False
     finally:
         fleet.stop()
 
