@@ -5,7 +5,7 @@ things; prints what each answered and whether the answers agree.
     .venv/bin/python bench/compare_llama_server.py [--llama-server PATH] [--model GGUF]
 
 Not a test (it needs the llama-server binary); the tests of these points are in
-tests/integration/test_conformance*.py.
+tests/fleet/native/test_conformance*.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Record the shapes of llama-server's answers (key paths and value types) that llamaq's
-must have: tests/data/llama_server_keys.json, read by tests/integration/
-test_llama_server_keys.py. Run again when the pinned llama.cpp changes:
+must have: tests/data/llama_server_keys.json, read by
+tests/fleet/native/test_llama_server_keys.py. Run again when the pinned llama.cpp changes:
 
     .venv/bin/python bench/record_llama_server_keys.py [--llama-server PATH] [--model GGUF]
 

@@ -20,7 +20,7 @@ The rule (decided here, applied by the worker that starts a job and by the api t
 
 Relies on arq 0.28's in-progress key name (`arq.constants.in_progress_key_prefix`) and on its
 Worker attributes `in_progress_timeout_s`, `tasks` and `start_jobs`' bookkeeping (pinned in
-pyproject; the seam is tested in tests/integration/test_arq_seam.py and test_faults_jobs.py).
+pyproject; the seam is tested in tests/fleet/queue/test_arq_seam.py and test_faults_jobs.py).
 A poll claims jobs (sets their in-progress keys) in the script that finds them (CLAIM_JOBS), and
 a job's owner key goes in the pipeline of its last event (`let_go`, `release_on`).
 """

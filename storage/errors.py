@@ -3,7 +3,7 @@
 Each class names the error of llamaq's one table (scheduler/contract/errors.py) it is rendered
 as; what of its message leaves the process is redacted (storage/redact.py). Storage may import
 the contract, as every layer may: the contract is the lowest floor (it imports pydantic and the
-standard library alone, tests/unit/test_contract_floor.py), so storage still knows no Redis.
+standard library alone, tests/unit/project/test_contract_floor.py), so storage still knows no Redis.
 """
 
 from scheduler.contract.errors import (

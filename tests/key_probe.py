@@ -1,6 +1,6 @@
 """The requests whose answers' shapes are compared with llama-server's (the same for both:
-bench/record_llama_server_keys.py records llama-server's, tests/integration/
-test_llama_server_keys.py checks llamaq's)."""
+bench/record_llama_server_keys.py records llama-server's,
+tests/fleet/native/test_llama_server_keys.py checks llamaq's)."""
 
 from __future__ import annotations
 

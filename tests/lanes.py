@@ -1,5 +1,8 @@
 """The fast lane: `pytest --fast` (`scripts/test --fast`) runs every test that starts no
-process; the full suite (no option) runs them all.
+process and runs no model; the full suite (no option) runs them all.
+
+A test runs a model when it lives in tests/worker/ (the worker's rooms in-process: real
+llama.cpp on real GGUF files, seconds a test) or carries `@pytest.mark.model`.
 
 A test starts a process when it asks for a fixture that starts one (PROCESS_FIXTURES: every
 fleet fixture stands on `redis_url`) or carries `@pytest.mark.process` (a module's `pytestmark`
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +23,9 @@ PROCESS_FIXTURES = frozenset({"redis_url", "browser"})
 """Fixtures that start a process (redis-server, chromium); fixtures built on them count too
 (pytest lists a test's whole fixture closure)."""
 MARK = "process"
+MODEL_MARK = "model"
+MODEL_FOLDER = "worker"
+"""tests/<MODEL_FOLDER>/: the worker's rooms in-process, on real GGUF files."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,6 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: the test starts a process (not in --fast)")
+    config.addinivalue_line("markers", f"{MODEL_MARK}: the test runs a model (not in --fast)")
 
 
 def starts_process(item: pytest.Item) -> bool:
@@ -35,14 +43,21 @@ def starts_process(item: pytest.Item) -> bool:
     return bool(PROCESS_FIXTURES & names) or item.get_closest_marker(MARK) is not None
 
 
+def runs_model(item: pytest.Item, tests: Path) -> bool:
+    in_folder = item.path.is_relative_to(tests / MODEL_FOLDER)
+    return in_folder or item.get_closest_marker(MODEL_MARK) is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
     for item in items:
         if starts_process(item) and item.get_closest_marker(MARK) is None:
             item.add_marker(MARK)
     if not config.getoption("fast"):
         return
-    kept = [item for item in items if not starts_process(item)]
-    dropped = [item for item in items if starts_process(item)]
+    slow = {id(item) for item in items if starts_process(item) or runs_model(item, tests)}
+    kept = [item for item in items if id(item) not in slow]
+    dropped = [item for item in items if id(item) in slow]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept

@@ -5,8 +5,9 @@ their recording: `python -m tests.media_embedding_cases OUT.json` starts
 --embeddings --pooling mean -c 2048 -np 2`, once more without `--mmproj`, and once with
 `--pooling none`, sends every case
 and writes what it answered (status and body, embeddings rounded to 6 decimals).
-tests/data/llama_server_media_embeddings.json is that file; tests/integration/
-test_multimodal_embeddings.py sends the same cases to a fleet and compares."""
+tests/data/llama_server_media_embeddings.json is that file;
+tests/fleet/embeddings/test_multimodal_embeddings.py sends the same cases to a fleet and
+compares."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The worker role: llama.cpp behind a queue, in rooms that import downward only (bottom first;
-tests/unit/test_import_layers.py holds the order):
+tests/unit/project/test_import_layers.py holds the order):
 
 - speculative/  the drafters (n-gram caches and maps, a draft model), nothing of the engine
 - runtime/      llama.cpp: model, vocabulary, projector, LoRA loading, --fit, devices, flags

@@ -100,7 +100,7 @@ class SamplingSettings(BaseModel):
 
 class SamplingParams(BaseModel):
     """A request's overrides of SamplingSettings: the same fields, each `None` (the worker's
-    default) unless given. tests/unit/test_sampling_settings.py keeps the two field lists
+    default) unless given. tests/unit/scheduler/test_sampling_settings.py keeps the two field lists
     equal; the wire models inherit these fields rather than declaring them again."""
 
     model_config = ConfigDict(extra="forbid")
