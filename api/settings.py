@@ -110,6 +110,12 @@ class ApiSettings(RoleSettings):
                               "container per api pod, removed at exit) or an existing "
                               "'docker-container:<id>' / 'podman-container:<id>' ('ssh:' is "
                               "refused by llamaq)")
+    tools_runtime_allow: list[str] = flag([], "--tools-runtime-allow",
+                                          env="LLAMAQ_TOOLS_RUNTIME_ALLOW",
+                                          help="ours: runtimes a caller's x-tool-runtime header "
+                                          "may name besides --tools-runtime, comma-separated "
+                                          "(an entry ending in '*' is a prefix, e.g. "
+                                          "'podman-container:*'); any other header is a 403")
     tools_root: str | None = flag(None, "--tools-root", env="LLAMAQ_TOOLS_ROOT",
                                   help="ours: confine the file tools and the x-tool-cwd header "
                                   "to this folder (symlink and .. escapes refused); relative "

@@ -22,13 +22,19 @@ from api.endpoints.tools.render import (
     chunk_event,
     done_event,
     feature_disabled,
+    forbidden,
     server_error,
 )
 from api.routing import Routes
 from api.services import services
 from api.sse import open_stream, sse_data
 from api.tools.cors_proxy import ProxyRefused, forward, new_client
-from api.tools.errors import ToolArgumentError, ToolRuntimeError, UnknownToolError
+from api.tools.errors import (
+    ToolArgumentError,
+    ToolRuntimeError,
+    ToolRuntimeForbidden,
+    UnknownToolError,
+)
 from api.tools.paths import OutsideRootError
 from api.tools.service import CallHeaders, ToolsService
 from api.tools.tool import ServerTool, ToolStream
@@ -70,6 +76,7 @@ async def call_tool(request: Request) -> HTTPResponse | None:
     if service is None:
         return feature_disabled()
     try:
+        service.check_runtime_header(request.headers.get("x-tool-runtime", ""))
         body = read_call(raw_body(request))
         tool = service.find(body.tool, body.stream)
         if body.stream:
@@ -84,6 +91,8 @@ async def call_tool(request: Request) -> HTTPResponse | None:
         return bad_request(str(exc))
     except ToolRuntimeError as exc:
         return server_error(str(exc))
+    except ToolRuntimeForbidden as exc:
+        return forbidden(str(exc))
 
 
 async def _stream(request: Request, service: ToolsService, tool: ServerTool,
