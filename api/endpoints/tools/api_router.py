@@ -24,6 +24,7 @@ from api.endpoints.tools.render import (
     feature_disabled,
     forbidden,
     server_error,
+    unsupported_media_type,
 )
 from api.routing import Routes
 from api.services import services
@@ -56,6 +57,13 @@ def key_id(request: Request) -> str:
     return "key-" + hashlib.sha256(presented_key(request).encode()).hexdigest()[:12]
 
 
+def is_json(request: Request) -> bool:
+    """ours: a call's body is `application/json`, which a page of another site cannot send
+    without a CORS preflight (text/plain, a form or a typeless blob could run a command)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media_type == "application/json"
+
+
 def call_headers(request: Request) -> CallHeaders:
     h = request.headers
     return CallHeaders(h.get("x-tool-cwd", ""), h.get("x-tool-runtime", ""),
@@ -70,11 +78,13 @@ async def list_tools(request: Request) -> HTTPResponse:
     return json(service.listing())
 
 
-@routes.post("/tools", body=ToolCallRequest)
+@routes.post("/tools", body=ToolCallRequest, guarded=True)
 async def call_tool(request: Request) -> HTTPResponse | None:
     service = _service(request)
     if service is None:
         return feature_disabled()
+    if not is_json(request):
+        return unsupported_media_type()
     try:
         service.check_runtime_header(request.headers.get("x-tool-runtime", ""))
         body = read_call(raw_body(request))
@@ -137,12 +147,12 @@ async def _stream(request: Request, service: ToolsService, tool: ServerTool,
     return None
 
 
-@routes.get("/cors-proxy")
+@routes.get("/cors-proxy", guarded=True)
 async def cors_proxy_get(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "GET")
 
 
-@routes.post("/cors-proxy")
+@routes.post("/cors-proxy", guarded=True)
 async def cors_proxy_post(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "POST")
 

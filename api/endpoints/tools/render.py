@@ -28,6 +28,12 @@ def forbidden(message: str) -> HTTPResponse:
     return json(PermissionDenied(message).to_info().to_wire(), status=403)
 
 
+def unsupported_media_type() -> HTTPResponse:
+    """ours: 415 for a call whose body is not `application/json`."""
+    message = "the body of a tool call must be application/json"
+    return json(InvalidRequest(message, status=415).to_info().to_wire(), status=415)
+
+
 def server_error(message: str) -> HTTPResponse:
     return json(ServerError(message).to_info().to_wire(), status=500)
 

@@ -113,7 +113,8 @@ def test_cors_defaults_to_localhost(fleet: Fleet, api: str) -> None:
 
 
 def test_request_errors(api: str) -> None:
-    bad_json = httpx.post(f"{api}/tools", content=b"{nope", headers=AUTH)
+    bad_json = httpx.post(f"{api}/tools", content=b"{nope",
+                          headers={**AUTH, "Content-Type": "application/json"})
     assert bad_json.status_code == 400
     assert bad_json.json()["type"] == "invalid_request_error"
     assert bad_json.json()["code"] == 400 and "error" not in bad_json.json()
