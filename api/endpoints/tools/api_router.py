@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from urllib.parse import urlsplit
 
 import httpx
 from sanic import Request
@@ -26,10 +27,11 @@ from api.endpoints.tools.render import (
     server_error,
     unsupported_media_type,
 )
+from api.net.policy import AddressRefused
 from api.routing import Routes
 from api.services import services
 from api.sse import open_stream, sse_data
-from api.tools.cors_proxy import ProxyRefused, forward, new_client
+from api.tools.cors_proxy import LOOP_HEADER, ProxyRefused, forward, new_client
 from api.tools.errors import (
     ToolArgumentError,
     ToolRuntimeError,
@@ -39,7 +41,7 @@ from api.tools.errors import (
 from api.tools.paths import OutsideRootError
 from api.tools.service import CallHeaders, ToolsService
 from api.tools.tool import ServerTool, ToolStream
-from scheduler.contract.errors import ServerError
+from scheduler.contract.errors import PermissionDenied, ServerError
 
 log = logging.getLogger(__name__)
 routes = Routes("tools")
@@ -162,8 +164,10 @@ async def _proxy(request: Request, method: str) -> HTTPResponse | None:
     if not settings.cors_proxy_on():
         return feature_disabled()
     url = request.args.get("url", "")
+    if LOOP_HEADER in request.headers:
+        raise PermissionDenied("a request of the CORS proxy cannot go through it again")
     try:
-        async with new_client() as client:
+        async with new_client(settings.fetch_policy()) as client:
             answer = await forward(method, url, dict(request.headers), raw_body(request),
                                    client)
             log.info("cors proxy: key=%s %s %s -> %d", key_id(request), method,
@@ -176,6 +180,10 @@ async def _proxy(request: Request, method: str) -> HTTPResponse | None:
             await response.eof()
     except ProxyRefused as exc:
         raise ServerError(str(exc)) from None
+    except AddressRefused:
+        host = urlsplit(url).hostname
+        raise PermissionDenied(f"target address not allowed: {host} (only public addresses, "
+                               "or what --fetch-allow lists)") from None
     except httpx.HTTPError as exc:
         raise ServerError(f"proxy request failed: {type(exc).__name__}: {exc}") from None
     return None
