@@ -27,17 +27,19 @@ class Routes:
         self.blueprint = Blueprint(name, **options)
 
     def route(self, methods: list[str], *paths: str, name: str | None = None,
-              body: type[BaseModel] | None = None, **options: Any
+              body: type[BaseModel] | None = None, guarded: bool = False, **options: Any
               ) -> Callable[[Handler], Handler]:
         """Register the handler under each of `paths`. A route's name is `name` (default: the
-        handler's); a handler with several paths gets one name per path."""
+        handler's); a handler with several paths gets one name per path. `guarded`: a route
+        that changes the fleet or runs things on the pod, which a browser may call only from
+        the pod's own origin or a listed one (api/origin_guard.py)."""
 
         def register(handler: Handler) -> Handler:
             base = name or handler.__name__
             for path in paths:
                 route_name = base if len(paths) == 1 else f"{base}{_slug(path)}"
                 self.blueprint.add_route(handler, path, methods=methods, name=route_name,
-                                         ctx_body=body, **options)
+                                         ctx_body=body, ctx_guarded=guarded, **options)
             return handler
 
         return register
@@ -56,6 +58,11 @@ def body_model(route: Route) -> type[BaseModel] | None:
     """The wire model a route was registered with (None: any JSON object)."""
     model: type[BaseModel] | None = getattr(route.ctx, "body", None)
     return model
+
+
+def is_guarded(route: Route | None) -> bool:
+    """Whether the route was registered with `guarded=True`."""
+    return route is not None and bool(getattr(route.ctx, "guarded", False))
 
 
 def _slug(path: str) -> str:

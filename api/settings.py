@@ -7,6 +7,7 @@ from typing import ClassVar, Self
 
 from pydantic import model_validator
 
+from api.net.policy import FetchPolicy, parse_networks
 from scheduler.affinity import DEFAULT_MIN_CHARS
 from scheduler.common_settings import RoleSettings
 from scheduler.config.settings import flag
@@ -110,6 +111,12 @@ class ApiSettings(RoleSettings):
                               "container per api pod, removed at exit) or an existing "
                               "'docker-container:<id>' / 'podman-container:<id>' ('ssh:' is "
                               "refused by llamaq)")
+    tools_runtime_allow: list[str] = flag([], "--tools-runtime-allow",
+                                          env="LLAMAQ_TOOLS_RUNTIME_ALLOW",
+                                          help="ours: runtimes a caller's x-tool-runtime header "
+                                          "may name besides --tools-runtime, comma-separated "
+                                          "(an entry ending in '*' is a prefix, e.g. "
+                                          "'podman-container:*'); any other header is a 403")
     tools_root: str | None = flag(None, "--tools-root", env="LLAMAQ_TOOLS_ROOT",
                                   help="ours: confine the file tools and the x-tool-cwd header "
                                   "to this folder (symlink and .. escapes refused); relative "
@@ -177,6 +184,10 @@ class ApiSettings(RoleSettings):
                                   help="directory for loading local media files; files can be "
                                   "accessed via file:// URLs using relative paths (read by the "
                                   "api pods, api/media/)")
+    fetch_allow: list[str] = flag([], "--fetch-allow", env="LLAMAQ_FETCH_ALLOW",
+                                  help="ours: networks (10.0.0.0/8) or addresses, comma-separated, "
+                                  "that media URLs and /cors-proxy may reach although they are "
+                                  "private, loopback or link-local (refused by default)")
     tags: list[str] = flag([], "--tags", env="LLAMA_ARG_TAGS",
                            help="set model tags, comma-separated (informational, listed by "
                            "/v1/models)")
@@ -240,6 +251,15 @@ class ApiSettings(RoleSettings):
         if self.model or self.hf_repo or self.model_url:
             return False
         return not self.default_model or bool(self.models_dir or self.models_preset)
+
+    def fetch_policy(self) -> FetchPolicy:
+        """What media URLs and /cors-proxy may reach (api/net/)."""
+        return FetchPolicy.from_flags(self.fetch_allow)
+
+    @model_validator(mode="after")
+    def _fetch_allow_parses(self) -> Self:
+        parse_networks(self.fetch_allow)  # ValueError: the pod does not start
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -1,5 +1,6 @@
 """What runs around every request of an api pod, in order: refusal while draining, CORS
-preflight, the API key (a tenant's key and request limits under --tenants), router mode's
+preflight, a browser's request from another site to a guarded route (api/origin_guard.py), the
+API key (a tenant's key and request limits under --tenants), router mode's
 model; on the way out, CORS's allowed origin."""
 
 from __future__ import annotations
@@ -11,10 +12,17 @@ from api.auth import is_public, request_tenant
 from api.cors import add_allow_origin, preflight
 from api.endpoints.ui.api_router import is_ui_route
 from api.errors import error_response
+from api.origin_guard import refusal
+from api.routing import is_guarded
 from api.services import services
 from api.tenants.config import UNLIMITED
 from api.tenants.service import CURRENT
-from scheduler.contract.errors import AuthenticationFailed, LlamaqError, Unavailable
+from scheduler.contract.errors import (
+    AuthenticationFailed,
+    LlamaqError,
+    PermissionDenied,
+    Unavailable,
+)
 
 
 async def authenticate(request: Request) -> HTTPResponse | None:
@@ -24,6 +32,9 @@ async def authenticate(request: Request) -> HTTPResponse | None:
         return error_response(Unavailable("the server is shutting down", retry_after_s=1))
     if preflight_response := preflight(request, settings):
         return preflight_response
+    if is_guarded(request.route) and \
+            (reason := refusal(request.headers, settings)) is not None:
+        return error_response(PermissionDenied(reason))
     if is_ui_route(request):  # the web UI's page and assets
         request.ctx.tenant = pod.tenants.scope(UNLIMITED)
         return None

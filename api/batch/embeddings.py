@@ -17,6 +17,7 @@ from api.endpoints.embeddings.protocol import EmbeddingsRequest
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json
 from api.endpoints.openai.context import OpenAIContext
 from api.media.embeddings import has_media, resolve_inputs
+from api.media.sources import media_access
 from api.placement import NO_EMBEDDINGS
 from scheduler.contract.errors import (
     InvalidRequest,
@@ -72,7 +73,8 @@ async def _read_line(context: OpenAIContext, line: BatchLine,
                      meta: ModelMeta | None) -> EmbeddingLine:
     request = EmbeddingsRequest.model_validate(line.body)  # an object: api/batch/input.py
     inputs = request.to_job(context.model_id, None).inputs if not has_media(request.inputs) \
-        else await resolve_inputs(request.inputs, meta, context.store, context.settings.media_path)
+        else await resolve_inputs(request.inputs, meta, context.store,
+                                media_access(context.settings))
     return EmbeddingLine(line, request, inputs)
 
 

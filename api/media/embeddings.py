@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from api.chat.messages import media_not_supported
 from api.media.refs import refs_of
-from api.media.sources import decode_base64, media_bytes
+from api.media.sources import MediaAccess, decode_base64, media_bytes
 from api.tools.errors import json_type_name  # nlohmann::json's type_name()
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.jobs import EmbeddingInput, MediaPromptInput
@@ -119,7 +119,7 @@ def has_media(inputs: list[Any]) -> bool:
 
 
 async def resolve_inputs(inputs: list[EmbeddingInput | PendingMedia], meta: ModelMeta | None,
-                         store: ObjectStore, media_path: str | None) -> list[EmbeddingInput]:
+                         store: ObjectStore, access: MediaAccess) -> list[EmbeddingInput]:
     """Every input as a job's input: media read (in input order, as llama-server reads them)
     and made MediaRefs; at most MAX_MEDIA_ITEMS in the request (docs/limits.md)."""
     _check_count(sum(len(item.multimodal_data) if item.parts is None else
@@ -128,14 +128,14 @@ async def resolve_inputs(inputs: list[EmbeddingInput | PendingMedia], meta: Mode
     resolved: list[EmbeddingInput] = []
     for item in inputs:
         if isinstance(item, PendingMedia):
-            resolved.append(await _resolve(item, meta, store, media_path))
+            resolved.append(await _resolve(item, meta, store, access))
         else:
             resolved.append(item)
     return resolved
 
 
 async def _resolve(item: PendingMedia, meta: ModelMeta | None, store: ObjectStore,
-                   media_path: str | None) -> EmbeddingInput:
+                   access: MediaAccess) -> EmbeddingInput:
     marker = meta.media_marker if meta is not None else ""
     if item.parts is None:
         if meta is None or not meta.takes_media():
@@ -152,7 +152,7 @@ async def _resolve(item: PendingMedia, meta: ModelMeta | None, store: ObjectStor
                 continue
             if not modalities.get(MODALITY_OF[part.kind]):
                 raise media_not_supported(part.kind)
-            datas.append(await media_bytes(part.source, media_path))
+            datas.append(await media_bytes(part.source, access))
             texts.append(marker)
         prompt = "".join(texts)
     if not datas:  # multimodal_data: [] : a prompt of text alone (a marker then pairs with none)

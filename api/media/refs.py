@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from api.media.sources import media_bytes
+from api.media.sources import MediaAccess, media_bytes
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.media import (
     MAX_MEDIA_BYTES,
@@ -18,12 +18,12 @@ from storage.base import ObjectStore
 from storage.media import MediaStore
 
 
-async def media_refs(sources: list[str], media_path: str | None,
+async def media_refs(sources: list[str], access: MediaAccess,
                      store: ObjectStore) -> list[MediaRef]:
     """Each source (a URL, data URI or base64) read and made a MediaRef, in order."""
     if len(sources) > MAX_MEDIA_ITEMS:
         raise InvalidRequest(f"too many media items: {len(sources)} (at most {MAX_MEDIA_ITEMS})")
-    return await refs_of([await media_bytes(s, media_path) for s in sources], store)
+    return await refs_of([await media_bytes(s, access) for s in sources], store)
 
 
 async def refs_of(items: list[bytes], store: ObjectStore) -> list[MediaRef]:

@@ -4,29 +4,52 @@ a worker may have no route out, and the bytes then travel by hash like any other
 `file://` path under --media-path, a base64 `data:` URI, or raw base64.
 
 Errors are llama-server's: a failed download is a 500 "Failed to download image"; any
-`file://` problem and a malformed data URI are 400s."""
+`file://` problem and a malformed data URI are 400s. **Ours** (issue 43): a URL is fetched only
+from addresses the pod's FetchPolicy allows (api/net/: no private, loopback, link-local or
+metadata address unless --fetch-allow lists it, checked after DNS and on every redirect), within
+one deadline for the whole fetch, and every failure of a download (a refused address, no
+answer, a non-2xx, too large, too slow) is the same error, so its answer tells nothing of the
+pod's network; the reason is logged on the pod."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from api.net.policy import AddressRefused, FetchPolicy
+from api.net.transport import guarded_client
+from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.media import MAX_MEDIA_BYTES, MAX_MEDIA_DOWNLOAD_BYTES
 
-DOWNLOAD_TIMEOUT_S = 10.0
-"""llama-server's image download timeout."""
+log = logging.getLogger(__name__)
+DOWNLOAD_FAILED = "Failed to download image"
 
 
-async def media_bytes(url: str, media_path: str | None) -> bytes:
+@dataclass(frozen=True)
+class MediaAccess:
+    """Where a request's media may come from: `path` (--media-path; None: no file:// URLs) and
+    the addresses a URL may reach."""
+
+    path: str | None
+    fetch: FetchPolicy
+
+
+def media_access(settings: ApiSettings, files: bool = True) -> MediaAccess:
+    return MediaAccess(settings.media_path if files else None, settings.fetch_policy())
+
+
+async def media_bytes(url: str, access: MediaAccess) -> bytes:
     if url.startswith("http"):
-        return await download(url)
+        return await download(url, access.fetch)
     if url.startswith("file://"):
-        return await asyncio.to_thread(local_file, url.removeprefix("file://"), media_path)
+        return await asyncio.to_thread(local_file, url.removeprefix("file://"), access.path)
     if url.startswith("data:"):
         return data_uri(url)
     data = decode_base64(url)
@@ -35,22 +58,35 @@ async def media_bytes(url: str, media_path: str | None) -> bytes:
     return data
 
 
-async def download(url: str) -> bytes:
+class _DownloadFailed(Exception):
+    pass
+
+
+async def download(url: str, policy: FetchPolicy) -> bytes:
+    """The body of `url` (2xx, at most MAX_MEDIA_DOWNLOAD_BYTES, within the policy's
+    deadline), or the one ServerError of every failure."""
     try:
-        async with httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT_S, follow_redirects=True) as client, \
-                client.stream("GET", url) as response:
-            if not 200 <= response.status_code < 300:
-                raise ServerError("Failed to download image")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_MEDIA_DOWNLOAD_BYTES:
-                    raise ServerError("Failed to download image")
-                chunks.append(chunk)
-            return b"".join(chunks)
-    except (httpx.HTTPError, ValueError):
-        raise ServerError("Failed to download image") from None
+        async with asyncio.timeout(policy.deadline_s):
+            return await _fetch(url, policy)
+    except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, ValueError, AddressRefused,
+            _DownloadFailed) as exc:
+        log.info("media download failed: %s: %s", type(exc).__name__, exc)
+        raise ServerError(DOWNLOAD_FAILED) from None
+
+
+async def _fetch(url: str, policy: FetchPolicy) -> bytes:
+    async with guarded_client(policy, policy.deadline_s) as client, \
+            client.stream("GET", url) as response:
+        if not 200 <= response.status_code < 300:
+            raise _DownloadFailed(f"status {response.status_code}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_MEDIA_DOWNLOAD_BYTES:
+                raise _DownloadFailed(f"larger than {MAX_MEDIA_DOWNLOAD_BYTES} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def local_file(relative: str, media_path: str | None) -> bytes:

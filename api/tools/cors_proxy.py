@@ -2,8 +2,17 @@
 `/cors-proxy?url=...` forwards the request to `url` (http or https only; no credentials in it),
 with only the headers the client names as `x-llama-server-proxy-header-<name>`, and the body;
 the answer comes back streamed, with its status and headers (less the hop-by-hop ones and the
-target's own CORS headers: ours are added). Local MCP servers (127.0.0.1) stay reachable, as
-in llama-server: this proxy is for a trusted browser on a trusted machine."""
+target's own CORS headers: ours are added).
+
+**Ours** (issue 43): the answer is served on the pod's origin, so it must not act there: it
+carries `Content-Security-Policy: sandbox` (a page of the target runs no script with the web
+UI's storage) and `X-Content-Type-Options: nosniff`, and none of the target's headers that
+would change the pod's origin (cookies, Clear-Site-Data, HSTS, service workers, its own
+policies); the target's Content-Type stays, so JSON and SSE answers work as before. The target
+is reached only at addresses the FetchPolicy allows (api/net/: no private, loopback or
+link-local address unless --fetch-allow lists it, on every redirect too), redirects are bounded,
+and a request the proxy sends carries `x-llamaq-cors-proxy`, which the proxy refuses: a chain
+of redirects back into the proxy stops at its first hop."""
 
 from __future__ import annotations
 
@@ -13,10 +22,23 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from api.net.policy import FetchPolicy
+from api.net.transport import guarded_client
+
 PROXY_HEADER_PREFIX = "x-llama-server-proxy-header-"
-NOT_FORWARDED = frozenset({"accept-encoding", "transfer-encoding", "content-length", "host"})
+LOOP_HEADER = "x-llamaq-cors-proxy"
+NOT_FORWARDED = frozenset({"accept-encoding", "transfer-encoding", "content-length", "host",
+                           LOOP_HEADER})
 STRIPPED = frozenset({"server", "transfer-encoding", "content-length", "keep-alive",
-                      "content-encoding", "connection"})
+                      "content-encoding", "connection",
+                      # ours: what would act on the pod's origin
+                      "set-cookie", "set-cookie2", "clear-site-data", "strict-transport-security",
+                      "service-worker-allowed", "content-security-policy",
+                      "content-security-policy-report-only", "x-content-type-options",
+                      "refresh", "link", "alt-svc", "origin-agent-cluster", "permissions-policy",
+                      "cross-origin-opener-policy", "cross-origin-embedder-policy",
+                      "cross-origin-resource-policy", "x-frame-options", "content-disposition"})
+SANDBOXED = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
 TIMEOUT_S = 600.0
 
 
@@ -60,12 +82,14 @@ class ProxiedResponse:
 async def forward(method: str, url: str, headers: dict[str, str], body: bytes,
                   client: httpx.AsyncClient) -> ProxiedResponse:
     """Open the target's answer (httpx errors propagate: a 500 to the client)."""
-    request = client.build_request(method, check_target(url), headers=forwarded_headers(headers),
+    request = client.build_request(method, check_target(url),
+                                   headers={**forwarded_headers(headers), LOOP_HEADER: "1"},
                                    content=body if method == "POST" else None)
     response = await client.send(request, stream=True)
     kept = {k: v for k, v in response.headers.items()
             if k.lower() not in STRIPPED and not k.lower().startswith("access-control-")
             and k.lower() != "content-type"}
+    kept.update(SANDBOXED)
 
     async def chunks() -> AsyncIterator[bytes]:
         try:
@@ -78,5 +102,5 @@ async def forward(method: str, url: str, headers: dict[str, str], body: bytes,
                            chunks())
 
 
-def new_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(follow_redirects=True, timeout=TIMEOUT_S, trust_env=False)
+def new_client(policy: FetchPolicy) -> httpx.AsyncClient:
+    return guarded_client(policy, TIMEOUT_S)

@@ -1,6 +1,7 @@
-"""The three ways a tool call fails before its tool answers, as llama-server sorts them
+"""The ways a tool call fails before its tool answers, as llama-server sorts them
 (`server-tools.cpp` handle_post): a bad argument or body (400), an unknown tool or a stream it
-cannot do (404, its body still says code 400), a runtime that cannot be used (500). A tool that
+cannot do (404, its body still says code 400), a runtime that cannot be used (500); ours: a
+runtime the caller may not name (403). A tool that
 runs and fails answers 200 with `{"error": ...}` instead: that is its result, not one of these."""
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ class UnknownToolError(Exception):
 class ToolRuntimeError(Exception):
     """The runtime a call asks for (`x-tool-runtime`, --tools-runtime) is malformed, not
     supported, or its container could not be reached."""
+
+
+class ToolRuntimeForbidden(Exception):
+    """ours: an `x-tool-runtime` header that names neither --tools-runtime nor a runtime of
+    --tools-runtime-allow (a 403: a caller does not choose where the pod runs commands)."""
 
 
 def missing_key(key: str) -> ToolArgumentError:

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 
 from api.tools.container_io import ContainerIO
-from api.tools.errors import ToolRuntimeError
+from api.tools.errors import ToolRuntimeError, ToolRuntimeForbidden
 from api.tools.host_io import HostIO
 from api.tools.paths import Confinement
 from api.tools.tools_io import ToolsIO
@@ -70,6 +70,21 @@ def make_io(runtime: str, cwd: str, confinement: Confinement) -> ToolsIO:
             raise ToolRuntimeError(f"invalid ssh target: {target}")
         raise ToolRuntimeError(SSH_REFUSED)
     raise ToolRuntimeError(f"unknown tool runtime: {runtime}")
+
+
+def check_header_runtime(header: str, configured: str, owned: str,
+                         allow: list[str]) -> None:
+    """ours: a caller's `x-tool-runtime` may name only the runtime the operator set
+    (--tools-runtime, or the container it spawned: `owned`) or one --tools-runtime-allow lists
+    (an entry ending in `*` is a prefix); anything else is ToolRuntimeForbidden, before the
+    header is even parsed."""
+    if not header or header in (configured, owned):
+        return
+    for entry in allow:
+        if header == entry or (entry.endswith("*") and header.startswith(entry[:-1])):
+            return
+    raise ToolRuntimeForbidden(f"tool runtime not allowed: {header} (the operator's "
+                               "--tools-runtime-allow does not list it)")
 
 
 def check_runtime_flag(spec: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from api.tools.builtin.catalog import select
@@ -15,7 +15,13 @@ from api.tools.errors import UnknownToolError
 from api.tools.mcp_config import McpServerConfig, load_mcp_configs
 from api.tools.mcp_tool import McpTool
 from api.tools.paths import Confinement, OutsideRootError, resolve
-from api.tools.runtime import OwnedContainer, check_runtime_flag, make_io, owned_container
+from api.tools.runtime import (
+    OwnedContainer,
+    check_header_runtime,
+    check_runtime_flag,
+    make_io,
+    owned_container,
+)
 from api.tools.tool import Json, ServerTool, ToolCall, ToolStream
 
 if TYPE_CHECKING:
@@ -32,16 +38,19 @@ class ToolsConfig:
     runtime: str
     root: str | None
     mcp_servers: list[McpServerConfig]
+    runtime_allow: list[str] = field(default_factory=list)
 
     @classmethod
     def from_flags(cls, enabled: list[str], runtime: str, root: str | None,
-                   mcp_config_file: str | None, mcp_json: str | None) -> ToolsConfig:
+                   mcp_config_file: str | None, mcp_json: str | None,
+                   runtime_allow: list[str] | None = None) -> ToolsConfig:
         select(enabled)  # an unknown tool name
         if runtime:
             check_runtime_flag(runtime)
         if root is not None and not os.path.isdir(root):
             raise ValueError(f"--tools-root: not a directory: {root}")
-        return cls(enabled, runtime, root, load_mcp_configs(mcp_config_file, mcp_json))
+        return cls(enabled, runtime, root, load_mcp_configs(mcp_config_file, mcp_json),
+                   [a for a in runtime_allow or [] if a])
 
     def features(self) -> list[str]:
         """What the start-up's security warning names."""
@@ -110,12 +119,20 @@ class ToolsService:
                 return tool
         raise UnknownToolError(f"unknown tool \"{name}\"")
 
+    def check_runtime_header(self, runtime: str) -> None:
+        """ToolRuntimeForbidden: `x-tool-runtime` names a runtime the operator did not allow."""
+        owned = f"{self.container.engine}-container:{self.container.container_id}" \
+            if self.container is not None and self.container.container_id else ""
+        check_header_runtime(runtime, self.config.runtime, owned, self.config.runtime_allow)
+
     async def prepare(self, tool: ServerTool, params: Json, headers: CallHeaders,
                       stream: ToolStream | None = None) -> ToolCall:
-        """The call (ToolRuntimeError: its runtime cannot be used; OutsideRootError: its cwd
-        is outside --tools-root). The model's own cwd/runtime/resp_type are dropped, as
+        """The call (ToolRuntimeForbidden: its header names a runtime the operator did not
+        allow; ToolRuntimeError: its runtime cannot be used; OutsideRootError: its cwd is
+        outside --tools-root). The model's own cwd/runtime/resp_type are dropped, as
         llama-server drops them."""
         params = {k: v for k, v in params.items() if k not in ("cwd", "runtime", "resp_type")}
+        self.check_runtime_header(headers.runtime)
         runtime = headers.runtime
         if not runtime and self.container is not None:
             runtime = await self.container.spec()

@@ -63,6 +63,13 @@ class AuthenticationFailed(LlamaqError):
     error_type = "authentication_error"
 
 
+class PermissionDenied(LlamaqError):
+    """The caller may not do this (llama-server's ERROR_TYPE_PERMISSION)."""
+
+    status = 403
+    error_type = "permission_error"
+
+
 class NotFound(LlamaqError):
     status = 404
     error_type = "not_found_error"
@@ -115,8 +122,8 @@ class BadGateway(ServerError):
 
 
 ERROR_TABLE: tuple[type[LlamaqError], ...] = (
-    InvalidRequest, ExceedContextSize, AuthenticationFailed, NotFound, Conflict, RateLimited,
-    NotSupported, Unavailable, ServerError, BadGateway,
+    InvalidRequest, ExceedContextSize, AuthenticationFailed, PermissionDenied, NotFound,
+    Conflict, RateLimited, NotSupported, Unavailable, ServerError, BadGateway,
 )
 """Every class an error is rendered as, each with its own (status, type)."""
 

@@ -24,6 +24,7 @@ from api.endpoints.anthropic.render import (
 )
 from api.fleet import Fleet
 from api.media.refs import media_refs
+from api.media.sources import media_access
 from api.routing import Routes
 from api.services import request_model, request_settings, services
 from api.settings import ApiSettings
@@ -56,7 +57,7 @@ async def messages(request: Request) -> HTTPResponse | None:
     prepared = await _prepare(request, body)
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     if prepared.media is not None:
-        job.media = await media_refs(prepared.media.sources, _settings(request).media_path,
+        job.media = await media_refs(prepared.media.sources, media_access(_settings(request)),
                                      services(request).store)
         job.media_marker = prepared.media.marker
     prepared.fill(job)

@@ -16,6 +16,7 @@ from api.body import parse_body
 from api.endpoints.embeddings.protocol import EmbeddingsRequest, RerankRequest
 from api.endpoints.embeddings.render import native_embeddings_json, oai_embeddings_json, rerank_json
 from api.media.embeddings import has_media, resolve_inputs
+from api.media.sources import media_access
 from api.routing import Routes
 from api.services import request_model, request_settings, services
 from scheduler.contract.errors import InvalidRequest
@@ -34,7 +35,7 @@ async def _embeddings(request: Request, oai_route: bool) -> HTTPResponse:
     inputs = None
     if has_media(body.inputs):
         inputs = await resolve_inputs(body.inputs, worker.meta, services(request).store,
-                                      request_settings(request).media_path)
+                                      media_access(request_settings(request)))
     result = await fleet.embeddings.embed(body.to_job(model_id, inputs))
     if not body.answers_oai(oai_route):
         return json(native_embeddings_json(result))

@@ -15,7 +15,7 @@ from scheduler.contract.errors import NotSupported
 routes = Routes("extras")
 
 
-@routes.post("/props")
+@routes.post("/props", guarded=True)
 async def set_props(request: Request) -> HTTPResponse:
     settings = services(request).settings
     if not settings.props:

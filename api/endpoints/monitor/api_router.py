@@ -60,7 +60,7 @@ async def metrics(request: Request) -> HTTPResponse:
                headers={"Process-Start-Time-Unix": started})
 
 
-@routes.post("/slots/<id_slot>", name="slot_action")
+@routes.post("/slots/<id_slot>", name="slot_action", guarded=True)
 async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     """save / restore / erase a slot's prompt cache, on the worker that holds the slot; saved
     slots live in object storage, so any worker of the model can restore them."""

@@ -32,6 +32,7 @@ from api.endpoints.openai.render import (
 )
 from api.errors import validation_message
 from api.media.refs import media_refs
+from api.media.sources import media_access
 from api.sse import sse_data
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
@@ -95,7 +96,7 @@ async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> Chat
               prepared.template.name, len(prepared.prompt), len(prepared.tools),
               prepared.tool_choice.mode)
     media = [] if prepared.media is None else await media_refs(
-        prepared.media.sources, context.settings.media_path, context.store)
+        prepared.media.sources, media_access(context.settings), context.store)
     return ChatPlan(body, prepared, media)
 
 

@@ -17,6 +17,7 @@ from api.endpoints.systemone.prompt import decision_job, systemone_input
 from api.endpoints.systemone.protocol import SystemOneRequest
 from api.endpoints.systemone.render import systemone_json
 from api.media.refs import media_refs
+from api.media.sources import media_access
 from api.routing import Routes
 from api.services import request_model, request_settings, services
 from scheduler.contract import limits
@@ -77,7 +78,9 @@ async def answer(request: Request) -> HTTPResponse:
         job.systemone = systemone_input(body)
     limits.check_decision(job)
     if media:
-        job.media = await media_refs(body.media(), None, services(request).store)
+        job.media = await media_refs(body.media(),
+                                     media_access(services(request).settings, files=False),
+                                     services(request).store)
         job.media_marker = marker
     if len(able) < len(workers):  # only some workers serve decisions: one of them
         job.worker_id = (await fleet.placement.pick(able)).worker_id

@@ -12,7 +12,7 @@ from api.body import parse_body
 from api.chat.messages import validate_messages
 from api.chat.prepare import media_input
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.media.sources import media_bytes
+from api.media.sources import MediaAccess, media_access, media_bytes
 from api.routing import Routes
 from api.services import request_model, request_settings, services
 from scheduler.contract.errors import InvalidRequest
@@ -45,7 +45,7 @@ async def apply_template(request: Request) -> HTTPResponse:
     if continue_final is None and not settings.prefill_assistant:
         continue_final = False
     template = ChatTemplate.for_model(settings, workers[0].meta)
-    messages = await _media_as_markers(body.messages, workers[0].meta, settings.media_path)
+    messages = await _media_as_markers(body.messages, workers[0].meta, media_access(settings))
     prompt = template.render(
         messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt,
         extra_context=template_kwargs(settings, body.chat_template_kwargs,
@@ -55,7 +55,7 @@ async def apply_template(request: Request) -> HTTPResponse:
 
 
 async def _media_as_markers(messages: list[Any], meta: ModelMeta,
-                            media_path: str | None) -> list[Any]:
+                            access: MediaAccess) -> list[Any]:
     """With a projector, media parts become the media marker (llama-server loads the media
     too, so a bad URL or file fails here as in a chat request); without one, the template's
     checks answer (a 500 for media, api/chat/template_messages.py)."""
@@ -64,7 +64,7 @@ async def _media_as_markers(messages: list[Any], meta: ModelMeta,
         return messages
     checked = validate_messages(messages, media=media)
     for source in media.sources:
-        await media_bytes(source, media_path)
+        await media_bytes(source, access)
     return checked
 
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from urllib.parse import urlsplit
 
 import httpx
 from sanic import Request
@@ -22,17 +23,25 @@ from api.endpoints.tools.render import (
     chunk_event,
     done_event,
     feature_disabled,
+    forbidden,
     server_error,
+    unsupported_media_type,
 )
+from api.net.policy import AddressRefused
 from api.routing import Routes
 from api.services import services
 from api.sse import open_stream, sse_data
-from api.tools.cors_proxy import ProxyRefused, forward, new_client
-from api.tools.errors import ToolArgumentError, ToolRuntimeError, UnknownToolError
+from api.tools.cors_proxy import LOOP_HEADER, ProxyRefused, forward, new_client
+from api.tools.errors import (
+    ToolArgumentError,
+    ToolRuntimeError,
+    ToolRuntimeForbidden,
+    UnknownToolError,
+)
 from api.tools.paths import OutsideRootError
 from api.tools.service import CallHeaders, ToolsService
 from api.tools.tool import ServerTool, ToolStream
-from scheduler.contract.errors import ServerError
+from scheduler.contract.errors import PermissionDenied, ServerError
 
 log = logging.getLogger(__name__)
 routes = Routes("tools")
@@ -50,6 +59,13 @@ def key_id(request: Request) -> str:
     return "key-" + hashlib.sha256(presented_key(request).encode()).hexdigest()[:12]
 
 
+def is_json(request: Request) -> bool:
+    """ours: a call's body is `application/json`, which a page of another site cannot send
+    without a CORS preflight (text/plain, a form or a typeless blob could run a command)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media_type == "application/json"
+
+
 def call_headers(request: Request) -> CallHeaders:
     h = request.headers
     return CallHeaders(h.get("x-tool-cwd", ""), h.get("x-tool-runtime", ""),
@@ -64,12 +80,15 @@ async def list_tools(request: Request) -> HTTPResponse:
     return json(service.listing())
 
 
-@routes.post("/tools", body=ToolCallRequest)
+@routes.post("/tools", body=ToolCallRequest, guarded=True)
 async def call_tool(request: Request) -> HTTPResponse | None:
     service = _service(request)
     if service is None:
         return feature_disabled()
+    if not is_json(request):
+        return unsupported_media_type()
     try:
+        service.check_runtime_header(request.headers.get("x-tool-runtime", ""))
         body = read_call(raw_body(request))
         tool = service.find(body.tool, body.stream)
         if body.stream:
@@ -84,6 +103,8 @@ async def call_tool(request: Request) -> HTTPResponse | None:
         return bad_request(str(exc))
     except ToolRuntimeError as exc:
         return server_error(str(exc))
+    except ToolRuntimeForbidden as exc:
+        return forbidden(str(exc))
 
 
 async def _stream(request: Request, service: ToolsService, tool: ServerTool,
@@ -128,12 +149,12 @@ async def _stream(request: Request, service: ToolsService, tool: ServerTool,
     return None
 
 
-@routes.get("/cors-proxy")
+@routes.get("/cors-proxy", guarded=True)
 async def cors_proxy_get(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "GET")
 
 
-@routes.post("/cors-proxy")
+@routes.post("/cors-proxy", guarded=True)
 async def cors_proxy_post(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "POST")
 
@@ -143,8 +164,10 @@ async def _proxy(request: Request, method: str) -> HTTPResponse | None:
     if not settings.cors_proxy_on():
         return feature_disabled()
     url = request.args.get("url", "")
+    if LOOP_HEADER in request.headers:
+        raise PermissionDenied("a request of the CORS proxy cannot go through it again")
     try:
-        async with new_client() as client:
+        async with new_client(settings.fetch_policy()) as client:
             answer = await forward(method, url, dict(request.headers), raw_body(request),
                                    client)
             log.info("cors proxy: key=%s %s %s -> %d", key_id(request), method,
@@ -157,6 +180,10 @@ async def _proxy(request: Request, method: str) -> HTTPResponse | None:
             await response.eof()
     except ProxyRefused as exc:
         raise ServerError(str(exc)) from None
+    except AddressRefused:
+        host = urlsplit(url).hostname
+        raise PermissionDenied(f"target address not allowed: {host} (only public addresses, "
+                               "or what --fetch-allow lists)") from None
     except httpx.HTTPError as exc:
         raise ServerError(f"proxy request failed: {type(exc).__name__}: {exc}") from None
     return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from sanic.response import HTTPResponse, json
 
-from scheduler.contract.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import InvalidRequest, PermissionDenied, ServerError
 
 FEATURE_DISABLED = {"error": {"message": "this feature is disabled", "type": "feature_disabled"}}
 
@@ -21,6 +21,17 @@ def feature_disabled() -> HTTPResponse:
 def bad_request(message: str, status: int = 400) -> HTTPResponse:
     """400 for a bad body or argument, 404 for an unknown tool (its body still says 400)."""
     return json(InvalidRequest(message).to_info().to_wire(), status=status)
+
+
+def forbidden(message: str) -> HTTPResponse:
+    """ours: 403 `permission_error` for a runtime header the operator did not allow."""
+    return json(PermissionDenied(message).to_info().to_wire(), status=403)
+
+
+def unsupported_media_type() -> HTTPResponse:
+    """ours: 415 for a call whose body is not `application/json`."""
+    message = "the body of a tool call must be application/json"
+    return json(InvalidRequest(message, status=415).to_info().to_wire(), status=415)
 
 
 def server_error(message: str) -> HTTPResponse:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -47,7 +48,8 @@ def fleets(redis_url: str, workdir: Path, gemma_path: Path, tiny_mmproj_path: Pa
         vision.add_worker(*WORKER_FLAGS, "-mm", str(tiny_mmproj_path), "--no-mmproj-offload")
         audio.add_worker(*WORKER_FLAGS, "-mm", str(tiny_audio_mmproj_path),
                          "--no-mmproj-offload")
-        vision.wait_healthy(vision.add_api("--media-path", str(media_dir)), timeout=120)
+        vision.wait_healthy(vision.add_api("--media-path", str(media_dir),  # ModelHost's
+                                           "--fetch-allow", "127.0.0.1"), timeout=120)
         audio.wait_healthy(audio.add_api(), timeout=120)
         yield {"vision": vision, "audio": audio}
     finally:
@@ -110,6 +112,25 @@ def test_an_image_by_http_url_is_fetched_by_the_api(api: str) -> None:
         assert host.gets("pics/a.png") == 1
         missing = chat(api, [image_part(f"{host.url}/pics/none.png")])
         assert error_of(missing, 500) == "Failed to download image"
+
+
+def test_a_media_url_reaches_no_private_address(vision_fleet: Fleet, redis_url: str) -> None:
+    """ours (issue 43): without --fetch-allow the api pod fetches nothing from a loopback
+    address (the Redis port, a server it would have fetched an image from), answering every
+    failure with the same error, so the answer tells nothing of the pod's network."""
+    strict = vision_fleet.add_api()
+    host = ModelHost()
+    host.add("pics/a.png", png(70, 40, seed=2))
+    redis_port = urlsplit(redis_url).port
+    with serve(host):
+        for url in (f"{host.url}/pics/a.png", f"{host.url}/pics/none.png",
+                    f"http://127.0.0.1:{redis_port}/", f"http://localhost:{redis_port}/",
+                    "http://169.254.169.254/latest/meta-data/"):
+            refused = chat(strict, [image_part(url), {"type": "text", "text": "?"}])
+            assert error_of(refused, 500) == "Failed to download image", url
+        assert host.gets("pics/a.png") == 0  # nothing was sent to it
+    log = "".join(p.read_text(errors="replace") for p in vision_fleet.logs.glob("api-*.log"))
+    assert "127.0.0.1 resolves to 127.0.0.1, which is not a public address" in log
 
 
 def test_file_urls_stay_under_media_path(api: str) -> None:

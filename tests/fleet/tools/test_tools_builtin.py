@@ -113,7 +113,8 @@ def test_cors_defaults_to_localhost(fleet: Fleet, api: str) -> None:
 
 
 def test_request_errors(api: str) -> None:
-    bad_json = httpx.post(f"{api}/tools", content=b"{nope", headers=AUTH)
+    bad_json = httpx.post(f"{api}/tools", content=b"{nope",
+                          headers={**AUTH, "Content-Type": "application/json"})
     assert bad_json.status_code == 400
     assert bad_json.json()["type"] == "invalid_request_error"
     assert bad_json.json()["code"] == 400 and "error" not in bad_json.json()
@@ -130,13 +131,32 @@ def test_request_errors(api: str) -> None:
     assert no_stream.json()["message"] == 'tool "read_file" does not support stream = true'
 
 
-def test_runtime_header_errors_are_500(api: str) -> None:
+def test_runtime_header_must_be_allowed(api: str, tmp_path: Path) -> None:
+    """ours (issue 43): without --tools-runtime-allow a caller names no runtime: a container
+    the pod can reach (a worker, Redis) is a 403 `permission_error`, and nothing runs."""
+    marker = tmp_path / "ran"
+    for runtime in ("docker-container:redis", "podman-container:llamaq-worker-1",
+                    "fake:does-not-exist", "ssh:someone@host", "docker:busybox"):
+        for stream in (False, True):
+            res = post(api, "exec_shell_command", {"command": f"touch {marker}"},
+                       {"x-tool-runtime": runtime}, stream=stream)
+            assert res.status_code == 403, res.text
+            assert res.json() == {"code": 403, "type": "permission_error", "message":
+                                  f"tool runtime not allowed: {runtime} (the operator's "
+                                  "--tools-runtime-allow does not list it)"}
+    assert not marker.exists()
+
+
+def test_allowed_runtime_header_errors_are_500(fleet: Fleet) -> None:
+    """A header --tools-runtime-allow lets through is parsed as llama-server parses it."""
+    allowing = fleet.add_api("--tools", "all", "--api-key", KEY, "--tools-runtime-allow",
+                             "fake:*,ssh:*,docker-container:*,podman-container:*")
     for runtime, message in (("fake:does-not-exist", "unknown tool runtime"),
                              ("ssh:-oProxyCommand=touch /tmp/pwned", "invalid ssh target"),
                              ("docker-container:--privileged", "invalid container id"),
                              ("podman-container:--privileged", "invalid container id"),
                              ("ssh:someone@host", "ssh tools runtime is not built")):
-        res = post(api, "exec_shell_command", {"command": "echo hi"},
+        res = post(allowing, "exec_shell_command", {"command": "echo hi"},
                    {"x-tool-runtime": runtime})
         assert res.status_code == 500, res.text
         assert res.json()["type"] == "server_error" and message in res.json()["message"]

@@ -71,7 +71,7 @@ def test_attach_to_a_running_container(redis_url: str, tmp_path: Path,
                                        podman_env: dict[str, str], container: str) -> None:
     fleet: Fleet = tools_fleet(redis_url, tmp_path, "podman-attach")
     fleet.env.update(podman_env)
-    api = fleet.add_api("--tools", "all")
+    api = fleet.add_api("--tools", "all", "--tools-runtime-allow", "podman-container:*")
     try:
         headers = {"x-tool-runtime": f"podman-container:{container}", "x-tool-cwd": "/tmp"}
         assert post(api, "write_file", {"path": "sub/test.log", "content": "hello container\n"},

@@ -13,6 +13,8 @@ import pytest
 
 from api.endpoints.embeddings.protocol import EmbeddingsRequest
 from api.media.embeddings import PendingMedia, resolve_inputs
+from api.media.sources import MediaAccess
+from api.net.policy import FetchPolicy
 from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError
 from scheduler.contract.jobs import MediaPromptInput
 from scheduler.contract.media import MEDIA_INLINE_MAX
@@ -32,7 +34,8 @@ def meta(vision: bool = True, audio: bool = False) -> ModelMeta:
 
 def resolve(body: dict[str, Any], model: ModelMeta | None, tmp_path: Path) -> list[Any]:
     inputs = EmbeddingsRequest.model_validate(body).inputs
-    return asyncio.run(resolve_inputs(inputs, model, LocalStore(tmp_path), None))
+    return asyncio.run(resolve_inputs(inputs, model, LocalStore(tmp_path),
+                                     MediaAccess(None, FetchPolicy())))
 
 
 def error_of(body: dict[str, Any], model: ModelMeta | None, tmp_path: Path) -> LlamaqError:

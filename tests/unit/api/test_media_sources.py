@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from api.media.refs import refs_of
-from api.media.sources import data_uri, decode_base64, local_file, media_bytes
+from api.media.sources import MediaAccess, data_uri, decode_base64, local_file, media_bytes
+from api.net.policy import FetchPolicy
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.media import MEDIA_INLINE_MAX
 from storage.local import LocalStore
@@ -30,7 +31,7 @@ def test_data_uris_as_llama_server_reads_them() -> None:
             data_uri(uri)
     assert decode_base64("aGk") == b"hi"  # missing padding is forgiven
     with pytest.raises(InvalidRequest, match="Invalid base64 value"):
-        asyncio.run(media_bytes("!!!", None))
+        asyncio.run(media_bytes("!!!", MediaAccess(None, FetchPolicy())))
 
 
 def test_file_urls_stay_in_the_media_folder(tmp_path: Path) -> None:

@@ -17,13 +17,13 @@ from api.tools.builtin.catalog import BUILTIN_NAMES, select
 from api.tools.builtin.edit_file import EditFile, normalize
 from api.tools.builtin.read_write import ReadFile, WriteFile
 from api.tools.cors_proxy import ProxyRefused, check_target, forwarded_headers
-from api.tools.errors import ToolArgumentError, ToolRuntimeError
+from api.tools.errors import ToolArgumentError, ToolRuntimeError, ToolRuntimeForbidden
 from api.tools.glob_match import glob_match, path_glob_match
 from api.tools.host_io import HostIO
 from api.tools.mcp_config import load_mcp_configs, parse_mcp_json
 from api.tools.params import optional, required
 from api.tools.paths import Confinement, OutsideRootError
-from api.tools.runtime import check_runtime_flag, make_io
+from api.tools.runtime import check_header_runtime, check_runtime_flag, make_io
 from api.tools.tool import ToolCall
 
 
@@ -138,6 +138,20 @@ def test_runtimes_are_refused_by_name() -> None:
         check_runtime_flag("podman:")
     with pytest.raises(ValueError, match="unknown tool runtime"):
         check_runtime_flag("lxc:x")
+
+
+def test_a_runtime_header_names_only_what_the_operator_allowed() -> None:
+    check_header_runtime("", "", "", [])  # no header: the pod's own runtime
+    check_header_runtime("podman-container:a1", "podman-container:a1", "", [])
+    check_header_runtime("podman-container:c9", "podman:img", "podman-container:c9", [])
+    check_header_runtime("docker-container:x", "", "", ["docker-container:*"])
+    check_header_runtime("docker-container:x", "", "", ["docker-container:x"])
+    for header, allow in (("docker-container:redis", []), ("podman-container:x", []),
+                          ("podman-container:x", ["docker-container:*"]),
+                          ("docker-container:xy", ["docker-container:x"]),
+                          ("ssh:user@host", ["podman-container:*"])):
+        with pytest.raises(ToolRuntimeForbidden, match="tool runtime not allowed"):
+            check_header_runtime(header, "podman:img", "podman-container:c9", allow)
 
 
 def test_mcp_config(tmp_path: Path) -> None:

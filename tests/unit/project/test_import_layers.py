@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduler.config",),    # the settings framework and the spec's flag table
     ("storage",),             # object storage, model files, slot snapshots
     ("scheduler",),           # Redis services both roles use: client, hub, leases, registry...
+    ("api.net",),             # the api's fetches of callers' URLs: the address policy
     ("api.tenants", "api.tools"),  # the api's self-contained services: tenants, server tools
     ("api", "worker"),        # the api pods' ground (settings, bodies, fleet, services); worker/
     ("api.chat",),            # chat templates, tool-call formats, output parsers
