@@ -63,6 +63,8 @@ class CheckedJobClient(JobClient):
             async with super().submit(job, queue) as events:
                 yield events
             return
+        if isinstance(job, CompletionJob):
+            job.tenant = scope.name
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             yield events

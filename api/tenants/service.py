@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from api.tenants.config import DEFAULT_TENANT, UNLIMITED, Tenant, TenantsFile, read_tenants
 from scheduler.contract import keys
-from scheduler.contract.errors import NotFound, RateLimited
+from scheduler.contract.errors import NotFound, PermissionDenied, RateLimited
 from scheduler.contract.jobs import CompletionJob, EmbeddingJob, RerankJob
 from scheduler.contract.results import (
     CompletionResult,
@@ -173,6 +173,13 @@ class TenantScope:
         """Another tenant's object is a 404, as if it did not exist."""
         if not self.owns(owner):
             raise NotFound(what)
+
+    def require_admin(self, what: str) -> None:
+        """Under --tenants, what changes the fleet for every tenant (models, global LoRA
+        scales, slots, server tools) is the admin tenant's: 403 `permission_error` for
+        another (ours). Without --tenants every caller may, as on llama-server."""
+        if not self.sees_all:
+            raise PermissionDenied(f"{what} is reserved to the admin tenant (--tenants)")
 
     async def take_request(self) -> None:
         """One of requests_per_minute (429 when none is left); counted for /metrics."""

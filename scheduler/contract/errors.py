@@ -63,6 +63,14 @@ class AuthenticationFailed(LlamaqError):
     error_type = "authentication_error"
 
 
+class PermissionDenied(LlamaqError):
+    """A caller whose key is good but not allowed this (under --tenants: what changes the
+    fleet for everyone is the admin tenant's)."""
+
+    status = 403
+    error_type = "permission_error"
+
+
 class NotFound(LlamaqError):
     status = 404
     error_type = "not_found_error"
@@ -115,8 +123,8 @@ class BadGateway(ServerError):
 
 
 ERROR_TABLE: tuple[type[LlamaqError], ...] = (
-    InvalidRequest, ExceedContextSize, AuthenticationFailed, NotFound, Conflict, RateLimited,
-    NotSupported, Unavailable, ServerError, BadGateway,
+    InvalidRequest, ExceedContextSize, AuthenticationFailed, PermissionDenied, NotFound,
+    Conflict, RateLimited, NotSupported, Unavailable, ServerError, BadGateway,
 )
 """Every class an error is rendered as, each with its own (status, type)."""
 

@@ -56,7 +56,7 @@ def call_headers(request: Request) -> CallHeaders:
                        h.get("x-resp-type", ""), key_id(request))
 
 
-@routes.get("/tools")
+@routes.get("/tools", admin="/tools")
 async def list_tools(request: Request) -> HTTPResponse:
     service = _service(request)
     if service is None:
@@ -64,7 +64,7 @@ async def list_tools(request: Request) -> HTTPResponse:
     return json(service.listing())
 
 
-@routes.post("/tools", body=ToolCallRequest)
+@routes.post("/tools", body=ToolCallRequest, admin="/tools")
 async def call_tool(request: Request) -> HTTPResponse | None:
     service = _service(request)
     if service is None:
@@ -128,12 +128,12 @@ async def _stream(request: Request, service: ToolsService, tool: ServerTool,
     return None
 
 
-@routes.get("/cors-proxy")
+@routes.get("/cors-proxy", admin="/cors-proxy")
 async def cors_proxy_get(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "GET")
 
 
-@routes.post("/cors-proxy")
+@routes.post("/cors-proxy", admin="/cors-proxy")
 async def cors_proxy_post(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "POST")
 
