@@ -226,9 +226,10 @@ class JobClient:
             if not events.finished and not events.handed_off:
                 await asyncio.shield(self.cancel(events.job_id))
 
-    def cancel_later(self, record_id: str, holder: str, job_ids: list[str]) -> None:
+    def cancel_later(self, record_id: str, holder: str, job_ids: list[str],
+                     after: Callable[[bool], Awaitable[None]] | None = None) -> None:
         """The client of a resumable stream went away: cancel its jobs after RESUME_GRACE_S
-        unless another connection resumed the stream meanwhile."""
+        unless another connection resumed the stream meanwhile; then `after(resumed)`."""
 
         async def cancel_unless_resumed() -> None:
             await asyncio.sleep(keys.RESUME_GRACE_S)
@@ -236,9 +237,15 @@ class JobClient:
                 now = await StreamRecords(self._redis).holder(record_id)
             except RedisError:
                 now = None
-            if now is None or now == holder:
+            resumed = not (now is None or now == holder)
+            if not resumed:
                 for job_id in job_ids:
                     await self.cancel(job_id)
+            if after is not None:
+                try:
+                    await after(resumed)
+                except RedisError as exc:  # Redis away: holds lapse by themselves
+                    log.warning("stream %s: not settled after its grace: %r", record_id, exc)
 
         task = asyncio.create_task(cancel_unless_resumed())
         self._background.add(task)

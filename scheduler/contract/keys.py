@@ -361,6 +361,13 @@ def tenant_active(tenant: str) -> str:
     return f"{PREFIX}:tenant:{tenant}:active"
 
 
+def tenant_job_charged(job_id: str) -> str:
+    """String: how many of the job's tokens (prompt and output) are charged to its tenant
+    already, so that whoever reads its events (the request's pod, a resume's, the pod that
+    let an abandoned stream go) charges each token once."""
+    return f"{PREFIX}:tenant:job:{job_id}:charged"
+
+
 def tenant_uploads(tenant: str) -> str:
     """Sorted set of the tenant's uploads in flight, `<file id>:<bytes>` (score: when the
     reservation lapses, ms of Redis TIME), so that uploads that arrive together count each

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,65 @@ def charged(redis_url: str, tenant: str) -> int:
 
 def alice_free(url: str) -> bool:
     return complete(url, "k-alice").status_code == 200
+
+
+def test_a_resumed_stream_keeps_its_place(lanes: str) -> None:
+    """max_concurrent 1: a stream dropped and resumed still holds alice's one place, after the
+    resume's grace too; the place is free once the resumed stream is dropped for good."""
+    wait_until(lambda: alice_free(lanes), 20, what="alice's place free")
+    with httpx.stream("POST", f"{lanes}/completion", headers=auth("k-alice"), timeout=60,
+                      json=LONG) as dropped:
+        assert dropped.status_code == 200
+        event_id, _ = first_event_id(dropped)
+    with httpx.stream("POST", f"{lanes}/completion", timeout=60, json=LONG,
+                      headers={**auth("k-alice"), "Last-Event-ID": event_id}) as resumed:
+        assert resumed.status_code == 200
+        lines = resumed.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        refused = complete(lanes, "k-alice")
+        assert refused.status_code == 429, refused.text
+        assert "max_concurrent" in refused.json()["error"]["message"]
+        time.sleep(keys.RESUME_GRACE_S + 1)  # the dropped request's grace is over
+        assert next(line for line in lines if line.startswith("data:"))
+        assert complete(lanes, "k-alice").status_code == 429
+    wait_until(lambda: alice_free(lanes), 20, what="alice's place freed after the resume")
+
+
+def test_a_resumed_stream_is_charged_once_for_every_token(lanes: str, redis_url: str) -> None:
+    wait_until(lambda: alice_free(lanes), 20, what="alice's place free")
+    before = charged(redis_url, "alice")
+    body = {**LONG, "n_predict": 120}
+    with httpx.stream("POST", f"{lanes}/completion", headers=auth("k-alice"), timeout=60,
+                      json=body) as dropped:
+        event_id, _ = first_event_id(dropped)
+    final: dict[str, Any] = {}
+    with httpx.stream("POST", f"{lanes}/completion", timeout=120, json=body,
+                      headers={**auth("k-alice"), "Last-Event-ID": event_id}) as resumed:
+        assert resumed.status_code == 200
+        for line in resumed.iter_lines():
+            if line.startswith("data:"):
+                chunk = json.loads(line.removeprefix("data:"))
+                if chunk.get("stop"):
+                    final = chunk
+    assert final["tokens_predicted"] == 120
+    total = final["tokens_evaluated"] + final["tokens_predicted"]
+    wait_until(lambda: charged(redis_url, "alice") - before == total, 10,
+               what=f"{total} tokens charged to alice")
+
+
+def test_an_abandoned_stream_is_charged_for_what_it_generated(lanes: str,
+                                                             redis_url: str) -> None:
+    """Dropped and never resumed: the tokens its job generated before the grace cancelled it
+    are charged, though no client read them."""
+    wait_until(lambda: alice_free(lanes), 20, what="alice's place free")
+    with httpx.stream("POST", f"{lanes}/completion", headers=auth("k-alice"), timeout=60,
+                      json=LONG) as dropped:
+        first_event_id(dropped)
+    time.sleep(0.5)
+    at_drop = charged(redis_url, "alice")
+    time.sleep(keys.RESUME_GRACE_S + 1.5)  # the grace is over: the job was cancelled
+    assert charged(redis_url, "alice") > at_drop
+    wait_until(lambda: alice_free(lanes), 20, what="alice's place freed after the grace")
 
 
 def test_fleet_changes_are_the_admins(lanes: str) -> None:
