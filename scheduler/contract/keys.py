@@ -124,7 +124,8 @@ def lora_scales(model_id: str) -> str:
 
 
 def chat_completion(completion_id: str) -> str:
-    """JSON list of the job ids of a live chat completion armed with reasoning_control."""
+    """JSON of a live chat completion armed with reasoning_control: its `job_ids`, its
+    `owner` tenant (--tenants) and the `holder` request that armed it."""
     return f"{PREFIX}:chatcmpl:{completion_id}"
 
 

@@ -33,6 +33,7 @@ from api.endpoints.openai.render import (
 from api.errors import validation_message
 from api.media.refs import media_refs
 from api.sse import sse_data
+from api.tenants.config import DEFAULT_TENANT
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
 from scheduler.contract.media import MediaRef
@@ -117,7 +118,9 @@ async def control(request: Request) -> HTTPResponse:
     """Ends the thinking block of a running completion. An unknown or finished id (or one not
     armed with reasoning_control) is a no-op answered with success false."""
     body = parse_body(request, ControlRequest)
-    if not await OpenAIContext.of(request).fleet.jobs.end_reasoning(body.id):
+    caller = request.ctx.tenant  # another tenant's completion is as an unknown one
+    if not await OpenAIContext.of(request).fleet.jobs.end_reasoning(
+            body.id, lambda owner: caller.owns(owner or DEFAULT_TENANT)):
         return json({"success": False,
                      "message": "no active completion with reasoning_control for this id"})
     return json({"success": True})
@@ -135,7 +138,9 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     envelope = await context.envelope("chatcmpl-", body.stream)
     verbose = context.verbose(body.verbose)
     offsets = await context.slot_offsets() if verbose else None
-    async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
+    context.adopt_resumed(jobs)
+    async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control,
+                                               request.ctx.tenant.name):
         if not body.stream:
             return json(await chat_completion(context, plan, jobs, envelope, offsets))
         stream = ChatStream(plan, envelope, jobs, offsets)

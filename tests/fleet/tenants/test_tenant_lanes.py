@@ -201,3 +201,40 @@ def test_metrics_name_other_tenants_to_the_admin_only(lanes: str) -> None:
 
     assert tenants_named("k-bob") == {"bob"}
     assert tenants_named("k-ops") >= {"alice", "bob", "ops", "default"}
+
+
+def control(lanes: str, key: str, completion_id: str) -> Any:
+    return httpx.post(f"{lanes}/v1/chat/completions/control", headers=auth(key), timeout=30,
+                      json={"id": completion_id, "action": "reasoning_end"}).json()
+
+
+def test_control_is_the_owners_and_works_after_a_resume(lanes: str) -> None:
+    client = httpx.Client(timeout=120)
+    body = {"messages": THINKING, "max_tokens": 400, "temperature": 0, "stream": True,
+            "reasoning_format": "deepseek", "reasoning_control": True}
+    with client.stream("POST", f"{lanes}/v1/chat/completions", headers=auth("k-bob"),
+                       json=body) as dropped:
+        event_id, lines = first_event_id(dropped)
+        completion_id = json.loads(next(line for line in lines if line.startswith("data:"))
+                                   .removeprefix("data:"))["id"]
+        assert control(lanes, "k-alice", completion_id)["success"] is False
+    content = ""
+    chunks_after_ask: int | None = None
+    with client.stream("POST", f"{lanes}/v1/chat/completions", json=body,
+                       headers={**auth("k-bob"), "Last-Event-ID": event_id}) as resumed:
+        assert resumed.status_code == 200
+        for line in resumed.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            if not chunk["choices"]:
+                continue
+            content += chunk["choices"][0]["delta"].get("content") or ""
+            if chunks_after_ask is None:
+                assert control(lanes, "k-alice", completion_id)["success"] is False
+                assert control(lanes, "k-bob", completion_id) == {"success": True}
+                chunks_after_ask = 0
+            elif not content:
+                chunks_after_ask += 1
+    assert content, "the thinking block never ended"
+    assert chunks_after_ask is not None and chunks_after_ask < 10
