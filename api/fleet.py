@@ -27,6 +27,9 @@ from scheduler.leases import counters, waiting_jobs
 from scheduler.registry import Registry, WorkerInfo
 
 WORKERS_CACHE_S = 0.5
+LAST_EVENTS_READ = 4
+"""Events read back from an abandoned stream's job's log to charge its tokens (its newest
+token or final event is among them: a cancel's error comes after it)."""
 QUEUE_PER_SLOT = 4
 CheckServes = Callable[[str, str], Awaitable[None]]
 """Refuses a capability (the second argument) the model's live workers do not serve."""
@@ -63,18 +66,47 @@ class CheckedJobClient(JobClient):
             async with super().submit(job, queue) as events:
                 yield events
             return
+        if isinstance(job, CompletionJob):
+            job.tenant = scope.name
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
+            meter.events = events
             yield events
 
     @contextlib.asynccontextmanager
     async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
         """A resumed stream's job, with the migration limit its submit set: a migration while
-        it is resumed is waited for, not ended with 503."""
+        it is resumed is waited for, not ended with 503. Under a tenant it holds its place and
+        meters its tokens as the request did (api/tenants/service.py `TenantScope.job`)."""
         if isinstance(job, CompletionJob):
             job.migration_limit = self.migration_limit
+        scope = CURRENT.get()
         async with super().attach(job) as events:
-            yield events
+            if scope is None:
+                yield events
+                return
+            async with scope.job(job, resumed=True, ended=events.ended_in_log) as meter:
+                events.on_event = meter.on_event
+                meter.events = events
+                yield events
+
+    def cancel_later(self, record_id: str, holder: str, job_ids: list[str],
+                     after: Callable[[bool], Awaitable[None]] | None = None) -> None:
+        """Under a tenant, the jobs keep their places while a resume may come; after the
+        grace this pod lets them go (freed and their unread tokens charged when nobody
+        resumed)."""
+        scope = CURRENT.get()
+        if scope is None or after is not None:
+            super().cancel_later(record_id, holder, job_ids, after)
+            return
+
+        async def settle(resumed: bool) -> None:
+            last = {} if resumed else {
+                job_id: await self._hub.read_last(job_id, LAST_EVENTS_READ)
+                for job_id in job_ids}
+            await scope.let_go(job_ids, resumed, last)
+
+        super().cancel_later(record_id, holder, job_ids, settle)
 
 
 @dataclass

@@ -11,11 +11,12 @@ route). The app registers every family's blueprint (api/endpoints/__init__.py) u
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sanic import Blueprint
+from sanic import Blueprint, Request
 from sanic.response import HTTPResponse
 from sanic.router import Route
 
@@ -27,19 +28,23 @@ class Routes:
         self.blueprint = Blueprint(name, **options)
 
     def route(self, methods: list[str], *paths: str, name: str | None = None,
-              body: type[BaseModel] | None = None, guarded: bool = False, **options: Any
-              ) -> Callable[[Handler], Handler]:
+              body: type[BaseModel] | None = None, guarded: bool = False,
+              admin: str | None = None, **options: Any) -> Callable[[Handler], Handler]:
         """Register the handler under each of `paths`. A route's name is `name` (default: the
         handler's); a handler with several paths gets one name per path. `guarded`: a route
         that changes the fleet or runs things on the pod, which a browser may call only from
-        the pod's own origin or a listed one (api/origin_guard.py)."""
+        the pod's own origin or a listed one (api/origin_guard.py). `admin` (what the route
+        does, for the error): under --tenants only the admin tenant may call it (403
+        `permission_error`, api/tenants/service.py `require_admin`)."""
 
         def register(handler: Handler) -> Handler:
             base = name or handler.__name__
+            served = handler if admin is None else _admin_only(handler, admin)
             for path in paths:
                 route_name = base if len(paths) == 1 else f"{base}{_slug(path)}"
-                self.blueprint.add_route(handler, path, methods=methods, name=route_name,
-                                         ctx_body=body, ctx_guarded=guarded, **options)
+                self.blueprint.add_route(served, path, methods=methods, name=route_name,
+                                         ctx_body=body, ctx_guarded=guarded,
+                                         ctx_admin=admin is not None, **options)
             return handler
 
         return register
@@ -52,6 +57,15 @@ class Routes:
 
     def delete(self, *paths: str, **options: Any) -> Callable[[Handler], Handler]:
         return self.route(["DELETE"], *paths, **options)
+
+
+def _admin_only(handler: Handler, what: str) -> Handler:
+    @functools.wraps(handler)
+    async def checked(request: Request, *args: Any, **kwargs: Any) -> HTTPResponse | None:
+        request.ctx.tenant.require_admin(what)
+        return await handler(request, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 def body_model(route: Route) -> type[BaseModel] | None:

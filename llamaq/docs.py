@@ -71,6 +71,7 @@ LIFETIMES: dict[str, str] = {
     "tenant_requests": f"{keys.TENANT_BUCKET_TTL_S} s after its last request (then full)",
     "tenant_tokens": f"{keys.TENANT_BUCKET_TTL_S} s after its last charge, or longer while "
                      "in debt (then full)",
+    "tenant_job_charged": "600 s after its last charge (as long as the job's event log)",
     "tenant_uploads": "an upload leaves when its file is stored (or refused), or "
                       f"{keys.TENANT_UPLOAD_HOLD_S:g} s after it began",
     "tenant_active": f"a job leaves when it ends, or {keys.TENANT_HOLD_S:g} s after its last "

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -52,6 +53,12 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
 """Retry-After of a 503 for a full queue."""
+
+
+DELETE_IF_SAME = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,7 @@ class JobClient:
         `affinity` routes completions to the worker that holds their prompt's beginning."""
         self._affinity = affinity
         self._redis = redis
+        self._delete_if_same = redis.register_script(DELETE_IF_SAME)
         self._arq = arq
         self._hub = hub
         self._timeout_s = timeout_s
@@ -226,9 +234,10 @@ class JobClient:
             if not events.finished and not events.handed_off:
                 await asyncio.shield(self.cancel(events.job_id))
 
-    def cancel_later(self, record_id: str, holder: str, job_ids: list[str]) -> None:
+    def cancel_later(self, record_id: str, holder: str, job_ids: list[str],
+                     after: Callable[[bool], Awaitable[None]] | None = None) -> None:
         """The client of a resumable stream went away: cancel its jobs after RESUME_GRACE_S
-        unless another connection resumed the stream meanwhile."""
+        unless another connection resumed the stream meanwhile; then `after(resumed)`."""
 
         async def cancel_unless_resumed() -> None:
             await asyncio.sleep(keys.RESUME_GRACE_S)
@@ -236,9 +245,15 @@ class JobClient:
                 now = await StreamRecords(self._redis).holder(record_id)
             except RedisError:
                 now = None
-            if now is None or now == holder:
+            resumed = not (now is None or now == holder)
+            if not resumed:
                 for job_id in job_ids:
                     await self.cancel(job_id)
+            if after is not None:
+                try:
+                    await after(resumed)
+                except RedisError as exc:  # Redis away: holds lapse by themselves
+                    log.warning("stream %s: not settled after its grace: %r", record_id, exc)
 
         task = asyncio.create_task(cancel_unless_resumed())
         self._background.add(task)
@@ -288,28 +303,35 @@ class JobClient:
 
     @contextlib.asynccontextmanager
     async def controllable(self, completion_id: str, jobs: list[CompletionJob],
-                           armed: bool) -> AsyncIterator[None]:
+                           armed: bool, owner: str | None = None) -> AsyncIterator[None]:
         """While a completion armed with reasoning_control runs, any api pod can end its
-        thinking block with `end_reasoning(completion_id)`."""
+        thinking block with `end_reasoning(completion_id)`; `owner`: the tenant whose it is
+        (--tenants). A resumed stream arms it again with the stream's jobs; leaving deletes
+        only this request's arming (not a resume's that came meanwhile)."""
         if not armed:
             yield
             return
         key = keys.chat_completion(completion_id)
-        await self._redis.set(key, json.dumps([job.job_id for job in jobs]),
-                              ex=keys.CANCEL_TTL_S)
+        value = json.dumps({"job_ids": [job.job_id for job in jobs], "owner": owner,
+                            "holder": uuid.uuid4().hex})
+        await self._redis.set(key, value, ex=keys.CANCEL_TTL_S)
         try:
             yield
         finally:
-            await asyncio.shield(self._redis.delete(key))
+            await asyncio.shield(self._delete_if_same(keys=[key], args=[value]))
 
-    async def end_reasoning(self, completion_id: str) -> bool:
+    async def end_reasoning(self, completion_id: str,
+                            owns: Callable[[str | None], bool] | None = None) -> bool:
         """Ask the workers to end the completion's thinking block; False if it is unknown,
-        finished or not armed."""
-        job_ids = await self._redis.get(keys.chat_completion(completion_id))
-        if job_ids is None:
+        finished, not armed, or not the caller's (`owns` its owner: False)."""
+        found = await self._redis.get(keys.chat_completion(completion_id))
+        if found is None:
+            return False
+        armed = json.loads(found)
+        if owns is not None and not owns(armed.get("owner")):
             return False
         async with self._redis.pipeline(transaction=False) as pipe:
-            for job_id in json.loads(job_ids):
+            for job_id in armed["job_ids"]:
                 pipe.publish(keys.CONTROL_CHANNEL, job_id)
             await pipe.execute()
         return True

@@ -144,6 +144,11 @@ class EventHub:
                                            end)
         return [ENVELOPE.validate_json(fields[b"e"]) for _, fields in entries]
 
+    async def read_last(self, job_id: str, count: int) -> list[EventEnvelope]:
+        """The last `count` events of the job's log, newest first."""
+        entries = await self._redis.xrevrange(keys.job_event_log(job_id), count=count)
+        return [ENVELOPE.validate_json(fields[b"e"]) for _, fields in entries]
+
     async def _read_forever(self, pubsub: PubSub) -> None:
         lost_at: float | None = None
         lost_with: set[str] = set()  # the jobs waiting when Redis went away

@@ -108,6 +108,8 @@ class JobEvents:
         """A slot took the job (its StartedEvent arrived)."""
         self.finished = False
         self.handed_off = False
+        self.ended_in_log = False
+        """A resumed stream's job whose log held its last event when it was read."""
         """Left to a resumable stream's delayed cancel: leaving `submit` does not cancel."""
         self.on_event: Callable[[TokenEvent | FinalEvent | StartedEvent],
                                 Awaitable[None]] | None = None
@@ -116,6 +118,8 @@ class JobEvents:
     def prefill(self, envelopes: list[EventEnvelope]) -> None:
         """Events read from the log before any arrive by pub/sub (a resumed stream)."""
         self._ready.extend(envelopes)
+        self.ended_in_log = any(isinstance(e.event, FinalEvent | StoredFinalEvent | ErrorEvent)
+                                for e in envelopes)
 
     @property
     def next_seq(self) -> int:

@@ -76,6 +76,8 @@ class SlotState(BaseModel):
     n_prompt_tokens_cache: int | None = None
     params: GenerationSettings | None = None
     next_token: list[NextToken] | None = None
+    tenant: str | None = None
+    """The tenant of the slot's request (its job's `tenant`; not in /slots' answer)."""
 
 
 class WorkerMetrics(BaseModel):

@@ -88,6 +88,24 @@ store(KEYS[1], level, now, limit)
 return tostring(level)
 """
 
+CHARGE_JOB = _REFILL + """
+-- KEYS[1]: the tenant's tokens bucket, KEYS[2]: the job's charged count, KEYS[3]: the
+-- counters; ARGV: tokens per minute (0: no bucket), the job's tokens seen, the counter's
+-- field, the count's TTL (s), the bucket's TTL (s). Charges what is over the count, once.
+local seen = tonumber(ARGV[2])
+local before = tonumber(redis.call('GET', KEYS[2]) or '0')
+if seen <= before then return 0 end
+redis.call('SET', KEYS[2], tostring(seen), 'EX', tonumber(ARGV[4]))
+local due = seen - before
+local limit = tonumber(ARGV[1])
+if limit > 0 then
+  local now = now_ms()
+  store(KEYS[1], refill(KEYS[1], limit, now) - due, now, limit)
+end
+redis.call('HINCRBY', KEYS[3], ARGV[3], due)
+return due
+"""
+
 RENEW_HOLDS = """
 -- KEYS[1]: a tenant's jobs' holds; ARGV: hold (ms), then job ids. Renews those still held.
 local t = redis.call('TIME')
@@ -133,6 +151,7 @@ class TenantLimits:
         self._take = redis.register_script(TAKE_REQUEST)
         self._admit = redis.register_script(ADMIT_JOB)
         self._charge = redis.register_script(CHARGE_TOKENS)
+        self._charge_job = redis.register_script(CHARGE_JOB)
         self._renew = redis.register_script(RENEW_HOLDS)
         self._reserve_upload = redis.register_script(RESERVE_UPLOAD)
 
@@ -162,6 +181,19 @@ class TenantLimits:
             await self._charge(keys=[keys.tenant_tokens(tenant)],
                                args=[tokens_per_minute, n_tokens, keys.TENANT_BUCKET_TTL_S])
         await self._redis.hincrby(keys.TENANT_COUNTERS, f"tokens:{tenant}", n_tokens)  # type: ignore[misc]
+
+    async def charge_job(self, tenant: str, tokens_per_minute: int, job_id: str,
+                         seen: int) -> int:
+        """Charge a job's tokens up to `seen` (its prompt and output so far), those not
+        charged yet by anyone; returns how many this call charged."""
+        if seen <= 0:
+            return 0
+        due = await self._charge_job(
+            keys=[keys.tenant_tokens(tenant), keys.tenant_job_charged(job_id),
+                  keys.TENANT_COUNTERS],
+            args=[tokens_per_minute, seen, f"tokens:{tenant}", keys.EVENT_LOG_TTL_S,
+                  keys.TENANT_BUCKET_TTL_S])
+        return int(due)
 
     async def reserve_upload(self, tenant: str, file_id: str, size: int) -> dict[str, int]:
         """Reserve `size` bytes for the upload of `file_id`; the uploads in flight before it

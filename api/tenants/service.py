@@ -23,18 +23,19 @@ from redis.exceptions import RedisError
 
 from api.tenants.config import DEFAULT_TENANT, UNLIMITED, Tenant, TenantsFile, read_tenants
 from scheduler.contract import keys
-from scheduler.contract.errors import NotFound, RateLimited
+from scheduler.contract.errors import NotFound, PermissionDenied, RateLimited
 from scheduler.contract.jobs import CompletionJob, EmbeddingJob, RerankJob
 from scheduler.contract.results import (
     CompletionResult,
     DecisionResult,
     EmbeddingResult,
+    EventEnvelope,
     FinalEvent,
     RerankResult,
     StartedEvent,
     TokenEvent,
 )
-from scheduler.job_events import AnyJob
+from scheduler.job_events import AnyJob, JobEvents
 from scheduler.tenant_limits import Refusal, TenantLimits
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,9 @@ class TenantService:
 
     directory: TenantDirectory
     limits: TenantLimits
-    _held: dict[str, set[str]] = field(default_factory=dict)
-    """tenant -> its jobs this pod holds a max_concurrent place for (renewed)."""
+    _held: dict[str, dict[str, int]] = field(default_factory=dict)
+    """tenant -> its jobs this pod holds a max_concurrent place for (renewed), each with how
+    many holders on this pod (a request and a resume of its stream)."""
 
     def scope(self, tenant: Tenant, enforce: bool = True) -> TenantScope:
         return TenantScope(tenant, self, enforce)
@@ -132,12 +134,15 @@ class TenantService:
                     log.warning("tenant holds not renewed: %r", exc)
 
     def _hold(self, tenant: str, job_id: str) -> None:
-        self._held.setdefault(tenant, set()).add(job_id)
+        held = self._held.setdefault(tenant, {})
+        held[job_id] = held.get(job_id, 0) + 1
 
     def _let_go(self, tenant: str, job_id: str) -> None:
         held = self._held.get(tenant)
-        if held is not None:
-            held.discard(job_id)
+        if held is not None and job_id in held:
+            held[job_id] -= 1
+            if held[job_id] <= 0:
+                del held[job_id]
             if not held:
                 del self._held[tenant]
 
@@ -174,6 +179,13 @@ class TenantScope:
         if not self.owns(owner):
             raise NotFound(what)
 
+    def require_admin(self, what: str) -> None:
+        """Under --tenants, what changes the fleet for every tenant (models, global LoRA
+        scales, slots, server tools) is the admin tenant's: 403 `permission_error` for
+        another (ours). Without --tenants every caller may, as on llama-server."""
+        if not self.sees_all:
+            raise PermissionDenied(f"{what} is reserved to the admin tenant (--tenants)")
+
     async def take_request(self) -> None:
         """One of requests_per_minute (429 when none is left); counted for /metrics."""
         await self.service.limits.count(self.name, "requests")
@@ -184,37 +196,72 @@ class TenantScope:
                 raise await self.service.refused(self.tenant, refusal)
 
     @contextlib.asynccontextmanager
-    async def job(self, job: AnyJob) -> AsyncIterator[TokenMeter]:
+    async def job(self, job: AnyJob, resumed: bool = False,
+                  ended: bool = False) -> AsyncIterator[TokenMeter]:
         """Admit a job (429 when over max_concurrent or out of tokens), hold its place while
-        it runs, and meter its tokens."""
+        it runs, and meter its tokens.
+
+        `resumed`: a stream's job read again (Last-Event-ID): it holds its place as the
+        request did (the request's hold, kept while the stream waited for a resume, is taken
+        over; a job whose place lapsed needs a free one) and meters the tokens nobody charged
+        yet; an admitted generation is never refused for tokens. `ended`: its log has its
+        last event already (a replay holds nothing). A job whose client left while it runs
+        (handed off to a resume) keeps its hold until `let_go` (the resume's grace)."""
         tenant = self.tenant
-        if tenant.priority == "batch" and isinstance(job, CompletionJob | EmbeddingJob
-                                                          | RerankJob):
+        if not resumed and tenant.priority == "batch" and isinstance(
+                job, CompletionJob | EmbeddingJob | RerankJob):
             job.background = True
-        holds = self.enforce and tenant.max_concurrent is not None
-        if self.enforce and (holds or tenant.tokens_per_minute):
+        holds = self.enforce and tenant.max_concurrent is not None and not ended
+        per_minute = 0 if resumed else tenant.tokens_per_minute or 0
+        if self.enforce and (holds or per_minute):
             refusal = await self.service.limits.admit_job(
-                self.name, job.job_id, tenant.tokens_per_minute or 0,
-                tenant.max_concurrent or 0)
+                self.name, job.job_id, per_minute, tenant.max_concurrent or 0 if holds else 0)
             if refusal is not None:
                 raise await self.service.refused(tenant, refusal)
         if holds:
             self.service._hold(self.name, job.job_id)
-        meter = TokenMeter(self)
+        meter = TokenMeter(self, job.job_id)
         try:
             yield meter
         finally:
+            release = holds and not meter.left_running
+
             async def settle() -> None:
                 try:
                     await meter.flush()
                 finally:
-                    if holds:
+                    if release:
                         self.service._let_go(self.name, job.job_id)
                         await self.service.limits.release(self.name, job.job_id)
             try:
                 await asyncio.shield(settle())
             except RedisError as exc:  # Redis away: the hold lapses by itself
                 log.warning("tenant %s: job %s not settled: %r", self.name, job.job_id, exc)
+
+    async def let_go(self, job_ids: list[str], resumed: bool,
+                     last_events: dict[str, list[EventEnvelope]]) -> None:
+        """A stream's jobs left running for a resume (`job` kept their holds): once the grace
+        is over, this pod lets them go; when nobody resumed (the jobs are cancelled) their
+        places are freed and the tokens their logs show (`last_events`, newest first) that
+        nobody read are charged."""
+        for job_id in job_ids:
+            if not resumed:
+                seen = max((_tokens_of(e.event) for e in last_events.get(job_id, [])),
+                           default=0)
+                await self.service.limits.charge_job(
+                    self.name, self.tenant.tokens_per_minute or 0, job_id, seen)
+            if self.enforce and self.tenant.max_concurrent is not None:
+                self.service._let_go(self.name, job_id)
+                if not resumed:
+                    await self.service.limits.release(self.name, job_id)
+
+
+def _tokens_of(event: object) -> int:
+    if isinstance(event, TokenEvent):
+        return event.n_prompt_tokens + event.n_decoded
+    if isinstance(event, FinalEvent):
+        return _final_tokens(event)
+    return 0
 
 
 def _final_tokens(event: FinalEvent) -> int:
@@ -230,14 +277,25 @@ def _final_tokens(event: FinalEvent) -> int:
 
 class TokenMeter:
     """A job's tokens as its events bring them: the prompt as soon as it is known, then the
-    output every CHARGE_EVERY_TOKENS tokens, the rest at the end."""
+    output every CHARGE_EVERY_TOKENS tokens, the rest at the end. Each token is charged once
+    fleet-wide (the job's count in Redis, scheduler/tenant_limits.py `charge_job`): a resume
+    that reads the job's events again charges only what nobody charged."""
 
-    def __init__(self, scope: TenantScope) -> None:
+    def __init__(self, scope: TenantScope, job_id: str) -> None:
         self._scope = scope
+        self._job_id = job_id
         self._prompt = 0
         self._decoded = 0
         self._final = 0
         self.charged = 0
+        self.events: JobEvents | None = None
+        """The events it meters (set by the job client): whether its client left."""
+
+    @property
+    def left_running(self) -> bool:
+        """The job runs on for a resume after its reader left (its hold stays)."""
+        return self.events is not None and self.events.handed_off \
+            and not self.events.finished
 
     @property
     def seen(self) -> int:
@@ -255,11 +313,12 @@ class TokenMeter:
             await self.flush()
 
     async def flush(self) -> None:
-        due = self.seen - self.charged
-        if due > 0:
-            self.charged += due
-            await self._scope.service.limits.charge_tokens(
-                self._scope.name, self._scope.tenant.tokens_per_minute or 0, due)
+        seen = self.seen
+        if seen > self.charged:
+            self.charged = seen
+            await self._scope.service.limits.charge_job(
+                self._scope.name, self._scope.tenant.tokens_per_minute or 0, self._job_id,
+                seen)
 
 
 CURRENT: ContextVar[TenantScope | None] = ContextVar("llamaq_tenant", default=None)

@@ -64,7 +64,9 @@ class AuthenticationFailed(LlamaqError):
 
 
 class PermissionDenied(LlamaqError):
-    """The caller may not do this (llama-server's ERROR_TYPE_PERMISSION)."""
+    """The caller may not do this (llama-server's ERROR_TYPE_PERMISSION): a tool runtime the
+    operator did not allow; under --tenants, what changes the fleet for everyone is the admin
+    tenant's."""
 
     status = 403
     error_type = "permission_error"

@@ -204,6 +204,9 @@ class CompletionJob(BaseModel):
     """The marker the prompt's text holds where each media item goes."""
     message_delimiters: list[MessageDelimiter] = Field(default_factory=list)
     """Where the prompt's messages start (a chat's, from its template; /completion's own)."""
+    tenant: str | None = None
+    """Under --tenants, the tenant whose request it is (set by the api's job client): /slots
+    shows a slot's `params` to that tenant (and the admin) only."""
 
 
 class TokenizeJob(BaseModel):

@@ -124,7 +124,8 @@ def lora_scales(model_id: str) -> str:
 
 
 def chat_completion(completion_id: str) -> str:
-    """JSON list of the job ids of a live chat completion armed with reasoning_control."""
+    """JSON of a live chat completion armed with reasoning_control: its `job_ids`, its
+    `owner` tenant (--tenants) and the `holder` request that armed it."""
     return f"{PREFIX}:chatcmpl:{completion_id}"
 
 
@@ -359,6 +360,13 @@ def tenant_active(tenant: str) -> str:
     """Sorted set of the tenant's running and queued jobs (score: when its hold lapses, ms of
     Redis TIME), for max_concurrent; the api pod waiting for a job renews its hold."""
     return f"{PREFIX}:tenant:{tenant}:active"
+
+
+def tenant_job_charged(job_id: str) -> str:
+    """String: how many of the job's tokens (prompt and output) are charged to its tenant
+    already, so that whoever reads its events (the request's pod, a resume's, the pod that
+    let an abandoned stream go) charges each token once."""
+    return f"{PREFIX}:tenant:job:{job_id}:charged"
 
 
 def tenant_uploads(tenant: str) -> str:

@@ -108,6 +108,7 @@ class RunReports:
                     active.prompt_done - active.n_cached if processing else 0
                 state.n_prompt_tokens_cache = active.n_cached if processing else 0
                 state.params = self.settings(active)
+                state.tenant = active.request.job.tenant
                 state.next_token = [NextToken(
                     has_next_token=processing,
                     has_new_line=active.has_new_line and processing,

@@ -68,7 +68,7 @@ async def _workers_json(fleet: Fleet, settings: ApiSettings,
         if settings.slots:  # --no-slots hides slot states here as at /slots
             slots = []
             for state in await fleet.registry.slots(worker.worker_id):
-                slot = state.model_dump(exclude_none=True, exclude={"params"})
+                slot = state.model_dump(exclude_none=True, exclude={"params", "tenant"})
                 slot["id"] = state.id + offset
                 slots.append(slot)
         offset += worker.n_slots

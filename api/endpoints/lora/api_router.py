@@ -32,7 +32,7 @@ async def lora_adapters(request: Request) -> HTTPResponse:
     return json([adapter.wire() for adapter in workers[0].lora])
 
 
-@routes.post("/lora-adapters", guarded=True)
+@routes.post("/lora-adapters", guarded=True, admin="setting the LoRA adapters' scales")
 async def set_lora_adapters(request: Request) -> HTTPResponse:
     """llama-server's: the body is an array of {id, scale}; adapters not named go to 0 and
     unknown ids are ignored; `[]` turns every adapter off."""

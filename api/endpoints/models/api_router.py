@@ -91,7 +91,7 @@ async def router_models(request: Request) -> HTTPResponse:
     return json({"data": data, "object": "list"})
 
 
-@routes.post("/models/load", name="models_load", guarded=True)
+@routes.post("/models/load", name="models_load", guarded=True, admin="loading a model")
 async def load(request: Request) -> HTTPResponse:
     router = _router(request)
     entry = router.entry(_model_name(request))
@@ -112,7 +112,7 @@ async def load(request: Request) -> HTTPResponse:
     return json({"success": True})
 
 
-@routes.post("/models/unload", name="models_unload", guarded=True)
+@routes.post("/models/unload", name="models_unload", guarded=True, admin="unloading a model")
 async def unload(request: Request) -> HTTPResponse:
     router = _router(request)
     name = _model_name(request)

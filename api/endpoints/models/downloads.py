@@ -88,7 +88,7 @@ def _check_sidecars(kinds: list[str]) -> None:
                              f"{', '.join(SIDECAR_KEYWORDS)})")
 
 
-@routes.post("/models", body=DownloadRequest, guarded=True)
+@routes.post("/models", body=DownloadRequest, guarded=True, admin="adding a model")
 async def post_models(request: Request) -> HTTPResponse:
     body = parse_body(request, DownloadRequest)
     name = body.model.strip()
@@ -194,7 +194,7 @@ async def _unload_first(request: Request, name: str) -> None:
         await asyncio.sleep(0.2)
 
 
-@routes.delete("/models", guarded=True)
+@routes.delete("/models", guarded=True, admin="deleting a model")
 async def delete_models(request: Request) -> HTTPResponse:
     name = (request.args.get("model") or "").strip()
     if not name:

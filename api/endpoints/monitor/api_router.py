@@ -35,7 +35,7 @@ async def slots(request: Request) -> HTTPResponse:
     for worker in await fleet.workers(request_model(request), fresh=True):
         offset = len(states)
         for state in await fleet.registry.slots(worker.worker_id):
-            states.append(_slot_json(state, offset))
+            states.append(_slot_json(state, offset, request.ctx.tenant))
     if request.args.get("fail_on_no_slot") and not any(not s["is_processing"] for s in states):
         raise Unavailable("no slot available")
     return json(states)
@@ -72,6 +72,8 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     action = request.args.get("action", "")
     if action not in ("save", "restore", "erase"):
         raise InvalidRequest("Invalid action")
+    if action != "restore":  # a snapshot of whatever the slot holds, or its erasure
+        request.ctx.tenant.require_admin(f"{action} of a slot")
     filename: Any = ""
     if action != "erase":
         filename = json_body(request).get("filename")
@@ -89,14 +91,16 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
 
 async def tenant_counts(request: Request) -> dict[str, dict[str, int]] | None:
     """Every tenant's counters under --tenants (None without): the file's tenants and the
-    default at least, at 0 before their first request."""
+    default at least, at 0 before their first request. Another tenant than the admin gets
+    its own only: a tenant's name and traffic are the admin's to see (ours)."""
     service = services(request).tenants
     if not service.directory.enabled:
         return None
     found = await service.limits.counters()
     for name in service.directory.names():
         found.setdefault(name, {"tokens": 0, "requests": 0, "limited": 0})
-    return found
+    caller: TenantScope = request.ctx.tenant
+    return found if caller.sees_all else {caller.name: found.get(caller.name, {})}
 
 
 def slot_file_of(scope: TenantScope, filename: str) -> str:
@@ -208,8 +212,12 @@ def _template_caps(settings: ApiSettings, meta: ModelMeta) -> dict[str, bool]:
     return chat_template_caps(source)
 
 
-def _slot_json(state: SlotState, offset: int) -> dict[str, Any]:
-    data = state.model_dump(exclude_none=True)
+def _slot_json(state: SlotState, offset: int, caller: TenantScope) -> dict[str, Any]:
+    """A slot as llama-server shows it; under --tenants another tenant's request's `params`
+    (its grammar, stop strings, logit_bias) are left out (ours)."""
+    if not caller.owns(state.tenant or ""):
+        state = state.model_copy(update={"params": None})
+    data = state.model_dump(exclude_none=True, exclude={"tenant"})
     data["id"] = state.id + offset
     if "params" in data:  # with the bans' -inf (null) biases, which exclude_none drops
         data["params"] = state.params.to_wire(full=False) if state.params else data["params"]

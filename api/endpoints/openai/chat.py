@@ -34,6 +34,7 @@ from api.errors import validation_message
 from api.media.refs import media_refs
 from api.media.sources import media_access
 from api.sse import sse_data
+from api.tenants.config import DEFAULT_TENANT
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
 from scheduler.contract.media import MediaRef
@@ -118,7 +119,9 @@ async def control(request: Request) -> HTTPResponse:
     """Ends the thinking block of a running completion. An unknown or finished id (or one not
     armed with reasoning_control) is a no-op answered with success false."""
     body = parse_body(request, ControlRequest)
-    if not await OpenAIContext.of(request).fleet.jobs.end_reasoning(body.id):
+    caller = request.ctx.tenant  # another tenant's completion is as an unknown one
+    if not await OpenAIContext.of(request).fleet.jobs.end_reasoning(
+            body.id, lambda owner: caller.owns(owner or DEFAULT_TENANT)):
         return json({"success": False,
                      "message": "no active completion with reasoning_control for this id"})
     return json({"success": True})
@@ -136,7 +139,9 @@ async def chat_completions(request: Request) -> HTTPResponse | None:
     envelope = await context.envelope("chatcmpl-", body.stream)
     verbose = context.verbose(body.verbose)
     offsets = await context.slot_offsets() if verbose else None
-    async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control):
+    context.adopt_resumed(jobs)
+    async with context.fleet.jobs.controllable(envelope.id, jobs, body.reasoning_control,
+                                               request.ctx.tenant.name):
         if not body.stream:
             return json(await chat_completion(context, plan, jobs, envelope, offsets))
         stream = ChatStream(plan, envelope, jobs, offsets)

@@ -94,6 +94,12 @@ class OpenAIContext:
         minted = self.resume.record.minted
         return Envelope(str(minted["id"]), self.model_id, int(minted["created"]))
 
+    def adopt_resumed(self, jobs: list[CompletionJob]) -> None:
+        """A resumed stream's jobs are the stream's own (its record's ids), not new ones."""
+        if self.resume is not None and self.resume.have is not None:
+            for job, job_id in zip(jobs, self.resume.record.job_ids, strict=False):
+                job.job_id = job_id
+
     async def stream(self, jobs: list[CompletionJob],
                      render: Callable[[int, TokenEvent | FinalEvent], Iterable[str]],
                      end: Callable[[], Iterable[str]] = tuple,

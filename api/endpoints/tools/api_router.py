@@ -72,7 +72,7 @@ def call_headers(request: Request) -> CallHeaders:
                        h.get("x-resp-type", ""), key_id(request))
 
 
-@routes.get("/tools")
+@routes.get("/tools", admin="/tools")
 async def list_tools(request: Request) -> HTTPResponse:
     service = _service(request)
     if service is None:
@@ -80,7 +80,7 @@ async def list_tools(request: Request) -> HTTPResponse:
     return json(service.listing())
 
 
-@routes.post("/tools", body=ToolCallRequest, guarded=True)
+@routes.post("/tools", body=ToolCallRequest, guarded=True, admin="/tools")
 async def call_tool(request: Request) -> HTTPResponse | None:
     service = _service(request)
     if service is None:
@@ -149,12 +149,12 @@ async def _stream(request: Request, service: ToolsService, tool: ServerTool,
     return None
 
 
-@routes.get("/cors-proxy", guarded=True)
+@routes.get("/cors-proxy", guarded=True, admin="/cors-proxy")
 async def cors_proxy_get(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "GET")
 
 
-@routes.post("/cors-proxy", guarded=True)
+@routes.post("/cors-proxy", guarded=True, admin="/cors-proxy")
 async def cors_proxy_post(request: Request) -> HTTPResponse | None:
     return await _proxy(request, "POST")
 

@@ -85,3 +85,23 @@ async def test_the_pods_clock_does_not_count(redis: Redis,
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert await limits.take_request(tenant, 1) is not None
+
+
+async def test_a_jobs_tokens_are_charged_once_whoever_reads_them(redis: Redis,
+                                                                 redis_url: str) -> None:
+    """The request's pod and a resume's pod read the same job's events: each token is charged
+    once (the job's charged count in Redis), to the bucket and to the counters."""
+    tenant, job_id = fresh("once"), fresh("job")
+    other_pod = Redis.from_url(redis_url)
+    try:
+        first, resumed = TenantLimits(redis), TenantLimits(other_pod)
+        assert await first.charge_job(tenant, 600, job_id, 40) == 40
+        assert await resumed.charge_job(tenant, 600, job_id, 30) == 0  # a replay, behind
+        assert await resumed.charge_job(tenant, 600, job_id, 100) == 60
+        assert await first.charge_job(tenant, 600, job_id, 100) == 0
+        assert (await first.counters())[tenant]["tokens"] == 100
+        level = float(await redis.hget(keys.tenant_tokens(tenant), "level") or 0)  # type: ignore[misc]
+        assert 500 <= level < 502  # 600 - 100, refilled by a moment at 10 tokens/s
+        assert 0 < await redis.ttl(keys.tenant_job_charged(job_id)) <= keys.EVENT_LOG_TTL_S
+    finally:
+        await other_pod.aclose()
