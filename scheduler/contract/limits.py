@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob, DecisionJob
+from scheduler.contract.jobs import CompletionJob, DecisionJob, MessageDelimiter
 from scheduler.contract.sampling import SamplingParams
 
 INT32_MAX = 2**31 - 1
@@ -75,6 +75,10 @@ MAX_STOP_LENGTH = 4096
 """Characters in one stop string."""
 MAX_DRY_BREAKERS = 64
 MAX_DRY_BREAKER_LENGTH = 256
+MAX_MESSAGE_DELIMITERS = 64
+"""Entries of message_delimiters (a chat template makes two)."""
+MAX_MESSAGE_DELIMITER_LENGTH = 1024
+"""Characters of one message delimiter."""
 MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
@@ -165,6 +169,7 @@ def check_completion(job: CompletionJob, n_probs_max: int) -> None:
         check_range(name, getattr(job, name), *HARD_LIMITS[name])
     check_sampling(job.sampling)
     check_strings("stop", job.stop, MAX_STOP_STRINGS, MAX_STOP_LENGTH)
+    check_message_delimiters(job.message_delimiters)
     if len(job.logit_bias) > MAX_LOGIT_BIAS:
         raise InvalidRequest(f"Field 'logit_bias': at most {MAX_LOGIT_BIAS} entries")
     for bias in job.logit_bias:
@@ -175,6 +180,20 @@ def check_completion(job: CompletionJob, n_probs_max: int) -> None:
     if job.json_schema is not None and len(job.json_schema) > MAX_GRAMMAR_BYTES:
         raise InvalidRequest(f"Field 'json_schema': larger than {MAX_GRAMMAR_BYTES} bytes")
     job.n_probs = max(0, min(job.n_probs, n_probs_max))
+
+
+def check_message_delimiters(delimiters: list[MessageDelimiter]) -> None:
+    """At most MAX_MESSAGE_DELIMITERS of MAX_MESSAGE_DELIMITER_LENGTH characters (ours): the
+    worker tokenizes each and searches the prompt for them before any slot decodes."""
+    check_count("message_delimiters", len(delimiters), MAX_MESSAGE_DELIMITERS)
+    check_strings("message_delimiters", [d.delimiter for d in delimiters],
+                  MAX_MESSAGE_DELIMITERS, MAX_MESSAGE_DELIMITER_LENGTH)
+
+
+def check_count(name: str, count: int, max_count: int) -> None:
+    """A list field's length (checked by the wire models before their items are read)."""
+    if count > max_count:
+        raise InvalidRequest(f"Field '{name}': at most {max_count} entries, got {count}")
 
 
 def check_sampling(sampling: SamplingParams) -> None:
