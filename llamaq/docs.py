@@ -58,7 +58,8 @@ LIFETIMES: dict[str, str] = {
     "media_marker": "kept (one marker for the model's fleet)",
     "metrics_window": f"{keys.METRICS_WINDOW_TTL_S} s after the last /metrics scrape",
     "job_event_log": f"{keys.EVENT_LOG_TTL_S} s after its last event; at most "
-                     f"{keys.EVENT_LOG_MAXLEN} entries",
+                     f"{keys.EVENT_LOG_MAXLEN} entries and "
+                     f"{keys.EVENT_LOG_MAX_BYTES} bytes of events (the oldest trimmed)",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",
     "EPOCH": "kept (one key)",
     "batch_record": f"{keys.BATCH_RECORD_TTL_S} s once the batch is in a final state",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from scheduler.contract.errors import InvalidRequest
@@ -107,6 +108,28 @@ BODY_LIMITS: dict[str, int] = {
     "/props": 1 << 16,
 }
 """Bytes of a request body, by route (the default for every other POST route)."""
+
+
+MAX_REQUEST_JOB_BYTES = DEFAULT_BODY_LIMIT
+"""Bytes of JSON of all the completion jobs one request makes (each of `n_cmpl` choices carries
+its own copy of the prompt on Redis while it waits and runs): past it 413."""
+
+
+def check_request_bytes(jobs: Sequence[CompletionJob]) -> None:
+    """The jobs of one request fit MAX_REQUEST_JOB_BYTES, else 413 (ours: llama-server holds
+    one copy of a prompt in its own memory). Jobs that share a prompt are measured once."""
+    sizes: dict[int, int] = {}
+    total = 0
+    for job in jobs:
+        key = id(job.prompt)
+        if key not in sizes:
+            sizes[key] = len(job.model_dump_json())
+        total += sizes[key]
+    if total > MAX_REQUEST_JOB_BYTES:
+        raise InvalidRequest(
+            f"The request's {len(jobs)} completions carry {total} bytes of prompt and "
+            f"settings (at most {MAX_REQUEST_JOB_BYTES} in all): ask for fewer choices of a "
+            "long prompt", status=413)
 
 
 def body_limit(path: str, api_prefix: str = "") -> int:
