@@ -39,7 +39,8 @@ LIFETIMES: dict[str, str] = {
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",
     "kv_tier_lru": "as kv_tier_blocks",
-    "lookup_cache_lock": "held during one save; lapses after 120 s (a worker that died with it)",
+    "lookup_cache_lock": "held during one save, renewed every 40 s while it runs; lapses after "
+                         "120 s (a worker that died with it)",
     "stored_results": f"no TTL: members older than {keys.STORED_RESULT_TTL_S} s are taken out "
                       "by a worker's sweep (every 60 s), which deletes their objects",
     "worker_queue": QUEUE + "; a dead worker's own queue is emptied by the apis whose jobs "

@@ -84,6 +84,11 @@ MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
 """Prompts in one request (times n_cmpl: jobs per request)."""
+LOOKUP_CACHE_MAX_BYTES = 32 << 20
+"""The fleet's -lcd lookup cache file (worker/speculative/lookup_share.py): past it a save
+keeps the n-grams seen most often, in three quarters of it."""
+LOOKUP_UNSAVED_MAX_TOKENS = 1 << 20
+"""Tokens a worker keeps for the -lcd cache's next save while saves fail (the oldest go)."""
 MAX_EMBEDDING_INPUTS = 2048
 """Inputs of one embedding request, and documents of one rerank (OpenAI's limit); larger sets go
 through the Batch API."""
