@@ -96,9 +96,9 @@ class Placement:
         """Check the `choices` per prompt (`field`: "n" or "n_cmpl") against the slots, as
         llama-server does, and pin the jobs: with `id_slot` >= 0 every job runs on the worker
         that holds that slot, in it; with `together` each prompt's choices run on one worker
-        (the least loaded), so that they share its prompt cache. Their bytes together are
-        bounded first (413: limits.check_request_bytes)."""
-        limits.check_request_bytes(jobs)
+        (the least loaded), so that they share its prompt cache. What they may hold on Redis is
+        bounded first (413: limits.budget_request)."""
+        limits.budget_request(jobs)
         if choices <= 1 and id_slot < 0:
             return
         workers = await self.workers(model_id)

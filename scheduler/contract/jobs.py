@@ -204,6 +204,9 @@ class CompletionJob(BaseModel):
     """The marker the prompt's text holds where each media item goes."""
     message_delimiters: list[MessageDelimiter] = Field(default_factory=list)
     """Where the prompt's messages start (a chat's, from its template; /completion's own)."""
+    event_log_max_bytes: int = 0
+    """Bytes of events the job's log keeps: its share of its request's budget (set by the api,
+    scheduler/contract/limits.py budget_request); 0: keys.EVENT_LOG_MAX_BYTES."""
 
 
 class TokenizeJob(BaseModel):

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.contract import keys
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, DecisionJob, MessageDelimiter
 from scheduler.contract.sampling import SamplingParams
@@ -118,6 +119,20 @@ BODY_LIMITS: dict[str, int] = {
 MAX_REQUEST_JOB_BYTES = DEFAULT_BODY_LIMIT
 """Bytes of JSON of all the completion jobs one request makes (each of `n_cmpl` choices carries
 its own copy of the prompt on Redis while it waits and runs): past it 413."""
+REQUEST_EVENT_LOG_MAX_BYTES = 16 << 20
+"""Bytes of events the logs of one request's jobs keep together on Redis (each job's share at
+most keys.EVENT_LOG_MAX_BYTES, at least JOB_EVENT_LOG_MIN_BYTES)."""
+JOB_EVENT_LOG_MIN_BYTES = 64 << 10
+
+
+def budget_request(jobs: Sequence[CompletionJob]) -> None:
+    """What one request's jobs may hold on Redis: their payloads together (check_request_bytes)
+    and each its share of REQUEST_EVENT_LOG_MAX_BYTES for its event log."""
+    check_request_bytes(jobs)
+    share = REQUEST_EVENT_LOG_MAX_BYTES // max(len(jobs), 1)
+    for job in jobs:
+        job.event_log_max_bytes = max(JOB_EVENT_LOG_MIN_BYTES,
+                                      min(keys.EVENT_LOG_MAX_BYTES, share))
 
 
 def check_request_bytes(jobs: Sequence[CompletionJob]) -> None:

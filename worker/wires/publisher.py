@@ -120,7 +120,10 @@ class EventPublisher:
     def publish(self, events: list[JobEvent]) -> None:
         self._pending.put_nowait(events)
 
-    def expect(self, job_id: str) -> asyncio.Future[None]:
+    def expect(self, job_id: str, log_max_bytes: int = 0) -> asyncio.Future[None]:
+        """The job's end, awaited; `log_max_bytes`: what its event log keeps (its share of its
+        request's budget; 0: keys.EVENT_LOG_MAX_BYTES)."""
+        self._budget.limit(job_id, log_max_bytes)
         future = self._loop.create_future()
         self._done[job_id] = future
         return future

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.contract import limits
+from scheduler.contract import keys, limits
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob
 from worker.wires.event_log_budget import EventLogBudget
@@ -40,3 +40,22 @@ def test_a_requests_jobs_are_bounded_in_bytes() -> None:
     with pytest.raises(InvalidRequest) as caught:
         limits.check_request_bytes([*jobs, CompletionJob(model="m", prompt=prompt)])
     assert caught.value.status == 413
+
+
+def test_a_job_keeps_its_share_of_its_requests_budget() -> None:
+    budget = EventLogBudget(max_bytes=10_000, max_events=1000)
+    budget.limit("small", 4000)
+    budget.limit("big", 10**9)  # never past the budget's own cap
+    assert [budget.add("small", seq, 3000) for seq in range(3)] == [None, 1, 2]
+    assert [budget.add("big", seq, 3000) for seq in range(5)] == [None, None, None, 1, 2]
+
+
+def test_a_requests_logs_share_one_budget() -> None:
+    few = [CompletionJob(model="m", prompt="x") for _ in range(4)]
+    limits.budget_request(few)
+    assert {j.event_log_max_bytes for j in few} == {
+        min(keys.EVENT_LOG_MAX_BYTES, limits.REQUEST_EVENT_LOG_MAX_BYTES // 4)}
+    many = [CompletionJob(model="m", prompt="x") for _ in range(limits.MAX_PROMPTS)]
+    limits.budget_request(many)
+    assert {j.event_log_max_bytes for j in many} == {limits.JOB_EVENT_LOG_MIN_BYTES}
+    assert len(many) * limits.JOB_EVENT_LOG_MIN_BYTES <= 2 * limits.REQUEST_EVENT_LOG_MAX_BYTES
