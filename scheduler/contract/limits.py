@@ -137,7 +137,11 @@ def budget_request(jobs: Sequence[CompletionJob]) -> None:
 
 def check_request_bytes(jobs: Sequence[CompletionJob]) -> None:
     """The jobs of one request fit MAX_REQUEST_JOB_BYTES, else 413 (ours: llama-server holds
-    one copy of a prompt in its own memory). Jobs that share a prompt are measured once."""
+    one copy of a prompt in its own memory). A request of one job passes (the body limit
+    bounded it; a chat template may render a little more); jobs that share a prompt are
+    measured once."""
+    if len(jobs) < 2:
+        return
     sizes: dict[int, int] = {}
     total = 0
     for job in jobs:

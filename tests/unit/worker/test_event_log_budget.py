@@ -59,3 +59,8 @@ def test_a_requests_logs_share_one_budget() -> None:
     limits.budget_request(many)
     assert {j.event_log_max_bytes for j in many} == {limits.JOB_EVENT_LOG_MIN_BYTES}
     assert len(many) * limits.JOB_EVENT_LOG_MIN_BYTES <= 2 * limits.REQUEST_EVENT_LOG_MAX_BYTES
+
+
+def test_one_job_is_bounded_by_the_body_limit_alone() -> None:
+    limits.check_request_bytes([CompletionJob(model="m",
+                                              prompt="a" * (limits.MAX_REQUEST_JOB_BYTES + 1))])
