@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest, NotSupported, Unavailable
 from scheduler.contract.jobs import CompletionJob
 from scheduler.registry import WorkerInfo, least_loaded
@@ -95,7 +96,9 @@ class Placement:
         """Check the `choices` per prompt (`field`: "n" or "n_cmpl") against the slots, as
         llama-server does, and pin the jobs: with `id_slot` >= 0 every job runs on the worker
         that holds that slot, in it; with `together` each prompt's choices run on one worker
-        (the least loaded), so that they share its prompt cache."""
+        (the least loaded), so that they share its prompt cache. What they may hold on Redis is
+        bounded first (413: limits.budget_request)."""
+        limits.budget_request(jobs)
         if choices <= 1 and id_slot < 0:
             return
         workers = await self.workers(model_id)

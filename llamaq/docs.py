@@ -39,7 +39,8 @@ LIFETIMES: dict[str, str] = {
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",
     "kv_tier_lru": "as kv_tier_blocks",
-    "lookup_cache_lock": "held during one save; lapses after 120 s (a worker that died with it)",
+    "lookup_cache_lock": "held during one save, renewed every 40 s while it runs; lapses after "
+                         "120 s (a worker that died with it)",
     "stored_results": f"no TTL: members older than {keys.STORED_RESULT_TTL_S} s are taken out "
                       "by a worker's sweep (every 60 s), which deletes their objects",
     "worker_queue": QUEUE + "; a dead worker's own queue is emptied by the apis whose jobs "
@@ -58,7 +59,8 @@ LIFETIMES: dict[str, str] = {
     "media_marker": "kept (one marker for the model's fleet)",
     "metrics_window": f"{keys.METRICS_WINDOW_TTL_S} s after the last /metrics scrape",
     "job_event_log": f"{keys.EVENT_LOG_TTL_S} s after its last event; at most "
-                     f"{keys.EVENT_LOG_MAXLEN} entries",
+                     f"{keys.EVENT_LOG_MAXLEN} entries and "
+                     f"{keys.EVENT_LOG_MAX_BYTES} bytes of events (the oldest trimmed)",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",
     "EPOCH": "kept (one key)",
     "batch_record": f"{keys.BATCH_RECORD_TTL_S} s once the batch is in a final state",

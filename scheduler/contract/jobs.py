@@ -207,6 +207,9 @@ class CompletionJob(BaseModel):
     tenant: str | None = None
     """Under --tenants, the tenant whose request it is (set by the api's job client): /slots
     shows a slot's `params` to that tenant (and the admin) only."""
+    event_log_max_bytes: int = 0
+    """Bytes of events the job's log keeps: its share of its request's budget (set by the api,
+    scheduler/contract/limits.py budget_request); 0: keys.EVENT_LOG_MAX_BYTES."""
 
 
 class TokenizeJob(BaseModel):

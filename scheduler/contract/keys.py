@@ -157,6 +157,9 @@ EVENT_LOG_TTL_S = 600
 """How long a job's event log outlives its last event (and how long a response can resume)."""
 EVENT_LOG_MAXLEN = 20000
 """Events kept per job; older ones are trimmed (a resume from before them is a 404)."""
+EVENT_LOG_MAX_BYTES = 4 << 20
+"""Bytes of events kept per job's log (their JSON); older ones are trimmed past it, as past
+EVENT_LOG_MAXLEN. With n_probs 100 an event is ~7 KB: 600 of them, where 20,000 were 140 MB."""
 RESULT_INLINE_MAX_BYTES = 1 << 20
 """A final result whose JSON is bigger (a tokenize with pieces of a long text, token-level
 embeddings) goes to the object store (`results/<job id>.json`); its event carries the key

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
+from scheduler.contract import keys
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob, DecisionJob
+from scheduler.contract.jobs import CompletionJob, DecisionJob, MessageDelimiter
 from scheduler.contract.sampling import SamplingParams
 
 INT32_MAX = 2**31 - 1
@@ -75,10 +77,19 @@ MAX_STOP_LENGTH = 4096
 """Characters in one stop string."""
 MAX_DRY_BREAKERS = 64
 MAX_DRY_BREAKER_LENGTH = 256
+MAX_MESSAGE_DELIMITERS = 64
+"""Entries of message_delimiters (a chat template makes two)."""
+MAX_MESSAGE_DELIMITER_LENGTH = 1024
+"""Characters of one message delimiter."""
 MAX_LOGIT_BIAS = 65536
 """Entries of logit_bias."""
 MAX_PROMPTS = 512
 """Prompts in one request (times n_cmpl: jobs per request)."""
+LOOKUP_CACHE_MAX_BYTES = 32 << 20
+"""The fleet's -lcd lookup cache file (worker/speculative/lookup_share.py): past it a save
+keeps the n-grams seen most often, in three quarters of it."""
+LOOKUP_UNSAVED_MAX_TOKENS = 1 << 20
+"""Tokens a worker keeps for the -lcd cache's next save while saves fail (the oldest go)."""
 MAX_EMBEDDING_INPUTS = 2048
 """Inputs of one embedding request, and documents of one rerank (OpenAI's limit); larger sets go
 through the Batch API."""
@@ -103,6 +114,46 @@ BODY_LIMITS: dict[str, int] = {
     "/props": 1 << 16,
 }
 """Bytes of a request body, by route (the default for every other POST route)."""
+
+
+MAX_REQUEST_JOB_BYTES = DEFAULT_BODY_LIMIT
+"""Bytes of JSON of all the completion jobs one request makes (each of `n_cmpl` choices carries
+its own copy of the prompt on Redis while it waits and runs): past it 413."""
+REQUEST_EVENT_LOG_MAX_BYTES = 16 << 20
+"""Bytes of events the logs of one request's jobs keep together on Redis (each job's share at
+most keys.EVENT_LOG_MAX_BYTES, at least JOB_EVENT_LOG_MIN_BYTES)."""
+JOB_EVENT_LOG_MIN_BYTES = 64 << 10
+
+
+def budget_request(jobs: Sequence[CompletionJob]) -> None:
+    """What one request's jobs may hold on Redis: their payloads together (check_request_bytes)
+    and each its share of REQUEST_EVENT_LOG_MAX_BYTES for its event log."""
+    check_request_bytes(jobs)
+    share = REQUEST_EVENT_LOG_MAX_BYTES // max(len(jobs), 1)
+    for job in jobs:
+        job.event_log_max_bytes = max(JOB_EVENT_LOG_MIN_BYTES,
+                                      min(keys.EVENT_LOG_MAX_BYTES, share))
+
+
+def check_request_bytes(jobs: Sequence[CompletionJob]) -> None:
+    """The jobs of one request fit MAX_REQUEST_JOB_BYTES, else 413 (ours: llama-server holds
+    one copy of a prompt in its own memory). A request of one job passes (the body limit
+    bounded it; a chat template may render a little more); jobs that share a prompt are
+    measured once."""
+    if len(jobs) < 2:
+        return
+    sizes: dict[int, int] = {}
+    total = 0
+    for job in jobs:
+        key = id(job.prompt)
+        if key not in sizes:
+            sizes[key] = len(job.model_dump_json())
+        total += sizes[key]
+    if total > MAX_REQUEST_JOB_BYTES:
+        raise InvalidRequest(
+            f"The request's {len(jobs)} completions carry {total} bytes of prompt and "
+            f"settings (at most {MAX_REQUEST_JOB_BYTES} in all): ask for fewer choices of a "
+            "long prompt", status=413)
 
 
 def body_limit(path: str, api_prefix: str = "") -> int:
@@ -165,6 +216,7 @@ def check_completion(job: CompletionJob, n_probs_max: int) -> None:
         check_range(name, getattr(job, name), *HARD_LIMITS[name])
     check_sampling(job.sampling)
     check_strings("stop", job.stop, MAX_STOP_STRINGS, MAX_STOP_LENGTH)
+    check_message_delimiters(job.message_delimiters)
     if len(job.logit_bias) > MAX_LOGIT_BIAS:
         raise InvalidRequest(f"Field 'logit_bias': at most {MAX_LOGIT_BIAS} entries")
     for bias in job.logit_bias:
@@ -175,6 +227,20 @@ def check_completion(job: CompletionJob, n_probs_max: int) -> None:
     if job.json_schema is not None and len(job.json_schema) > MAX_GRAMMAR_BYTES:
         raise InvalidRequest(f"Field 'json_schema': larger than {MAX_GRAMMAR_BYTES} bytes")
     job.n_probs = max(0, min(job.n_probs, n_probs_max))
+
+
+def check_message_delimiters(delimiters: list[MessageDelimiter]) -> None:
+    """At most MAX_MESSAGE_DELIMITERS of MAX_MESSAGE_DELIMITER_LENGTH characters (ours): the
+    worker tokenizes each and searches the prompt for them before any slot decodes."""
+    check_count("message_delimiters", len(delimiters), MAX_MESSAGE_DELIMITERS)
+    check_strings("message_delimiters", [d.delimiter for d in delimiters],
+                  MAX_MESSAGE_DELIMITERS, MAX_MESSAGE_DELIMITER_LENGTH)
+
+
+def check_count(name: str, count: int, max_count: int) -> None:
+    """A list field's length (checked by the wire models before their items are read)."""
+    if count > max_count:
+        raise InvalidRequest(f"Field '{name}': at most {max_count} entries, got {count}")
 
 
 def check_sampling(sampling: SamplingParams) -> None:

@@ -13,33 +13,20 @@ llama-server it would match at every position).
 from __future__ import annotations
 
 from scheduler.contract.jobs import MessageDelimiter
+from worker.engine.token_search import first_needle_at
 from worker.runtime.vocab import Vocab
 
 
 def user_starts(prompt: list[int], delimiters: list[MessageDelimiter],
                 vocab: Vocab) -> tuple[int, ...]:
-    """The positions in `prompt` where a user message starts, ascending."""
+    """The positions in `prompt` where a user message starts, ascending. One pass over the
+    prompt for all delimiters (worker/engine/token_search.py); their count and length were
+    bounded by check_completion (scheduler/contract/limits.py) in the api and again in
+    worker/engine/requests.py."""
     if not any(d.role == "user" for d in delimiters):
         return ()
-    first_match: dict[int, str] = {}
-    for delimiter in delimiters:
-        tokens = vocab.tokenize(delimiter.delimiter, add_special=False, parse_special=True)
-        for pos in _matches(prompt, tokens):
-            first_match.setdefault(pos, delimiter.role)
-    return tuple(sorted(pos for pos, role in first_match.items() if role == "user"))
-
-
-def _matches(prompt: list[int], needle: list[int]) -> list[int]:
-    """Where `needle` occurs in `prompt` (list.index finds its first token at C speed)."""
-    if not needle:
-        return []
-    found: list[int] = []
-    pos = -1
-    end = len(prompt) - len(needle)
-    while True:
-        try:
-            pos = prompt.index(needle[0], pos + 1, end + 1)
-        except ValueError:
-            return found
-        if prompt[pos:pos + len(needle)] == needle:
-            found.append(pos)
+    needles = [vocab.tokenize(d.delimiter, add_special=False, parse_special=True)
+               for d in delimiters]
+    first = first_needle_at(prompt, needles)
+    return tuple(sorted(pos for pos, index in first.items()
+                        if delimiters[index].role == "user"))

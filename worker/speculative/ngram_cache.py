@@ -239,6 +239,29 @@ def count_runs(cache: Cache, runs: list[list[int]]) -> None:
         update(cache, NGRAM_MIN, NGRAM_MAX, tokens, len(tokens))
 
 
+def file_size(cache: Cache) -> int:
+    """The bytes `dumps(cache)` makes."""
+    return sum(20 + 8 * len(part) for part in cache.values() if part)
+
+
+def prune(cache: Cache, max_bytes: int) -> Cache:
+    """`cache` when its file fits `max_bytes`; else the n-grams seen most often (their counts
+    summed) that fit three quarters of it (room to grow before the next prune), in `cache`'s
+    order."""
+    if file_size(cache) <= max_bytes:
+        return cache
+    ranked = sorted(((sum(part.values()), i, ngram) for i, (ngram, part)
+                     in enumerate(cache.items()) if part), key=lambda r: (-r[0], r[1]))
+    kept: set[Ngram] = set()
+    room = max_bytes * 3 // 4
+    for _, _, ngram in ranked:
+        size = 20 + 8 * len(cache[ngram])
+        if size <= room:
+            kept.add(ngram)
+            room -= size
+    return {ngram: part for ngram, part in cache.items() if ngram in kept}
+
+
 def merge(target: Cache, add: Cache) -> None:
     """common_ngram_cache_merge."""
     for ngram, part in add.items():

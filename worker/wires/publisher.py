@@ -1,6 +1,7 @@
 """Job events from the engine thread to Redis: one pipeline (one round trip) per batch of steps.
 
-Each event goes to the job's capped event log (a Redis stream kept for a bounded time) and is
+Each event goes to the job's event log (a Redis stream kept for a bounded time, capped in events
+and bytes: worker/wires/event_log_budget.py) and is
 announced on the job's pub/sub channel: inline when small, as a pointer to the log when big.
 Events Redis refuses are retried in order; past PUBLISH_GRACE_S their jobs are ended (cancelled
 in the engine) and each gets an error event as soon as Redis takes writes again, so that no
@@ -36,6 +37,7 @@ from scheduler.contract.results import (
 )
 from scheduler.leases import Leases
 from worker.engine.loop import JobEvent
+from worker.wires.event_log_budget import EventLogBudget
 from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
@@ -57,12 +59,19 @@ def announcement(envelope_json: bytes, seq: int) -> bytes:
     return POINTER + str(seq).encode()
 
 
-def add_event(pipe: Pipeline, envelope: EventEnvelope) -> None:
-    """Log the event in the job's stream (entry id 0-<seq+1>), then announce it."""
-    data = envelope.model_dump_json().encode()
+def add_event(pipe: Pipeline, envelope: EventEnvelope, data: bytes | None = None,
+              keep_from: int | None = None) -> None:
+    """Log the event in the job's stream (entry id 0-<seq+1>), then announce it. `keep_from`:
+    the log loses its events before that seq (worker/wires/event_log_budget.py); else it is
+    cut to about EVENT_LOG_MAXLEN."""
+    data = envelope.model_dump_json().encode() if data is None else data
     log_key = keys.job_event_log(envelope.job_id)
-    pipe.xadd(log_key, {"e": data}, id=f"0-{envelope.seq + 1}", maxlen=keys.EVENT_LOG_MAXLEN,
-              approximate=True)
+    if keep_from is None:
+        pipe.xadd(log_key, {"e": data}, id=f"0-{envelope.seq + 1}",
+                  maxlen=keys.EVENT_LOG_MAXLEN, approximate=True)
+    else:
+        pipe.xadd(log_key, {"e": data}, id=f"0-{envelope.seq + 1}",
+                  minid=f"0-{keep_from + 1}", approximate=False)
     pipe.expire(log_key, keys.EVENT_LOG_TTL_S)
     pipe.publish(keys.job_events(envelope.job_id), announcement(data, envelope.seq))
 
@@ -87,6 +96,8 @@ class EventPublisher:
         self._on_lost = on_lost
         self._leases = leases
         self._offload = offload
+        self._budget = EventLogBudget()
+        """What each job's log keeps (its bytes and events capped)."""
         self._loop = asyncio.get_running_loop()
         self._pending: asyncio.Queue[list[JobEvent]] = asyncio.Queue()
         self._next_seq: dict[str, int] = {}
@@ -109,7 +120,10 @@ class EventPublisher:
     def publish(self, events: list[JobEvent]) -> None:
         self._pending.put_nowait(events)
 
-    def expect(self, job_id: str) -> asyncio.Future[None]:
+    def expect(self, job_id: str, log_max_bytes: int = 0) -> asyncio.Future[None]:
+        """The job's end, awaited; `log_max_bytes`: what its event log keeps (its share of its
+        request's budget; 0: keys.EVENT_LOG_MAX_BYTES)."""
+        self._budget.limit(job_id, log_max_bytes)
         future = self._loop.create_future()
         self._done[job_id] = future
         return future
@@ -132,6 +146,7 @@ class EventPublisher:
         goes back to the queue); whoever awaits the job gets `reason`."""
         self._dropped.add(job_id)
         self._next_seq.pop(job_id, None)
+        self._budget.forget(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
             future.set_exception(reason)
@@ -190,6 +205,10 @@ class EventPublisher:
         leases of `released` go after them."""
         if not envelopes:
             return True
+        encoded = [envelope.model_dump_json().encode() for envelope in envelopes]
+        keep_from = {(e.job_id, e.seq): self._budget.add(e.job_id, e.seq, len(data))
+                     for e, data in zip(envelopes, encoded, strict=True)}
+        last = {e.job_id: e.seq for e in envelopes}  # a job's last event here cuts its log
         deadline = time.monotonic() + keys.PUBLISH_GRACE_S
         delay = RETRY_FIRST_S
         while True:
@@ -198,8 +217,10 @@ class EventPublisher:
                     if ends:
                         self._before_results(pipe)
                     next_seq: dict[str, int] = {}
-                    for envelope in envelopes:
-                        add_event(pipe, envelope)
+                    for envelope, data in zip(envelopes, encoded, strict=True):
+                        cut = (keep_from[envelope.job_id, envelope.seq]
+                               if last[envelope.job_id] == envelope.seq else None)
+                        add_event(pipe, envelope, data, cut)
                         next_seq[envelope.job_id] = envelope.seq + 1
                     for job_id, seq in next_seq.items():  # a re-run must know what went out
                         pipe.hset(keys.job_state(job_id), mapping={
@@ -240,6 +261,7 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._budget.forget(job_id)
         self._first_token.pop(job_id, None)
         self._shown.pop(job_id, None)
         self._dropped.discard(job_id)

@@ -117,6 +117,8 @@ class CompletionRequest(SamplingParams):
     @field_validator("message_delimiters", mode="before")
     @classmethod
     def _delimiters(cls, value: Any) -> Any:
+        if isinstance(value, list):  # counted before 200,000 entries are read on the loop
+            limits.check_count("message_delimiters", len(value), limits.MAX_MESSAGE_DELIMITERS)
         return parse_message_delimiters(value)
 
     lora: list[Any] | None = None
