@@ -5,6 +5,7 @@ does not apply there (the container is the confinement)."""
 
 from __future__ import annotations
 
+from api.tools.git_list import LS_FILES, SAFE_ENV, git_argv
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
     GIT_LS_FILES_MAX_OUTPUT,
@@ -94,8 +95,10 @@ class ContainerIO(ToolsIO):
         if not await self.is_directory(base):
             return ListResult(err=NOT_A_DIRECTORY)
         if kind is ListKind.FILES:
-            res = await self._exec(["sh", "-c", 'cd "$1" && git ls-files --cached --others '
-                                    "--exclude-standard", "_", abs_base], GIT_LS_FILES_MAX_OUTPUT)
+            env = [f"{k}={v}" for k, v in SAFE_ENV.items()]
+            res = await self._exec(["sh", "-c", 'cd "$1" && shift && exec env "$@"', "_",
+                                    abs_base, *env, *git_argv(*LS_FILES)],
+                                   GIT_LS_FILES_MAX_OUTPUT)
             if res.exit_code == 0 and not res.timed_out:
                 return ListResult([ListEntry(rel) for rel in _split_lines(res.output, False)
                                    if not (max_depth > 0 and entry_depth(rel) > max_depth)])

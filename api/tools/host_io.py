@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 
+from api.tools.git_list import LS_FILES, git_argv, git_env
 from api.tools.paths import Confinement, resolve
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
@@ -86,9 +87,9 @@ class HostIO(ToolsIO):
             return ListResult(err=NOT_A_DIRECTORY)
         deadline = time.monotonic() + LIST_TIMEOUT_S
         if kind is ListKind.FILES:  # git cannot list folders: the walker does those
-            res = await self.run(["git", "-C", full, "ls-files", "--cached", "--others",
-                                  "--exclude-standard"], GIT_LS_FILES_MAX_OUTPUT,
-                                 LIST_TIMEOUT_S)
+            res = await run_command(git_argv("-C", full, *LS_FILES), GIT_LS_FILES_MAX_OUTPUT,
+                                    LIST_TIMEOUT_S, cwd=full, env=git_env(),
+                                    combine_stderr=False)
             if res.exit_code == 0 and not res.timed_out:
                 return await asyncio.to_thread(self._git_entries, full, res.output, max_depth)
         return await asyncio.to_thread(_walk, full, max_depth, kind, deadline)
