@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import time
 
 from api.tools.git_list import LS_FILES, git_argv, git_env
 from api.tools.paths import Confinement, resolve
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
+    FILE_READ_MAX,
     GIT_LS_FILES_MAX_OUTPUT,
     JUNK_DIR_NAMES,
     LIST_TIMEOUT_S,
@@ -20,6 +22,8 @@ from api.tools.tools_io import (
     ListResult,
     ToolsIO,
     entry_depth,
+    not_regular,
+    too_large,
 )
 
 
@@ -52,17 +56,8 @@ class HostIO(ToolsIO):
         except OSError:
             return None
 
-    async def read_file(self, path: str) -> bytes | None:
-        full = self.checked(path)
-
-        def read() -> bytes | None:
-            try:
-                with open(full, "rb") as f:
-                    return f.read()
-            except OSError:
-                return None
-
-        return await asyncio.to_thread(read)
+    async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
+        return await asyncio.to_thread(read_regular, self.checked(path), path, max_bytes)
 
     async def write_file(self, path: str, content: bytes) -> bool:
         full = self.checked(path)
@@ -109,6 +104,26 @@ class HostIO(ToolsIO):
                   on_chunk: OnChunk | None = None) -> ExecResult:
         cwd = self.confinement.check(self.resolve(self.cwd)) if self.cwd else ""
         return await run_command(args, max_output, timeout_s, on_chunk, cwd=cwd)
+
+
+def read_regular(full: str, path: str, max_bytes: int) -> bytes | None:
+    """At most `max_bytes` of a regular file. Opened without blocking (a FIFO would wait for a
+    writer) and checked on the open descriptor (a device such as /dev/zero says size 0 and
+    never ends)."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise not_regular(path)
+            data = f.read(max_bytes + 1)
+        except OSError:
+            return None
+    if len(data) > max_bytes:
+        raise too_large(path, max_bytes)
+    return data
 
 
 def _walk(base: str, max_depth: int, kind: ListKind, deadline: float) -> ListResult:

@@ -18,6 +18,21 @@ JUNK_DIR_NAMES = frozenset({
 LIST_TIMEOUT_S = 15
 GIT_LS_FILES_MAX_OUTPUT = 8 * 1024 * 1024
 NOT_A_DIRECTORY = "path does not exist or is not a directory"
+FILE_READ_MAX = 32 * 1024 * 1024
+"""The most bytes any tool reads of one file (ours: llama-server reads whatever it is given)."""
+
+
+class ReadRefused(Exception):
+    """A read that is refused, its message the tool's error: a device, FIFO or socket (which
+    could block or never end), or a file with more bytes than the caller's bound."""
+
+
+def not_regular(path: str) -> ReadRefused:
+    return ReadRefused(f"not a regular file: {path}")
+
+
+def too_large(path: str, max_bytes: int) -> ReadRefused:
+    return ReadRefused(f"file too large (more than {max_bytes} bytes): {path}")
 
 
 class ListKind(StrEnum):
@@ -59,7 +74,9 @@ class ToolsIO(abc.ABC):
     async def file_size(self, path: str) -> int | None: ...
 
     @abc.abstractmethod
-    async def read_file(self, path: str) -> bytes | None: ...
+    async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
+        """The file's bytes, None when it cannot be opened; ReadRefused for what is not a
+        regular file, or has more than `max_bytes` (counted as read, not as stat says)."""
 
     @abc.abstractmethod
     async def write_file(self, path: str, content: bytes) -> bool: ...

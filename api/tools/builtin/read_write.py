@@ -6,6 +6,7 @@ import base64
 
 from api.tools.params import optional, required
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
+from api.tools.tools_io import ReadRefused
 
 READ_MAX = 16 * 1024
 READ_MAX_BASE64 = 32 * 1024 * 1024
@@ -48,14 +49,20 @@ class ReadFile(ServerTool):
         if call.resp_type == "base64":  # the x-resp-type header, never the model
             if size > READ_MAX_BASE64:
                 return {"error": f"file too large ({size} bytes, max {READ_MAX_BASE64})"}
-            data = await call.io.read_file(path)
+            try:
+                data = await call.io.read_file(path, READ_MAX_BASE64)
+            except ReadRefused as exc:
+                return {"error": str(exc)}
             if data is None:
                 return {"error": f"failed to open file: {path}"}
             return {"base64": base64.b64encode(data).decode(), "size_bytes": len(data)}
         if size > READ_MAX and end_line == -1:
             return {"error": f"file too large ({size} bytes, max {READ_MAX}). Use "
                              "start_line/end_line to read a portion."}
-        data = await call.io.read_file(path)
+        try:
+            data = await call.io.read_file(path)
+        except ReadRefused as exc:
+            return {"error": str(exc)}
         if data is None:
             return {"error": f"failed to open file: {path}"}
         result: list[str] = []
