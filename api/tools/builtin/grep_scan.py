@@ -7,11 +7,12 @@ llama-server runs std::regex with no limit."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import regex
 
-from api.tools.builtin.read_write import split_lines
+from api.tools.builtin.read_write import iter_lines
 
 GREP_MAX_RESULTS = 100
 GREP_TIMEOUT_S = 15.0
@@ -44,33 +45,64 @@ class GrepState:
         return self.limit_reached or self.timed_out
 
 
+@dataclass
+class _Block:
+    """A match and its context lines, printed once its `ctx` lines after have been read."""
+
+    at: int  # the match's line, 0-based
+    first: int  # the line of lines[0]
+    lines: list[str]
+
+
+def _emit(block: _Block, shown: str, show_num: bool, ctx: int, state: GrepState) -> None:
+    for k, line in enumerate(block.lines):
+        j = block.first + k
+        mark = ":" if j == block.at else "-"
+        num = f"{j + 1}{mark}" if show_num else ""
+        state.out.append(f"{shown}{mark}{num}{line}\n")
+    if ctx:
+        state.out.append("--\n")
+
+
+def _matches(pattern: regex.Pattern[str], line: str, state: GrepState, deadline: float
+             ) -> bool:
+    left = deadline - time.monotonic()
+    try:
+        if left > 0:
+            return pattern.search(line, timeout=left, concurrent=True) is not None
+    except TimeoutError:
+        pass
+    state.timed_out = True
+    return False
+
+
 def scan(pattern: regex.Pattern[str], data: bytes, shown: str, ctx: int, show_num: bool,
          state: GrepState, deadline: float) -> None:
-    """One file's matching lines into `state`, as llama-server prints them."""
-    lines = split_lines(data.decode("utf-8", "replace"))
-    for i, line in enumerate(lines):
-        if state.total >= GREP_MAX_RESULTS:
+    """One file's matching lines into `state`, as llama-server prints them; its lines read
+    lazily (a window of `ctx` lines before, the blocks waiting for their lines after)."""
+    before: deque[str] = deque(maxlen=ctx)
+    pending: deque[_Block] = deque()
+    for i, line in enumerate(iter_lines(data)):
+        for block in pending:
+            block.lines.append(line)
+        while pending and pending[0].at + ctx <= i:
+            _emit(pending.popleft(), shown, show_num, ctx, state)
+        if state.done:
+            if not pending:
+                return
+        elif state.total >= GREP_MAX_RESULTS:
             state.limit_reached = True
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            state.timed_out = True
-            return
-        try:
-            found = pattern.search(line, timeout=left, concurrent=True)
-        except TimeoutError:
-            state.timed_out = True
-            return
-        if not found:
-            continue
-        lo, hi = (max(0, i - ctx), min(len(lines) - 1, i + ctx)) if ctx else (i, i)
-        for j in range(lo, hi + 1):
-            mark = ":" if j == i else "-"
-            num = f"{j + 1}{mark}" if show_num else ""
-            state.out.append(f"{shown}{mark}{num}{lines[j]}\n")
+        elif _matches(pattern, line, state, deadline):
+            block = _Block(i, i - len(before), [*before, line])
+            state.total += 1
+            if ctx:
+                pending.append(block)
+            else:
+                _emit(block, shown, show_num, ctx, state)
         if ctx:
-            state.out.append("--\n")
-        state.total += 1
+            before.append(line)
+    for block in pending:  # the file ended before their lines after
+        _emit(block, shown, show_num, ctx, state)
 
 
 def report(state: GrepState) -> str:

@@ -85,3 +85,24 @@ def test_a_long_glob_is_matched_not_a_500(tools_api: str, tmp_path: Path) -> Non
     res = post(tools_api, "file_glob_search", {"path": str(tmp_path), "include": "*" * 5000})
     assert res.status_code == 200, res.text
     assert res.json()["entries"] == [{"path": "f.txt", "type": "file"}]
+
+
+def test_a_long_line_range_read_leaves_streams_flowing(tools_api: str, tmp_path: Path) -> None:
+    """read_file's line range over 10 MiB of two-byte lines (5 million of them) is decoded
+    and cut in a thread, in pieces: it held the loop seconds."""
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a\n" * (5 << 20) + b"last\n")
+    streams = streaming(tools_api, tmp_path / "stop")
+    try:
+        time.sleep(1.0)
+        started = time.monotonic()
+        answer = post(tools_api, "read_file", {"path": str(big), "start_line": (5 << 20) + 1,
+                                               "end_line": (5 << 20) + 1})
+        took = time.monotonic() - started
+        time.sleep(0.3)
+    finally:
+        (tmp_path / "stop").touch()
+        gaps = gaps_of(streams)
+    assert answer.json() == {"plain_text_response": "last\n"}, answer.text[:300]
+    print(f"read {took:.2f} s; longest gap {max(gaps) * 1000:.0f} ms")
+    assert max(gaps) < 0.1, f"a stream stalled {max(gaps) * 1000:.0f} ms during the read"

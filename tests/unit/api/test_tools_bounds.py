@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.tools.builtin.grep_scan import GrepState, compile_pattern, report, scan
+from api.tools.builtin.grep_scan import (
+    GREP_MAX_RESULTS,
+    GrepState,
+    compile_pattern,
+    report,
+    scan,
+)
+from api.tools.builtin.read_write import split_lines
 from api.tools.glob_match import GlobTimeout, _class_match, filter_paths, glob_match
 from api.tools.host_io import read_regular
 from api.tools.tools_io import ReadRefused
@@ -67,6 +74,39 @@ def test_a_long_glob_neither_recurses_nor_runs_on() -> None:
     kept, cut = filter_paths(["a.py", "b.txt", "c.py"], "*.py", "", time.monotonic() + 5)
     assert (kept, cut) == ([0, 2], False)
     assert filter_paths(["a"], "*", "", time.monotonic() - 1) == ([], True)
+
+
+def listed_grep(source: str, text: str, ctx: int, show_num: bool, total: int
+                ) -> tuple[list[str], int, bool]:
+    """llama-server's grep loop over the file's whole list of lines, the reference."""
+    pattern = compile_pattern(source, literal=False, ignore_case=False)
+    lines, out, limit = split_lines(text), [], False
+    for i, line in enumerate(lines):
+        if total >= GREP_MAX_RESULTS:
+            limit = True
+            break
+        if not pattern.search(line):
+            continue
+        lo, hi = (max(0, i - ctx), min(len(lines) - 1, i + ctx)) if ctx else (i, i)
+        for j in range(lo, hi + 1):
+            mark = ":" if j == i else "-"
+            out.append(f"f{mark}{f'{j + 1}{mark}' if show_num else ''}{lines[j]}\n")
+        if ctx:
+            out.append("--\n")
+        total += 1
+    return out, total, limit
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text("ab\n", max_size=40), st.sampled_from(["a", "b+", "^a", "ab$", "x"]),
+       st.integers(0, 3), st.booleans(), st.sampled_from([0, 97, 99, 100]))
+def test_grep_reads_lines_lazily_with_the_same_answers(text: str, source: str, ctx: int,
+                                                       show_num: bool, total: int) -> None:
+    state = GrepState(total=total)
+    scan(compile_pattern(source, literal=False, ignore_case=False), text.encode(), "f", ctx,
+         show_num, state, time.monotonic() + 60)
+    assert (state.out, state.total, state.limit_reached) == \
+        listed_grep(source, text, ctx, show_num, total)
 
 
 def test_a_catastrophic_regex_ends_at_the_budget_without_holding_the_gil() -> None:
