@@ -3,7 +3,6 @@ event loop), commands as child processes; --tools-root confines every path (`pat
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import time
@@ -44,20 +43,20 @@ class HostIO(ToolsIO):
         return self.confinement.check(self.resolve(path))
 
     async def is_directory(self, path: str) -> bool:
-        return await asyncio.to_thread(os.path.isdir, self.checked(path))
+        return await self.offload(os.path.isdir, self.checked(path))
 
     async def is_regular_file(self, path: str) -> bool:
-        return await asyncio.to_thread(os.path.isfile, self.checked(path))
+        return await self.offload(os.path.isfile, self.checked(path))
 
     async def file_size(self, path: str) -> int | None:
         full = self.checked(path)
         try:
-            return await asyncio.to_thread(os.path.getsize, full)
+            return await self.offload(os.path.getsize, full)
         except OSError:
             return None
 
     async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
-        return await asyncio.to_thread(read_regular, self.checked(path), path, max_bytes)
+        return await self.offload(read_regular, self.checked(path), path, max_bytes)
 
     async def write_file(self, path: str, content: bytes) -> bool:
         full = self.checked(path)
@@ -74,11 +73,11 @@ class HostIO(ToolsIO):
             except OSError:
                 return False
 
-        return await asyncio.to_thread(write)
+        return await self.offload(write)
 
     async def list_entries(self, base: str, max_depth: int, kind: ListKind) -> ListResult:
         full = self.checked(base)
-        if not await asyncio.to_thread(os.path.isdir, full):
+        if not await self.offload(os.path.isdir, full):
             return ListResult(err=NOT_A_DIRECTORY)
         deadline = time.monotonic() + LIST_TIMEOUT_S
         if kind is ListKind.FILES:  # git cannot list folders: the walker does those
@@ -86,8 +85,8 @@ class HostIO(ToolsIO):
                                     LIST_TIMEOUT_S, cwd=full, env=git_env(),
                                     combine_stderr=False)
             if res.exit_code == 0 and not res.timed_out:
-                return await asyncio.to_thread(self._git_entries, full, res.output, max_depth)
-        return await asyncio.to_thread(_walk, full, max_depth, kind, deadline)
+                return await self.offload(self._git_entries, full, res.output, max_depth)
+        return await self.offload(_walk, full, max_depth, kind, deadline)
 
     @staticmethod
     def _git_entries(base: str, output: str, max_depth: int) -> ListResult:

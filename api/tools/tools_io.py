@@ -5,10 +5,17 @@ the pod's host (`host_io.py`) or inside a container (`container_io.py`), as llam
 from __future__ import annotations
 
 import abc
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ParamSpec, TypeVar
 
 from api.tools.process import ExecResult, OnChunk
+from api.tools.threads import ToolThreads
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 JUNK_DIR_NAMES = frozenset({
     ".git", ".svn", ".hg", "node_modules", "__pycache__", ".venv", "venv", "dist", "build",
@@ -60,6 +67,15 @@ def entry_depth(rel: str) -> int:
 
 class ToolsIO(abc.ABC):
     """Paths are resolved against the call's cwd; every method takes an unresolved path."""
+
+    threads: ToolThreads | None = None
+    """The tools' own threads (the service sets them); asyncio's default ones when None."""
+
+    async def offload(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`fn` in a thread: the call's file work and its CPU work (regexes, globs, lines)."""
+        if self.threads is None:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return await self.threads.run(fn, *args, **kwargs)
 
     @abc.abstractmethod
     def resolve(self, path: str) -> str: ...

@@ -4,7 +4,6 @@ and the lines that no edit touches kept as they were (`server-tools.cpp`)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from dataclasses import dataclass
 
@@ -130,7 +129,7 @@ class EditFile(ServerTool):
         if data is None:
             return {"error": f"failed to open file: {path}"}
         # the matching in a thread: a file may have up to FILE_READ_MAX bytes
-        planned = await asyncio.to_thread(plan, path, data.decode("utf-8", "replace"), edits)
+        planned = await call.io.offload(plan, path, data, edits)
         if isinstance(planned, dict):
             return planned
         if not await call.io.write_file(path, planned.encode()):
@@ -138,8 +137,9 @@ class EditFile(ServerTool):
         return {"result": "file edited successfully", "path": path, "edits_applied": len(edits)}
 
 
-def plan(path: str, original: str, edits: list[tuple[str, str]]) -> str | Json:
+def plan(path: str, data: bytes, edits: list[tuple[str, str]]) -> str | Json:
     """The edited content, or the tool's error."""
+    original = data.decode("utf-8", "replace")
     fuzzy_original = normalize(original)
     any_fuzzy = False
     for i, (old, _) in enumerate(edits):

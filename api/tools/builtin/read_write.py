@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Iterator
 
@@ -89,7 +88,7 @@ class ReadFile(ServerTool):
                 return {"error": str(exc)}
             if data is None:
                 return {"error": f"failed to open file: {path}"}
-            encoded = await asyncio.to_thread(base64.b64encode, data)
+            encoded = await call.io.offload(base64.b64encode, data)
             return {"base64": encoded.decode(), "size_bytes": len(data)}
         if size > READ_MAX and end_line == -1:
             return {"error": f"file too large ({size} bytes, max {READ_MAX}). Use "
@@ -101,7 +100,7 @@ class ReadFile(ServerTool):
         if data is None:
             return {"error": f"failed to open file: {path}"}
         # a file may have up to FILE_READ_MAX bytes: decoded and cut in a thread
-        text = await asyncio.to_thread(line_range, data, start_line, end_line, append_loc)
+        text = await call.io.offload(line_range, data, start_line, end_line, append_loc)
         return {"plain_text_response": text}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -71,7 +70,7 @@ class FileGlobSearch(ServerTool):
         listing = await call.io.list_entries(base, max_depth, kind)
         if listing.err:
             return {"error": f"{listing.err}: {path}"}
-        kept, cut = await asyncio.to_thread(filter_paths, [e.rel for e in listing.entries],
+        kept, cut = await call.io.offload(filter_paths, [e.rel for e in listing.entries],
                                             include, exclude,
                                             time.monotonic() + GLOB_FILTER_TIMEOUT_S)
         listing.truncated = listing.truncated or cut
@@ -125,7 +124,7 @@ class GrepSearch(ServerTool):
         ctx = max(0, optional(params, "context_lines", 0))
         deadline = time.monotonic() + GREP_TIMEOUT_S
         try:
-            pattern = await asyncio.to_thread(compile_pattern, source,
+            pattern = await call.io.offload(compile_pattern, source,
                                               optional(params, "literal", False),
                                               optional(params, "ignore_case", False))
         except BadPattern as exc:
@@ -141,7 +140,7 @@ class GrepSearch(ServerTool):
             if listing.err:
                 return {"error": f"{listing.err}: {path}"}
             rels = [e.rel for e in listing.entries]
-            kept, state.timed_out = await asyncio.to_thread(filter_paths, rels, include,
+            kept, state.timed_out = await call.io.offload(filter_paths, rels, include,
                                                             exclude, deadline)
             files = [(os.path.join(abs_path, rels[i]), rels[i]) for i in kept]
         else:
@@ -156,5 +155,5 @@ class GrepSearch(ServerTool):
                 data = None  # file over the read bound: not searched
             if data is None:
                 continue
-            await asyncio.to_thread(scan, pattern, data, shown, ctx, show_num, state, deadline)
+            await call.io.offload(scan, pattern, data, shown, ctx, show_num, state, deadline)
         return {"plain_text_response": report(state)}

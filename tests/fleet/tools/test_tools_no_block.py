@@ -7,9 +7,11 @@ stream measured from a process of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,25 @@ def test_a_long_line_range_read_leaves_streams_flowing(tools_api: str, tmp_path:
     assert answer.json() == {"plain_text_response": "last\n"}, answer.text[:300]
     print(f"read {took:.2f} s; longest gap {max(gaps) * 1000:.0f} ms")
     assert max(gaps) < 0.1, f"a stream stalled {max(gaps) * 1000:.0f} ms during the read"
+
+
+def test_slow_tool_calls_leave_the_pods_threads_free(tools_api: str, tmp_path: Path) -> None:
+    """Tools run in threads of their own: 8 greps that each run their whole time budget
+    (`(a|aa)+$` against 5,000 a's and a `!`) filled asyncio's default threads (6 on two
+    cores), and a big JSON body (parsed in those threads) waited for them."""
+    (tmp_path / "line.txt").write_text("a" * 5000 + "!\n")
+    params = {"path": str(tmp_path / "line.txt"), "pattern": "(a|aa)+$"}
+    with ThreadPoolExecutor(8) as pool:
+        greps = [pool.submit(post, tools_api, "grep_search", params) for _ in range(8)]
+        time.sleep(2.0)
+        started = time.monotonic()
+        body = json.dumps({"prompt": "Hi", "n_predict": 1, "pad": "x" * (2 << 20)})
+        answer = httpx.post(f"{tools_api}/completion", content=body, timeout=60,
+                            headers={"Content-Type": "application/json"})
+        took = time.monotonic() - started
+        answers = [g.result() for g in greps]
+    assert answer.status_code in (200, 400), answer.text[:300]
+    print(f"a 2 MiB body answered in {took:.2f} s beside 8 slow greps")
+    assert took < 3, f"a big body waited {took:.1f} s for the tools' threads"
+    for res in answers:
+        assert "time budget" in res.json()["plain_text_response"], res.text[:300]
