@@ -4,10 +4,10 @@ event loop), commands as child processes; --tools-root confines every path (`pat
 from __future__ import annotations
 
 import os
-import stat
 import time
 
 from api.tools.git_list import LS_FILES, git_argv, git_env
+from api.tools.host_files import read_regular, write_regular
 from api.tools.paths import Confinement, resolve
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
@@ -21,8 +21,6 @@ from api.tools.tools_io import (
     ListResult,
     ToolsIO,
     entry_depth,
-    not_regular,
-    too_large,
 )
 
 
@@ -67,11 +65,9 @@ class HostIO(ToolsIO):
                 if parent:
                     os.makedirs(parent, exist_ok=True)
                     self.confinement.check(full)  # the new folders are still inside
-                with open(full, "wb") as f:
-                    f.write(content)
-                return True
             except OSError:
                 return False
+            return write_regular(full, path, content)
 
         return await self.offload(write)
 
@@ -103,26 +99,6 @@ class HostIO(ToolsIO):
                   on_chunk: OnChunk | None = None) -> ExecResult:
         cwd = self.confinement.check(self.resolve(self.cwd)) if self.cwd else ""
         return await run_command(args, max_output, timeout_s, on_chunk, cwd=cwd)
-
-
-def read_regular(full: str, path: str, max_bytes: int) -> bytes | None:
-    """At most `max_bytes` of a regular file. Opened without blocking (a FIFO would wait for a
-    writer) and checked on the open descriptor (a device such as /dev/zero says size 0 and
-    never ends)."""
-    try:
-        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise not_regular(path)
-            data = f.read(max_bytes + 1)
-        except OSError:
-            return None
-    if len(data) > max_bytes:
-        raise too_large(path, max_bytes)
-    return data
 
 
 def _walk(base: str, max_depth: int, kind: ListKind, deadline: float) -> ListResult:

@@ -29,17 +29,17 @@ FILE_READ_MAX = 32 * 1024 * 1024
 """The most bytes any tool reads of one file (ours: llama-server reads whatever it is given)."""
 
 
-class ReadRefused(Exception):
-    """A read that is refused, its message the tool's error: a device, FIFO or socket (which
-    could block or never end), or a file with more bytes than the caller's bound."""
+class FileRefused(Exception):
+    """A read or write that is refused, its message the tool's error: a device, FIFO or
+    socket (which could block or never end), or a file with more bytes than the read's bound."""
 
 
-def not_regular(path: str) -> ReadRefused:
-    return ReadRefused(f"not a regular file: {path}")
+def not_regular(path: str) -> FileRefused:
+    return FileRefused(f"not a regular file: {path}")
 
 
-def too_large(path: str, max_bytes: int) -> ReadRefused:
-    return ReadRefused(f"file too large (more than {max_bytes} bytes): {path}")
+def too_large(path: str, max_bytes: int) -> FileRefused:
+    return FileRefused(f"file too large (more than {max_bytes} bytes): {path}")
 
 
 class ListKind(StrEnum):
@@ -91,11 +91,12 @@ class ToolsIO(abc.ABC):
 
     @abc.abstractmethod
     async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
-        """The file's bytes, None when it cannot be opened; ReadRefused for what is not a
+        """The file's bytes, None when it cannot be opened; FileRefused for what is not a
         regular file, or has more than `max_bytes` (counted as read, not as stat says)."""
 
     @abc.abstractmethod
-    async def write_file(self, path: str, content: bytes) -> bool: ...
+    async def write_file(self, path: str, content: bytes) -> bool:
+        """False when it cannot be written; FileRefused for what is not a regular file."""
 
     @abc.abstractmethod
     async def list_entries(self, base: str, max_depth: int, kind: ListKind) -> ListResult: ...

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from api.tools.errors import ToolArgumentError, missing_key
 from api.tools.params import required
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
-from api.tools.tools_io import ReadRefused
+from api.tools.tools_io import FileRefused
 
 _FUZZY = str.maketrans({
     **{c: "'" for c in "\u2018\u2019\u201a\u201b"},
@@ -124,7 +124,7 @@ class EditFile(ServerTool):
             edits.append((old, new))
         try:
             data = await call.io.read_file(path)
-        except ReadRefused as exc:
+        except FileRefused as exc:
             return {"error": str(exc)}
         if data is None:
             return {"error": f"failed to open file: {path}"}
@@ -132,7 +132,11 @@ class EditFile(ServerTool):
         planned = await call.io.offload(plan, path, data, edits)
         if isinstance(planned, dict):
             return planned
-        if not await call.io.write_file(path, planned.encode()):
+        try:
+            written = await call.io.write_file(path, planned.encode())
+        except FileRefused as exc:
+            return {"error": str(exc)}
+        if not written:
             return {"error": f"failed to write file: {path}"}
         return {"result": "file edited successfully", "path": path, "edits_applied": len(edits)}
 

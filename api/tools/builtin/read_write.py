@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 from api.tools.params import optional, required
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
-from api.tools.tools_io import ReadRefused
+from api.tools.tools_io import FileRefused
 
 READ_MAX = 16 * 1024
 READ_MAX_BASE64 = 32 * 1024 * 1024
 TRUNCATED = "[output truncated]"
-LINES_CHUNK = 256 << 10
+LINES_CHUNK = 64 << 10
 
 
 def split_lines(text: str) -> list[str]:
@@ -84,7 +84,7 @@ class ReadFile(ServerTool):
                 return {"error": f"file too large ({size} bytes, max {READ_MAX_BASE64})"}
             try:
                 data = await call.io.read_file(path, READ_MAX_BASE64)
-            except ReadRefused as exc:
+            except FileRefused as exc:
                 return {"error": str(exc)}
             if data is None:
                 return {"error": f"failed to open file: {path}"}
@@ -95,7 +95,7 @@ class ReadFile(ServerTool):
                              "start_line/end_line to read a portion."}
         try:
             data = await call.io.read_file(path)
-        except ReadRefused as exc:
+        except FileRefused as exc:
             return {"error": str(exc)}
         if data is None:
             return {"error": f"failed to open file: {path}"}
@@ -121,6 +121,10 @@ class WriteFile(ServerTool):
     async def invoke(self, call: ToolCall) -> Json:
         path = required(call.params, "path", str)
         content = required(call.params, "content", str).encode()
-        if not await call.io.write_file(path, content):
+        try:
+            written = await call.io.write_file(path, content)
+        except FileRefused as exc:
+            return {"error": str(exc)}
+        if not written:
             return {"error": f"failed to write file: {path}"}
         return {"result": "file written successfully", "path": path, "bytes": len(content)}

@@ -17,7 +17,7 @@ from api.tools.glob_match import filter_paths
 from api.tools.params import optional, required
 from api.tools.paths import OutsideRootError
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
-from api.tools.tools_io import ListKind, ReadRefused
+from api.tools.tools_io import FileRefused, ListKind
 
 GLOB_MAX_RESULTS = 100
 GLOB_FILTER_TIMEOUT_S = 15.0
@@ -151,7 +151,7 @@ class GrepSearch(ServerTool):
                 break
             try:
                 data = await io.read_file(full)
-            except (OutsideRootError, ReadRefused):  # a link out of the root, a device, a
+            except (OutsideRootError, FileRefused):  # a link out of the root, a device, a
                 data = None  # file over the read bound: not searched
             if data is None:
                 continue

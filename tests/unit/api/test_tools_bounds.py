@@ -24,8 +24,8 @@ from api.tools.builtin.grep_scan import (
 )
 from api.tools.builtin.read_write import split_lines
 from api.tools.glob_match import GlobTimeout, _class_match, filter_paths, glob_match
-from api.tools.host_io import read_regular
-from api.tools.tools_io import ReadRefused
+from api.tools.host_files import read_regular, write_regular
+from api.tools.tools_io import FileRefused
 
 
 def backtracking_glob(pattern: str, text: str) -> bool:
@@ -137,13 +137,24 @@ def test_a_catastrophic_regex_ends_at_the_budget_without_holding_the_gil() -> No
 
 
 def test_reads_are_bounded_by_bytes_read_and_refuse_special_files(tmp_path: Path) -> None:
-    with pytest.raises(ReadRefused, match="not a regular file: /dev/zero"):
+    with pytest.raises(FileRefused, match="not a regular file: /dev/zero"):
         read_regular("/dev/zero", "/dev/zero", 1024)
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(ReadRefused, match="not a regular file"):  # no writer: must not wait
+    with pytest.raises(FileRefused, match="not a regular file"):  # no writer: must not wait
         read_regular(str(tmp_path / "fifo"), "fifo", 1024)
     (tmp_path / "f").write_bytes(b"x" * 10)
     assert read_regular(str(tmp_path / "f"), "f", 10) == b"x" * 10
-    with pytest.raises(ReadRefused, match=r"file too large \(more than 9 bytes\): f"):
+    with pytest.raises(FileRefused, match=r"file too large \(more than 9 bytes\): f"):
         read_regular(str(tmp_path / "f"), "f", 9)
     assert read_regular(str(tmp_path / "missing"), "missing", 9) is None
+
+
+def test_writes_refuse_special_files(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    assert not write_regular(str(tmp_path / "fifo"), "fifo", b"x")  # no reader: no wait
+    with pytest.raises(FileRefused, match="not a regular file: /dev/null"):
+        write_regular("/dev/null", "/dev/null", b"x")
+    (tmp_path / "f").write_bytes(b"longer content")
+    assert write_regular(str(tmp_path / "f"), "f", b"short")
+    assert (tmp_path / "f").read_bytes() == b"short"
+    assert read_regular(str(tmp_path), "dir", 10) is None  # a folder: cannot be opened
