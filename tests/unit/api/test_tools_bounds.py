@@ -60,7 +60,7 @@ def backtracking_glob(pattern: str, text: str) -> bool:
     return match(0, 0)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.text("ab/*?[]!-", max_size=10), st.text("ab/[]!-", max_size=10))
 def test_glob_answers_as_the_backtracking_does(pattern: str, text: str) -> None:
     assert glob_match(pattern, text) == backtracking_glob(pattern, text)
@@ -97,7 +97,7 @@ def listed_grep(source: str, text: str, ctx: int, show_num: bool, total: int
     return out, total, limit
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.text("ab\n", max_size=40), st.sampled_from(["a", "b+", "^a", "ab$", "x"]),
        st.integers(0, 3), st.booleans(), st.sampled_from([0, 97, 99, 100]))
 def test_grep_reads_lines_lazily_with_the_same_answers(text: str, source: str, ctx: int,
