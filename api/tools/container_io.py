@@ -5,8 +5,10 @@ does not apply there (the container is the confinement)."""
 
 from __future__ import annotations
 
+from api.tools.git_list import LS_FILES, SAFE_ENV, git_argv
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
+    FILE_READ_MAX,
     GIT_LS_FILES_MAX_OUTPUT,
     JUNK_DIR_NAMES,
     NOT_A_DIRECTORY,
@@ -15,10 +17,12 @@ from api.tools.tools_io import (
     ListResult,
     ToolsIO,
     entry_depth,
+    not_regular,
+    too_large,
 )
 
 AUX_TIMEOUT_S = 15  # stat, mkdir and listing helpers; a command has its own timeout
-READ_MAX = 64 * 1024 * 1024
+NOT_REGULAR_EXIT = 3  # the read's shell: the path is not a regular file
 
 
 def _split_lines(text: str, strip_dot_slash: bool) -> list[str]:
@@ -75,13 +79,20 @@ class ContainerIO(ToolsIO):
         except ValueError:
             return None
 
-    async def read_file(self, path: str) -> bytes | None:
-        # bytes as they are: through a raw run, stderr kept out of them
-        res = await run_command(self.argv(["cat", "--", self.resolve(path)]), READ_MAX,
-                                AUX_TIMEOUT_S, combine_stderr=False)
+    async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
+        # stderr kept out of the bytes; a device or FIFO refused before it is opened
+        inner = ["sh", "-c", f'[ -f "$1" ] || exit {NOT_REGULAR_EXIT}; exec head -c "$2" "$1"',
+                 "_", self.resolve(path), str(max_bytes + 1)]
+        res = await run_command(self.argv(inner), max_bytes + 1, AUX_TIMEOUT_S,
+                                combine_stderr=False)
+        if res.exit_code == NOT_REGULAR_EXIT and not res.timed_out:
+            raise not_regular(path)
         if res.exit_code != 0 or res.timed_out:
             return None
-        return res.output.encode()
+        data = res.output.encode()
+        if len(data) > max_bytes:
+            raise too_large(path, max_bytes)
+        return data
 
     async def write_file(self, path: str, content: bytes) -> bool:
         inner = ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "_", self.resolve(path)]
@@ -94,8 +105,10 @@ class ContainerIO(ToolsIO):
         if not await self.is_directory(base):
             return ListResult(err=NOT_A_DIRECTORY)
         if kind is ListKind.FILES:
-            res = await self._exec(["sh", "-c", 'cd "$1" && git ls-files --cached --others '
-                                    "--exclude-standard", "_", abs_base], GIT_LS_FILES_MAX_OUTPUT)
+            env = [f"{k}={v}" for k, v in SAFE_ENV.items()]
+            res = await self._exec(["sh", "-c", 'cd "$1" && shift && exec env "$@"', "_",
+                                    abs_base, *env, *git_argv(*LS_FILES)],
+                                   GIT_LS_FILES_MAX_OUTPUT)
             if res.exit_code == 0 and not res.timed_out:
                 return ListResult([ListEntry(rel) for rel in _split_lines(res.output, False)
                                    if not (max_depth > 0 and entry_depth(rel) > max_depth)])

@@ -3,13 +3,15 @@ event loop), commands as child processes; --tools-root confines every path (`pat
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
+from api.tools.git_list import LS_FILES, git_argv, git_env
+from api.tools.host_files import read_regular, write_regular
 from api.tools.paths import Confinement, resolve
 from api.tools.process import ExecResult, OnChunk, run_command
 from api.tools.tools_io import (
+    FILE_READ_MAX,
     GIT_LS_FILES_MAX_OUTPUT,
     JUNK_DIR_NAMES,
     LIST_TIMEOUT_S,
@@ -39,29 +41,20 @@ class HostIO(ToolsIO):
         return self.confinement.check(self.resolve(path))
 
     async def is_directory(self, path: str) -> bool:
-        return await asyncio.to_thread(os.path.isdir, self.checked(path))
+        return await self.offload(os.path.isdir, self.checked(path))
 
     async def is_regular_file(self, path: str) -> bool:
-        return await asyncio.to_thread(os.path.isfile, self.checked(path))
+        return await self.offload(os.path.isfile, self.checked(path))
 
     async def file_size(self, path: str) -> int | None:
         full = self.checked(path)
         try:
-            return await asyncio.to_thread(os.path.getsize, full)
+            return await self.offload(os.path.getsize, full)
         except OSError:
             return None
 
-    async def read_file(self, path: str) -> bytes | None:
-        full = self.checked(path)
-
-        def read() -> bytes | None:
-            try:
-                with open(full, "rb") as f:
-                    return f.read()
-            except OSError:
-                return None
-
-        return await asyncio.to_thread(read)
+    async def read_file(self, path: str, max_bytes: int = FILE_READ_MAX) -> bytes | None:
+        return await self.offload(read_regular, self.checked(path), path, max_bytes)
 
     async def write_file(self, path: str, content: bytes) -> bool:
         full = self.checked(path)
@@ -72,26 +65,24 @@ class HostIO(ToolsIO):
                 if parent:
                     os.makedirs(parent, exist_ok=True)
                     self.confinement.check(full)  # the new folders are still inside
-                with open(full, "wb") as f:
-                    f.write(content)
-                return True
             except OSError:
                 return False
+            return write_regular(full, path, content)
 
-        return await asyncio.to_thread(write)
+        return await self.offload(write)
 
     async def list_entries(self, base: str, max_depth: int, kind: ListKind) -> ListResult:
         full = self.checked(base)
-        if not await asyncio.to_thread(os.path.isdir, full):
+        if not await self.offload(os.path.isdir, full):
             return ListResult(err=NOT_A_DIRECTORY)
         deadline = time.monotonic() + LIST_TIMEOUT_S
         if kind is ListKind.FILES:  # git cannot list folders: the walker does those
-            res = await self.run(["git", "-C", full, "ls-files", "--cached", "--others",
-                                  "--exclude-standard"], GIT_LS_FILES_MAX_OUTPUT,
-                                 LIST_TIMEOUT_S)
+            res = await run_command(git_argv("-C", full, *LS_FILES), GIT_LS_FILES_MAX_OUTPUT,
+                                    LIST_TIMEOUT_S, cwd=full, env=git_env(),
+                                    combine_stderr=False)
             if res.exit_code == 0 and not res.timed_out:
-                return await asyncio.to_thread(self._git_entries, full, res.output, max_depth)
-        return await asyncio.to_thread(_walk, full, max_depth, kind, deadline)
+                return await self.offload(self._git_entries, full, res.output, max_depth)
+        return await self.offload(_walk, full, max_depth, kind, deadline)
 
     @staticmethod
     def _git_entries(base: str, output: str, max_depth: int) -> ListResult:

@@ -16,7 +16,7 @@ import codecs
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 READ_CHUNK = 4096
@@ -46,11 +46,12 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 async def run_command(args: Sequence[str], max_output: int, timeout_s: float,
                       on_chunk: OnChunk | None = None, cwd: str | None = None,
-                      stdin_data: bytes | None = None, combine_stderr: bool = True
-                      ) -> ExecResult:
+                      stdin_data: bytes | None = None, combine_stderr: bool = True,
+                      env: Mapping[str, str] | None = None) -> ExecResult:
+    """`env`: the child's whole environment (the pod's when None)."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *args, cwd=cwd or None, start_new_session=True,
+            *args, cwd=cwd or None, start_new_session=True, env=env,
             stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT if combine_stderr else asyncio.subprocess.DEVNULL)

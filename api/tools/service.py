@@ -22,6 +22,7 @@ from api.tools.runtime import (
     make_io,
     owned_container,
 )
+from api.tools.threads import ToolThreads
 from api.tools.tool import Json, ServerTool, ToolCall, ToolStream
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class ToolsService:
             from api.tools.mcp_manager import McpManager
             self.mcp = McpManager(config.mcp_servers)
         self.container: OwnedContainer | None = owned_container(config.runtime)
+        self.threads = ToolThreads()
 
     async def start(self) -> None:
         """Spawn the --tools-runtime container, list the MCP servers' tools."""
@@ -107,6 +109,7 @@ class ToolsService:
             await self.mcp.shutdown()
         if self.container is not None:
             await self.container.close()
+        self.threads.close()
 
     def listing(self) -> list[Json]:
         return [t.to_json() for t in self.tools]
@@ -142,6 +145,7 @@ class ToolsService:
         if cwd and not runtime and self.confinement.root is not None:
             cwd = self.confinement.check(resolve(cwd, self.confinement.root))
         io = make_io(runtime, cwd, self.confinement)
+        io.threads = self.threads
         return ToolCall(params, io, cwd, runtime, headers.resp_type, stream, headers.key_id)
 
     async def invoke(self, tool: ServerTool, call: ToolCall) -> Json | None:

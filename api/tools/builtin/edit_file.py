@@ -5,12 +5,12 @@ and the lines that no edit touches kept as they were (`server-tools.cpp`)."""
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 from api.tools.errors import ToolArgumentError, missing_key
 from api.tools.params import required
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
+from api.tools.tools_io import FileRefused
 
 _FUZZY = str.maketrans({
     **{c: "'" for c in "\u2018\u2019\u201a\u201b"},
@@ -19,13 +19,12 @@ _FUZZY = str.maketrans({
     **{c: " " for c in "\u00a0\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
        "\u202f\u205f\u3000"},
 })
-_TRAILING = re.compile(r"[ \t\r]+$")
 
 
 def normalize(content: str) -> str:
     """Each line's trailing whitespace dropped and its look-alike characters made ASCII; the
     lines stay where they were."""
-    return "\n".join(_TRAILING.sub("", line).translate(_FUZZY) for line in content.split("\n"))
+    return "\n".join(line.rstrip(" \t\r").translate(_FUZZY) for line in content.split("\n"))
 
 
 @dataclass
@@ -123,43 +122,54 @@ class EditFile(ServerTool):
             if not old:
                 return {"error": f"edits[{len(edits)}].old_text must not be empty"}
             edits.append((old, new))
-        data = await call.io.read_file(path)
+        try:
+            data = await call.io.read_file(path)
+        except FileRefused as exc:
+            return {"error": str(exc)}
         if data is None:
             return {"error": f"failed to open file: {path}"}
-        original = data.decode("utf-8", "replace")
-        return await self._apply(call, path, original, edits)
-
-    async def _apply(self, call: ToolCall, path: str, original: str,
-                     edits: list[tuple[str, str]]) -> Json:
-        fuzzy_original = normalize(original)
-        any_fuzzy = False
-        for i, (old, _) in enumerate(edits):
-            if old in original:
-                continue
-            if normalize(old) not in fuzzy_original:
-                return {"error": f"could not find edits[{i}].old_text in {path}, it must match "
-                                 "the file's current content exactly"}
-            any_fuzzy = True
-        base = fuzzy_original if any_fuzzy else original
-        matches = []
-        for i, (old, new) in enumerate(edits):
-            needle = normalize(old) if any_fuzzy else old
-            occurrences = fuzzy_original.count(normalize(old))
-            if occurrences > 1:
-                return {"error": f"found {occurrences} occurrences of edits[{i}].old_text in "
-                                 f"{path}, it must be unique"}
-            matches.append(Match(i, base.find(needle), len(needle), new))
-        matches.sort(key=lambda m: m.index)
-        for a, b in itertools.pairwise(matches):
-            if a.index + a.length > b.index:
-                return {"error": f"edits[{a.edit_index}] and edits[{b.edit_index}] overlap in "
-                                 f"{path}; merge them into one edit or target disjoint regions"}
-        content = apply_keeping_lines(original, base, matches) if any_fuzzy else \
-            apply(base, matches)
-        if content == original:
-            return {"error": "no changes made: the replacement(s) produced identical content"}
-        if not await call.io.write_file(path, content.encode()):
+        # the matching in a thread: a file may have up to FILE_READ_MAX bytes
+        planned = await call.io.offload(plan, path, data, edits)
+        if isinstance(planned, dict):
+            return planned
+        try:
+            written = await call.io.write_file(path, planned.encode())
+        except FileRefused as exc:
+            return {"error": str(exc)}
+        if not written:
             return {"error": f"failed to write file: {path}"}
-        return {"result": "file edited successfully", "path": path,
-                "edits_applied": len(matches)}
+        return {"result": "file edited successfully", "path": path, "edits_applied": len(edits)}
+
+
+def plan(path: str, data: bytes, edits: list[tuple[str, str]]) -> str | Json:
+    """The edited content, or the tool's error."""
+    original = data.decode("utf-8", "replace")
+    fuzzy_original = normalize(original)
+    any_fuzzy = False
+    for i, (old, _) in enumerate(edits):
+        if old in original:
+            continue
+        if normalize(old) not in fuzzy_original:
+            return {"error": f"could not find edits[{i}].old_text in {path}, it must match "
+                             "the file's current content exactly"}
+        any_fuzzy = True
+    base = fuzzy_original if any_fuzzy else original
+    matches = []
+    for i, (old, new) in enumerate(edits):
+        needle = normalize(old) if any_fuzzy else old
+        occurrences = fuzzy_original.count(normalize(old))
+        if occurrences > 1:
+            return {"error": f"found {occurrences} occurrences of edits[{i}].old_text in "
+                             f"{path}, it must be unique"}
+        matches.append(Match(i, base.find(needle), len(needle), new))
+    matches.sort(key=lambda m: m.index)
+    for a, b in itertools.pairwise(matches):
+        if a.index + a.length > b.index:
+            return {"error": f"edits[{a.edit_index}] and edits[{b.edit_index}] overlap in "
+                             f"{path}; merge them into one edit or target disjoint regions"}
+    content = apply_keeping_lines(original, base, matches) if any_fuzzy else \
+        apply(base, matches)
+    if content == original:
+        return {"error": "no changes made: the replacement(s) produced identical content"}
+    return content
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 
 from api.tools.params import optional, required
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
+from api.tools.tools_io import FileRefused
 
 READ_MAX = 16 * 1024
 READ_MAX_BASE64 = 32 * 1024 * 1024
 TRUNCATED = "[output truncated]"
+LINES_CHUNK = 64 << 10
 
 
 def split_lines(text: str) -> list[str]:
@@ -18,6 +21,37 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return lines
+
+
+def iter_lines(data: bytes, chunk: int = LINES_CHUNK) -> Iterator[str]:
+    """split_lines(data.decode("utf-8", "replace")), lazily: decoded and split in pieces of
+    about `chunk` bytes cut after a newline (never inside a UTF-8 sequence), so that no single
+    C call holds the GIL long and a caller that stops early decodes no more."""
+    start, n = 0, len(data)
+    while start < n:
+        cut = data.find(b"\n", min(start + chunk, n) - 1)
+        end = n if cut < 0 else cut + 1
+        yield from split_lines(data[start:end].decode("utf-8", "replace"))
+        start = end
+
+
+def line_range(data: bytes, start_line: int, end_line: int, append_loc: bool) -> str:
+    """Lines `start_line`..`end_line` (1-based, -1: to the end), at most READ_MAX bytes."""
+    result: list[str] = []
+    used = 0
+    for lineno, line in enumerate(iter_lines(data), start=1):
+        if lineno < start_line:
+            continue
+        if end_line != -1 and lineno > end_line:
+            break
+        out_line = f"{lineno}\u2192{line}\n" if append_loc else f"{line}\n"
+        size_out = len(out_line.encode())
+        if used + size_out > READ_MAX:
+            result.append(TRUNCATED)
+            break
+        result.append(out_line)
+        used += size_out
+    return "".join(result)
 
 
 class ReadFile(ServerTool):
@@ -48,31 +82,26 @@ class ReadFile(ServerTool):
         if call.resp_type == "base64":  # the x-resp-type header, never the model
             if size > READ_MAX_BASE64:
                 return {"error": f"file too large ({size} bytes, max {READ_MAX_BASE64})"}
-            data = await call.io.read_file(path)
+            try:
+                data = await call.io.read_file(path, READ_MAX_BASE64)
+            except FileRefused as exc:
+                return {"error": str(exc)}
             if data is None:
                 return {"error": f"failed to open file: {path}"}
-            return {"base64": base64.b64encode(data).decode(), "size_bytes": len(data)}
+            encoded = await call.io.offload(base64.b64encode, data)
+            return {"base64": encoded.decode(), "size_bytes": len(data)}
         if size > READ_MAX and end_line == -1:
             return {"error": f"file too large ({size} bytes, max {READ_MAX}). Use "
                              "start_line/end_line to read a portion."}
-        data = await call.io.read_file(path)
+        try:
+            data = await call.io.read_file(path)
+        except FileRefused as exc:
+            return {"error": str(exc)}
         if data is None:
             return {"error": f"failed to open file: {path}"}
-        result: list[str] = []
-        used = 0
-        for lineno, line in enumerate(split_lines(data.decode("utf-8", "replace")), start=1):
-            if lineno < start_line:
-                continue
-            if end_line != -1 and lineno > end_line:
-                break
-            out_line = f"{lineno}\u2192{line}\n" if append_loc else f"{line}\n"
-            size_out = len(out_line.encode())
-            if used + size_out > READ_MAX:
-                result.append(TRUNCATED)
-                break
-            result.append(out_line)
-            used += size_out
-        return {"plain_text_response": "".join(result)}
+        # a file may have up to FILE_READ_MAX bytes: decoded and cut in a thread
+        text = await call.io.offload(line_range, data, start_line, end_line, append_loc)
+        return {"plain_text_response": text}
 
 
 class WriteFile(ServerTool):
@@ -92,6 +121,10 @@ class WriteFile(ServerTool):
     async def invoke(self, call: ToolCall) -> Json:
         path = required(call.params, "path", str)
         content = required(call.params, "content", str).encode()
-        if not await call.io.write_file(path, content):
+        try:
+            written = await call.io.write_file(path, content)
+        except FileRefused as exc:
+            return {"error": str(exc)}
+        if not written:
             return {"error": f"failed to write file: {path}"}
         return {"result": "file written successfully", "path": path, "bytes": len(content)}

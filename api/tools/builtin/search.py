@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
-import re
+import time
 
-from api.tools.builtin.read_write import split_lines
-from api.tools.glob_match import path_glob_match
+from api.tools.builtin.grep_scan import (
+    GREP_TIMEOUT_S,
+    BadPattern,
+    GrepState,
+    compile_pattern,
+    report,
+    scan,
+)
+from api.tools.glob_match import filter_paths
 from api.tools.params import optional, required
 from api.tools.paths import OutsideRootError
 from api.tools.tool import Json, ServerTool, ToolCall, function, prop
-from api.tools.tools_io import ListKind
+from api.tools.tools_io import FileRefused, ListKind
 
 GLOB_MAX_RESULTS = 100
-GREP_MAX_RESULTS = 100
+GLOB_FILTER_TIMEOUT_S = 15.0
 
 
 class FileGlobSearch(ServerTool):
@@ -63,8 +70,11 @@ class FileGlobSearch(ServerTool):
         listing = await call.io.list_entries(base, max_depth, kind)
         if listing.err:
             return {"error": f"{listing.err}: {path}"}
-        matches = [e for e in listing.entries if path_glob_match(include, e.rel)
-                   and not (exclude and path_glob_match(exclude, e.rel))]
+        kept, cut = await call.io.offload(filter_paths, [e.rel for e in listing.entries],
+                                            include, exclude,
+                                            time.monotonic() + GLOB_FILTER_TIMEOUT_S)
+        listing.truncated = listing.truncated or cut
+        matches = [listing.entries[i] for i in kept]
         shown = matches[:limit]
         text = "".join(f"{e.rel}{'/' if e.is_dir else ''}\n" for e in shown)
         text += f"\n---\nTotal matches: {len(matches)}\n"
@@ -112,15 +122,16 @@ class GrepSearch(ServerTool):
         exclude = optional(params, "exclude", "")
         show_lineno = optional(params, "return_line_numbers", False)
         ctx = max(0, optional(params, "context_lines", 0))
-        if optional(params, "literal", False):
-            source = re.escape(source)
+        deadline = time.monotonic() + GREP_TIMEOUT_S
         try:
-            pattern = re.compile(source, re.IGNORECASE if optional(params, "ignore_case", False)
-                                 else 0)
-        except re.error as exc:
-            return {"error": f"invalid regex: {exc}"}
+            pattern = await call.io.offload(compile_pattern, source,
+                                              optional(params, "literal", False),
+                                              optional(params, "ignore_case", False))
+        except BadPattern as exc:
+            return {"error": str(exc)}
         io = call.io
         abs_path = io.resolve(path)
+        state = GrepState()
         files: list[tuple[str, str]] = []
         if await io.is_regular_file(abs_path):
             files.append((abs_path, path))
@@ -128,41 +139,21 @@ class GrepSearch(ServerTool):
             listing = await io.list_entries(abs_path, 0, ListKind.FILES)
             if listing.err:
                 return {"error": f"{listing.err}: {path}"}
-            files = [(os.path.join(abs_path, e.rel), e.rel) for e in listing.entries
-                     if path_glob_match(include, e.rel)
-                     and not (exclude and path_glob_match(exclude, e.rel))]
+            rels = [e.rel for e in listing.entries]
+            kept, state.timed_out = await call.io.offload(filter_paths, rels, include,
+                                                            exclude, deadline)
+            files = [(os.path.join(abs_path, rels[i]), rels[i]) for i in kept]
         else:
             return {"error": f"path does not exist: {path}"}
-        out: list[str] = []
-        total = 0
-        limit_reached = False
         show_num = show_lineno or ctx > 0
         for full, shown in files:
-            if limit_reached:
+            if state.done:
                 break
             try:
                 data = await io.read_file(full)
-            except OutsideRootError:  # a link out of --tools-root: not searched
-                data = None
+            except (OutsideRootError, FileRefused):  # a link out of the root, a device, a
+                data = None  # file over the read bound: not searched
             if data is None:
                 continue
-            lines = split_lines(data.decode("utf-8", "replace"))
-            for i, line in enumerate(lines):
-                if total >= GREP_MAX_RESULTS:
-                    limit_reached = True
-                    break
-                if not pattern.search(line):
-                    continue
-                lo, hi = (max(0, i - ctx), min(len(lines) - 1, i + ctx)) if ctx else (i, i)
-                for j in range(lo, hi + 1):
-                    mark = ":" if j == i else "-"
-                    num = f"{j + 1}{mark}" if show_num else ""
-                    out.append(f"{shown}{mark}{num}{lines[j]}\n")
-                if ctx:
-                    out.append("--\n")
-                total += 1
-        text = "".join(out) + f"\n---\nTotal matches: {total}\n"
-        if limit_reached:
-            text += (f"[{GREP_MAX_RESULTS} matches limit reached. Narrow the "
-                     "path/pattern/include to see more.]\n")
-        return {"plain_text_response": text}
+            await call.io.offload(scan, pattern, data, shown, ctx, show_num, state, deadline)
+        return {"plain_text_response": report(state)}
