@@ -137,6 +137,7 @@ async def _dispatch(request: Request, path: str, payload: dict[str, Any]) -> HTT
                     request.app)
     inner.body = json.dumps(payload).encode()
     inner.route = route
+    inner.ctx.tenant = request.ctx.tenant  # the instance runs as its caller, limits and all
     response = await handler(inner, **params)
     if response is None:
         raise InvalidRequest("predict route does not support streaming responses")
