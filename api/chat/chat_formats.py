@@ -35,6 +35,7 @@ from api.chat.tagged_calls import (
     KIMI_SECTION_END,
     ParamTypes,
     parse_command_r_action,
+    parse_function_xml,
     parse_glm_tool_call,
     parse_granite_calls,
     parse_kimi_call,
@@ -92,7 +93,12 @@ MINIMAX_M2 = ChatFormat(
 SEED_OSS = ChatFormat(
     "seed-oss", blocks={"<seed:tool_call>": ("</seed:tool_call>", parse_xml_calls)},
     markers=("<seed:tool_call>", "</seed:tool_call>"))
-QWEN3_CODER = ChatFormat("qwen3-coder", markers=("<tool_call>", "</tool_call>"))
+QWEN3_CODER = ChatFormat(
+    "qwen3-coder",
+    # a call whose `<tool_call>` the model left out (llama.cpp's parser takes it too)
+    blocks={"<function=": ("</function>", parse_function_xml)},
+    dropped=("</tool_call>",),
+    markers=("<tool_call>", "</tool_call>"))
 FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
 
 LFM2 = ChatFormat(
