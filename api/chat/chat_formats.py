@@ -66,6 +66,11 @@ class ChatFormat:
     """Markers that frame content and are not part of it (Command-R7B's response tags)."""
     markers: tuple[str, ...] = ()
     """The family's own special tokens, for preserved_tokens."""
+    reasoning_ends: tuple[str, ...] = ()
+    """Markers that end an unclosed thinking block and stay (a call written before the block
+    is closed: Ling 3's `<tool_call>`)."""
+    stops: tuple[str, ...] = ()
+    """Stop strings the request gets beside its own (llama.cpp's `additional_stops`)."""
 
 
 GENERIC = ChatFormat("generic")
@@ -101,6 +106,11 @@ QWEN3_CODER = ChatFormat(
     markers=("<tool_call>", "</tool_call>"))
 FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
 
+LING3 = ChatFormat(
+    "ling3", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
+    dropped=("<|role_end|>",), reasoning_ends=("<tool_call>",), stops=("<|role_end|>",),
+    markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+             "</arg_value>", "<|role_end|>"))
 LFM2 = ChatFormat(
     "lfm2", blocks={"<|tool_call_start|>": ("<|tool_call_end|>", parse_pythonic_calls)},
     markers=("<|tool_call_start|>", "<|tool_call_end|>", "<|tool_list_start|>",
@@ -138,6 +148,7 @@ _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     # in llama.cpp's order (common_chat_try_specialized_template), then its auto-parser's
     (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
     (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
+    (LING3, ("<role>ASSISTANT</role>", "<arg_key>"), ()),
     (LFM2, ("<|tool_list_start|>", "<|tool_list_end|>"), ()),
     (LFM2, ("List of tools: [",), ("<|tool_list_start|>",)),
     (GIGACHAT_V3, ("<|role_sep|>", "<|message_sep|>"), ("<|function_call|>",)),
