@@ -189,7 +189,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
                 "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"), switch=True),
     # --- server-specific params ---
     *_rows(W, "", "-lcs --lookup-cache-static", "-lcd --lookup-cache-dynamic"),
-    *_rows(W, "", "--kv-unified-per-slot"),
+    *_rows(W, "", "--kv-unified-per-slot LLAMA_ARG_KV_UNIFIED_PER_SLOT"),
     *_rows(W, "", "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
            "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
            "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
@@ -203,7 +203,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
     *_rows(W, "", "-mm --mmproj LLAMA_ARG_MMPROJ", "--mmproj-offload --no-mmproj-offload "
            "LLAMA_ARG_MMPROJ_OFFLOAD", "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS",
-           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
+           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS",
+           "--mtmd-batch-max-tokens LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
            "--media-path"),
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
     *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
