@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from scheduler.config.spec_envs import SPEC_ENVS
+
 
 class FlagStatus(StrEnum):
     WORKS = "works"
@@ -123,7 +125,7 @@ REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
-SPEC_FLAGS: tuple[SpecFlag, ...] = (
+_SPEC_ROWS: tuple[SpecFlag, ...] = (
     # --- common params ---
     *_rows(W, "", "-h --help --usage", "--version"),
     *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
@@ -295,6 +297,10 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
+
+SPEC_FLAGS: tuple[SpecFlag, ...] = tuple(
+    row if row.env else replace(row, env=SPEC_ENVS.get(row.names[0])) for row in _SPEC_ROWS)
+"""The rows, each with the spec's environment variable (written in the row, else SPEC_ENVS)."""
 
 BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
 """Flags every parser answers itself (help and version), not settings fields."""
