@@ -13,6 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from api.chat.family_calls import (
+    DSML,
+    MINIMAX_M3_NS,
+    parse_apertus_calls,
+    parse_dsml_calls,
+    parse_gemma4_call,
+    parse_json_calls,
+    parse_minicpm5_call,
+    parse_minimax_m3_calls,
+    parse_pythonic_calls,
+)
 from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
 from api.chat.harmony import is_harmony_template
 from api.chat.reasoning_tags import reasoning_tags
@@ -24,6 +35,7 @@ from api.chat.tagged_calls import (
     KIMI_SECTION_END,
     ParamTypes,
     parse_command_r_action,
+    parse_function_xml,
     parse_glm_tool_call,
     parse_granite_calls,
     parse_kimi_call,
@@ -54,6 +66,11 @@ class ChatFormat:
     """Markers that frame content and are not part of it (Command-R7B's response tags)."""
     markers: tuple[str, ...] = ()
     """The family's own special tokens, for preserved_tokens."""
+    reasoning_ends: tuple[str, ...] = ()
+    """Markers that end an unclosed thinking block and stay (a call written before the block
+    is closed: Ling 3's `<tool_call>`)."""
+    stops: tuple[str, ...] = ()
+    """Stop strings the request gets beside its own (llama.cpp's `additional_stops`)."""
 
 
 GENERIC = ChatFormat("generic")
@@ -81,15 +98,70 @@ MINIMAX_M2 = ChatFormat(
 SEED_OSS = ChatFormat(
     "seed-oss", blocks={"<seed:tool_call>": ("</seed:tool_call>", parse_xml_calls)},
     markers=("<seed:tool_call>", "</seed:tool_call>"))
-QWEN3_CODER = ChatFormat("qwen3-coder", markers=("<tool_call>", "</tool_call>"))
+QWEN3_CODER = ChatFormat(
+    "qwen3-coder",
+    # a call whose `<tool_call>` the model left out (llama.cpp's parser takes it too)
+    blocks={"<function=": ("</function>", parse_function_xml)},
+    dropped=("</tool_call>",),
+    markers=("<tool_call>", "</tool_call>"))
 FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
+
+LING3 = ChatFormat(
+    "ling3", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
+    dropped=("<|role_end|>",), reasoning_ends=("<tool_call>",), stops=("<|role_end|>",),
+    markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+             "</arg_value>", "<|role_end|>"))
+LFM2 = ChatFormat(
+    "lfm2", blocks={"<|tool_call_start|>": ("<|tool_call_end|>", parse_pythonic_calls)},
+    markers=("<|tool_call_start|>", "<|tool_call_end|>", "<|tool_list_start|>",
+             "<|tool_list_end|>"))
+GEMMA4 = ChatFormat(
+    "gemma4", blocks={"<|tool_call>": ("<tool_call|>", parse_gemma4_call)},
+    markers=("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|turn>"))
+DEEPSEEK_V3_2 = ChatFormat(
+    "deepseek-v3.2",
+    blocks={f"<{DSML}function_calls>": (f"</{DSML}function_calls>", parse_dsml_calls),
+            f"<{DSML}tool_calls>": (f"</{DSML}tool_calls>", parse_dsml_calls)})
+MINIMAX_M3 = ChatFormat(
+    "minimax-m3",
+    blocks={f"{MINIMAX_M3_NS}<tool_call>": (f"{MINIMAX_M3_NS}</tool_call>",
+                                           parse_minimax_m3_calls)},
+    markers=(MINIMAX_M3_NS,))
+MINICPM5 = ChatFormat(
+    "minicpm5", blocks={'<function name="': ("</function>", parse_minicpm5_call)})
+NEMOTRON_V2 = ChatFormat(
+    "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_json_calls)},
+    markers=("<TOOLCALL>", "</TOOLCALL>"))
+APRIEL = ChatFormat(
+    "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_json_calls)},
+    markers=("<tool_calls>", "</tool_calls>"))
+APERTUS = ChatFormat(
+    "apertus", blocks={"<|tools_prefix|>": ("<|tools_suffix|>", parse_apertus_calls)},
+    markers=("<|tools_prefix|>", "<|tools_suffix|>"))
+GIGACHAT_V3 = ChatFormat(
+    "gigachat-v3",
+    blocks={"<|message_sep|>\n\nfunction call<|role_sep|>\n": (TO_THE_END, parse_json_calls)},
+    markers=("<|message_sep|>\n\n", "<|role_sep|>\n"))
 
 _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     # (format, strings the template has, strings it has not)
+    # in llama.cpp's order (common_chat_try_specialized_template), then its auto-parser's
     (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
     (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
+    (LING3, ("<role>ASSISTANT</role>", "<arg_key>"), ()),
+    (LFM2, ("<|tool_list_start|>", "<|tool_list_end|>"), ()),
+    (LFM2, ("List of tools: [",), ("<|tool_list_start|>",)),
+    (GIGACHAT_V3, ("<|role_sep|>", "<|message_sep|>"), ("<|function_call|>",)),
+    (MINIMAX_M3, (MINIMAX_M3_NS, "<tool_call>", "<invoke name="), ()),
+    (DEEPSEEK_V3_2, ("dsml_token", "DSML", "function_calls"), ()),
+    (DEEPSEEK_V3_2, ("dsml_token", "DSML", "tool_calls"), ()),
+    (GEMMA4, ("'<|tool_call>call:'",), ()),
+    (MINICPM5, ("Tool usage guidelines:", '<function name="', '<param name="'), ()),
     (COMMAND_R7B, ("<|START_ACTION|>", "<|START_RESPONSE|>"), ("<|START_TEXT|>",)),
     (MINIMAX_M2, ("<minimax:tool_call>", "<invoke name="), ("]<]minimax[>[",)),
+    (NEMOTRON_V2, ("<TOOLCALL>",), ()),
+    (APRIEL, ("<tool_calls>",), ()),
+    (APERTUS, ("<|tools_prefix|>",), ()),
     (SEED_OSS, ("<seed:tool_call>",), ()),
     (GLM_45, ("<tool_call>", "<arg_key>", "<arg_value>"), ("<role>ASSISTANT</role>",)),
     (QWEN3_CODER, ("<tool_call>", "<function=", "<parameter="),

@@ -103,6 +103,7 @@ class ChatOutputParser:
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
+        self._reasoning_ends = chat_format.reasoning_ends if tools else ()
         self._text = ""
         self._pos = 0
         self._phase = _Phase.START if reasoning else _Phase.BODY
@@ -189,17 +190,20 @@ class ChatOutputParser:
         if not self._emit.thinking:
             while self._pos < len(text) and text[self._pos] in WHITESPACE:
                 self._pos += 1
-        end = text.find(self._end_tag, self._pos)
+        end, end_tag = min(
+            ((text.find(tag, self._pos), tag) for tag in (self._end_tag, *self._reasoning_ends)),
+            key=lambda hit: (hit[0] < 0, hit[0]))
         if end >= 0 or final:
             stop = end if end >= 0 else len(text)
             self._emit.thought(text[self._pos : stop].rstrip(WHITESPACE))
-            self._pos = stop + len(self._end_tag) if end >= 0 else stop
-            if self._emit.legacy:
+            closed = end >= 0 and end_tag == self._end_tag
+            self._pos = stop + len(self._end_tag) if closed else stop
+            if self._emit.legacy and closed:
                 self._emit.content(self._end_tag)
             self._phase = _Phase.BODY
             self._emit.skip_ws = True
             return True
-        hold = partial_suffix(text, self._pos, (self._end_tag,))
+        hold = partial_suffix(text, self._pos, (self._end_tag, *self._reasoning_ends))
         sure = text[self._pos : len(text) - hold].rstrip(WHITESPACE)
         self._emit.thought(sure)
         self._pos += len(sure)

@@ -85,6 +85,9 @@ class PreparedChat:
         job.reasoning = self.reasoning
         job.preserved_tokens = self.preserved_tokens
         job.message_delimiters = self.message_delimiters
+        for stop in detect_chat_format(self.template.source).stops:
+            if stop not in job.stop:
+                job.stop.append(stop)
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None

@@ -14,6 +14,8 @@ _REASONING_TAGS = (
     ("[THINK]", "[/THINK]"),
     ("<|START_THINKING|>", "<|END_THINKING|>"),
     ("<seed:think>", "</seed:think>"),
+    ("<mm:think>", "</mm:think>"),  # MiniMax-M3
+    ("<|channel>thought", "<channel|>"),  # Gemma 4
 )
 _HARMONY_ANALYSIS = "<|channel|>analysis<|message|>"
 _DEFAULT_REASONING_TAGS = ("<think>", "</think>")

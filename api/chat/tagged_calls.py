@@ -32,6 +32,7 @@ from api.chat.tool_formats import (
     calls_from_list,
     dump_arguments,
     load_json,
+    parse_function_tag,
     xml_value,
 )
 
@@ -120,6 +121,13 @@ def parse_xml_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
     if not calls or not _only_whitespace_left(inner, _XML_FUNCTION):
         return None
     return calls
+
+
+def parse_function_xml(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
+    """The text after `<function=` up to `</function>`: Qwen3-Coder's XML, or Llama 3.1's
+    `NAME>{json}`."""
+    calls = parse_xml_calls(f"<function={inner}</function>", types)
+    return calls if calls is not None else parse_function_tag(inner)
 
 
 def parse_tool_call_block(inner: str, types: ParamTypes) -> list[ParsedCall] | None:

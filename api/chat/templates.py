@@ -88,7 +88,7 @@ class ChatTemplate:
         """The prompt for `messages` (OpenAI chat messages as plain dicts; none at all only
         with `allow_empty`, as llama-server's Anthropic endpoint takes them).
 
-        `tools`: OpenAI tool definitions, given to the template as `tools` (None when empty).
+        `tools`: OpenAI tool definitions, given to the template as `tools` (undefined when none).
         `extra_context`: more template variables (chat_template_kwargs: enable_thinking,
         reasoning_effort, …; see :func:`template_kwargs`); they cannot replace the ones above.
         `continue_final_message` (llama-server's prefill): None = continue a final assistant
@@ -113,9 +113,10 @@ class ChatTemplate:
         context = copy.deepcopy({
             "date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
             **(extra_context or {}),
-            "messages": normalized, "tools": tools or None,
-            "add_generation_prompt": add_generation_prompt,
+            "messages": normalized, "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token, "eos_token": self.eos_token})
+        if tools:  # without tools, `tools` is undefined, as llama.cpp leaves it
+            context["tools"] = copy.deepcopy(tools)
         try:
             text = self._compiled.template.render(context)
         except RENDER_ERRORS as exc:

@@ -276,6 +276,8 @@ def preset_key(settings: type[ProcessSettings], key: str) -> PresetKey | None:
 
 
 def spec_flag_of_a_role(key: str) -> bool:
-    """Whether a preset key is a working spec flag (of some role: the others leave it)."""
-    names = {name for row in by_status(FlagStatus.WORKS) for name in row.names}
-    return f"--{key}" in names or f"-{key}" in names
+    """Whether a preset key is a working spec flag (of some role: the others leave it), by a
+    name without dashes or by its environment variable name (the spec's valid keys)."""
+    rows = by_status(FlagStatus.WORKS)
+    names = {name for row in rows for name in row.names}
+    return f"--{key}" in names or f"-{key}" in names or key in {row.env for row in rows}

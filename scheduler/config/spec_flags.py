@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from scheduler.config.spec_envs import SPEC_ENVS
+
 
 class FlagStatus(StrEnum):
     WORKS = "works"
@@ -123,7 +125,7 @@ REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
-SPEC_FLAGS: tuple[SpecFlag, ...] = (
+_SPEC_ROWS: tuple[SpecFlag, ...] = (
     # --- common params ---
     *_rows(W, "", "-h --help --usage", "--version"),
     *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
@@ -189,7 +191,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
                 "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"), switch=True),
     # --- server-specific params ---
     *_rows(W, "", "-lcs --lookup-cache-static", "-lcd --lookup-cache-dynamic"),
-    *_rows(W, "", "--kv-unified-per-slot"),
+    *_rows(W, "", "--kv-unified-per-slot LLAMA_ARG_KV_UNIFIED_PER_SLOT"),
     *_rows(W, "", "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
            "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
            "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
@@ -203,7 +205,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
     *_rows(W, "", "-mm --mmproj LLAMA_ARG_MMPROJ", "--mmproj-offload --no-mmproj-offload "
            "LLAMA_ARG_MMPROJ_OFFLOAD", "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS",
-           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
+           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS",
+           "--mtmd-batch-max-tokens LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
            "--media-path"),
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
     *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
@@ -294,6 +297,10 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
+
+SPEC_FLAGS: tuple[SpecFlag, ...] = tuple(
+    row if row.env else replace(row, env=SPEC_ENVS.get(row.names[0])) for row in _SPEC_ROWS)
+"""The rows, each with the spec's environment variable (written in the row, else SPEC_ENVS)."""
 
 BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
 """Flags every parser answers itself (help and version), not settings fields."""

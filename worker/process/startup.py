@@ -82,6 +82,16 @@ def embedding_batch(settings: WorkerSettings) -> int:
     return min(settings.batch_size, settings.ubatch_size)
 
 
+def pool_size(s: WorkerSettings, n_slots: int) -> int:
+    """The context's size: -c, or with --kv-unified-per-slot N and no -c (nor -c 0, which
+    asks for the model's whole context) `n_slots × N`, as llama-server's server.cpp sizes the
+    shared KV pool."""
+    per_slot = s.kv_unified_per_slot or 0
+    if per_slot > 0 and s.ctx_size == 0 and "ctx_size" not in s.model_fields_set:
+        return n_slots * per_slot
+    return s.ctx_size
+
+
 def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPlan:
     """The shared context's layout from the flags (llama-server's rules); `serves_decisions`:
     decision jobs share its batches (several logits per sequence)."""
@@ -92,7 +102,7 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
     # a slot's sampled token and its draft have logits (server_output_limits)
     per_seq = min(batch, 1 + (0 if embedding else flags.speculative(s).n_max()))
     return ContextPlan(
-        n_ctx=s.ctx_size, n_slots=n_slots,
+        n_ctx=pool_size(s, n_slots), n_slots=n_slots,
         kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
         n_batch=batch, n_ubatch=s.ubatch_size,
         n_threads=threads,

@@ -256,6 +256,7 @@ class WorkerSettings(SpeculativeSettings, RoleSettings):
                                  "used by vision models with dynamic resolution (-1: the "
                                  "model's)")
     mtmd_batch_max_tokens: int = flag(-1, "--mtmd-batch-max-tokens",
+                                      env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
                                       help="the most tokens mtmd encodes in one batch (-1: "
                                       "mtmd's default)")
     video_fps: float = flag(4.0, "--video-fps", env="LLAMA_ARG_VIDEO_FPS",

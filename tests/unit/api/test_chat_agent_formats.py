@@ -30,6 +30,7 @@ from api.chat.chat_formats import (
 from api.chat.message import ChatDelta, ChatMessage, ToolCall
 from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.settings import ApiSettings
+from scheduler.contract.jobs import CompletionJob
 from scheduler.registry import ModelMeta
 from tests.paths import DATA
 
@@ -434,3 +435,15 @@ SIDE_BY_SIDE = [  # (template, raw answer, format, llama-server's (content, reas
 def test_as_llama_server_answers(template, raw, reasoning_format, expected) -> None:
     chat = prepared(template, tools=None, reasoning_format=reasoning_format)
     check(chat, raw, expected[0], expected[1], [])
+
+
+# --- Ling 3 ----------------------------------------------------------------------------------
+
+def test_ling3_stops_at_role_end_as_llama_server_adds_it() -> None:
+    chat = prepared("inclusionai-ling-3.0-flash.jinja")
+    job = CompletionJob(model="m", prompt=chat.prompt, stop=["x"])
+    chat.fill(job)
+    assert job.stop == ["x", "<|role_end|>"]
+    check(chat, "Let me check.\n</think>\nOn it.\n<tool_call>get_weather\n<arg_key>location"
+          "</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call><|role_end|>", "On it.",
+          "Let me check.", [("get_weather", {"location": "Paris"})])
