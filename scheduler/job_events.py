@@ -38,6 +38,7 @@ from scheduler.contract.kinds import movable, queue_for
 from scheduler.contract.results import (
     RESULT,
     ErrorEvent,
+    Event,
     EventEnvelope,
     FinalEvent,
     Result,
@@ -99,6 +100,8 @@ class JobEvents:
         self._redis = redis
         self._hub = hub
         self._next_seq = 0
+        self._n_decoded = 0
+        """The position of the last token handed on (see _repeated)."""
         self._shown = 0
         """Events with output read (a "started" event is none): may the job run again?"""
         self._rerun_of = 0
@@ -132,12 +135,16 @@ class JobEvents:
     async def __anext__(self) -> TokenEvent | FinalEvent | StartedEvent:
         if self.finished:
             raise StopAsyncIteration
-        try:
-            envelope = await self._next_in_order()
-        except RedisError as error:  # not finished: leaving cancels the job once Redis is back
-            log.warning("job %s: Redis error while waiting for events: %r", self.job_id, error)
-            raise RedisUnreachable() from None
-        self._next_seq = envelope.seq + 1
+        while True:
+            try:
+                envelope = await self._next_in_order()
+            except RedisError as error:  # not finished: leaving cancels it once Redis is back
+                log.warning("job %s: Redis error while waiting for events: %r", self.job_id,
+                            error)
+                raise RedisUnreachable() from None
+            self._next_seq = envelope.seq + 1
+            if not self._repeated(envelope.event):
+                break
         event = envelope.event
         if isinstance(event, StoredFinalEvent):
             event = FinalEvent(result=await self._stored_result(event))
@@ -155,6 +162,20 @@ class JobEvents:
         if self.on_event is not None:
             await self.on_event(event)
         return event
+
+    def _repeated(self, event: Event) -> bool:
+        """A token at a position already shown: a worker whose lease lapsed while it was
+        starved wrote on after the job's continuation was read from its log (the continuing
+        worker's "started" takes a seq, so the two runs' seqs differ by one); the client gets
+        each position once, the first to come."""
+        if not isinstance(event, TokenEvent) or not event.tokens or not event.n_decoded:
+            return False
+        if event.n_decoded <= self._n_decoded:
+            log.warning("job %s: token %d came twice (a worker wrote after its lease lapsed); "
+                        "dropped", self.job_id, event.n_decoded)
+            return True
+        self._n_decoded = event.n_decoded
+        return False
 
     async def _stored_result(self, event: StoredFinalEvent) -> Result:
         """The result a worker put in the object store (storage/results.py)."""

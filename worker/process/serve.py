@@ -43,6 +43,7 @@ from worker.decisions.plan import decision_caps
 from worker.decisions.systemone_heads import HeadPrompter
 from worker.decisions.systemone_prompt import FamilyPrompter
 from worker.embed.embedder import Embedder
+from worker.engine.loop import Engine
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.process.arq_worker import WakeableWorker
@@ -183,14 +184,21 @@ def family_prompter(caps: DecisionCaps | None,
         raise ModelLoadError(f"{model.path.name}: {error}") from None
 
 
+EngineMaker = Callable[[WorkerSettings, LoadedModel, str, str, EventPublisher], Engine]
+"""Builds a worker's engine: new_engine (worker/process/startup.py), or the simulator's
+(worker/process/simulated.py)."""
+
+
 class WorkerRuntime:
     """A worker's parts (worker/jobs/parts.py), built together, and the process around them:
     the arq workers of its queues, the background loops, draining."""
 
     def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
-                 caps: DecisionCaps | None, lookup: LookupShare | None = None) -> None:
+                 caps: DecisionCaps | None, lookup: LookupShare | None = None,
+                 make_engine: EngineMaker = new_engine) -> None:
         """Needs the running event loop (the publisher hands events over to it). `lookup`:
-        the dynamic lookup cache shared through the store (-lcd)."""
+        the dynamic lookup cache shared through the store (-lcd); `make_engine`: the engine
+        (the simulator's under --simulate)."""
         self.settings = settings
         self.lookup = lookup
         model_id = settings.model_id()
@@ -207,7 +215,7 @@ class WorkerRuntime:
         self.parts = WorkerParts(
             settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,
             leases=leases, publisher=publisher, model=model,
-            engine=new_engine(settings, model, model_id, worker_id, publisher),
+            engine=make_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model, not wait_policy_by_hand(os.environ)) if embedding else None,
             decision_caps=None if embedding else caps,
             decision_prompter=None if embedding else family_prompter(caps, model))
@@ -237,7 +245,8 @@ class WorkerRuntime:
             embedding=parts.embedder is not None,
             pooling=parts.embedder.pooling if parts.embedder else None,
             build_info=llama_build_info(), fit=model.fitted,
-            draft_model=None if model.draft is None else str(model.draft.path)))
+            draft_model=None if model.draft is None else str(model.draft.path),
+            simulated=self.settings.simulate))
         registry = Registry(parts.redis)
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()

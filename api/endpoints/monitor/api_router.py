@@ -157,6 +157,7 @@ async def props(request: Request) -> HTTPResponse:
         "bos_token": first.meta.bos_token,
         "eos_token": first.meta.eos_token,
         "cors_proxy_enabled": settings.cors_proxy_on(),
+        **({"simulated": True} if any(w.simulated for w in workers) else {}),  # ours
         **_serves(workers),
     })
 

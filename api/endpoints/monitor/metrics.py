@@ -173,6 +173,10 @@ def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None
                       f"{PREFIX}{item.name} {_number(item.value)}"]
     lines += _accepted_per_pos(workers)
     lines += _ours(queue)
+    lines += [f"# HELP {OURS}workers_simulated Workers whose engine is the simulator "
+              "(llamaq worker --simulate): their figures are not a model's.",
+              f"# TYPE {OURS}workers_simulated gauge",
+              f"{OURS}workers_simulated {sum(w.simulated for w in workers)}"]
     if tenants is not None:
         lines += tenant_lines(tenants)
     return ("\n".join(lines) + "\n").encode()
