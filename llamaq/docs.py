@@ -55,6 +55,8 @@ LIFETIMES: dict[str, str] = {
     "job_state": f"{keys.JOB_STATE_TTL_S} s after the last write",
     "job_cancel": f"{keys.CANCEL_TTL_S} s",
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
+    "cold_waiting": "until the last hold's deadline (--cold-start-timeout) plus a minute; "
+                    "a member leaves when its request gets a worker, ends or times out",
     "model_counters": "kept (counters)",
     "media_marker": "kept (one marker for the model's fleet)",
     "metrics_window": f"{keys.METRICS_WINDOW_TTL_S} s after the last /metrics scrape",

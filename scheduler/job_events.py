@@ -11,6 +11,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -62,6 +63,26 @@ log = logging.getLogger(__name__)
 
 AnyJob = (CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob | RerankJob
           | DecisionJob)
+
+
+class Hold(Protocol):
+    """A job held for a model that has no live worker (api/cold_start.py): it ends with
+    `expired()` when no worker came by `deadline` (monotonic)."""
+
+    deadline: float
+
+    async def cold(self) -> bool:
+        """Does the model still have no live worker (False ends the hold: the job waits in
+        the queue as any other)?"""
+        ...
+
+    async def release(self) -> None:
+        """The hold ended (an event came, a worker came, the request left)."""
+        ...
+
+    async def expired(self) -> LlamaqError:
+        """No worker by the deadline: counted, and the request's error."""
+        ...
 
 
 class JobEvents:
@@ -117,6 +138,8 @@ class JobEvents:
         self.on_event: Callable[[TokenEvent | FinalEvent | StartedEvent],
                                 Awaitable[None]] | None = None
         """Called with each event before it is handed on (a tenant's token meter)."""
+        self.hold: Hold | None = None
+        """Set while the job waits for a model with no live worker (a cold start)."""
 
     def prefill(self, envelopes: list[EventEnvelope]) -> None:
         """Events read from the log before any arrive by pub/sub (a resumed stream)."""
@@ -138,11 +161,13 @@ class JobEvents:
         while True:
             try:
                 envelope = await self._next_in_order()
-            except RedisError as error:  # not finished: leaving cancels it once Redis is back
+            except RedisError as error:  # not finished: leaving cancels the job once Redis is back
                 log.warning("job %s: Redis error while waiting for events: %r", self.job_id,
                             error)
                 raise RedisUnreachable() from None
             self._next_seq = envelope.seq + 1
+            if self.hold is not None:
+                await self._release_hold()
             if not self._repeated(envelope.event):
                 break
         event = envelope.event
@@ -242,12 +267,29 @@ class JobEvents:
             if time.monotonic() >= deadline:
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
             try:
+                if self.hold is not None:
+                    await self._check_hold(self.hold)
                 missed = await self._read_missed()
                 if missed is not None:
                     return missed
                 await self._check_worker()
             except RedisError:
                 continue  # Redis away: the hub decides when the outage ends the wait
+
+    async def _check_hold(self, hold: Hold) -> None:
+        """A held job: released once its model has a worker; past the deadline without one,
+        taken out of its queue and ended with the hold's error."""
+        if not await hold.cold():
+            await self._release_hold()
+        elif time.monotonic() >= hold.deadline:
+            await forget_queued(self._redis, self._shared_queue, self.job_id)
+            self.hold = None
+            raise await hold.expired()
+
+    async def _release_hold(self) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.release()
 
     async def _read_missed(self) -> EventEnvelope | None:
         """Events in the job's log that pub/sub did not bring (e.g. a lost final event)."""

@@ -89,8 +89,15 @@ def metrics_window(model_id: str) -> str:
 METRICS_WINDOW_TTL_S = 86400
 
 
+def cold_waiting(model_id: str) -> str:
+    """Sorted set of the requests held for a model that has no live worker (api/cold_start.py):
+    job id -> the hold's deadline (Unix ms); members past it no longer count."""
+    return f"{PREFIX}:model:{model_id}:cold"
+
+
 def model_counters(model_id: str) -> str:
-    """Hash of fleet-wide job counters of a model: `retried`, and `failed:<cause>`."""
+    """Hash of fleet-wide job counters of a model: `retried`, `failed:<cause>` and
+    `cold_start_timeouts`."""
     return f"{PREFIX}:model:{model_id}:counters"
 
 

@@ -144,6 +144,9 @@ def test_the_fleet_shape(rendered: tuple[str, list[dict[str, Any]]]) -> None:
         if overlay == "gpu":
             assert pod["nodeSelector"] and pod["tolerations"]
             assert "cuda" in box["image"]
+    for job in of(objects, "Job").values():  # one image name for llamaq's images
+        for box in job["spec"]["template"]["spec"]["containers"]:
+            assert box["image"] == api_box["image"], box["image"]
     for deployment in deployments.values():
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True

@@ -293,7 +293,8 @@ def test_a_router_without_free_workers_answers_503_at_once(tmp_path: Path) -> No
     fleet = Fleet(redis_url, tmp_path, ["--store-url", str(tmp_path / "store")],
                   logs=tmp_path / "logs")
     try:
-        url = fleet.add_api("--models-dir", str(models))
+        # no cold-start hold (tests/fleet/queue/test_cold_start.py: with one, it waits)
+        url = fleet.add_api("--models-dir", str(models), "--cold-start-timeout", "0")
         started = time.monotonic()
         response = httpx.post(f"{url}/completion", json={"model": "tiny", "prompt": "a"},
                               timeout=60)
