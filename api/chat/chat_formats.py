@@ -80,6 +80,11 @@ COMMAND_R7B = ChatFormat(
     blocks={"<|START_ACTION|>": ("<|END_ACTION|>", parse_command_r_action)},
     dropped=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
     markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))
+COHERE2_MOE = ChatFormat(
+    "cohere2moe",
+    blocks={"<|START_ACTION|>": ("<|END_ACTION|>", parse_command_r_action)},
+    dropped=("<|START_TEXT|>", "<|END_TEXT|>"),
+    markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_TEXT|>", "<|END_TEXT|>"))
 GRANITE = ChatFormat("granite", blocks={"<|tool_call|>": (TO_THE_END, parse_granite_calls)},
                      markers=("<|tool_call|>",))
 GLM_45 = ChatFormat("glm-4.5", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
@@ -149,6 +154,7 @@ _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
     (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
     (LING3, ("<role>ASSISTANT</role>", "<arg_key>"), ()),
+    (COHERE2_MOE, ("<|START_TEXT|>", "<|START_ACTION|>"), ()),
     (LFM2, ("<|tool_list_start|>", "<|tool_list_end|>"), ()),
     (LFM2, ("List of tools: [",), ("<|tool_list_start|>",)),
     (GIGACHAT_V3, ("<|role_sep|>", "<|message_sep|>"), ("<|function_call|>",)),
