@@ -20,13 +20,14 @@ from api.chat.family_calls import (
     parse_dsml_calls,
     parse_gemma4_call,
     parse_json_calls,
+    parse_kimi_k3_tools,
     parse_minicpm5_call,
     parse_minimax_m3_calls,
     parse_pythonic_calls,
 )
 from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
 from api.chat.harmony import is_harmony_template
-from api.chat.reasoning_tags import reasoning_tags
+from api.chat.reasoning_tags import KIMI_K3_MARKERS, reasoning_tags
 from api.chat.tagged_calls import (
     KIMI_ARGS_BEGIN,
     KIMI_CALL_BEGIN,
@@ -69,6 +70,9 @@ class ChatFormat:
     reasoning_ends: tuple[str, ...] = ()
     """Markers that end an unclosed thinking block and stay (a call written before the block
     is closed: Ling 3's `<tool_call>`)."""
+    echo_opened: bool = True
+    """With reasoning format none, whether content starts with the thinking tag the prompt
+    opened (llama.cpp's parsers of Kimi K3 and Ling 3 leave it out, and the closing tag)."""
     stops: tuple[str, ...] = ()
     """Stop strings the request gets beside its own (llama.cpp's `additional_stops`)."""
 
@@ -113,9 +117,18 @@ FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
 
 LING3 = ChatFormat(
     "ling3", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
-    dropped=("<|role_end|>",), reasoning_ends=("<tool_call>",), stops=("<|role_end|>",),
+    dropped=("<|role_end|>", "</think>"), reasoning_ends=("<tool_call>",),
+    stops=("<|role_end|>",), echo_opened=False,
     markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
              "</arg_value>", "<|role_end|>"))
+KIMI_K3 = ChatFormat(
+    "kimi-k3",
+    blocks={"<|open|>tools<|sep|>": ("<|close|>tools<|sep|>", parse_kimi_k3_tools)},
+    dropped=('<|open|>message role="assistant"<|sep|>', "<|open|>response<|sep|>",
+             "<|close|>response<|sep|>", "<|close|>message<|sep|>", "<|end_of_msg|>",
+             "<|close|>think<|sep|>"),
+    reasoning_ends=("<|open|>response<|sep|>",), echo_opened=False,
+    markers=(*KIMI_K3_MARKERS, "<|sep|>"))
 LFM2 = ChatFormat(
     "lfm2", blocks={"<|tool_call_start|>": ("<|tool_call_end|>", parse_pythonic_calls)},
     markers=("<|tool_call_start|>", "<|tool_call_end|>", "<|tool_list_start|>",
@@ -153,6 +166,7 @@ _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     # in llama.cpp's order (common_chat_try_specialized_template), then its auto-parser's
     (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
     (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
+    (KIMI_K3, KIMI_K3_MARKERS, ()),
     (LING3, ("<role>ASSISTANT</role>", "<arg_key>"), ()),
     (COHERE2_MOE, ("<|START_TEXT|>", "<|START_ACTION|>"), ()),
     (LFM2, ("<|tool_list_start|>", "<|tool_list_end|>"), ()),

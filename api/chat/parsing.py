@@ -103,7 +103,7 @@ class ChatOutputParser:
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
-        self._reasoning_ends = chat_format.reasoning_ends if tools else ()
+        self._reasoning_ends = chat_format.reasoning_ends
         self._text = ""
         self._pos = 0
         self._phase = _Phase.START if reasoning else _Phase.BODY
@@ -115,8 +115,10 @@ class ChatOutputParser:
         self._mistral: MistralCalls | None = None
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
-        elif thinking_forced_open:
+        elif thinking_forced_open and chat_format.echo_opened:
             self._emit.body(opened or self._start_tag)
+            self._at_start = False
+        elif thinking_forced_open:
             self._at_start = False
 
     # public interface
