@@ -263,6 +263,11 @@ def parse_json_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
     return calls_from_json_text(inner)
 
 
+def parse_functools(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
+    """What follows Firefunction v2's `functools[`: the rest of a JSON list of calls."""
+    return calls_from_json_text("[" + inner)
+
+
 def parse_apertus_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
     """Apertus: `[{"NAME": {arguments}}, …]`."""
     try:

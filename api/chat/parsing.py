@@ -98,7 +98,8 @@ class ChatOutputParser:
         self._tools = tools
         self._types: ParamTypes = param_types or {}
         self._blocks = {**_BLOCKS, **chat_format.blocks}
-        self._dropped = chat_format.dropped
+        self._dropped = (*chat_format.dropped,
+                         *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None

@@ -146,8 +146,9 @@ class ChatTemplate:
             return text, ""
         added = join_parts(prefill["content"])
         reasoning = prefill.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            start, end = reasoning_tags(self.source)
+        start, end = reasoning_tags(self.source)
+        if isinstance(reasoning, str) and reasoning and start in self.source:
+            # (a template that does not think has the reasoning left out, as llama.cpp does)
             opened = "" if prompt_opens_thinking(text, self.source) else start
             added = opened + reasoning + (end + added if added else "")
         return text + added, added
