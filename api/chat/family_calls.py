@@ -263,6 +263,11 @@ def parse_json_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
     return calls_from_json_text(inner)
 
 
+def parse_functools(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
+    """What follows Firefunction v2's `functools[`: the rest of a JSON list of calls."""
+    return calls_from_json_text("[" + inner)
+
+
 def parse_apertus_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:
     """Apertus: `[{"NAME": {arguments}}, …]`."""
     try:
@@ -279,3 +284,37 @@ def parse_apertus_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | No
             return None
         calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
     return calls or None
+
+
+# --- Kimi K3 ---------------------------------------------------------------------------------
+
+K3_SEP = "<|sep|>"
+_K3_CALL = re.compile(r'<\|open\|>call tool="([^"]+)"[^<]*?<\|sep\|>(.*?)<\|close\|>call<\|sep\|>',
+                      re.DOTALL)
+_K3_ARG = re.compile(r'<\|open\|>argument key="([^"]+)"[^<]*?<\|sep\|>(.*?)'
+                     r"<\|close\|>argument<\|sep\|>", re.DOTALL)
+
+
+def parse_kimi_k3_tools(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
+    """The inside of Kimi K3's `<|open|>tools<|sep|>…<|close|>tools<|sep|>`: calls of
+    `<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>` (typed by the tool's
+    schema: a string parameter is its text, anything else JSON)."""
+    calls = []
+    for call in _K3_CALL.finditer(inner):
+        name = call.group(1)
+        if _leftover(call.group(2), _K3_ARG):
+            return None
+        known = types.get(name, {})
+        arguments: dict[str, Any] = {}
+        for key, raw in _K3_ARG.findall(call.group(2)):
+            if known.get(key, "string") == "string":
+                arguments[key] = raw
+                continue
+            try:
+                arguments[key] = load_json(raw.strip(WHITESPACE))
+            except ValueError:
+                arguments[key] = raw
+        calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
+    if not calls or _leftover(inner, _K3_CALL):
+        return None
+    return calls

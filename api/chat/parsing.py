@@ -98,12 +98,13 @@ class ChatOutputParser:
         self._tools = tools
         self._types: ParamTypes = param_types or {}
         self._blocks = {**_BLOCKS, **chat_format.blocks}
-        self._dropped = chat_format.dropped
+        self._dropped = (*chat_format.dropped,
+                         *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
-        self._reasoning_ends = chat_format.reasoning_ends if tools else ()
+        self._reasoning_ends = chat_format.reasoning_ends
         self._text = ""
         self._pos = 0
         self._phase = _Phase.START if reasoning else _Phase.BODY
@@ -115,8 +116,10 @@ class ChatOutputParser:
         self._mistral: MistralCalls | None = None
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
-        elif thinking_forced_open:
+        elif thinking_forced_open and chat_format.echo_opened:
             self._emit.body(opened or self._start_tag)
+            self._at_start = False
+        elif thinking_forced_open:
             self._at_start = False
 
     # public interface

@@ -33,6 +33,7 @@ from api.chat.tool_formats import (
     dump_arguments,
     load_json,
     parse_function_tag,
+    unwrap_value,
     xml_value,
 )
 
@@ -58,7 +59,7 @@ def param_types(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
 def typed_value(raw: str, schema_type: Any) -> Any:
     """A parameter's text as its schema types it (see the module doc)."""
     if schema_type == "string":
-        return raw.removeprefix("\n").removesuffix("\n")
+        return unwrap_value(raw)
     return xml_value(raw)
 
 
