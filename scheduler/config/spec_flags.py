@@ -157,7 +157,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
            "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
     *_rows(W, "", "--check-tensors"),
-    *_rows(R, "metadata overrides are not built", "--override-kv"),
+    *_rows(W, "", "--override-kv"),
     *_rows(W, "", "--op-offload --no-op-offload"),
     *_rows(W, "", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled",
            "--control-vector-layer-range"),

@@ -11,6 +11,7 @@ from scheduler.common_settings import RoleSettings
 from scheduler.config.settings import flag, flag_group
 from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.jobs import SamplingSettings
+from worker.runtime.kv_overrides import parse_kv_overrides
 from worker.runtime.simulate_settings import SimulateSettings
 from worker.runtime.speculative_settings import CACHE_TYPES, SpeculativeSettings
 
@@ -94,6 +95,9 @@ class WorkerSettings(SimulateSettings, SpeculativeSettings, RoleSettings):
                           help="on-demand reading of certain tensors (e.g. per-layer embeddings)")
     check_tensors: bool = flag(False, "--check-tensors",
                                help="check model tensor data for invalid values")
+    override_kv: list[str] = flag([], "--override-kv",
+                                  help="override model metadata by key: KEY=TYPE:VALUE,... "
+                                  "(types: int, float, bool, str; the flag may repeat)")
     # devices
     n_gpu_layers: str = flag("auto", "-ngl", "--gpu-layers", "--n-gpu-layers",
                              env="LLAMA_ARG_N_GPU_LAYERS",
@@ -300,6 +304,12 @@ class WorkerSettings(SimulateSettings, SpeculativeSettings, RoleSettings):
     def _checkpoint_step(cls, value: int) -> int:
         if value < 0:  # llama-server's message
             raise ValueError("checkpoint-min-step must be non-negative")
+        return value
+
+    @field_validator("override_kv")
+    @classmethod
+    def _kv_overrides(cls, value: list[str]) -> list[str]:
+        parse_kv_overrides(value)  # llama.cpp's message for the first bad item
         return value
 
     @field_validator("fit")
