@@ -14,12 +14,14 @@ from redis.asyncio import Redis
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
 from api.queue_stats import QueueStats
+from api.tenants.config import Tenant
 from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
@@ -56,12 +58,14 @@ class CheckedJobClient(JobClient):
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
         """Under a tenant (api/tenants/service.py CURRENT): admitted by its limits (429),
         its tokens metered, a `batch` tenant's job in the background lane."""
+        scope = CURRENT.get()
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
+            job.priority = request_priority(job.priority, None if scope is None
+                                            else scope.tenant)
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
-        scope = CURRENT.get()
         if scope is None:
             async with super().submit(job, queue) as events:
                 yield events
@@ -107,6 +111,18 @@ class CheckedJobClient(JobClient):
             await scope.let_go(job_ids, resumed, last)
 
         super().cancel_later(record_id, holder, job_ids, settle)
+
+
+def request_priority(asked: int | None, tenant: Tenant | None) -> int:
+    """A completion's priority: the one it asked, else its tenant's default (0 without
+    --tenants); below the tenant's `min_priority` a 400 naming both."""
+    if asked is None:
+        return tenant.default_priority if tenant is not None else 0
+    if tenant is not None and tenant.min_priority is not None and asked < tenant.min_priority:
+        raise InvalidRequest(f"Field 'priority': tenant '{tenant.name}' may ask priority "
+                             f"{tenant.min_priority} or higher (lower is more urgent), but "
+                             f"got {asked}")
+    return asked
 
 
 @dataclass

@@ -60,6 +60,12 @@ def wake_channel(queue_name: str) -> str:
     return f"{queue_name}:wake"
 
 
+def queue_order(queue_name: str) -> str:
+    """Sorted set of the priorities whose jobs wait in the queue; `<queue>:order:<priority>`
+    those jobs, scored in the order workers take them (scheduler/queue_order.py)."""
+    return f"{queue_name}:order"
+
+
 def job_events(job_id: str) -> str:
     """Pub/sub channel carrying one job's events, in order, with sequence numbers."""
     return f"{PREFIX}:job:{job_id}:events"

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from scheduler.contract import keys
 from scheduler.leases import CLAIM_JOBS
+from scheduler.queue_order import claim_keys
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class WakeableWorker(Worker):
             return
         if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
             self._claim = self.pool.register_script(CLAIM_JOBS)
-        claimed = await self._claim(keys=[self.queue_name], args=[
+        claimed = await self._claim(keys=claim_keys(self.queue_name), args=[
             timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000)])
         self._drained = len(claimed) // 2 < free
         if claimed:
