@@ -3,19 +3,23 @@ placement service (api/placement.py) every route asks where its jobs may run."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
 from api.queue_stats import QueueStats
 from api.tenants.config import Tenant
 from api.tenants.service import CURRENT
+from scheduler import fair_share
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
@@ -27,6 +31,8 @@ from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
 from scheduler.registry import Registry, WorkerInfo
+
+log = logging.getLogger(__name__)
 
 WORKERS_CACHE_S = 0.5
 LAST_EVENTS_READ = 4
@@ -72,10 +78,23 @@ class CheckedJobClient(JobClient):
             return
         if isinstance(job, CompletionJob):
             job.tenant = scope.name
+            job.weight = scope.tenant.weight
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             meter.events = events
-            yield events
+            try:
+                yield events
+            finally:
+                if isinstance(job, CompletionJob):
+                    await asyncio.shield(self._settle(job, meter.seen))
+
+    async def _settle(self, job: CompletionJob, took: int) -> None:
+        """The job's tenant's fair share learns what it really took (scheduler/fair_share.py);
+        with Redis away the estimate stands."""
+        try:
+            await fair_share.settle(self._redis, job, took)
+        except RedisError as exc:
+            log.warning("job %s: fair share not settled: %r", job.job_id, exc)
 
     @contextlib.asynccontextmanager
     async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:

@@ -37,20 +37,23 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
+from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + """
--- KEYS: an arq queue, its order (scheduler/queue_order.py claim_keys); ARGV: (unused: due is
+CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + """
+-- KEYS: an arq queue, its order, its model's fair state (scheduler/queue_order.py claim_keys;
+-- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is
 -- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms).
 -- Claims the first waiting jobs that no live worker holds in the queue's order (priority,
 -- then order score), however many running jobs come first (arq itself reads a window of ~100
 -- ids and skips the held ones: a cap on the fleet): sets each one's in-progress key for the
 -- lease as arq's start_jobs does, in the same step, so two workers never take one job. Jobs
--- in no order set come after, the oldest due first. Returns id, score, id, score, ...
+-- in no order set come after, the oldest due first. The model's virtual time moves up to the
+-- largest start tag taken (scheduler/fair_share.py). Returns id, score, id, score, ...
 local wanted = tonumber(ARGV[2])
 local claimed = {}
 local function take(id, score)
@@ -58,7 +61,8 @@ local function take(id, score)
   claimed[#claimed + 1] = id
   claimed[#claimed + 1] = score
 end
-local n, unordered = order_claim(KEYS[1], KEYS[2], wanted, ARGV[3], take)
+local n, unordered, top = order_claim(KEYS[1], KEYS[2], wanted, ARGV[3], take)
+if top ~= nil and KEYS[3] then fair_advance(KEYS[3], top) end
 local offset = 0
 while unordered and n < wanted do
   local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',

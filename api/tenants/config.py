@@ -4,7 +4,8 @@
 {"tenants": [
   {"name": "alice", "keys": ["sk-alice"], "max_concurrent": 2, "requests_per_minute": 60,
    "tokens_per_minute": 20000, "priority": "interactive", "max_file_bytes": 10000000,
-   "max_stored_bytes": 100000000, "default_priority": 0, "min_priority": 0},
+   "max_stored_bytes": 100000000, "default_priority": 0, "min_priority": 0,
+   "weight": 1},
   {"name": "ops", "keys": ["sk-ops"], "admin": true}
 ]}
 ```
@@ -52,6 +53,10 @@ class Tenant(BaseModel):
     """The lowest `priority` value (the most urgent) its requests may ask; a request below
     it is a 400 (None: any)."""
 
+    weight: float = Field(default=1.0, ge=0.01, le=100.0)
+    """Its share of a model's tokens where jobs wait, against the other tenants' weights
+    (weighted fair queueing, docs/fairness.md)."""
+
     @model_validator(mode="after")
     def _priorities(self) -> Self:
         if self.min_priority is not None and self.default_priority < self.min_priority:
@@ -84,7 +89,7 @@ UNLIMITED = Tenant.model_construct(name=DEFAULT_TENANT, keys=("-",), admin=False
                                    max_concurrent=None, requests_per_minute=None,
                                    tokens_per_minute=None, priority="interactive",
                                    max_file_bytes=None, max_stored_bytes=None,
-                                   default_priority=0, min_priority=None)
+                                   default_priority=0, min_priority=None, weight=1.0)
 """The default tenant: --api-key's keys, or everyone when no key is set."""
 
 

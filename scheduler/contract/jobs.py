@@ -215,6 +215,9 @@ class CompletionJob(BaseModel):
     served first, in the queues and in a worker's admission (docs/fairness.md). None: its
     tenant's `default_priority` (the api's job client sets it before the job is queued; a
     worker reads None as 0)."""
+    weight: float = 1.0
+    """Its tenant's `weight` in the fair share of the model (scheduler/fair_share.py; set by
+    the api's job client)."""
 
 
 class TokenizeJob(BaseModel):

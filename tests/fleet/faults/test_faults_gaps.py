@@ -67,7 +67,7 @@ TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
     r"llamaq:model:[^:]+:(workers|counters|metrics_window)",
-    r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch"]))
+    r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch", r"llamaq:fair:[^:]+"]))
 
 
 def unlisted_keys(client: Any) -> list[str]:

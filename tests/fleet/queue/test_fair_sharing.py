@@ -2,6 +2,7 @@
 Gemma 3 270M with one slot (`-np 1`), so every other job waits in the queue.
 
 - priority: a priority 0 request queued after priority 10 requests runs first;
+- fairness: a tenant's jobs queued behind another's backlog run before it;
 - a tenant that asks a priority below its cap gets a 400 naming it.
 """
 
@@ -104,6 +105,29 @@ def test_a_priority_0_job_queued_after_priority_10_jobs_runs_first(
     finishes.join()  # the hog's stream closed: it is cancelled, the slot frees
     assert all(a.status_code == 200 for a in finishes.answers.values()), finishes.answers
     assert finishes.order[0] == "urgent", finishes.order
+
+
+def test_a_tenant_behind_anothers_backlog_goes_first(
+        fair: tuple[str, Fleet], redis_url: str) -> None:
+    """alice holds the slot and queues three more jobs; bob's, queued after them, runs
+    before alice's (weighted fair queueing: bob's start tag is the model's virtual time,
+    alice's are past her long generation). Four jobs wait at most (the queue's bound: 4 per
+    slot)."""
+    url, _ = fair
+    before = waiting(redis_url)
+    with httpx.stream("POST", f"{url}/completion", headers=auth("k-alice"), json=HOG,
+                      timeout=120) as hog:
+        lines = hog.iter_lines()
+        next(line for line in lines if line.startswith("data:"))
+        finishes = Finishes(url)
+        for i in range(3):
+            finishes.send(f"alice{i}", "k-alice")
+            wait_until(lambda i=i: waiting(redis_url) >= before + 2 + i, 30, "queued")
+        finishes.send("bob", "k-bob")
+        wait_until(lambda: waiting(redis_url) >= before + 5, 30, "queued")
+    finishes.join()
+    assert all(a.status_code == 200 for a in finishes.answers.values()), finishes.answers
+    assert finishes.order[0] == "bob", finishes.order
 
 
 def test_a_priority_below_the_tenants_cap_is_a_400(fair: tuple[str, Fleet]) -> None:
