@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,17 +18,22 @@ from api.cold_start import ColdStart
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
 from api.queue_stats import QueueStats
+from api.tenants.config import Tenant
 from api.tenants.service import CURRENT
+from scheduler import fair_share
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
+from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
 from scheduler.registry import Registry, WorkerInfo
+
+log = logging.getLogger(__name__)
 
 WORKERS_CACHE_S = 0.5
 LAST_EVENTS_READ = 4
@@ -61,8 +67,11 @@ class CheckedJobClient(JobClient):
                      queue: str | None = None) -> AsyncIterator[JobEvents]:
         """Under a tenant (api/tenants/service.py CURRENT): admitted by its limits (429),
         its tokens metered, a `batch` tenant's job in the background lane."""
+        scope = CURRENT.get()
         if isinstance(job, CompletionJob):
             limits.check_completion(job, self.n_probs_max)
+            job.priority = request_priority(job.priority, None if scope is None
+                                            else scope.tenant)
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
@@ -87,10 +96,23 @@ class CheckedJobClient(JobClient):
             return
         if isinstance(job, CompletionJob):
             job.tenant = scope.name
+            job.weight = scope.tenant.weight
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             meter.events = events
-            yield events
+            try:
+                yield events
+            finally:
+                if isinstance(job, CompletionJob):
+                    await asyncio.shield(self._settle(job, meter.seen))
+
+    async def _settle(self, job: CompletionJob, took: int) -> None:
+        """The job's tenant's fair share learns what it really took (scheduler/fair_share.py);
+        with Redis away the estimate stands."""
+        try:
+            await fair_share.settle(self._redis, job, took)
+        except RedisError as exc:
+            log.warning("job %s: fair share not settled: %r", job.job_id, exc)
 
     @contextlib.asynccontextmanager
     async def attach(self, job: AnyJob) -> AsyncIterator[JobEvents]:
@@ -126,6 +148,18 @@ class CheckedJobClient(JobClient):
             await scope.let_go(job_ids, resumed, last)
 
         super().cancel_later(record_id, holder, job_ids, settle)
+
+
+def request_priority(asked: int | None, tenant: Tenant | None) -> int:
+    """A completion's priority: the one it asked, else its tenant's default (0 without
+    --tenants); below the tenant's `min_priority` a 400 naming both."""
+    if asked is None:
+        return tenant.default_priority if tenant is not None else 0
+    if tenant is not None and tenant.min_priority is not None and asked < tenant.min_priority:
+        raise InvalidRequest(f"Field 'priority': tenant '{tenant.name}' may ask priority "
+                             f"{tenant.min_priority} or higher (lower is more urgent), but "
+                             f"got {asked}")
+    return asked
 
 
 @dataclass

@@ -36,6 +36,12 @@ LIFETIMES: dict[str, str] = {
     "model_workers": f"members older than {keys.HEARTBEAT_TTL_S} s are dropped on every read",
     "worker_info": HEARTBEAT, "worker_slots": HEARTBEAT, "worker_metrics": HEARTBEAT,
     "worker_prefixes": HEARTBEAT,
+    "queue_order": f"`<queue>:order` (the priorities that have waiting jobs) and "
+                   "`<queue>:order:<priority>` (those jobs) expire "
+                   f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL); an "
+                   "entry whose job left the queue is dropped by the next claim that meets it, "
+                   "a set that empties too",
+    "fair_state": f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL)",
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",
     "kv_tier_lru": "as kv_tier_blocks",

@@ -42,8 +42,10 @@ from scheduler.contract.results import (
     TokenizeResult,
     expect_result,
 )
+from scheduler.fair_share import FAIR_TAG, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
+from scheduler.queue_order import ORDER_ADD, job_priority
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
 from scheduler.worker_presence import WorkerPresence
@@ -73,22 +75,25 @@ class QueueRoom:
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
 
-ENQUEUE = LUA_NOW_MS + """
--- KEYS: arq's job key, the job's arq result key, the queue, then the queues whose waiting
--- jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry (ms), the job as
--- arq's serialize_job wrote it, the queue's wake channel, the bound (-1: none), (unused),
--- arq's in-progress prefix. The job's score is Redis's now (TIME), not the pod's clock.
+ENQUEUE = LUA_NOW_MS + ORDER_ADD + FAIR_TAG + """
+-- KEYS: arq's job key, the job's arq result key, the queue, the queue's order
+-- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), then the
+-- queues whose waiting jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry
+-- (ms), the job as arq's serialize_job wrote it, the queue's wake channel, the bound (-1:
+-- none), the job's priority, arq's in-progress prefix, its tenant, its cost / weight.
+-- The job's score is Redis's now (TIME), not the pod's clock; its order score its start tag
+-- in its tenant's fair share.
 -- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
 -- pass the check together: count the due jobs no worker holds in the counted queues (as
 -- scheduler/leases.py WAITING_JOBS does); at the bound, refuse. Else no second job under an
--- id whose job or result key exists: PSETEX the job, ZADD it to the queue, then wake the
--- queue's workers.
+-- id whose job or result key exists: PSETEX the job, ZADD it to the queue and its order,
+-- then wake the queue's workers.
 -- Returns {1, waiting} if it enqueued the job, {0, waiting} if the id was taken, {-1,
 -- waiting} if the queue is full.
 local bound = tonumber(ARGV[6])
 local waiting = 0
 if bound >= 0 then
-  for q = 4, #KEYS do
+  for q = 6, #KEYS do
     local offset = 0
     while true do
       local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
@@ -105,6 +110,8 @@ local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
   redis.call('ZADD', KEYS[3], now_score, ARGV[1])
+  local tag = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3])
+  order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3])
 end
 redis.call('PUBLISH', ARGV[5], '1')
 if fresh then return {1, waiting} end
@@ -146,12 +153,13 @@ class JobClient:
         data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
                              serializer=self._arq.job_serializer)  # score is Redis's TIME
         counted = list(room.queues) if room is not None else []
+        tenant, cost = fair_args(job)
         status, waiting = await self._enqueue_script(
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
-                  *counted],
+                  keys.queue_order(queue_name), keys.fair_state(job.model), *counted],
             args=[job.job_id, 0, int(keys.JOB_TTL_S * 1000), data,
                   keys.wake_channel(queue_name), room.limit if room is not None else -1,
-                  0, in_progress_key_prefix])
+                  job_priority(job), in_progress_key_prefix, tenant, repr(cost)])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)

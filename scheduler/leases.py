@@ -37,32 +37,40 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
+from scheduler.fair_share import FAIR_ADVANCE
+from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = LUA_NOW_MS + """
--- KEYS[1]: an arq queue; ARGV: (unused: due is by Redis's TIME, as the queue's scores), how
--- many jobs, arq's in-progress prefix, lease (ms).
--- Claims the oldest due jobs that no live worker holds, however many running jobs come first
--- (arq itself reads a window of ~100 ids and skips the held ones: a cap on the fleet): sets
--- each one's in-progress key for the lease as arq's start_jobs does, in the same step, so two
--- workers never take one job. Returns id, score, id, score, ...
+CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + """
+-- KEYS: an arq queue, its order, its model's fair state (scheduler/queue_order.py claim_keys;
+-- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is
+-- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms).
+-- Claims the first waiting jobs that no live worker holds in the queue's order (priority,
+-- then order score), however many running jobs come first (arq itself reads a window of ~100
+-- ids and skips the held ones: a cap on the fleet): sets each one's in-progress key for the
+-- lease as arq's start_jobs does, in the same step, so two workers never take one job. Jobs
+-- in no order set come after, the oldest due first. The model's virtual time moves up to the
+-- largest start tag taken (scheduler/fair_share.py). Returns id, score, id, score, ...
 local wanted = tonumber(ARGV[2])
 local claimed = {}
-local n = 0
+local function take(id, score)
+  redis.call('PSETEX', ARGV[3] .. id, ARGV[4], '1')
+  claimed[#claimed + 1] = id
+  claimed[#claimed + 1] = score
+end
+local n, unordered, top = order_claim(KEYS[1], KEYS[2], wanted, ARGV[3], take)
+if top ~= nil and KEYS[3] then fair_advance(KEYS[3], top) end
 local offset = 0
-while n < wanted do
+while unordered and n < wanted do
   local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                           'LIMIT', offset, 200)
   if #page == 0 then break end
   for i = 1, #page, 2 do
-    local key = ARGV[3] .. page[i]
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('PSETEX', key, ARGV[4], '1')
-      claimed[#claimed + 1] = page[i]
-      claimed[#claimed + 1] = page[i + 1]
+    if redis.call('EXISTS', ARGV[3] .. page[i]) == 0 then
+      take(page[i], page[i + 1])
       n = n + 1
       if n >= wanted then break end
     end

@@ -4,7 +4,8 @@
 {"tenants": [
   {"name": "alice", "keys": ["sk-alice"], "max_concurrent": 2, "requests_per_minute": 60,
    "tokens_per_minute": 20000, "priority": "interactive", "max_file_bytes": 10000000,
-   "max_stored_bytes": 100000000},
+   "max_stored_bytes": 100000000, "default_priority": 0, "min_priority": 0,
+   "weight": 1},
   {"name": "ops", "keys": ["sk-ops"], "admin": true}
 ]}
 ```
@@ -20,9 +21,11 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scheduler.contract.limits import HARD_LIMITS
 from storage.objects import read_object_url
 
 DEFAULT_TENANT = "default"
+PRIORITY_LOW, PRIORITY_HIGH = HARD_LIMITS["priority"]
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -44,6 +47,21 @@ class Tenant(BaseModel):
     max_file_bytes: int | None = Field(default=None, ge=1)
     max_stored_bytes: int | None = Field(default=None, ge=1)
     """Its files in the store (uploads and batch outputs) together."""
+    default_priority: int = Field(default=0, ge=PRIORITY_LOW, le=PRIORITY_HIGH)
+    """The `priority` of its requests that name none (lower is served first)."""
+    min_priority: int | None = Field(default=None, ge=PRIORITY_LOW, le=PRIORITY_HIGH)
+    """The lowest `priority` value (the most urgent) its requests may ask; a request below
+    it is a 400 (None: any)."""
+
+    weight: float = Field(default=1.0, ge=0.01, le=100.0)
+    """Its share of a model's tokens where jobs wait, against the other tenants' weights
+    (weighted fair queueing, docs/fairness.md)."""
+
+    @model_validator(mode="after")
+    def _priorities(self) -> Self:
+        if self.min_priority is not None and self.default_priority < self.min_priority:
+            raise ValueError("default_priority is below min_priority")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -70,7 +88,8 @@ class Tenant(BaseModel):
 UNLIMITED = Tenant.model_construct(name=DEFAULT_TENANT, keys=("-",), admin=False,
                                    max_concurrent=None, requests_per_minute=None,
                                    tokens_per_minute=None, priority="interactive",
-                                   max_file_bytes=None, max_stored_bytes=None)
+                                   max_file_bytes=None, max_stored_bytes=None,
+                                   default_priority=0, min_priority=None, weight=1.0)
 """The default tenant: --api-key's keys, or everyone when no key is set."""
 
 

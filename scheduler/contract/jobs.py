@@ -210,6 +210,14 @@ class CompletionJob(BaseModel):
     event_log_max_bytes: int = 0
     """Bytes of events the job's log keeps: its share of its request's budget (set by the api,
     scheduler/contract/limits.py budget_request); 0: keys.EVENT_LOG_MAX_BYTES."""
+    priority: int | None = None
+    """The request's `priority` (vLLM's field, ours on llama-server's endpoints): lower is
+    served first, in the queues and in a worker's admission (docs/fairness.md). None: its
+    tenant's `default_priority` (the api's job client sets it before the job is queued; a
+    worker reads None as 0)."""
+    weight: float = 1.0
+    """Its tenant's `weight` in the fair share of the model (scheduler/fair_share.py; set by
+    the api's job client)."""
 
 
 class TokenizeJob(BaseModel):

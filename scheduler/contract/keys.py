@@ -44,8 +44,7 @@ def utility_queue(model_id: str) -> str:
 
 
 def embed_queue(model_id: str) -> str:
-    """arq queue of online embedding and rerank jobs (workers started with --embedding or
-    --rerank take them)."""
+    """arq queue of online embedding and rerank jobs (for --embedding, --rerank workers)."""
     return f"{PREFIX}:queue:{model_id}:embed"
 
 
@@ -58,6 +57,16 @@ def embed_background_queue(model_id: str) -> str:
 def wake_channel(queue_name: str) -> str:
     """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
     return f"{queue_name}:wake"
+
+
+def queue_order(queue_name: str) -> str:
+    """Sorted sets of its waiting jobs by priority, then order (scheduler/queue_order.py)."""
+    return f"{queue_name}:order"
+
+
+def fair_state(model_id: str) -> str:
+    """Hash of a model's virtual time and tenants' tags (scheduler/fair_share.py)."""
+    return f"{PREFIX}:fair:{model_id}"
 
 
 def job_events(job_id: str) -> str:
@@ -271,8 +280,7 @@ HOSTS = f"{PREFIX}:hosts"
 
 
 def host_info(host_id: str) -> str:
-    """JSON HostInfo of a host worker: the model it holds and its state; expires with its
-    heartbeats."""
+    """JSON HostInfo of a host worker: its model and state; expires with its heartbeats."""
     return f"{PREFIX}:host:{host_id}"
 
 
@@ -349,8 +357,7 @@ def kv_tier_blocks(model_id: str, fingerprint: str) -> str:
 
 
 def kv_tier_lru(model_id: str, fingerprint: str) -> str:
-    """Sorted set of the same prefix hashes, scored by their last use (Redis TIME): the
-    eviction order under --kv-store-max."""
+    """Sorted set of those prefix hashes by last use (Redis TIME): --kv-store-max's order."""
     return f"{PREFIX}:kvtier:{model_id}:{fingerprint}:lru"
 
 

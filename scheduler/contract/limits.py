@@ -36,6 +36,7 @@ HARD_LIMITS: dict[str, tuple[int, int]] = {
     "dry_penalty_last_n": (0, INT32_MAX),
     "min_keep": (0, INT32_MAX),
     "sse_ping_interval": (-1, INT32_MAX),
+    "priority": (-INT32_MAX - 1, INT32_MAX),
 }
 """llama-server's hard limits (400 outside them), by request field."""
 
@@ -212,7 +213,7 @@ def check_completion(job: CompletionJob, n_probs_max: int) -> None:
     """llama-server's hard limits and llamaq's own on a completion job; caps n_probs.
     Raises InvalidRequest (400) naming the field."""
     for name in ("n_predict", "n_indent", "n_keep", "n_discard", "n_cache_reuse",
-                 "t_max_predict_ms"):
+                 "t_max_predict_ms", "priority"):
         check_range(name, getattr(job, name), *HARD_LIMITS[name])
     check_sampling(job.sampling)
     check_strings("stop", job.stop, MAX_STOP_STRINGS, MAX_STOP_LENGTH)

@@ -27,6 +27,9 @@ class Job(Protocol):
     @property
     def id_slot(self) -> int: ...
 
+    @property
+    def priority(self) -> int | None: ...
+
 
 class Waiting(Protocol):
     """What admission reads of a request."""
@@ -57,15 +60,22 @@ class Admission(Generic[W]):
     waiting: deque[W] = field(default_factory=deque)
 
     def arrive(self, requests: Iterable[W]) -> None:
-        self.waiting.extend(requests)
+        """Waiting requests are kept by priority (lower first), then in arrival order."""
+        arrived = list(requests)
+        if not arrived:
+            return
+        self.waiting.extend(arrived)
+        if any(r.job.priority for r in self.waiting):
+            self.waiting = deque(sorted(self.waiting, key=lambda r: r.job.priority or 0))
 
     def admit(self, slots: list[SlotCache], cancelled: set[str], running: int,
               prefilling: list[list[int]], cont_batching: bool = True,
               beside_busy: bool = False, similarity: float = SIMILARITY,
               usable: Callable[[W, SlotCache], bool] = lambda _, __: True) -> Decision[W]:
-        """Which waiting requests start now, in arrival order. `running`: requests holding a
-        slot; `prefilling`: the prompts of those still being evaluated (and, as requests are
-        admitted, theirs); `beside_busy`, `similarity`, `usable` (per request): see pick_slot."""
+        """Which waiting requests start now, by priority, then in arrival order. `running`:
+        requests holding a slot; `prefilling`: the prompts of those still being evaluated
+        (and, as requests are admitted, theirs); `beside_busy`, `similarity`, `usable` (per
+        request): see pick_slot."""
         decision: Decision[W] = Decision()
         held: deque[W] = deque()
         twins = list(prefilling)

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from scheduler.contract import keys
 from scheduler.leases import CLAIM_JOBS
+from scheduler.queue_order import claim_keys
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class WakeableWorker(Worker):
         self.room: Callable[[], int] | None = None
         """How many more jobs this queue may start now (None: max_jobs bounds it alone). The
         batch queue's worker gets one: batch lines take only what online jobs leave."""
+        self.model_id = ""
+        """The model whose fair share its claims move (scheduler/fair_share.py; "": none)."""
         self.also_wake: list[WakeableWorker] = []
         """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
         self._claim: AsyncScript | None = None
@@ -85,7 +88,7 @@ class WakeableWorker(Worker):
             return
         if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
             self._claim = self.pool.register_script(CLAIM_JOBS)
-        claimed = await self._claim(keys=[self.queue_name], args=[
+        claimed = await self._claim(keys=claim_keys(self.queue_name, self.model_id), args=[
             timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000)])
         self._drained = len(claimed) // 2 < free
         if claimed:

@@ -332,13 +332,15 @@ class WorkerRuntime:
                     max_jobs: int) -> WakeableWorker:
         queue = lane_queue(lane, self.parts.model_id, self.parts.worker_id)
         lane_functions: list[Function] = functions(lane)
-        return WakeableWorker(
+        worker = WakeableWorker(
             lane_functions, queue_name=queue, redis_pool=pool, max_jobs=max_jobs,
             job_timeout=JOB_TIMEOUT_S, max_tries=MAX_TRIES, keep_result=0,
             poll_delay=self.settings.poll_delay,
             handle_signals=False, ctx={CTX_KEY: runner}, job_serializer=serialize_job,
             job_deserializer=deserialize_job, log_results=False,
         )
+        worker.model_id = self.parts.model_id
+        return worker
 
     def _write_metrics(self, pipe: Pipeline) -> None:
         """Ahead of the events that start or end jobs (worker/wires/publisher.py)."""

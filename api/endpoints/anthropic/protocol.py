@@ -177,6 +177,8 @@ class MessagesRequest(_Block):
     chat_template_kwargs: dict[str, Any] | None = None
     lora: list[Any] | None = None
     """llama-server's per-request LoRA scales (its /v1/messages reads the field too)."""
+    priority: int | None = None
+    """Lower is served first (vLLM's field, ours; docs/fairness.md)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -242,7 +244,7 @@ class MessagesRequest(_Block):
             stop=list(self.stop_sequences), sampling=sampling,
             json_schema=json_schema or self.output_schema(),
             timings_per_token=self.stream,
-            lora=parse_lora_request(self.lora) if self.lora else None)
+            lora=parse_lora_request(self.lora) if self.lora else None, priority=self.priority)
 
 
 def convert_message(message: MessageParam) -> list[dict[str, Any]]:

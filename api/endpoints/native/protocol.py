@@ -101,6 +101,9 @@ class CompletionRequest(SamplingParams):
     n_cache_reuse: int | None = Field(default=None, ge=0)
     sse_ping_interval: Annotated[float | None, AfterValidator(limits.ping_seconds)] = None
     """Seconds between SSE ping comments of this stream (<= 0: none); None: the server's."""
+    priority: int | None = None
+    """Lower is served first (vLLM's field; ours on llama-server's endpoints); None: the
+    tenant's default (docs/fairness.md)."""
     verbose: bool = False
     """OpenAI endpoints: add llama-server's `__verbose` debug object to the response."""
     speculative_n_max: int | None = Field(default=None, alias="speculative.n_max")
@@ -208,7 +211,7 @@ class CompletionRequest(SamplingParams):
             logit_bias=self.logit_bias,
             lora=parse_lora_request(self.lora) if self.lora else None,
             draft_limits=self.draft_limits(),
-            message_delimiters=self.message_delimiters,
+            message_delimiters=self.message_delimiters, priority=self.priority,
         )
 
     def draft_limits(self) -> DraftLimits | None:

@@ -62,11 +62,12 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
 
 
 TABLE = re.compile("|".join([  # docs/redis-keys.md's table
-    r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)", r"arq:(job|in-progress|retry):[^:]+",
+    r"llamaq:queue:[^:]+:(slot|utility|worker:[^:]+)(:order(:-?[0-9]+)?)?",
+    r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
     r"llamaq:model:[^:]+:(workers|counters|metrics_window)",
-    r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch"]))
+    r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch", r"llamaq:fair:[^:]+"]))
 
 
 def unlisted_keys(client: Any) -> list[str]:

@@ -21,6 +21,7 @@ from scheduler.contract import keys
 from scheduler.contract.jobs import TokenizeJob
 from scheduler.hub import EventHub
 from scheduler.leases import CLAIM_JOBS, waiting_jobs
+from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
 
 pytestmark = pytest.mark.process
@@ -47,7 +48,7 @@ def shift_clock(monkeypatch: pytest.MonkeyPatch, by_s: float) -> None:
 async def claim(redis: Redis, queue: str) -> list[str]:
     """A worker's poll with a right clock (worker/process/arq_worker.py's arguments)."""
     claimed = await redis.register_script(CLAIM_JOBS)(
-        keys=[queue], args=[arq.utils.timestamp_ms(), 10, in_progress_key_prefix, 3000])
+        keys=claim_keys(queue), args=[arq.utils.timestamp_ms(), 10, in_progress_key_prefix, 3000])
     return [claimed[i].decode() for i in range(0, len(claimed), 2)]
 
 

@@ -19,6 +19,7 @@ from worker.kv.slots import SlotCache
 class FakeJob:
     job_id: str
     id_slot: int = -1
+    priority: int | None = None
 
 
 @dataclass
@@ -29,9 +30,9 @@ class Req:
 
 
 def req(job_id: str, prompt: list[int] | None = None, id_slot: int = -1,
-        cache_prompt: bool = True) -> Req:
-    return Req(FakeJob(job_id, id_slot), prompt or [1, int.from_bytes(job_id.encode())],
-               cache_prompt)
+        cache_prompt: bool = True, priority: int | None = None) -> Req:
+    return Req(FakeJob(job_id, id_slot, priority),
+               prompt or [1, int.from_bytes(job_id.encode())], cache_prompt)
 
 
 def test_admits_in_order_while_slots_are_idle() -> None:
@@ -47,6 +48,19 @@ def test_admits_in_order_while_slots_are_idle() -> None:
     slots[0].busy = False
     assert [r.job.job_id for r, _ in queue.admit(slots, set(), 1, []).admitted] == ["c"]
     assert not queue.waiting
+
+
+def test_admits_by_priority_then_arrival() -> None:
+    """A request of a lower priority value waits less, whenever it arrived; equal ones keep
+    their arrival order (None is 0)."""
+    slots = [SlotCache(0, busy=True)]
+    queue: Admission[Req] = Admission()
+    queue.arrive([req("a", priority=10), req("b", priority=10), req("c")])
+    queue.arrive([req("d", priority=10), req("e", priority=-1), req("f", priority=0)])
+    assert queue.admit(slots, set(), 1, []).admitted == []
+    assert [r.job.job_id for r in queue.waiting] == ["e", "c", "f", "a", "b", "d"]
+    slots[0].busy = False
+    assert [r.job.job_id for r, _ in queue.admit(slots, set(), 0, []).admitted] == ["e"]
 
 
 def test_prefers_the_slot_that_holds_the_prompt() -> None:

@@ -1,0 +1,96 @@
+"""The order in which a queue's waiting jobs are taken: by priority (lower first), then by
+their order score (docs/fairness.md).
+
+arq keeps a queue as one sorted set scored by enqueue time (Redis's TIME): what counts waiting
+jobs and measures their wait reads it, and it stays as it is. Beside it each queue has an order:
+`keys.queue_order(queue)`, a sorted set of the priorities whose jobs wait (score and member the
+priority), and per priority `queue_order_of(queue, p)`, its jobs scored by their order
+score. The enqueue script adds a job to both in one step (ORDER_ADD); a worker's claim script
+walks the order, priorities ascending, each by score (ORDER_CLAIM), and drops entries whose job
+left the queue (it ended) as it meets them. A job in the queue but in no order set (one queued
+by arq's own enqueue_job) is still taken, after the ordered ones, by enqueue time: the claim
+falls back to the queue itself when the order sets hold fewer jobs than the queue.
+
+A job that is handed back (a draining worker, a preemption) keeps its queue and order entries:
+it is taken again before every job of its priority queued after it.
+
+Owns: the Lua of both steps. Does not own: the order score, a job's start tag in its tenant's
+fair share of the model (scheduler/fair_share.py), the
+queue's own scripts (scheduler/client.py ENQUEUE, scheduler/leases.py CLAIM_JOBS)."""
+
+from __future__ import annotations
+
+from scheduler.contract import keys
+
+ORDER_ADD = """
+-- order_add(index, priority, job id, order score, ttl ms): the job in its priority's order
+-- set; both sets live a job's TTL past the last job added.
+local function order_add(index, priority, id, score, ttl)
+  local ordered = index .. ':' .. priority
+  redis.call('ZADD', index, priority, priority)
+  redis.call('ZADD', ordered, score, id)
+  redis.call('PEXPIRE', index, ttl)
+  redis.call('PEXPIRE', ordered, ttl)
+end
+"""
+
+ORDER_CLAIM = """
+-- order_claim(queue, index, wanted, in-progress prefix, take): calls take(id, queue score)
+-- for up to `wanted` waiting jobs no worker holds, priorities ascending, each by its order
+-- score; drops order entries whose job left the queue. Returns how many it took, whether
+-- the order sets hold fewer jobs than the queue (some job is in none: look at the queue too),
+-- and the largest order score it took (nil: none).
+local function order_claim(queue, index, wanted, prefix, take)
+  local n = 0
+  local ordered_jobs = 0
+  local top = nil
+  local priorities = redis.call('ZRANGE', index, 0, -1)
+  for _, priority in ipairs(priorities) do
+    if n >= wanted then return n, false, top end
+    local ordered = index .. ':' .. priority
+    local offset = 0
+    while n < wanted do
+      local page = redis.call('ZRANGE', ordered, offset, offset + 199, 'WITHSCORES')
+      if #page == 0 then break end
+      local gone = {}
+      for i = 1, #page, 2 do
+        local id = page[i]
+        local score = redis.call('ZSCORE', queue, id)
+        if not score then
+          gone[#gone + 1] = id
+        elseif redis.call('EXISTS', prefix .. id) == 0 then
+          take(id, score)
+          local tag = tonumber(page[i + 1])
+          if top == nil or tag > top then top = tag end
+          n = n + 1
+          if n >= wanted then break end
+        end
+      end
+      if #gone > 0 then redis.call('ZREM', ordered, unpack(gone)) end
+      offset = offset + #page / 2 - #gone
+    end
+    local left = redis.call('ZCARD', ordered)
+    if left == 0 then redis.call('ZREM', index, priority) end
+    ordered_jobs = ordered_jobs + left
+  end
+  return n, n < wanted and redis.call('ZCARD', queue) > ordered_jobs, top
+end
+"""
+
+
+def queue_order_of(queue_name: str, priority: int) -> str:
+    """The order set of a queue's jobs of one priority (as ORDER_ADD names it)."""
+    return f"{keys.queue_order(queue_name)}:{priority}"
+
+
+def claim_keys(queue_name: str, model_id: str = "") -> list[str]:
+    """The KEYS of scheduler/leases.py CLAIM_JOBS for `queue_name` of `model_id` (its fair
+    state, scheduler/fair_share.py: "" for none)."""
+    found = [queue_name, keys.queue_order(queue_name)]
+    return [*found, keys.fair_state(model_id)] if model_id else found
+
+
+def job_priority(job: object) -> int:
+    """A job's priority in its queue: a completion's `priority` (None: 0), else 0."""
+    priority = getattr(job, "priority", None)
+    return priority if isinstance(priority, int) else 0

@@ -1,0 +1,145 @@
+"""Fair sharing on a real fleet (issue 47): Redis, an api pod with --tenants, one worker on
+Gemma 3 270M with one slot (`-np 1`), so every other job waits in the queue.
+
+- priority: a priority 0 request queued after priority 10 requests runs first;
+- fairness: a tenant's jobs queued behind another's backlog run before it;
+- a tenant that asks a priority below its cap gets a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from scheduler.contract import keys
+from tests.conftest import make_fleet
+from tests.processes import Fleet, wait_until
+
+pytestmark = pytest.mark.process
+
+ALIAS = "gemma-fair"
+TENANTS: list[dict[str, Any]] = [
+    {"name": "alice", "keys": ["k-alice"]},
+    {"name": "bob", "keys": ["k-bob"]},
+    {"name": "capped", "keys": ["k-capped"], "default_priority": 5, "min_priority": 3},
+]
+HOG = {"prompt": "Tell me a long story", "n_predict": 2000, "ignore_eos": True,
+       "stream": True}
+
+
+@pytest.fixture(scope="module")
+def fair(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[tuple[str, Fleet]]:
+    path = workdir / "tenants-fair.json"
+    path.write_text(json.dumps({"tenants": TENANTS}))
+    fleet: Fleet = make_fleet(redis_url, workdir, gemma_path, ALIAS)
+    fleet.add_worker("-c", "4096", "-np", "1", "-t", "2", "-n", "8")
+    url = fleet.add_api("--tenants", str(path), "--prefix-affinity", "0")
+    fleet.wait_healthy(url)
+    warm = httpx.post(f"{url}/completion", headers=auth("k-alice"), timeout=120,
+                      json={"prompt": "Once upon a time", "n_predict": 2})
+    assert warm.status_code == 200, warm.text  # the worker's first decode is slow
+    yield url, fleet
+    fleet.stop()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def waiting(redis_url: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.zcard(keys.slot_queue(ALIAS)))  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+class Finishes:
+    """Requests sent in threads; the order they finished in."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.order: list[str] = []
+        self.answers: dict[str, httpx.Response] = {}
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def send(self, name: str, key: str, **body: Any) -> None:
+        def run() -> None:
+            answer = httpx.post(f"{self.url}/completion", headers=auth(key), timeout=180,
+                                json={"prompt": f"Say {name}", "n_predict": 3, **body})
+            with self._lock:
+                self.order.append(name)
+                self.answers[name] = answer
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        self._threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(200)
+
+
+def test_a_priority_0_job_queued_after_priority_10_jobs_runs_first(
+        fair: tuple[str, Fleet], redis_url: str) -> None:
+    url, _ = fair
+    before = waiting(redis_url)
+    with httpx.stream("POST", f"{url}/completion", headers=auth("k-alice"), json=HOG,
+                      timeout=120) as hog:
+        lines = hog.iter_lines()
+        next(line for line in lines if line.startswith("data:"))  # it holds the one slot
+        finishes = Finishes(url)
+        for i in range(3):
+            finishes.send(f"late{i}", "k-alice", priority=10)
+            wait_until(lambda i=i: waiting(redis_url) >= before + 2 + i, 30, "queued")
+        finishes.send("urgent", "k-bob", priority=0)
+        wait_until(lambda: waiting(redis_url) >= before + 5, 30, "queued")
+    finishes.join()  # the hog's stream closed: it is cancelled, the slot frees
+    assert all(a.status_code == 200 for a in finishes.answers.values()), finishes.answers
+    assert finishes.order[0] == "urgent", finishes.order
+
+
+def test_a_tenant_behind_anothers_backlog_goes_first(
+        fair: tuple[str, Fleet], redis_url: str) -> None:
+    """alice holds the slot and queues three more jobs; bob's, queued after them, runs
+    before alice's (weighted fair queueing: bob's start tag is the model's virtual time,
+    alice's are past her long generation). Four jobs wait at most (the queue's bound: 4 per
+    slot)."""
+    url, _ = fair
+    before = waiting(redis_url)
+    with httpx.stream("POST", f"{url}/completion", headers=auth("k-alice"), json=HOG,
+                      timeout=120) as hog:
+        lines = hog.iter_lines()
+        next(line for line in lines if line.startswith("data:"))
+        finishes = Finishes(url)
+        for i in range(3):
+            finishes.send(f"alice{i}", "k-alice")
+            wait_until(lambda i=i: waiting(redis_url) >= before + 2 + i, 30, "queued")
+        finishes.send("bob", "k-bob")
+        wait_until(lambda: waiting(redis_url) >= before + 5, 30, "queued")
+    finishes.join()
+    assert all(a.status_code == 200 for a in finishes.answers.values()), finishes.answers
+    assert finishes.order[0] == "bob", finishes.order
+
+
+def test_a_priority_below_the_tenants_cap_is_a_400(fair: tuple[str, Fleet]) -> None:
+    url, _ = fair
+    refused = httpx.post(f"{url}/v1/chat/completions", headers=auth("k-capped"), timeout=60,
+                         json={"messages": [{"role": "user", "content": "hi"}],
+                               "max_tokens": 2, "priority": 1})
+    assert refused.status_code == 400, refused.text
+    assert "may ask priority 3 or higher" in refused.json()["error"]["message"]
+    bad = httpx.post(f"{url}/completion", headers=auth("k-alice"), timeout=60,
+                     json={"prompt": "hi", "n_predict": 2, "priority": "high"})
+    assert bad.status_code == 400 and "priority" in bad.text, bad.text
+    ok = httpx.post(f"{url}/completion", headers=auth("k-capped"), timeout=60,
+                    json={"prompt": "hi", "n_predict": 2, "priority": 3})
+    assert ok.status_code == 200, ok.text
