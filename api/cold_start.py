@@ -49,7 +49,7 @@ HasWorkers = Callable[[str], Awaitable[bool]]
 
 
 class ColdHold:
-    """One held job (scheduler/job_events.py `Hold`)."""
+    """One held job (scheduler/job_hold.py `Hold`)."""
 
     def __init__(self, redis: Redis, model_id: str, job_id: str, timeout_s: float,
                  has_workers: HasWorkers) -> None:

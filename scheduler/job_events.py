@@ -11,7 +11,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -48,6 +47,7 @@ from scheduler.contract.results import (
     TokenEvent,
 )
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync
+from scheduler.job_hold import Hold
 from scheduler.leases import (
     Decision,
     count_failure,
@@ -63,26 +63,6 @@ log = logging.getLogger(__name__)
 
 AnyJob = (CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob | RerankJob
           | DecisionJob)
-
-
-class Hold(Protocol):
-    """A job held for a model that has no live worker (api/cold_start.py): it ends with
-    `expired()` when no worker came by `deadline` (monotonic)."""
-
-    deadline: float
-
-    async def cold(self) -> bool:
-        """Does the model still have no live worker (False ends the hold: the job waits in
-        the queue as any other)?"""
-        ...
-
-    async def release(self) -> None:
-        """The hold ended (an event came, a worker came, the request left)."""
-        ...
-
-    async def expired(self) -> LlamaqError:
-        """No worker by the deadline: counted, and the request's error."""
-        ...
 
 
 class JobEvents:
