@@ -85,9 +85,9 @@ LIFETIMES: dict[str, str] = {
     "tenant_job_charged": "600 s after its last charge (as long as the job's event log)",
     "tenant_uploads": "an upload leaves when its file is stored (or refused), or "
                       f"{tenant_keys.TENANT_UPLOAD_HOLD_S:g} s after it began",
-    "tenant_active": f"a job leaves when it ends, or {tenant_keys.TENANT_HOLD_S:g} s after its last "
-                     f"renewal (every {tenant_keys.TENANT_RENEW_EVERY_S:g} s); the set expires with "
-                     "its last member",
+    "tenant_active": f"a job leaves when it ends, or {tenant_keys.TENANT_HOLD_S:g} s after its "
+                     f"last renewal (every {tenant_keys.TENANT_RENEW_EVERY_S:g} s); the set "
+                     "expires with its last member",
     "TENANT_COUNTERS": "kept (counters)",
     "HOSTS": f"members older than {keys.HEARTBEAT_TTL_S} s are dropped on every read",
     "host_info": HEARTBEAT, "host_commands": "until the host takes them",

@@ -144,7 +144,8 @@ def _seconds(ms: int) -> int:
 
 
 class TenantLimits:
-    """The scripts above, and the per-tenant counters of /metrics (`tenant_keys.TENANT_COUNTERS`)."""
+    """The scripts above, and the per-tenant counters of /metrics
+    (`tenant_keys.TENANT_COUNTERS`)."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
