@@ -64,6 +64,9 @@ class Shot:
     ttft_s: float = 0.0
     total_s: float = 0.0
     tokens: int = 0
+    """Tokens generated (the final chunk's tokens_predicted)."""
+    events: int = 0
+    """Streamed chunks with tokens (fewer than tokens under --stream-interval)."""
     gaps_ms: list[float] = field(default_factory=list)
     error: str = ""
     retry_after: bool = False
@@ -114,12 +117,13 @@ async def shoot(session: Any, config: GenConfig, rng: random.Random) -> Shot:
                     shot.error = line[:200].decode(errors="replace")
                     break
                 if b'"stop":true' in line:
+                    shot.tokens = json.loads(line[6:]).get("tokens_predicted", shot.events)
                     break
-                if shot.tokens == 0:
+                if shot.events == 0:
                     shot.ttft_s = now - start
                 else:
                     shot.gaps_ms.append((now - last) * 1000)
-                shot.tokens += 1
+                shot.events += 1
                 last = now
     except Exception as error:  # counted: an errored request
         shot.error = repr(error)[:200]
@@ -310,6 +314,8 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         "refused_with_retry_after": len([s for s in refused if s.retry_after]),
         "refused_p99_ms": pct([s.total_s * 1000 for s in refused], 0.99),
         "tokens": tokens, "tokens_per_s": tokens / window,
+        "tokens_per_event": tokens / max(1, sum(s.events for s in ok)) if not args.no_stream
+        else 0.0,
         "requests_per_s": len(ok) / window,
         "ttft_ms": {"p50": pct([s.ttft_s * 1000 for s in ok], 0.5),
                     "p99": pct([s.ttft_s * 1000 for s in ok], 0.99)},
@@ -373,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else logs.with_suffix(".json")
     out.write_text(json.dumps(report, indent=1))
     brief = {k: report[k] for k in ("load_average", "window_s", "requests", "ok", "errored",
-                                    "refused", "tokens_per_s", "requests_per_s", "ttft_ms",
+                                    "refused", "tokens_per_s", "tokens_per_event",
+                                    "requests_per_s", "ttft_ms",
                                     "itl_ms", "added_itl_ms", "cpu_us_per_token",
                                     "fleet_cpu_us_per_token", "redis_commands_per_token",
                                     "rss_mib", "errors_sample")}

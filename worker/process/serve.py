@@ -211,6 +211,7 @@ class WorkerRuntime:
         self.offload = ResultOffload(redis, ResultStore(LazyStore(
             lambda: open_store(settings.store_url, settings.s3_endpoint_url))))
         publisher = EventPublisher(redis, self._write_metrics, self._lost, leases, self.offload)
+        publisher.interval_s = settings.stream_interval / 1000
         embedding = embedding_mode(settings)
         self.parts = WorkerParts(
             settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,

@@ -298,6 +298,11 @@ class WorkerSettings(SimulateSettings, SpeculativeSettings, RoleSettings):
                               "online requests (at most -np minus 1)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
+    stream_interval: float = flag(0.0, "--stream-interval", env="LLAMAQ_STREAM_INTERVAL",
+                                  help="ms between two sends of a running job's later tokens: "
+                                  "the tokens of one job in between go as one event (fewer "
+                                  "Redis commands and SSE chunks; 0 = one event per token, as "
+                                  "llama-server)")
 
     @field_validator("checkpoint_min_step")
     @classmethod

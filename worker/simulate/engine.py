@@ -58,6 +58,24 @@ class NoSampler(SamplerChain):
 
 
 @dataclass
+class Asked:
+    """What the timing model asked of one run, and how late the engine's loop was to it (a
+    starved process): the run's measured times are the asked ones plus the lateness of its
+    first and last token (the tests compare them, whatever the box's load)."""
+
+    prefill_s: float = 0.0
+    itl_s: float = 0.0
+    """The inter-token latencies drawn, summed (n_itl of them)."""
+    n_itl: int = 0
+    first_late_s: float = 0.0
+    last_late_s: float = 0.0
+
+
+ASKED_KEPT = 1024
+"""The runs whose Asked record an engine keeps (the latest)."""
+
+
+@dataclass
 class Due:
     """A running request's next moment: its prompt's end, then each next token."""
 
@@ -65,6 +83,7 @@ class Due:
     at: float
     held: int
     """Tokens it holds in the KV budget."""
+    asked: Asked
 
 
 class SimEngine(Engine):
@@ -98,6 +117,8 @@ class SimEngine(Engine):
                               lambda: self.on_slots_changed())
         self._active, self._previous = self._runs.active, self._runs.previous
         self._due: dict[int, Due] = {}
+        self.asked: dict[str, Asked] = {}
+        """By job id, what the timing model asked of the latest runs (see Asked)."""
         self._rng = random.Random(defaults.worker_id)
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -257,8 +278,11 @@ class SimEngine(Engine):
             self._tokens.resume(active)
             self._active[slot.slot_id] = active
             self.kv.start(len(prompt))
-            self._due[slot.slot_id] = Due(active, now + self.timing.prefill_s(
-                len(prompt) - cached), len(prompt))
+            asked = Asked(prefill_s=self.timing.prefill_s(len(prompt) - cached))
+            self._due[slot.slot_id] = Due(active, now + asked.prefill_s, len(prompt), asked)
+            self.asked[request.job.job_id] = asked
+            while len(self.asked) > ASKED_KEPT:
+                del self.asked[next(iter(self.asked))]
             events.append((request.job.job_id, StartedEvent()))
             if request.job.stream and request.job.return_progress and request.resumed is None:
                 events.append((request.job.job_id, active.progress(active.t_start)))
@@ -268,6 +292,10 @@ class SimEngine(Engine):
         sampled token would (worker/engine/token_step.py)."""
         active = due.run
         request = active.request
+        late = max(0.0, now - due.at)
+        if not active.t_prompt_done:
+            due.asked.first_late_s = late
+        due.asked.last_late_s = late
         if active.prefilling:
             active.prompt_done = len(request.prompt_tokens)
             active.t_prompt_last = now
@@ -289,9 +317,9 @@ class SimEngine(Engine):
             self._runs.finish(active, reason.stop_type, now, events)
             return
         itl = self.timing.itl_s(len(self._active), self._rng)
-        due.at += itl
-        if due.at < now - itl:  # the loop fell far behind: no burst to catch up
-            due.at = now + itl
+        due.at += itl  # on the asked schedule: a late loop catches up, the mean stays
+        due.asked.itl_s += itl
+        due.asked.n_itl += 1
 
     def _settle(self) -> None:
         """Runs that ended (finished, cancelled) give their KV to the prefix cache."""
