@@ -11,11 +11,14 @@ and the autoscaler sees it; what is ours is the bound and the sign of life:
 - a streaming request opens its stream at once and gets `: waiting for a worker` SSE comments
   every COMMENT_EVERY_S seconds (clients and proxies ignore comments; they keep idle-timeout
   proxies from closing the connection), then its tokens;
+- a chat request (its prompt is rendered with the template its worker reports) waits the same
+  way before its job exists, counted as held too, without comments: its stream opens once a
+  worker is there;
 - the hold ends as soon as a worker of the model is live: from then the job waits in the queue
   as any other (bounded by `--timeout`);
 - `llamaq:cold_start_waiting{model}` counts the requests held now, fleet-wide (a Redis sorted
   set, so every api pod reports the same number), `llamaq:cold_start_timeouts_total{model}`
-  those that timed out.
+  those that timed out. A held request with a queued job counts in `queue_depth` too.
 
 `--cold-start-timeout 0` turns it off: a request for a model with no worker waits in the queue
 up to `--timeout` without a sign (a single-model pod), and a router refuses a model that no
@@ -24,7 +27,9 @@ worker serves as llama-server does.
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -103,6 +108,22 @@ class ColdStart:
             pipe.expire(key, int(self.timeout_s) + KEY_SLACK_S)
             await pipe.execute()
         return ColdHold(self._redis, model_id, job_id, self.timeout_s, self._has_workers)
+
+
+    async def wait(self, model_id: str) -> None:
+        """Until the model has a live worker (a request that needs one before its job exists:
+        a chat needs its worker's template), counted as held; past the timeout 503."""
+        if self.timeout_s <= 0 or await self._has_workers(model_id):
+            return
+        hold = await self.hold(model_id, f"request:{uuid.uuid4().hex}")
+        assert hold is not None
+        try:
+            while await hold.cold():
+                if time.monotonic() >= hold.deadline:
+                    raise await hold.expired()
+                await asyncio.sleep(COLD_CHECK_EVERY_S)
+        finally:
+            await asyncio.shield(hold.release())
 
 
 async def cold_counts(redis: Redis, model_id: str) -> tuple[int, int]:

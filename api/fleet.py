@@ -198,6 +198,7 @@ class Fleet:
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
                                       fleet.placement.check_serves, affinity, migration_limit)
         fleet.jobs.cold_start = ColdStart(redis, cold_start_timeout, fleet.has_workers)
+        fleet.placement.cold_wait = fleet.jobs.cold_start.wait
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 

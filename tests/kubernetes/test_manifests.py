@@ -137,7 +137,8 @@ def test_the_fleet_shape(rendered: tuple[str, list[dict[str, Any]]]) -> None:
         assert so["minReplicaCount"] == 0 and "cooldownPeriod" in so
         (trigger,) = so["triggers"]
         assert trigger["type"] == "prometheus"
-        assert f'llamaq:queue_depth{{model="{model}"}}' in trigger["metadata"]["query"]
+        for name in ("queue_depth", "cold_start_waiting", "requests_running"):
+            assert f'llamaq:{name}{{model="{model}"}}' in trigger["metadata"]["query"]
         assert "activationThreshold" in trigger["metadata"]
         gpu = box["resources"]["limits"].get("nvidia.com/gpu")
         assert (gpu == "1") == (overlay == "gpu")

@@ -188,3 +188,29 @@ def test_a_router_holds_a_model_for_its_own_worker(tmp_path: Path) -> None:
         fleet.stop()
         redis_process.terminate()
         redis_process.wait()
+
+
+def test_a_chat_waits_for_its_worker_before_its_job_exists(redis_url: str, workdir: Path,
+                                                          gemma_path: Path) -> None:
+    """A chat is rendered with its worker's template, so it waits for a worker before its
+    job exists: counted as held (not in queue_depth), answered once the worker is there."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-chat-cold")
+    try:
+        api = fleet.add_api("--metrics", "--cold-start-timeout", "120")
+        answers: list[httpx.Response] = []
+        thread = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{api}/v1/chat/completions", timeout=180, json={
+                "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})),
+            daemon=True)
+        thread.start()
+        model = 'model="gemma-chat-cold"'
+        wait_until(lambda: fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 1,
+                   timeout=20, what="the chat held")
+        assert fleet_series(api)[f"llamaq:queue_depth{{{model}}}"][1] == 0
+        fleet.add_worker(*WORKER)
+        thread.join(timeout=180)
+        assert answers and answers[0].status_code == 200, answers
+        assert answers[0].json()["choices"][0]["message"]["content"]
+        assert fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 0
+    finally:
+        fleet.stop()
