@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import make_fleet
+from tests.fleet.openai.test_openai_completions import sse_payloads
 from tests.paths import DATA
 from tests.processes import Fleet
 from tests.tiny_gguf import write_tiny_llama
@@ -64,3 +65,21 @@ def test_required_writes_the_templates_own_format(apis: tuple[str, str]) -> None
     (call,) = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather"
     assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
+
+
+def test_the_call_streams_its_arguments_in_pieces(apis: tuple[str, str]) -> None:
+    parsed, _ = apis
+    whole = ask(parsed)["message"]["tool_calls"][0]
+    body = {"model": "tiny-hermes", "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [TOOL], "tool_choice": "required", "max_tokens": 300, "temperature": 0.0,
+            "stream": True}
+    chunks = [c for c in sse_payloads(parsed, "/v1/chat/completions", body)
+              if isinstance(c, dict) and c["choices"]]
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    head, *pieces = calls
+    assert head["function"]["name"] == "get_weather" and head["id"]
+    assert head["function"].get("arguments", "") == ""
+    assert len(pieces) > 1 and all("name" not in p.get("function", {}) for p in pieces)
+    arguments = "".join(p["function"]["arguments"] for p in pieces)
+    assert json.loads(arguments) == json.loads(whole["function"]["arguments"])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
