@@ -46,6 +46,7 @@ from api.chat.tagged_calls import (
     parse_xml_calls,
 )
 from api.chat.tool_formats import ParsedCall
+from api.chat.tool_grammar import CallFrame
 
 BlockParser = Callable[[str, ParamTypes], "list[ParsedCall] | None"]
 TO_THE_END = ""
@@ -78,6 +79,8 @@ class ChatFormat:
     opened (llama.cpp's parsers of Kimi K3 and Ling 3 leave it out, and the closing tag)."""
     stops: tuple[str, ...] = ()
     """Stop strings the request gets beside its own (llama.cpp's `additional_stops`)."""
+    frame: CallFrame | None = None
+    """How a forced call is written, where the family's calls are JSON (tool_grammar.py)."""
 
 
 GENERIC = ChatFormat("generic")
@@ -86,14 +89,16 @@ COMMAND_R7B = ChatFormat(
     "command-r7b",
     blocks={"<|START_ACTION|>": ("<|END_ACTION|>", parse_command_r_action)},
     dropped=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
+    frame=CallFrame("<|START_ACTION|>", "<|END_ACTION|>", shape="r7b", listed=True),
     markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))
 COHERE2_MOE = ChatFormat(
     "cohere2moe",
     blocks={"<|START_ACTION|>": ("<|END_ACTION|>", parse_command_r_action)},
     dropped=("<|START_TEXT|>", "<|END_TEXT|>"),
+    frame=CallFrame("<|START_ACTION|>", "<|END_ACTION|>", shape="r7b", listed=True),
     markers=("<|START_ACTION|>", "<|END_ACTION|>", "<|START_TEXT|>", "<|END_TEXT|>"))
 GRANITE = ChatFormat("granite", blocks={"<|tool_call|>": (TO_THE_END, parse_granite_calls)},
-                     markers=("<|tool_call|>",))
+                     markers=("<|tool_call|>",), frame=CallFrame("<|tool_call|>", listed=True))
 GLM_45 = ChatFormat("glm-4.5", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
                     markers=("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
                              "<arg_value>", "</arg_value>"))
@@ -157,19 +162,22 @@ MINICPM5 = ChatFormat(
     "minicpm5", blocks={'<function name="': ("</function>", parse_minicpm5_call)})
 NEMOTRON_V2 = ChatFormat(
     "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_json_calls)},
-    markers=("<TOOLCALL>", "</TOOLCALL>"))
+    markers=("<TOOLCALL>", "</TOOLCALL>"),
+    frame=CallFrame("<TOOLCALL>", "</TOOLCALL>", listed=True))
 APRIEL = ChatFormat(
     "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_json_calls)},
-    markers=("<tool_calls>", "</tool_calls>"))
+    markers=("<tool_calls>", "</tool_calls>"),
+    frame=CallFrame("<tool_calls>", "</tool_calls>", listed=True))
 APERTUS = ChatFormat(
     "apertus", blocks={"<|tools_prefix|>": ("<|tools_suffix|>", parse_apertus_calls)},
-    markers=("<|tools_prefix|>", "<|tools_suffix|>"))
+    markers=("<|tools_prefix|>", "<|tools_suffix|>"),
+    frame=CallFrame("<|tools_prefix|>", "<|tools_suffix|>", shape="apertus", listed=True))
 GIGACHAT_V3_1 = ChatFormat(
     "gigachat-v3.1", blocks={"<|function_call|>": (TO_THE_END, parse_json_calls)},
-    markers=("<|function_call|>",))
+    markers=("<|function_call|>",), frame=CallFrame("<|function_call|>"))
 FIREFUNCTION_V2 = ChatFormat(
     "firefunction-v2", blocks={"functools[": (TO_THE_END, parse_functools)},
-    markers=("functools",))
+    markers=("functools",), frame=CallFrame(" functools", listed=True))
 COMMAND_R_PLUS = ChatFormat(
     "command-r-plus", blocks={"Action:\n```json": ("```", parse_command_r_action)},
     dropped=("<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>"),
@@ -177,7 +185,8 @@ COMMAND_R_PLUS = ChatFormat(
 GIGACHAT_V3 = ChatFormat(
     "gigachat-v3",
     blocks={"<|message_sep|>\n\nfunction call<|role_sep|>\n": (TO_THE_END, parse_json_calls)},
-    markers=("<|message_sep|>\n\n", "<|role_sep|>\n"))
+    markers=("<|message_sep|>\n\n", "<|role_sep|>\n"),
+    frame=CallFrame("<|message_sep|>\n\nfunction call<|role_sep|>\n"))
 
 _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     # (format, strings the template has, strings it has not)
@@ -221,6 +230,26 @@ def detect_chat_format(template_source: str) -> ChatFormat:
                 not any(s in template_source for s in absent):
             return chat_format
     return GENERIC
+
+
+_HERMES = CallFrame("<tool_call>\n", "\n</tool_call>", separator="\n")
+_MISTRAL = CallFrame("[TOOL_CALLS]", listed=True)
+_LLAMA3 = CallFrame("", shape="name_parameters")
+
+
+def call_frame(template_source: str) -> CallFrame | None:
+    """How a forced tool call is written under this template (None: llama.cpp's generic
+    JSON, for the families whose calls are not JSON in markers)."""
+    chat_format = detect_chat_format(template_source)
+    if chat_format is not GENERIC:
+        return chat_format.frame
+    if "<tool_call>" in template_source:  # Hermes, Qwen 2.5 / 3: JSON in <tool_call>
+        return _HERMES
+    if "[TOOL_CALLS]" in template_source and "[ARGS]" not in template_source:
+        return _MISTRAL  # Mistral Nemo: [TOOL_CALLS][{"name", "arguments"}]
+    if '"parameters": dictionary of argument name' in template_source:  # Llama 3.x
+        return _LLAMA3
+    return None
 
 
 def preserved_tokens(template_source: str) -> list[str]:

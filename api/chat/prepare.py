@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.chat.caps import chat_template_caps
-from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format, preserved_tokens
+from api.chat.chat_formats import (
+    FUNCTIONARY_V3_2,
+    GPT_OSS,
+    call_frame,
+    detect_chat_format,
+    preserved_tokens,
+)
 from api.chat.delimiters import chat_delimiters
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
@@ -28,7 +34,7 @@ from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.request_tools import ToolChoice, tool_names, validate_tool_choice, validate_tools
 from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.chat.tool_grammar import add_system_hint, native_tool_call, tool_call_grammar
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
@@ -79,6 +85,8 @@ class PreparedChat:
     """The media the messages hold (their markers are in `prompt`); None: a text-only model."""
     message_delimiters: list[MessageDelimiter] = field(default_factory=list)
     """Where the template's messages start (api/chat/delimiters.py)."""
+    tool_frame: list[str] | None = None
+    """The forced call's markers around `tool_schema` (the job's `json_schema_frame`)."""
     prefill: str = ""
     """What a continued final assistant message added to the prompt: the parser reads it as
     the start of the answer, so the answer holds it (as llama-server's does)."""
@@ -88,6 +96,8 @@ class PreparedChat:
         job.reasoning = self.reasoning
         job.preserved_tokens = self.preserved_tokens
         job.message_delimiters = self.message_delimiters
+        if self.tool_frame is not None and job.json_schema == self.tool_schema:
+            job.json_schema_frame = list(self.tool_frame)
         for stop in detect_chat_format(self.template.source).stops:
             if stop not in job.stop:
                 job.stop.append(stop)
@@ -156,13 +166,20 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         if choice.mode != "auto":
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
-    schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
-    if hint:
-        messages = add_system_hint(messages, hint)
+    template = ChatTemplate.for_model(settings, meta)
+    frame = call_frame(template.source)
+    tool_frame: list[str] | None = None
+    schema: str | None
+    if frame is not None and tools and choice.mode == "required":
+        schema, tool_frame = native_tool_call(tools, choice, bool(request.parallel_tool_calls),
+                                              frame)
+    else:
+        schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
+        if hint:
+            messages = add_system_hint(messages, hint)
     continue_final = request.continue_final_message
     if continue_final is None and not settings.prefill_assistant:
         continue_final = False
-    template = ChatTemplate.for_model(settings, meta)
     prompt, prefill = template.render_continued(
         messages, tools=tools or None, add_generation_prompt=request.add_generation_prompt,
         extra_context=template_kwargs(settings, request.chat_template_kwargs,
@@ -183,7 +200,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
                         reasoning, parallel, preserved_tokens(template.source),
                         media if media is not None and media.sources else None,
-                        chat_delimiters(settings, template), prefill)
+                        chat_delimiters(settings, template), tool_frame=tool_frame,
+                        prefill=prefill)
 
 
 def media_input(meta: ModelMeta | None) -> MediaInput | None:
