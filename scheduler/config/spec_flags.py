@@ -116,9 +116,12 @@ NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not 
 NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
                            "top token from its logits on the host "
                            "(--no-spec-draft-backend-sampling is accepted)")
-CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
-                 "(affinity, strict placement, polling); pin the worker process with taskset "
-                 "or the container's cpuset instead")
+CPU_PLACEMENT = ("the draft model's own thread pools are not built: its context computes "
+                 "with ggml's per-graph threads (the main -C/-Cr placement does not reach it); "
+                 "pin the worker process with taskset or the container's cpuset instead")
+POLL = ("the shipped ggml-cpu computes with OpenMP threads (as llama-server's default build "
+        "does), which wait at its barriers by OMP_WAIT_POLICY: the thread pool's polling level "
+        "is read only by ggml's own, non-OpenMP threads")
 PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
           "key in the object store) instead")
 REMOVED_ARG = "the argument has been removed. "
@@ -130,9 +133,11 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-h --help --usage", "--version"),
     *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
     *_rows(W, "", "-t --threads LLAMA_ARG_THREADS", "-tb --threads-batch"),
-    *_rows(R, CPU_PLACEMENT, "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict", "--poll",
-           "-Cb --cpu-mask-batch", "-Crb --cpu-range-batch", "--cpu-strict-batch",
-           "--prio-batch", "--poll-batch"),
+    *_rows(W, "", "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict"),
+    *_rows(N, POLL, "--poll"),
+    *_rows(W, "", "-Cb --cpu-mask-batch", "-Crb --cpu-range-batch", "--cpu-strict-batch",
+           "--prio-batch"),
+    *_rows(N, POLL, "--poll-batch"),
     *_rows(W, "", "--prio"),
     *_rows(W, "", "-c --ctx-size LLAMA_ARG_CTX_SIZE", "-n --predict --n-predict",
            "-b --batch-size", "-ub --ubatch-size", "--keep", "--swa-full", "-fa --flash-attn",
@@ -145,8 +150,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
            "defragmentation)", "-dt --defrag-thold"),
     *_rows(R, "RPC offloading is not built", "--rpc LLAMA_ARG_RPC"),
     *_rows(W, "", "-lm --load-mode", "-lzm --lazy-mode"),
-    *_rows(R, "NUMA placement is not built (llama-cpp-python's llama_numa_init is not called)",
-           "--numa LLAMA_ARG_NUMA"),
+    *_rows(W, "", "--numa LLAMA_ARG_NUMA"),
     *_rows(W, "", "-dev --device LLAMA_ARG_DEVICE", "--list-devices",
            "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE",
            "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
@@ -183,7 +187,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
            "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--dry-multiplier",
            "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n",
            "--dry-sequence-breaker"),
-    *_rows(R, "the adaptive-p sampler is not built", "--adaptive-target", "--adaptive-decay"),
+    *_rows(W, "", "--adaptive-target", "--adaptive-decay"),
     *_rows(W, "", "--dynatemp-range", "--dynatemp-exp", "--mirostat", "--mirostat-lr",
            "--mirostat-ent", "-l --logit-bias", "--grammar", "--grammar-file",
            "-j --json-schema", "-jf --json-schema-file"),
