@@ -13,7 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
+from pydantic import field_validator
+
 from scheduler.config.settings import ProcessSettings, flag
+from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX
 from storage.models import DEFAULT_MODEL_FILE, url_model_name
 
@@ -58,6 +61,13 @@ class CommonSettings(ProcessSettings):
     log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
                                 negative=("--no-log-timestamps",),
                                 help="timestamps in log messages")
+    log_jsonl: bool = flag(False, "--log-jsonl", env="LLAMA_ARG_LOG_JSONL",
+                           negative=("--no-log-jsonl",),
+                           help="log as JSONL (one JSON object per line) to stdout, this also "
+                           "disables colored logging")
+    log_colors: str = flag("auto", "--log-colors", env="LLAMA_ARG_LOG_COLORS",
+                           help="set colored logging ('on', 'off', or 'auto'); 'auto' enables "
+                           "colors when output is to a terminal")
     prio: int = flag(0, "--prio", choices=(-1, 0, 1, 2, 3),
                      help="set process priority: low(-1), normal(0), medium(1), high(2), "
                      "realtime(3)")
@@ -74,6 +84,18 @@ class CommonSettings(ProcessSettings):
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
                                 "closes its open streams")
+
+    @field_validator("log_colors")
+    @classmethod
+    def _log_colors(cls, value: str) -> str:
+        """llama.cpp's is_truthy / is_falsey / is_autoy; anything else is an error."""
+        if value in TRUTHY:
+            return "on"
+        if value in FALSEY:
+            return "off"
+        if value in ("auto", "-1"):
+            return "auto"
+        raise ValueError(f"unknown value for --log-colors: '{value}'")
 
     def verbosity(self) -> int:
         """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""

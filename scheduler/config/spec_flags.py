@@ -171,10 +171,8 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
            "-dr --docker-repo LLAMA_ARG_DOCKER_REPO"),
     *_rows(W, "", "-hf -hfr --hf-repo", "-hff --hf-file", "-hft --hf-token"),
     *_rows(W, "", "--log-disable", "--log-file"),
-    *_off(_rows(R, "llamaq logs plain text through Python's logging; JSON lines are not built",
-                "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL"), names=("--no-log-jsonl",)),
-    *_off(_rows(R, "llamaq logs plain text through Python's logging; colors are not built",
-                "--log-colors LLAMA_ARG_LOG_COLORS"), values=("off",)),
+    *_rows(W, "", "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL",
+           "--log-colors LLAMA_ARG_LOG_COLORS"),
     *_rows(W, "", "-v --verbose --log-verbose", "--offline", "-lv --verbosity --log-verbosity",
            "--log-prefix --no-log-prefix", "--log-timestamps --no-log-timestamps"),
     *_rows(W, "", "--spec-draft-type-k -ctkd --cache-type-k-draft "
