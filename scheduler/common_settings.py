@@ -61,6 +61,25 @@ class CommonSettings(ProcessSettings):
     log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
                                 negative=("--no-log-timestamps",),
                                 help="timestamps in log messages")
+    embd_gemma_default: bool = flag(False, "--embd-gemma-default",
+                                    help="use default EmbeddingGemma model (-hf preset)")
+    fim_qwen_1_5b_default: bool = flag(False, "--fim-qwen-1.5b-default",
+                                       help="use default Qwen 2.5 Coder 1.5B (-hf preset)")
+    fim_qwen_3b_default: bool = flag(False, "--fim-qwen-3b-default",
+                                     help="use default Qwen 2.5 Coder 3B (-hf preset)")
+    fim_qwen_7b_default: bool = flag(False, "--fim-qwen-7b-default",
+                                     help="use default Qwen 2.5 Coder 7B (-hf preset)")
+    fim_qwen_30b_default: bool = flag(False, "--fim-qwen-30b-default",
+                                      help="use default Qwen 3 Coder 30B A3B Instruct (-hf "
+                                      "preset)")
+    gpt_oss_20b_default: bool = flag(False, "--gpt-oss-20b-default",
+                                     help="use gpt-oss-20b (-hf preset)")
+    gpt_oss_120b_default: bool = flag(False, "--gpt-oss-120b-default",
+                                      help="use gpt-oss-120b (-hf preset)")
+    vision_gemma_4b_default: bool = flag(False, "--vision-gemma-4b-default",
+                                         help="use Gemma 3 4B QAT (-hf preset)")
+    vision_gemma_12b_default: bool = flag(False, "--vision-gemma-12b-default",
+                                          help="use Gemma 3 12B QAT (-hf preset)")
     log_jsonl: bool = flag(False, "--log-jsonl", env="LLAMA_ARG_LOG_JSONL",
                            negative=("--no-log-jsonl",),
                            help="log as JSONL (one JSON object per line) to stdout, this also "

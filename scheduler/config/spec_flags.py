@@ -122,8 +122,8 @@ CPU_PLACEMENT = ("the draft model's own thread pools are not built: its context 
 POLL = ("the shipped ggml-cpu computes with OpenMP threads (as llama-server's default build "
         "does), which wait at its barriers by OMP_WAIT_POLICY: the thread pool's polling level "
         "is read only by ggml's own, non-OpenMP threads")
-PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
-          "key in the object store) instead")
+PRESET = ("the preset's draft model comes from the Hugging Face Hub (-hfd), which is not "
+          "built; give -hf/-hff for the model and -md a local draft GGUF file")
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
@@ -293,9 +293,10 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
     SpecFlag(("--spec-ngram-size-m",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-m"),
     SpecFlag(("--spec-ngram-min-hits",), R,
              REMOVED_ARG + "use the respective --spec-ngram-*-min-hits"),
-    *_rows(R, PRESET, "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
-           "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
-           "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
+    *_rows(W, "", "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
+           "--fim-qwen-7b-default"),
+    *_rows(R, PRESET, "--fim-qwen-7b-spec", "--fim-qwen-14b-spec"),
+    *_rows(W, "", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
