@@ -61,6 +61,11 @@ class CommonSettings(ProcessSettings):
     log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
                                 negative=("--no-log-timestamps",),
                                 help="timestamps in log messages")
+    cache_list: bool = flag(False, "-cl", "--cache-list",
+                            help="show list of models in cache (and exit)")
+    completion_bash: bool = flag(False, "--completion-bash",
+                                 help="print source-able bash completion script for llamaq "
+                                 "(and exit)")
     embd_gemma_default: bool = flag(False, "--embd-gemma-default",
                                     help="use default EmbeddingGemma model (-hf preset)")
     fim_qwen_1_5b_default: bool = flag(False, "--fim-qwen-1.5b-default",

@@ -126,12 +126,11 @@ PRESET = ("the preset's draft model comes from the Hugging Face Hub (-hfd), whic
           "built; give -hf/-hff for the model and -md a local draft GGUF file")
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
-ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
 _SPEC_ROWS: tuple[SpecFlag, ...] = (
     # --- common params ---
     *_rows(W, "", "-h --help --usage", "--version"),
-    *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
+    *_rows(W, "", "-cl --cache-list", "--completion-bash"),
     *_rows(W, "", "-t --threads LLAMA_ARG_THREADS", "-tb --threads-batch"),
     *_rows(W, "", "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict"),
     *_rows(N, POLL, "--poll"),
