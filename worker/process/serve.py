@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -50,6 +51,7 @@ from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
+from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.runtime import flags
@@ -79,11 +81,12 @@ UTILITY_JOBS = 8
 
 
 async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | None = None,
-                on_load_progress: Callable[[float], None] | None = None) -> None:
+                on_load_progress: Callable[[list[str], str, float], None] | None = None
+                ) -> None:
     """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
     or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
-    called from the loading thread with the load's progress, 0..1 (router mode publishes it
-    in /models/sse loading events)."""
+    called from the loading thread with the load's stages, the current one and its progress,
+    0..1 (router mode publishes them in /models/sse loading events)."""
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
@@ -104,7 +107,9 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
             caps = None if embedding_mode(settings) else worker_decision_caps(
                 model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)
-            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
+            progress = None if on_load_progress is None else functools.partial(
+                on_load_progress, load_stages(settings))
+            model = await asyncio.to_thread(load_model, settings, model_path, progress,
                                             adapter_files, marker, caps is not None)
             try:
                 share = await lookup_share(settings, redis, model)

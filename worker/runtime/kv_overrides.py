@@ -7,10 +7,13 @@ takes the given value instead of the file's."""
 from __future__ import annotations
 
 import csv
-import ctypes
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import llama_cpp as lc
+if TYPE_CHECKING:  # the settings parse the flag before llama_cpp may be imported
+    import ctypes
+
+    import llama_cpp as lc
 
 KEY_MAX = 128
 """Bytes of a key, its NUL included (llama_model_kv_override.key)."""
@@ -64,6 +67,7 @@ def parse_kv_overrides(values: list[str]) -> list[KvOverride]:
 
 def kv_override_array(overrides: list[KvOverride]) -> ctypes.Array[lc.llama_model_kv_override]:
     """The C array, its last element's key empty (llama.cpp's end mark)."""
+    import llama_cpp as lc
     array = (lc.llama_model_kv_override * (len(overrides) + 1))()
     for slot, override in zip(array, overrides, strict=False):
         slot.key = override.key.encode()

@@ -11,6 +11,7 @@ from scheduler.common_settings import RoleSettings
 from scheduler.config.settings import flag, flag_group
 from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.jobs import SamplingSettings
+from worker.runtime.cpu_settings import CpuSettings
 from worker.runtime.kv_overrides import parse_kv_overrides
 from worker.runtime.simulate_settings import SimulateSettings
 from worker.runtime.speculative_settings import CACHE_TYPES, SpeculativeSettings
@@ -18,7 +19,7 @@ from worker.runtime.speculative_settings import CACHE_TYPES, SpeculativeSettings
 ON_OFF_AUTO = ("on", "off", "auto")
 
 
-class WorkerSettings(SimulateSettings, SpeculativeSettings, RoleSettings):
+class WorkerSettings(CpuSettings, SimulateSettings, SpeculativeSettings, RoleSettings):
     """llamaq worker: one engine (model, context, slots) fed by arq jobs."""
 
     prog: ClassVar[str] = "llamaq-worker"

@@ -182,6 +182,13 @@ def test_load_routes_by_name_and_the_other_pod_sees_the_events(
     events.wait_for("tiny", "loading")
     info = events.wait_for("tiny", "loaded")["data"]["info"]
     assert info["id"] == "tiny" and info["n_ctx"] == 512 and info["meta"]["n_vocab"] > 0
+    # llama-server's stages: the text model, then the projector, each from 0 to 1, in order
+    progress = [e["data"]["progress"] for e in events.events
+                if e.get("model") == "tiny" and "progress" in e.get("data", {})]
+    assert progress and all(p["stages"] == ["text_model", "mmproj_model"] for p in progress)
+    currents = [p["current"] for p in progress]
+    assert currents == sorted(currents, key=["text_model", "mmproj_model"].index), currents
+    assert [p["value"] for p in progress if p["current"] == "mmproj_model"][-1] == 1.0
     loaded = status(b, "tiny")
     assert loaded["value"] == "loaded" and loaded["args"][:2] == ["llamaq", "worker"]
     assert "--alias" in loaded["args"]

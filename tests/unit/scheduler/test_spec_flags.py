@@ -135,7 +135,7 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in refused_envs()  # -md works (draft-simple)
 
 
-OFF_FORMS = [["--moe-cache-mib", "0"], ["--no-log-jsonl"], ["--log-colors", "off"]]
+OFF_FORMS = [["--moe-cache-mib", "0"]]
 OFF_ENVS = [{"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 
