@@ -19,7 +19,7 @@ from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
 from api.queue_stats import QueueStats
 from api.tenants.config import Tenant
-from api.tenants.service import CURRENT
+from api.tenants.service import CURRENT, TenantScope
 from scheduler import fair_share
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
 from scheduler.batches import Batches
@@ -28,6 +28,7 @@ from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.results import FinalEvent, StartedEvent, TokenEvent
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
@@ -40,6 +41,7 @@ LAST_EVENTS_READ = 4
 """Events read back from an abandoned stream's job's log to charge its tokens (its newest
 token or final event is among them: a cancel's error comes after it)."""
 QUEUE_PER_SLOT = 4
+OnEvent = Callable[[TokenEvent | FinalEvent | StartedEvent], Awaitable[None]]
 CheckServes = Callable[[str, str], Awaitable[None]]
 """Refuses a capability (the second argument) the model's live workers do not serve."""
 
@@ -99,12 +101,34 @@ class CheckedJobClient(JobClient):
             job.weight = scope.tenant.weight
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
+            if isinstance(job, CompletionJob):
+                events.on_event = self._timed(scope, job, meter.on_event)
             meter.events = events
             try:
                 yield events
             finally:
                 if isinstance(job, CompletionJob):
                     await asyncio.shield(self._settle(job, meter.seen))
+
+    @staticmethod
+    def _timed(scope: TenantScope, job: CompletionJob, on_event: OnEvent) -> OnEvent:
+        """`on_event`, and the job's wait in the queues (to its first "started") counted for
+        its tenant and priority (docs/fairness.md)."""
+        queued = time.monotonic()
+        started = False
+
+        async def timed(event: TokenEvent | FinalEvent | StartedEvent) -> None:
+            nonlocal started
+            if not started and isinstance(event, StartedEvent):
+                started = True
+                try:
+                    await scope.service.limits.count_wait(scope.name, job.priority or 0,
+                                                          time.monotonic() - queued)
+                except RedisError as exc:
+                    log.warning("job %s: wait not counted: %r", job.job_id, exc)
+            await on_event(event)
+
+        return timed
 
     async def _settle(self, job: CompletionJob, took: int) -> None:
         """The job's tenant's fair share learns what it really took (scheduler/fair_share.py);

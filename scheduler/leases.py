@@ -187,6 +187,11 @@ class Start:
     """The worker of the job's last run ("" on its first)."""
     last_event_ms: int = 0
     """When its earlier runs last wrote events (ms; 0: none)."""
+    handed: bool = False
+    """Its last run was preempted (`hand_back(preempted=True)`): it continues from its event
+    log, whatever the migration limit."""
+    preempted: int = 0
+    """How many times it was preempted (the aging rule: worker/process/preempt.py)."""
 
 
 class Leases:
@@ -208,22 +213,29 @@ class Leases:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
-            pipe.hmget(state, ["sent", "seq", "worker", "at"])
+            pipe.hmget(state, ["sent", "seq", "worker", "at", "handed", "preempted"])
             pipe.hset(state, mapping={"worker": self._worker_id,
                                       "conn": client_name(self._worker_id)})
+            pipe.hdel(state, "handed")
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, (sent, seq, worker, at), _, _, _ = await pipe.execute()
+            cancelled, tries, (sent, seq, worker, at, handed, preempted), *_ = \
+                await pipe.execute()
         return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
                      next_seq=int(seq or sent or 0),
                      previous_worker=_text(worker) if worker else "",
-                     last_event_ms=int(at or 0))
+                     last_event_ms=int(at or 0), handed=bool(handed),
+                     preempted=int(preempted or 0))
 
-    async def hand_back(self, job_id: str) -> None:
-        """The job goes back to the queue unstarted: this run does not count as a try."""
+    async def hand_back(self, job_id: str, preempted: bool = False) -> None:
+        """The job goes back to the queue: this run does not count as a try. `preempted`: it
+        ran, and its next run continues from its event log (`Start.handed`)."""
         self.held.discard(job_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(keys.job_state(job_id), "tries", -1)
+            if preempted:
+                pipe.hset(keys.job_state(job_id), "handed", "1")
+                pipe.hincrby(keys.job_state(job_id), "preempted", 1)
             pipe.delete(keys.job_owner(job_id))
             await pipe.execute()
 
@@ -282,11 +294,13 @@ async def lapsed_run(redis: Redis, job_id: str, pinned_worker: str | None) -> La
     or the one worker it is pinned to is gone. None while it runs or waits in a queue."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.exists(keys.job_owner(job_id))
-        pipe.hmget(keys.job_state(job_id), ["tries", "sent"])
+        pipe.hmget(keys.job_state(job_id), ["tries", "sent", "handed"])
         if pinned_worker:
             pipe.exists(keys.worker_info(pinned_worker))
         answers = await pipe.execute()
-    held, (tries, sent) = answers[0], answers[1]
+    held, (tries, sent, handed) = answers[0], answers[1]
+    if handed:  # preempted: it waits in its queue again
+        return None
     tries, sent = int(tries or 0), int(sent or 0)
     if pinned_worker and not answers[2]:
         return Lapse(tries=max(tries, 1), sent=sent)
@@ -313,6 +327,10 @@ async def waiting_jobs(redis: Redis, queue_name: str) -> tuple[int, float]:
 
 async def count_retry(redis: Redis, model_id: str) -> None:
     await redis.hincrby(keys.model_counters(model_id), "retried", 1)  # type: ignore[misc]
+
+
+async def count_preemption(redis: Redis, model_id: str) -> None:
+    await redis.hincrby(keys.model_counters(model_id), "preempted", 1)  # type: ignore[misc]
 
 
 async def count_migration(redis: Redis, model_id: str) -> None:

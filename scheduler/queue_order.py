@@ -21,6 +21,7 @@ queue's own scripts (scheduler/client.py ENQUEUE, scheduler/leases.py CLAIM_JOBS
 from __future__ import annotations
 
 from scheduler.contract import keys
+from scheduler.redis_clock import LUA_NOW_MS
 
 ORDER_ADD = """
 -- order_add(index, priority, job id, order score, ttl ms): the job in its priority's order
@@ -94,3 +95,36 @@ def job_priority(job: object) -> int:
     """A job's priority in its queue: a completion's `priority` (None: 0), else 0."""
     priority = getattr(job, "priority", None)
     return priority if isinstance(priority, int) else 0
+
+
+RESERVE = LUA_NOW_MS + """
+-- KEYS: pairs of (queue, its order); ARGV: a priority (only jobs of a lower value count;
+-- "+inf": any), arq's in-progress prefix, how long a reservation lasts (ms).
+-- The most urgent waiting job of those queues that no worker holds and no worker reserved
+-- (`<order>:reserved`, member the job, score when its reservation lapses): reserved now, so
+-- that one waiting job makes one worker preempt a generation, not every full worker.
+-- Returns {job id, priority}, or {} when none waits.
+local best_id, best_priority, best_reserved = nil, nil, nil
+for q = 1, #KEYS, 2 do
+  local queue, index = KEYS[q], KEYS[q + 1]
+  local reserved = index .. ':reserved'
+  redis.call('ZREMRANGEBYSCORE', reserved, '-inf', now_ms)
+  local priorities = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. ARGV[1])
+  local found = false
+  for _, priority in ipairs(priorities) do
+    local p = tonumber(priority)
+    if found or (best_priority ~= nil and p >= best_priority) then break end
+    for _, id in ipairs(redis.call('ZRANGE', index .. ':' .. priority, 0, -1)) do
+      if redis.call('ZSCORE', queue, id) and redis.call('EXISTS', ARGV[2] .. id) == 0
+          and not redis.call('ZSCORE', reserved, id) then
+        best_id, best_priority, best_reserved, found = id, p, reserved, true
+        break
+      end
+    end
+  end
+end
+if best_id == nil then return {} end
+redis.call('ZADD', best_reserved, now_ms + tonumber(ARGV[3]), best_id)
+redis.call('PEXPIRE', best_reserved, ARGV[3])
+return {best_id, tostring(best_priority)}
+"""

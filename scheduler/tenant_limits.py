@@ -225,15 +225,31 @@ class TenantLimits:
         """`requests` or `limited` (a 429)."""
         await self._redis.hincrby(tenant_keys.TENANT_COUNTERS, f"{what}:{tenant}", 1)  # type: ignore[misc]
 
+    async def count_wait(self, tenant: str, priority: int, waited_s: float) -> None:
+        """A job of the tenant started after `waited_s` in the queues (docs/fairness.md)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(tenant_keys.TENANT_COUNTERS, f"waited_ms:{tenant}:{priority}",
+                         round(waited_s * 1000))
+            pipe.hincrby(tenant_keys.TENANT_COUNTERS, f"started:{tenant}:{priority}", 1)
+            await pipe.execute()
+
     async def counters(self) -> dict[str, dict[str, int]]:
-        """tenant -> {tokens, requests, limited}."""
+        """tenant -> {tokens, requests, limited, and per priority `waited_ms@<priority>`,
+        `started@<priority>`, `preempted@<priority>`}."""
         raw = await self._redis.hgetall(tenant_keys.TENANT_COUNTERS)  # type: ignore[misc]
         out: dict[str, dict[str, int]] = {}
         for field, value in raw.items():
             name = field.decode() if isinstance(field, bytes) else str(field)
             what, _, tenant = name.partition(":")
-            out.setdefault(tenant, {"tokens": 0, "requests": 0, "limited": 0})[what] = int(value)
+            tenant, _, priority = tenant.partition(":")
+            counts = out.setdefault(tenant, {"tokens": 0, "requests": 0, "limited": 0})
+            counts[f"{what}@{priority}" if priority else what] = int(value)
         return out
 
     async def active(self, tenant: str) -> int:
         return int(await self._redis.zcard(tenant_keys.tenant_active(tenant)))
+
+
+async def count_preempted(redis: Redis, tenant: str, priority: int) -> None:
+    """A job of the tenant gave its slot up to a more urgent one (worker/process/preempt.py)."""
+    await redis.hincrby(tenant_keys.TENANT_COUNTERS, f"preempted:{tenant}:{priority}", 1)  # type: ignore[misc]

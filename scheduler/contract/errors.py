@@ -101,6 +101,14 @@ class Unavailable(LlamaqError):
     error_type = "unavailable_error"
 
 
+class Preempted(Unavailable):
+    """A running generation gave its slot to a more urgent job (--preempt, docs/fairness.md):
+    never sent to a client. The worker's publisher turns its cancel event into a hand back:
+    the job goes back to its queue and continues from its generated tokens."""
+
+    error_type = "preempted"
+
+
 class RedisUnreachable(Unavailable):
     """Redis cannot be reached (down, restarting, failing over): worth a retry soon."""
 

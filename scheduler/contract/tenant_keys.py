@@ -40,8 +40,8 @@ def tenant_uploads(tenant: str) -> str:
 TENANT_UPLOAD_HOLD_S = 3600.0
 """How long an upload's reservation lasts at most (a pod that died mid-upload lets go)."""
 TENANT_COUNTERS = f"{PREFIX}:tenants:counters"
-"""Hash of per-tenant counters: `tokens:<tenant>`, `requests:<tenant>`, `limited:<tenant>`
-(for /metrics and the fleet page)."""
+"""Hash of per-tenant counters: `tokens:<tenant>`, `requests:<tenant>`, `limited:<tenant>`; per
+priority `waited_ms:`, `started:`, `preempted:<tenant>:<priority>` (/metrics, the fleet page)."""
 TENANT_BUCKET_TTL_S = 120
 """A bucket untouched this long is full again: it expires."""
 TENANT_HOLD_S = 30.0

@@ -309,7 +309,8 @@ class Engine:
         spec = self._spec
         return RunState(active.slot.slot_id, prefilling, active.request.job.background,
                         active.prompt_done, self._prefill.prompt_end(active) if prefilling else 0,
-                        0 if prefilling or spec is None else len(spec.of(active).draft))
+                        0 if prefilling or spec is None else len(spec.of(active).draft),
+                        active.request.job.priority or 0)
 
     def _fill(self, plan: StepPlan) -> int:
         """The plan's tokens into the step's batch; returns their count."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from arq import Worker
@@ -49,6 +49,9 @@ class WakeableWorker(Worker):
         self.room: Callable[[], int] | None = None
         """How many more jobs this queue may start now (None: max_jobs bounds it alone). The
         batch queue's worker gets one: batch lines take only what online jobs leave."""
+        self.on_full: Callable[[], Awaitable[None]] | None = None
+        """Called at a poll (a wake: a job was queued) that finds no room: preemption's look
+        at the queue (worker/process/preempt.py)."""
         self.model_id = ""
         """The model whose fair share its claims move (scheduler/fair_share.py; "": none)."""
         self.also_wake: list[WakeableWorker] = []
@@ -85,6 +88,8 @@ class WakeableWorker(Worker):
             free = min(free, self.room())
         if free <= 0 or not self.taking:
             self._drained = False  # jobs may be waiting: look when one of ours ends
+            if self.on_full is not None and self.taking:
+                await self.on_full()
             return
         if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
             self._claim = self.pool.register_script(CLAIM_JOBS)

@@ -9,27 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from arq import Retry
 from arq.worker import Function, func
 
-from scheduler.contract.errors import LlamaqError, ServerError, Unavailable
+from scheduler.contract.errors import LlamaqError, Preempted, ServerError, Unavailable
 from scheduler.contract.jobs import JobKind, parse_job
 from scheduler.contract.kinds import Lane, kinds_of, movable
-from scheduler.contract.results import ErrorEvent
+from scheduler.contract.results import Continuation, ErrorEvent
 from scheduler.leases import (
     Decision,
     Start,
     count_failure,
     count_migration,
+    count_preemption,
     count_retry,
     decide,
     observe_migration_stall,
 )
 from scheduler.migration import read_continuation
 from scheduler.redis_errors import translate
+from scheduler.tenant_limits import count_preempted
 from storage import StorageError
 from storage.redact import redact
 from worker.jobs import dispatch
@@ -45,6 +49,17 @@ CTX_KEY = "runner"
 """Where the JobRunner sits in the ctx arq hands every function."""
 
 
+@dataclass(frozen=True)
+class Running:
+    """What preemption reads of a job this worker runs (worker/process/preempt.py)."""
+
+    priority: int
+    preempted: int
+    """How many times it was preempted before this run."""
+    kind: JobKind
+    started: float = field(default_factory=time.monotonic)
+
+
 class JobRunner:
     """Runs one job of any kind on the worker's parts, as its arq function was called."""
 
@@ -52,6 +67,8 @@ class JobRunner:
         self.parts = parts
         self.sleeper = sleeper
         self._background: set[asyncio.Task[None]] = set()
+        self.running: dict[str, Running] = {}
+        """The jobs this worker runs (or holds waiting for a slot), by id."""
 
     async def run(self, payload: dict[str, Any], kind: JobKind) -> None:
         parts = self.parts
@@ -65,7 +82,8 @@ class JobRunner:
         decision = decide(start.tries, start.sent, movable(
             kind, payload.get("worker_id"), int(payload.get("id_slot", -1))), limit)
         resumed = None
-        if decision is Decision.MIGRATE:
+        preempted = start.handed and start.sent > 0 and decision is Decision.RUN
+        if decision is Decision.MIGRATE or preempted:
             resumed = await read_continuation(parts.redis, job_id, start.tries - 1,
                                               start.last_event_ms)
             if resumed is None:  # its log expired or was trimmed: it cannot continue
@@ -73,7 +91,21 @@ class JobRunner:
         if decision not in (Decision.RUN, Decision.MIGRATE):
             await self._end_dead_run(job_id, decision, start)
             return
-        if resumed is not None:
+        self.running[job_id] = Running(int(payload.get("priority") or 0), start.preempted, kind)
+        try:
+            await self._run(payload, kind, start, resumed, limit, preempted)
+        finally:
+            self.running.pop(job_id, None)
+
+    async def _run(self, payload: dict[str, Any], kind: JobKind, start: Start,
+                   resumed: Continuation | None, limit: int, preempted: bool) -> None:
+        parts = self.parts
+        job_id = str(payload.get("job_id", "?"))
+        if resumed is not None and preempted:
+            log.info("job %s: preempted after %d tokens; continuing it on worker %s",
+                     job_id, len(resumed.tokens), parts.worker_id)
+            parts.publisher.resume(job_id, resumed.next_seq, max(start.sent, 1))
+        elif resumed is not None:
             log.warning("job %s: worker %s died after %d tokens; continuing it on worker %s "
                         "(migration %d of at most %d)", job_id, start.previous_worker or "?",
                         len(resumed.tokens), parts.worker_id, resumed.migrations, limit)
@@ -95,6 +127,14 @@ class JobRunner:
             log.info("job %s: handed back to the queue by draining worker %s", job_id,
                      parts.worker_id)
             await parts.leases.hand_back(job_id)
+            raise Retry() from None
+        except Preempted:
+            log.info("job %s: preempted on worker %s: back to its queue", job_id,
+                     parts.worker_id)
+            await parts.leases.hand_back(job_id, preempted=True)
+            await count_preemption(parts.redis, parts.model_id)
+            await count_preempted(parts.redis, str(payload.get("tenant") or "default"),
+                                  int(payload.get("priority") or 0))
             raise Retry() from None
         except asyncio.CancelledError:
             parts.leases.held.discard(job_id)  # the lease lapses: the job may run elsewhere

@@ -52,6 +52,7 @@ from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
 from worker.process.side_models import load_stages
+from worker.process.preempt import Preemptor
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.runtime import flags
@@ -257,7 +258,9 @@ class WorkerRuntime:
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()
         sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
-        self._arq_workers = self._queues(pool, JobRunner(parts, sleeper))
+        runner = JobRunner(parts, sleeper)
+        self._arq_workers = self._queues(pool, runner)
+        self._preempt(runner)
         tasks = [
             asyncio.create_task(parts.publisher.run()),
             asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice)),
@@ -316,6 +319,18 @@ class WorkerRuntime:
             workers.append(self._batch_worker(pool, runner, workers, n_slots))
         workers.append(self._arq_worker(pool, runner, Lane.UTILITY, UTILITY_JOBS))
         return workers
+
+    def _preempt(self, runner: JobRunner) -> None:
+        """--preempt: the online queues' polls that find no room look for a more urgent job."""
+        online = [w for w in self._arq_workers
+                  if w.queue_name in (lane_queue(Lane.SLOT, self.parts.model_id),
+                                      lane_queue(Lane.WORKER, self.parts.model_id,
+                                                 self.parts.worker_id))]
+        if self.settings.preempt == "off" or self.parts.embedder is not None or not online:
+            return
+        preemptor = Preemptor("priority", self.parts, runner, [w.queue_name for w in online])
+        for worker in online:
+            worker.on_full = preemptor.check
 
     def _batch_worker(self, pool: ArqRedis, runner: JobRunner, online: list[WakeableWorker],
                       n_slots: int) -> WakeableWorker:

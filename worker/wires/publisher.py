@@ -27,7 +27,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
 from scheduler.contract import keys
-from scheduler.contract.errors import Unavailable
+from scheduler.contract.errors import Preempted, Unavailable
 from scheduler.contract.results import (
     ErrorEvent,
     Event,
@@ -130,6 +130,7 @@ class EventPublisher:
         """The job's end, awaited; `log_max_bytes`: what its event log keeps (its share of its
         request's budget; 0: keys.EVENT_LOG_MAX_BYTES)."""
         self._budget.limit(job_id, log_max_bytes)
+        self._dropped.discard(job_id)  # a run after a hand back (a preemption) of this worker
         future = self._loop.create_future()
         self._done[job_id] = future
         return future
@@ -166,10 +167,16 @@ class EventPublisher:
                     await asyncio.sleep(wait)
             while not self._pending.empty():
                 events.extend(self._pending.get_nowait())
+            handed = [j for j, e in events if isinstance(e, ErrorEvent)
+                      and e.error.type == Preempted.error_type]
+            if handed:  # its events so far go out first, then its run ends without one
+                events = [(j, e) for j, e in events if j not in handed]
             if self.interval_s > 0:
                 events = coalesce(events)
                 self._last_flush = time.monotonic()
             await self._send(events)
+            for job_id in handed:
+                self.abandon(job_id, Preempted("preempted by a more urgent job"))
 
     async def _send(self, events: list[JobEvent]) -> None:
         sent: list[tuple[str, Event]] = list(events)

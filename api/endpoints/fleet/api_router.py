@@ -103,7 +103,8 @@ async def _tenants_json(request: Request) -> list[dict[str, Any]] | None:
         out.append({"name": name, **counters, "active": await service.limits.active(name),
                     "limits": tenant.model_dump(include={
                         "max_concurrent", "requests_per_minute", "tokens_per_minute",
-                        "priority", "max_file_bytes", "max_stored_bytes", "admin"})})
+                        "priority", "max_file_bytes", "max_stored_bytes", "admin",
+                        "default_priority", "min_priority", "weight"})})
     return out
 
 

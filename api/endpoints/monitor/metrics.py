@@ -146,6 +146,16 @@ TENANT_SERIES = (
 )
 
 
+PRIORITY_SERIES = (
+    ("tenant_wait_seconds_total", "waited_ms",
+     "Seconds the tenant's completions of a priority waited to start (docs/fairness.md).", 1000),
+    ("tenant_started_total", "started", "The tenant's completions of a priority that started.",
+     1),
+    ("tenant_preemptions_total", "preempted",
+     "Times the tenant's generations of a priority gave their slot up (--preempt).", 1),
+)
+
+
 def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:
     """Per-tenant counters (--tenants): `llamaq:tenant_tokens_total{tenant="…"}`, …"""
     lines: list[str] = []
@@ -153,6 +163,13 @@ def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:
         lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} counter"]
         lines += [f'{OURS}{name}{{tenant="{tenant}"}} {counts.get(what, 0)}'
                   for tenant, counts in sorted(tenants.items())]
+    for name, what, help_text, scale in PRIORITY_SERIES:
+        lines += [f"# HELP {OURS}{name} {help_text}", f"# TYPE {OURS}{name} counter"]
+        lines += [f'{OURS}{name}{{tenant="{tenant}",priority="{priority}"}} '
+                  f"{_number(value / scale)}"
+                  for tenant, counts in sorted(tenants.items())
+                  for key, value in sorted(counts.items())
+                  for kind, _, priority in [key.partition("@")] if kind == what and priority]
     return lines
 
 

@@ -3,7 +3,10 @@ Gemma 3 270M with one slot (`-np 1`), so every other job waits in the queue.
 
 - priority: a priority 0 request queued after priority 10 requests runs first;
 - fairness: a tenant's jobs queued behind another's backlog run before it;
-- a tenant that asks a priority below its cap gets a 400 naming it.
+- preemption: a priority 0 request preempts a priority 10 generation, which ends as it would
+  have undisturbed;
+- a tenant that asks a priority below its cap gets a 400 naming it;
+- waits and preemptions are counted per tenant and priority (/metrics, /fleet).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ TENANTS: list[dict[str, Any]] = [
     {"name": "alice", "keys": ["k-alice"]},
     {"name": "bob", "keys": ["k-bob"]},
     {"name": "capped", "keys": ["k-capped"], "default_priority": 5, "min_priority": 3},
+    {"name": "ops", "keys": ["k-ops"], "admin": True},
 ]
 HOG = {"prompt": "Tell me a long story", "n_predict": 2000, "ignore_eos": True,
        "stream": True}
@@ -40,7 +44,7 @@ def fair(redis_url: str, workdir: Path, gemma_path: Path) -> Iterator[tuple[str,
     path.write_text(json.dumps({"tenants": TENANTS}))
     fleet: Fleet = make_fleet(redis_url, workdir, gemma_path, ALIAS)
     fleet.add_worker("-c", "4096", "-np", "1", "-t", "2", "-n", "8")
-    url = fleet.add_api("--tenants", str(path), "--prefix-affinity", "0")
+    url = fleet.add_api("--tenants", str(path), "--prefix-affinity", "0", "--metrics")
     fleet.wait_healthy(url)
     warm = httpx.post(f"{url}/completion", headers=auth("k-alice"), timeout=120,
                       json={"prompt": "Once upon a time", "n_predict": 2})
@@ -130,6 +134,70 @@ def test_a_tenant_behind_anothers_backlog_goes_first(
     assert finishes.order[0] == "bob", finishes.order
 
 
+GREEDY = {"prompt": "Write a story about a lighthouse keeper.", "n_predict": 160,
+          "ignore_eos": True, "temperature": 0, "priority": 10}
+
+
+def preemptions(client: redis.Redis) -> int:
+    return int(client.hget(keys.model_counters(ALIAS), "preempted") or 0)  # type: ignore[arg-type]
+
+
+def stream_content(response: httpx.Response, on_token: Any = None
+                   ) -> tuple[str, dict[str, Any]]:
+    """The text of a /completion stream and its last event; `on_token(text so far)` after
+    each event."""
+    content = ""
+    event: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        event = json.loads(line.removeprefix("data:"))
+        assert "error" not in event, event
+        content += event.get("content", "")
+        if on_token is not None:
+            on_token(content)
+    return content, event
+
+
+def test_a_preempted_stream_finishes_as_an_undisturbed_greedy_run(
+        fair: tuple[str, Fleet], redis_url: str) -> None:
+    """A priority 0 request that comes while a priority 10 generation holds the one slot runs
+    at once (--preempt priority, the default); the preempted stream pauses, never errs, and
+    ends with the text of the same request undisturbed: equal, or (a prefill of prompt +
+    generated tokens may round differently from step-by-step decoding, docs/faults.md) first
+    different after the point where it was preempted; never a token lost or repeated."""
+    url, _ = fair
+    alone = httpx.post(f"{url}/completion", headers=auth("k-alice"), timeout=180,
+                       json={**GREEDY, "stream": False})
+    assert alone.status_code == 200, alone.text
+    undisturbed = alone.json()["content"]
+    client = redis.Redis.from_url(redis_url)
+    preempted_before = preemptions(client)
+    finishes = Finishes(url)
+    seen_at_urgent: list[int] = []
+
+    def on_token(content: str) -> None:
+        if not seen_at_urgent and len(content) >= 40:
+            seen_at_urgent.append(len(content))
+            finishes.send("urgent", "k-bob", priority=0, n_predict=4)
+
+    with httpx.stream("POST", f"{url}/completion", headers=auth("k-alice"), timeout=180,
+                      json={**GREEDY, "stream": True}) as hog:
+        assert hog.status_code == 200
+        content, last = stream_content(hog, on_token)
+        hog_done = list(finishes.order)
+    finishes.join()
+    assert finishes.answers["urgent"].status_code == 200, finishes.answers["urgent"].text
+    assert hog_done == ["urgent"], "the urgent request waited for the whole generation"
+    assert preemptions(client) > preempted_before
+    client.close()
+    if content != undisturbed:
+        first = next(i for i, (a, b) in enumerate(zip(content, undisturbed, strict=False))
+                     if a != b)
+        assert first > seen_at_urgent[0], (first, content, undisturbed)
+    assert last["stop"] and last["tokens_predicted"] == GREEDY["n_predict"], last
+
+
 def test_a_priority_below_the_tenants_cap_is_a_400(fair: tuple[str, Fleet]) -> None:
     url, _ = fair
     refused = httpx.post(f"{url}/v1/chat/completions", headers=auth("k-capped"), timeout=60,
@@ -143,3 +211,19 @@ def test_a_priority_below_the_tenants_cap_is_a_400(fair: tuple[str, Fleet]) -> N
     ok = httpx.post(f"{url}/completion", headers=auth("k-capped"), timeout=60,
                     json={"prompt": "hi", "n_predict": 2, "priority": 3})
     assert ok.status_code == 200, ok.text
+
+
+def test_waits_and_preemptions_are_counted_per_tenant_and_priority(
+        fair: tuple[str, Fleet]) -> None:
+    """After the tests above: /metrics (the admin's view) and /fleet count each tenant's
+    waits and preemptions per priority."""
+    url, _ = fair
+    metrics = httpx.get(f"{url}/metrics", headers=auth("k-ops"), timeout=30).text
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+              if line.startswith("llamaq:tenant_")}
+    assert values['llamaq:tenant_preemptions_total{tenant="alice",priority="10"}'] >= 1
+    assert values['llamaq:tenant_started_total{tenant="bob",priority="0"}'] >= 3
+    assert values['llamaq:tenant_wait_seconds_total{tenant="alice",priority="10"}'] > 0
+    fleet = httpx.get(f"{url}/fleet", headers=auth("k-ops"), timeout=30).json()
+    alice = next(t for t in fleet["tenants"] if t["name"] == "alice")
+    assert alice["preempted@10"] >= 1 and alice["limits"]["weight"] == 1

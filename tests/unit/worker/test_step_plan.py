@@ -11,9 +11,10 @@ def generating(slot_id: int, n_draft: int = 0, background: bool = False) -> RunS
                     n_draft=n_draft)
 
 
-def prefilling(slot_id: int, done: int, end: int, background: bool = False) -> RunState:
+def prefilling(slot_id: int, done: int, end: int, background: bool = False,
+               priority: int = 0) -> RunState:
     return RunState(slot_id, prefilling=True, background=background, prompt_done=done,
-                    prompt_end=end)
+                    prompt_end=end, priority=priority)
 
 
 def test_generating_runs_take_a_token_each_and_their_drafts_before_any_prompt() -> None:
@@ -60,3 +61,16 @@ def test_batch_lines_prompts_come_after_online_ones_within_their_budget() -> Non
     assert plan.n_tokens == 30
     roomy = plan_step(runs, n_batch=64, background_budget=512)  # the batch caps them
     assert roomy.prompts == (PromptChunk(1, 0, 10), PromptChunk(0, 0, 54))
+
+
+def test_a_more_urgent_prompt_gets_the_budget_first_and_the_batch_keeps_slot_order() -> None:
+    """Issue 47 item 4: a priority 0 prompt on slot 2 is not made to wait behind the long
+    priority 10 prompts of slots 0 and 1; equal priorities share in slot order."""
+    plan = plan_step([prefilling(0, 0, 500, priority=10), prefilling(1, 0, 500, priority=10),
+                      prefilling(2, 0, 40), generating(3)], n_batch=64, background_budget=64)
+    assert plan.prompts == (PromptChunk(0, 0, 23), PromptChunk(2, 0, 40))
+    assert plan.n_tokens == 64
+    plan = plan_step([prefilling(0, 0, 30, priority=1), prefilling(1, 0, 30, priority=1),
+                      prefilling(2, 0, 30, priority=-1)], n_batch=64, background_budget=64)
+    assert plan.prompts == (PromptChunk(0, 0, 30), PromptChunk(1, 0, 4),
+                            PromptChunk(2, 0, 30))
