@@ -51,8 +51,8 @@ from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
-from worker.process.side_models import load_stages
 from worker.process.preempt import Preemptor
+from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.runtime import flags
