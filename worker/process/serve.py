@@ -31,7 +31,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
-from scheduler.decision_meta import DecisionCaps, DecisionMetaError, output_modalities
+from scheduler.decision_meta import DecisionCaps, output_modalities
 from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
@@ -40,14 +40,12 @@ from scheduler.worker_presence import client_name
 from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
-from worker.decisions.plan import decision_caps
-from worker.decisions.systemone_heads import HeadPrompter
-from worker.decisions.systemone_prompt import FamilyPrompter
 from worker.embed.embedder import Embedder
 from worker.engine.loop import Engine
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.process.arq_worker import WakeableWorker
+from worker.process.decision_parts import family_prompter, worker_decision_caps
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
@@ -148,15 +146,6 @@ async def lookup_share(settings: WorkerSettings, redis: Redis,
     return share
 
 
-def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | None:
-    """How the worker serves /v1/systemone; a decision family it refuses (by name) or unusable
-    decision metadata stops it before the model is loaded, with the reason."""
-    try:
-        return decision_caps(model_path, prompted)
-    except DecisionMetaError as error:
-        raise ModelLoadError(f"{model_path.name}: {error}") from None
-
-
 def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTier | None:
     """--kv-store: the fleet-wide KV tier of this model (worker/kv/tier.py), fed by the
     engine's prefix states; off with control vectors (they change every state)."""
@@ -174,20 +163,6 @@ def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTie
     log.info("kv tier on: fingerprint %s, blocks of %d tokens from %d", tier.fingerprint,
              tier.block, tier.min_tokens)
     return tier
-
-
-def family_prompter(caps: DecisionCaps | None,
-                    model: LoadedModel) -> FamilyPrompter | HeadPrompter | None:
-    """A decision family's prompts on the loaded vocabulary; a label that is not a single
-    token, a missing marker token, or a template that does not parse, stops the worker."""
-    if caps is None or caps.family is None:
-        return None
-    try:
-        if caps.family.readout == "head":
-            return HeadPrompter(caps, model.vocab)
-        return FamilyPrompter(caps, model.vocab)
-    except DecisionMetaError as error:
-        raise ModelLoadError(f"{model.path.name}: {error}") from None
 
 
 EngineMaker = Callable[[WorkerSettings, LoadedModel, str, str, EventPublisher], Engine]
