@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
+from api.prompt_log import PromptLog
 from api.queue_stats import QueueStats
 from api.tenants.service import CURRENT
 from scheduler.affinity import DEFAULT_MIN_CHARS, Affinity, PrefixRouter
@@ -50,6 +51,8 @@ class CheckedJobClient(JobClient):
         self._check_serves = check_serves
         self.migration_limit = migration_limit
         """--migration-limit, set on every completion (scheduler/migration.py)."""
+        self.prompt_log: PromptLog | None = None
+        """--log-prompts-dir: every completion's prompt written to a file (api/prompt_log.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
@@ -61,6 +64,8 @@ class CheckedJobClient(JobClient):
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
+            if self.prompt_log is not None:
+                await self.prompt_log.record(job)
         scope = CURRENT.get()
         if scope is None:
             async with super().submit(job, queue) as events:
@@ -131,7 +136,8 @@ class Fleet:
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
                       prefix_affinity: int = DEFAULT_MIN_CHARS,
                       coalesce_embeddings: bool = True,
-                      migration_limit: int = 0) -> Fleet:
+                      migration_limit: int = 0, prompt_log: PromptLog | None = None
+                      ) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -141,8 +147,10 @@ class Fleet:
         fleet = cls(redis, arq, hub, JobClient(redis, arq, hub, timeout_s), Registry(redis),
                     queue_max)
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
-        fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
-                                      fleet.placement.check_serves, affinity, migration_limit)
+        jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
+                                fleet.placement.check_serves, affinity, migration_limit)
+        jobs.prompt_log = prompt_log
+        fleet.jobs = jobs
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 
