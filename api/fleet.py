@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from api.cold_start import ColdStart
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
+from api.prompt_log import PromptLog
 from api.queue_stats import QueueStats
 from api.tenants.config import Tenant
 from api.tenants.service import CURRENT, TenantScope
@@ -63,6 +64,8 @@ class CheckedJobClient(JobClient):
         """--migration-limit, set on every completion (scheduler/migration.py)."""
         self.cold_start: ColdStart | None = None
         """Holds the jobs of a model with no live worker (api/cold_start.py)."""
+        self.prompt_log: PromptLog | None = None
+        """--log-prompts-dir: every completion's prompt written to a file (api/prompt_log.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
@@ -77,6 +80,8 @@ class CheckedJobClient(JobClient):
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
+            if self.prompt_log is not None:
+                await self.prompt_log.record(job)
         hold = None
         if self.cold_start is not None and queue is None:  # not a batch's background job
             hold = await self.cold_start.hold(job.model, job.job_id)
@@ -209,7 +214,8 @@ class Fleet:
                       prefix_affinity: int = DEFAULT_MIN_CHARS,
                       coalesce_embeddings: bool = True,
                       migration_limit: int = 0,
-                      cold_start_timeout: float = 0.0) -> Fleet:
+                      cold_start_timeout: float = 0.0,
+                      prompt_log: PromptLog | None = None) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -223,6 +229,7 @@ class Fleet:
                                       fleet.placement.check_serves, affinity, migration_limit)
         fleet.jobs.cold_start = ColdStart(redis, cold_start_timeout, fleet.has_workers)
         fleet.placement.cold_wait = fleet.jobs.cold_start.wait
+        fleet.jobs.prompt_log = prompt_log
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 

@@ -186,6 +186,9 @@ class ApiSettings(RoleSettings):
                                     env="LLAMA_ARG_REASONING_PRESERVE",
                                     negative=("--no-reasoning-preserve",),
                                     help="preserve reasoning trace in the full history")
+    log_prompts_dir: str | None = flag(None, "--log-prompts-dir",
+                                       help="log prompts to directory (auto-created if not "
+                                       "present; only used for debugging)")
     media_path: str | None = flag(None, "--media-path",
                                   help="directory for loading local media files; files can be "
                                   "accessed via file:// URLs using relative paths (read by the "

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = args[0], args[1:]
-    if command in ("api", "worker", "scheduler", "up"):  # -cl, --completion-bash: print, exit
+    if command in ("api", "worker", "scheduler", "up") and \
+            set(rest) & {"-cl", "--cache-list", "--completion-bash"}:  # print, exit
         from llamaq.flag_lists import ROLES
         from llamaq.one_shot import answer_one_shot
 

@@ -11,11 +11,13 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 
 from sanic import Sanic
 
 from api.batch.driver import BatchDriver
 from api.fleet import Fleet
+from api.prompt_log import PromptLog
 from api.router import ModelRouter
 from api.sanic_app import HARD_STOP_MARGIN_S, exit_by_force_after
 from api.services import PodServices
@@ -61,7 +63,9 @@ class PodLifecycle:
                                         settings.coalesce_embeddings
                                         and not pod.directory.enabled,
                                         max(0, settings.migration_limit),
-                                        settings.cold_start_timeout)
+                                        settings.cold_start_timeout,
+                                        PromptLog(Path(settings.log_prompts_dir))
+                                        if settings.log_prompts_dir else None)
         exit_when_done(pod.fleet.hub.reader, "event hub", _exit_for_restart)
         pod.tenants = TenantService(pod.directory, TenantLimits(pod.fleet.redis))
         renewing = asyncio.create_task(pod.tenants.renew_forever())

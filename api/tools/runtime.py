@@ -6,7 +6,8 @@ host (llama-server's `make_tools_io` and `server_tools_runtime`).
 - `docker:IMAGE`, `podman:IMAGE` (--tools-runtime only): one container per pod, spawned at
   start (`<engine> run --rm -i IMAGE sh`, kept alive by its open stdin), respawned if it dies,
   removed when the pod stops;
-- `ssh:TARGET`: refused by name in llamaq (it cannot be tested here); a malformed target is
+- `ssh:TARGET`: refused by name in llamaq (not built: running tools over ssh needs key
+  handling and a trusted host key, and a test against a real sshd); a malformed target is
   refused as llama-server refuses it.
 Anything else is refused: a call never falls back to the host when it asked for an isolate."""
 
@@ -33,7 +34,7 @@ CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 SSH_TARGET = re.compile(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*")
 SPAWN_WAIT_S = 10.0
 STOP_WAIT_S = 3.0
-SSH_REFUSED = ("the ssh tools runtime is not built in llamaq (it cannot be tested here): "
+SSH_REFUSED = ("the ssh tools runtime is not built in llamaq: "
                "use docker-container:ID or podman-container:ID")
 
 

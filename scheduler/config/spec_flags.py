@@ -242,7 +242,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-sps --slot-prompt-similarity"),
     *_rows(W, "", "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
-    *_rows(R, "prompt logging to a folder is not built", "--log-prompts-dir"),
+    *_rows(W, "", "--log-prompts-dir"),
     *_rows(R, NOT_BUILT_DRAFT_HF, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
            "LLAMA_ARG_SPEC_DRAFT_HF_REPO"),
     *_rows(W, "", "--spec-draft-threads -td --threads-draft",

@@ -83,6 +83,8 @@ def test_count_tokens(client: anthropic.Anthropic, api: str) -> None:
                      json={"model": "gemma", "messages": USER})
     assert raw.status_code == 200
     assert raw.json() == {"input_tokens": tokens_of(api, chatml(("user", USER[0]["content"])))}
+    unnamed = httpx.post(f"{api}/v1/messages/count_tokens", json={"messages": USER})
+    assert unnamed.json() == raw.json()  # llama-server needs no model either
     message = create(client, max_tokens=1, system=system, messages=USER, **GREEDY)
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == expected
 

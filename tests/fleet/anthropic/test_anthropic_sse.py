@@ -96,7 +96,6 @@ def error_of(response: httpx.Response, status: int, kind: str) -> str:
 
 
 @pytest.mark.parametrize("body", [
-    {"messages": USER},  # no model
     {"model": "gemma"},  # no messages
     {"model": "gemma", "messages": [{"role": "tool", "content": "x"}]},
     {"model": "gemma", "messages": [{"role": "user"}]},
