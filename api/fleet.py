@@ -68,6 +68,8 @@ class CheckedJobClient(JobClient):
             return
         if isinstance(job, CompletionJob):
             job.tenant = scope.name
+            job.cache_salt = scope.cache_salt  # its caches are its cache group's alone
+            job.learn_lookup = scope.tenant.share_lookup_cache
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             meter.events = events
