@@ -20,7 +20,7 @@ from scheduler.batches import Batches
 from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
-from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.jobs import CompletionJob, DecisionJob
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.leases import counters, waiting_jobs
@@ -70,6 +70,8 @@ class CheckedJobClient(JobClient):
             job.tenant = scope.name
             job.cache_salt = scope.cache_salt  # its caches are its cache group's alone
             job.learn_lookup = scope.tenant.share_lookup_cache
+        elif isinstance(job, DecisionJob):
+            job.cache_salt = scope.cache_salt
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             meter.events = events

@@ -371,6 +371,8 @@ class DecisionJob(BaseModel):
     """Images (or audio), one per `media_marker` in `prefix`, in order (a prompted decision on a
     worker with a multimodal projector)."""
     media_marker: str = ""
+    cache_salt: str | None = None
+    """As CompletionJob.cache_salt: its prefix reuses (and leaves) only its tenant group's KV."""
 
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob

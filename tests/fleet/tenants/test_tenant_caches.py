@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,3 +157,42 @@ def test_the_lookup_cache_learns_only_tenants_that_share_it(redis_url: str, tmp_
     assert alices and not alices & daves
     assert daves <= learned
     assert not alices & learned
+
+
+def prompt_tokens_total(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer k-ops"},
+                     timeout=30).text
+    match = re.search(r"^llamacpp:prompt_tokens_total (\S+)$", text, re.MULTILINE)
+    assert match, text
+    return float(match.group(1))
+
+
+def test_a_decision_state_is_reused_only_by_its_tenant_group(redis_url: str, tmp_path: Path,
+                                                             gemma_path: Path) -> None:
+    """/v1/systemone prefills its state in a slot and leaves it there: bob's request for
+    alice's state evaluates it again (the worker's prompt token count grows by it), carol's
+    (alice's group) reuses it."""
+    fleet = make_fleet(redis_url, tmp_path, gemma_path, "decisions-tenants")
+    try:
+        fleet.add_worker("-c", "4096", "-np", "1", "-t", "2", "--decisions")
+        url = fleet.add_api("--tenants", str(tenants_file(tmp_path)), "--metrics")
+        fleet.wait_healthy(url, timeout=120)
+        state = f"{uuid.uuid4().hex} " + " ".join(
+            f"Order {i} was shipped to warehouse {i % 7} on day {i % 28}." for i in range(25))
+        body = {"state": state, "questions": {"late": {
+            "type": "noul", "instructions": "Is an order late?"}}}
+
+        def decoded(key: str) -> float:
+            before = prompt_tokens_total(url)
+            answer = httpx.post(f"{url}/v1/systemone", json=body, timeout=120,
+                                headers={"Authorization": f"Bearer {key}"})
+            assert answer.status_code == 200, answer.text
+            return prompt_tokens_total(url) - before
+
+        n_state = decoded("k-alice")
+        assert n_state > 300
+        assert decoded("k-bob") > 300  # the slot holds alice's state: evaluated again
+        assert decoded("k-carol") > 300  # bob's now
+        assert decoded("k-alice") < 100  # carol's: alice's group
+    finally:
+        fleet.stop()
