@@ -105,57 +105,87 @@ def raw_body(request: Request) -> bytes:
     return raw
 
 
+FREEZE_MAX_S = 10.0
+"""The heap stays frozen at most this long after a big body froze it, whoever holds one."""
+
+
 class FrozenBodies:
-    """Big parsed bodies kept out of the cyclic collector's walks while any is alive. The
+    """Big parsed bodies kept out of the cyclic collector's walks while they are handled. The
     millions of objects of one (none in a cycle: refcounts free them) otherwise start full
     collections that walk them all, each holding the GIL ~0.2 s: the pod's loop stalls while
-    the body is parsed and for as long as it lives. So the collector pauses during the parse,
-    then `gc.freeze()` moves every object alive into its permanent generation; once the last
-    request holding such a body has ended, `gc.unfreeze()` hands what is left back to the
-    oldest generation (the cyclic garbage of those moments is collected then; a request
-    cancelled while its body was parsed holds none, so its moment waits for the next one)."""
+    the body is parsed and handled. So the collector pauses during the parse, then
+    `gc.freeze()` moves every object alive into its permanent generation; `gc.unfreeze()`
+    hands what is left back to the oldest generation (the cyclic garbage of that moment is
+    collected then) once the last request holding such a body has ended, and at the latest
+    FREEZE_MAX_S after the freeze: a long stream (a padded body, a slow client) or big bodies
+    arriving one after another never keep the heap frozen longer (frozen objects that became
+    cyclic garbage are never freed), and neither does a request cancelled while its body was
+    parsed (which holds none). A request still holding its body then costs a full collection
+    or two, once."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_s: float = FREEZE_MAX_S) -> None:
+        self._max_s = max_s
         self._held = 0
+        self._period = 0
+        """Counts the unfreezes: a hold of an earlier period has nothing left to release."""
+        self._deadline: asyncio.TimerHandle | None = None
 
-    @staticmethod
-    def parse(raw: bytes) -> Any:
-        """`load_json` of a big body (in a thread), frozen once parsed."""
+    def parse(self, raw: bytes, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        """`load_json` of a big body (in a thread), frozen once parsed; `loop`: the pod's,
+        which unfreezes it at the latest FREEZE_MAX_S later."""
         gc.disable()  # bodies parsed at once may resume it early; it always ends enabled
         try:
             value = load_json(raw, yielding=True)
             gc.freeze()
+            if loop is not None:
+                loop.call_soon_threadsafe(self._arm)
             return value
         finally:
             gc.enable()
 
-    def hold(self) -> None:
-        """A request holds a body `parse` froze (on the event loop, as `release`)."""
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().call_later(self._max_s, self._unfreeze)
+
+    def hold(self) -> int:
+        """A request holds a body `parse` froze (on the event loop, as `release`); returns
+        the hold's period, for `release`."""
         self._held += 1
+        return self._period
 
-    def release(self) -> None:
-        """A request that held a frozen body has ended."""
+    def release(self, period: int | None = None) -> None:
+        """A request that held a frozen body (since `period`: the current one if None) has
+        ended."""
+        if period is not None and period != self._period:
+            return  # unfrozen since (FREEZE_MAX_S)
         self._held -= 1
-        if self._held == 0:
-            gc.unfreeze()
+        if self._held <= 0:
+            self._unfreeze()
+
+    def _unfreeze(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        gc.unfreeze()
+        self._held = 0
+        self._period += 1
 
 
-async def parse_ahead(request: Request, bodies: FrozenBodies) -> bool:
+async def parse_ahead(request: Request, bodies: FrozenBodies) -> int | None:
     """A big JSON body parsed (and its shape checked) in a thread, not on the event loop (a
     32 MiB body of small objects takes seconds); the result, or its error, waits for
-    `json_body`. Called once the body has arrived (api/sanic_app.py). True if `bodies` froze
-    it: the caller releases it when the request has ended."""
+    `json_body`. Called once the body has arrived (api/sanic_app.py). The hold's period if
+    `bodies` froze it: the caller releases it when the request has ended."""
     raw = request.body or b""
     if len(raw) < OFF_LOOP_BYTES or raw.lstrip()[:1] not in (b"{", b"["):
-        return False
+        return None
     try:
-        value: Any = await asyncio.to_thread(bodies.parse, raw)
+        value: Any = await asyncio.to_thread(bodies.parse, raw, asyncio.get_running_loop())
     except InvalidRequest as error:
         request.ctx.parsed_ahead = (raw, error)
-        return False
-    bodies.hold()
+        return None
     request.ctx.parsed_ahead = (raw, value)
-    return True
+    return bodies.hold()
 
 
 def parsed_json(request: Request, raw: bytes, keep: bool = False) -> Any:

@@ -28,7 +28,7 @@ from scheduler.client import JobClient, QueueLimit, QueueRoom
 from scheduler.connections import open_arq, open_redis
 from scheduler.contract import keys, limits
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.jobs import CompletionJob, DecisionJob
 from scheduler.contract.results import FinalEvent, StartedEvent, TokenEvent
 from scheduler.hub import EventHub
 from scheduler.job_events import AnyJob, JobEvents
@@ -104,6 +104,10 @@ class CheckedJobClient(JobClient):
         if isinstance(job, CompletionJob):
             job.tenant = scope.name
             job.weight = scope.tenant.weight
+            job.cache_salt = scope.cache_salt  # its caches are its cache group's alone
+            job.learn_lookup = scope.tenant.share_lookup_cache
+        elif isinstance(job, DecisionJob):
+            job.cache_salt = scope.cache_salt
         async with scope.job(job) as meter, super().submit(job, queue) as events:
             events.on_event = meter.on_event
             if isinstance(job, CompletionJob):

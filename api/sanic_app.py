@@ -49,10 +49,11 @@ class ApiApp(Sanic):  # type: ignore[type-arg]
         try:
             await super().handle_request(request)
         finally:
-            if getattr(request.ctx, "frozen_body", False):
-                request.ctx.frozen_body = False
+            period = getattr(request.ctx, "frozen_body", None)
+            if period is not None:
+                request.ctx.frozen_body = None
                 request.ctx.parsed_ahead = None
-                pod_services(self).frozen_bodies.release()
+                pod_services(self).frozen_bodies.release(period)
 
     def shutdown_tasks(self, timeout: float | None = None, increment: float = 0.1) -> None:
         """Cancel every task but the server's and give them up to `timeout` seconds (the

@@ -33,7 +33,10 @@ request, which is what this feature saves). Both sides hash the very same thing:
 `prompt` field (rendered chat template included), which the worker keeps for the job whose
 tokens a slot holds. Text blocks are as good a proxy as token blocks for "the slot's KV holds
 this prefix": equal text gives equal tokens up to the last few tokens before the point where
-the texts differ. Prompts given as token ids hash their ids the same way (`prompt_text`).
+the texts differ. Prompts given as token ids hash their ids the same way (`prompt_text`). The
+chain starts from the job's LoRA set and, under --tenants, its cache salt (its tenant group):
+a worker holding another group's prompt does not draw the request (that worker would not
+reuse it, and where a request goes must say nothing of another tenant's prompts).
 Hashes are 8 bytes of BLAKE2b: a summary of 4 slots x 64 blocks is ~2 KB.
 """
 
@@ -96,6 +99,8 @@ def job_hashes(job: CompletionJob, block_chars: int = BLOCK_CHARS) -> list[bytes
     if job.infill is not None:
         return []
     key = lora_key(job)
+    if job.cache_salt is not None:  # its tenant group's: another group's prompts draw it not
+        key = f"{key}|salt:{job.cache_salt}"
     return block_hashes(prompt_text(job.prompt), block_chars,
                         seed=key.encode() if key else b"")
 

@@ -6,6 +6,8 @@
    "tokens_per_minute": 20000, "priority": "interactive", "max_file_bytes": 10000000,
    "max_stored_bytes": 100000000, "default_priority": 0, "min_priority": 0,
    "weight": 1},
+  {"name": "bob", "keys": ["sk-bob"], "share_cache_with": ["carol"]},
+  {"name": "carol", "keys": ["sk-carol"], "share_cache_with": ["bob"]},
   {"name": "ops", "keys": ["sk-ops"], "admin": true}
 ]}
 ```
@@ -62,6 +64,12 @@ class Tenant(BaseModel):
         if self.min_priority is not None and self.default_priority < self.min_priority:
             raise ValueError("default_priority is below min_priority")
         return self
+    share_cache_with: tuple[str, ...] = ()
+    """The tenants whose cached prompts (slots' KV, the host cache, the KV tier, prefix
+    routing) it may reuse and who may reuse its own: a cache group, named whole by each of
+    its tenants (`cache_salts`). Absent: its caches are its own."""
+    share_lookup_cache: bool = False
+    """Its tokens may be learned into -lcd's lookup cache, whose drafts serve every tenant."""
 
     @field_validator("name")
     @classmethod
@@ -89,7 +97,8 @@ UNLIMITED = Tenant.model_construct(name=DEFAULT_TENANT, keys=("-",), admin=False
                                    max_concurrent=None, requests_per_minute=None,
                                    tokens_per_minute=None, priority="interactive",
                                    max_file_bytes=None, max_stored_bytes=None,
-                                   default_priority=0, min_priority=None, weight=1.0)
+                                   default_priority=0, min_priority=None, weight=1.0,
+                                   share_cache_with=(), share_lookup_cache=False)
 """The default tenant: --api-key's keys, or everyone when no key is set."""
 
 
@@ -106,7 +115,31 @@ class TenantsFile(BaseModel):
         keys = [k for t in self.tenants for k in t.keys]
         if len(set(keys)) != len(keys):
             raise ValueError("a key belongs to two tenants")
+        cache_salts(self.tenants)
         return self
+
+
+def cache_salts(tenants: list[Tenant]) -> dict[str, str]:
+    """Each tenant's cache salt: the names of its cache group (itself and its
+    share_cache_with), which every tenant of the group names whole (each names every other:
+    a tenant that names bob is not drawn into the tenants bob shares with unless it names
+    them too); ValueError otherwise."""
+    by_name = {t.name: t for t in tenants}
+    groups = {t.name: frozenset((t.name, *t.share_cache_with)) for t in tenants}
+    for tenant in tenants:
+        for other in tenant.share_cache_with:
+            if other == tenant.name:
+                raise ValueError(f"{tenant.name}: share_cache_with names the tenant itself")
+            if other not in by_name:
+                raise ValueError(f"{tenant.name}: share_cache_with names {other!r}, no tenant "
+                                 "of the file")
+            if groups[other] != groups[tenant.name]:
+                raise ValueError(
+                    f"{tenant.name} shares caches with {other}, whose share_cache_with names "
+                    f"other tenants: a cache group is named whole by each of its tenants ("
+                    f"{tenant.name}: {sorted(groups[tenant.name] - {tenant.name})}, {other}: "
+                    f"{sorted(groups[other] - {other})})")
+    return {name: "+".join(sorted(group)) for name, group in groups.items()}
 
 
 def parse_tenants(raw: bytes, where: str) -> TenantsFile:

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from api.tenants.config import DEFAULT_TENANT, UNLIMITED, Tenant, TenantsFile, read_tenants
+from api.tenants.config import (
+    DEFAULT_TENANT,
+    UNLIMITED,
+    Tenant,
+    TenantsFile,
+    cache_salts,
+    read_tenants,
+)
 from scheduler.contract import tenant_keys
 from scheduler.contract.errors import NotFound, PermissionDenied, RateLimited
 from scheduler.contract.jobs import CompletionJob, EmbeddingJob, RerankJob
@@ -54,6 +61,7 @@ class TenantDirectory:
         self._url = url
         self._s3_endpoint_url = s3_endpoint_url
         self._by_name: dict[str, Tenant] = {}
+        self._salts: dict[str, str] = {}
         self._keys: tuple[tuple[bytes, Tenant], ...] = ()
         self._install(read_tenants(url, s3_endpoint_url) if url else TenantsFile(tenants=[]))
 
@@ -74,6 +82,7 @@ class TenantDirectory:
         by_key += [(k.encode(), t) for t in found.tenants for k in t.keys]
         self._keys = tuple(by_key)
         self._by_name = {t.name: t for t in found.tenants}
+        self._salts = cache_salts(found.tenants)
 
     def reload(self) -> bool:
         """Read the file again; False (and a logged error) when it does not read or is bad."""
@@ -105,6 +114,13 @@ class TenantDirectory:
         if name == DEFAULT_TENANT:
             return UNLIMITED
         return self._by_name.get(name) or Tenant(name=name, keys=("-",))
+
+    def cache_salt(self, name: str) -> str | None:
+        """The tenant's cache group (CompletionJob.cache_salt); None without --tenants (one
+        group: every cache as llama-server's)."""
+        if not self.enabled:
+            return None
+        return self._salts.get(name, name)
 
     def names(self) -> list[str]:
         return [DEFAULT_TENANT, *self._by_name]
@@ -166,6 +182,10 @@ class TenantScope:
     @property
     def name(self) -> str:
         return self.tenant.name
+
+    @property
+    def cache_salt(self) -> str | None:
+        return self.service.directory.cache_salt(self.tenant.name)
 
     @property
     def sees_all(self) -> bool:

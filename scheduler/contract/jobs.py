@@ -211,6 +211,14 @@ class CompletionJob(BaseModel):
     tenant: str | None = None
     """Under --tenants, the tenant whose request it is (set by the api's job client): /slots
     shows a slot's `params` to that tenant (and the admin) only."""
+    cache_salt: str | None = None
+    """Under --tenants, the cache group of its tenant (the tenant and those it shares caches
+    with, api/tenants/config.py `share_cache_with`): a slot's KV, the host prompt cache, the
+    fleet KV tier and prefix routing serve it only what was made under the same salt (vLLM's
+    `cache_salt`). None (no --tenants): one group, as llama-server."""
+    learn_lookup: bool = True
+    """Whether -lcd's lookup cache (shared by every tenant's drafts) may learn its tokens:
+    under --tenants only for a tenant whose `share_lookup_cache` allows it."""
     event_log_max_bytes: int = 0
     """Bytes of events the job's log keeps: its share of its request's budget (set by the api,
     scheduler/contract/limits.py budget_request); 0: keys.EVENT_LOG_MAX_BYTES."""
@@ -255,6 +263,8 @@ class SlotActionJob(BaseModel):
     tenant_file: bool = False
     """Under --tenants the file is the caller's own (api/tenants): a restore that finds none
     is 404, as another tenant's file is (ids leak nothing), not llama-server's 400."""
+    cache_salt: str | None = None
+    """The caller's cache group (CompletionJob.cache_salt): a restored slot serves it."""
 
 
 class MediaPromptInput(BaseModel):
@@ -373,6 +383,8 @@ class DecisionJob(BaseModel):
     """Images (or audio), one per `media_marker` in `prefix`, in order (a prompted decision on a
     worker with a multimodal projector)."""
     media_marker: str = ""
+    cache_salt: str | None = None
+    """As CompletionJob.cache_salt: its prefix reuses (and leaves) only its tenant group's KV."""
 
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob

@@ -149,7 +149,7 @@ class DecisionRunner:
             events.append((run.job_id, self._cancel_event(run.job_id)))
             self._release(run)
         while self._waiting:
-            slot = self._idle_slot(slots, self._waiting[0].prefix)
+            slot = self._idle_slot(slots, self._waiting[0])
             if slot is None:
                 break
             self.runs.append(self._start(self._waiting.popleft(), slot))
@@ -160,7 +160,7 @@ class DecisionRunner:
                 run.lanes.append(Lane(run.owner))
                 self._next_question(run, run.lanes[0])
             while run.pending and borrow:
-                slot = self._idle_slot(slots, run.request.prefix)
+                slot = self._idle_slot(slots, run.request)
                 if slot is None:
                     break
                 lane = self._borrow(run, slot)
@@ -235,17 +235,22 @@ class DecisionRunner:
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _idle_slot(self, slots: list[SlotCache], prefix: list[int]) -> SlotCache | None:
+    def _idle_slot(self, slots: list[SlotCache], request: DecisionRequest) -> SlotCache | None:
+        """The idle slot holding most of the prefix (of its cache salt: its tenant group's)."""
         idle = [s for s in slots if not s.busy]
         if not idle:
             return None
-        return max(idle, key=lambda s: (common_prefix(s.tokens, prefix), -s.last_used))
+        salt = request.job.cache_salt
+        return max(idle, key=lambda s: (common_prefix(s.tokens, request.prefix)
+                                        if s.salt == salt else 0, -s.last_used))
 
     def _start(self, request: DecisionRequest, slot: SlotCache) -> DecisionRun:
         slot.busy = True
         self._slots_changed()
         memory, prefix = self._model.memory, request.prefix
-        n_cached = common_prefix(slot.tokens, prefix)
+        n_cached = common_prefix(slot.tokens, prefix) if slot.salt == request.job.cache_salt \
+            else 0  # another tenant group's KV is not reused
+        slot.salt = request.job.cache_salt
         span = request.media.span_over(n_cached) if request.media is not None else None
         if span is not None:  # a cache that ends inside a media chunk backs off to its start
             n_cached = span.start
@@ -272,6 +277,7 @@ class DecisionRunner:
         lc.llama_memory_seq_cp(memory, run.owner.slot_id, slot.slot_id, -1, -1)
         lc.llama_memory_seq_rm(memory, slot.slot_id, run.n_prefix, -1)
         slot.tokens[:] = run.request.prefix
+        slot.salt = run.request.job.cache_salt
         slot.checkpoints.clear()
         self._slots_changed()
         return Lane(slot)

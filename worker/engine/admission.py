@@ -30,6 +30,9 @@ class Job(Protocol):
     @property
     def priority(self) -> int | None: ...
 
+    @property
+    def cache_salt(self) -> str | None: ...
+
 
 class Waiting(Protocol):
     """What admission reads of a request."""
@@ -69,13 +72,13 @@ class Admission(Generic[W]):
             self.waiting = deque(sorted(self.waiting, key=lambda r: r.job.priority or 0))
 
     def admit(self, slots: list[SlotCache], cancelled: set[str], running: int,
-              prefilling: list[list[int]], cont_batching: bool = True,
+              prefilling: list[tuple[str | None, list[int]]], cont_batching: bool = True,
               beside_busy: bool = False, similarity: float = SIMILARITY,
               usable: Callable[[W, SlotCache], bool] = lambda _, __: True) -> Decision[W]:
         """Which waiting requests start now, by priority, then in arrival order. `running`:
-        requests holding a slot; `prefilling`: the prompts of those still being evaluated
-        (and, as requests are admitted, theirs); `beside_busy`, `similarity`, `usable` (per
-        request): see pick_slot."""
+        requests holding a slot; `prefilling`: the cache salts and prompts of those still being
+        evaluated (and, as requests are admitted, theirs: a twin is one of the same salt, whose
+        cache it may copy); `beside_busy`, `similarity`, `usable` (per request): see pick_slot."""
         decision: Decision[W] = Decision()
         held: deque[W] = deque()
         twins = list(prefilling)
@@ -86,11 +89,12 @@ class Admission(Generic[W]):
                 continue
             slot = pick_slot(slots, request.prompt_tokens, request.job.id_slot, beside_busy,
                              similarity, partial(usable, request))
-            if slot is None or (request.cache_prompt and request.prompt_tokens in twins):
+            twin = (request.job.cache_salt, request.prompt_tokens)
+            if slot is None or (request.cache_prompt and twin in twins):
                 held.append(request)
                 continue
             slot.busy = True
-            twins.append(request.prompt_tokens)
+            twins.append(twin)
             decision.admitted.append((request, slot))
         held.extend(self.waiting)  # left when continuous batching is off
         self.waiting = held

@@ -40,7 +40,7 @@ from worker.decisions.run import DecisionRunner
 from worker.engine import slots_report
 from worker.engine.admission import Admission, DecodeSpeed
 from worker.engine.inbox import Inbox, SlotResult
-from worker.engine.prefill import Prefill, mrope, position
+from worker.engine.prefill import Prefill, TierState, mrope, position
 from worker.engine.requests import EngineDefaults, Request, prepare_request
 from worker.engine.runs import JobEvent, SlotRuns
 from worker.engine.slot_run import SlotRun
@@ -76,7 +76,7 @@ class Engine:
         self.speed = DecodeSpeed()
         self.on_slots_changed: Callable[[], None] = lambda: None
         """Called (from the engine thread) when a slot starts or ends a request."""
-        self.on_tier_state: Callable[[list[int], bytes], None] = lambda tokens, data: None
+        self.on_tier_state: TierState = lambda tokens, data, salt: None
         """Called (from the engine thread) with a prompt prefix's KV state for the fleet-wide
         KV tier (worker/kv/tier.py)."""
         self._inbox = Inbox()
@@ -115,7 +115,7 @@ class Engine:
         """The runs on the slots and their endings (worker/engine/runs.py)."""
         self._active, self._previous = self._runs.active, self._runs.previous
         self._prefill = Prefill(model, self._kv, self._checkpoints, self.metrics,
-                                lambda tokens, data: self.on_tier_state(tokens, data))
+                                lambda *state: self.on_tier_state(*state))
         """Prompts into the slots' caches (worker/engine/prefill.py)."""
         self._outcome = ViewOutcome(model, defaults.special, self._runs, self._tokens, self._kv,
                                     self._spec)
@@ -229,11 +229,12 @@ class Engine:
             self._admission.arrive(self._inbox.take_arrivals())
             decision = self._admission.admit(
                 self.slots, cancelled, len(self._active),
-                [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
+                [(a.request.job.cache_salt, a.request.prompt_tokens)
+                 for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
                 similarity=self.defaults.slot_similarity,
-                usable=lambda request, slot: self._sets.usable(
-                    self._slot_start.first_set(request), slot))
+                usable=lambda request, slot: slot.salt == request.job.cache_salt
+                and self._sets.usable(self._slot_start.first_set(request), slot))
         for request in decision.cancelled:
             request.sampler.free()
             events.append((request.job.job_id, self._runs.cancel_event(request.job.job_id)))

@@ -21,8 +21,9 @@ from worker.runtime.model import LoadedModel
 
 log = logging.getLogger(__name__)
 
-TierState = Callable[[list[int], bytes], None]
-"""Takes a prompt prefix's KV state for the fleet-wide KV tier (worker/kv/tier.py)."""
+TierState = Callable[[list[int], bytes, str | None], None]
+"""Takes a prompt prefix's KV state, with its cache salt, for the fleet-wide KV tier
+(worker/kv/tier.py)."""
 
 
 class Prefill:
@@ -45,7 +46,7 @@ class Prefill:
         except LlamaqError as error:
             log.warning("kv tier: state of %d tokens not taken (%s)", tier.save_at, error)
             return
-        self._on_tier_state(tokens, data)
+        self._on_tier_state(tokens, data, tier.salt)
 
     def take_checkpoint(self, active: SlotRun, end: int) -> None:
         """A context checkpoint before the run's prompt tokens up to `end` are decoded, when

@@ -26,7 +26,7 @@ from worker.engine.message_spans import user_starts
 from worker.engine.sampling import SamplerChain, resolve_sampling
 from worker.kv.slots import SIMILARITY
 from worker.kv.tier import TierPlan
-from worker.runtime.media import MediaPrompt
+from worker.runtime.media import MediaPrompt, context_exceeded
 from worker.runtime.model import LoadedModel
 from worker.runtime.vocab import Vocab
 from worker.speculative.config import SpecConfig
@@ -149,9 +149,7 @@ def prepare_request(job: CompletionJob, model: LoadedModel, defaults: EngineDefa
                 f"the continuation exceeds the available context size ({len(tokens)} + "
                 f"{len(generated)} tokens, context {n_ctx})",
                 n_prompt_tokens=len(tokens) + len(generated), n_ctx=n_ctx)
-        raise ExceedContextSize(
-            f"the request exceeds the available context size ({len(tokens)} tokens, "
-            f"context {n_ctx})", n_prompt_tokens=len(tokens), n_ctx=n_ctx)
+        raise context_exceeded(len(tokens), n_ctx)
     if job.id_slot >= n_slots:
         raise InvalidRequest(f"Invalid id_slot {job.id_slot}")
     starts = user_starts(tokens, job.message_delimiters, vocab)
@@ -198,7 +196,8 @@ def media_prompt_of(job: CompletionJob, model: LoadedModel,
         raise InvalidRequest("multimodal_data needs a model with a multimodal projector")
     if job.infill is not None or not isinstance(job.prompt, str):
         raise InvalidRequest("media needs a prompt string (not tokens, not infill)")
-    return model.projector.tokenize(job.prompt, job.media_marker, media, add_special=True)
+    return model.projector.tokenize(job.prompt, job.media_marker, media, add_special=True,
+                                    n_ctx=model.n_ctx_slot)  # checked before any encoding
 
 
 def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:

@@ -1,5 +1,8 @@
 """A slot made ready for a request's prompt: what of the prompt its KV cache keeps, and from where
-the rest of a known prefix comes (plain state, on the engine thread).
+the rest of a known prefix comes (plain state, on the engine thread). Every cache is keyed by
+the request's cache salt (its tenant group under --tenants, scheduler/contract/jobs.py
+`cache_salt`): a slot's KV, another slot's copy and the host cache's states serve only a
+request of the salt they were made under.
 
 In order: the slot's old prompt goes to the host-memory cache when the new one replaces it
 (`--cache-ram`), the request's LoRA adapter set claims the slot (worker/adapters/adapter_sets.py), a
@@ -48,16 +51,25 @@ class SlotStart:
         return self.sets.first_set(request.job, request.adapter_set, request.alora)
 
     def prepare(self, request: Request, slot: SlotCache) -> int:
-        """Make `slot` ready for the request; the number of prompt tokens its cache holds."""
+        """Make `slot` ready for the request; the number of prompt tokens its cache holds.
+        A slot's KV made under another cache salt (another tenant group) is not reused: it
+        goes to the host cache under its own salt, and the slot starts empty."""
         kv = self.kv
+        salt = request.job.cache_salt
         cache = self.prompt_cache if request.cache_prompt else None
-        swap = cache is not None and wants_update(slot.tokens, request.prompt_tokens)
+        foreign = slot.salt != salt and bool(slot.tokens)
+        swap = cache is not None and (foreign or wants_update(slot.tokens,
+                                                              request.prompt_tokens))
         if cache is not None and swap:  # what the slot loses goes to the host cache
-            cache.save(kv, slot, self.sets.set_of(slot.slot_id))
+            cache.save(kv, slot, self._tag(slot.slot_id, slot.salt))
+        if foreign:
+            kv_moves.clear(kv, slot)
+        slot.salt = salt
         first_set = self.first_set(request)
-        same_set = self.sets.claim(kv, self.slots, slot, first_set)
+        same_set = [s for s in self.sets.claim(kv, self.slots, slot, first_set)
+                    if s.salt == salt]
         if cache is not None and swap:  # a cached prompt that shares more comes back
-            cache.load(kv, kv, slot, request.prompt_tokens, first_set)
+            cache.load(kv, kv, slot, request.prompt_tokens, (first_set, salt))
             cache.update()
         n_reuse = kv_moves.prepare_slot(kv, same_set, slot, request.prompt_tokens,
                                         request.cache_prompt, request.cache_reuse, kv,
@@ -88,8 +100,12 @@ class SlotStart:
         if cache is None:
             return
         for slot in self.slots:
-            if not slot.busy and cache.save(self.kv, slot, self.sets.set_of(slot.slot_id)):
+            if not slot.busy and cache.save(self.kv, slot, self._tag(slot.slot_id, slot.salt)):
                 cache.update()
+
+    def _tag(self, slot_id: int, salt: str | None) -> tuple[object, ...]:
+        """A host cache entry's key: the adapter set and the cache salt it was made under."""
+        return (self.sets.set_of(slot_id), salt)
 
     def _restore_tier(self, hit: TierHit, slot: SlotCache, n_reuse: int) -> int:
         """A stored prefix state (worker/kv/tier.py) into the slot, when it holds more of

@@ -209,7 +209,8 @@ class Speculation:
         into the worker's /metrics counters (as llama-server's metrics_on_prediction sums a
         released slot's)."""
         spec = self.runs.pop(active.slot.slot_id, None)
-        self.drafter.learn(active.slot.tokens)
+        if active.request.job.learn_lookup:  # under --tenants: a tenant that shares it
+            self.drafter.learn(active.slot.tokens)
         metrics.spec_draft_tokens_total += active.draft_n
         metrics.spec_accepted_tokens_total += active.draft_n_accepted
         if spec is None:

@@ -47,7 +47,8 @@ async def run(parts: WorkerParts, job: CompletionJob,
         return
     if parts.kv_tier is not None and request.media is None and request.cache_prompt \
             and not parts.model.adapters.adapters:
-        request.tier = await tier_plan(parts.kv_tier, engine, request.prompt_tokens)
+        request.tier = await tier_plan(parts.kv_tier, engine, request.prompt_tokens,
+                                       job.cache_salt)
     if parts.draining:
         request.sampler.free()
         raise HandBack()
@@ -62,11 +63,14 @@ async def run(parts: WorkerParts, job: CompletionJob,
         raise
 
 
-async def tier_plan(tier: KvTier, engine: Engine, prompt: list[int]) -> TierPlan | None:
-    """The KV tier's part in a request; a Redis or store problem only costs the tier."""
-    cached = max((common_prefix(list(slot.tokens), prompt) for slot in engine.slots), default=0)
+async def tier_plan(tier: KvTier, engine: Engine, prompt: list[int],
+                    salt: str | None = None) -> TierPlan | None:
+    """The KV tier's part in a request (`salt`: its cache salt: the slots and states of its
+    tenant group only); a Redis or store problem only costs the tier."""
+    cached = max((common_prefix(list(slot.tokens), prompt) for slot in engine.slots
+                  if slot.salt == salt), default=0)
     try:
-        return await tier.plan(prompt, cached)
+        return await tier.plan(prompt, cached, salt)
     except RedisError as error:
         log.warning("kv tier: lookup failed (%s): prefilled instead", error)
         return None

@@ -20,6 +20,7 @@ from storage import (
     open_store,
 )
 from worker.jobs.parts import WorkerParts
+from worker.kv.slots import SlotCache
 from worker.kv.snapshots import (
     SnapshotMeta,
     check_snapshot,
@@ -60,8 +61,12 @@ async def run(parts: WorkerParts, job: SlotActionJob) -> None:
         except StorageError:  # unreadable metadata
             raise restore_error("invalid slot save file") from None
         tokens = check_snapshot(stored, parts.model_id).tokens
-        n_bytes = await asyncio.wrap_future(engine.run_on_slot(
-            job.id_slot, lambda slot: restore_slot(model, slot, data, tokens)))
+        def restore(slot: SlotCache) -> int:
+            read = restore_slot(model, slot, data, tokens)
+            slot.salt = job.cache_salt  # it serves its restorer's tenant group
+            return read
+
+        n_bytes = await asyncio.wrap_future(engine.run_on_slot(job.id_slot, restore))
         n_tokens = len(tokens)
     else:
         n_tokens = await asyncio.wrap_future(

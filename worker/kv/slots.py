@@ -23,6 +23,9 @@ class SlotCache:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     """Its context checkpoints (worker/kv/checkpoints.py), oldest first; they cover a prefix of
     `tokens` and go when that prefix does."""
+    salt: str | None = None
+    """The cache salt (tenant group, CompletionJob.cache_salt) its KV was made under: only a
+    request of the same salt reuses or copies it (None: no --tenants)."""
 
     def forget_tokens(self) -> None:
         """The cache was emptied: no tokens, no checkpoints."""

@@ -63,6 +63,9 @@ class TierPlan:
     save_at: int | None
     """The prompt position whose state the engine takes once the prefill reaches it."""
     saved: bool = False
+    salt: str | None = None
+    """The request's cache salt (its tenant group): in the hashes of what it reads and
+    stores, so that another group never finds its states."""
 
 
 def prefix_hashes(tokens: list[int], block: int, fingerprint: str) -> list[str]:
@@ -75,6 +78,14 @@ def prefix_hashes(tokens: list[int], block: int, fingerprint: str) -> list[str]:
         previous = digest.digest()
         hashes.append(digest.hexdigest()[:32])
     return hashes
+
+
+def salted(fingerprint: str, salt: str | None) -> str:
+    """The hash chain's start for a cache salt (vLLM's `cache_salt`): the fingerprint alone
+    without one (no --tenants)."""
+    if salt is None:
+        return fingerprint
+    return f"{fingerprint}|salt:{salt}"
 
 
 def fingerprint(model_sha256: str, plan: ContextPlan, n_ctx_slot: int) -> str:
@@ -111,30 +122,34 @@ class KvTier:
         self._read_bytes_per_s = float(FIRST_READ_BYTES_PER_S)
         self._saving: set[str] = set()
 
-    async def plan(self, prompt: list[int], cached: int) -> TierPlan | None:
+    async def plan(self, prompt: list[int], cached: int,
+                   salt: str | None = None) -> TierPlan | None:
         """What the tier does for a prompt (`cached`: the longest prefix a slot of this worker
-        holds): a state to restore, a boundary whose state to store, both or neither."""
+        holds for its salt): a state to restore, a boundary whose state to store, both or
+        neither. `salt`: the request's cache salt, in every hash (its group's states only)."""
         usable = prompt[:len(prompt) - 1]  # the last token is always evaluated (its logits)
         if len(usable) < self.min_tokens:
             return None
-        hashes = prefix_hashes(usable, self.block, self.fingerprint)
+        hashes = prefix_hashes(usable, self.block, salted(self.fingerprint, salt))
         stored = await self._index.longest(hashes)
         hit = None
         if stored is not None and stored.n_tokens > cached and self._worth(stored.n_tokens
                                                                            - cached,
                                                                            stored.n_bytes):
-            hit = await self._fetch(hashes[stored.index], prompt[:stored.n_tokens])
+            hit = await self._fetch(hashes[stored.index], prompt[:stored.n_tokens], salt)
         last = len(hashes) * self.block
         known = stored is not None and stored.index == len(hashes) - 1
         save_at = None if known or hashes[-1] in self._saving or last <= cached else last
-        return TierPlan(hit, save_at) if hit is not None or save_at is not None else None
+        return TierPlan(hit, save_at, salt=salt) if hit is not None or save_at is not None \
+            else None
 
     def _worth(self, n_tokens: int, n_bytes: int) -> bool:
         """Reading the state is faster than prefilling its tokens (no measure yet: read)."""
         per_token = self._prefill_s_per_token()
         return not per_token or n_bytes / self._read_bytes_per_s < n_tokens * per_token
 
-    async def _fetch(self, prefix_hash: str, tokens: list[int]) -> TierHit | None:
+    async def _fetch(self, prefix_hash: str, tokens: list[int],
+                     salt: str | None) -> TierHit | None:
         started = time.perf_counter()
         try:
             data, meta = await asyncio.to_thread(self._states.load, self.fingerprint,
@@ -146,7 +161,8 @@ class KvTier:
         seconds = time.perf_counter() - started
         if seconds > 0 and len(data) > MiB:
             self._read_bytes_per_s = 0.7 * self._read_bytes_per_s + 0.3 * len(data) / seconds
-        if meta.get("fingerprint") != self.fingerprint or meta.get("tokens") != tokens:
+        if meta.get("fingerprint") != self.fingerprint or meta.get("tokens") != tokens \
+                or meta.get("salt") != salt:
             log.warning("kv tier: state %s does not match its prompt: prefilled instead",
                         prefix_hash)
             return None
@@ -155,18 +171,21 @@ class KvTier:
         return TierHit(tokens, data)
 
     def save_from_thread(self, loop: asyncio.AbstractEventLoop, tokens: list[int],
-                         data: bytes) -> None:
+                         data: bytes, salt: str | None = None) -> None:
         """The engine thread's hand-off (Engine.on_tier_state): stored from the loop."""
-        asyncio.run_coroutine_threadsafe(self.save(tokens, data), loop)
+        asyncio.run_coroutine_threadsafe(self.save(tokens, data, salt), loop)
 
-    async def save(self, tokens: list[int], data: bytes) -> None:
-        """Store the state of `tokens` (a whole-block prefix) and evict over the cap."""
-        prefix_hash = prefix_hashes(tokens, self.block, self.fingerprint)[-1]
+    async def save(self, tokens: list[int], data: bytes, salt: str | None = None) -> None:
+        """Store the state of `tokens` (a whole-block prefix, made under `salt`) and evict
+        over the cap."""
+        prefix_hash = prefix_hashes(tokens, self.block, salted(self.fingerprint, salt))[-1]
         if prefix_hash in self._saving:
             return
         self._saving.add(prefix_hash)
         try:
-            meta = {"fingerprint": self.fingerprint, "tokens": tokens}
+            meta: dict[str, object] = {"fingerprint": self.fingerprint, "tokens": tokens}
+            if salt is not None:
+                meta["salt"] = salt
             await asyncio.to_thread(self._states.save, self.fingerprint, prefix_hash, data, meta)
             evicted = await self._index.add(prefix_hash, len(tokens), len(data), self.max_bytes)
             for old in evicted:

@@ -159,7 +159,8 @@ def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTie
                   settings.kv_store_min, settings.kv_store_max * 1024 * 1024,
                   lambda: parts.engine.speed.s_per_token)  # the engine of the moment
     loop = asyncio.get_running_loop()
-    engine.on_tier_state = lambda tokens, data: tier.save_from_thread(loop, tokens, data)
+    engine.on_tier_state = lambda tokens, data, salt: tier.save_from_thread(loop, tokens, data,
+                                                                            salt)
     log.info("kv tier on: fingerprint %s, blocks of %d tokens from %d", tier.fingerprint,
              tier.block, tier.min_tokens)
     return tier

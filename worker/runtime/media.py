@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import llama_cpp as lc
 from llama_cpp import mtmd_cpp as mtmd
 
-from scheduler.contract.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest, ServerError
 from worker.runtime.llama_logs import route_mtmd_logs
 
 if TYPE_CHECKING:
@@ -52,6 +52,13 @@ LOAD_FAILED = "Failed to load image or audio file"
 CHUNK_TEXT = 0
 EMBD_CACHE_BYTES = 256 << 20
 """Encoded media embeddings kept by media hash (least recently used out first)."""
+
+
+def context_exceeded(n_tokens: int, n_ctx: int) -> ExceedContextSize:
+    """llama-server's refusal of a prompt of `n_tokens` in a slot of `n_ctx` (400
+    exceed_context_size_error)."""
+    return ExceedContextSize(f"the request exceeds the available context size ({n_tokens} "
+                             f"tokens, context {n_ctx})", n_prompt_tokens=n_tokens, n_ctx=n_ctx)
 
 
 class ProjectorLoadError(RuntimeError):
@@ -243,9 +250,11 @@ class Projector:
         return int(wrapper.bitmap), video
 
     def tokenize(self, prompt: str, job_marker: str, media: list[bytes],
-                 add_special: bool) -> MediaPrompt:
+                 add_special: bool, n_ctx: int = 0) -> MediaPrompt:
         """The prompt's text (with `job_marker` where each media item goes) and the media,
-        as tokens and media spans."""
+        as tokens and media spans. `n_ctx`: a prompt of that many tokens or more (a long
+        video's frames × their tokens) is refused as llama-server refuses it, before any
+        chunk is encoded (0: no check)."""
         if prompt.count(job_marker) != len(media):
             raise InvalidRequest(f"number of media markers in the prompt "
                                  f"({prompt.count(job_marker)}) does not match the number of "
@@ -265,6 +274,8 @@ class Projector:
                 mtmd.mtmd_bitmap_free(bitmap)
             for video in videos:
                 mtmd.mtmd_helper_video_free(video)
+        if n_ctx and len(tokenized.tokens) >= n_ctx:
+            raise context_exceeded(len(tokenized.tokens), n_ctx)
         started = time.perf_counter()
         for span in tokenized.spans:
             span.embd = self._embeddings(span)

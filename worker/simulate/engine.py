@@ -102,7 +102,8 @@ class SimEngine(Engine):
         self.metrics = WorkerMetrics(simulated=True)
         self.speed = DecodeSpeed()
         self.on_slots_changed: Callable[[], None] = lambda: None
-        self.on_tier_state: Callable[[list[int], bytes], None] = lambda tokens, data: None
+        self.on_tier_state: Callable[[list[int], bytes, str | None], None] = (
+            lambda tokens, data, salt: None)
         self.prompt_cache = None
         self._inbox = Inbox()
         self._admission: Admission[Request] = Admission()
@@ -260,7 +261,8 @@ class SimEngine(Engine):
             self._admission.arrive(self._inbox.take_arrivals())
             decision = self._admission.admit(
                 self.slots, cancelled, len(self._active),
-                [a.request.prompt_tokens for a in self._active.values() if a.prefilling],
+                [(a.request.job.cache_salt, a.request.prompt_tokens)
+                 for a in self._active.values() if a.prefilling],
                 self.defaults.cont_batching, similarity=self.defaults.slot_similarity)
         for request in decision.cancelled:
             events.append((request.job.job_id, self._runs.cancel_event(request.job.job_id)))

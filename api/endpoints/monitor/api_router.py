@@ -86,7 +86,8 @@ async def slot_action(request: Request, id_slot: str) -> HTTPResponse:
     result = await fleet.jobs.slot_action(SlotActionJob(
         model=request_model(request), worker_id=worker.worker_id, id_slot=local_id,
         action=action, filename=stored_as,  # type: ignore[arg-type]
-        tenant_file=services(request).tenants.directory.enabled))
+        tenant_file=services(request).tenants.directory.enabled,
+        cache_salt=request.ctx.tenant.cache_salt))  # a restored slot serves its restorer
     result.filename = filename
     return json(slot_action_json(result, slot_id))
 

@@ -91,3 +91,33 @@ def test_reload_takes_a_new_file_and_keeps_the_old_one_when_bad(tmp_path: Path) 
     assert directory.reload()
     assert directory.by_key("kb") is None
     assert directory.by_name("bob").max_concurrent is None  # a gone owner: no limits
+
+
+def test_cache_salts_are_groups_named_whole(tmp_path: Path) -> None:
+    """Each tenant's caches are its own (its name is its salt) unless its cache group names
+    it: the tenants that name each other share one salt; without --tenants, no salt."""
+    url = write(tmp_path / "t.json", [
+        {"name": "alice", "keys": ["ka"]},
+        {"name": "bob", "keys": ["kb"], "share_cache_with": ["carol", "dave"]},
+        {"name": "carol", "keys": ["kc"], "share_cache_with": ["bob", "dave"]},
+        {"name": "dave", "keys": ["kd"], "share_cache_with": ["carol", "bob"]}])
+    directory = TenantDirectory(frozenset({"k0"}), url)
+    assert directory.cache_salt("alice") == "alice"
+    assert directory.cache_salt(DEFAULT_TENANT) == DEFAULT_TENANT
+    assert {directory.cache_salt(n) for n in ("bob", "carol", "dave")} == {"bob+carol+dave"}
+    assert TenantDirectory(frozenset({"k0"})).cache_salt(DEFAULT_TENANT) is None
+
+
+@pytest.mark.parametrize(("sharing", "words"), [
+    ({"a": ["b"]}, "named whole"),  # b does not name a
+    ({"a": ["b"], "b": ["a", "c"], "c": ["b"]}, "named whole"),  # a would meet c through b
+    ({"a": ["a"]}, "itself"),
+    ({"a": ["zed"]}, "no tenant"),
+])
+def test_a_cache_group_not_named_whole_is_refused(sharing: dict[str, list[str]],
+                                                  words: str) -> None:
+    tenants = [{"name": n, "keys": [f"k{n}"], "share_cache_with": sharing.get(n, [])}
+               for n in "abc"]
+    with pytest.raises(ValueError, match="--tenants") as caught:
+        parse_tenants(json.dumps({"tenants": tenants}).encode(), "t.json")
+    assert words in str(caught.value)

@@ -193,3 +193,20 @@ def test_a_lora_request_prefers_a_worker_already_running_its_set() -> None:
     assert PrefixRouter().choose(short, [empty, busy], lora) == "busy"
     assert PrefixRouter().choose(short, [empty, busy], "1:0.5") is None
     assert PrefixRouter().choose(short, [empty, busy]) is None
+
+
+def test_a_prompt_hashed_under_one_tenant_group_does_not_match_another() -> None:
+    """Under --tenants the hashes start from the job's cache salt: a worker holding tenant A's
+    prompt draws no request of tenant B for it (where a request goes tells B nothing of A's
+    prompts); the same group matches; no salt hashes as before."""
+    plain = CompletionJob(model="m", prompt=SYSTEM_A)
+    alice = plain.model_copy(update={"cache_salt": "alice"})
+    bob = plain.model_copy(update={"cache_salt": "bob"})
+    assert job_hashes(plain) == block_hashes(SYSTEM_A)
+    assert len({job_hashes(j)[0] for j in (plain, alice, bob)}) == 3
+    assert job_hashes(alice) == job_hashes(alice.model_copy(update={"job_id": "other"}))
+    router = PrefixRouter()
+    holder = WorkerView("holder", 1, frozenset(job_hashes(alice)))
+    cold = view("cold", [], n_free=1)
+    assert router.choose(job_hashes(alice), [cold, holder]) == "holder"
+    assert router.choose(job_hashes(bob), [holder, cold]) == "cold"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import time
@@ -184,4 +185,32 @@ def test_a_big_body_is_out_of_the_collectors_walks_while_a_request_holds_it() ->
     bodies.release()
     assert gc.get_freeze_count() > 1000  # the second request still holds its body
     bodies.release()
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_long_lived_request_does_not_keep_the_heap_frozen() -> None:
+    """A request that holds its big body for long (a padded stream) and bodies arriving one
+    after another keep the heap frozen FREEZE_MAX_S at most (frozen cyclic garbage is never
+    freed); a hold of that past period releases nothing later."""
+    bodies = FrozenBodies(max_s=0.3)
+    raw = json.dumps([{"text": "hi"}] * 1000).encode()
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(bodies.parse, raw, loop)
+    long_lived = bodies.hold()
+    assert gc.get_freeze_count() > 1000
+    await asyncio.sleep(0.2)
+    await asyncio.to_thread(bodies.parse, raw, loop)  # another one meanwhile
+    second = bodies.hold()
+    assert gc.get_freeze_count() > 1000
+    await asyncio.sleep(0.2)  # 0.4 s after the first freeze, both still held
+    assert gc.get_freeze_count() == 0
+    await asyncio.to_thread(bodies.parse, raw, loop)
+    third = bodies.hold()
+    bodies.release(long_lived)
+    bodies.release(second)
+    assert gc.get_freeze_count() > 1000  # the third still holds its (new) freeze
+    bodies.release(third)
+    assert gc.get_freeze_count() == 0
+    await asyncio.to_thread(bodies.parse, raw, loop)  # a request cancelled before its hold
+    await asyncio.sleep(0.4)
     assert gc.get_freeze_count() == 0

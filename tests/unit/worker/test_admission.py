@@ -20,6 +20,7 @@ class FakeJob:
     job_id: str
     id_slot: int = -1
     priority: int | None = None
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -96,8 +97,20 @@ def test_a_twin_waits_for_the_prompt_being_evaluated() -> None:
     decision = queue.admit(slots, set(), 0, [])
     assert [r.job.job_id for r, _ in decision.admitted] == ["a", "c"]
     assert [r.job.job_id for r in queue.waiting] == ["b"]
-    assert queue.admit(slots, set(), 2, [[1, 2, 3]]).admitted == []  # a still evaluating
+    assert queue.admit(slots, set(), 2, [(None, [1, 2, 3])]).admitted == []  # a evaluating
     assert [r.job.job_id for r, _ in queue.admit(slots, set(), 2, []).admitted] == ["b"]
+
+
+def test_another_tenants_prompt_is_no_twin() -> None:
+    """Under --tenants a request does not wait for another tenant group's same prompt (it
+    could not copy that cache, and its wait would tell it the prompt is being evaluated)."""
+    slots = [SlotCache(0), SlotCache(1)]
+    queue: Admission[Req] = Admission()
+    queue.arrive([Req(FakeJob("b", cache_salt="bob"), [1, 2, 3])])
+    admitted = queue.admit(slots, set(), 1, [("alice", [1, 2, 3])]).admitted
+    assert [r.job.job_id for r, _ in admitted] == ["b"]
+    queue.arrive([Req(FakeJob("c", cache_salt="alice"), [1, 2, 3])])
+    assert queue.admit(slots, set(), 2, [("alice", [1, 2, 3])]).admitted == []
 
 
 def test_without_continuous_batching_nothing_joins_a_running_batch() -> None:

@@ -3,7 +3,7 @@ blocks before it and the model fingerprint, so equal hashes mean equal prefixes 
 
 from __future__ import annotations
 
-from worker.kv.tier import fingerprint, prefix_hashes
+from worker.kv.tier import fingerprint, prefix_hashes, salted
 from worker.runtime.model import ContextPlan
 
 PLAN = ContextPlan(n_ctx=4096, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
@@ -31,3 +31,14 @@ def test_the_fingerprint_follows_what_shapes_the_cache() -> None:
     for change in ({"cache_type_k": "q8_0"}, {"flash_attn": "off"}, {"swa_full": True},
                    {"kv_unified": True}):
         assert fingerprint("sha", replace(PLAN, **change), 2048) != base  # type: ignore[arg-type]
+
+
+def test_a_cache_salt_starts_another_chain() -> None:
+    """Under --tenants a state's hash chains its tenant group's salt (vLLM's cache_salt):
+    another group's lookup of the same tokens finds nothing; no salt is the plain chain."""
+    tokens = list(range(600))
+    plain = prefix_hashes(tokens, 256, salted("fp", None))
+    assert plain == prefix_hashes(tokens, 256, "fp")
+    alice = prefix_hashes(tokens, 256, salted("fp", "alice"))
+    bob = prefix_hashes(tokens, 256, salted("fp", "bob"))
+    assert not set(alice) & set(bob) and not set(alice) & set(plain)

@@ -64,7 +64,8 @@ class Target:
 def _run(prompt: list[int], next_token: int) -> SlotRun:
     slot = SlotCache(0)
     slot.tokens = list(prompt)
-    request = SimpleNamespace(media=None, n_predict=-1, job=SimpleNamespace(draft_limits=None))
+    request = SimpleNamespace(media=None, n_predict=-1, job=SimpleNamespace(draft_limits=None,
+                                                                     learn_lookup=True))
     run = SlotRun(request=cast(Any, request), slot=slot, text=cast(Any, None), task_no=1,
                   n_cached=0, t_start=0.0)
     run.next_token = next_token

@@ -14,7 +14,7 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from scheduler.contract.errors import InvalidRequest
+from scheduler.contract.errors import ExceedContextSize, InvalidRequest
 from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
 from scheduler.contract.media import MediaRef
 from scheduler.contract.results import CompletionResult, FinalEvent
@@ -220,6 +220,26 @@ def test_an_image_prompt_comes_back_from_the_host_cache(model: LoadedModel) -> N
         eng.stop()
         for slot in eng.slots:  # the module's other engine starts from nothing
             slot.forget_tokens()
+
+
+@VIDEO
+def test_a_video_over_the_context_is_refused_before_any_frame_is_encoded(
+        engine: tuple[Engine, Events], model: LoadedModel) -> None:
+    """A long low-bitrate video (~40 frames of 224x224, 64 tokens each, in a slot of 2048)
+    answers llama-server's 400 exceed_context_size_error from its frames' token count, with
+    no frame encoded (the projector's encoder is the slow part, frame by frame)."""
+    assert model.projector is not None
+    video = mp4(seconds=20.0, size="224x224", rate=4, pattern="color")
+    job = media_job(chat_prompt(f"{MARKER} what happens?"), [video])
+    encoded = model.projector.n_encoded
+    with pytest.raises(ExceedContextSize) as raised:
+        engine[0].prepare(job, None, [video])
+    assert model.projector.n_encoded == encoded
+    info = raised.value.to_info()
+    assert (info.code, info.type) == (400, "exceed_context_size_error")
+    assert "exceeds the available context size" in info.message
+    assert raised.value.extra["n_ctx"] == model.n_ctx_slot < raised.value.extra[
+        "n_prompt_tokens"]
 
 
 @VIDEO

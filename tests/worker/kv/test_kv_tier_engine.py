@@ -43,7 +43,7 @@ class Worker:
         self.events: queue.Queue[JobEvent] = queue.Queue()
         self.engine = Engine(self.model, defaults, self._sink)
         self.states: list[tuple[list[int], bytes]] = []
-        self.engine.on_tier_state = lambda tokens, data: self.states.append((tokens, data))
+        self.engine.on_tier_state = lambda tokens, data, salt: self.states.append((tokens, data))
         self.engine.start()
 
     def _sink(self, events: list[JobEvent]) -> None:
