@@ -8,7 +8,13 @@ A test starts a process when it asks for a fixture that starts one (PROCESS_FIXT
 fleet fixture stands on `redis_url`) or carries `@pytest.mark.process` (a module's `pytestmark`
 for the ones that run `llamaq` or redis-server themselves). Under --fast a guard fails any
 selected test that starts a process anyway, so a test that forgets its mark is told so, not
-silently slow."""
+silently slow.
+
+The whole suite runs in two passes (scripts/test): `--lane parallel` on pytest-xdist workers
+(`-n`, `--dist loadfile`: a file's tests share one worker, so its module fleets start once),
+then `--lane serial`, one test at a time, for the tests that carry `@pytest.mark.serial`: those
+that measure wall-clock time (a stream's longest gap, how soon an answer came) and must not run
+beside other fleets to mean something."""
 
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ PROCESS_FIXTURES = frozenset({"redis_url", "browser"})
 (pytest lists a test's whole fixture closure)."""
 MARK = "process"
 MODEL_MARK = "model"
+SERIAL_MARK = "serial"
+LANES = ("all", "parallel", "serial")
+"""`--lane`: every test (the default), the ones not marked serial, or only those."""
 MODEL_FOLDER = "worker"
 """tests/<MODEL_FOLDER>/: the worker's rooms in-process, on real GGUF files."""
 
@@ -31,11 +40,16 @@ MODEL_FOLDER = "worker"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true",
                      help="only the tests that start no process (tests/lanes.py)")
+    parser.addoption("--lane", choices=LANES, default="all",
+                     help="all tests, or those that may run beside others (parallel), or "
+                          f"only those marked {SERIAL_MARK} (tests/lanes.py)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: the test starts a process (not in --fast)")
     config.addinivalue_line("markers", f"{MODEL_MARK}: the test runs a model (not in --fast)")
+    config.addinivalue_line("markers", f"{SERIAL_MARK}: the test measures wall-clock time and "
+                                       "runs alone (--lane serial, after the parallel pass)")
 
 
 def starts_process(item: pytest.Item) -> bool:
@@ -53,11 +67,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if starts_process(item) and item.get_closest_marker(MARK) is None:
             item.add_marker(MARK)
-    if not config.getoption("fast"):
+    fast, lane = config.getoption("fast"), config.getoption("lane")
+    if not fast and lane == "all":
         return
-    slow = {id(item) for item in items if starts_process(item) or runs_model(item, tests)}
-    kept = [item for item in items if id(item) not in slow]
-    dropped = [item for item in items if id(item) in slow]
+    dropped_ids = set()
+    if fast:
+        dropped_ids |= {id(item) for item in items
+                        if starts_process(item) or runs_model(item, tests)}
+    if lane != "all":
+        wanted = lane == "serial"
+        dropped_ids |= {id(item) for item in items
+                        if (item.get_closest_marker(SERIAL_MARK) is not None) != wanted}
+    kept = [item for item in items if id(item) not in dropped_ids]
+    dropped = [item for item in items if id(item) in dropped_ids]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import WORKER_FLAGS, make_fleet
@@ -113,6 +114,7 @@ def _busy_slots(url: str, headers: dict[str, str] | None = None) -> int:
     return sum(1 for s in slots if s["is_processing"])
 
 
+@pytest.mark.serial  # a freed slot within 1 s: alone (tests/lanes.py)
 def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: Path,
                                      page: Page, api: str, shot: Shot) -> None:
     # its own api, with large max tokens as its --ui-config default, on the session's worker

@@ -17,7 +17,7 @@ import pytest
 
 from tests.processes import Fleet
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.serial]  # stream gaps: alone (tests/lanes.py)
 SIZE = 120 * 1024 * 1024
 
 

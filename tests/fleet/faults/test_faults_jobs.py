@@ -286,6 +286,7 @@ def test_a_full_queue_refuses_at_once_with_retry_after(redis_url: str, workdir: 
         fleet.stop()
 
 
+@pytest.mark.serial  # refusals within 5 s: alone (tests/lanes.py)
 def test_a_burst_is_bounded_atomically(redis_url: str, workdir: Path,
                                        gemma_path: Path) -> None:
     """-np 1 --queue-max 2, 32 requests sent at the same instant: exactly np + queue_max = 3

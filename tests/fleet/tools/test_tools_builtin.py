@@ -265,6 +265,7 @@ def test_exec_timeout_cap_and_exit_code(api: str) -> None:
         "\n[output truncated]\n[exit code: 1] [exit due to timed out]")
 
 
+@pytest.mark.serial  # an answer within 1 s: alone (tests/lanes.py)
 def test_a_long_command_does_not_block_the_pod(api: str) -> None:
     with ThreadPoolExecutor(2) as pool:
         slow = pool.submit(call, api, "exec_shell_command", {"command": "sleep 3; echo done"})

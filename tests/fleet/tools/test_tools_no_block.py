@@ -21,7 +21,7 @@ import pytest
 from tests.fleet.batches.test_upload_off_loop import gaps_of, streaming
 from tests.processes import Fleet
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.serial]  # stream gaps: alone (tests/lanes.py)
 
 
 @pytest.fixture(scope="module")

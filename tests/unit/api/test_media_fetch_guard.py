@@ -139,6 +139,7 @@ def test_a_redirect_to_loopback_is_refused(origin: str, elsewhere: Listener) -> 
     assert elsewhere.accepted == 0
 
 
+@pytest.mark.serial  # cut between 1.4 s and 3 s: alone (tests/lanes.py)
 def test_a_slow_drip_is_cut_at_the_deadline(origin: str) -> None:
     took = fails(f"{origin}/drip", LOCAL)
     assert 1.4 < took < 3.0

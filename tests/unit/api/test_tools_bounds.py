@@ -109,6 +109,7 @@ def test_grep_reads_lines_lazily_with_the_same_answers(text: str, source: str, c
         listed_grep(source, text, ctx, show_num, total)
 
 
+@pytest.mark.serial  # GIL ticks under 100 ms: alone (tests/lanes.py)
 def test_a_catastrophic_regex_ends_at_the_budget_without_holding_the_gil() -> None:
     pattern = compile_pattern("(a|aa)+$", literal=False, ignore_case=False)
     ticks: list[float] = []

@@ -15,6 +15,8 @@ from worker.engine.loop import Engine
 from worker.engine.requests import EngineDefaults
 from worker.runtime.model import ContextPlan, LoadedModel
 
+pytestmark = pytest.mark.serial  # a speed comparison: alone (tests/lanes.py)
+
 N_SLOTS = 8
 
 
