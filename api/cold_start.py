@@ -12,8 +12,9 @@ and the autoscaler sees it; what is ours is the bound and the sign of life:
   every COMMENT_EVERY_S seconds (clients and proxies ignore comments; they keep idle-timeout
   proxies from closing the connection), then its tokens;
 - a chat request (its prompt is rendered with the template its worker reports) waits the same
-  way before its job exists, counted as held too, without comments: its stream opens once a
-  worker is there;
+  way before its job exists, counted as held too; an OpenAI chat stream opens at its first
+  comment (api/streaming.py `early_stream`), and an error after that is its error event; the
+  Anthropic and Responses streams open once a worker is there (no comments before);
 - the hold ends as soon as a worker of the model is live: from then the job waits in the queue
   as any other (bounded by `--timeout`);
 - `llamaq:cold_start_waiting{model}` counts the requests held now, fleet-wide (a Redis sorted
@@ -51,6 +52,7 @@ TIMEOUTS = "cold_start_timeouts"
 
 HasWorkers = Callable[[str], Awaitable[bool]]
 """Has the model (its id) a live worker now?"""
+Tick = Callable[[], Awaitable[None]]
 
 
 class ColdHold:
@@ -110,17 +112,22 @@ class ColdStart:
         return ColdHold(self._redis, model_id, job_id, self.timeout_s, self._has_workers)
 
 
-    async def wait(self, model_id: str) -> None:
+    async def wait(self, model_id: str, tick: Tick | None = None) -> None:
         """Until the model has a live worker (a request that needs one before its job exists:
-        a chat needs its worker's template), counted as held; past the timeout 503."""
+        a chat needs its worker's template), counted as held; past the timeout 503. `tick`
+        is called every COMMENT_EVERY_S meanwhile (a chat stream's comment)."""
         if self.timeout_s <= 0 or await self._has_workers(model_id):
             return
         hold = await self.hold(model_id, f"request:{uuid.uuid4().hex}")
         assert hold is not None
+        next_tick = time.monotonic() + COMMENT_EVERY_S
         try:
             while await hold.cold():
                 if time.monotonic() >= hold.deadline:
                     raise await hold.expired()
+                if tick is not None and time.monotonic() >= next_tick:
+                    next_tick += COMMENT_EVERY_S
+                    await tick()
                 await asyncio.sleep(COLD_CHECK_EVERY_S)
         finally:
             await asyncio.shield(hold.release())

@@ -63,6 +63,34 @@ class Resume:
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
+async def early_comment(request: Request) -> None:
+    """A request that waits for a worker before its jobs exist (a chat, api/cold_start.py):
+    its stream opens now, with a waiting comment; `open_stream_once` hands it on."""
+    response = getattr(request.ctx, "early_stream", None)
+    if response is None:
+        response = await open_stream(request)
+        request.ctx.early_stream = response
+    await response.send(COLD_COMMENT)
+
+
+async def open_stream_once(request: Request) -> HTTPResponse:
+    """The stream `early_comment` opened, else a new one."""
+    response = getattr(request.ctx, "early_stream", None)
+    return response if response is not None else await open_stream(request)
+
+
+async def early_stream_error(request: Request, error: LlamaqError,
+                             fmt: Callable[[LlamaqError], str] = sse_error) -> bool:
+    """An error of a request whose stream opened early goes out as its error event (True);
+    False: no stream is open, the error is a plain response."""
+    response = getattr(request.ctx, "early_stream", None)
+    if response is None:
+        return False
+    await response.send(fmt(error))
+    await response.eof()
+    return True
+
+
 def ping_interval(request: Request, field: float | None) -> float:
     """Seconds between pings: the request's `sse_ping_interval`, else the server's flag."""
     settings = services(request).settings
@@ -93,7 +121,7 @@ async def stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
             if any(s.hold is not None for s in streams):  # a cold start: open now, comments
                 resume.record.job_ids = [s.job_id for s in streams]
                 await StreamRecords(fleet.redis).save(resume.record, resume.holder)
-                response = await open_stream(request)
+                response = await open_stream_once(request)
                 try:
                     item = await _next_with_pings(merged, response, COMMENT_EVERY_S,
                                                   lambda: _waiting(streams))
@@ -105,7 +133,7 @@ async def stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
                 item = await anext(merged)  # errors before any byte: JSON
                 resume.record.job_ids = [s.job_id for s in streams]
                 await StreamRecords(fleet.redis).save(resume.record, resume.holder)
-                response = await open_stream(request)
+                response = await open_stream_once(request)
             writer = _Writer(response, resume, len(streams))
             try:
                 while item is not None:

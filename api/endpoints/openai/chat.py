@@ -30,10 +30,11 @@ from api.endpoints.openai.render import (
     logprobs_json,
     timings_json,
 )
-from api.errors import validation_message
+from api.errors import as_llamaq_error, validation_message
 from api.media.refs import media_refs
 from api.media.sources import media_access
 from api.sse import sse_data
+from api.streaming import early_stream_error
 from api.tenants.config import DEFAULT_TENANT
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
@@ -77,9 +78,11 @@ class ChatPlan:
         return self.prepared.parse(text)
 
 
-async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest) -> ChatPlan:
-    """The chat preparation every chat API shares (api/chat/prepare.py), from this body."""
-    workers = await context.workers()
+async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest,
+                    stream: bool = False) -> ChatPlan:
+    """The chat preparation every chat API shares (api/chat/prepare.py), from this body
+    (`stream`: a cold start's wait opens the stream early, api/cold_start.py)."""
+    workers = await context.workers(stream)
     budget = next((b for b in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
                    if b is not None), None)
     prepared = prepare_chat(context.settings, workers[0].meta, ChatRequest(
@@ -131,9 +134,19 @@ async def control(request: Request) -> HTTPResponse:
 
 
 async def chat_completions(request: Request) -> HTTPResponse | None:
+    try:
+        return await _chat_completions(request)
+    except Exception as exc:  # after a cold start opened the stream: its error event
+        if getattr(request.ctx, "early_stream", None) is None:
+            raise
+        await early_stream_error(request, as_llamaq_error(exc))
+        return None
+
+
+async def _chat_completions(request: Request) -> HTTPResponse | None:
     context = OpenAIContext.of(request)
     body = parse_body(request, ChatCompletionRequest)
-    plan = await plan_chat(context, body)
+    plan = await plan_chat(context, body, stream=bool(body.stream))
     jobs = plan.jobs(context.model_id)
     await context.prepare(jobs, body.id_slot, body.choices)
     envelope = await context.envelope("chatcmpl-", body.stream)

@@ -13,7 +13,14 @@ from api.endpoints.openai.render import Envelope, random_id
 from api.fleet import Fleet
 from api.services import request_model, request_settings, services
 from api.settings import ApiSettings
-from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
+from api.streaming import (
+    Resume,
+    StreamFormat,
+    early_comment,
+    ping_interval,
+    resume_of,
+    stream_jobs,
+)
 from scheduler.contract.errors import ServerError
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
@@ -55,10 +62,13 @@ class OpenAIContext:
             return self.model or self.settings.model_id()
         return request_model(self.request)
 
-    async def workers(self) -> list[WorkerInfo]:
+    async def workers(self, stream: bool = False) -> list[WorkerInfo]:
         """The model's live workers; none yet is the spec's 503 "Loading model", after a
-        wait for one under --cold-start-timeout (api/cold_start.py)."""
-        return await self.fleet.placement.workers(self.model_id, wait=True)
+        wait for one under --cold-start-timeout (api/cold_start.py); a `stream` opens early,
+        with waiting comments, when that wait is long."""
+        request = self.request
+        tick = (lambda: early_comment(request)) if stream and request is not None else None
+        return await self.fleet.placement.workers(self.model_id, wait=True, tick=tick)
 
     def verbose(self, asked: bool) -> bool:
         """Responses carry llama-server's `__verbose` debug object: the request's `verbose`,

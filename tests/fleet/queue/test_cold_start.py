@@ -193,24 +193,62 @@ def test_a_router_holds_a_model_for_its_own_worker(tmp_path: Path) -> None:
 def test_a_chat_waits_for_its_worker_before_its_job_exists(redis_url: str, workdir: Path,
                                                           gemma_path: Path) -> None:
     """A chat is rendered with its worker's template, so it waits for a worker before its
-    job exists: counted as held (not in queue_depth), answered once the worker is there."""
+    job exists: counted as held (not in queue_depth); a chat stream opens at its first
+    waiting comment; both are answered once the worker is there."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-chat-cold")
     try:
         api = fleet.add_api("--metrics", "--cold-start-timeout", "120")
         answers: list[httpx.Response] = []
-        thread = threading.Thread(target=lambda: answers.append(httpx.post(
-            f"{api}/v1/chat/completions", timeout=180, json={
-                "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})),
-            daemon=True)
-        thread.start()
+        chat = {"max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        plain = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{api}/v1/chat/completions", timeout=180, json=chat)), daemon=True)
+        streamed = Reply()
+
+        def stream() -> None:
+            with httpx.stream("POST", f"{api}/v1/chat/completions", timeout=180,
+                              json={**chat, "stream": True}) as response:
+                streamed.status = response.status_code
+                for line in response.iter_lines():
+                    streamed.text += line + "\n"
+                    if line == COMMENT:
+                        streamed.comments.append(time.monotonic())
+                    elif line.startswith("data: ") and streamed.first_data is None:
+                        streamed.first_data = time.monotonic()
+
+        threads = [plain, threading.Thread(target=stream, daemon=True)]
+        sent = time.monotonic()
+        for thread in threads:
+            thread.start()
         model = 'model="gemma-chat-cold"'
-        wait_until(lambda: fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 1,
-                   timeout=20, what="the chat held")
+        wait_until(lambda: fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 2,
+                   timeout=20, what="the chats held")
         assert fleet_series(api)[f"llamaq:queue_depth{{{model}}}"][1] == 0
+        wait_until(lambda: streamed.comments, timeout=20, what="the stream's first comment")
+        assert streamed.status == 200 and time.monotonic() - sent < 15
         fleet.add_worker(*WORKER)
-        thread.join(timeout=180)
+        for thread in threads:
+            thread.join(timeout=180)
         assert answers and answers[0].status_code == 200, answers
         assert answers[0].json()["choices"][0]["message"]["content"]
+        assert streamed.first_data is not None and streamed.comments[-1] < streamed.first_data
+        assert streamed.text.rstrip().endswith("data: [DONE]"), streamed.text
         assert fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 0
+    finally:
+        fleet.stop()
+
+
+def test_a_chat_stream_held_past_the_timeout_ends_with_its_error_event(
+        redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-chat-never")
+    try:
+        api = fleet.add_api("--cold-start-timeout", "7")
+        with httpx.stream("POST", f"{api}/v1/chat/completions", timeout=60, json={
+                "max_tokens": 4, "stream": True,
+                "messages": [{"role": "user", "content": "Hi"}]}) as response:
+            assert response.status_code == 200
+            lines = list(response.iter_lines())
+        assert COMMENT in lines
+        error = json.loads(next(x for x in lines if x.startswith("data: "))[6:])["error"]
+        assert error["code"] == 503 and "--cold-start-timeout" in error["message"], lines
     finally:
         fleet.stop()
