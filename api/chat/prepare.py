@@ -11,6 +11,7 @@ format, tool-call parsing). Hands off: each API's own fields become a ChatReques
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,8 @@ from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
 from scheduler.registry import ModelMeta
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -167,6 +170,7 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
     template = ChatTemplate.for_model(settings, meta)
+    log.debug("chat format: %s", detect_chat_format(template.source).name)
     frame = call_frame(template.source)
     tool_frame: list[str] | None = None
     schema: str | None
