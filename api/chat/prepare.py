@@ -113,8 +113,11 @@ class PreparedChat:
                                  prompt=self.prompt, tool_names=names,
                                  parallel_tool_calls=self.parallel_tool_calls)
         if chat_format is FUNCTIONARY_V3_2:
-            return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
-                                     parallel_tool_calls=self.parallel_tool_calls)
+            prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
+            functionary = FunctionaryParser(tools=self.parse_tools, prompt=prompt,
+                                            tool_names=names,
+                                            parallel_tool_calls=self.parallel_tool_calls)
+            return SeededParser(functionary, self.prefill) if self.prefill else functionary
         prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
         forced_open = prompt_opens_thinking(prompt, self.template.source)
         start_tag, _ = reasoning_tags(self.template.source)
