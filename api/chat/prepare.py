@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api.chat.caps import chat_template_caps
@@ -120,6 +120,10 @@ class PreparedChat:
             return SeededParser(functionary, self.prefill) if self.prefill else functionary
         prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
         forced_open = prompt_opens_thinking(prompt, self.template.source)
+        if self.tool_frame and self.tool_frame[0].strip():
+            # a forced call starts at once, in a thinking block the prompt opened
+            chat_format = replace(chat_format, reasoning_ends=(
+                *chat_format.reasoning_ends, self.tool_frame[0].strip()))
         start_tag, _ = reasoning_tags(self.template.source)
         parser = ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
