@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from api.chat.chat_formats import detect_chat_format
-from tests.chat_cases import TEMPLATES, cases, verdict
+from tests.chat_cases import TEMPLATES, cases, normal, run, verdict
 from tests.paths import DATA
 
 DIFFER = frozenset((DATA / "chat_cases_differ.txt").read_text("utf-8").split())
@@ -62,3 +62,22 @@ def test_each_template_is_recognised_as_its_family() -> None:
         if family != "generic":
             found[name.removesuffix(".jinja")] = family
     assert found == FAMILIES
+
+
+CALL_CASES = list({c["template"]: c for c in reversed(CASES)
+                   if c["expect"]["tool_calls"] and not c["params"].get("is_partial")}.values())
+"""The first tool-call case of each template."""
+
+
+@pytest.mark.parametrize("case", CALL_CASES, ids=[c["id"] for c in CALL_CASES])
+def test_a_cut_or_broken_call_never_fails_and_streams_as_it_reads_whole(case) -> None:
+    """Malformed output (a call cut by max_tokens, arguments that are not JSON) is content or a
+    call, never an error, and the stream adds up to the whole answer."""
+    text = case["input"]
+    broken = text.replace("}", "", 1).replace('"', "'", 2)
+    for variant in (text[: len(text) // 3], text[: len(text) // 2], text[:-1], broken):
+        outcome = run({**case, "input": variant})
+        assert not outcome.error, outcome.error
+        assert outcome.whole is not None and outcome.streamed is not None
+        whole, streamed = normal(outcome.whole, []), normal(outcome.streamed, [])
+        assert streamed == whole, variant
