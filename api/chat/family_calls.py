@@ -360,3 +360,32 @@ def parse_kimi_k3_tools(inner: str, types: ParamTypes) -> list[ParsedCall] | Non
     if not calls or _leftover(inner, _K3_CALL):
         return None
     return calls
+
+
+# --- Muse Glimmer ----------------------------------------------------------------------------
+
+_ATEM_INVOKE = re.compile(r'<atem:invoke name="([^"]+)">(.*?)</atem:invoke>', re.DOTALL)
+_ATEM_PARAM = re.compile(r'<atem:parameter name="([^"]+)">(.*?)</atem:parameter>', re.DOTALL)
+
+
+def parse_muse_call(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
+    """The text after Muse Glimmer's `to=`: `TOOL<|message|><atem:function_calls>` and its
+    invokes (a message to `user` or `self` is no call)."""
+    recipient, sep, body = inner.partition("<|message|>")
+    recipient = recipient.strip(WHITESPACE)
+    body = body.strip(WHITESPACE)
+    if not sep or recipient in ("user", "self") or not body.startswith("<atem:function_calls>"):
+        return None
+    body = body[len("<atem:function_calls>"):]
+    calls = []
+    for invoke in _ATEM_INVOKE.finditer(body):
+        name = invoke.group(1)
+        if _leftover(invoke.group(2), _ATEM_PARAM):
+            return None
+        known = types.get(name, {})
+        arguments = {key: typed_value(value, known.get(key))
+                     for key, value in _ATEM_PARAM.findall(invoke.group(2))}
+        calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
+    if not calls or _leftover(body, _ATEM_INVOKE):
+        return None
+    return calls

@@ -45,6 +45,7 @@ from api.chat.tool_formats import (
     generic_response,
     known_names,
     load_json,
+    may_grow,
     parse_deepseek_calls,
     parse_function_tag,
     parse_python_tag,
@@ -232,11 +233,15 @@ class ChatOutputParser:
             started = self._step_answer_start(final)
             if started is not None:
                 return started
-        found = min(
+        found = min(  # the first marker; of two at one place, the longer
             ((text.find(marker, self._pos), marker) for marker in self._markers),
-            key=lambda hit: (hit[0] < 0, hit[0]),
+            key=lambda hit: (hit[0] < 0, hit[0], -len(hit[1])),
         )
         start, marker = found
+        if start >= 0 and not final and may_grow(text, start, marker, self._markers):
+            self._emit.body(text[self._pos : start])  # a longer marker may be coming
+            self._pos = start
+            return False
         if start >= 0 and marker in self._dropped:
             self._emit.body(text[self._pos : start])
             self._pos = start + len(marker)

@@ -47,7 +47,8 @@ FAMILIES = {
     "fireworks-ai-llama-3-firefunction-v2": "firefunction-v2",
     "google-gemma-4-31B-it": "gemma4", "ibm-granite-granite-3.3-2B-Instruct": "granite",
     "inclusionai-ling-3.0-flash": "ling3", "meetkai-functionary-medium-v3.2": "functionary-v3.2",
-    "moonshotai-Kimi-K2": "kimi-k2", "openai-gpt-oss-120b": "gpt-oss",
+    "moonshotai-Kimi-K2": "kimi-k2", "muse-glimmer": "muse-glimmer",
+    "openai-gpt-oss-120b": "gpt-oss",
     "openbmb-MiniCPM5-1B": "minicpm5", "unsloth-Apriel-1.5": "apriel",
 }
 """The family each ported template is recognised as (the others: the generic reader, which
