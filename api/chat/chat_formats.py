@@ -24,6 +24,7 @@ from api.chat.family_calls import (
     parse_kimi_k3_tools,
     parse_minicpm5_call,
     parse_minimax_m3_calls,
+    parse_muse_call,
     parse_pythonic_calls,
 )
 from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
@@ -124,6 +125,14 @@ QWEN3_CODER = ChatFormat(
     markers=("<tool_call>", "</tool_call>"))
 FUNCTIONARY_V3_2 = ChatFormat("functionary-v3.2", markers=(">>>all",))
 
+MUSE_GLIMMER = ChatFormat(
+    "muse-glimmer",
+    blocks={"to=": ("</atem:function_calls>", parse_muse_call)},
+    dropped=("<|start|>assistant", " to=user<|message|>", "to=user<|message|>", "<|eot|>",
+             "<|eom|>"),
+    markers=("<|start|>", "<|message|>", "<|eom|>", "<|eot|>", "<atem:function_calls>",
+             "<atem:invoke", "<atem:parameter", "</atem:parameter>", "</atem:invoke>",
+             "</atem:function_calls>"))
 LING3 = ChatFormat(
     "ling3", blocks={"<tool_call>": ("</tool_call>", parse_glm_tool_call)},
     dropped=("<|role_end|>", "</think>"), reasoning_ends=("<tool_call>",),
@@ -193,6 +202,7 @@ _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
     # in llama.cpp's order (common_chat_try_specialized_template), then its auto-parser's
     (FUNCTIONARY_V3_2, (">>>all", ">>>${recipient}"), ()),
     (KIMI_K2, (KIMI_SECTION_BEGIN, KIMI_CALL_BEGIN), ()),
+    (MUSE_GLIMMER, ("<atem:function_calls>", "<|eom|>"), ()),
     (KIMI_K3, KIMI_K3_MARKERS, ()),
     (LING3, ("<role>ASSISTANT</role>", "<arg_key>"), ()),
     (COHERE2_MOE, ("<|START_TEXT|>", "<|START_ACTION|>"), ()),

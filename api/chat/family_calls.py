@@ -220,27 +220,69 @@ def parse_dsml_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
 
 
 MINIMAX_M3_NS = "]<]minimax[>["
-_M3_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)</invoke>', re.DOTALL)
-_M3_PARAM = re.compile(r"<([^<>/\s]+)>(.*?)</\1>", re.DOTALL)
+_M3_INVOKE = re.compile(re.escape(MINIMAX_M3_NS) + r'<invoke name="([^"]+)">(.*?)' +
+                        re.escape(MINIMAX_M3_NS) + "</invoke>", re.DOTALL)
+_M3_OPEN = re.compile(re.escape(MINIMAX_M3_NS) + r"<([^<>/\s]+)>")
+
+
+def _m3_children(text: str) -> list[tuple[str, str]] | None:
+    """The `NS<tag>…NS</tag>` elements `text` is made of (nested ones kept whole), or None
+    when it is not only elements."""
+    out = []
+    pos = 0
+    while pos < len(text):
+        if not text[pos:].strip(WHITESPACE):
+            break
+        match = _M3_OPEN.match(text, pos + len(text[pos:]) - len(text[pos:].lstrip(WHITESPACE)))
+        if not match:
+            return None
+        tag = match.group(1)
+        opener, closer = f"{MINIMAX_M3_NS}<{tag}>", f"{MINIMAX_M3_NS}</{tag}>"
+        depth, at = 1, match.end()
+        while depth:
+            next_close = text.find(closer, at)
+            if next_close < 0:
+                return None
+            next_open = text.find(opener, at, next_close)
+            if next_open >= 0:
+                depth, at = depth + 1, next_open + len(opener)
+            else:
+                depth, at = depth - 1, next_close + len(closer)
+        out.append((tag, text[match.end():at - len(closer)]))
+        pos = at
+    return out
+
+
+def _m3_value(raw: str, schema_type: Any) -> Any:
+    """A MiniMax-M3 parameter's value: a string parameter its text as written (markup and
+    all), a nested object or array its elements (`<item>` for an array's), else a scalar."""
+    if schema_type == "string" or (isinstance(schema_type, list) and "string" in schema_type):
+        return raw
+    children = _m3_children(raw) if MINIMAX_M3_NS in raw else None
+    if children:
+        if all(tag == "item" for tag, _ in children):
+            return [_m3_value(inner, None) for _, inner in children]
+        return {tag: _m3_value(inner, None) for tag, inner in children}
+    return typed_value(raw.replace(MINIMAX_M3_NS, ""), schema_type)
 
 
 def parse_minimax_m3_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
     """The inside of MiniMax-M3's `<tool_call>…</tool_call>`, namespace tokens and all."""
-    text = inner.replace(MINIMAX_M3_NS, "")
     calls = []
-    for invoke in _M3_INVOKE.finditer(text):
+    for invoke in _M3_INVOKE.finditer(inner):
         name = invoke.group(1).strip(WHITESPACE)
-        if _leftover(invoke.group(2), _M3_PARAM):
+        params = _m3_children(invoke.group(2))
+        if params is None:
             return None
         known = types.get(name, {})
-        arguments = {key: typed_value(value, known.get(key))
-                     for key, value in _M3_PARAM.findall(invoke.group(2))}
+        arguments = {key: _m3_value(value, known.get(key)) for key, value in params}
         calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
-    if not calls or _leftover(text, _M3_INVOKE):
+    if not calls or _leftover(inner.replace(MINIMAX_M3_NS, ""), _M3_PLAIN_INVOKE):
         return None
     return calls
 
 
+_M3_PLAIN_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)</invoke>', re.DOTALL)
 _CPM_PARAM = re.compile(r'<param name="([^"]+)">(.*?)</param>', re.DOTALL)
 
 
@@ -316,5 +358,34 @@ def parse_kimi_k3_tools(inner: str, types: ParamTypes) -> list[ParsedCall] | Non
                 arguments[key] = raw
         calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
     if not calls or _leftover(inner, _K3_CALL):
+        return None
+    return calls
+
+
+# --- Muse Glimmer ----------------------------------------------------------------------------
+
+_ATEM_INVOKE = re.compile(r'<atem:invoke name="([^"]+)">(.*?)</atem:invoke>', re.DOTALL)
+_ATEM_PARAM = re.compile(r'<atem:parameter name="([^"]+)">(.*?)</atem:parameter>', re.DOTALL)
+
+
+def parse_muse_call(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
+    """The text after Muse Glimmer's `to=`: `TOOL<|message|><atem:function_calls>` and its
+    invokes (a message to `user` or `self` is no call)."""
+    recipient, sep, body = inner.partition("<|message|>")
+    recipient = recipient.strip(WHITESPACE)
+    body = body.strip(WHITESPACE)
+    if not sep or recipient in ("user", "self") or not body.startswith("<atem:function_calls>"):
+        return None
+    body = body[len("<atem:function_calls>"):]
+    calls = []
+    for invoke in _ATEM_INVOKE.finditer(body):
+        name = invoke.group(1)
+        if _leftover(invoke.group(2), _ATEM_PARAM):
+            return None
+        known = types.get(name, {})
+        arguments = {key: typed_value(value, known.get(key))
+                     for key, value in _ATEM_PARAM.findall(invoke.group(2))}
+        calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
+    if not calls or _leftover(body, _ATEM_INVOKE):
         return None
     return calls

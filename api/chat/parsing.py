@@ -32,9 +32,9 @@ from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
-from api.chat.partial_calls import partial_call
+from api.chat.partial_calls import partial_tool_call
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
+from api.chat.tagged_calls import ParamTypes, parse_tool_call_block, parse_xml_calls
 from api.chat.tool_formats import (
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
@@ -45,6 +45,7 @@ from api.chat.tool_formats import (
     generic_response,
     known_names,
     load_json,
+    may_grow,
     parse_deepseek_calls,
     parse_function_tag,
     parse_python_tag,
@@ -61,8 +62,9 @@ _BLOCKS: dict[str, tuple[str, BlockParser]] = {
 }
 
 
-STREAMED = frozenset({parse_tool_call_block})
-"""The block parsers whose calls are JSON `{"name", "arguments"}`, streamed while written."""
+STREAMED = frozenset({parse_tool_call_block, parse_xml_calls})
+"""The block parsers whose calls (JSON `{"name", "arguments"}` or Qwen3-Coder's XML in
+`<tool_call>`, Seed-OSS's) are streamed while written."""
 
 
 class _Phase(enum.Enum):
@@ -231,11 +233,15 @@ class ChatOutputParser:
             started = self._step_answer_start(final)
             if started is not None:
                 return started
-        found = min(
+        found = min(  # the first marker; of two at one place, the longer
             ((text.find(marker, self._pos), marker) for marker in self._markers),
-            key=lambda hit: (hit[0] < 0, hit[0]),
+            key=lambda hit: (hit[0] < 0, hit[0], -len(hit[1])),
         )
         start, marker = found
+        if start >= 0 and not final and may_grow(text, start, marker, self._markers):
+            self._emit.body(text[self._pos : start])  # a longer marker may be coming
+            self._pos = start
+            return False
         if start >= 0 and marker in self._dropped:
             self._emit.body(text[self._pos : start])
             self._pos = start + len(marker)
@@ -313,13 +319,13 @@ class ChatOutputParser:
         end_tag, parse = self._block
         end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
-            if parse in STREAMED:  # JSON calls: streamed as they are written
-                self._emit.stream_call(partial_call(self._text[self._pos :]))
+            if parse in STREAMED:  # JSON or XML calls: streamed as they are written
+                self._emit.stream_call(partial_tool_call(self._text[self._pos :], self._types))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
         calls = parse(inner, self._types)
         if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
-            started = partial_call(inner)
+            started = partial_tool_call(inner, self._types)
             calls = [ParsedCall(name=started[0], arguments=started[2])] if started else None
         if calls or self._emit.streaming is not None:
             self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))

@@ -10,9 +10,12 @@ read, and its arguments dumped compactly; what the dump has past the closers add
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from typing import Any
 
-from api.chat.tool_formats import WHITESPACE, dump_arguments
+from api.chat.tagged_calls import ParamTypes, typed_value
+from api.chat.tool_formats import WHITESPACE, dump_arguments, partial_suffix
 
 _SCALAR_END = frozenset(",:]}" + WHITESPACE)
 
@@ -148,3 +151,59 @@ def partial_call(inner: str) -> tuple[str, str, str] | None:
     open_in_args = max(added - 1, 0)
     certain = dumped[:len(dumped) - open_in_args] if open_in_args else dumped
     return name, certain, dumped
+
+
+_XML_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>")
+_PARAMETER, _PARAMETER_END = "<parameter=", "</parameter>"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def partial_xml_call(inner: str, types: ParamTypes) -> tuple[str, str, str] | None:
+    """The same for Qwen3-Coder's XML (`<function=NAME><parameter=K>V</parameter>…`): the
+    parameters complete so far, then a string parameter's text as it is written (less what may
+    still be markup: a trailing newline, a piece of `</parameter>`)."""
+    match = _XML_FUNCTION.match(inner)
+    if match is None:
+        return None
+    name = match.group(1).strip(WHITESPACE)
+    body = inner[match.end():]
+    done = body.find("</function>")
+    body = body if done < 0 else body[:done]
+    known = types.get(name, {})
+    pairs: dict[str, Any] = {}
+    open_value = ""
+    pos = 0
+    while (start := body.find(_PARAMETER, pos)) >= 0:
+        key_end = body.find(">", start)
+        if key_end < 0:
+            break
+        key = body[start + len(_PARAMETER):key_end].strip(WHITESPACE)
+        close = body.find(_PARAMETER_END, key_end)
+        if close < 0:
+            if known.get(key) == "string":
+                raw = body[key_end + 1:]
+                raw = raw[:len(raw) - partial_suffix(raw, 0, (_PARAMETER_END,))]
+                if raw.startswith("\n"):
+                    raw = raw[1:].removesuffix("\n")
+                elif not raw:
+                    raw = ""
+                open_value = f"{_compact(key)}:{_compact(raw)[:-1]}"
+            break
+        pairs[key] = typed_value(body[key_end + 1:close], known.get(key))
+        pos = close + len(_PARAMETER_END)
+    whole = dump_arguments(pairs)
+    if done >= 0:
+        return name, whole, whole
+    certain = whole[:-1] + ("," if pairs and open_value else "") + open_value
+    guess = certain + ('"}' if open_value else "}")
+    return name, certain, guess
+
+
+def partial_tool_call(inner: str, types: ParamTypes) -> tuple[str, str, str] | None:
+    """A call being written in a `<tool_call>` block: JSON or Qwen3-Coder's XML."""
+    if inner.lstrip(WHITESPACE).startswith("<function="):
+        return partial_xml_call(inner, types)
+    return partial_call(inner)

@@ -11,8 +11,9 @@ format, tool-call parsing). Hands off: each API's own fields become a ChatReques
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api.chat.caps import chat_template_caps
@@ -39,6 +40,8 @@ from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
 from scheduler.registry import ModelMeta
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,10 +113,17 @@ class PreparedChat:
                                  prompt=self.prompt, tool_names=names,
                                  parallel_tool_calls=self.parallel_tool_calls)
         if chat_format is FUNCTIONARY_V3_2:
-            return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
-                                     parallel_tool_calls=self.parallel_tool_calls)
+            prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
+            functionary = FunctionaryParser(tools=self.parse_tools, prompt=prompt,
+                                            tool_names=names,
+                                            parallel_tool_calls=self.parallel_tool_calls)
+            return SeededParser(functionary, self.prefill) if self.prefill else functionary
         prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
         forced_open = prompt_opens_thinking(prompt, self.template.source)
+        if self.tool_frame and self.tool_frame[0].strip():
+            # a forced call starts at once, in a thinking block the prompt opened
+            chat_format = replace(chat_format, reasoning_ends=(
+                *chat_format.reasoning_ends, self.tool_frame[0].strip()))
         start_tag, _ = reasoning_tags(self.template.source)
         parser = ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
@@ -167,6 +177,7 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
     template = ChatTemplate.for_model(settings, meta)
+    log.debug("chat format: %s", detect_chat_format(template.source).name)
     frame = call_frame(template.source)
     tool_frame: list[str] | None = None
     schema: str | None

@@ -33,6 +33,8 @@ def check_reasoning_format(name: str) -> str:
 def reasoning_tags(template_source: str = "") -> tuple[str, str]:
     """The (start, end) thinking tags a template's models write (gpt-oss: llama.cpp's
     `<|channel|>analysis<|message|>` … `<|end|>`)."""
+    if "<atem:function_calls>" in template_source and "<|eom|>" in template_source:
+        return "to=self<|message|>", "<|eom|>"  # Muse Glimmer: its message to itself
     if all(marker in template_source for marker in KIMI_K3_MARKERS):
         return "<|open|>think<|sep|>", "<|close|>think<|sep|>"
     for start, end in _REASONING_TAGS:

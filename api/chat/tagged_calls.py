@@ -51,9 +51,20 @@ def param_types(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
         parameters = function.get("parameters") or {}
         properties = parameters.get("properties") if isinstance(parameters, dict) else None
         out[function.get("name", "")] = {
-            key: spec.get("type") for key, spec in (properties or {}).items()
+            key: _schema_type(spec) for key, spec in (properties or {}).items()
             if isinstance(spec, dict)}
     return out
+
+
+def _schema_type(spec: Mapping[str, Any]) -> Any:
+    """A parameter's `type`; for `anyOf`/`oneOf` without one, the list of the alternatives'
+    types (a list reads as "unknown" to `typed_value`)."""
+    if "type" in spec:
+        return spec["type"]
+    alternatives = spec.get("anyOf") or spec.get("oneOf")
+    if isinstance(alternatives, list):
+        return [alt["type"] for alt in alternatives if isinstance(alt, dict) and "type" in alt]
+    return None
 
 
 def typed_value(raw: str, schema_type: Any) -> Any:

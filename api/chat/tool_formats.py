@@ -44,6 +44,14 @@ def partial_suffix(text: str, start: int, markers: Collection[str]) -> int:
     return best
 
 
+def may_grow(text: str, start: int, marker: str, markers: Collection[str]) -> bool:
+    """Whether the `marker` found at `start` may yet be the start of a longer one (the text
+    from there is a proper prefix of it): a stream waits for the next piece."""
+    rest = text[start:]
+    return any(len(m) > len(rest) and m.startswith(marker) and m.startswith(rest)
+               for m in markers)
+
+
 def random_string(length: int = 32) -> str:
     """llama-server's `random_string()`: 32 characters of [0-9A-Za-z]."""
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))

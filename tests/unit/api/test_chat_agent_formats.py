@@ -475,3 +475,10 @@ def test_required_call_without_json_markers_stays_generic() -> None:
     assert glm.tool_frame is None
     assert "Respond in JSON format" in glm.prompt
     assert "tool_calls" in json.loads(glm.tool_schema or "")["properties"]  # parallel: a list
+
+
+def test_a_forced_call_in_a_thinking_block_the_prompt_opened_is_a_call() -> None:
+    qwq = prepared("Qwen-QwQ-32B.jinja", tool_choice="required", parallel_tool_calls=False)
+    assert qwq.prompt.endswith("<think>\n") and qwq.tool_frame is not None
+    check(qwq, '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n'
+          "</tool_call>", "", None, [("get_weather", {"location": "Paris"})])

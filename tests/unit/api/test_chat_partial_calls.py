@@ -11,6 +11,7 @@ import pytest
 from api.chat.parsing import ChatOutputParser
 from api.chat.partial_calls import close_partial_json, partial_call
 from api.chat.tool_formats import dump_arguments
+from tests.chat_cases import ported, prepare
 
 CALLS = [
     '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}',
@@ -65,3 +66,24 @@ def test_a_tool_call_block_streams_its_arguments_in_pieces() -> None:
     # the name is sent before the arguments' end is written
     message = parser.finish()
     assert message.content == "Sure." and message.tool_calls[0].id == head[1]
+
+
+def test_a_qwen3_coder_call_streams_its_string_parameter_as_written() -> None:
+    case = {"template": "Qwen3-Coder.jinja", "input": "", "params": {"tools": ["edit"]},
+            "expect": {}}
+    assert "edit" in ported()["tools"]
+    chat = prepare(case)
+    text = ("<tool_call>\n<function=edit>\n<parameter=filename>\nfoo.c\n</parameter>\n"
+            "<parameter=newString>\n#include <x>\nint main;\n\n</parameter>\n</function>\n"
+            "</tool_call>")
+    parser = chat.parser()
+    pieces: list[str] = []
+    for ch in text:
+        for delta in parser.feed(ch):
+            pieces += [tc.arguments for tc in delta.tool_calls if tc.arguments]
+    for delta in parser.flush():
+        pieces += [tc.arguments for tc in delta.tool_calls if tc.arguments]
+    final = '{"filename":"foo.c","newString":"#include <x>\\nint main;\\n"}'
+    assert "".join(pieces) == final
+    assert len(pieces) > 10  # the string parameter's text arrives as it is written
+    assert parser.finish().tool_calls[0].arguments == final
