@@ -70,13 +70,13 @@ async def client(http: httpx.AsyncClient, api: str, key: str, n: int, until: flo
                     if "error" in event:
                         seen.problems[f"stream error {event['error'].get('code')}"] += 1
                         break
+                    if event.get("content") and time.monotonic() <= until:
+                        seen.tokens += 1  # a streamed event per token: the window's only
                     if first and event.get("content"):
                         seen.ttft_s.append(time.monotonic() - sent)
                         first = False
                     if event.get("stop"):
                         ended = True
-                        if time.monotonic() <= until:  # tokens of the window only
-                            seen.tokens += int(event.get("tokens_predicted") or 0)
                 if not ended:
                     seen.problems["stream without its end"] += 1
         except httpx.HTTPError as error:
