@@ -13,7 +13,8 @@ from api.tenants.config import UNLIMITED, Tenant
 from api.tenants.service import TenantDirectory
 from scheduler.contract.errors import AuthenticationFailed
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/ready"})
+"""/ready: ours, the pod's readiness probe (api/endpoints/fleet/api_router.py)."""
 
 
 def load_api_keys(keys: list[str], key_file: str | None) -> frozenset[str]:
@@ -39,7 +40,7 @@ def key_matches(presented: str, keys: frozenset[str]) -> bool:
 
 
 def is_public(path: str, api_prefix: str) -> bool:
-    """/health and /v1/health answer without a key, under --api-prefix too."""
+    """/health, /v1/health and /ready answer without a key, under --api-prefix too."""
     if api_prefix and path.startswith(api_prefix + "/"):
         path = path[len(api_prefix):]
     return path in PUBLIC_PATHS

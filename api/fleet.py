@@ -14,6 +14,7 @@ from arq.connections import ArqRedis
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from api.cold_start import ColdStart
 from api.embedding_batcher import EmbeddingBatcher
 from api.placement import Placement
 from api.queue_stats import QueueStats
@@ -60,6 +61,8 @@ class CheckedJobClient(JobClient):
         self._check_serves = check_serves
         self.migration_limit = migration_limit
         """--migration-limit, set on every completion (scheduler/migration.py)."""
+        self.cold_start: ColdStart | None = None
+        """Holds the jobs of a model with no live worker (api/cold_start.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
@@ -74,6 +77,21 @@ class CheckedJobClient(JobClient):
             job.migration_limit = self.migration_limit
             if self._check_serves is not None:
                 await self._check_serves(job.model, "completion")
+        hold = None
+        if self.cold_start is not None and queue is None:  # not a batch's background job
+            hold = await self.cold_start.hold(job.model, job.job_id)
+        try:
+            async with self._tenant_submit(job, queue) as events:
+                events.hold = hold
+                yield events
+        finally:
+            if hold is not None:
+                with contextlib.suppress(RedisError):  # its member expires with the deadline
+                    await asyncio.shield(hold.release())
+
+    @contextlib.asynccontextmanager
+    async def _tenant_submit(self, job: AnyJob, queue: str | None) -> AsyncIterator[JobEvents]:
+        scope = CURRENT.get()
         if scope is None:
             async with super().submit(job, queue) as events:
                 yield events
@@ -190,7 +208,8 @@ class Fleet:
                       n_probs_max: int = limits.DEFAULT_N_PROBS_MAX,
                       prefix_affinity: int = DEFAULT_MIN_CHARS,
                       coalesce_embeddings: bool = True,
-                      migration_limit: int = 0) -> Fleet:
+                      migration_limit: int = 0,
+                      cold_start_timeout: float = 0.0) -> Fleet:
         """`prefix_affinity`: the shortest shared prompt beginning (characters) that routes
         a completion to the worker holding it (0: off; scheduler/affinity.py)."""
         redis = open_redis(redis_url)
@@ -202,8 +221,13 @@ class Fleet:
         affinity = Affinity(redis, PrefixRouter(prefix_affinity)) if prefix_affinity > 0 else None
         fleet.jobs = CheckedJobClient(redis, arq, hub, timeout_s, fleet.queue_limit, n_probs_max,
                                       fleet.placement.check_serves, affinity, migration_limit)
+        fleet.jobs.cold_start = ColdStart(redis, cold_start_timeout, fleet.has_workers)
+        fleet.placement.cold_wait = fleet.jobs.cold_start.wait
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
+
+    async def has_workers(self, model_id: str) -> bool:
+        return bool(await self.workers(model_id, fresh=True))
 
     async def queue_limit(self, model_id: str) -> QueueRoom | None:
         """--queue-max, else 4 x the live slots of the model, counted over its shared queue

@@ -39,10 +39,17 @@ class Placement:
     def __init__(self, workers_of: WorkersOf, loads_of: LoadsOf) -> None:
         self._workers_of = workers_of
         self._loads_of = loads_of
+        self.cold_wait: Callable[[str], Awaitable[None]] | None = None
+        """Waits for a model's first live worker (api/cold_start.py), for `workers(wait=)`."""
 
-    async def workers(self, model_id: str, fresh: bool = False) -> list[WorkerInfo]:
-        """The model's live workers; none yet is the spec's 503 "Loading model"."""
+    async def workers(self, model_id: str, fresh: bool = False,
+                      wait: bool = False) -> list[WorkerInfo]:
+        """The model's live workers; none yet is the spec's 503 "Loading model" (`wait`: a
+        request that will run a job waits for one first, under --cold-start-timeout)."""
         workers = await self._workers_of(model_id, fresh=fresh)
+        if not workers and wait and self.cold_wait is not None:
+            await self.cold_wait(model_id)
+            workers = await self._workers_of(model_id, fresh=True)
         if not workers:
             raise Unavailable(LOADING)
         return workers

@@ -168,7 +168,7 @@ class ModelRouter:
                 raise InvalidRequest(f"model '{name}' not found")
             return name
         name = entry.name  # an alias names its model
-        if not await self.models.registry.live_workers(name):
+        if not await self.models.registry.live_workers(name) and not await self._cold(name):
             status = await self.status(name)
             if status.value not in RUNNING and not autoload:
                 raise InvalidRequest("model is not loaded")
@@ -177,6 +177,16 @@ class ModelRouter:
         if post:
             await self.models.touch(name)
         return name
+
+    async def _cold(self, name: str) -> bool:
+        """Ours (api/cold_start.py): with --cold-start-timeout and no worker that could load
+        models (every worker is one model's own, started with -m: a Kubernetes Deployment
+        per model scaled to zero), a model no worker serves yet is held for its worker
+        instead of refused."""
+        if self.settings.cold_start_timeout <= 0 or await self.models.hosts():
+            return False
+        log.debug("model %s: no worker serves it yet; its requests wait for one", name)
+        return True
 
     async def ensure_ready(self, entry: ModelEntry) -> None:
         """Load `entry` if nothing runs it, and wait until a worker serves it."""

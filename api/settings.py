@@ -42,6 +42,12 @@ class ApiSettings(RoleSettings):
                           help="jobs of the model that may wait in Redis for a slot; past it a "
                           "request gets 503 with Retry-After (0 = 4 x the fleet's live slots; "
                           "a model with no live slot queues without bound)")
+    cold_start_timeout: float = flag(300.0, "--cold-start-timeout",
+                                     env="LLAMAQ_COLD_START_TIMEOUT",
+                                     help="ours: seconds a request for a model with no live "
+                                     "worker is held while one starts (scale from zero; "
+                                     "SSE comments meanwhile), then 503 with Retry-After "
+                                     "(0 = no hold: as before, docs/deployment.md)")
     migration_limit: int = flag(3, "--migration-limit", env="LLAMAQ_MIGRATION_LIMIT",
                                 help="how many times a streamed completion whose worker died "
                                 "continues on another worker (Dynamo's name); past it, the "

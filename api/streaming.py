@@ -8,6 +8,9 @@
   re-sends its request with `Last-Event-ID` gets the rest, from the jobs' event logs, without a
   new job. Renderers keep per-job state only, so replaying a job's events from its first one
   rebuilds the same SSE events; the id counts how many of each job's the client has.
+- A request held for a model with no live worker (api/cold_start.py) opens its stream at once
+  and gets `: waiting for a worker` comments until its first event; an error then (no worker
+  by --cold-start-timeout) is the stream's error event.
 - A client that goes away leaves its jobs running for RESUME_GRACE_S, then they are cancelled
   unless another connection resumed the stream.
 """
@@ -24,6 +27,8 @@ from dataclasses import dataclass, field
 from sanic import Request
 from sanic.response import HTTPResponse
 
+from api.cold_start import COMMENT as COLD_COMMENT
+from api.cold_start import COMMENT_EVERY_S
 from api.errors import sse_error
 from api.fleet import Fleet
 from api.services import services
@@ -84,10 +89,23 @@ async def stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
     async with _job_events(fleet, jobs, resume) as streams:
         merged = merge_events(streams)
         try:
-            item: ChoiceEvent | None = await anext(merged)  # errors before any byte: JSON
-            resume.record.job_ids = [s.job_id for s in streams]
-            await StreamRecords(fleet.redis).save(resume.record, resume.holder)
-            response = await open_stream(request)
+            response: HTTPResponse | None = None
+            if any(s.hold is not None for s in streams):  # a cold start: open now, comments
+                resume.record.job_ids = [s.job_id for s in streams]
+                await StreamRecords(fleet.redis).save(resume.record, resume.holder)
+                response = await open_stream(request)
+                try:
+                    item = await _next_with_pings(merged, response, COMMENT_EVERY_S,
+                                                  lambda: _waiting(streams))
+                except LlamaqError as error:  # no worker in time: the stream's error event
+                    await response.send(fmt.error(error))
+                    await response.eof()
+                    return
+            else:
+                item = await anext(merged)  # errors before any byte: JSON
+                resume.record.job_ids = [s.job_id for s in streams]
+                await StreamRecords(fleet.redis).save(resume.record, resume.holder)
+                response = await open_stream(request)
             writer = _Writer(response, resume, len(streams))
             try:
                 while item is not None:
@@ -123,8 +141,10 @@ async def _job_events(fleet: Fleet, jobs: list[CompletionJob],
 
 
 async def _next_with_pings(merged: AsyncIterator[ChoiceEvent], response: HTTPResponse,
-                           ping_interval_s: float) -> ChoiceEvent | None:
-    """The next event; a ping comment every `ping_interval_s` while none comes."""
+                           ping_interval_s: float,
+                           comment: Callable[[], str] = lambda: PING) -> ChoiceEvent | None:
+    """The next event; a ping comment (`comment()`) every `ping_interval_s` while none
+    comes."""
     if ping_interval_s <= 0:
         return await anext(merged, None)
     pending = asyncio.ensure_future(anext(merged, None))
@@ -133,12 +153,17 @@ async def _next_with_pings(merged: AsyncIterator[ChoiceEvent], response: HTTPRes
             done, _ = await asyncio.wait({pending}, timeout=ping_interval_s)
             if done:
                 return pending.result()
-            await response.send(PING)
+            await response.send(comment())
     finally:
         if not pending.done():
             pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pending
+
+
+def _waiting(streams: list[JobEvents]) -> str:
+    """A held stream's comment: waiting for a worker while a job is held, else a ping."""
+    return COLD_COMMENT if any(s.hold is not None for s in streams) else PING
 
 
 def _hand_off(fleet: Fleet, resume: Resume, streams: list[JobEvents]) -> None:

@@ -24,6 +24,14 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = args[0], args[1:]
+    if command in ("api", "worker", "scheduler", "up"):  # -cl, --completion-bash: print, exit
+        from llamaq.flag_lists import ROLES
+        from llamaq.one_shot import answer_one_shot
+
+        answer = answer_one_shot(command, rest, [settings for _, settings in ROLES])
+        if answer is not None:
+            sys.stdout.write(answer)
+            return
     if command == "api":
         from llamaq.processes import run_api
 

@@ -137,6 +137,10 @@ def run_worker(argv: list[str]) -> None:
     watch_parent()
 
     def serving(redis_url: str, stop: asyncio.Event) -> Coroutine[Any, Any, None]:
+        if settings.simulate:  # no model: simulated engines (worker/simulate/)
+            from worker.process.simulated import serve_simulated
+
+            return serve_simulated(settings, redis_url, stop)
         if settings.router_mode():  # no model: a host that loads what the router asks for
             from worker.process.host import WorkerHost
 

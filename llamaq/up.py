@@ -45,6 +45,11 @@ def run_up(argv: list[str]) -> None:
         sys.exit(2)
     api_settings = ApiSettings.from_args(parts[ApiSettings])
     worker_args = parts[WorkerSettings]
+    if api_settings.router_mode() and WorkerSettings.from_args(worker_args).simulate:
+        # no model named: the simulated fleet serves one named "simulated" (worker/simulate/)
+        parts = split_args([*argv, "-m", SIMULATED_MODEL], ROLES)
+        api_settings = ApiSettings.from_args(parts[ApiSettings])
+        worker_args = parts[WorkerSettings]
     if "--list-devices" in worker_args:
         print_devices()
         return
@@ -73,6 +78,8 @@ def run_up(argv: list[str]) -> None:
     sys.exit(supervisor.run())
 
 
+SIMULATED_MODEL = "simulated"
+"""The model name of `llamaq up --simulate` without -m."""
 SECRET_FLAGS = {"--api-key": "LLAMA_API_KEY", "-hft": "HF_TOKEN", "--hf-token": "HF_TOKEN",
                 "--redis-url": "LLAMAQ_REDIS_URL"}
 """Flags whose values are secrets, and the environment variable each role reads instead."""

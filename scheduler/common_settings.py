@@ -13,7 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
+from pydantic import field_validator
+
 from scheduler.config.settings import ProcessSettings, flag
+from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.limits import DEFAULT_N_PROBS_MAX
 from storage.models import DEFAULT_MODEL_FILE, url_model_name
 
@@ -58,6 +61,37 @@ class CommonSettings(ProcessSettings):
     log_timestamps: bool = flag(True, "--log-timestamps", env="LLAMA_ARG_LOG_TIMESTAMPS",
                                 negative=("--no-log-timestamps",),
                                 help="timestamps in log messages")
+    cache_list: bool = flag(False, "-cl", "--cache-list",
+                            help="show list of models in cache (and exit)")
+    completion_bash: bool = flag(False, "--completion-bash",
+                                 help="print source-able bash completion script for llamaq "
+                                 "(and exit)")
+    embd_gemma_default: bool = flag(False, "--embd-gemma-default",
+                                    help="use default EmbeddingGemma model (-hf preset)")
+    fim_qwen_1_5b_default: bool = flag(False, "--fim-qwen-1.5b-default",
+                                       help="use default Qwen 2.5 Coder 1.5B (-hf preset)")
+    fim_qwen_3b_default: bool = flag(False, "--fim-qwen-3b-default",
+                                     help="use default Qwen 2.5 Coder 3B (-hf preset)")
+    fim_qwen_7b_default: bool = flag(False, "--fim-qwen-7b-default",
+                                     help="use default Qwen 2.5 Coder 7B (-hf preset)")
+    fim_qwen_30b_default: bool = flag(False, "--fim-qwen-30b-default",
+                                      help="use default Qwen 3 Coder 30B A3B Instruct (-hf "
+                                      "preset)")
+    gpt_oss_20b_default: bool = flag(False, "--gpt-oss-20b-default",
+                                     help="use gpt-oss-20b (-hf preset)")
+    gpt_oss_120b_default: bool = flag(False, "--gpt-oss-120b-default",
+                                      help="use gpt-oss-120b (-hf preset)")
+    vision_gemma_4b_default: bool = flag(False, "--vision-gemma-4b-default",
+                                         help="use Gemma 3 4B QAT (-hf preset)")
+    vision_gemma_12b_default: bool = flag(False, "--vision-gemma-12b-default",
+                                          help="use Gemma 3 12B QAT (-hf preset)")
+    log_jsonl: bool = flag(False, "--log-jsonl", env="LLAMA_ARG_LOG_JSONL",
+                           negative=("--no-log-jsonl",),
+                           help="log as JSONL (one JSON object per line) to stdout, this also "
+                           "disables colored logging")
+    log_colors: str = flag("auto", "--log-colors", env="LLAMA_ARG_LOG_COLORS",
+                           help="set colored logging ('on', 'off', or 'auto'); 'auto' enables "
+                           "colors when output is to a terminal")
     prio: int = flag(0, "--prio", choices=(-1, 0, 1, 2, 3),
                      help="set process priority: low(-1), normal(0), medium(1), high(2), "
                      "realtime(3)")
@@ -74,6 +108,18 @@ class CommonSettings(ProcessSettings):
                                 help="on SIGTERM, how long running requests may finish (seconds):"
                                 " a worker then ends the rest with an error event, an api pod "
                                 "closes its open streams")
+
+    @field_validator("log_colors")
+    @classmethod
+    def _log_colors(cls, value: str) -> str:
+        """llama.cpp's is_truthy / is_falsey / is_autoy; anything else is an error."""
+        if value in TRUTHY:
+            return "on"
+        if value in FALSEY:
+            return "off"
+        if value in ("auto", "-1"):
+            return "auto"
+        raise ValueError(f"unknown value for --log-colors: '{value}'")
 
     def verbosity(self) -> int:
         """The log verbosity in force: -v means everything (llama-server's INT_MAX)."""

@@ -38,6 +38,7 @@ from scheduler.contract.kinds import movable, queue_for
 from scheduler.contract.results import (
     RESULT,
     ErrorEvent,
+    Event,
     EventEnvelope,
     FinalEvent,
     Result,
@@ -46,6 +47,7 @@ from scheduler.contract.results import (
     TokenEvent,
 )
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync
+from scheduler.job_hold import Hold
 from scheduler.leases import (
     Decision,
     count_failure,
@@ -99,6 +101,8 @@ class JobEvents:
         self._redis = redis
         self._hub = hub
         self._next_seq = 0
+        self._n_decoded = 0
+        """The position of the last token handed on (see _repeated)."""
         self._shown = 0
         """Events with output read (a "started" event is none): may the job run again?"""
         self._rerun_of = 0
@@ -114,6 +118,8 @@ class JobEvents:
         self.on_event: Callable[[TokenEvent | FinalEvent | StartedEvent],
                                 Awaitable[None]] | None = None
         """Called with each event before it is handed on (a tenant's token meter)."""
+        self.hold: Hold | None = None
+        """Set while the job waits for a model with no live worker (a cold start)."""
 
     def prefill(self, envelopes: list[EventEnvelope]) -> None:
         """Events read from the log before any arrive by pub/sub (a resumed stream)."""
@@ -132,12 +138,18 @@ class JobEvents:
     async def __anext__(self) -> TokenEvent | FinalEvent | StartedEvent:
         if self.finished:
             raise StopAsyncIteration
-        try:
-            envelope = await self._next_in_order()
-        except RedisError as error:  # not finished: leaving cancels the job once Redis is back
-            log.warning("job %s: Redis error while waiting for events: %r", self.job_id, error)
-            raise RedisUnreachable() from None
-        self._next_seq = envelope.seq + 1
+        while True:
+            try:
+                envelope = await self._next_in_order()
+            except RedisError as error:  # not finished: leaving cancels the job once Redis is back
+                log.warning("job %s: Redis error while waiting for events: %r", self.job_id,
+                            error)
+                raise RedisUnreachable() from None
+            self._next_seq = envelope.seq + 1
+            if self.hold is not None:
+                await self._release_hold()
+            if not self._repeated(envelope.event):
+                break
         event = envelope.event
         if isinstance(event, StoredFinalEvent):
             event = FinalEvent(result=await self._stored_result(event))
@@ -155,6 +167,20 @@ class JobEvents:
         if self.on_event is not None:
             await self.on_event(event)
         return event
+
+    def _repeated(self, event: Event) -> bool:
+        """A token at a position already shown: a worker whose lease lapsed while it was
+        starved wrote on after the job's continuation was read from its log (the continuing
+        worker's "started" takes a seq, so the two runs' seqs differ by one); the client gets
+        each position once, the first to come."""
+        if not isinstance(event, TokenEvent) or not event.tokens or not event.n_decoded:
+            return False
+        if event.n_decoded <= self._n_decoded:
+            log.warning("job %s: token %d came twice (a worker wrote after its lease lapsed); "
+                        "dropped", self.job_id, event.n_decoded)
+            return True
+        self._n_decoded = event.n_decoded
+        return False
 
     async def _stored_result(self, event: StoredFinalEvent) -> Result:
         """The result a worker put in the object store (storage/results.py)."""
@@ -221,12 +247,29 @@ class JobEvents:
             if time.monotonic() >= deadline:
                 raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
             try:
+                if self.hold is not None:
+                    await self._check_hold(self.hold)
                 missed = await self._read_missed()
                 if missed is not None:
                     return missed
                 await self._check_worker()
             except RedisError:
                 continue  # Redis away: the hub decides when the outage ends the wait
+
+    async def _check_hold(self, hold: Hold) -> None:
+        """A held job: released once its model has a worker; past the deadline without one,
+        taken out of its queue and ended with the hold's error."""
+        if not await hold.cold():
+            await self._release_hold()
+        elif time.monotonic() >= hold.deadline:
+            await forget_queued(self._redis, self._shared_queue, self.job_id)
+            self.hold = None
+            raise await hold.expired()
+
+    async def _release_hold(self) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.release()
 
     async def _read_missed(self) -> EventEnvelope | None:
         """Events in the job's log that pub/sub did not bring (e.g. a lost final event)."""

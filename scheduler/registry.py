@@ -78,6 +78,8 @@ class SlotState(BaseModel):
     next_token: list[NextToken] | None = None
     tenant: str | None = None
     """The tenant of the slot's request (its job's `tenant`; not in /slots' answer)."""
+    simulated: bool | None = None
+    """True on a simulated worker's slots (ours; absent on a real worker's)."""
 
 
 class WorkerMetrics(BaseModel):
@@ -101,6 +103,8 @@ class WorkerMetrics(BaseModel):
     """Accepted tokens per draft position (empty: no speculative request finished yet)."""
     requests_processing: int = 0
     requests_deferred: int = 0
+    simulated: bool = False
+    """The worker's engine is the simulator (`llamaq worker --simulate`)."""
 
 
 class FitMemory(BaseModel):
@@ -154,6 +158,8 @@ class WorkerInfo(BaseModel):
     """What --fit decided (None: off, or no memory probe)."""
     draft_model: str | None = None
     """The draft model's file when it drafts (-md with --spec-type draft-simple)."""
+    simulated: bool = False
+    """`llamaq worker --simulate` (worker/simulate/): a timing model, no model loaded."""
 
     def capabilities(self) -> list[str]:
         """What the worker serves: "completion", or "embedding" (plus "rerank" with rank

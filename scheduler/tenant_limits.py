@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from scheduler.contract import keys
+from scheduler.contract import keys, tenant_keys
 
 _REFILL = """
 local function refill(key, limit, now_ms)
@@ -144,7 +144,8 @@ def _seconds(ms: int) -> int:
 
 
 class TenantLimits:
-    """The scripts above, and the per-tenant counters of /metrics (`keys.TENANT_COUNTERS`)."""
+    """The scripts above, and the per-tenant counters of /metrics
+    (`tenant_keys.TENANT_COUNTERS`)."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
@@ -156,8 +157,8 @@ class TenantLimits:
         self._reserve_upload = redis.register_script(RESERVE_UPLOAD)
 
     async def take_request(self, tenant: str, per_minute: int) -> Refusal | None:
-        ok, wait_ms = await self._take(keys=[keys.tenant_requests(tenant)],
-                                       args=[per_minute, keys.TENANT_BUCKET_TTL_S])
+        ok, wait_ms = await self._take(keys=[tenant_keys.tenant_requests(tenant)],
+                                       args=[per_minute, tenant_keys.TENANT_BUCKET_TTL_S])
         if int(ok):
             return None
         return Refusal("requests_per_minute", _seconds(int(wait_ms)))
@@ -165,9 +166,9 @@ class TenantLimits:
     async def admit_job(self, tenant: str, job_id: str, tokens_per_minute: int,
                         max_concurrent: int) -> Refusal | None:
         ok, wait_ms, which = await self._admit(
-            keys=[keys.tenant_tokens(tenant), keys.tenant_active(tenant)],
-            args=[tokens_per_minute, max_concurrent, job_id, int(keys.TENANT_HOLD_S * 1000),
-                  keys.TENANT_BUCKET_TTL_S])
+            keys=[tenant_keys.tenant_tokens(tenant), tenant_keys.tenant_active(tenant)],
+            args=[tokens_per_minute, max_concurrent, job_id, int(tenant_keys.TENANT_HOLD_S * 1000),
+                  tenant_keys.TENANT_BUCKET_TTL_S])
         if int(ok):
             return None
         name = which.decode() if isinstance(which, bytes) else str(which)
@@ -178,9 +179,9 @@ class TenantLimits:
         if n_tokens <= 0:
             return
         if tokens_per_minute > 0:
-            await self._charge(keys=[keys.tenant_tokens(tenant)],
-                               args=[tokens_per_minute, n_tokens, keys.TENANT_BUCKET_TTL_S])
-        await self._redis.hincrby(keys.TENANT_COUNTERS, f"tokens:{tenant}", n_tokens)  # type: ignore[misc]
+            await self._charge(keys=[tenant_keys.tenant_tokens(tenant)],
+                               args=[tokens_per_minute, n_tokens, tenant_keys.TENANT_BUCKET_TTL_S])
+        await self._redis.hincrby(tenant_keys.TENANT_COUNTERS, f"tokens:{tenant}", n_tokens)  # type: ignore[misc]
 
     async def charge_job(self, tenant: str, tokens_per_minute: int, job_id: str,
                          seen: int) -> int:
@@ -189,10 +190,10 @@ class TenantLimits:
         if seen <= 0:
             return 0
         due = await self._charge_job(
-            keys=[keys.tenant_tokens(tenant), keys.tenant_job_charged(job_id),
-                  keys.TENANT_COUNTERS],
+            keys=[tenant_keys.tenant_tokens(tenant), tenant_keys.tenant_job_charged(job_id),
+                  tenant_keys.TENANT_COUNTERS],
             args=[tokens_per_minute, seen, f"tokens:{tenant}", keys.EVENT_LOG_TTL_S,
-                  keys.TENANT_BUCKET_TTL_S])
+                  tenant_keys.TENANT_BUCKET_TTL_S])
         return int(due)
 
     async def reserve_upload(self, tenant: str, file_id: str, size: int) -> dict[str, int]:
@@ -200,8 +201,8 @@ class TenantLimits:
         (file id -> bytes): the caller counts those whose files it does not see stored yet
         (read after this call), so two uploads that arrive together never both pass."""
         others = await self._reserve_upload(
-            keys=[keys.tenant_uploads(tenant)],
-            args=[file_id, size, int(keys.TENANT_UPLOAD_HOLD_S * 1000)])
+            keys=[tenant_keys.tenant_uploads(tenant)],
+            args=[file_id, size, int(tenant_keys.TENANT_UPLOAD_HOLD_S * 1000)])
         found: dict[str, int] = {}
         for member in others:
             text = member.decode() if isinstance(member, bytes) else str(member)
@@ -210,32 +211,32 @@ class TenantLimits:
         return found
 
     async def end_upload(self, tenant: str, file_id: str, size: int) -> None:
-        await self._redis.zrem(keys.tenant_uploads(tenant), f"{file_id}:{size}")
+        await self._redis.zrem(tenant_keys.tenant_uploads(tenant), f"{file_id}:{size}")
 
     async def release(self, tenant: str, job_id: str) -> None:
-        await self._redis.zrem(keys.tenant_active(tenant), job_id)
+        await self._redis.zrem(tenant_keys.tenant_active(tenant), job_id)
 
     async def renew(self, tenant: str, job_ids: list[str]) -> None:
         if job_ids:
-            await self._renew(keys=[keys.tenant_active(tenant)],
-                              args=[int(keys.TENANT_HOLD_S * 1000), *job_ids])
+            await self._renew(keys=[tenant_keys.tenant_active(tenant)],
+                              args=[int(tenant_keys.TENANT_HOLD_S * 1000), *job_ids])
 
     async def count(self, tenant: str, what: str) -> None:
         """`requests` or `limited` (a 429)."""
-        await self._redis.hincrby(keys.TENANT_COUNTERS, f"{what}:{tenant}", 1)  # type: ignore[misc]
+        await self._redis.hincrby(tenant_keys.TENANT_COUNTERS, f"{what}:{tenant}", 1)  # type: ignore[misc]
 
     async def count_wait(self, tenant: str, priority: int, waited_s: float) -> None:
         """A job of the tenant started after `waited_s` in the queues (docs/fairness.md)."""
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(keys.TENANT_COUNTERS, f"waited_ms:{tenant}:{priority}",
+            pipe.hincrby(tenant_keys.TENANT_COUNTERS, f"waited_ms:{tenant}:{priority}",
                          round(waited_s * 1000))
-            pipe.hincrby(keys.TENANT_COUNTERS, f"started:{tenant}:{priority}", 1)
+            pipe.hincrby(tenant_keys.TENANT_COUNTERS, f"started:{tenant}:{priority}", 1)
             await pipe.execute()
 
     async def counters(self) -> dict[str, dict[str, int]]:
         """tenant -> {tokens, requests, limited, and per priority `waited_ms@<priority>`,
         `started@<priority>`, `preempted@<priority>`}."""
-        raw = await self._redis.hgetall(keys.TENANT_COUNTERS)  # type: ignore[misc]
+        raw = await self._redis.hgetall(tenant_keys.TENANT_COUNTERS)  # type: ignore[misc]
         out: dict[str, dict[str, int]] = {}
         for field, value in raw.items():
             name = field.decode() if isinstance(field, bytes) else str(field)
@@ -246,9 +247,9 @@ class TenantLimits:
         return out
 
     async def active(self, tenant: str) -> int:
-        return int(await self._redis.zcard(keys.tenant_active(tenant)))
+        return int(await self._redis.zcard(tenant_keys.tenant_active(tenant)))
 
 
 async def count_preempted(redis: Redis, tenant: str, priority: int) -> None:
     """A job of the tenant gave its slot up to a more urgent one (worker/process/preempt.py)."""
-    await redis.hincrby(keys.TENANT_COUNTERS, f"preempted:{tenant}:{priority}", 1)  # type: ignore[misc]
+    await redis.hincrby(tenant_keys.TENANT_COUNTERS, f"preempted:{tenant}:{priority}", 1)  # type: ignore[misc]

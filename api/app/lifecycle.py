@@ -60,7 +60,8 @@ class PodLifecycle:
                                         # one job per tenant: no coalescing
                                         settings.coalesce_embeddings
                                         and not pod.directory.enabled,
-                                        max(0, settings.migration_limit))
+                                        max(0, settings.migration_limit),
+                                        settings.cold_start_timeout)
         exit_when_done(pod.fleet.hub.reader, "event hub", _exit_for_restart)
         pod.tenants = TenantService(pod.directory, TenantLimits(pod.fleet.redis))
         renewing = asyncio.create_task(pod.tenants.renew_forever())

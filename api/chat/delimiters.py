@@ -140,9 +140,12 @@ def _added(template: ChatTemplate, before: list[dict[str, Any]],
     when either fails to render."""
     for tools in (None, [_TOOL]):  # tool-use templates that iterate `tools` unguarded
         try:
+            # `tools` null rather than undefined: a template that iterates it unguarded fails
+            # and is rendered with a tool instead, as llama-server's analysis renders it
             left, right = (template.render(m, tools=tools, add_generation_prompt=False,
                                            allow_empty=True, continue_final_message=False,
-                                           extra_context={"enable_thinking": True})
+                                           extra_context={"enable_thinking": True,
+                                                          "tools": None})
                            for m in (before, after))
             return _diff_right(left, right)
         except InvalidRequest:

@@ -18,6 +18,8 @@ class Deltas:
         self.skip_ws = False  # drop the whitespace before the next text (after </think>)
         self.held = ""  # whitespace read in the body, emitted only if content follows
         self.tool_calls: list[ToolCall] = []
+        self.streaming: ToolCall | None = None  # the call whose arguments are being streamed
+        self.guess = ""  # its arguments as they would be if the block ended here
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._out: list[ChatDelta] = []
@@ -70,8 +72,48 @@ class Deltas:
         else:
             self.held += text
 
+    def stream_call(self, partial: tuple[str, str, str] | None) -> None:
+        """A call still being written (partial_calls.py: name, the arguments certain so far,
+        the arguments guessed whole): its first delta once its name is known, then each new
+        piece of its arguments."""
+        if partial is None or (not self.parallel and self.tool_calls and not self.streaming):
+            return
+        name, certain, guess = partial
+        if self.streaming is None:
+            self.held = ""
+            self.streaming = ToolCall(id=random_string(), name=name, arguments="")
+            self.tool_calls.append(self.streaming)
+            index = len(self.tool_calls) - 1
+            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, self.streaming.id,
+                                                                 name, "")]))
+        call = self.streaming
+        if call.name == name and certain.startswith(call.arguments) and \
+                len(certain) > len(call.arguments):
+            piece = certain[len(call.arguments):]
+            call.arguments = certain
+            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(len(self.tool_calls) - 1,
+                                                                 arguments=piece)]))
+        self.guess = guess
+
+    def end_stream(self, calls: list[ParsedCall] | None) -> list[ParsedCall]:
+        """The streamed call ends: its arguments completed from the block's calls (`None`: the
+        block did not parse, the call is kept with the arguments guessed so far); returns the
+        block's other calls."""
+        call, self.streaming = self.streaming, None
+        if call is None:
+            return calls or []
+        rest = (calls or [])[1:]
+        final = calls[0].arguments if calls else self.guess
+        piece = final[len(call.arguments):] if final.startswith(call.arguments) else ""
+        call.arguments += piece
+        if piece:
+            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(
+                self.tool_calls.index(call), arguments=piece)]))
+        return rest
+
     def calls(self, calls: list[ParsedCall]) -> None:
         self.held = ""  # whitespace before a call is dropped; after it, held as usual
+        calls = self.end_stream(calls) if self.streaming is not None else calls
         if not self.parallel:
             calls = [] if self.tool_calls else calls[:1]
         for call in calls:

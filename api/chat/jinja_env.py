@@ -57,10 +57,25 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys, default=_json_default)
 
 
+class _ChatSandbox(SandboxedEnvironment):
+    """`+` of a string and null or undefined is the string, as llama.cpp's engine adds them
+    (Firefunction v2's template adds an undefined `functions`)."""
+
+    intercepted_binops = frozenset({"+"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":
+            if isinstance(left, str) and (right is None or isinstance(right, Undefined)):
+                return left
+            if isinstance(right, str) and (left is None or isinstance(left, Undefined)):
+                return right
+        return super().call_binop(context, operator, left, right)
+
+
 def environment() -> SandboxedEnvironment:
     """The sandbox. Not the immutable one transformers uses: llama.cpp's engine lets templates
     append to their own lists (Kimi K2's does), and what they get is a deep copy anyway."""
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True,
                                extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception

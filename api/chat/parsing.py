@@ -32,6 +32,7 @@ from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
+from api.chat.partial_calls import partial_call
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
 from api.chat.tool_formats import (
@@ -58,6 +59,10 @@ _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
     DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
 }
+
+
+STREAMED = frozenset({parse_tool_call_block})
+"""The block parsers whose calls are JSON `{"name", "arguments"}`, streamed while written."""
 
 
 class _Phase(enum.Enum):
@@ -98,11 +103,13 @@ class ChatOutputParser:
         self._tools = tools
         self._types: ParamTypes = param_types or {}
         self._blocks = {**_BLOCKS, **chat_format.blocks}
-        self._dropped = chat_format.dropped
+        self._dropped = (*chat_format.dropped,
+                         *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
         self._start_tag, self._end_tag = reasoning_tags(template_source)
+        self._reasoning_ends = chat_format.reasoning_ends
         self._text = ""
         self._pos = 0
         self._phase = _Phase.START if reasoning else _Phase.BODY
@@ -114,8 +121,10 @@ class ChatOutputParser:
         self._mistral: MistralCalls | None = None
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
-        elif thinking_forced_open:
+        elif thinking_forced_open and chat_format.echo_opened:
             self._emit.body(opened or self._start_tag)
+            self._at_start = False
+        elif thinking_forced_open:
             self._at_start = False
 
     # public interface
@@ -189,17 +198,20 @@ class ChatOutputParser:
         if not self._emit.thinking:
             while self._pos < len(text) and text[self._pos] in WHITESPACE:
                 self._pos += 1
-        end = text.find(self._end_tag, self._pos)
+        end, end_tag = min(
+            ((text.find(tag, self._pos), tag) for tag in (self._end_tag, *self._reasoning_ends)),
+            key=lambda hit: (hit[0] < 0, hit[0]))
         if end >= 0 or final:
             stop = end if end >= 0 else len(text)
             self._emit.thought(text[self._pos : stop].rstrip(WHITESPACE))
-            self._pos = stop + len(self._end_tag) if end >= 0 else stop
-            if self._emit.legacy:
+            closed = end >= 0 and end_tag == self._end_tag
+            self._pos = stop + len(self._end_tag) if closed else stop
+            if self._emit.legacy and closed:
                 self._emit.content(self._end_tag)
             self._phase = _Phase.BODY
             self._emit.skip_ws = True
             return True
-        hold = partial_suffix(text, self._pos, (self._end_tag,))
+        hold = partial_suffix(text, self._pos, (self._end_tag, *self._reasoning_ends))
         sure = text[self._pos : len(text) - hold].rstrip(WHITESPACE)
         self._emit.thought(sure)
         self._pos += len(sure)
@@ -301,11 +313,16 @@ class ChatOutputParser:
         end_tag, parse = self._block
         end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
+            if parse in STREAMED:  # JSON calls: streamed as they are written
+                self._emit.stream_call(partial_call(self._text[self._pos :]))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
         calls = parse(inner, self._types)
-        if calls:
-            self._accept_calls(calls, end + len(end_tag) if end >= 0 else len(self._text))
+        if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
+            started = partial_call(inner)
+            calls = [ParsedCall(name=started[0], arguments=started[2])] if started else None
+        if calls or self._emit.streaming is not None:
+            self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0:
             self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)

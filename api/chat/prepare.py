@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.chat.caps import chat_template_caps
-from api.chat.chat_formats import FUNCTIONARY_V3_2, GPT_OSS, detect_chat_format, preserved_tokens
+from api.chat.chat_formats import (
+    FUNCTIONARY_V3_2,
+    GPT_OSS,
+    call_frame,
+    detect_chat_format,
+    preserved_tokens,
+)
 from api.chat.delimiters import chat_delimiters
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
-from api.chat.message import ChatMessage, OutputParser
+from api.chat.message import ChatDelta, ChatMessage, OutputParser
 from api.chat.messages import MediaInput, validate_messages
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning import reasoning_spec
@@ -28,7 +34,7 @@ from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.request_tools import ToolChoice, tool_names, validate_tool_choice, validate_tools
 from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
-from api.chat.tool_grammar import add_system_hint, tool_call_grammar
+from api.chat.tool_grammar import add_system_hint, native_tool_call, tool_call_grammar
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
@@ -79,12 +85,22 @@ class PreparedChat:
     """The media the messages hold (their markers are in `prompt`); None: a text-only model."""
     message_delimiters: list[MessageDelimiter] = field(default_factory=list)
     """Where the template's messages start (api/chat/delimiters.py)."""
+    tool_frame: list[str] | None = None
+    """The forced call's markers around `tool_schema` (the job's `json_schema_frame`)."""
+    prefill: str = ""
+    """What a continued final assistant message added to the prompt: the parser reads it as
+    the start of the answer, so the answer holds it (as llama-server's does)."""
 
     def fill(self, job: CompletionJob) -> None:
         """Give the prompt's job what the worker needs of this chat beside the prompt."""
         job.reasoning = self.reasoning
         job.preserved_tokens = self.preserved_tokens
         job.message_delimiters = self.message_delimiters
+        if self.tool_frame is not None and job.json_schema == self.tool_schema:
+            job.json_schema_frame = list(self.tool_frame)
+        for stop in detect_chat_format(self.template.source).stops:
+            if stop not in job.stop:
+                job.stop.append(stop)
 
     def parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
@@ -96,19 +112,43 @@ class PreparedChat:
         if chat_format is FUNCTIONARY_V3_2:
             return FunctionaryParser(tools=self.parse_tools, prompt=self.prompt, tool_names=names,
                                      parallel_tool_calls=self.parallel_tool_calls)
-        forced_open = prompt_opens_thinking(self.prompt, self.template.source)
+        prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
+        forced_open = prompt_opens_thinking(prompt, self.template.source)
         start_tag, _ = reasoning_tags(self.template.source)
-        return ChatOutputParser(
+        parser = ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source, thinking_forced_open=forced_open,
-            opened=self.prompt[self.prompt.rfind(start_tag):] if forced_open else "",
+            opened=prompt[prompt.rfind(start_tag):] if forced_open else "",
             tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
             parallel_tool_calls=self.parallel_tool_calls)
+        return SeededParser(parser, self.prefill) if self.prefill else parser
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()
         parser.feed(text)
         return parser.finish()
+
+
+class SeededParser:
+    """A parser that has read `seed` (a continued message's text) before the answer: the
+    deltas of the seed come with the answer's first ones."""
+
+    def __init__(self, parser: OutputParser, seed: str) -> None:
+        self._parser = parser
+        self._pending = parser.feed(seed)
+
+    def _with_pending(self, deltas: list[ChatDelta]) -> list[ChatDelta]:
+        pending, self._pending = self._pending, []
+        return pending + deltas
+
+    def feed(self, text: str) -> list[ChatDelta]:
+        return self._with_pending(self._parser.feed(text))
+
+    def flush(self) -> list[ChatDelta]:
+        return self._with_pending(self._parser.flush())
+
+    def finish(self) -> ChatMessage:
+        return self._parser.finish()
 
 
 def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
@@ -126,14 +166,21 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         if choice.mode != "auto":
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
-    schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
-    if hint:
-        messages = add_system_hint(messages, hint)
+    template = ChatTemplate.for_model(settings, meta)
+    frame = call_frame(template.source)
+    tool_frame: list[str] | None = None
+    schema: str | None
+    if frame is not None and tools and choice.mode == "required":
+        schema, tool_frame = native_tool_call(tools, choice, bool(request.parallel_tool_calls),
+                                              frame)
+    else:
+        schema, hint = tool_call_grammar(tools, choice, bool(request.parallel_tool_calls))
+        if hint:
+            messages = add_system_hint(messages, hint)
     continue_final = request.continue_final_message
     if continue_final is None and not settings.prefill_assistant:
         continue_final = False
-    template = ChatTemplate.for_model(settings, meta)
-    prompt = template.render(
+    prompt, prefill = template.render_continued(
         messages, tools=tools or None, add_generation_prompt=request.add_generation_prompt,
         extra_context=template_kwargs(settings, request.chat_template_kwargs,
                                       request.reasoning_effort),
@@ -153,7 +200,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     return PreparedChat(template, prompt, tools, choice, schema, reasoning_format, parse_tools,
                         reasoning, parallel, preserved_tokens(template.source),
                         media if media is not None and media.sources else None,
-                        chat_delimiters(settings, template))
+                        chat_delimiters(settings, template), tool_frame=tool_frame,
+                        prefill=prefill)
 
 
 def media_input(meta: ModelMeta | None) -> MediaInput | None:

@@ -14,7 +14,11 @@ _REASONING_TAGS = (
     ("[THINK]", "[/THINK]"),
     ("<|START_THINKING|>", "<|END_THINKING|>"),
     ("<seed:think>", "</seed:think>"),
+    ("<mm:think>", "</mm:think>"),  # MiniMax-M3
+    ("<|channel>thought", "<channel|>"),  # Gemma 4
 )
+KIMI_K3_MARKERS = ("<|open|>", "<|close|>", "<|end_of_msg|>")
+"""Kimi K3's markup tokens (its tags are `<|open|>NAME<|sep|>` … `<|close|>NAME<|sep|>`)."""
 _HARMONY_ANALYSIS = "<|channel|>analysis<|message|>"
 _DEFAULT_REASONING_TAGS = ("<think>", "</think>")
 
@@ -29,6 +33,8 @@ def check_reasoning_format(name: str) -> str:
 def reasoning_tags(template_source: str = "") -> tuple[str, str]:
     """The (start, end) thinking tags a template's models write (gpt-oss: llama.cpp's
     `<|channel|>analysis<|message|>` … `<|end|>`)."""
+    if all(marker in template_source for marker in KIMI_K3_MARKERS):
+        return "<|open|>think<|sep|>", "<|close|>think<|sep|>"
     for start, end in _REASONING_TAGS:
         if start in template_source:
             return (_HARMONY_ANALYSIS if start == "<|channel|>" else start), end

@@ -32,6 +32,8 @@ from api.chat.tool_formats import (
     calls_from_list,
     dump_arguments,
     load_json,
+    parse_function_tag,
+    unwrap_value,
     xml_value,
 )
 
@@ -57,7 +59,7 @@ def param_types(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
 def typed_value(raw: str, schema_type: Any) -> Any:
     """A parameter's text as its schema types it (see the module doc)."""
     if schema_type == "string":
-        return raw.removeprefix("\n").removesuffix("\n")
+        return unwrap_value(raw)
     return xml_value(raw)
 
 
@@ -120,6 +122,13 @@ def parse_xml_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
     if not calls or not _only_whitespace_left(inner, _XML_FUNCTION):
         return None
     return calls
+
+
+def parse_function_xml(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
+    """The text after `<function=` up to `</function>`: Qwen3-Coder's XML, or Llama 3.1's
+    `NAME>{json}`."""
+    calls = parse_xml_calls(f"<function={inner}</function>", types)
+    return calls if calls is not None else parse_function_tag(inner)
 
 
 def parse_tool_call_block(inner: str, types: ParamTypes) -> list[ParsedCall] | None:

@@ -23,6 +23,7 @@ from jinja2 import TemplateError
 
 from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_builtin_template
 from api.chat.jinja_env import RENDER_ERRORS, compile_template
+from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.template_messages import (
     harmony_history,
     join_parts,
@@ -85,17 +86,34 @@ class ChatTemplate:
                tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
                extra_context: Mapping[str, Any] | None = None,
                continue_final_message: bool | None = None, allow_empty: bool = False) -> str:
+        """The prompt (see :meth:`render_continued`)."""
+        prompt, _ = self.render_continued(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt,
+            extra_context=extra_context, continue_final_message=continue_final_message,
+            allow_empty=allow_empty)
+        return prompt
+
+    def render_continued(
+            self, messages: list[dict[str, Any]], *,
+            tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
+            extra_context: Mapping[str, Any] | None = None,
+            continue_final_message: bool | None = None,
+            allow_empty: bool = False) -> tuple[str, str]:
         """The prompt for `messages` (OpenAI chat messages as plain dicts; none at all only
         with `allow_empty`, as llama-server's Anthropic endpoint takes them).
 
-        `tools`: OpenAI tool definitions, given to the template as `tools` (None when empty).
+        `tools`: OpenAI tool definitions, given to the template as `tools` (undefined when none).
         `extra_context`: more template variables (chat_template_kwargs: enable_thinking,
         reasoning_effort, …; see :func:`template_kwargs`); they cannot replace the ones above.
         `continue_final_message` (llama-server's prefill): None = continue a final assistant
         message if there is one (`--prefill-assistant`, the default); False = never (pass it
         under `--no-prefill-assistant`); True = the last message must be one to continue.
         Continuing renders the messages before it with the generation prompt, then its content,
-        unterminated (as llama.cpp does); `add_generation_prompt` is then ignored.
+        unterminated (as llama.cpp does); `add_generation_prompt` is then ignored. A continued
+        message's reasoning is written in the template's thinking tags first (left open when the
+        message has no content: its reasoning is continued). Returns (the prompt, what the
+        continued message added to it: the answer's parser reads it as the answer's start, as
+        llama-server parses its generation prompt with the answer).
         A leading `bos_token` is removed: the worker adds BOS when the model wants one.
         Raises InvalidRequest for bad messages and template errors (`raise_exception`)."""
         caps = self._compiled.caps
@@ -113,9 +131,10 @@ class ChatTemplate:
         context = copy.deepcopy({
             "date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
             **(extra_context or {}),
-            "messages": normalized, "tools": tools or None,
-            "add_generation_prompt": add_generation_prompt,
+            "messages": normalized, "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token, "eos_token": self.eos_token})
+        if tools:  # without tools, `tools` is undefined, as llama.cpp leaves it
+            context["tools"] = copy.deepcopy(tools)
         try:
             text = self._compiled.template.render(context)
         except RENDER_ERRORS as exc:
@@ -123,9 +142,16 @@ class ChatTemplate:
                                  else f"Error rendering the chat template: {exc}") from None
         if self.bos_token and text.startswith(self.bos_token):
             text = text[len(self.bos_token):]
-        if prefill is not None:
-            text += join_parts(prefill["content"])
-        return text
+        if prefill is None:
+            return text, ""
+        added = join_parts(prefill["content"])
+        reasoning = prefill.get("reasoning_content")
+        start, end = reasoning_tags(self.source)
+        if isinstance(reasoning, str) and reasoning and start in self.source:
+            # (a template that does not think has the reasoning left out, as llama.cpp does)
+            opened = "" if prompt_opens_thinking(text, self.source) else start
+            added = opened + reasoning + (end + added if added else "")
+        return text + added, added
 
 
 def _chosen_source(settings: ApiSettings, meta: ModelMeta | None) -> tuple[str, str | None]:

@@ -170,10 +170,20 @@ def calls_from_json_text(text: str) -> list[ParsedCall] | None:
     return calls
 
 
+def unwrap_value(raw: str) -> str:
+    """A parameter's text without the newlines its tags put around it: Qwen3-Coder writes
+    `<parameter=K>\nVALUE\n</parameter>` (one newline each side is the markup's), Seed-OSS and
+    the others `<…>VALUE</…>` (a trailing newline is the value's own, kept as llama.cpp keeps
+    it)."""
+    if raw.startswith("\n"):
+        return raw[1:].removesuffix("\n")
+    return raw
+
+
 def xml_value(raw: str) -> Any:
     """A parameter value written as text (Qwen3-Coder's XML and its kin, tagged_calls.py): JSON
     when it reads as JSON, otherwise the raw text."""
-    text = raw.removeprefix("\n").removesuffix("\n")
+    text = unwrap_value(raw)
     stripped = text.strip(WHITESPACE)
     looks_like_json = stripped[:1] in ("{", "[", '"', "-") or stripped[:1].isdigit()
     if looks_like_json or stripped in ("true", "false", "null"):

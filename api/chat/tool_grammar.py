@@ -4,13 +4,17 @@ The constraint is llama.cpp's "generic" tool-call format (common/chat.cpp, for t
 native tool support): a JSON object `{"tool_call": {"name", "arguments"}}`, or with parallel calls
 `{"tool_calls": [{"name", "arguments"}, ...]}`. It is produced as a JSON schema (the worker turns
 `job.json_schema` into a grammar), together with the system-prompt line llama.cpp adds so the
-model knows the format. `ChatOutputParser` reads this format back.
+model knows the format. `ChatOutputParser` reads this format back. A template whose family
+writes its calls as JSON in its own markers (`CallFrame`, chat_formats.py) is forced to that
+format instead, as llama-server's format grammar forces it: the schema of the calls, framed by
+the markers (the worker's `json_schema_frame`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from api.chat.request_tools import ToolChoice, validate_tool_choice
@@ -57,6 +61,53 @@ def tool_call_schema(
             "required": ["tool_calls"],
         }
     return {"type": "object", "properties": {"tool_call": one}, "required": ["tool_call"]}
+
+
+@dataclass(frozen=True)
+class CallFrame:
+    """How a template's family writes a forced tool call when its calls are JSON: between
+    `prefix` and `suffix`, the call objects of `shape` (`name_arguments`: {"name",
+    "arguments"}; `name_parameters`: {"name", "parameters"}; `r7b`: {"tool_call_id",
+    "tool_name", "parameters"}; `apertus`: {NAME: arguments}), one JSON array of them when
+    `listed`, else one object per block (blocks repeated after `separator` for parallel
+    calls)."""
+
+    prefix: str
+    suffix: str = ""
+    shape: str = "name_arguments"
+    listed: bool = False
+    separator: str = ""
+
+
+def _shaped_call(tool: Mapping[str, Any], shape: str) -> dict[str, Any]:
+    function = _function(tool)
+    name = function["name"]
+    parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    if shape == "apertus":
+        return {"type": "object", "properties": {name: parameters}, "required": [name]}
+    if shape == "r7b":
+        properties = {"tool_call_id": {"type": "string", "pattern": "^[0-9]{1,10}$"},
+                      "tool_name": {"type": "string", "const": name}, "parameters": parameters}
+    else:
+        key = "parameters" if shape == "name_parameters" else "arguments"
+        properties = {"name": {"type": "string", "const": name}, key: parameters}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def native_tool_call(tools: Sequence[Mapping[str, Any]], choice: ToolChoice,
+                     parallel_tool_calls: bool, frame: CallFrame) -> tuple[str, list[str]]:
+    """(JSON schema as JSON text, the job's `json_schema_frame`) forcing a call in the
+    template's own format (`tool_choice` "required" or a named function), as llama-server's
+    grammar for the format forces it (no system-prompt line)."""
+    if choice.name is not None:
+        tools = [tool for tool in tools if _function(tool).get("name") == choice.name]
+    calls = [_shaped_call(tool, frame.shape) for tool in tools]
+    one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    if frame.listed:
+        one = {"type": "array", "items": one, "minItems": 1,
+               **({} if parallel_tool_calls else {"maxItems": 1})}
+    separator = frame.separator if parallel_tool_calls and not frame.listed else ""
+    return json.dumps(one, ensure_ascii=False), [frame.prefix, frame.suffix, separator]
 
 
 def tool_call_grammar(

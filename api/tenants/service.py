@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from api.tenants.config import DEFAULT_TENANT, UNLIMITED, Tenant, TenantsFile, read_tenants
-from scheduler.contract import keys
+from scheduler.contract import tenant_keys
 from scheduler.contract.errors import NotFound, PermissionDenied, RateLimited
 from scheduler.contract.jobs import CompletionJob, EmbeddingJob, RerankJob
 from scheduler.contract.results import (
@@ -126,7 +126,7 @@ class TenantService:
     async def renew_forever(self) -> None:
         """Renew this pod's holds while their jobs run (a pod that dies lets go)."""
         while True:
-            await asyncio.sleep(keys.TENANT_RENEW_EVERY_S)
+            await asyncio.sleep(tenant_keys.TENANT_RENEW_EVERY_S)
             for tenant, job_ids in list(self._held.items()):
                 try:
                     await self.limits.renew(tenant, sorted(job_ids))

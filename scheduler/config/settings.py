@@ -21,6 +21,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from scheduler.config.model_presets import MODEL_PRESETS
 from scheduler.config.options import Option, declared_with_flag, group_model
 from scheduler.config.spec_flags import (
     FlagStatus,
@@ -233,10 +234,30 @@ class ProcessSettings(BaseModel):
                     _put(values, opt.name, opt.convert(env[opt.env]))
                 except argparse.ArgumentTypeError as exc:
                     parser.error(f"environment variable {opt.env}: {exc}")
+        for opt in cls.options():  # --*-default model presets: under what was given
+            if opt.flags[0] in MODEL_PRESETS and values.get(opt.name):
+                try:
+                    _apply_preset(cls, values, MODEL_PRESETS[opt.flags[0]])
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"{opt.flags[0]}: {exc}")
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             parser.error(str(exc))
+
+
+def _apply_preset(settings: type[ProcessSettings], values: dict[str, Any],
+                  options: Mapping[str, str]) -> None:
+    """The keys of a model preset this role takes, where `values` has none."""
+    for key, value in options.items():
+        found = preset_key(settings, key)
+        if found is None:
+            continue  # another role's
+        group, _, field = found.option.name.partition(".")
+        if (field and field in values.get(group, {})) or (not field and group in values):
+            continue
+        _put(values, found.option.name, found.switch_on(value) if found.option.is_switch
+             else found.option.convert(value))
 
 
 def _put(values: dict[str, Any], name: str, value: Any) -> None:
@@ -276,6 +297,8 @@ def preset_key(settings: type[ProcessSettings], key: str) -> PresetKey | None:
 
 
 def spec_flag_of_a_role(key: str) -> bool:
-    """Whether a preset key is a working spec flag (of some role: the others leave it)."""
-    names = {name for row in by_status(FlagStatus.WORKS) for name in row.names}
-    return f"--{key}" in names or f"-{key}" in names
+    """Whether a preset key is a working spec flag (of some role: the others leave it), by a
+    name without dashes or by its environment variable name (the spec's valid keys)."""
+    rows = by_status(FlagStatus.WORKS)
+    names = {name for row in rows for name in row.names}
+    return f"--{key}" in names or f"-{key}" in names or key in {row.env for row in rows}

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from scheduler.config.spec_envs import SPEC_ENVS
+
 
 class FlagStatus(StrEnum):
     WORKS = "works"
@@ -114,23 +116,27 @@ NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not 
 NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
                            "top token from its logits on the host "
                            "(--no-spec-draft-backend-sampling is accepted)")
-CPU_PLACEMENT = ("llama-cpp-python's context does not expose llama.cpp's thread pool "
-                 "(affinity, strict placement, polling); pin the worker process with taskset "
-                 "or the container's cpuset instead")
-PRESET = ("downloads a preset model from the internet at start; give -hf or -m (a file, or a "
-          "key in the object store) instead")
+CPU_PLACEMENT = ("the draft model's own thread pools are not built: its context computes "
+                 "with ggml's per-graph threads (the main -C/-Cr placement does not reach it); "
+                 "pin the worker process with taskset or the container's cpuset instead")
+POLL = ("the shipped ggml-cpu computes with OpenMP threads (as llama-server's default build "
+        "does), which wait at its barriers by OMP_WAIT_POLICY: the thread pool's polling level "
+        "is read only by ggml's own, non-OpenMP threads")
+PRESET = ("the preset's draft model comes from the Hugging Face Hub (-hfd), which is not "
+          "built; give -hf/-hff for the model and -md a local draft GGUF file")
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
-ONE_SHOT = "a one-shot command of llama-server's binary, not of a server process"
 
-SPEC_FLAGS: tuple[SpecFlag, ...] = (
+_SPEC_ROWS: tuple[SpecFlag, ...] = (
     # --- common params ---
     *_rows(W, "", "-h --help --usage", "--version"),
-    *_rows(R, ONE_SHOT, "-cl --cache-list", "--completion-bash"),
+    *_rows(W, "", "-cl --cache-list", "--completion-bash"),
     *_rows(W, "", "-t --threads LLAMA_ARG_THREADS", "-tb --threads-batch"),
-    *_rows(R, CPU_PLACEMENT, "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict", "--poll",
-           "-Cb --cpu-mask-batch", "-Crb --cpu-range-batch", "--cpu-strict-batch",
-           "--prio-batch", "--poll-batch"),
+    *_rows(W, "", "-C --cpu-mask", "-Cr --cpu-range", "--cpu-strict"),
+    *_rows(N, POLL, "--poll"),
+    *_rows(W, "", "-Cb --cpu-mask-batch", "-Crb --cpu-range-batch", "--cpu-strict-batch",
+           "--prio-batch"),
+    *_rows(N, POLL, "--poll-batch"),
     *_rows(W, "", "--prio"),
     *_rows(W, "", "-c --ctx-size LLAMA_ARG_CTX_SIZE", "-n --predict --n-predict",
            "-b --batch-size", "-ub --ubatch-size", "--keep", "--swa-full", "-fa --flash-attn",
@@ -143,8 +149,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "defragmentation)", "-dt --defrag-thold"),
     *_rows(R, "RPC offloading is not built", "--rpc LLAMA_ARG_RPC"),
     *_rows(W, "", "-lm --load-mode", "-lzm --lazy-mode"),
-    *_rows(R, "NUMA placement is not built (llama-cpp-python's llama_numa_init is not called)",
-           "--numa LLAMA_ARG_NUMA"),
+    *_rows(W, "", "--numa LLAMA_ARG_NUMA"),
     *_rows(W, "", "-dev --device LLAMA_ARG_DEVICE", "--list-devices",
            "-ot --override-tensor LLAMA_ARG_OVERRIDE_TENSOR", "-cmoe --cpu-moe LLAMA_ARG_CPU_MOE",
            "-ncmoe --n-cpu-moe LLAMA_ARG_N_CPU_MOE", "-ncffn --n-cpu-ffn LLAMA_ARG_N_CPU_FFN"),
@@ -155,7 +160,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-fit --fit LLAMA_ARG_FIT", "-fitt --fit-target LLAMA_ARG_FIT_TARGET",
            "-fitc --fit-ctx LLAMA_ARG_FIT_CTX"),
     *_rows(W, "", "--check-tensors"),
-    *_rows(R, "metadata overrides are not built", "--override-kv"),
+    *_rows(W, "", "--override-kv"),
     *_rows(W, "", "--op-offload --no-op-offload"),
     *_rows(W, "", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled",
            "--control-vector-layer-range"),
@@ -165,10 +170,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "-dr --docker-repo LLAMA_ARG_DOCKER_REPO"),
     *_rows(W, "", "-hf -hfr --hf-repo", "-hff --hf-file", "-hft --hf-token"),
     *_rows(W, "", "--log-disable", "--log-file"),
-    *_off(_rows(R, "llamaq logs plain text through Python's logging; JSON lines are not built",
-                "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL"), names=("--no-log-jsonl",)),
-    *_off(_rows(R, "llamaq logs plain text through Python's logging; colors are not built",
-                "--log-colors LLAMA_ARG_LOG_COLORS"), values=("off",)),
+    *_rows(W, "", "--log-jsonl --no-log-jsonl LLAMA_ARG_LOG_JSONL",
+           "--log-colors LLAMA_ARG_LOG_COLORS"),
     *_rows(W, "", "-v --verbose --log-verbose", "--offline", "-lv --verbosity --log-verbosity",
            "--log-prefix --no-log-prefix", "--log-timestamps --no-log-timestamps"),
     *_rows(W, "", "--spec-draft-type-k -ctkd --cache-type-k-draft "
@@ -181,7 +184,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
            "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--dry-multiplier",
            "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n",
            "--dry-sequence-breaker"),
-    *_rows(R, "the adaptive-p sampler is not built", "--adaptive-target", "--adaptive-decay"),
+    *_rows(W, "", "--adaptive-target", "--adaptive-decay"),
     *_rows(W, "", "--dynatemp-range", "--dynatemp-exp", "--mirostat", "--mirostat-lr",
            "--mirostat-ent", "-l --logit-bias", "--grammar", "--grammar-file",
            "-j --json-schema", "-jf --json-schema-file"),
@@ -189,7 +192,7 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
                 "-bs --backend-sampling LLAMA_ARG_BACKEND_SAMPLING"), switch=True),
     # --- server-specific params ---
     *_rows(W, "", "-lcs --lookup-cache-static", "-lcd --lookup-cache-dynamic"),
-    *_rows(W, "", "--kv-unified-per-slot"),
+    *_rows(W, "", "--kv-unified-per-slot LLAMA_ARG_KV_UNIFIED_PER_SLOT"),
     *_rows(W, "", "-ctxcp --ctx-checkpoints --swa-checkpoints LLAMA_ARG_CTX_CHECKPOINTS",
            "-cms --checkpoint-min-step LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
            "-cram --cache-ram LLAMA_ARG_CACHE_RAM",
@@ -203,7 +206,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "-np --parallel", "-cb --cont-batching -nocb --no-cont-batching"),
     *_rows(W, "", "-mm --mmproj LLAMA_ARG_MMPROJ", "--mmproj-offload --no-mmproj-offload "
            "LLAMA_ARG_MMPROJ_OFFLOAD", "--image-min-tokens LLAMA_ARG_IMAGE_MIN_TOKENS",
-           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS", "--mtmd-batch-max-tokens",
+           "--image-max-tokens LLAMA_ARG_IMAGE_MAX_TOKENS",
+           "--mtmd-batch-max-tokens LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
            "--media-path"),
     *_rows(W, "", "--mmproj-auto --no-mmproj --no-mmproj-auto LLAMA_ARG_MMPROJ_AUTO"),
     *_rows(W, "", "-mmu --mmproj-url LLAMA_ARG_MMPROJ_URL",
@@ -288,12 +292,17 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     SpecFlag(("--spec-ngram-size-m",), R, REMOVED_ARG + "use the respective --spec-ngram-*-size-m"),
     SpecFlag(("--spec-ngram-min-hits",), R,
              REMOVED_ARG + "use the respective --spec-ngram-*-min-hits"),
-    *_rows(R, PRESET, "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
-           "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
-           "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
+    *_rows(W, "", "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
+           "--fim-qwen-7b-default"),
+    *_rows(R, PRESET, "--fim-qwen-7b-spec", "--fim-qwen-14b-spec"),
+    *_rows(W, "", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )
 """The spec's flag tables (common, sampling and server-specific params), row by row."""
+
+SPEC_FLAGS: tuple[SpecFlag, ...] = tuple(
+    row if row.env else replace(row, env=SPEC_ENVS.get(row.names[0])) for row in _SPEC_ROWS)
+"""The rows, each with the spec's environment variable (written in the row, else SPEC_ENVS)."""
 
 BUILT_IN_PARSER = frozenset({"-h", "--help", "--usage", "--version"})
 """Flags every parser answers itself (help and version), not settings fields."""

@@ -179,6 +179,10 @@ class CompletionJob(BaseModel):
     grammar: str | None = None
     """GBNF text; `json_schema` (JSON text of a schema) is converted to GBNF by the worker."""
     json_schema: str | None = None
+    json_schema_frame: list[str] | None = None
+    """[prefix, suffix, separator]: the output is `json_schema`'s value written between prefix
+    and suffix (a forced tool call in the template's own format: `<tool_call>\n` … `\n
+    </tool_call>`), repeated after the separator when it is not empty."""
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None

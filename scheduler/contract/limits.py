@@ -23,8 +23,9 @@ from scheduler.contract.sampling import SamplingParams
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 UINT32_MASK = 0xFFFFFFFF
+FLT_MAX = 3.4028234663852886e38
 
-HARD_LIMITS: dict[str, tuple[int, int]] = {
+HARD_LIMITS: dict[str, tuple[float, float]] = {
     "n_predict": (-1, INT32_MAX),
     "n_indent": (0, INT32_MAX),
     "n_keep": (-1, INT32_MAX),
@@ -37,6 +38,7 @@ HARD_LIMITS: dict[str, tuple[int, int]] = {
     "min_keep": (0, INT32_MAX),
     "sse_ping_interval": (-1, INT32_MAX),
     "priority": (-INT32_MAX - 1, INT32_MAX),
+    "adaptive_decay": (0.0, 0.99),
 }
 """llama-server's hard limits (400 outside them), by request field."""
 
@@ -48,6 +50,7 @@ SOFT_LIMITS: dict[str, tuple[float, float]] = {
     "xtc_threshold": (0.0, 1.0),
     "temperature": (0.0, math.inf),
     "mirostat": (0, 2),
+    "adaptive_target": (-FLT_MAX, 1.0),
 }
 """llama-server's soft limits: a value outside is clamped into the range."""
 
@@ -169,11 +172,14 @@ def largest_body_limit() -> int:
 
 
 def _range_error(name: str, low: float, high: float, got: object) -> InvalidRequest:
+    if isinstance(low, float):  # std::to_string of a float field
+        return InvalidRequest(f"Field '{name}': Value must be between {low:f} <= value <= "
+                              f"{high:f}, but got {got:f}")
     return InvalidRequest(f"Field '{name}': Value must be between {low} <= value <= {high}, "
                           f"but got {got}")
 
 
-def check_range(name: str, value: int | None, low: int, high: int) -> None:
+def check_range(name: str, value: float | None, low: float, high: float) -> None:
     if value is not None and not low <= value <= high:
         raise _range_error(name, low, high, value)
 

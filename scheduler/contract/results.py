@@ -84,9 +84,6 @@ class GenerationSettings(SamplingSettings):
     timings_per_token: bool
     lora: list[LoraScale] = Field(default_factory=list)
     """The request's own `lora` list (llama-server's task_params `lora`), not the global scales."""
-    adaptive_target: float = -1.0
-    adaptive_decay: float = 0.9
-    """The adaptive-p sampler's (not built: its defaults, off)."""
     grammar: str = ""
     grammar_lazy: bool = False
     grammar_triggers: list[Any] = Field(default_factory=list)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from scheduler.contract.flag_fields import flag
 
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature"}
+                   "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature", "a": "adaptive_p"}
 """The one-letter sampler names of --sampling-seq (and of a `samplers` string)."""
 
 
@@ -90,6 +90,13 @@ class SamplingSettings(BaseModel):
     mirostat_tau: float = flag(5.0, "--mirostat-ent",
                                help="Mirostat target entropy, parameter tau")
     mirostat_eta: float = flag(0.1, "--mirostat-lr", help="Mirostat learning rate, parameter eta")
+    adaptive_target: float = flag(-1.0, "--adaptive-target",
+                                  help="adaptive-p: select tokens near this probability (valid "
+                                  "range 0.0 to 1.0; negative = disabled; the sampler runs when "
+                                  "--samplers names adaptive_p)")
+    adaptive_decay: float = flag(0.9, "--adaptive-decay",
+                                 help="adaptive-p: decay rate for target adaptation over time "
+                                 "(valid range 0.0 to 0.99)")
     ignore_eos: bool = flag(False, "--ignore-eos",
                             help="ignore end of stream token and continue generating")
     min_keep: int = 0
@@ -128,6 +135,8 @@ class SamplingParams(BaseModel):
     mirostat: int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
+    adaptive_target: float | None = None
+    adaptive_decay: float | None = None
     ignore_eos: bool | None = None
     min_keep: int | None = None
     samplers: list[str] | None = None

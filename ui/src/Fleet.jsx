@@ -47,6 +47,7 @@ function Worker({ worker, now }) {
       <div class="worker-head">
         <strong class="worker-id">{worker.worker_id}</strong>
         <span class="worker-model">{worker.model_id}</span>
+        {worker.simulated ? <span class="worker-simulated">simulated</span> : null}
       </div>
       <div class="worker-facts">
         <span>{worker.n_slots} slots × {worker.n_ctx_slot} ctx</span>

@@ -87,6 +87,14 @@ class Inbox:
             end_reasoning, self._end_reasoning = self._end_reasoning, set()
         return cancelled, end_reasoning
 
+    def take_marks(self) -> tuple[set[str], set[str]]:
+        """The cancellations and reasoning ends, taken without waiting (the simulated engine,
+        worker/simulate/engine.py, waits on its event loop instead)."""
+        with self.wake:
+            cancelled, self._cancelled = self._cancelled, set()
+            end_reasoning, self._end_reasoning = self._end_reasoning, set()
+        return cancelled, end_reasoning
+
     def take_slot_tasks(self, ready: Callable[[int], bool]) -> list[SlotTask]:
         """The slot actions whose slot is `ready` (idle) now; the others stay."""
         with self.wake:

@@ -25,19 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SEED", "SamplerChain", "normalize_samplers", "resolve_sampling",
            "token_probabilities"]
+CANONICAL_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p",
+                      "xtc", "temperature", "adaptive_p")
 SAMPLER_NAMES = {
-    "penalties": "penalties",
-    "dry": "dry",
-    "top_n_sigma": "top_n_sigma",
-    "top_k": "top_k",
-    "typ_p": "typ_p",
+    **{name: name for name in CANONICAL_SAMPLERS},
+    # llama.cpp's aliases of a name with '_': kebab-case and without the dashes
+    **{name.replace("_", "-"): name for name in CANONICAL_SAMPLERS if "_" in name},
+    **{name.replace("_", ""): name for name in CANONICAL_SAMPLERS if "_" in name},
     "typical_p": "typ_p",
     "typ": "typ_p",
-    "top_p": "top_p",
     "nucleus": "top_p",
-    "min_p": "min_p",
-    "xtc": "xtc",
-    "temperature": "temperature",
     "temp": "temperature",
 }
 
@@ -110,8 +107,13 @@ class SamplerChain:
             return [*out, lc.llama_sampler_init_temp(c.temperature),
                     lc.llama_sampler_init_mirostat_v2(c.seed, c.mirostat_tau, c.mirostat_eta)]
         for name in c.samplers:
-            out.append(self._one(name, c, n_vocab))
-        out.append(lc.llama_sampler_init_dist(c.seed))
+            if name != "adaptive_p":
+                out.append(self._one(name, c, n_vocab))
+        if "adaptive_p" in c.samplers:  # it selects the token, as dist does: last, instead
+            out.append(lc.llama_sampler_init_adaptive_p(c.adaptive_target, c.adaptive_decay,
+                                                        c.seed))
+        else:
+            out.append(lc.llama_sampler_init_dist(c.seed))
         return out
 
     def _one(self, name: str, c: SamplingSettings, n_vocab: int) -> lc.llama_sampler_p:

@@ -9,6 +9,7 @@ restore slot: …". save/restore/erase run on the engine thread, while the slot 
 from __future__ import annotations
 
 import ctypes
+from array import array
 from typing import Any
 
 import llama_cpp as lc
@@ -44,6 +45,8 @@ def check_snapshot(meta: dict[str, Any], model_id: str) -> SnapshotMeta:
 
 
 def save_slot(model: LoadedModel, slot: SlotCache) -> tuple[bytes, list[int]]:
+    if model.ctx is None:  # the simulator's model (worker/simulate/): its tokens are its state
+        return array("i", slot.tokens).tobytes(), list(slot.tokens)
     size = lc.llama_state_seq_get_size(model.ctx, slot.slot_id)
     buffer = (ctypes.c_uint8 * size)()
     written = lc.llama_state_seq_get_data(model.ctx, buffer, size, slot.slot_id)
@@ -57,6 +60,12 @@ def restore_slot(model: LoadedModel, slot: SlotCache, data: bytes, tokens: list[
         raise restore_error("Restored prompt does not fit in the slot context")
     if not all(model.vocab.valid(t) for t in tokens):
         raise restore_error("Invalid tokens in slot save file")
+    if model.ctx is None:  # the simulator's model: the state is the tokens
+        if data != array("i", tokens).tobytes():
+            raise restore_error("invalid slot save file")
+        slot.forget_tokens()
+        slot.tokens.extend(tokens)
+        return len(data)
     lc.llama_memory_seq_rm(model.memory, slot.slot_id, -1, -1)
     slot.forget_tokens()
     buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
@@ -69,6 +78,7 @@ def restore_slot(model: LoadedModel, slot: SlotCache, data: bytes, tokens: list[
 
 def erase_slot(model: LoadedModel, slot: SlotCache) -> int:
     erased = len(slot.tokens)
-    lc.llama_memory_seq_rm(model.memory, slot.slot_id, -1, -1)
+    if model.memory is not None:  # None: the simulator's model
+        lc.llama_memory_seq_rm(model.memory, slot.slot_id, -1, -1)
     slot.forget_tokens()
     return erased

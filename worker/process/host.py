@@ -211,18 +211,21 @@ class WorkerHost:
                                                      "n_embd", "n_params", "size"})}
         await self.models.publish(status_event(entry.name, "loaded", info=info))
 
-    def _progress_reporter(self, model: str) -> Callable[[float], None]:
-        """Load progress from llama.cpp's loading thread, as the spec's loading events (one
-        per tenth, and the end)."""
+    def _progress_reporter(self, model: str) -> Callable[[list[str], str, float], None]:
+        """Load progress from llama.cpp's loading thread, as the spec's loading events: each
+        stage's (text_model, spec_model, mmproj_model) start, one per tenth, and its end."""
         loop = asyncio.get_running_loop()
         sent = [-1.0]
+        current = [""]
 
-        def report(value: float) -> None:
+        def report(stages: list[str], stage: str, value: float) -> None:
+            if stage != current[0]:
+                current[0], sent[0] = stage, -1.0
             if value < 1.0 and value - sent[0] < PROGRESS_STEP:
                 return
             sent[0] = value
             event = status_event(model, "loading", progress={
-                "stages": ["text_model"], "current": "text_model", "value": round(value, 3)})
+                "stages": stages, "current": stage, "value": round(value, 3)})
             loop.call_soon_threadsafe(self._publish_soon, event)
 
         return report

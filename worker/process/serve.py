@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -30,7 +31,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import ServerError, Unavailable
 from scheduler.contract.kinds import Lane, lane_queue
 from scheduler.contract.results import ErrorEvent
-from scheduler.decision_meta import DecisionCaps, DecisionMetaError, output_modalities
+from scheduler.decision_meta import DecisionCaps, output_modalities
 from scheduler.leases import Leases, count_failure
 from scheduler.llama_build import llama_build_info
 from scheduler.queueing import deserialize_job, serialize_job
@@ -39,17 +40,17 @@ from scheduler.worker_presence import client_name
 from storage import open_store
 from storage.lazy import LazyStore
 from storage.results import ResultStore
-from worker.decisions.plan import decision_caps
-from worker.decisions.systemone_heads import HeadPrompter
-from worker.decisions.systemone_prompt import FamilyPrompter
 from worker.embed.embedder import Embedder
+from worker.engine.loop import Engine
 from worker.jobs.parts import HandBack, WorkerParts
 from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.process.arq_worker import WakeableWorker
+from worker.process.decision_parts import family_prompter, worker_decision_caps
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
 from worker.process.preempt import Preemptor
+from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
 from worker.runtime import flags
@@ -79,11 +80,12 @@ UTILITY_JOBS = 8
 
 
 async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | None = None,
-                on_load_progress: Callable[[float], None] | None = None) -> None:
+                on_load_progress: Callable[[list[str], str, float], None] | None = None
+                ) -> None:
     """Build the worker whole (Redis, model, engine, publisher, leases), serve until cancelled
     or until `stop` is set (then drain), and take it all down again. `on_load_progress` is
-    called from the loading thread with the load's progress, 0..1 (router mode publishes it
-    in /models/sse loading events)."""
+    called from the loading thread with the load's stages, the current one and its progress,
+    0..1 (router mode publishes them in /models/sse loading events)."""
     if settings.decisions and embedding_mode(settings):
         raise ModelLoadError("--decisions needs a worker that serves completions: it "
                              "cannot be combined with --embedding or --rerank")
@@ -104,7 +106,9 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
             caps = None if embedding_mode(settings) else worker_decision_caps(
                 model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)
-            model = await asyncio.to_thread(load_model, settings, model_path, on_load_progress,
+            progress = None if on_load_progress is None else functools.partial(
+                on_load_progress, load_stages(settings))
+            model = await asyncio.to_thread(load_model, settings, model_path, progress,
                                             adapter_files, marker, caps is not None)
             try:
                 share = await lookup_share(settings, redis, model)
@@ -142,15 +146,6 @@ async def lookup_share(settings: WorkerSettings, redis: Redis,
     return share
 
 
-def worker_decision_caps(model_path: Path, prompted: bool) -> DecisionCaps | None:
-    """How the worker serves /v1/systemone; a decision family it refuses (by name) or unusable
-    decision metadata stops it before the model is loaded, with the reason."""
-    try:
-        return decision_caps(model_path, prompted)
-    except DecisionMetaError as error:
-        raise ModelLoadError(f"{model_path.name}: {error}") from None
-
-
 def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTier | None:
     """--kv-store: the fleet-wide KV tier of this model (worker/kv/tier.py), fed by the
     engine's prefix states; off with control vectors (they change every state)."""
@@ -170,18 +165,9 @@ def kv_tier(settings: WorkerSettings, redis: Redis, parts: WorkerParts) -> KvTie
     return tier
 
 
-def family_prompter(caps: DecisionCaps | None,
-                    model: LoadedModel) -> FamilyPrompter | HeadPrompter | None:
-    """A decision family's prompts on the loaded vocabulary; a label that is not a single
-    token, a missing marker token, or a template that does not parse, stops the worker."""
-    if caps is None or caps.family is None:
-        return None
-    try:
-        if caps.family.readout == "head":
-            return HeadPrompter(caps, model.vocab)
-        return FamilyPrompter(caps, model.vocab)
-    except DecisionMetaError as error:
-        raise ModelLoadError(f"{model.path.name}: {error}") from None
+EngineMaker = Callable[[WorkerSettings, LoadedModel, str, str, EventPublisher], Engine]
+"""Builds a worker's engine: new_engine (worker/process/startup.py), or the simulator's
+(worker/process/simulated.py)."""
 
 
 class WorkerRuntime:
@@ -189,9 +175,11 @@ class WorkerRuntime:
     the arq workers of its queues, the background loops, draining."""
 
     def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
-                 caps: DecisionCaps | None, lookup: LookupShare | None = None) -> None:
+                 caps: DecisionCaps | None, lookup: LookupShare | None = None,
+                 make_engine: EngineMaker = new_engine) -> None:
         """Needs the running event loop (the publisher hands events over to it). `lookup`:
-        the dynamic lookup cache shared through the store (-lcd)."""
+        the dynamic lookup cache shared through the store (-lcd); `make_engine`: the engine
+        (the simulator's under --simulate)."""
         self.settings = settings
         self.lookup = lookup
         model_id = settings.model_id()
@@ -204,11 +192,12 @@ class WorkerRuntime:
         self.offload = ResultOffload(redis, ResultStore(LazyStore(
             lambda: open_store(settings.store_url, settings.s3_endpoint_url))))
         publisher = EventPublisher(redis, self._write_metrics, self._lost, leases, self.offload)
+        publisher.interval_s = settings.stream_interval / 1000
         embedding = embedding_mode(settings)
         self.parts = WorkerParts(
             settings=settings, model_id=model_id, worker_id=worker_id, redis=redis,
             leases=leases, publisher=publisher, model=model,
-            engine=new_engine(settings, model, model_id, worker_id, publisher),
+            engine=make_engine(settings, model, model_id, worker_id, publisher),
             embedder=Embedder(model, not wait_policy_by_hand(os.environ)) if embedding else None,
             decision_caps=None if embedding else caps,
             decision_prompter=None if embedding else family_prompter(caps, model))
@@ -238,7 +227,8 @@ class WorkerRuntime:
             embedding=parts.embedder is not None,
             pooling=parts.embedder.pooling if parts.embedder else None,
             build_info=llama_build_info(), fit=model.fitted,
-            draft_model=None if model.draft is None else str(model.draft.path)))
+            draft_model=None if model.draft is None else str(model.draft.path),
+            simulated=self.settings.simulate))
         registry = Registry(parts.redis)
         lora = LoraControl(parts, registry, entry)
         await lora.take_stored()

@@ -32,16 +32,16 @@ from worker.embed.embedder import POOLING_TYPES
 from worker.engine.loop import Engine
 from worker.engine.requests import EngineDefaults
 from worker.engine.sampling import DEFAULT_SEED, normalize_samplers
+from worker.process.side_models import load_draft, load_projector, progress_callback
 from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
-from worker.runtime.devices import DeviceError, offload_devices, parse_devices
+from worker.runtime.cpu_pools import cpu_plan
+from worker.runtime.devices import DeviceError, offload_devices
 from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs
-from worker.runtime.media import Projector, ProjectorLoadError, ProjectorOptions, media_marker
+from worker.runtime.media import ProjectorLoadError
 from worker.runtime.memory_probe import MemoryProbe, load_probe
 from worker.runtime.model import (
-    CACHE_TYPES,
-    FLASH_ATTN,
     ContextPlan,
     LoadedModel,
     ModelLoadError,
@@ -50,7 +50,7 @@ from worker.runtime.model import (
 )
 from worker.runtime.settings import WorkerSettings
 from worker.runtime.tensor_overrides import Placement
-from worker.speculative.draft_model import DraftLoadError, DraftModel, DraftPlan, incompatibility
+from worker.speculative.draft_model import DraftLoadError
 from worker.wires.publisher import EventPublisher
 
 T = TypeVar("T")
@@ -82,6 +82,16 @@ def embedding_batch(settings: WorkerSettings) -> int:
     return min(settings.batch_size, settings.ubatch_size)
 
 
+def pool_size(s: WorkerSettings, n_slots: int) -> int:
+    """The context's size: -c, or with --kv-unified-per-slot N and no -c (nor -c 0, which
+    asks for the model's whole context) `n_slots × N`, as llama-server's server.cpp sizes the
+    shared KV pool."""
+    per_slot = s.kv_unified_per_slot or 0
+    if per_slot > 0 and s.ctx_size == 0 and "ctx_size" not in s.model_fields_set:
+        return n_slots * per_slot
+    return s.ctx_size
+
+
 def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPlan:
     """The shared context's layout from the flags (llama-server's rules); `serves_decisions`:
     decision jobs share its batches (several logits per sequence)."""
@@ -92,7 +102,7 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
     # a slot's sampled token and its draft have logits (server_output_limits)
     per_seq = min(batch, 1 + (0 if embedding else flags.speculative(s).n_max()))
     return ContextPlan(
-        n_ctx=s.ctx_size, n_slots=n_slots,
+        n_ctx=pool_size(s, n_slots), n_slots=n_slots,
         kv_unified=s.kv_unified if s.kv_unified is not None else s.n_parallel < 0,
         n_batch=batch, n_ubatch=s.ubatch_size,
         n_threads=threads,
@@ -109,7 +119,7 @@ def context_plan(s: WorkerSettings, serves_decisions: bool = False) -> ContextPl
 
 
 def load_model(s: WorkerSettings, path: Path,
-               on_load_progress: Callable[[float], None] | None = None,
+               on_load_progress: Callable[[str, float], None] | None = None,
                adapter_files: Mapping[str, Path] | None = None,
                marker: str | None = None, serves_decisions: bool = False) -> LoadedModel:
     """The model file at `path` (worker/wires/model_source.py fetched it) and its one context,
@@ -117,8 +127,8 @@ def load_model(s: WorkerSettings, path: Path,
     control vectors (`adapter_files`: their local files, worker/wires/model_source.py; none: the
     sources are paths) and its projector for -mm (`marker`: the fleet's media marker; none:
     this process's own); `serves_decisions`: decision jobs share its batches (several logits
-    per sequence) (blocking: call it off the event loop). `on_load_progress` gets the
-    load's progress, 0..1, from this thread."""
+    per sequence) (blocking: call it off the event loop). `on_load_progress` gets each
+    stage's progress, 0..1, from this thread (side_models.load_stages: llama-server's)."""
     files = dict(adapter_files or {})
     try:
         placement = flags.placement(s)
@@ -127,6 +137,10 @@ def load_model(s: WorkerSettings, path: Path,
     embedding = embedding_mode(s)
     plan = context_plan(s, serves_decisions)
     callbacks: list[Any] = []  # llama.cpp's progress callback, alive while the model loads
+
+    def stage(name: str) -> Callable[[float], None] | None:
+        report = on_load_progress
+        return None if report is None else lambda value: report(name, value)
 
     def tune_context(params: Any) -> None:
         flags.tune_context(params, s)
@@ -142,17 +156,12 @@ def load_model(s: WorkerSettings, path: Path,
         placement.apply(params)
         if fitted.n_gpu_layers is not None:
             params.n_gpu_layers = fitted.n_gpu_layers
-        if on_load_progress is not None:
-            report = on_load_progress
-
-            def progress(value: float, _: object) -> bool:
-                report(value)
-                return True  # go on loading
-
-            callbacks.append(lc.llama_progress_callback(progress))
+        if (report := stage("text_model")) is not None:
+            callbacks.append(progress_callback(report))
             params.progress_callback = callbacks[-1]
 
-    model = LoadedModel(path, fitted.plan, tune_model, tune_context)
+    model = LoadedModel(path, fitted.plan, tune_model, tune_context,
+                        cpu_plan(s, fitted.plan.n_threads, fitted.plan.n_threads_batch))
     model.fitted = fitted.report
     try:
         specs = adapter_specs(s.lora, s.lora_scaled, s.lora_init_without_apply)
@@ -167,55 +176,20 @@ def load_model(s: WorkerSettings, path: Path,
         raise ModelLoadError(str(error)) from None
     if not embedding:
         try:
-            model.draft = load_draft(s, model)
+            model.draft = load_draft(s, model, stage("spec_model"))
         except (DraftLoadError, DeviceError) as error:
             model.close()
             raise ModelLoadError(str(error)) from None
     if s.mmproj:  # completions, and embeddings of inputs with media
         try:  # its warmup computes: on a thread of its own (see warm_up_on_own_thread)
             model.projector = on_own_thread(
-                lambda: load_projector(s, model, plan.n_threads, marker))
+                lambda: load_projector(s, model, plan.n_threads, marker, stage("mmproj_model")))
         except ProjectorLoadError as error:
             model.close()
             raise ModelLoadError(str(error)) from None
     if s.warmup:
         warm_up_on_own_thread(model)
     return model
-
-
-def load_draft(s: WorkerSettings, model: LoadedModel) -> DraftModel | None:
-    """-md with --spec-type draft-simple: the draft model in a context laid out as the target's
-    (its size, sequences, batches, threads unless -td/-tbd), its vocabulary checked against the
-    target's (llama.cpp's common_speculative_are_compatible). -md without draft-simple loads
-    nothing: llama-server loads it and lets it go again, drafting with nothing."""
-    config = flags.speculative(s)
-    if config.draft_model is None:
-        if s.spec_draft_model:
-            log.warning("the draft model %s is not used: --spec-type has no draft-simple",
-                        s.spec_draft_model)
-        return None
-    plan = model.plan
-    n_threads = s.spec_draft_threads if s.spec_draft_threads > 0 else plan.n_threads
-    n_threads_batch = (s.spec_draft_threads_batch if s.spec_draft_threads_batch > 0
-                       else n_threads if s.spec_draft_threads > 0 else plan.n_threads_batch)
-    draft_plan = DraftPlan(n_ctx=model.n_ctx, n_seq=plan.n_slots, kv_unified=plan.kv_unified,
-                           n_batch=plan.n_batch, n_ubatch=plan.n_ubatch, n_threads=n_threads,
-                           n_threads_batch=n_threads_batch,
-                           type_k=CACHE_TYPES[s.spec_draft_type_k],
-                           type_v=CACHE_TYPES[s.spec_draft_type_v],
-                           flash_attn_type=FLASH_ATTN[plan.flash_attn])
-    path = Path(config.draft_model)
-    if not path.is_file():
-        raise DraftLoadError(f"failed to load draft model, '{path}': no such file")
-    kept: list[object] = []  # the device array, alive while the model loads
-    draft = DraftModel(path, draft_plan,
-                       lambda params: kept.append(flags.tune_draft_model(params, s)))
-    assert model.model is not None
-    reason = incompatibility(lc.llama_model_get_vocab(model.model), draft.vocab)
-    if reason is not None:
-        draft.close()
-        raise DraftLoadError(f"the target and draft vocabs are not compatible: {reason}")
-    return draft
 
 
 @dataclass(frozen=True)
@@ -289,32 +263,6 @@ def fit_report(result: FitResult) -> FitReport:
                             context_mib=host.context // MiB, compute_mib=host.compute // MiB))
     return FitReport(enabled=True, fits=result.fits, n_ctx=result.n_ctx,
                      n_gpu_layers=result.n_gpu_layers, note=result.note, memory=memory)
-
-
-def load_projector(s: WorkerSettings, model: LoadedModel, threads: int,
-                   marker: str | None = None) -> Projector:
-    """-mm/--mmproj on the loaded model (worker/runtime/media.py)."""
-    assert s.mmproj is not None
-    offload, device = s.mmproj_offload, None
-    chosen = s.mmproj_device or (s.devices if offload else None)  # it follows -dev (llama.cpp)
-    if chosen is not None:  # -mmdev: none, or exactly one device (llama-server's)
-        try:
-            devices = parse_devices(chosen)
-        except DeviceError as error:
-            raise ProjectorLoadError(str(error)) from None
-        if len(devices) > 1 and s.mmproj_device is not None:
-            raise ProjectorLoadError("only one device may be specified for mmproj")
-        offload, device = bool(devices), devices[0].handle if devices else None
-    options = ProjectorOptions(offload=offload, device=device, n_threads=threads,
-                               image_min_tokens=s.image_min_tokens,
-                               image_max_tokens=s.image_max_tokens,
-                               batch_max_tokens=s.mtmd_batch_max_tokens,
-                               video_fps=s.video_fps,
-                               video_timestamp_interval_ms=s.video_timestamp_interval,
-                               video_ffmpeg_dir=s.video_ffmpeg_dir,
-                               flash_attn_type=FLASH_ATTN[s.flash_attn], warmup=s.warmup)
-    assert model.model is not None
-    return Projector(s.mmproj, model.model, options, marker or media_marker(os.environ))
 
 
 def warm_up_on_own_thread(model: LoadedModel) -> None:

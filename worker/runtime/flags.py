@@ -14,6 +14,7 @@ import llama_cpp as lc
 
 from scheduler.contract.jobs import LogitBias, samplers_from_letters
 from worker.runtime.devices import parse_devices
+from worker.runtime.kv_overrides import apply_kv_overrides, parse_kv_overrides
 from worker.runtime.settings import WorkerSettings
 from worker.runtime.tensor_overrides import (
     CPU_BUFFER,
@@ -50,6 +51,7 @@ def tune_model(params: lc.llama_model_params, settings: WorkerSettings) -> None:
     params.lazy_mode = LAZY_MODES[settings.lazy_mode]
     params.use_extra_bufts = settings.repack
     params.no_host = settings.no_host
+    apply_kv_overrides(params, parse_kv_overrides(settings.override_kv))
     if settings.tensor_split:
         split = (ctypes.c_float * lc.LLAMA_MAX_DEVICES)(*settings.tensor_split)
         params.tensor_split = split

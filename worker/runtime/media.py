@@ -33,7 +33,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -79,6 +79,8 @@ class ProjectorOptions:
     """--warmup: encode a dummy input at load. As in llama-server, it is also what resolves
     `-fa auto` (clip.cpp tries flash attention then): without it the encoder computes
     attention without flash attention, with other roundings than llama-server's default."""
+    progress: Callable[[float], None] | None = None
+    """The load's progress, 0..1 (mtmd's progress callback)."""
 
 
 def media_marker(env: Mapping[str, str]) -> str:
@@ -180,6 +182,15 @@ class Projector:
             params.batch_max_tokens = options.batch_max_tokens
         self._marker = marker.encode()
         params.media_marker = self._marker
+        if options.progress is not None:
+            report = options.progress
+
+            def progress(value: float, _: object) -> bool:
+                report(value)
+                return True
+
+            self._progress = mtmd.mtmd_progress_callback(progress)  # alive while it loads
+            params.progress_callback = self._progress
         self.ctx = mtmd.mtmd_init_from_file(path.encode(), model, params)
         if not self.ctx:
             raise ProjectorLoadError(f"failed to load the multimodal projector {path}")

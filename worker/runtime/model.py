@@ -17,6 +17,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from scheduler.registry import FitReport, ModelMeta
+from worker.runtime.cpu_pools import CpuPlan, ThreadPools, init_numa
 from worker.runtime.llama_logs import route_llama_logs
 from worker.runtime.lora import LoraAdapters
 from worker.runtime.media import Projector
@@ -67,10 +68,14 @@ class ContextPlan:
 class LoadedModel:
     def __init__(self, path: Path, plan: ContextPlan,
                  tune_model: Callable[[lc.llama_model_params], None] = lambda _: None,
-                 tune_context: Callable[[lc.llama_context_params], None] = lambda _: None):
-        """`tune_model` / `tune_context` set the flags that pass straight through to llama.cpp."""
+                 tune_context: Callable[[lc.llama_context_params], None] = lambda _: None,
+                 cpu: CpuPlan | None = None):
+        """`tune_model` / `tune_context` set the flags that pass straight through to llama.cpp;
+        `cpu`: --numa and the thread pools of the CPU placement flags."""
         route_llama_logs()
         lc.llama_backend_init()
+        if cpu is not None:
+            init_numa(cpu.numa)
         mparams = lc.llama_model_default_params()
         tune_model(mparams)
         self.path = path
@@ -84,6 +89,14 @@ class LoadedModel:
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise ModelLoadError(f"failed to create a context for {path} ({plan})")
+        self.pools: ThreadPools | None = None
+        if cpu is not None and cpu.main is not None and cpu.batch is not None:
+            try:
+                self.pools = ThreadPools(self.ctx, cpu.main, cpu.batch)
+            except RuntimeError as error:
+                lc.llama_free(self.ctx)
+                lc.llama_model_free(self.model)
+                raise ModelLoadError(str(error)) from None
         self.memory = lc.llama_get_memory(self.ctx)
         self.adapters = LoraAdapters.none()
         """Its LoRA adapters (worker/process/startup.py loads them)."""
@@ -168,6 +181,9 @@ class LoadedModel:
         if self.ctx:
             lc.llama_free(self.ctx)
             self.ctx = None
+        if self.pools is not None:  # after the context that used them
+            self.pools.free()
+            self.pools = None
         if self.model:
             lc.llama_model_free(self.model)
             self.model = None

@@ -11,12 +11,15 @@ from scheduler.common_settings import RoleSettings
 from scheduler.config.settings import flag, flag_group
 from scheduler.config.spec_flags import FALSEY, TRUTHY
 from scheduler.contract.jobs import SamplingSettings
+from worker.runtime.cpu_settings import CpuSettings
+from worker.runtime.kv_overrides import parse_kv_overrides
+from worker.runtime.simulate_settings import SimulateSettings
 from worker.runtime.speculative_settings import CACHE_TYPES, SpeculativeSettings
 
 ON_OFF_AUTO = ("on", "off", "auto")
 
 
-class WorkerSettings(SpeculativeSettings, RoleSettings):
+class WorkerSettings(CpuSettings, SimulateSettings, SpeculativeSettings, RoleSettings):
     """llamaq worker: one engine (model, context, slots) fed by arq jobs."""
 
     prog: ClassVar[str] = "llamaq-worker"
@@ -93,6 +96,9 @@ class WorkerSettings(SpeculativeSettings, RoleSettings):
                           help="on-demand reading of certain tensors (e.g. per-layer embeddings)")
     check_tensors: bool = flag(False, "--check-tensors",
                                help="check model tensor data for invalid values")
+    override_kv: list[str] = flag([], "--override-kv",
+                                  help="override model metadata by key: KEY=TYPE:VALUE,... "
+                                  "(types: int, float, bool, str; the flag may repeat)")
     # devices
     n_gpu_layers: str = flag("auto", "-ngl", "--gpu-layers", "--n-gpu-layers",
                              env="LLAMA_ARG_N_GPU_LAYERS",
@@ -256,6 +262,7 @@ class WorkerSettings(SpeculativeSettings, RoleSettings):
                                  "used by vision models with dynamic resolution (-1: the "
                                  "model's)")
     mtmd_batch_max_tokens: int = flag(-1, "--mtmd-batch-max-tokens",
+                                      env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
                                       help="the most tokens mtmd encodes in one batch (-1: "
                                       "mtmd's default)")
     video_fps: float = flag(4.0, "--video-fps", env="LLAMA_ARG_VIDEO_FPS",
@@ -297,12 +304,23 @@ class WorkerSettings(SpeculativeSettings, RoleSettings):
                         "later from its tokens (docs/fairness.md)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
+    stream_interval: float = flag(0.0, "--stream-interval", env="LLAMAQ_STREAM_INTERVAL",
+                                  help="ms between two sends of a running job's later tokens: "
+                                  "the tokens of one job in between go as one event (fewer "
+                                  "Redis commands and SSE chunks; 0 = one event per token, as "
+                                  "llama-server)")
 
     @field_validator("checkpoint_min_step")
     @classmethod
     def _checkpoint_step(cls, value: int) -> int:
         if value < 0:  # llama-server's message
             raise ValueError("checkpoint-min-step must be non-negative")
+        return value
+
+    @field_validator("override_kv")
+    @classmethod
+    def _kv_overrides(cls, value: list[str]) -> list[str]:
+        parse_kv_overrides(value)  # llama.cpp's message for the first bad item
         return value
 
     @field_validator("fit")

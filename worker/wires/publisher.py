@@ -37,6 +37,7 @@ from scheduler.contract.results import (
 )
 from scheduler.leases import Leases
 from worker.engine.loop import JobEvent
+from worker.wires.coalesce import can_wait, coalesce
 from worker.wires.event_log_budget import EventLogBudget
 from worker.wires.result_offload import ResultOffload
 
@@ -110,6 +111,11 @@ class EventPublisher:
         """Error events of given-up jobs, sent as soon as Redis takes writes again."""
         self._shown: dict[str, int] = {}
         """Events with output (not "started") sent per running job."""
+        self.interval_s = 0.0
+        """--stream-interval: the least time between two flushes of later tokens, whose
+        events of one job merge meanwhile (worker/wires/coalesce.py); 0: every event as it
+        comes."""
+        self._last_flush = 0.0
         self._first_token: dict[str, Callable[[int], None]] = {}
         """Called (with the time, ms) once the job's next token event is on Redis."""
 
@@ -155,12 +161,19 @@ class EventPublisher:
     async def run(self) -> None:
         while True:
             events = await self._pending.get()
+            if self.interval_s > 0:  # --stream-interval (worker/wires/coalesce.py)
+                wait = self._last_flush + self.interval_s - time.monotonic()
+                if wait > 0 and can_wait(events):
+                    await asyncio.sleep(wait)
             while not self._pending.empty():
                 events.extend(self._pending.get_nowait())
             handed = [j for j, e in events if isinstance(e, ErrorEvent)
                       and e.error.type == Preempted.error_type]
             if handed:  # its events so far go out first, then its run ends without one
                 events = [(j, e) for j, e in events if j not in handed]
+            if self.interval_s > 0:
+                events = coalesce(events)
+                self._last_flush = time.monotonic()
             await self._send(events)
             for job_id in handed:
                 self.abandon(job_id, Preempted("preempted by a more urgent job"))

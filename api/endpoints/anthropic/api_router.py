@@ -93,7 +93,7 @@ async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
     --prefill-assistant, and a forced tool call cannot also have `output_config.format`."""
     settings = _settings(request)
     chat = body.to_chat()
-    workers = await _fleet(request).placement.workers(request_model(request))
+    workers = await _fleet(request).placement.workers(request_model(request), wait=True)
     prepared = prepare_chat(settings, workers[0].meta, ChatRequest(
         messages=chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
         parallel_tool_calls=chat.parallel_tool_calls,

@@ -156,9 +156,10 @@ class ChatInput:
 
 class MessagesRequest(_Block):
     """POST /v1/messages (and /v1/messages/count_tokens, where max_tokens is not needed).
-    Unknown fields are ignored; known ones must have the right type."""
+    Unknown fields are ignored; known ones must have the right type. `model` may be absent,
+    as in llama-server (the served model answers; a router asks for it by its own rule)."""
 
-    model: str
+    model: str | None = None
     messages: list[MessageParam]
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     system: str | list[TextBlock] | None = None

@@ -1,22 +1,72 @@
-"""`GET /fleet` (ours): the model's workers with their slots and counters, and the queue depth,
-for the web UI's fleet page. Needs the API key like every endpoint but the page itself."""
+"""Ours: `GET /fleet`, the model's workers with their slots and counters, and the queue depth,
+for the web UI's fleet page (it needs the API key like every endpoint but the page itself);
+`GET /fleet/metrics`, the per-model series of every model the pod knows, for Prometheus
+(api/endpoints/monitor/model_series.py); `GET /ready`, the pod's readiness (no key).
+
+`/ready` means "this pod can take requests": Redis answers and the pod is not draining (503
+then, from the middleware), with or without workers: a request for a model with no worker is
+held while one starts (api/cold_start.py). llama-server's `/health` keeps its meaning for the
+clients that read it: 200 once a worker of the model serves (503 "Loading model" before). A
+Kubernetes readiness probe reads `/ready`: on `/health` an api pod of a model scaled to zero
+would leave its Service, and no request could arrive to wake a worker."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from redis.exceptions import RedisError
 from sanic import Request
-from sanic.response import HTTPResponse, json
+from sanic.response import HTTPResponse, json, raw
 
 from api.endpoints.monitor.api_router import tenant_counts
+from api.endpoints.monitor.metrics import CONTENT_TYPE, tenant_lines
+from api.endpoints.monitor.model_series import model_lines, model_series
 from api.fleet import Fleet
 from api.routing import Routes
 from api.services import services
 from api.settings import ApiSettings
 from api.tenants.service import TenantScope
+from scheduler.contract.errors import NotSupported, RedisUnreachable
 from scheduler.registry import WorkerInfo
 
 routes = Routes("fleet_view")
+
+
+@routes.get("/ready", name="ready")
+async def ready(request: Request) -> HTTPResponse:
+    try:
+        await services(request).fleet.redis.ping()  # type: ignore[misc]
+    except RedisError:
+        raise RedisUnreachable() from None
+    return json({"status": "ok"})
+
+
+@routes.get("/fleet/metrics", name="fleet_metrics")
+async def fleet_metrics(request: Request) -> HTTPResponse:
+    """`llamaq:redis_up` 1 and the series of every model; 0 alone when Redis is away."""
+    pod = services(request)
+    if not pod.settings.metrics:
+        raise NotSupported(
+            "This server does not support metrics endpoint. Start it with `--metrics`")
+    up = ["# HELP llamaq:redis_up Whether this api pod reaches Redis.",
+          "# TYPE llamaq:redis_up gauge"]
+    try:
+        items = [await model_series(pod.fleet, m) for m in _model_ids(request)]
+        tenants = await tenant_counts(request)
+    except RedisError:
+        return raw("\n".join([*up, "llamaq:redis_up 0"]) + "\n", content_type=CONTENT_TYPE)
+    lines = [*up, "llamaq:redis_up 1", *model_lines(items)]
+    if tenants is not None:
+        lines += tenant_lines(tenants)
+    return raw("\n".join(lines) + "\n", content_type=CONTENT_TYPE)
+
+
+def _model_ids(request: Request) -> list[str]:
+    """The pod's model, or a router's catalog (its names, in order)."""
+    pod = services(request)
+    if pod.router is None:
+        return [pod.settings.model_id()]
+    return sorted(pod.router.catalog.entries)
 
 
 @routes.get("/fleet", name="fleet")
@@ -81,6 +131,7 @@ async def _workers_json(fleet: Fleet, settings: ApiSettings,
             "n_slots": worker.n_slots,
             "n_ctx_slot": worker.n_ctx_slot,
             "started_at": worker.started_at,
+            "simulated": worker.simulated,
             "fit": worker.fit.model_dump() if worker.fit else None,
             "slots": slots,
             "metrics": counters[0].model_dump() if counters else None,

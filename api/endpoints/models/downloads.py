@@ -228,5 +228,8 @@ async def delete_models(request: Request) -> HTTPResponse:
     log.info("model %s: deleted %s", name, ", ".join(removed) or "its partial files")
     if not sidecar:
         await board.forget(name)
+        if (router := services(request).router) is not None:
+            router.stale = True  # this pod's next listing reads the sources again at once,
+            # not only once its own model_remove event has come back from Redis
         await board.publish(ModelEvent(model=name, event="model_remove"))
     return json({"success": True})

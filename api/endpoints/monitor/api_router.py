@@ -11,6 +11,7 @@ from api.body import json_body
 from api.chat.caps import chat_template_caps
 from api.chat.templates import ChatTemplate
 from api.endpoints.monitor.metrics import CONTENT_TYPE, render_metrics
+from api.endpoints.monitor.model_series import model_lines, model_series
 from api.routing import Routes
 from api.services import request_model, services
 from api.settings import ApiSettings
@@ -55,7 +56,8 @@ async def metrics(request: Request) -> HTTPResponse:
     window = await scrape(fleet.redis, model_id, counters)
     started = str(int(pod.started_at))  # this api process's start, Unix seconds
     tenants = await tenant_counts(request)
-    return raw(render_metrics(list(counters.values()), queue, window, tenants),
+    per_model = model_lines([await model_series(fleet, model_id)], full=False)
+    return raw(render_metrics(list(counters.values()), queue, window, tenants, per_model),
                content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})
 
@@ -157,6 +159,7 @@ async def props(request: Request) -> HTTPResponse:
         "bos_token": first.meta.bos_token,
         "eos_token": first.meta.eos_token,
         "cors_proxy_enabled": settings.cors_proxy_on(),
+        **({"simulated": True} if any(w.simulated for w in workers) else {}),  # ours
         **_serves(workers),
     })
 

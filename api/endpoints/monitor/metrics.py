@@ -106,12 +106,10 @@ def _accepted_per_pos(workers: list[WorkerMetrics]) -> list[str]:
 
 
 def _ours(queue: QueueStats) -> list[str]:
-    """llamaq's own series (not llama-server's), for autoscalers."""
+    """llamaq's own series (not llama-server's); the per-model ones autoscalers read
+    (`queue_depth{model}`, …) come from model_series.py."""
     lines: list[str] = []
     for name, kind, help_text, value in (
-            ("queue_depth", "gauge", "Jobs waiting in Redis for a worker.", queue.depth),
-            ("queue_oldest_seconds", "gauge", "How long the oldest waiting job has waited.",
-             queue.oldest_s),
             ("jobs_retried_total", "counter",
              "Jobs run again after their worker died before they sent anything.",
              queue.retried),
@@ -177,9 +175,11 @@ def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:
 
 def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None,
                    window: Throughput | None = None,
-                   tenants: dict[str, dict[str, int]] | None = None) -> bytes:
+                   tenants: dict[str, dict[str, int]] | None = None,
+                   per_model: list[str] | None = None) -> bytes:
     """`window`: the work since the last scrape (scheduler/metrics_window.py), which the two
-    throughput gauges average, as llama-server's buckets do."""
+    throughput gauges average, as llama-server's buckets do; `per_model`: the model's
+    labelled series (model_series.py `model_lines`)."""
     queue = queue or QueueStats()
     lines: list[str] = []
     for kind, items in (("counter", counters(workers)),
@@ -190,6 +190,11 @@ def render_metrics(workers: list[WorkerMetrics], queue: QueueStats | None = None
                       f"{PREFIX}{item.name} {_number(item.value)}"]
     lines += _accepted_per_pos(workers)
     lines += _ours(queue)
+    lines += [f"# HELP {OURS}workers_simulated Workers whose engine is the simulator "
+              "(llamaq worker --simulate): their figures are not a model's.",
+              f"# TYPE {OURS}workers_simulated gauge",
+              f"{OURS}workers_simulated {sum(w.simulated for w in workers)}"]
+    lines += per_model or []
     if tenants is not None:
         lines += tenant_lines(tenants)
     return ("\n".join(lines) + "\n").encode()

@@ -56,8 +56,9 @@ class OpenAIContext:
         return request_model(self.request)
 
     async def workers(self) -> list[WorkerInfo]:
-        """The model's live workers; none yet is the spec's 503 "Loading model"."""
-        return await self.fleet.placement.workers(self.model_id)
+        """The model's live workers; none yet is the spec's 503 "Loading model", after a
+        wait for one under --cold-start-timeout (api/cold_start.py)."""
+        return await self.fleet.placement.workers(self.model_id, wait=True)
 
     def verbose(self, asked: bool) -> bool:
         """Responses carry llama-server's `__verbose` debug object: the request's `verbose`,

@@ -20,6 +20,9 @@ MAX_CHOICES = 128
 DEFAULT_TOP_LOGPROBS = 20
 """Chat `logprobs: true` without `top_logprobs` asks for this many candidates, as llama-server."""
 UNSUPPORTED_COMPLETION_PARAMS = ("best_of", "suffix")
+SCHEMA_NOT_OBJECT = ("JSON schema conversion failed:\n"
+                     "JSON schema error at #: schema must be an object")
+"""llama-server's 400 for a `response_format` schema that is not a JSON object (its message)."""
 
 
 class StreamOptions(BaseModel):
@@ -98,8 +101,10 @@ def schema_of_response_format(response_format: dict[str, Any]) -> dict[str, Any]
     wrapper = response_format.get("json_schema")
     if schema is None and kind == "json_schema" and isinstance(wrapper, dict):
         schema = wrapper.get("schema")
-    if not isinstance(schema, dict):  # absent, or not an object: any object (llama-server)
+    if schema is None:  # absent (or null): any object
         return {}
+    if not isinstance(schema, dict):  # llama-server's schema conversion refuses it
+        raise InvalidRequest(SCHEMA_NOT_OBJECT)
     return schema
 
 

@@ -81,7 +81,7 @@ def workers_of(client: Any, model: str) -> set[str]:
 
 def metric(api: str, name: str) -> float:
     text = httpx.get(f"{api}/metrics", timeout=10).text
-    line = next((x for x in text.splitlines() if x.startswith(f"{name} ")), None)
+    line = next((x for x in text.splitlines() if x.startswith((f"{name} ", f"{name}{{"))), None)
     return 0.0 if line is None else float(line.split()[1])
 
 

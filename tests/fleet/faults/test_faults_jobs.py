@@ -38,7 +38,7 @@ def api_log(fleet: Fleet) -> str:
 
 def metric(api: str, name: str) -> float:
     text = httpx.get(f"{api}/metrics", timeout=10).text
-    line = next(x for x in text.splitlines() if x.startswith(f"{name} "))
+    line = next(x for x in text.splitlines() if x.startswith((f"{name} ", f"{name}{{")))
     return float(line.split()[1])
 
 

@@ -59,6 +59,7 @@ def test_slot_is_idle_when_the_response_arrives(api: str) -> None:
     {"type": "json_object", "schema": {"type": 123}},
     {"type": "json_object", "schema": {"type": "hiccup"}},
     {"type": "json_schema", "json_schema": {"schema": {"type": "hiccup"}}},
+    {"type": "json_object", "schema": 123},  # not an object: llama-server's schema conversion
 ])
 def test_invalid_response_format_schema_is_400(api: str, response_format: Any) -> None:
     response = post(api, "/v1/chat/completions", {

@@ -91,8 +91,9 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
 
 def test_input_token_counts_wake_a_sleeping_model(redis_url: str, workdir: Path,
                                                   gemma_path: Path) -> None:
-    """As llama-server: /v1/chat/completions/input_tokens and /v1/responses/input_tokens
-    need the model (they tokenize the rendered prompt), so they wake it and answer."""
+    """As llama-server: /v1/chat/completions/input_tokens, /v1/responses/input_tokens and
+    /v1/messages/count_tokens need the model (they tokenize the rendered prompt), so they wake
+    it and answer."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-sleep-count")
     try:
         fleet.add_worker("-c", "512", "-np", "1", "-t", "1", "--sleep-idle-seconds", "1")
@@ -109,6 +110,11 @@ def test_input_token_counts_wake_a_sleeping_model(redis_url: str, workdir: Path,
         assert answer.status_code == 200, answer.text
         assert answer.json() == {"object": "response.input_tokens",
                                  "input_tokens": counted.json()["input_tokens"]}
+        wait_until(lambda: is_sleeping(api), timeout=30, what="asleep a third time")
+        anthropic = httpx.post(f"{api}/v1/messages/count_tokens", json=chat, timeout=120)
+        assert anthropic.status_code == 200, anthropic.text
+        assert anthropic.json()["input_tokens"] > 5
+        assert not is_sleeping(api)  # the count woke it
     finally:
         fleet.stop()
 

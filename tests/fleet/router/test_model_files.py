@@ -83,6 +83,12 @@ def request_pause(redis_url: str, model: str) -> bool:
     return asyncio.run(pause())
 
 
+def listed(url: str) -> list[str]:
+    response = httpx.get(f"{url}/models", timeout=30)
+    assert response.status_code == 200, response.text
+    return [model["id"] for model in response.json()["data"]]
+
+
 def test_post_downloads_model_and_sidecar_into_the_store(
         pod: tuple[str, Path], hub: ModelHost, events: ModelEvents, redis_url: str) -> None:
     url, store_dir = pod
@@ -102,6 +108,7 @@ def test_post_downloads_model_and_sidecar_into_the_store(
     assert store.get_bytes(PREFIX + "tiny-Q4_K_M.gguf") == hub.files[
         f"{REPO}/tiny-Q4_K_M.gguf"].data
     assert REPO not in statuses(redis_url)
+    assert listed(url) == [f"{REPO}:Q4_K_M"]
 
     response = httpx.delete(f"{url}/models", params={"model": f"{REPO}:Q4_K_M",
                                                       "sidecar": "mmproj"}, timeout=30)
@@ -119,6 +126,7 @@ def test_post_downloads_model_and_sidecar_into_the_store(
     assert store.exists(PREFIX + "mmproj-tiny-F16.gguf")
     response = httpx.delete(f"{url}/models", params={"model": f"{REPO}:Q4_K_M"}, timeout=30)
     assert response.status_code == 200 and response.json() == {"success": True}
+    assert listed(url) == []  # at once: the pod that deleted it lists the sources again
     assert events.wait(f"{REPO}:Q4_K_M", "model_remove") == {
         "model": f"{REPO}:Q4_K_M", "event": "model_remove"}
     assert store.list_keys(PREFIX) == []

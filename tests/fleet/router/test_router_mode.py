@@ -182,6 +182,13 @@ def test_load_routes_by_name_and_the_other_pod_sees_the_events(
     events.wait_for("tiny", "loading")
     info = events.wait_for("tiny", "loaded")["data"]["info"]
     assert info["id"] == "tiny" and info["n_ctx"] == 512 and info["meta"]["n_vocab"] > 0
+    # llama-server's stages: the text model, then the projector, each from 0 to 1, in order
+    progress = [e["data"]["progress"] for e in events.events
+                if e.get("model") == "tiny" and "progress" in e.get("data", {})]
+    assert progress and all(p["stages"] == ["text_model", "mmproj_model"] for p in progress)
+    currents = [p["current"] for p in progress]
+    assert currents == sorted(currents, key=["text_model", "mmproj_model"].index), currents
+    assert [p["value"] for p in progress if p["current"] == "mmproj_model"][-1] == 1.0
     loaded = status(b, "tiny")
     assert loaded["value"] == "loaded" and loaded["args"][:2] == ["llamaq", "worker"]
     assert "--alias" in loaded["args"]
@@ -293,7 +300,8 @@ def test_a_router_without_free_workers_answers_503_at_once(tmp_path: Path) -> No
     fleet = Fleet(redis_url, tmp_path, ["--store-url", str(tmp_path / "store")],
                   logs=tmp_path / "logs")
     try:
-        url = fleet.add_api("--models-dir", str(models))
+        # no cold-start hold (tests/fleet/queue/test_cold_start.py: with one, it waits)
+        url = fleet.add_api("--models-dir", str(models), "--cold-start-timeout", "0")
         started = time.monotonic()
         response = httpx.post(f"{url}/completion", json={"model": "tiny", "prompt": "a"},
                               timeout=60)

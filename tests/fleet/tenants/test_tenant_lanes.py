@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from scheduler.contract import keys
+from scheduler.contract import keys, tenant_keys
 from tests.conftest import make_fleet
 from tests.processes import Fleet, wait_until
 
@@ -80,7 +80,7 @@ def first_event_id(response: httpx.Response) -> tuple[str, Iterator[str]]:
 
 
 def charged(redis_url: str, tenant: str) -> int:
-    value = redis.Redis.from_url(redis_url).hget(keys.TENANT_COUNTERS, f"tokens:{tenant}")
+    value = redis.Redis.from_url(redis_url).hget(tenant_keys.TENANT_COUNTERS, f"tokens:{tenant}")
     return int(value or 0)  # type: ignore[arg-type]
 
 

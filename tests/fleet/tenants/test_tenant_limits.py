@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from redis.asyncio import Redis
 
-from scheduler.contract import keys
+from scheduler.contract import keys, tenant_keys
 from scheduler.tenant_limits import TenantLimits
 
 pytestmark = pytest.mark.process
@@ -60,7 +60,7 @@ async def test_a_hold_not_renewed_lapses(redis: Redis) -> None:
     """A pod that died lets go: its hold's score is when it lapses (Redis TIME)."""
     limits, tenant = TenantLimits(redis), fresh("lapse")
     assert await limits.admit_job(tenant, "j1", 0, 1) is None
-    await redis.zadd(keys.tenant_active(tenant), {"j1": 0})  # as if long unrenewed
+    await redis.zadd(tenant_keys.tenant_active(tenant), {"j1": 0})  # as if long unrenewed
     assert await limits.admit_job(tenant, "j2", 0, 1) is None
     await limits.renew(tenant, ["j2", "gone"])
     assert await limits.active(tenant) == 1  # renewing never adds a job
@@ -100,8 +100,8 @@ async def test_a_jobs_tokens_are_charged_once_whoever_reads_them(redis: Redis,
         assert await resumed.charge_job(tenant, 600, job_id, 100) == 60
         assert await first.charge_job(tenant, 600, job_id, 100) == 0
         assert (await first.counters())[tenant]["tokens"] == 100
-        level = float(await redis.hget(keys.tenant_tokens(tenant), "level") or 0)  # type: ignore[misc]
+        level = float(await redis.hget(tenant_keys.tenant_tokens(tenant), "level") or 0)  # type: ignore[misc]
         assert 500 <= level < 502  # 600 - 100, refilled by a moment at 10 tokens/s
-        assert 0 < await redis.ttl(keys.tenant_job_charged(job_id)) <= keys.EVENT_LOG_TTL_S
+        assert 0 < await redis.ttl(tenant_keys.tenant_job_charged(job_id)) <= keys.EVENT_LOG_TTL_S
     finally:
         await other_pod.aclose()

@@ -40,8 +40,14 @@ def test_nulls_are_absent() -> None:
     assert body.temperature == 1.0 and body.max_tokens == 4096 and body.system is None
 
 
+def test_model_may_be_absent() -> None:
+    """llama-server answers /v1/messages and /v1/messages/count_tokens without a `model`."""
+    body = MessagesRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    assert body.model is None
+
+
 @pytest.mark.parametrize("fields", [
-    {"model": None},
+    {"model": 5},
     {"messages": "hi"},
     {"messages": [{"role": "tool", "content": "x"}]},
     {"messages": [{"role": "system", "content": [{"type": "tool_use", "id": "i", "name": "n"}]}]},

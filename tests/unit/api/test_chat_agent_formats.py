@@ -30,6 +30,7 @@ from api.chat.chat_formats import (
 from api.chat.message import ChatDelta, ChatMessage, ToolCall
 from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
 from api.settings import ApiSettings
+from scheduler.contract.jobs import CompletionJob
 from scheduler.registry import ModelMeta
 from tests.paths import DATA
 
@@ -434,3 +435,43 @@ SIDE_BY_SIDE = [  # (template, raw answer, format, llama-server's (content, reas
 def test_as_llama_server_answers(template, raw, reasoning_format, expected) -> None:
     chat = prepared(template, tools=None, reasoning_format=reasoning_format)
     check(chat, raw, expected[0], expected[1], [])
+
+
+# --- Ling 3 ----------------------------------------------------------------------------------
+
+def test_ling3_stops_at_role_end_as_llama_server_adds_it() -> None:
+    chat = prepared("inclusionai-ling-3.0-flash.jinja")
+    job = CompletionJob(model="m", prompt=chat.prompt, stop=["x"])
+    chat.fill(job)
+    assert job.stop == ["x", "<|role_end|>"]
+    check(chat, "Let me check.\n</think>\nOn it.\n<tool_call>get_weather\n<arg_key>location"
+          "</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call><|role_end|>", "On it.",
+          "Let me check.", [("get_weather", {"location": "Paris"})])
+
+
+# --- tool_choice "required": the template's own format ----------------------------------------
+
+def test_required_call_is_framed_in_the_templates_own_markers() -> None:
+    hermes = prepared("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", tool_choice="required",
+                      parallel_tool_calls=True)
+    assert hermes.tool_frame == ["<tool_call>\n", "\n</tool_call>", "\n"]
+    assert "Respond in JSON format" not in hermes.prompt  # no generic system line
+    schema = json.loads(hermes.tool_schema or "")
+    assert {c["properties"]["name"]["const"] for c in schema["anyOf"]} == {
+        t["function"]["name"] for t in TOOLS}
+    job = CompletionJob(model="m", prompt=hermes.prompt, json_schema=hermes.tool_schema)
+    hermes.fill(job)
+    assert job.json_schema_frame == hermes.tool_frame
+    r7b = prepared(R7B, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                   parallel_tool_calls=False)
+    assert r7b.tool_frame == ["<|START_ACTION|>", "<|END_ACTION|>", ""]
+    schema = json.loads(r7b.tool_schema or "")
+    assert schema["maxItems"] == 1
+    assert set(schema["items"]["properties"]) == {"tool_call_id", "tool_name", "parameters"}
+
+
+def test_required_call_without_json_markers_stays_generic() -> None:
+    glm = prepared(GLM, tool_choice="required")
+    assert glm.tool_frame is None
+    assert "Respond in JSON format" in glm.prompt
+    assert "tool_calls" in json.loads(glm.tool_schema or "")["properties"]  # parallel: a list

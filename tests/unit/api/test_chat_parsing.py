@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from api.chat.message import ChatDelta, ChatMessage, ToolCallDelta
+from api.chat.message import ChatDelta, ChatMessage
 from api.chat.parsing import ChatOutputParser
 from api.chat.reasoning_tags import check_reasoning_format, prompt_opens_thinking, reasoning_tags
 from api.chat.request_tools import validate_tools
@@ -206,7 +206,7 @@ CASES = [
     P('{"answer": 42, "unit": null}', {}, '{"answer": 42, "unit": null}', None, [],
         id="json-answer-not-a-call"),
     P(PROSE, {}, PROSE, None, [], id="prose-with-tag-prefixes"),
-    P(BROKEN, {}, BROKEN, None, [], id="broken-call-stays-content"),
+    P(BROKEN, {}, " sorry", None, [("get_weather", {})], id="broken-named-call-is-kept"),
     P(TRUNCATED, {}, TRUNCATED, None, [], id="truncated-call-stays-content"),
     P(TRUNCATED_JSON, {}, TRUNCATED_JSON, None, [], id="truncated-json-stays-content"),
     P("[TOOL_CALLS] but then prose", {}, "[TOOL_CALLS] but then prose", None, [],
@@ -270,11 +270,14 @@ def test_arguments_are_compact_json_text():
 def test_tool_call_deltas_have_openai_shape():
     deltas, _ = stream(QWEN_PARALLEL, [1] * len(QWEN_PARALLEL))
     tool_deltas = [tc for d in deltas for tc in d.tool_calls]
-    first, args, second, args2 = tool_deltas
+    first, second = (tc for tc in tool_deltas if tc.id is not None)
     assert (first.index, first.name, first.arguments) == (0, "get_weather", "")
-    assert first.id and args == ToolCallDelta(0, None, None, '{"location":"Paris, France"}')
     assert (second.index, second.name, second.arguments) == (1, "get_time", "")
-    assert args2.index == 1 and args2.id is None
+    pieces = [tc for tc in tool_deltas if tc.id is None]
+    assert all(tc.name is None and tc.arguments for tc in pieces)
+    assert "".join(tc.arguments for tc in pieces if tc.index == 0) == \
+        '{"location":"Paris, France"}'
+    assert len([tc for tc in pieces if tc.index == 0]) > 3  # in pieces, as written
 
 
 def test_partial_tags_are_held_back_then_released():

@@ -190,7 +190,7 @@ def test_template_variables() -> None:
               "{{ enable_thinking }}|{{ messages | length }}")
     template = jinja(source, bos="<B>", eos="<E>")
     assert template.render([user("x")], extra_context={"enable_thinking": False}) == (
-        "|<E>|True|None|False|1")  # the leading <B> is removed
+        "|<E>|True||False|1")  # the leading <B> is removed; no tools: `tools` undefined
     tools = [{"type": "function", "function": {"name": "f"}}]
     text = template.render([user("x")], tools=tools, add_generation_prompt=False,
                            extra_context={"messages": [], "bos_token": "no"})
@@ -376,3 +376,9 @@ def test_template_kwargs_defaults_and_overrides() -> None:
 def test_enable_thinking_must_be_a_boolean() -> None:
     with pytest.raises(InvalidRequest, match="enable_thinking"):
         template_kwargs(settings(), {"enable_thinking": "false"})
+
+
+def test_a_string_plus_null_or_undefined_is_the_string() -> None:
+    # llama.cpp's engine adds them so (Firefunction v2's template adds an undefined `functions`)
+    source = "{{ 'a' + functions }}|{{ none + 'b' }}|{% for t in tools %}x{% endfor %}end"
+    assert jinja(source).render([user("x")]) == "a|b|end"

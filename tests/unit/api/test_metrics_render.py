@@ -46,8 +46,6 @@ def test_llamaqs_own_queue_series() -> None:
                           QueueStats(depth=3, oldest_s=1.5, retried=2, failed={"poison": 1}))
     found = series(text.decode())
     assert found["llamacpp:requests_deferred"] == ("gauge", 4.0)
-    assert found["llamaq:queue_depth"] == ("gauge", 3.0)
-    assert found["llamaq:queue_oldest_seconds"] == ("gauge", 1.5)
     assert found["llamaq:jobs_retried_total"] == ("counter", 2.0)
     assert found['llamaq:jobs_failed_total{cause="poison"}'] == ("counter", 1.0)
     assert found['llamaq:jobs_failed_total{cause="worker_died"}'] == ("counter", 0.0)
@@ -67,3 +65,26 @@ def test_migrations_and_their_stall_histogram() -> None:
     assert found[f'{name}_bucket{{le="+Inf"}}'] == ("histogram", 3.0)
     assert found[f"{name}_count"] == ("histogram", 3.0)
     assert found[f"{name}_sum"] == ("histogram", 14.5)
+
+
+def test_per_model_series_are_labelled_and_valid() -> None:
+    """model_series.py: one sample per model (and state, cause), every state
+    written (0 included), read back by prometheus_client's parser."""
+    from api.endpoints.monitor.model_series import ModelSeries, model_lines
+    from api.queue_stats import QueueStats
+
+    items = [ModelSeries("gemma", QueueStats(depth=5, oldest_s=2.5, failed={"poison": 1}),
+                         {"idle": 0, "busy": 0, "sleeping": 0}, cold_waiting=5),
+             ModelSeries('org/m:Q4', QueueStats(), {"idle": 1, "busy": 2, "sleeping": 0},
+                         requests_running=3, tokens={"tokens_predicted_total": 7.0})]
+    found = series("\n".join(model_lines(items)) + "\n")
+    assert found['llamaq:queue_depth{model="gemma"}'] == ("gauge", 5.0)
+    assert found['llamaq:queue_oldest_seconds{model="gemma"}'] == ("gauge", 2.5)
+    assert found['llamaq:cold_start_waiting{model="gemma"}'] == ("gauge", 5.0)
+    assert found['llamaq:workers{model="gemma",state="idle"}'] == ("gauge", 0.0)
+    assert found['llamaq:workers{model="org/m:Q4",state="busy"}'] == ("gauge", 2.0)
+    assert found['llamaq:requests_running{model="org/m:Q4"}'] == ("gauge", 3.0)
+    assert found['llamaq:tokens_predicted_total{model="org/m:Q4"}'] == ("counter", 7.0)
+    assert found['llamaq:jobs_failed_total{model="gemma",cause="poison"}'] == ("counter", 1.0)
+    short = series("\n".join(model_lines(items, full=False)) + "\n")
+    assert not any(name.startswith("llamaq:tokens_") for name in short)

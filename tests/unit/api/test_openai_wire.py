@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.endpoints.openai.protocol import (
+    SCHEMA_NOT_OBJECT,
     ChatCompletionRequest,
     ControlRequest,
     OpenAICompletionRequest,
@@ -104,12 +105,18 @@ def test_response_format_becomes_the_job_schema() -> None:
     assert json.loads(job.json_schema or "") == {"type": "string"}
 
 
-def test_a_schema_that_is_no_object_means_any_object() -> None:
-    """llama-server reads it as absent (json_value's default)."""
-    for fmt in ({"type": "json_object", "schema": "x"},
+def test_a_schema_that_is_no_object_is_a_400() -> None:
+    """llama-server's schema conversion refuses it with this message (a 400, measured on the
+    vendored build with --no-jinja; /completion's json_schema answers the same); a null schema
+    is an absent one."""
+    for fmt in ({"type": "json_object", "schema": "x"}, {"type": "json_object", "schema": 123},
+                {"type": "json_object", "schema": [1]},
                 {"type": "json_schema", "json_schema": {"schema": 123}}):
-        (job,) = chat(response_format=fmt).chat_jobs("m", "p")
-        assert json.loads(job.json_schema or "") == {"type": "object"}
+        with pytest.raises(InvalidRequest) as caught:
+            chat(response_format=fmt).chat_jobs("m", "p")
+        assert str(caught.value) == SCHEMA_NOT_OBJECT
+    (job,) = chat(response_format={"type": "json_object", "schema": None}).chat_jobs("m", "p")
+    assert json.loads(job.json_schema or "") == {"type": "object"}
 
 
 @pytest.mark.parametrize("body", [

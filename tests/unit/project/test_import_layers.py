@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("worker.engine",),       # the slot engine
     ("worker.embed",),        # the embedder, on the engine's parts
     ("worker.wires",),        # publisher, result offload, media fetch, model sources
+    ("worker.simulate",),     # the simulated engine: a timing model on the engine's parts
     ("worker.jobs",),         # the worker's job bodies, one module per kind
     ("worker.process",),      # the worker process: serve, drain, loops, arq wiring, sleep
     ("llamaq",),              # the command: imports everything, imported by nothing

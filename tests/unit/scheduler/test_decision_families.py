@@ -129,7 +129,7 @@ def test_an_unusable_temperature_is_an_error(tmp_path: Path, value: Any) -> None
 
 
 def test_a_refused_family_stops_the_worker_with_its_name(tmp_path: Path) -> None:
-    from worker.process.serve import worker_decision_caps
+    from worker.process.decision_parts import worker_decision_caps
     from worker.runtime.model import ModelLoadError
 
     path = write_family(tmp_path / "granite.gguf", "granite", "granite-switch")

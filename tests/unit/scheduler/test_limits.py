@@ -112,6 +112,18 @@ def test_soft_limits_clamp() -> None:
     assert limits.clamp("temperature", -3.0) == 0.0
     assert limits.clamp("mirostat", 9) == 2
     assert limits.clamp("top_k", -1) == 0
+    assert limits.clamp("adaptive_target", 3.0) == 1.0  # llama-server's set_limits
+    assert limits.clamp("adaptive_target", -5.0) == -5.0  # negative: off
+
+
+def test_adaptive_decay_is_a_hard_limit_in_llama_servers_words() -> None:
+    """Measured on the vendored build: 400 "Field 'adaptive_decay': Value must be between
+    0.000000 <= value <= 0.990000, but got 1.500000"."""
+    with pytest.raises(InvalidRequest) as caught:
+        limits.check_sampling(SamplingParams(adaptive_decay=1.5))
+    assert str(caught.value) == ("Field 'adaptive_decay': Value must be between 0.000000 <= "
+                                 "value <= 0.990000, but got 1.500000")
+    limits.check_sampling(SamplingParams(adaptive_decay=0.99, adaptive_target=0.5))
 
 
 def test_body_limits_per_route() -> None:

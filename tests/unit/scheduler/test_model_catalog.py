@@ -178,6 +178,18 @@ def test_the_specs_example_preset_keys_go_to_the_role_that_takes_them() -> None:
     api = ApiSettings.from_args(["--no-jinja"], environ={}).with_preset(options)
     assert (api.chat_template, api.jinja, api.reasoning_format) == ("chatml", False, "none")
     assert ApiSettings.from_args([], environ={}).with_preset({"no-jinja": "true"}).jinja is False
+
+
+def test_api_options_by_their_environment_names() -> None:
+    """The spec: environment variable names are valid preset keys. The worker leaves an api
+    option written so (it raised PresetError and the model never loaded); the api applies it."""
+    options = {"LLAMA_ARG_CHAT_TEMPLATE": "chatml", "LLAMA_ARG_JINJA": "false",
+               "LLAMA_ARG_CTX_SIZE": "1024"}
+    assert preset_argv(options) == ["-c", "1024"]
+    api = ApiSettings.from_args([], environ={}).with_preset(options)
+    assert (api.chat_template, api.jinja) == ("chatml", False)
+    with pytest.raises(PresetError, match="LLAMA_ARG_NO_SUCH"):
+        preset_argv({"LLAMA_ARG_NO_SUCH": "1"})
     with pytest.raises(ValueError, match="reasoning-format"):
         ApiSettings.from_args([], environ={}).with_preset({"reasoning-format": "hiccup"})
 

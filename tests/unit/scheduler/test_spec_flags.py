@@ -69,8 +69,19 @@ def test_the_table_is_the_spec_row_by_row() -> None:
     assert len(SPEC_FLAGS) == len(rows)
     assert {flag.names for flag in SPEC_FLAGS} == {names for names, _ in rows}
     envs = dict(rows)
-    for flag in by_status(FlagStatus.REFUSED):
+    for flag in SPEC_FLAGS:
         assert flag.env == envs[flag.names], flag.label
+
+
+def test_a_working_flags_environment_variable_is_read() -> None:
+    """The spec's environment name of a working flag is read by the role that takes it."""
+    for flag in by_status(FlagStatus.WORKS):
+        if flag.env is None:
+            continue
+        takers = [option for role in ROLES for option in role.options()
+                  if set(option.flags) & set(flag.names)]
+        assert takers, flag.label
+        assert any(option.env == flag.env for option in takers), (flag.label, flag.env)
 
 
 def test_working_flags_are_declared_by_a_role() -> None:
@@ -124,7 +135,7 @@ def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in refused_envs()  # -md works (draft-simple)
 
 
-OFF_FORMS = [["--moe-cache-mib", "0"], ["--no-log-jsonl"], ["--log-colors", "off"]]
+OFF_FORMS = [["--moe-cache-mib", "0"]]
 OFF_ENVS = [{"LLAMA_ARG_MOE_CACHE_MIB": "0"}]
 
 

@@ -38,3 +38,24 @@ def test_the_swa_cache_is_full_size_only_when_asked_or_for_decisions() -> None:
     assert not swa_full()  # prompt caching on (the default) no longer forces it
     assert swa_full("--swa-full")
     assert swa_full("--decisions")
+
+
+def test_kv_unified_per_slot_without_c_sizes_the_pool() -> None:
+    """llama-server's server.cpp: --kv-unified-per-slot N without -c sizes the shared KV pool
+    to n_parallel × N (auto -np counts 4); -c, or -c 0 (the model's whole context), wins."""
+    def n_ctx(*argv: str, environ: dict[str, str] | None = None) -> int:
+        return context_plan(WorkerSettings.from_args(list(argv), environ=environ or {})).n_ctx
+
+    assert n_ctx("--kv-unified-per-slot", "512", "-np", "3") == 1536
+    assert n_ctx("--kv-unified-per-slot", "512") == 2048
+    assert n_ctx("-np", "2", environ={"LLAMA_ARG_KV_UNIFIED_PER_SLOT": "300"}) == 600
+    assert n_ctx("--kv-unified-per-slot", "512", "-np", "3", "-c", "4096") == 4096
+    assert n_ctx("--kv-unified-per-slot", "512", "-np", "3", "-c", "0") == 0
+    assert n_ctx("--kv-unified-per-slot", "512", "-np", "3",
+                 environ={"LLAMA_ARG_CTX_SIZE": "0"}) == 0
+    assert n_ctx("-np", "3") == 0
+
+
+def test_mtmd_batch_max_tokens_reads_its_environment_name() -> None:
+    settings = WorkerSettings.from_args([], environ={"LLAMA_ARG_MTMD_BATCH_MAX_TOKENS": "256"})
+    assert settings.mtmd_batch_max_tokens == 256

@@ -1,0 +1,392 @@
+"""The fleet at scale (issue 44): a load generator against llamaq api pods over simulated
+workers (`llamaq worker --simulate`), reporting throughput, latencies, the delay the fleet adds
+to each token and the CPU each process spent per token.
+
+Open loop (`--rate R`: requests at Poisson arrivals, R a second) or closed loop (`--users N`:
+N clients, each sending its next request when the last ended); streamed or not; prompt and
+output lengths from a distribution (`--prompt-words`, `--output-tokens`: `N`, `A-B` uniform
+or `expN` exponential with mean N); a shared prefix (`--shared-prefix W` words that every
+prompt starts with). The load runs in `--gen-procs` processes of its own (aiohttp: one
+session each). CPU time per process is read from /proc (utime + stime) before and after:
+the api pods, the worker processes, Redis and the generators themselves, because they all
+share the box's cores. Redis's commands are counted from INFO commandstats.
+
+    python -m bench.fleet_scale --users 500 --seconds 20 --output-tokens 200 \
+        --workers 4 --sim-workers 5 -np 32 --sim-itl-ms 50
+
+starts its own Redis, api pod(s) and simulated workers (or `--api URL --redis-url URL
+--pids api=..,worker=..` to measure a fleet already running), and writes
+bench/results/fleet_scale-<time>.json. docs/scale.md holds the measured table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.processes import REPO, free_port, running, server_env, wait_healthy
+
+TICK = os.sysconf("SC_CLK_TCK")
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+         "lambda", "mu", "nu", "xi"]
+
+
+def draw(spec: str, rng: random.Random) -> int:
+    """A length from `N`, `A-B` (uniform) or `expN` (exponential, mean N)."""
+    if spec.startswith("exp"):
+        return max(1, int(rng.expovariate(1 / float(spec[3:]))))
+    if "-" in spec:
+        low, high = spec.split("-")
+        return rng.randint(int(low), int(high))
+    return int(spec)
+
+
+@dataclass
+class Shot:
+    """One request as its client saw it."""
+
+    status: int = 0
+    started: float = 0.0
+    """time.perf_counter() at the send (CLOCK_MONOTONIC: comparable across the generators)."""
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    tokens: int = 0
+    """Tokens generated (the final chunk's tokens_predicted)."""
+    events: int = 0
+    """Streamed chunks with tokens (fewer than tokens under --stream-interval)."""
+    gaps_ms: list[float] = field(default_factory=list)
+    error: str = ""
+    retry_after: bool = False
+
+
+@dataclass
+class GenConfig:
+    url: str
+    stream: bool
+    rate: float
+    users: int
+    seconds: float
+    prompt_words: str
+    output_tokens: str
+    shared_prefix: int
+    seed: int
+
+
+def prompt_of(config: GenConfig, rng: random.Random) -> str:
+    prefix = " ".join(WORDS[i % len(WORDS)] for i in range(config.shared_prefix))
+    own = " ".join(rng.choice(WORDS) for _ in range(draw(config.prompt_words, rng)))
+    return f"{prefix} {rng.random():.6f} {own}"
+
+
+async def shoot(session: Any, config: GenConfig, rng: random.Random) -> Shot:
+    body = {"prompt": prompt_of(config, rng), "n_predict": draw(config.output_tokens, rng),
+            "stream": config.stream, "ignore_eos": True, "cache_prompt": True}
+    shot = Shot()
+    start = last = shot.started = time.perf_counter()
+    try:
+        async with session.post(config.url + "/completion", json=body) as response:
+            shot.status = response.status
+            if response.status != 200:
+                shot.retry_after = "Retry-After" in response.headers
+                shot.error = (await response.read())[:200].decode(errors="replace")
+                shot.total_s = time.perf_counter() - start
+                return shot
+            if not config.stream:
+                data = json.loads(await response.read())
+                shot.tokens = data.get("tokens_predicted", 0)
+                shot.ttft_s = shot.total_s = time.perf_counter() - start
+                return shot
+            async for line in response.content:
+                if not line.startswith(b"data: "):
+                    continue
+                now = time.perf_counter()
+                if b'"error"' in line[:20]:
+                    shot.error = line[:200].decode(errors="replace")
+                    break
+                if b'"stop":true' in line:
+                    shot.tokens = json.loads(line[6:]).get("tokens_predicted", shot.events)
+                    break
+                if shot.events == 0:
+                    shot.ttft_s = now - start
+                else:
+                    shot.gaps_ms.append((now - last) * 1000)
+                shot.events += 1
+                last = now
+    except Exception as error:  # counted: an errored request
+        shot.error = repr(error)[:200]
+    shot.total_s = time.perf_counter() - start
+    return shot
+
+
+async def generate(config: GenConfig) -> list[Shot]:
+    import aiohttp
+
+    rng = random.Random(config.seed)
+    shots: list[Shot] = []
+    until = time.perf_counter() + config.seconds
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=config.seconds + 120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        if config.users:
+            async def user(n: int) -> None:
+                own = random.Random(config.seed * 1000 + n)
+                while time.perf_counter() < until:
+                    shots.append(await shoot(session, config, own))
+
+            await asyncio.gather(*(user(n) for n in range(config.users)))
+        else:
+            tasks = []
+            at = time.perf_counter()
+            while at < until:
+                at += rng.expovariate(config.rate)
+                await asyncio.sleep(max(0.0, at - time.perf_counter()))
+                tasks.append(asyncio.create_task(shoot(session, config, rng)))
+            shots = list(await asyncio.gather(*tasks))
+    return shots
+
+
+def generator_process(config: GenConfig, out: Any) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    shots = asyncio.run(generate(config))
+    out.send([asdict(s) for s in shots])
+    out.close()
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of the process and its children that exist now, in seconds."""
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            pass
+    return total
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def redis_calls(client: redis.Redis) -> int:
+    stats: dict[str, dict[str, int]] = client.info("commandstats")  # type: ignore[assignment]
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def start_fleet(args: argparse.Namespace, stack: ExitStack, logs: Path) -> tuple[
+        list[str], str, dict[str, list[int]]]:
+    """Redis, the workers, the api pods; their URLs and pids by role."""
+    env = server_env({"LLAMAQ_LOG_LEVEL": "warning"})
+    port = free_port()
+    redis_proc = stack.enter_context(running(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        logs / "redis.log", env))
+    redis_url = f"redis://127.0.0.1:{port}/0"
+    env["LLAMAQ_REDIS_URL"] = redis_url
+    time.sleep(0.5)
+    me = [sys.executable, "-m", "llamaq"]
+    common = ["-m", "simulated", "--store-url", str(logs / "store"), "--cache-dir",
+              str(logs / "cache"), "-lv", "2"]
+    pids: dict[str, list[int]] = {"redis": [redis_proc.pid], "worker": [], "api": []}
+    for i in range(args.workers):
+        flags = ["--simulate", "--sim-workers", str(args.sim_workers), "-np", str(args.np),
+                 "--sim-itl-ms", str(args.sim_itl_ms), "--sim-prefill-tps",
+                 str(args.sim_prefill_tps), "--sim-eos-tokens", "100000",
+                 *args.worker_flags.split()]
+        cmd = [*(["taskset", "-c", args.worker_cpus] if args.worker_cpus else []), *me,
+               "worker", *common, *flags]
+        pids["worker"].append(stack.enter_context(running(cmd, logs / f"worker-{i}.log",
+                                                          env)).pid)
+    urls = []
+    for i in range(args.apis):
+        api_port = free_port()
+        cpus = args.api_cpus.split(";")[i] if args.api_cpus else ""
+        cmd = [*(["taskset", "-c", cpus] if cpus else []), *me, "api", *common, "--port",
+               str(api_port), *args.api_flags.split()]
+        process = stack.enter_context(running(cmd, logs / f"api-{i}.log", env))
+        pids["api"].append(process.pid)
+        urls.append(f"http://127.0.0.1:{api_port}")
+        wait_healthy(urls[-1], process=process)
+    want = args.workers * args.sim_workers * args.np
+    deadline = time.monotonic() + 300
+    import httpx
+    while httpx.get(urls[0] + "/props").json().get("total_slots", 0) < want:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {want} slots registered")
+        time.sleep(0.5)
+    return urls, redis_url, pids
+
+
+def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
+            pids: dict[str, list[int]]) -> dict[str, Any]:
+    client = redis.Redis.from_url(redis_url)
+    ctx = multiprocessing.get_context("spawn")
+    procs, pipes = [], []
+    for g in range(args.gen_procs):
+        config = GenConfig(url=urls[g % len(urls)], stream=not args.no_stream,
+                           rate=args.rate / args.gen_procs,
+                           users=args.users // args.gen_procs, seconds=args.seconds,
+                           prompt_words=args.prompt_words, output_tokens=args.output_tokens,
+                           shared_prefix=args.shared_prefix, seed=args.seed + g)
+        receive, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=generator_process, args=(config, send))
+        procs.append(proc)
+        pipes.append(receive)
+    cpu_before = {role: sum(cpu_s(p) for p in ps) for role, ps in pids.items()}
+    calls_before = redis_calls(client)
+    started = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    gen_cpu: dict[int, float] = {}
+    shots: list[Shot] = []
+    for proc, pipe in zip(procs, pipes, strict=True):
+        while not pipe.poll(0.5):
+            assert proc.pid is not None
+            gen_cpu[proc.pid] = max(gen_cpu.get(proc.pid, 0.0), cpu_s(proc.pid))
+        shots += [Shot(**s) for s in pipe.recv()]
+        assert proc.pid is not None
+        gen_cpu[proc.pid] = max(gen_cpu.get(proc.pid, 0.0), cpu_s(proc.pid))
+        proc.join()
+    wall = time.perf_counter() - started
+    cpu = {role: sum(cpu_s(p) for p in ps) - cpu_before[role] for role, ps in pids.items()}
+    cpu["generator"] = sum(gen_cpu.values())
+    calls = redis_calls(client) - calls_before
+    ok = [s for s in shots if s.status == 200 and not s.error]
+    tokens = sum(s.tokens for s in ok)
+    window = (max((s.started + s.total_s for s in shots), default=0.0)
+              - min((s.started for s in shots), default=0.0)) or wall
+    gaps = [g for s in ok for g in s.gaps_ms]
+    added = [g - args.sim_itl_ms for g in gaps]
+    refused = [s for s in shots if s.status in (429, 503)]
+    per_token = {role: (seconds / tokens * 1e6 if tokens else 0.0)
+                 for role, seconds in cpu.items()}
+    return {
+        "config": {k: v for k, v in vars(args).items()},
+        "load_average": os.getloadavg(),
+        "wall_s": wall, "window_s": window,
+        "requests": len(shots), "ok": len(ok),
+        "errored": len([s for s in shots if s.error and s.status not in (429, 503)]),
+        "refused": len(refused),
+        "refused_with_retry_after": len([s for s in refused if s.retry_after]),
+        "refused_p99_ms": pct([s.total_s * 1000 for s in refused], 0.99),
+        "tokens": tokens, "tokens_per_s": tokens / window,
+        "tokens_per_event": tokens / max(1, sum(s.events for s in ok)) if not args.no_stream
+        else 0.0,
+        "requests_per_s": len(ok) / window,
+        "ttft_ms": {"p50": pct([s.ttft_s * 1000 for s in ok], 0.5),
+                    "p99": pct([s.ttft_s * 1000 for s in ok], 0.99)},
+        "itl_ms": {"p50": pct(gaps, 0.5), "p99": pct(gaps, 0.99),
+                   "mean": statistics.fmean(gaps) if gaps else 0.0},
+        "added_itl_ms": {"p50": pct(added, 0.5), "p99": pct(added, 0.99)},
+        "cpu_s": cpu, "cpu_us_per_token": per_token,
+        "fleet_cpu_us_per_token": per_token.get("api", 0) + per_token.get("worker", 0)
+        + per_token.get("redis", 0),
+        "redis_commands": calls, "redis_commands_per_token": calls / tokens if tokens else 0,
+        "rss_mib": {role: sum(rss_mib(p) for p in ps) for role, ps in pids.items()
+                    if role != "redis"},
+        "errors_sample": [s.error for s in shots if s.error][:5],
+    }
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", type=float, default=0.0, help="open loop: requests a second")
+    p.add_argument("--users", type=int, default=0, help="closed loop: concurrent clients")
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--no-stream", action="store_true")
+    p.add_argument("--prompt-words", default="20")
+    p.add_argument("--output-tokens", default="200")
+    p.add_argument("--shared-prefix", type=int, default=0)
+    p.add_argument("--gen-procs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=44)
+    p.add_argument("--api", default="", help="measure this api (no fleet started)")
+    p.add_argument("--redis-url", default="")
+    p.add_argument("--pids", default="", help="role=pid,pid;role=pid (with --api)")
+    p.add_argument("--apis", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2, help="simulated worker processes")
+    p.add_argument("--sim-workers", type=int, default=5, help="simulated workers in each")
+    p.add_argument("-np", type=int, default=32)
+    p.add_argument("--sim-itl-ms", type=float, default=50.0)
+    p.add_argument("--sim-prefill-tps", type=float, default=20000.0)
+    p.add_argument("--worker-flags", default="")
+    p.add_argument("--api-flags", default="")
+    p.add_argument("--api-cpus", default="", help="taskset lists per api pod, `;`-separated")
+    p.add_argument("--worker-cpus", default="")
+    p.add_argument("--out", default="")
+    args = p.parse_args(argv)
+    if bool(args.rate) == bool(args.users):
+        p.error("give one of --rate (open loop) or --users (closed loop)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logs = REPO / "bench" / "results" / f"fleet_scale-{stamp}"
+    logs.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        if args.api:
+            urls, redis_url = [args.api], args.redis_url
+            pids = {role: [int(p) for p in ps.split(",")] for role, ps in
+                    (part.split("=") for part in args.pids.split(";") if part)}
+        else:
+            urls, redis_url, pids = start_fleet(args, stack, logs)
+        report = measure(args, urls, redis_url, pids)
+    out = Path(args.out) if args.out else logs.with_suffix(".json")
+    out.write_text(json.dumps(report, indent=1))
+    brief = {k: report[k] for k in ("load_average", "window_s", "requests", "ok", "errored",
+                                    "refused", "tokens_per_s", "tokens_per_event",
+                                    "requests_per_s", "ttft_ms",
+                                    "itl_ms", "added_itl_ms", "cpu_us_per_token",
+                                    "fleet_cpu_us_per_token", "redis_commands_per_token",
+                                    "rss_mib", "errors_sample")}
+    print(json.dumps(brief, indent=1))
+    print(f"written: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+
+
+if __name__ == "__main__":
+    main()
