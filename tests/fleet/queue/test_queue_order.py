@@ -163,3 +163,19 @@ async def test_a_job_that_took_less_than_estimated_gives_its_tenant_the_rest(
     again = tenant_job(model, "a")
     await client._enqueue(again, queue, None)
     assert await claim(redis, queue, 2) == [b[0].job_id, again.job_id]
+
+
+async def test_a_waiting_job_behind_pages_of_running_ones_is_taken(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The order set is read by pages of 200: 450 running jobs (held) ahead of a waiting one,
+    and a page of entries whose jobs ended, do not hide it."""
+    redis, _, client = pod
+    model = f"order-pages-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    jobs = [CompletionJob(model=model, prompt="p", priority=2) for _ in range(651)]
+    for job in jobs:
+        await client._enqueue(job, queue, None)
+    assert len(await claim(redis, queue, 450)) == 450
+    await redis.zrem(queue, *(job.job_id for job in jobs[450:650]))  # ended
+    assert await claim(redis, queue, 5) == [jobs[650].job_id]
+    assert await redis.zcard(queue_order_of(queue, 2)) == 451

@@ -1,0 +1,165 @@
+"""Fair sharing under load (not a test; issue 47, docs/fairness.md): one fleet, three tenants
+of equal weight, real workers on Gemma 3 270M.
+
+    .venv/bin/python bench/fairness.py [--seconds 60] [--alone-seconds 20] [--workers 1]
+        [--np 4] [--per-tenant 2] [--n-predict 48]
+
+- noisy neighbour: tenant a runs 10x the clients of b and c (`--per-tenant` each), all long
+  generations, for `--seconds`: Jain's fairness index over the three tenants' generated
+  tokens/s, and b's and c's TTFT p50 against b alone;
+- priority: a saturating load of priority 10 generations (tenant a), then one client of
+  short priority 0 requests (tenant b): its TTFT p50 against b alone, and every stream ended
+  without an error (preempted ones included; --preempt priority, the workers' default).
+
+Clients send streamed requests one after another. Figures depend on the machine's load: say
+it with them. Prints the figures; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from storage import default_model_path  # noqa: E402
+from tests.processes import Fleet, start_redis  # noqa: E402
+
+TENANTS = [{"name": name, "keys": [f"k-{name}"]} for name in ("a", "b", "c")]
+
+
+@dataclass
+class Seen:
+    ttft_s: list[float] = field(default_factory=list)
+    tokens: int = 0
+    problems: Counter[str] = field(default_factory=Counter)
+
+
+async def client(http: httpx.AsyncClient, api: str, key: str, n: int, until: float,
+                 seen: Seen, n_predict: int, priority: int) -> None:
+    body = {"prompt": f"Client {n} of {key} tells a long story:", "n_predict": n_predict,
+            "stream": True, "ignore_eos": True, "priority": priority}
+    headers = {"Authorization": f"Bearer {key}"}
+    while time.monotonic() < until:
+        sent = time.monotonic()
+        try:
+            async with http.stream("POST", f"{api}/completion", json=body,
+                                   headers=headers) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    seen.problems[f"status {response.status_code}"] += 1
+                    await asyncio.sleep(1)
+                    continue
+                first, ended = True, False
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    event = json.loads(line[6:])
+                    if "error" in event:
+                        seen.problems[f"stream error {event['error'].get('code')}"] += 1
+                        break
+                    if event.get("content") and time.monotonic() <= until:
+                        seen.tokens += 1  # a streamed event per token: the window's only
+                    if first and event.get("content"):
+                        seen.ttft_s.append(time.monotonic() - sent)
+                        first = False
+                    if event.get("stop"):
+                        ended = True
+                if not ended:
+                    seen.problems["stream without its end"] += 1
+        except httpx.HTTPError as error:
+            seen.problems[type(error).__name__] += 1
+
+
+async def drive(api: str, plan: list[tuple[str, int, int, int]], seconds: float
+                ) -> dict[str, Seen]:
+    """`plan`: (tenant key, clients, n_predict, priority)."""
+    seen = {key: Seen() for key, *_ in plan}
+    until = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=128)) as http:
+        await asyncio.gather(*(client(http, api, key, n, until, seen[key], n_predict, prio)
+                               for key, clients, n_predict, prio in plan
+                               for n in range(clients)))
+    return seen
+
+
+def p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all are equal, 1/n when one takes everything."""
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return total * total / (len(values) * squares) if squares else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--alone-seconds", type=float, default=20)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--np", type=int, default=4, dest="n_slots")
+    parser.add_argument("--per-tenant", type=int, default=2)
+    parser.add_argument("--n-predict", type=int, default=48)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="llamaq-fairness-"))
+    tenants_file = workdir / "tenants.json"
+    tenants_file.write_text(json.dumps({"tenants": TENANTS}))
+    redis_process, redis_url = start_redis(workdir / "redis")
+    model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
+    fleet = Fleet(redis_url, workdir, ["-m", str(model), "--alias", "bench-fair",
+                                       "--store-url", str(workdir / "store"), "--cache-dir",
+                                       str(workdir / "cache")], logs=workdir / "logs")
+    k, n = args.per_tenant, args.n_predict
+    try:
+        for _ in range(args.workers):
+            fleet.add_worker("-c", str(512 * args.n_slots), "-np", str(args.n_slots))
+        api = fleet.add_api("--tenants", str(tenants_file), "--queue-max", "10000")
+        fleet.wait_healthy(api)
+        print(f"load before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        asyncio.run(drive(api, [("k-b", 1, 4, 0)], 3))  # warm-up
+        alone = asyncio.run(drive(api, [("k-b", k, n, 0)], args.alone_seconds))["k-b"]
+        noisy = asyncio.run(drive(api, [("k-a", 10 * k, n, 0), ("k-b", k, n, 0),
+                                        ("k-c", k, n, 0)], args.seconds))
+        short_alone = asyncio.run(drive(api, [("k-b", 1, 8, 0)], args.alone_seconds))["k-b"]
+        urgent = asyncio.run(drive(api, [("k-a", 2 * args.workers * args.n_slots, 4 * n, 10),
+                                         ("k-b", 1, 8, 0)], args.seconds))
+        print(f"load after: {os.getloadavg()[0]:.1f}")
+    finally:
+        fleet.stop()
+        redis_process.terminate()
+        redis_process.wait()
+    rates = {key: seen.tokens / args.seconds for key, seen in noisy.items()}
+    print(f"noisy neighbour ({args.workers} worker(s) x -np {args.n_slots}, a {10 * k} "
+          f"clients, b and c {k} each, n_predict {n}, {args.seconds:.0f} s):")
+    for key, seen in noisy.items():
+        print(f"  {key}: {rates[key]:.1f} tokens/s, TTFT p50 {p50(seen.ttft_s) * 1000:.0f} ms "
+              f"({len(seen.ttft_s)} requests), problems {dict(seen.problems)}")
+    print(f"  Jain's index over tokens/s: {jain(list(rates.values())):.3f}")
+    print(f"  b alone TTFT p50 {p50(alone.ttft_s) * 1000:.0f} ms; together / alone: "
+          f"b {p50(noisy['k-b'].ttft_s) / p50(alone.ttft_s):.2f}, "
+          f"c {p50(noisy['k-c'].ttft_s) / p50(alone.ttft_s):.2f}")
+    print(f"  aggregate {sum(rates.values()):.1f} tokens/s")
+    print("priority (a: priority 10 saturating, b: priority 0, n_predict 8):")
+    ratio = p50(urgent["k-b"].ttft_s) / p50(short_alone.ttft_s)
+    print(f"  b TTFT p50 {p50(urgent['k-b'].ttft_s) * 1000:.0f} ms, alone "
+          f"{p50(short_alone.ttft_s) * 1000:.0f} ms: {ratio:.2f}x")
+    print(f"  problems: a {dict(urgent['k-a'].problems)}, b {dict(urgent['k-b'].problems)}")
+
+
+if __name__ == "__main__":
+    main()
