@@ -21,7 +21,7 @@ from api.chat.reasoning_tags import reasoning_tags
 from api.chat.templates import ChatTemplate
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import MessageDelimiter
+from scheduler.contract.message_delimiters import MessageDelimiter
 
 USER_MSG = "U_USER_MSG Hello END_U"
 USER_MSG_TWO = "V_USER_MSG Hello END_V"

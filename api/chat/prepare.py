@@ -38,7 +38,8 @@ from api.chat.templates import ChatTemplate, template_kwargs
 from api.chat.tool_grammar import add_system_hint, native_tool_call, tool_call_grammar
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob, MessageDelimiter, ReasoningSpec
+from scheduler.contract.jobs import CompletionJob, ReasoningSpec
+from scheduler.contract.message_delimiters import MessageDelimiter
 from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.media import MediaRef
+from scheduler.contract.message_delimiters import MessageDelimiter
 from scheduler.contract.sampling import (
     DEFAULT_DRY_BREAKERS,
     DEFAULT_SAMPLERS,
@@ -27,14 +28,14 @@ from scheduler.contract.sampling import (
     samplers_from_letters,
 )
 
-__all__ = [  # this module's names, and those of sampling.py it re-exports
+__all__ = [  # this module's names, and those of sampling.py (and MessageDelimiter) it re-exports
     "DEFAULT_DRY_BREAKERS", "DEFAULT_SAMPLERS", "DEFAULT_SEED", "JOB", "SAMPLER_LETTERS",
     "CompletionJob", "DecisionJob", "DecisionQuestion", "DetokenizeJob", "DraftLimits",
     "EmbeddingInput", "EmbeddingJob", "ExtraContext", "InfillParts", "Job", "JobKind",
     "LogitBias", "LoraScale", "MediaPromptInput", "MessageDelimiter", "PromptPiece",
     "ReasoningSpec", "RerankJob", "SamplingParams", "SamplingSettings", "SlotActionJob",
     "SystemOneInput", "SystemOneOption", "SystemOneQuestion", "TokenizeJob", "new_job_id",
-    "parse_job", "parse_lora_request", "parse_message_delimiters", "samplers_from_letters",
+    "parse_job", "parse_lora_request", "samplers_from_letters",
     "scales_of",
 ]
 
@@ -100,25 +101,6 @@ class InfillParts(BaseModel):
     input_prefix: str | list[PromptPiece]
     input_suffix: str | list[PromptPiece]
     input_extra: list[ExtraContext] = Field(default_factory=list)
-
-
-class MessageDelimiter(BaseModel):
-    """Text that starts a message of `role` in a rendered chat prompt (llama-server's
-    `message_delimiters`, from its chat template analysis): the worker finds where user
-    messages start in the prompt's tokens and cuts and checkpoints the prefill there."""
-
-    role: str = ""
-    delimiter: str = ""
-
-
-def parse_message_delimiters(value: Any) -> list[MessageDelimiter]:
-    """llama-server's common_chat_msg_delimiters_parse: an array's objects, each with string
-    `role` and `delimiter` (default ""); anything else in it is skipped, and a value that is
-    not an array is no delimiters."""
-    if not isinstance(value, list):
-        return []
-    return [MessageDelimiter.model_validate(d, strict=True) for d in value
-            if isinstance(d, dict)]
 
 
 class ReasoningSpec(BaseModel):

@@ -17,7 +17,8 @@ from typing import Any
 
 from scheduler.contract import keys
 from scheduler.contract.errors import InvalidRequest
-from scheduler.contract.jobs import CompletionJob, DecisionJob, MessageDelimiter
+from scheduler.contract.jobs import CompletionJob, DecisionJob
+from scheduler.contract.message_delimiters import MessageDelimiter
 from scheduler.contract.sampling import SamplingParams
 
 INT32_MAX = 2**31 - 1

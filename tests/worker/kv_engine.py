@@ -12,12 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from scheduler.contract.jobs import (
-    CompletionJob,
-    MessageDelimiter,
-    SamplingParams,
-    SamplingSettings,
-)
+from scheduler.contract.jobs import CompletionJob, SamplingParams, SamplingSettings
+from scheduler.contract.message_delimiters import MessageDelimiter
 from scheduler.contract.results import CompletionResult, ErrorEvent, FinalEvent
 from tests.processes import free_port
 from worker.engine.loop import Engine, JobEvent

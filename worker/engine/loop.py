@@ -228,9 +228,7 @@ class Engine:
         with self._admission_lock:
             self._admission.arrive(self._inbox.take_arrivals())
             decision = self._admission.admit(
-                self.slots, cancelled, len(self._active),
-                [(a.request.job.cache_salt, a.request.prompt_tokens)
-                 for a in self._active.values() if a.prefilling],
+                self.slots, cancelled, len(self._active), self._runs.prefilling(),
                 self.defaults.cont_batching, beside_busy=not self.model.plan.kv_unified,
                 similarity=self.defaults.slot_similarity,
                 usable=lambda request, slot: slot.salt == request.job.cache_salt

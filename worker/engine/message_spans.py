@@ -12,7 +12,7 @@ llama-server it would match at every position).
 
 from __future__ import annotations
 
-from scheduler.contract.jobs import MessageDelimiter
+from scheduler.contract.message_delimiters import MessageDelimiter
 from worker.engine.token_search import first_needle_at
 from worker.runtime.vocab import Vocab
 

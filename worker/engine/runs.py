@@ -42,6 +42,12 @@ class SlotRuns:
         self._cancel_error = cancel_error
         self._slots_changed = slots_changed
 
+    def prefilling(self) -> list[tuple[str | None, list[int]]]:
+        """The cache salts and prompts of the runs still evaluating their prompt (admission's
+        twins)."""
+        return [(a.request.job.cache_salt, a.request.prompt_tokens)
+                for a in self.active.values() if a.prefilling]
+
     def finish(self, active: SlotRun, stop_type: StopType, now: float,
                events: list[JobEvent]) -> None:
         result = self._reports.result(active, stop_type, now)

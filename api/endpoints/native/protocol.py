@@ -23,12 +23,11 @@ from scheduler.contract.jobs import (
     DraftLimits,
     ExtraContext,
     InfillParts,
-    MessageDelimiter,
     PromptPiece,
     TokenizeJob,
     parse_lora_request,
-    parse_message_delimiters,
 )
+from scheduler.contract.message_delimiters import MessageDelimiter, parse_message_delimiters
 from scheduler.contract.sampling import LogitBias, SamplingParams, samplers_from_letters
 
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)

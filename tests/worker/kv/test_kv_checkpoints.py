@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scheduler.contract.jobs import CompletionJob, MessageDelimiter
+from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.message_delimiters import MessageDelimiter
 from tests.processes import free_port, wait_until
 from tests.worker.kv_engine import (
     LLAMA_SERVER,
