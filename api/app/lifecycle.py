@@ -62,6 +62,7 @@ class PodLifecycle:
                                         and not pod.directory.enabled,
                                         max(0, settings.migration_limit),
                                         settings.cold_start_timeout)
+        pod.fleet.jobs.fair_share = settings.fair_share
         exit_when_done(pod.fleet.hub.reader, "event hub", _exit_for_restart)
         pod.tenants = TenantService(pod.directory, TenantLimits(pod.fleet.redis))
         renewing = asyncio.create_task(pod.tenants.renew_forever())
