@@ -48,6 +48,11 @@ class ApiSettings(RoleSettings):
                                      "worker is held while one starts (scale from zero; "
                                      "SSE comments meanwhile), then 503 with Retry-After "
                                      "(0 = no hold: as before, docs/deployment.md)")
+    fair_share: bool = flag(True, "--fair-share", negative=("--no-fair-share",),
+                            env="LLAMAQ_FAIR_SHARE",
+                            help="ours: tenants share the waiting room by weight (weighted "
+                            "fair queueing, docs/fairness.md); --no-fair-share: first come, "
+                            "first served within a priority (a baseline for measurements)")
     migration_limit: int = flag(3, "--migration-limit", env="LLAMAQ_MIGRATION_LIMIT",
                                 help="how many times a streamed completion whose worker died "
                                 "continues on another worker (Dynamo's name); past it, the "

@@ -2,11 +2,11 @@
 of equal weight, real workers on Gemma 3 270M.
 
     .venv/bin/python bench/fairness.py [--seconds 60] [--alone-seconds 20] [--workers 1]
-        [--np 4] [--per-tenant 2] [--n-predict 48]
+        [--np 4] [--per-tenant 2] [--n-predict 48] [--tenants 3] [--simulate N]
 
-- noisy neighbour: tenant a runs 10x the clients of b and c (`--per-tenant` each), all long
-  generations, for `--seconds`: Jain's fairness index over the three tenants' generated
-  tokens/s, and b's and c's TTFT p50 against b alone;
+- noisy neighbour: tenant a runs 10x the clients of each other tenant (`--tenants` in all,
+  `--per-tenant` clients each), all long generations, for `--seconds`: Jain's fairness index
+  over the tenants' generated tokens/s, and the others' TTFT p50 against b alone;
 - priority: a saturating load of priority 10 generations (tenant a), then one client of
   short priority 0 requests (tenant b): its TTFT p50 against b alone, and every stream ended
   without an error (preempted ones included; --preempt priority, the workers' default).
@@ -37,7 +37,10 @@ sys.path.insert(0, str(REPO))
 from storage import default_model_path  # noqa: E402
 from tests.processes import Fleet, start_redis  # noqa: E402
 
-TENANTS = [{"name": name, "keys": [f"k-{name}"]} for name in ("a", "b", "c")]
+
+def tenants(n: int) -> list[dict[str, object]]:
+    """Tenants a, b, c, … (a is the noisy one)."""
+    return [{"name": chr(ord("a") + i), "keys": [f"k-{chr(ord('a') + i)}"]} for i in range(n)]
 
 
 @dataclass
@@ -115,10 +118,19 @@ def main() -> None:
     parser.add_argument("--np", type=int, default=4, dest="n_slots")
     parser.add_argument("--per-tenant", type=int, default=2)
     parser.add_argument("--n-predict", type=int, default=48)
+    parser.add_argument("--tenants", type=int, default=3)
+    parser.add_argument("--simulate", type=int, default=0,
+                        help="simulated workers per worker process (--simulate, docs/scale.md;"
+                        " 0: Gemma workers)")
+    parser.add_argument("--sim-itl-ms", type=float, default=50.0)
+    parser.add_argument("--fifo", action="store_true",
+                        help="the api with --no-fair-share and the workers with --preempt off: "
+                        "the baseline")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="llamaq-fairness-"))
     tenants_file = workdir / "tenants.json"
-    tenants_file.write_text(json.dumps({"tenants": TENANTS}))
+    tenants_file.write_text(json.dumps({"tenants": tenants(args.tenants)}))
+    others = [f"k-{chr(ord('a') + i)}" for i in range(1, args.tenants)]
     redis_process, redis_url = start_redis(workdir / "redis")
     model = default_model_path(Path.home() / ".cache" / "llamaq-tests")
     fleet = Fleet(redis_url, workdir, ["-m", str(model), "--alias", "bench-fair",
@@ -126,17 +138,22 @@ def main() -> None:
                                        str(workdir / "cache")], logs=workdir / "logs")
     k, n = args.per_tenant, args.n_predict
     try:
+        sim = ["--simulate", "--sim-workers", str(args.simulate), "--sim-itl-ms",
+               str(args.sim_itl_ms), "--sim-eos-tokens", "100000"] if args.simulate else []
         for _ in range(args.workers):
-            fleet.add_worker("-c", str(512 * args.n_slots), "-np", str(args.n_slots))
-        api = fleet.add_api("--tenants", str(tenants_file), "--queue-max", "10000")
+            fleet.add_worker("-c", str(512 * args.n_slots), "-np", str(args.n_slots), *sim,
+                             *(["--preempt", "off"] if args.fifo else []))
+        api = fleet.add_api("--tenants", str(tenants_file), "--queue-max", "10000",
+                            *(["--no-fair-share"] if args.fifo else []))
         fleet.wait_healthy(api)
         print(f"load before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         asyncio.run(drive(api, [("k-b", 1, 4, 0)], 3))  # warm-up
         alone = asyncio.run(drive(api, [("k-b", k, n, 0)], args.alone_seconds))["k-b"]
-        noisy = asyncio.run(drive(api, [("k-a", 10 * k, n, 0), ("k-b", k, n, 0),
-                                        ("k-c", k, n, 0)], args.seconds))
+        noisy = asyncio.run(drive(api, [("k-a", 10 * k, n, 0),
+                                        *((key, k, n, 0) for key in others)], args.seconds))
         short_alone = asyncio.run(drive(api, [("k-b", 1, 8, 0)], args.alone_seconds))["k-b"]
-        urgent = asyncio.run(drive(api, [("k-a", 2 * args.workers * args.n_slots, 4 * n, 10),
+        slots = args.workers * max(1, args.simulate) * args.n_slots
+        urgent = asyncio.run(drive(api, [("k-a", 2 * slots, 4 * n, 10),
                                          ("k-b", 1, 8, 0)], args.seconds))
         print(f"load after: {os.getloadavg()[0]:.1f}")
     finally:
@@ -144,15 +161,19 @@ def main() -> None:
         redis_process.terminate()
         redis_process.wait()
     rates = {key: seen.tokens / args.seconds for key, seen in noisy.items()}
-    print(f"noisy neighbour ({args.workers} worker(s) x -np {args.n_slots}, a {10 * k} "
-          f"clients, b and c {k} each, n_predict {n}, {args.seconds:.0f} s):")
+    kind = f"simulated x {args.simulate}, ITL {args.sim_itl_ms:g} ms" if args.simulate \
+        else "Gemma 3 270M"
+    print("FIFO baseline (--no-fair-share, --preempt off)" if args.fifo else
+          "fair sharing (the defaults)")
+    print(f"noisy neighbour ({args.workers} worker process(es), {kind}, -np {args.n_slots}, "
+          f"a {10 * k} clients, the {len(others)} others {k} each, n_predict {n}, "
+          f"{args.seconds:.0f} s):")
     for key, seen in noisy.items():
         print(f"  {key}: {rates[key]:.1f} tokens/s, TTFT p50 {p50(seen.ttft_s) * 1000:.0f} ms "
               f"({len(seen.ttft_s)} requests), problems {dict(seen.problems)}")
     print(f"  Jain's index over tokens/s: {jain(list(rates.values())):.3f}")
-    print(f"  b alone TTFT p50 {p50(alone.ttft_s) * 1000:.0f} ms; together / alone: "
-          f"b {p50(noisy['k-b'].ttft_s) / p50(alone.ttft_s):.2f}, "
-          f"c {p50(noisy['k-c'].ttft_s) / p50(alone.ttft_s):.2f}")
+    print(f"  b alone TTFT p50 {p50(alone.ttft_s) * 1000:.0f} ms; together / alone: " + ", ".join(
+        f"{key[2:]} {p50(noisy[key].ttft_s) / p50(alone.ttft_s):.2f}" for key in others))
     print(f"  aggregate {sum(rates.values()):.1f} tokens/s")
     print("priority (a: priority 10 saturating, b: priority 0, n_predict 8):")
     ratio = p50(urgent["k-b"].ttft_s) / p50(short_alone.ttft_s)

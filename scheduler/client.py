@@ -42,7 +42,7 @@ from scheduler.contract.results import (
     TokenizeResult,
     expect_result,
 )
-from scheduler.fair_share import FAIR_TAG, fair_args
+from scheduler.fair_share import DEFAULT_TENANT, FAIR_TAG, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.queue_order import ORDER_ADD, job_priority
@@ -136,6 +136,9 @@ class JobClient:
         """Where workers put final results too big for Redis (the pod's object store)."""
         self.presence = WorkerPresence(redis)
         """Which workers hold Redis connections (a dead one's jobs go on at once)."""
+        self.fair_share = True
+        """False: every job counts as the default tenant's in the fair tags (first come, first
+        served within a priority; --no-fair-share)."""
         self.quick_queue_max = limits.QUICK_QUEUE_MAX
         """The bound of the utility and online embedding queues (waiting jobs)."""
         self._deferred_cancels: set[str] = set()
@@ -154,6 +157,7 @@ class JobClient:
                              serializer=self._arq.job_serializer)  # score is Redis's TIME
         counted = list(room.queues) if room is not None else []
         tenant, cost = fair_args(job)
+        tenant = tenant if self.fair_share else DEFAULT_TENANT
         status, waiting = await self._enqueue_script(
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
                   keys.queue_order(queue_name), keys.fair_state(job.model), *counted],

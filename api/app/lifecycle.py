@@ -66,6 +66,7 @@ class PodLifecycle:
                                         settings.cold_start_timeout,
                                         PromptLog(Path(settings.log_prompts_dir))
                                         if settings.log_prompts_dir else None)
+        pod.fleet.jobs.fair_share = settings.fair_share
         exit_when_done(pod.fleet.hub.reader, "event hub", _exit_for_restart)
         pod.tenants = TenantService(pod.directory, TenantLimits(pod.fleet.redis))
         renewing = asyncio.create_task(pod.tenants.renew_forever())

@@ -222,7 +222,7 @@ def test_waits_and_preemptions_are_counted_per_tenant_and_priority(
     values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
               if line.startswith("llamaq:tenant_")}
     assert values['llamaq:tenant_preemptions_total{tenant="alice",priority="10"}'] >= 1
-    assert values['llamaq:tenant_started_total{tenant="bob",priority="0"}'] >= 3
+    assert values['llamaq:tenant_started_total{tenant="bob",priority="0"}'] >= 2
     assert values['llamaq:tenant_wait_seconds_total{tenant="alice",priority="10"}'] > 0
     fleet = httpx.get(f"{url}/fleet", headers=auth("k-ops"), timeout=30).json()
     alice = next(t for t in fleet["tenants"] if t["name"] == "alice")

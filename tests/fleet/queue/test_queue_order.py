@@ -179,3 +179,16 @@ async def test_a_waiting_job_behind_pages_of_running_ones_is_taken(
     await redis.zrem(queue, *(job.job_id for job in jobs[450:650]))  # ended
     assert await claim(redis, queue, 5) == [jobs[650].job_id]
     assert await redis.zcard(queue_order_of(queue, 2)) == 451
+
+
+async def test_without_fair_share_tenants_are_first_come_first_served(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """--no-fair-share (the baseline of bench/fairness.py): every job counts as one tenant's."""
+    redis, _, client = pod
+    client.fair_share = False
+    model = f"fifo-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    jobs = [tenant_job(model, "a") for _ in range(3)] + [tenant_job(model, "b")]
+    for job in jobs:
+        await client._enqueue(job, queue, None)
+    assert await claim(redis, queue, 4) == [job.job_id for job in jobs]
