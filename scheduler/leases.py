@@ -207,6 +207,19 @@ class Leases:
         """Jobs let go whose last event (with their release) is on its way: still renewed,
         never reported lost."""
 
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    def holds(self, job_id: str) -> bool:
+        """This worker took the job's lease and its last event has not gone out: its events
+        are written only while Redis says so too (worker/wires/fenced_write.py)."""
+        return job_id in self.held or job_id in self.releasing
+
+    def lost(self, job_id: str) -> None:
+        """The job's lease turned out to be gone (a write refused): it is not renewed."""
+        self.held.discard(job_id)
+
     async def start(self, job_id: str) -> Start:
         self.held.add(job_id)
         state = keys.job_state(job_id)
