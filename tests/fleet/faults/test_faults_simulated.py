@@ -27,10 +27,10 @@ WORKER_FLAGS = ("--simulate", "--sim-workers", str(PER_PROCESS), "-np", str(SLOT
                 "--sim-itl-ms", str(ITL_MS), "--sim-eos-tokens", "1000", "--poll-delay", "0.2")
 
 
-def expected_text(prompt: str) -> str:
+def expected_text(prompt: str, n_predict: int = N_PREDICT) -> str:
     vocab = SimVocab()
     tokens = vocab.tokenize_prompt(prompt)
-    return vocab.detokenize([vocab.generated(tokens, i, 1000, False) for i in range(N_PREDICT)])
+    return vocab.detokenize([vocab.generated(tokens, i, 1000, False) for i in range(n_predict)])
 
 
 async def stream(session: aiohttp.ClientSession, url: str, prompt: str) -> dict[str, Any]:
