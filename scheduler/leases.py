@@ -206,6 +206,31 @@ class Leases:
         self.releasing: set[str] = set()
         """Jobs let go whose last event (with their release) is on its way: still renewed,
         never reported lost."""
+        self.gone: set[str] = set()
+        """Jobs whose lease this worker lost while running them (see `forget_gone`)."""
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    def holds(self, job_id: str) -> bool:
+        """This worker took the job's lease and its last event has not gone out: its events
+        are written only while Redis says so too (worker/wires/fenced_write.py)."""
+        return job_id in self.held or job_id in self.releasing
+
+    def lost(self, job_id: str) -> None:
+        """The job's lease turned out to be gone (a write refused): it is not renewed."""
+        self.held.discard(job_id)
+        self.gone.add(job_id)
+
+    def forget_gone(self, job_id: str) -> bool:
+        """Whether this worker lost the job's lease while running it (then the job, in its
+        queue, is another run's now: this run's end must not finish it in arq), forgetting
+        it."""
+        if job_id in self.gone:
+            self.gone.discard(job_id)
+            return True
+        return False
 
     async def start(self, job_id: str) -> Start:
         self.held.add(job_id)
@@ -278,6 +303,7 @@ class Leases:
             args=[self._worker_id, lease_ms(), *self.held, *self.releasing])]
         lost = [job_id for job_id in lost if job_id in self.held]
         self.held.difference_update(lost)
+        self.gone.update(lost)
         return lost
 
 

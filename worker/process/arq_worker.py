@@ -3,7 +3,8 @@
 - woken by a pub/sub message when a job is enqueued instead of polling every `poll_delay`
   (which alone would add up to that much to every time to first token);
 - a taken job holds a short lease (arq's in-progress key), renewed by `LeaseKeeper` while the
-  job runs, instead of a lock as long as `job_timeout`;
+  job runs, instead of a lock as long as `job_timeout`; a run that lost its lease (a starved
+  worker) leaves the job in its queue for the run that continues it (`finish_job`);
 - a poll claims the oldest due jobs no worker holds, however many running jobs precede them
   (arq reads a window of ~100 ids and skips held ones, which caps the whole fleet), in one
   round trip: the script that finds them sets their in-progress keys (arq's start_jobs spends
@@ -12,7 +13,7 @@
 
 It relies on arq 0.28 internals (`_poll_iteration`, `start_jobs`' bookkeeping: `sem`,
 `job_counter`, `tasks`, `run_job`; `in_progress_timeout_s`,
-`_release_sem_dec_counter_on_complete`), pinned in pyproject.
+`_release_sem_dec_counter_on_complete`, `finish_job`'s signature), pinned in pyproject.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class WakeableWorker(Worker):
         """The model whose fair share its claims move (scheduler/fair_share.py; "": none)."""
         self.also_wake: list[WakeableWorker] = []
         """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
+        self.lease_gone: Callable[[str], bool] = lambda _: False
+        """Whether this worker lost the job's lease while running it (scheduler/leases.py
+        `Leases.forget_gone`): the job went on, or goes on, as another run (another worker
+        claims it from its queue once the lease lapsed)."""
         self._claim: AsyncScript | None = None
         self._drained = False
         """The last poll took fewer jobs than it had room for: the queue held no more, and any
@@ -121,6 +126,20 @@ class WakeableWorker(Worker):
 
     async def _unclaim(self, job_ids: list[str]) -> None:
         await self.pool.delete(*(in_progress_key_prefix + job_id for job_id in job_ids))
+
+    async def finish_job(self, job_id: str, finish: bool, result_data: bytes | None,
+                         result_timeout_s: float | None, keep_result_forever: bool,
+                         incr_score: int | None, keep_in_progress: float | None) -> None:
+        """arq's end of a run, except for a run whose lease was lost (its worker starved past
+        it): arq would take the job out of its queue and delete its data and in-progress key,
+        and the run that goes on (or is about to) would never start, or run twice, while its
+        client waits for events that never come."""
+        if self.lease_gone(job_id):
+            log.warning("job %s: this worker lost its lease; the job stays in its queue for "
+                        "the run that continues it", job_id)
+            return
+        await super().finish_job(job_id, finish, result_data, result_timeout_s,
+                                 keep_result_forever, incr_score, keep_in_progress)
 
     def running_job_ids(self) -> list[str]:
         return [job_id for job_id, task in self.tasks.items() if not task.done()]

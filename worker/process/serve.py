@@ -337,6 +337,7 @@ class WorkerRuntime:
             job_deserializer=deserialize_job, log_results=False,
         )
         worker.model_id = self.parts.model_id
+        worker.lease_gone = self.parts.leases.forget_gone
         return worker
 
     def _write_metrics(self, pipe: Pipeline) -> None:

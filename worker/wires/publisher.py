@@ -39,6 +39,7 @@ from scheduler.leases import Leases
 from worker.engine.loop import JobEvent
 from worker.wires.coalesce import can_wait, coalesce
 from worker.wires.event_log_budget import EventLogBudget
+from worker.wires.fenced_write import add_fenced
 from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
@@ -188,16 +189,19 @@ class EventPublisher:
         ends = any(e.event.kind == "started" or e.event.kind in ENDS for e in envelopes)
         released = [] if self._leases is None else self._leases.let_go(
             e.job_id for e in envelopes if e.event.kind in ENDS)
-        if await self._write(self._owed + envelopes, ends, released):
+        refused = await self._write(self._owed + envelopes, ends, released)
+        if refused is not None:
             self._owed.clear()
+            self._fenced_off(refused)
             if self._first_token:
                 self._tell_first_tokens(envelopes)
         else:
+            refused = set()
             self._give_up(envelopes)
         if self._leases is not None:
             self._leases.released(released)
         for job_id, event in events:
-            if event.kind in ENDS:
+            if event.kind in ENDS and job_id not in refused:
                 self._lost.discard(job_id)
                 self._finish(job_id, event.kind != "error")
 
@@ -220,24 +224,36 @@ class EventPublisher:
         return envelopes
 
     async def _write(self, envelopes: list[EventEnvelope], ends: bool,
-                     released: list[str]) -> bool:
+                     released: list[str]) -> set[str] | None:
         """Send the events, retrying while Redis refuses them (up to PUBLISH_GRACE_S); the
-        leases of `released` go after them."""
+        leases of `released` go after them. The events of a job whose lease this worker holds
+        are written only while Redis says it holds it (worker/wires/fenced_write.py). Returns
+        the jobs whose events were refused for a lease gone, or None when Redis would not take
+        the events."""
         if not envelopes:
-            return True
+            return set()
         encoded = [envelope.model_dump_json().encode() for envelope in envelopes]
         keep_from = {(e.job_id, e.seq): self._budget.add(e.job_id, e.seq, len(data))
                      for e, data in zip(envelopes, encoded, strict=True)}
         last = {e.job_id: e.seq for e in envelopes}  # a job's last event here cuts its log
+        fenced: dict[str, list[tuple[EventEnvelope, bytes, bytes]]] = {}
+        for envelope, data in zip(envelopes, encoded, strict=True):
+            if self._leases is not None and self._leases.holds(envelope.job_id):
+                fenced.setdefault(envelope.job_id, []).append(
+                    (envelope, data, announcement(data, envelope.seq)))
         deadline = time.monotonic() + keys.PUBLISH_GRACE_S
         delay = RETRY_FIRST_S
         while True:
             try:
+                at_ms = timestamp_ms()
+                answers: dict[str, int] = {}
                 async with self._redis.pipeline(transaction=False) as pipe:
                     if ends:
                         self._before_results(pipe)
                     next_seq: dict[str, int] = {}
                     for envelope, data in zip(envelopes, encoded, strict=True):
+                        if envelope.job_id in fenced:
+                            continue
                         cut = (keep_from[envelope.job_id, envelope.seq]
                                if last[envelope.job_id] == envelope.seq else None)
                         add_event(pipe, envelope, data, cut)
@@ -245,21 +261,42 @@ class EventPublisher:
                     for job_id, seq in next_seq.items():  # a re-run must know what went out
                         pipe.hset(keys.job_state(job_id), mapping={
                             "sent": str(self._shown.get(job_id, 0)), "seq": str(seq),
-                            "at": str(timestamp_ms())})
+                            "at": str(at_ms)})
                         pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
+                    for job_id, written in fenced.items():
+                        answers[job_id] = len(pipe)
+                        add_fenced(pipe, self._worker_id(), job_id, written,
+                                   self._shown.get(job_id, 0), at_ms,
+                                   keep_from[job_id, last[job_id]])
                     if self._leases is not None:
                         self._leases.release_on(pipe, released)
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
-                return True
+                return {job_id for job_id, at in answers.items() if results[at] == 0}
             except RedisError as error:
                 if time.monotonic() >= deadline:
                     log.error("could not send %d events for %gs (%s); ending their jobs",
                               len(envelopes), keys.PUBLISH_GRACE_S, error)
-                    return False
+                    return None
                 log.warning("could not send %d events (%s); retrying", len(envelopes), error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+    def _worker_id(self) -> str:
+        return "" if self._leases is None else self._leases.worker_id
+
+    def _fenced_off(self, job_ids: set[str]) -> None:
+        """Jobs whose lease went to another worker (this one was too slow to renew it): it
+        continues there from the event log; this worker stops them and sends nothing more."""
+        for job_id in job_ids:
+            log.error("job %s: lease lost (this worker was too slow to renew it); its events "
+                      "were not written, and it stops here", job_id)
+            if self._leases is not None:
+                self._leases.lost(job_id)
+            self.abandon(job_id, Unavailable("lease lost"))
+            self._first_token.pop(job_id, None)
+            self._shown.pop(job_id, None)
+            self._on_lost(job_id)
 
     def _give_up(self, envelopes: list[EventEnvelope]) -> None:
         """End the jobs whose events are lost; their clients get an error event later."""

@@ -27,14 +27,16 @@ WORKER_FLAGS = ("--simulate", "--sim-workers", str(PER_PROCESS), "-np", str(SLOT
                 "--sim-itl-ms", str(ITL_MS), "--sim-eos-tokens", "1000", "--poll-delay", "0.2")
 
 
-def expected_text(prompt: str) -> str:
+def expected_text(prompt: str, n_predict: int = N_PREDICT) -> str:
     vocab = SimVocab()
     tokens = vocab.tokenize_prompt(prompt)
-    return vocab.detokenize([vocab.generated(tokens, i, 1000, False) for i in range(N_PREDICT)])
+    return vocab.detokenize([vocab.generated(tokens, i, 1000, False) for i in range(n_predict)])
 
 
-async def stream(session: aiohttp.ClientSession, url: str, prompt: str) -> dict[str, Any]:
-    """One streamed /completion: its text, its final event, any error event or exception."""
+async def stream(session: aiohttp.ClientSession, url: str, prompt: str,
+                 flowing: asyncio.Event) -> dict[str, Any]:
+    """One streamed /completion: its text, its final event, any error event or exception;
+    `flowing` is set at its first text."""
     seen: dict[str, Any] = {"text": "", "final": None, "error": None}
     try:
         async with session.post(f"{url}/completion", json={
@@ -50,6 +52,8 @@ async def stream(session: aiohttp.ClientSession, url: str, prompt: str) -> dict[
                 if "error" in data:
                     seen["error"] = data["error"]
                 seen["text"] += data.get("content", "")
+                if seen["text"]:
+                    flowing.set()
                 if data.get("stop"):
                     seen["final"] = data
     except Exception as error:  # recorded: the test asserts there is none
@@ -62,11 +66,17 @@ async def load_and_kill(url: str, fleet: Fleet, workers: list[Any]) -> list[dict
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=180)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks = [asyncio.create_task(stream(session, url, f"stream {i} tells its own tale"))
-                 for i in range(STREAMS)]
+        flowing = asyncio.Event()
+        tasks = [asyncio.create_task(stream(session, url, f"stream {i} tells its own tale",
+                                            flowing)) for i in range(STREAMS)]
+        # the kills hit running streams: they start once text flows (on a loaded box the
+        # streams may take seconds to start), and their victims are processes that served
+        # when the streams began, never a fresh replacement (which runs none of them)
+        await asyncio.wait_for(flowing.wait(), 120)
+        serving = list(workers)
         for _ in range(KILLS):
             await asyncio.sleep(KILL_EVERY_S)
-            victim = workers.pop(rng.randrange(len(workers)))
+            victim = serving.pop(rng.randrange(len(serving)))
             victim.send_signal(signal.SIGKILL)
             workers.append(fleet.add_worker(*WORKER_FLAGS))
         return await asyncio.gather(*tasks)

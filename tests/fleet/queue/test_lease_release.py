@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from scheduler.connections import open_redis
 from scheduler.contract import keys
-from scheduler.contract.results import FinalEvent, TokenizeResult
+from scheduler.contract.errors import Unavailable
+from scheduler.contract.results import FinalEvent, TokenEvent, TokenizeResult
 from scheduler.leases import Leases
 from worker.wires.publisher import EventPublisher
 
@@ -57,12 +58,61 @@ async def test_the_lease_goes_with_the_final_event(
 
 async def test_a_lease_another_worker_took_is_left_alone(
         redis: Redis, publishing: tuple[Leases, EventPublisher]) -> None:
-    """This worker's lease lapsed and another worker took the job: its owner key stays."""
+    """This worker's lease lapsed and another worker took the job: its owner key stays, and
+    this worker's last event is not written (the job is the other worker's now)."""
     leases, publisher = publishing
     job_id = uuid.uuid4().hex
     await leases.start(job_id)
     await redis.set(keys.job_owner(job_id), "w2", px=3000)
-    await finish(publisher, job_id)
+    with pytest.raises(Unavailable, match="lease lost"):
+        await finish(publisher, job_id)
     assert await redis.get(keys.job_owner(job_id)) == b"w2"
+    assert await redis.xlen(keys.job_event_log(job_id)) == 0
     await leases.release(job_id)
     assert await redis.get(keys.job_owner(job_id)) == b"w2"
+
+
+@pytest.mark.parametrize("taken_by", ["w2", None])
+async def test_a_starved_workers_late_tokens_are_not_written(
+        redis: Redis, taken_by: str | None) -> None:
+    """A worker starved past its lease writes on once it runs again: its tokens must not reach
+    the job's log nor its channel (the continuing worker read the log and numbers its events
+    from there: two writers of one seq sequence make a client skip or repeat a token), whether
+    another worker took the lease or it only lapsed; the job is stopped here."""
+    stopped: list[str] = []
+    leases = Leases(redis, "w1")
+    publisher = EventPublisher(redis, on_lost=stopped.append, leases=leases)
+    task = asyncio.create_task(publisher.run())
+    job_id = uuid.uuid4().hex
+    try:
+        await leases.start(job_id)
+        done = publisher.expect(job_id)
+        publisher.publish([(job_id, TokenEvent(content=" a", tokens=[5], n_decoded=1))])
+        await wait_for_log(redis, job_id, 1)
+        pubsub = redis.pubsub()
+        await pubsub.subscribe(keys.job_events(job_id))
+        if taken_by is None:
+            await redis.delete(keys.job_owner(job_id))
+        else:
+            await redis.set(keys.job_owner(job_id), taken_by, px=3000)
+        publisher.publish([(job_id, TokenEvent(content=" b", tokens=[6], n_decoded=2))])
+        with pytest.raises(Unavailable, match="lease lost"):
+            await asyncio.wait_for(done, 10)
+        assert stopped == [job_id]
+        assert await redis.xlen(keys.job_event_log(job_id)) == 1
+        assert await redis.hget(keys.job_state(job_id), "seq") == b"1"  # type: ignore[misc]
+        assert job_id not in leases.held
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        assert message is None
+        await pubsub.aclose()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def wait_for_log(redis: Redis, job_id: str, count: int) -> None:
+    for _ in range(200):
+        if await redis.xlen(keys.job_event_log(job_id)) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the log of job {job_id} never held {count} events")
