@@ -82,15 +82,6 @@ def test_valid_response_format_constrains_the_output(api: str, response_format: 
     assert response.json()["choices"][0]["message"]["content"] == pattern
 
 
-def test_response_format_schema_that_is_no_object_means_any_object(api: str) -> None:
-    """llama-server reads a schema that is not an object as absent: any JSON object."""
-    response = post(api, "/v1/chat/completions", {
-        "max_tokens": 12, "messages": [{"role": "user", "content": "Write an example"}],
-        "response_format": {"type": "json_object", "schema": 123}})
-    assert response.status_code == 200, response.text
-    assert response.json()["choices"][0]["message"]["content"].startswith("{")
-
-
 MMPROJ = "image input is not supported - hint: if this is unexpected, you may need to provide " \
          "the mmproj"
 
