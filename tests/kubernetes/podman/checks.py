@@ -116,7 +116,8 @@ def main() -> None:
     def completion_stream() -> None:
         with client.stream("POST", "/completion", timeout=600, json={
                 "model": MODEL, "prompt": "Hello", "n_predict": 6, "stream": True}) as response:
-            completion.extend(response.iter_lines())
+            for line in response.iter_lines():
+                completion.append(line)
 
     threads = [threading.Thread(target=completion_stream),
                threading.Thread(target=lambda: held.append(client.post(
@@ -128,7 +129,10 @@ def main() -> None:
         thread.start()
     waiting = f'llamaq:cold_start_waiting{{model="{MODEL}"}}'
     wait(lambda: series(client, waiting) == 2, 30, "2 requests held with no worker")
-    say("no worker: 2 requests held (cold_start_waiting 2); starting the worker again")
+    # a worker that starts again at once may answer before the first comment (every 5 s)
+    wait(lambda: ": waiting for a worker" in completion, 30, "the held stream's first comment")
+    say("no worker: 2 requests held (cold_start_waiting 2), the stream told it waits; "
+        "starting the worker again")
     subprocess.run(["podman", "start", args.worker], check=True, capture_output=True)
     for thread in threads:
         thread.join(timeout=600)
