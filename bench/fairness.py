@@ -3,6 +3,7 @@ of equal weight, real workers on Gemma 3 270M.
 
     .venv/bin/python bench/fairness.py [--seconds 60] [--alone-seconds 20] [--workers 1]
         [--np 4] [--per-tenant 2] [--n-predict 48] [--tenants 3] [--simulate N]
+        [--preempt off|priority|fair] [--fifo]
 
 - noisy neighbour: tenant a runs 10x the clients of each other tenant (`--tenants` in all,
   `--per-tenant` clients each), all long generations, for `--seconds`: Jain's fairness index
@@ -123,6 +124,8 @@ def main() -> None:
                         help="simulated workers per worker process (--simulate, docs/scale.md;"
                         " 0: Gemma workers)")
     parser.add_argument("--sim-itl-ms", type=float, default=50.0)
+    parser.add_argument("--preempt", default="priority", choices=("off", "priority", "fair"),
+                        help="the workers' --preempt (default theirs: priority)")
     parser.add_argument("--fifo", action="store_true",
                         help="the api with --no-fair-share and the workers with --preempt off: "
                         "the baseline")
@@ -142,7 +145,7 @@ def main() -> None:
                str(args.sim_itl_ms), "--sim-eos-tokens", "100000"] if args.simulate else []
         for _ in range(args.workers):
             fleet.add_worker("-c", str(512 * args.n_slots), "-np", str(args.n_slots), *sim,
-                             *(["--preempt", "off"] if args.fifo else []))
+                             "--preempt", "off" if args.fifo else args.preempt)
         api = fleet.add_api("--tenants", str(tenants_file), "--queue-max", "10000",
                             *(["--no-fair-share"] if args.fifo else []))
         fleet.wait_healthy(api)
@@ -164,7 +167,7 @@ def main() -> None:
     kind = f"simulated x {args.simulate}, ITL {args.sim_itl_ms:g} ms" if args.simulate \
         else "Gemma 3 270M"
     print("FIFO baseline (--no-fair-share, --preempt off)" if args.fifo else
-          "fair sharing (the defaults)")
+          f"fair sharing (--preempt {args.preempt})")
     print(f"noisy neighbour ({args.workers} worker process(es), {kind}, -np {args.n_slots}, "
           f"a {10 * k} clients, the {len(others)} others {k} each, n_predict {n}, "
           f"{args.seconds:.0f} s):")

@@ -128,3 +128,54 @@ redis.call('ZADD', best_reserved, now_ms + tonumber(ARGV[3]), best_id)
 redis.call('PEXPIRE', best_reserved, ARGV[3])
 return {best_id, tostring(best_priority)}
 """
+
+CANDIDATES = LUA_NOW_MS + """
+-- KEYS: pairs of (queue, its order); ARGV: a priority (jobs of at most this value count),
+-- arq's in-progress prefix, how many to return at most per queue.
+-- The waiting jobs no worker holds or reserved, per queue by priority then order:
+-- {queue number (1-based pair), job id, priority, order score, ...}. Reserves nothing
+-- (RESERVE_ONE does).
+local found = {}
+for q = 1, #KEYS, 2 do
+  local queue, index = KEYS[q], KEYS[q + 1]
+  local reserved = index .. ':reserved'
+  local n = 0
+  for _, priority in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[1])) do
+    if n >= tonumber(ARGV[3]) then break end
+    local page = redis.call('ZRANGE', index .. ':' .. priority, 0, -1, 'WITHSCORES')
+    for i = 1, #page, 2 do
+      if n >= tonumber(ARGV[3]) then break end
+      local id = page[i]
+      local lapse = redis.call('ZSCORE', reserved, id)
+      if redis.call('ZSCORE', queue, id) and redis.call('EXISTS', ARGV[2] .. id) == 0
+          and (not lapse or tonumber(lapse) <= now_ms) then
+        found[#found + 1] = tostring((q + 1) / 2)
+        found[#found + 1] = id
+        found[#found + 1] = priority
+        found[#found + 1] = page[i + 1]
+        n = n + 1
+      end
+    end
+  end
+end
+return found
+"""
+
+RESERVE_ONE = LUA_NOW_MS + """
+-- KEYS[1]: the order of a waiting job's queue; KEYS[2..]: the order sets a running job it
+-- displaces may be in; ARGV: the waiting job's id, how long its reservation lasts (ms), its
+-- order score, the running job's id.
+-- Reserves the waiting job (as RESERVE does) unless another worker did meanwhile, and moves
+-- the running job's order entry (where it has one) just behind it, so that the slot the
+-- running job gives up goes to the waiting job, not back to it: 1, else 0.
+local reserved = KEYS[1] .. ':reserved'
+local lapse = redis.call('ZSCORE', reserved, ARGV[1])
+if lapse and tonumber(lapse) > now_ms then return 0 end
+redis.call('ZADD', reserved, now_ms + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', reserved, ARGV[2])
+local behind = tonumber(ARGV[3]) + math.max(1e-6, math.abs(tonumber(ARGV[3])) * 1e-9)
+for k = 2, #KEYS do
+  redis.call('ZADD', KEYS[k], 'XX', string.format('%.17g', behind), ARGV[4])
+end
+return 1
+"""

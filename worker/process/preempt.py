@@ -12,7 +12,10 @@ Rules:
 - a waiting job counts when its priority value is below the victim's (any online job, for a
   batch line) and no worker holds or reserved it: one waiting job makes one worker preempt
   one generation (scheduler/queue_order.py RESERVE), not every full worker;
-- aging: a job preempted MAX_PREEMPTIONS times runs to its end.
+- aging: a job preempted MAX_PREEMPTIONS times runs to its end;
+- `fair` (besides the above): a waiting job of a priority value at most a running one's whose
+  tenant holds fewer of this worker's slots than its weighted share takes a slot from the
+  tenant most over its share (fair_victim).
 
 Owns: when to preempt and whom. Does not own: the hand back (worker/process/jobrun.py), the
 engine's cancel, the publisher's turning of a Preempted cancel into a hand back
@@ -22,23 +25,28 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Literal
 
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from scheduler.contract.errors import Preempted
 from scheduler.contract.jobs import CompletionJob, JobKind
-from scheduler.queue_order import RESERVE, claim_keys
+from scheduler.fair_share import DEFAULT_TENANT
+from scheduler.queue_order import CANDIDATES, RESERVE, RESERVE_ONE, claim_keys, queue_order_of
+from scheduler.queueing import deserialize_job
 from worker.jobs.parts import WorkerParts
 from worker.process.jobrun import JobRunner, Running
 
 log = logging.getLogger(__name__)
 
-PreemptMode = Literal["off", "priority"]
+PreemptMode = Literal["off", "priority", "fair"]
 MAX_PREEMPTIONS = 3
 """The aging rule: a job preempted this many times is not preempted again."""
+FAIR_CANDIDATES = 16
+"""How many waiting jobs per queue `fair` looks at for one whose tenant is below its share."""
 RESERVE_MS = 10_000
 """How long a waiting job that made a worker preempt is not counted by another worker."""
 
@@ -48,6 +56,53 @@ def victim_order(job: CompletionJob, running: Running) -> tuple[float, float]:
     return (math.inf if job.background else float(job.priority or 0), running.started)
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A waiting job as the fair rule reads it."""
+
+    tenant: str
+    weight: float
+    priority: int
+
+
+EPSILON = 1e-9
+"""Shares are fractions of slots: a tolerance for their sums."""
+
+
+def _tenant(job: CompletionJob) -> str:
+    return job.tenant or DEFAULT_TENANT
+
+
+def fair_victim(runs: list[tuple[CompletionJob, Running]], n_slots: int, waiting: Waiting
+                ) -> CompletionJob | None:
+    """`--preempt fair`: the generation that gives its slot up to `waiting`, or None.
+    The tenants of `runs` (this worker's running online generations) and the waiting job's
+    share the slots by weight; the waiting job's tenant must stay within its share with one
+    slot more, and the victim's tenant within its share with one slot less (so two tenants
+    never take a slot from each other back and forth). The victim: the tenant most over its
+    share, its run of the largest priority value (never one more urgent than the waiting job),
+    then the latest started."""
+    held: dict[str, int] = {}
+    weights = {waiting.tenant: waiting.weight}
+    for job, _ in runs:
+        held[_tenant(job)] = held.get(_tenant(job), 0) + 1
+        weights[_tenant(job)] = job.weight
+    total = sum(weights.values())
+    share = {tenant: n_slots * weight / total for tenant, weight in weights.items()}
+    if held.get(waiting.tenant, 0) + 1 > share[waiting.tenant] + EPSILON:
+        return None
+    over = [(job, running) for job, running in runs
+            if (job.priority or 0) >= waiting.priority
+            and held[_tenant(job)] - 1 >= share[_tenant(job)] - EPSILON]
+
+    def order(run: tuple[CompletionJob, Running]) -> tuple[float, float, float]:
+        return (held[_tenant(run[0])] / share[_tenant(run[0])], float(run[0].priority or 0),
+                run[1].started)
+    if not over:
+        return None
+    return max(over, key=order)[0]
+
+
 class Preemptor:
     def __init__(self, mode: PreemptMode, parts: WorkerParts, runner: JobRunner,
                  queues: list[str]) -> None:
@@ -55,35 +110,81 @@ class Preemptor:
         self.mode = mode
         self._parts = parts
         self._runner = runner
+        self._queues = queues
         self._keys = [key for queue in queues for key in claim_keys(queue)]
         self._reserve: AsyncScript | None = None
         self._preempting: set[str] = set()
         self._checking = False
+        self._again = False
 
     async def check(self) -> None:
         """Called when a queue of this worker has news and no slot is free: preempt one
-        generation if a more urgent job waits."""
-        if self.mode == "off" or self._checking:
+        generation if a more urgent job waits (`fair`: or a job of a tenant below its share).
+        News that comes while a look runs makes it look again once it ends (never lost)."""
+        if self.mode == "off":
             return
-        victim = self._victim()
-        if victim is None:
+        if self._checking:
+            self._again = True
             return
-        job, _ = victim
-        below = "+inf" if job.background else str(job.priority or 0)
         self._checking = True
         try:
-            if self._reserve is None:
-                self._reserve = self._parts.redis.register_script(RESERVE)
-            found = await self._reserve(keys=self._keys,
-                                        args=[below, in_progress_key_prefix, RESERVE_MS])
+            self._again = True
+            while self._again:
+                self._again = False
+                if not await self._check_priority() and self.mode == "fair":
+                    await self._check_fair()
         except RedisError as error:
             log.warning("preemption: cannot look at the queues (%s)", error)
-            return
         finally:
             self._checking = False
+
+    async def _check_priority(self) -> bool:
+        victim = self._victim()
+        if victim is None:
+            return False
+        job, _ = victim
+        below = "+inf" if job.background else str(job.priority or 0)
+        if self._reserve is None:
+            self._reserve = self._parts.redis.register_script(RESERVE)
+        found = await self._reserve(keys=self._keys,
+                                    args=[below, in_progress_key_prefix, RESERVE_MS])
         if not found or self._victim() != victim:  # it ended meanwhile
+            return False
+        self._preempt(job, *(_text(v) for v in found))
+        return True
+
+    async def _check_fair(self) -> None:
+        """The first waiting job (by priority, then order) whose tenant is below its share
+        of this worker's slots takes a slot from the tenant most over its share."""
+        runs = self._runs()
+        if not runs:
             return
-        waiting_id, waiting_priority = (_text(v) for v in found)
+        bound = max(job.priority or 0 for job, _ in runs)
+        redis = self._parts.redis
+        found = await redis.eval(CANDIDATES, len(self._keys), *self._keys,  # type: ignore[misc]
+                                 str(bound), in_progress_key_prefix, str(FAIR_CANDIDATES))
+        candidates = [(int(_text(found[i])), _text(found[i + 1]), int(_text(found[i + 2])),
+                       _text(found[i + 3])) for i in range(0, len(found), 4)]
+        candidates.sort(key=lambda c: c[2])
+        if not candidates:
+            return
+        datas = await redis.mget([job_key_prefix + c[1] for c in candidates])
+        for (queue, waiting_id, priority, score), data in zip(candidates, datas, strict=True):
+            waiting = _waiting(data, priority)
+            victim = None if waiting is None else fair_victim(self._runs(), self._n_slots(),
+                                                              waiting)
+            if victim is None or waiting is None:
+                continue
+            victim_orders = [queue_order_of(name, victim.priority or 0)
+                             for name in self._queues]
+            if await redis.eval(RESERVE_ONE, 1 + len(victim_orders),  # type: ignore[misc]
+                                self._keys[2 * queue - 1], *victim_orders, waiting_id,
+                                str(RESERVE_MS), score, victim.job_id) \
+                    and victim.job_id in self._runner.running:
+                self._preempt(victim, waiting_id, f"{priority}, tenant {waiting.tenant}")
+            return
+
+    def _preempt(self, job: CompletionJob, waiting_id: str, waiting_priority: str) -> None:
         log.info("job %s (priority %s) preempted for job %s (priority %s)", job.job_id,
                  "batch" if job.background else job.priority or 0, waiting_id,
                  waiting_priority)
@@ -91,11 +192,20 @@ class Preemptor:
         self._parts.engine.cancel(job.job_id, Preempted(
             f"preempted for a more urgent job ({waiting_id})"))
 
+    def _n_slots(self) -> int:
+        return len(self._parts.engine.slots)
+
     def _victim(self) -> tuple[CompletionJob, Running] | None:
+        """The priority rule's victim: the least urgent of _runs (victim_order)."""
+        return max(self._runs(), key=lambda v: victim_order(*v), default=None)
+
+    def _runs(self) -> list[tuple[CompletionJob, Running]]:
+        """The generations that may be preempted, when every slot is busy (else none: a
+        waiting job gets the free slot without a preemption)."""
         engine = self._parts.engine
         self._preempting.intersection_update(self._runner.running)
         if engine.busy_slots() < len(engine.slots):
-            return None  # a slot is free: the waiting job gets it without a preemption
+            return []
         found = []
         for slot, job in zip(engine.slots, engine.slot_jobs(), strict=True):
             running = None if job is None else self._runner.running.get(job.job_id)
@@ -104,7 +214,21 @@ class Preemptor:
                     and running.preempted < MAX_PREEMPTIONS \
                     and job.job_id not in self._preempting:
                 found.append((job, running))
-        return max(found, key=lambda v: victim_order(*v), default=None)
+        return found
+
+
+def _waiting(data: bytes | None, priority: int) -> Waiting | None:
+    """A waiting job's tenant and weight from its arq job data (None: it is gone, or not a
+    completion)."""
+    if data is None:
+        return None
+    decoded = deserialize_job(data)
+    args = decoded.get("a") or [None]
+    job = args[0]
+    if decoded.get("f") != JobKind.COMPLETION or not isinstance(job, dict):
+        return None
+    return Waiting(job.get("tenant") or DEFAULT_TENANT, float(job.get("weight") or 1.0),
+                   priority)
 
 
 def _text(value: bytes | str) -> str:

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from arq.connections import ArqRedis
 from arq.worker import Function
@@ -49,7 +50,7 @@ from worker.process.decision_parts import family_prompter, worker_decision_caps
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
-from worker.process.preempt import Preemptor
+from worker.process.preempt import PreemptMode, Preemptor
 from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
@@ -304,7 +305,8 @@ class WorkerRuntime:
                                                  self.parts.worker_id))]
         if self.settings.preempt == "off" or self.parts.embedder is not None or not online:
             return
-        preemptor = Preemptor("priority", self.parts, runner, [w.queue_name for w in online])
+        preemptor = Preemptor(cast(PreemptMode, self.settings.preempt), self.parts, runner,
+                              [w.queue_name for w in online])
         for worker in online:
             worker.on_full = preemptor.check
 

@@ -298,10 +298,11 @@ class WorkerSettings(CpuSettings, SimulateSettings, SpeculativeSettings, RoleSet
                               help="slots that batch lines (the Batch API) leave free for "
                               "online requests (at most -np minus 1)")
     preempt: str = flag("priority", "--preempt", env="LLAMAQ_PREEMPT",
-                        choices=("off", "priority"),
+                        choices=("off", "priority", "fair"),
                         help="when every slot is busy and a job of a lower priority value "
                         "waits, the least urgent generation gives its slot up and continues "
-                        "later from its tokens (docs/fairness.md)")
+                        "later from its tokens; fair: also when a job of a tenant below its "
+                        "share of the slots waits (docs/fairness.md)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
     stream_interval: float = flag(0.0, "--stream-interval", env="LLAMAQ_STREAM_INTERVAL",
