@@ -135,7 +135,11 @@ class PreparedChat:
             opened=prompt[prompt.rfind(start_tag):] if forced_open else "",
             tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
             parallel_tool_calls=self.parallel_tool_calls)
-        return SeededParser(parser, self.prefill) if self.prefill else parser
+        seed = self.prefill
+        preamble = prompt[prompt.rfind(start_tag) + len(start_tag):] if forced_open else ""
+        if preamble.strip(WHITESPACE) and not seed and self.reasoning_format != "none":
+            seed = preamble  # Apriel 1.6's "Here are my reasoning steps:", reasoning parsed
+        return SeededParser(parser, seed) if seed else parser
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()
