@@ -10,9 +10,11 @@ gpt-oss (harmony) is not here: its own parser (harmony.py) reads it whole.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from api.chat.autoparse.syntax import auto_syntax
 from api.chat.family_calls import (
     DSML,
     MINIMAX_M3_NS,
@@ -82,6 +84,9 @@ class ChatFormat:
     """Stop strings the request gets beside its own (llama.cpp's `additional_stops`)."""
     frame: CallFrame | None = None
     """How a forced call is written, where the family's calls are JSON (tool_grammar.py)."""
+    reasoning: tuple[str, str] | None = None
+    """The thinking tags, where the template's analysis found others than reasoning_tags.py
+    knows (the auto-parser's)."""
 
 
 GENERIC = ChatFormat("generic")
@@ -232,14 +237,29 @@ _DETECTION: tuple[tuple[ChatFormat, tuple[str, ...], tuple[str, ...]], ...] = (
 
 
 def detect_chat_format(template_source: str) -> ChatFormat:
-    """The format a template's models write (GENERIC when no family is recognised)."""
+    """The format a template's models write: a family's, else what llama.cpp's auto-parser
+    derives from the template (`auto`, autoparse/), else GENERIC."""
     if is_harmony_template(template_source):
         return GPT_OSS
     for chat_format, present, absent in _DETECTION:
         if all(s in template_source for s in present) and \
                 not any(s in template_source for s in absent):
             return chat_format
-    return GENERIC
+    return _auto_format(template_source)
+
+
+@functools.lru_cache(maxsize=32)
+def _auto_format(template_source: str) -> ChatFormat:
+    """The auto-parser's format of a template no family claims (analysed once per template);
+    GENERIC where the analysis adds nothing to the generic reader."""
+    syntax = auto_syntax(template_source)
+    if syntax is None:
+        return GENERIC
+    blocks: dict[str, tuple[str, BlockParser]] = {}
+    if syntax.read is not None:
+        blocks[syntax.start] = (syntax.end or TO_THE_END, syntax.read)
+    return ChatFormat("auto", blocks=blocks, dropped=syntax.dropped, markers=syntax.markers,
+                      reasoning=syntax.reasoning)
 
 
 _HERMES = CallFrame("<tool_call>\n", "\n</tool_call>", separator="\n")

@@ -110,7 +110,7 @@ class ChatOutputParser:
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
         self._markers = (*self._call_markers, *self._dropped)
         self._tool_names = frozenset(tool_names) if tool_names is not None else None
-        self._start_tag, self._end_tag = reasoning_tags(template_source)
+        self._start_tag, self._end_tag = chat_format.reasoning or reasoning_tags(template_source)
         self._reasoning_ends = chat_format.reasoning_ends
         self._text = ""
         self._pos = 0

@@ -35,6 +35,7 @@ from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.request_tools import ToolChoice, tool_names, validate_tool_choice, validate_tools
 from api.chat.tagged_calls import param_types
 from api.chat.templates import ChatTemplate, template_kwargs
+from api.chat.tool_formats import WHITESPACE
 from api.chat.tool_grammar import add_system_hint, native_tool_call, tool_call_grammar
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest
@@ -120,19 +121,25 @@ class PreparedChat:
                                             parallel_tool_calls=self.parallel_tool_calls)
             return SeededParser(functionary, self.prefill) if self.prefill else functionary
         prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
-        forced_open = prompt_opens_thinking(prompt, self.template.source)
+        start_tag, _ = chat_format.reasoning or reasoning_tags(self.template.source)
+        forced_open = (chat_format.reasoning is not None and \
+            prompt.rstrip(WHITESPACE).endswith(start_tag)) or \
+            prompt_opens_thinking(prompt, self.template.source)
         if self.tool_frame and self.tool_frame[0].strip():
             # a forced call starts at once, in a thinking block the prompt opened
             chat_format = replace(chat_format, reasoning_ends=(
                 *chat_format.reasoning_ends, self.tool_frame[0].strip()))
-        start_tag, _ = reasoning_tags(self.template.source)
         parser = ChatOutputParser(
             reasoning_format=self.reasoning_format, tools=self.parse_tools,
             template_source=self.template.source, thinking_forced_open=forced_open,
             opened=prompt[prompt.rfind(start_tag):] if forced_open else "",
             tool_names=names, chat_format=chat_format, param_types=param_types(self.tools),
             parallel_tool_calls=self.parallel_tool_calls)
-        return SeededParser(parser, self.prefill) if self.prefill else parser
+        seed = self.prefill
+        preamble = prompt[prompt.rfind(start_tag) + len(start_tag):] if forced_open else ""
+        if preamble.strip(WHITESPACE) and not seed and self.reasoning_format != "none":
+            seed = preamble  # Apriel 1.6's "Here are my reasoning steps:", reasoning parsed
+        return SeededParser(parser, seed) if seed else parser
 
     def parse(self, text: str) -> ChatMessage:
         parser = self.parser()

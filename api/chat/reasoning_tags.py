@@ -16,6 +16,8 @@ _REASONING_TAGS = (
     ("<seed:think>", "</seed:think>"),
     ("<mm:think>", "</mm:think>"),  # MiniMax-M3
     ("<|channel>thought", "<channel|>"),  # Gemma 4
+    # Apriel 1.6: the reasoning follows the assistant's turn marker, up to its final marker
+    ("<|begin_assistant|>", "[BEGIN FINAL RESPONSE]"),
 )
 KIMI_K3_MARKERS = ("<|open|>", "<|close|>", "<|end_of_msg|>")
 """Kimi K3's markup tokens (its tags are `<|open|>NAME<|sep|>` … `<|close|>NAME<|sep|>`)."""
@@ -46,5 +48,8 @@ def reasoning_tags(template_source: str = "") -> tuple[str, str]:
 def prompt_opens_thinking(prompt: str, template_source: str = "") -> bool:
     """Whether a rendered prompt ends inside a think block (DeepSeek-R1, Qwen3 …): the value
     for `ChatOutputParser(thinking_forced_open=...)`."""
-    start, _ = reasoning_tags(template_source)
+    start, end = reasoning_tags(template_source)
+    if start == "<|begin_assistant|>":  # Apriel 1.6 opens it with a preamble of its own
+        tail = prompt[prompt.rfind(start) + len(start):] if start in prompt else end
+        return end not in tail
     return prompt.rstrip(WHITESPACE).endswith(start)

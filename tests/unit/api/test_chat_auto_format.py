@@ -1,0 +1,86 @@
+"""The auto-parser wired in: a template no family claims gets the tool-call reader its own
+analysis derives (api/chat/autoparse/syntax.py), whole and streamed. Expected answers are
+llama-server's (the vendored llama.cpp, the same raw output continued as the final assistant
+message with max_tokens 0)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from api.chat.chat_formats import GENERIC, detect_chat_format, preserved_tokens
+from api.chat.message import ChatMessage
+from api.chat.prepare import ChatRequest, PreparedChat, prepare_chat
+from api.settings import ApiSettings
+from scheduler.registry import ModelMeta
+from tests.chat_cases import assemble
+from tests.paths import DATA
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}}]
+HY3 = "tencent-Hy3"
+HY3_CALL = ("<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+            "<arg_key:opensource>city</arg_key:opensource>\n"
+            "<arg_value:opensource>{city}</arg_value:opensource>\n{more}"
+            "</tool_call:opensource>\n")
+HY3_DAYS = ("<arg_key:opensource>days</arg_key:opensource>\n"
+            "<arg_value:opensource>3</arg_value:opensource>\n")
+
+
+def _source(name: str) -> str:
+    return (DATA / "templates" / f"{name}.jinja").read_text("utf-8")
+
+
+def _chat(name: str, parallel: bool | None = None) -> PreparedChat:
+    source = _source(name)
+    meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
+                     size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
+                          tool_choice=None, parallel_tool_calls=parallel,
+                          reasoning_format="auto")
+    return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)
+
+
+def _both(chat: PreparedChat, text: str) -> tuple[ChatMessage, ChatMessage]:
+    parser = chat.parser()
+    deltas = [d for ch in text for d in parser.feed(ch)]
+    deltas += parser.flush()
+    return chat.parse(text), assemble(deltas)
+
+
+def _calls(message: ChatMessage) -> list[tuple[str, object]]:
+    return [(c.name, json.loads(c.arguments)) for c in message.tool_calls]
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), [
+    ("<tool_calls:opensource>\n" + HY3_CALL.format(city="Paris", more=HY3_DAYS)
+     + HY3_CALL.format(city="Rome", more="") + "</tool_calls:opensource>", "",
+     [("get_weather", {"city": "Paris", "days": 3}), ("get_weather", {"city": "Rome"})]),
+    ("Checking<tool_calls:opensource>\n" + HY3_CALL.format(city="Paris", more="")
+     + "</tool_calls:opensource>", "Checking", [("get_weather", {"city": "Paris"})]),
+])
+def test_hy3_calls_from_its_own_analysis(text: str, content: str,
+                                        calls: list[tuple[str, object]]) -> None:
+    chat = _chat(HY3, parallel=True)
+    for message in _both(chat, text):
+        assert message.content == content
+        assert _calls(message) == calls
+
+
+def test_hy3_format_and_tokens() -> None:
+    chat_format = detect_chat_format(_source(HY3))
+    assert chat_format.name == "auto"
+    assert chat_format.reasoning == ("<think:opensource>", "</think:opensource>")
+    tokens = preserved_tokens(_source(HY3))
+    assert {"<tool_calls:opensource>", "<tool_call:opensource>",
+            "<arg_value:opensource>"} <= set(tokens)
+
+
+@pytest.mark.parametrize("name", ["Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
+                                  "mistralai-Mistral-Nemo-Instruct-2407",
+                                  "google-gemma-2-2b-it"])
+def test_templates_the_generic_reader_reads_keep_it(name: str) -> None:
+    assert detect_chat_format(_source(name)) is GENERIC
