@@ -12,9 +12,9 @@ and the autoscaler sees it; what is ours is the bound and the sign of life:
   every COMMENT_EVERY_S seconds (clients and proxies ignore comments; they keep idle-timeout
   proxies from closing the connection), then its tokens;
 - a chat request (its prompt is rendered with the template its worker reports) waits the same
-  way before its job exists, counted as held too; an OpenAI chat stream opens at its first
-  comment (api/streaming.py `early_stream`), and an error after that is its error event; the
-  Anthropic and Responses streams open once a worker is there (no comments before);
+  way before its job exists, counted as held too; a chat stream (OpenAI, Anthropic,
+  Responses) opens at its first comment (api/streaming.py `early_stream`), and an error after
+  that is its error event in its API's framing;
 - the hold ends as soon as a worker of the model is live: from then the job waits in the queue
   as any other (bounded by `--timeout`);
 - `llamaq:cold_start_waiting{model}` counts the requests held now, fleet-wide (a Redis sorted

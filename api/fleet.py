@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from api.cold_start import ColdStart
 from api.embedding_batcher import EmbeddingBatcher
+from api.latency import Latency
 from api.placement import Placement
 from api.prompt_log import PromptLog
 from api.queue_stats import QueueStats
@@ -66,6 +67,8 @@ class CheckedJobClient(JobClient):
         """Holds the jobs of a model with no live worker (api/cold_start.py)."""
         self.prompt_log: PromptLog | None = None
         """--log-prompts-dir: every completion's prompt written to a file (api/prompt_log.py)."""
+        self.latency: Latency | None = None
+        """Times streamed completions' tokens (api/latency.py)."""
 
     @contextlib.asynccontextmanager
     async def submit(self, job: AnyJob,  # type: ignore[override]
@@ -88,6 +91,9 @@ class CheckedJobClient(JobClient):
         try:
             async with self._tenant_submit(job, queue) as events:
                 events.hold = hold
+                if self.latency is not None and isinstance(job, CompletionJob) and job.stream \
+                        and queue is None:
+                    events.on_event = self.latency.watch(job.model, events.on_event)
                 yield events
         finally:
             if hold is not None:
@@ -207,6 +213,8 @@ class Fleet:
     embeddings: EmbeddingBatcher = field(init=False)
     """Online embedding requests go through it (api/embedding_batcher.py)."""
     _workers: dict[str, tuple[float, list[WorkerInfo]]] = field(default_factory=dict)
+    latency: Latency = field(default_factory=Latency)
+    """This pod's time to first token and inter-token latency, per model (api/latency.py)."""
 
     def __post_init__(self) -> None:
         self.placement = Placement(self.workers, self.registry.loads)
@@ -234,6 +242,7 @@ class Fleet:
         fleet.jobs.cold_start = ColdStart(redis, cold_start_timeout, fleet.has_workers)
         fleet.placement.cold_wait = fleet.jobs.cold_start.wait
         fleet.jobs.prompt_log = prompt_log
+        fleet.jobs.latency = fleet.latency
         fleet.embeddings = EmbeddingBatcher(fleet.jobs.run_embedding, coalesce_embeddings)
         return fleet
 

@@ -101,6 +101,9 @@ class WorkerMetrics(BaseModel):
     """Speculative decoding: tokens drafted, drafted tokens accepted, verification steps."""
     spec_accepted_per_pos: list[int] = Field(default_factory=list)
     """Accepted tokens per draft position (empty: no speculative request finished yet)."""
+    kv_tier_hits_total: int = 0
+    kv_tier_misses_total: int = 0
+    """Prompts that looked the fleet-wide KV tier up (--kv-store): restored from it, or not."""
     requests_processing: int = 0
     requests_deferred: int = 0
     simulated: bool = False

@@ -85,7 +85,9 @@ class SlotStart:
             if request.media.mrope:  # the cells past the kept prefix go by position
                 kv.remove(slot.slot_id, request.media.pos_of(n_reuse), -1)
         if request.tier is not None and request.tier.hit is not None:
-            n_reuse = self._restore_tier(request.tier.hit, slot, n_reuse)
+            restored = self._restore_tier(request.tier.hit, slot, n_reuse)
+            request.tier.restored = restored > n_reuse
+            n_reuse = restored
         log.debug("job %s: slot %d, %d prompt tokens, %d cached", request.job.job_id,
                   slot.slot_id, len(request.prompt_tokens), n_reuse)
         return n_reuse

@@ -45,8 +45,9 @@ async def run(parts: WorkerParts, job: CompletionJob,
     except LlamaqError as error:
         parts.publisher.publish([(job.job_id, ErrorEvent(error=error.to_info()))])
         return
-    if parts.kv_tier is not None and request.media is None and request.cache_prompt \
-            and not parts.model.adapters.adapters:
+    looked_up = parts.kv_tier is not None and request.media is None and request.cache_prompt \
+        and not parts.model.adapters.adapters and parts.kv_tier.looks_up(request.prompt_tokens)
+    if looked_up and parts.kv_tier is not None:
         request.tier = await tier_plan(parts.kv_tier, engine, request.prompt_tokens,
                                        job.cache_salt)
     if parts.draining:
@@ -61,6 +62,19 @@ async def run(parts: WorkerParts, job: CompletionJob,
     except asyncio.CancelledError:
         engine.cancel(job.job_id)
         raise
+    if looked_up:
+        count_tier(parts, request.tier)
+
+
+def count_tier(parts: WorkerParts, tier: TierPlan | None) -> None:
+    """A prompt that looked the KV tier up: a hit when the engine restored a stored state into
+    its slot, else a miss (none stored, not worth reading, unreadable, or the slot already held
+    more); `llamaq:kv_tier_hits_total` / `kv_tier_misses_total` (the worker's counters)."""
+    metrics = parts.engine.metrics  # read now: a worker woken from sleep has a new engine
+    if tier is not None and tier.restored:
+        metrics.kv_tier_hits_total += 1
+    else:
+        metrics.kv_tier_misses_total += 1
 
 
 async def tier_plan(tier: KvTier, engine: Engine, prompt: list[int],

@@ -63,6 +63,8 @@ class TierPlan:
     save_at: int | None
     """The prompt position whose state the engine takes once the prefill reaches it."""
     saved: bool = False
+    restored: bool = False
+    """The engine restored `hit` into the slot (worker/engine/slot_start.py): a tier hit."""
     salt: str | None = None
     """The request's cache salt (its tenant group): in the hashes of what it reads and
     stores, so that another group never finds its states."""
@@ -127,9 +129,9 @@ class KvTier:
         """What the tier does for a prompt (`cached`: the longest prefix a slot of this worker
         holds for its salt): a state to restore, a boundary whose state to store, both or
         neither. `salt`: the request's cache salt, in every hash (its group's states only)."""
-        usable = prompt[:len(prompt) - 1]  # the last token is always evaluated (its logits)
-        if len(usable) < self.min_tokens:
+        if not self.looks_up(prompt):
             return None
+        usable = prompt[:len(prompt) - 1]  # the last token is always evaluated (its logits)
         hashes = prefix_hashes(usable, self.block, salted(self.fingerprint, salt))
         stored = await self._index.longest(hashes)
         hit = None
@@ -142,6 +144,11 @@ class KvTier:
         save_at = None if known or hashes[-1] in self._saving or last <= cached else last
         return TierPlan(hit, save_at, salt=salt) if hit is not None or save_at is not None \
             else None
+
+    def looks_up(self, prompt: list[int]) -> bool:
+        """The prompt is long enough to look the tier up (the last token is always evaluated,
+        for its logits)."""
+        return len(prompt) - 1 >= self.min_tokens
 
     def _worth(self, n_tokens: int, n_bytes: int) -> bool:
         """Reading the state is faster than prefilling its tokens (no measure yet: read)."""

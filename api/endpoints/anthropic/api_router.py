@@ -22,13 +22,22 @@ from api.endpoints.anthropic.render import (
     sse_error,
     sse_event,
 )
+from api.errors import as_llamaq_error
 from api.fleet import Fleet
 from api.media.refs import media_refs
 from api.media.sources import media_access
 from api.routing import Routes
 from api.services import request_model, request_settings, services
 from api.settings import ApiSettings
-from api.streaming import Resume, StreamFormat, ping_interval, resume_of, stream_jobs
+from api.streaming import (
+    Resume,
+    StreamFormat,
+    early_comment,
+    early_stream_error,
+    ping_interval,
+    resume_of,
+    stream_jobs,
+)
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
 from scheduler.contract.results import (
@@ -53,8 +62,18 @@ def _fleet(request: Request) -> Fleet:
 
 @routes.post("/v1/messages", body=MessagesRequest)
 async def messages(request: Request) -> HTTPResponse | None:
+    try:
+        return await _messages(request)
+    except Exception as exc:  # after a cold start opened the stream: its `error` event
+        if getattr(request.ctx, "early_stream", None) is None:
+            raise
+        await early_stream_error(request, as_llamaq_error(exc), sse_error)
+        return None
+
+
+async def _messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
-    prepared = await _prepare(request, body)
+    prepared = await _prepare(request, body, stream=bool(body.stream))
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)
     if prepared.media is not None:
         job.media = await media_refs(prepared.media.sources, media_access(_settings(request)),
@@ -87,13 +106,17 @@ async def count_tokens(request: Request) -> HTTPResponse:
     return json_response({"input_tokens": len(result.tokens)})
 
 
-async def _prepare(request: Request, body: MessagesRequest) -> PreparedChat:
+async def _prepare(request: Request, body: MessagesRequest,
+                   stream: bool = False) -> PreparedChat:
     """The chat preparation every chat API shares (api/chat/prepare.py), from the converted
     messages and tools: none at all renders too, a final assistant message is continued under
-    --prefill-assistant, and a forced tool call cannot also have `output_config.format`."""
+    --prefill-assistant, and a forced tool call cannot also have `output_config.format`. A
+    `stream` held for a cold start opens early, with waiting comments (api/cold_start.py)."""
     settings = _settings(request)
     chat = body.to_chat()
-    workers = await _fleet(request).placement.workers(request_model(request), wait=True)
+    tick = (lambda: early_comment(request)) if stream else None
+    workers = await _fleet(request).placement.workers(request_model(request), wait=True,
+                                                      tick=tick)
     prepared = prepare_chat(settings, workers[0].meta, ChatRequest(
         messages=chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
         parallel_tool_calls=chat.parallel_tool_calls,

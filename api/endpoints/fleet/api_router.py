@@ -50,12 +50,14 @@ async def fleet_metrics(request: Request) -> HTTPResponse:
             "This server does not support metrics endpoint. Start it with `--metrics`")
     up = ["# HELP llamaq:redis_up Whether this api pod reaches Redis.",
           "# TYPE llamaq:redis_up gauge"]
+    model_ids = _model_ids(request)
     try:
-        items = [await model_series(pod.fleet, m) for m in _model_ids(request)]
+        items = [await model_series(pod.fleet, m) for m in model_ids]
         tenants = await tenant_counts(request)
     except RedisError:
         return raw("\n".join([*up, "llamaq:redis_up 0"]) + "\n", content_type=CONTENT_TYPE)
-    lines = [*up, "llamaq:redis_up 1", *model_lines(items)]
+    lines = [*up, "llamaq:redis_up 1", *model_lines(items),
+             *pod.fleet.latency.lines(model_ids)]
     if tenants is not None:
         lines += tenant_lines(tenants)
     return raw("\n".join(lines) + "\n", content_type=CONTENT_TYPE)

@@ -56,7 +56,8 @@ async def metrics(request: Request) -> HTTPResponse:
     window = await scrape(fleet.redis, model_id, counters)
     started = str(int(pod.started_at))  # this api process's start, Unix seconds
     tenants = await tenant_counts(request)
-    per_model = model_lines([await model_series(fleet, model_id)], full=False)
+    per_model = [*model_lines([await model_series(fleet, model_id)], full=False),
+                 *fleet.latency.lines([model_id])]
     return raw(render_metrics(list(counters.values()), queue, window, tenants, per_model),
                content_type=CONTENT_TYPE,
                headers={"Process-Start-Time-Unix": started})

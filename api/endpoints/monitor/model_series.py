@@ -36,6 +36,9 @@ TOKEN_COUNTERS = (
     ("prompt_seconds_total", "Time spent processing prompts."),
     ("tokens_predicted_total", "Tokens generated."),
     ("tokens_predicted_seconds_total", "Time spent generating tokens."),
+    ("kv_tier_hits_total", "Prompts whose prefix state was restored from the fleet-wide KV "
+     "tier (--kv-store)."),
+    ("kv_tier_misses_total", "Prompts that looked the KV tier up and restored nothing from it."),
 )
 
 

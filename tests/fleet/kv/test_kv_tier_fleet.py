@@ -13,6 +13,7 @@ import httpx
 import redis
 
 from tests.conftest import make_fleet
+from tests.metrics_text import series
 from tests.processes import wait_until
 
 BLOCK = 128
@@ -47,18 +48,27 @@ def stored(redis_url: str) -> dict[bytes, bytes]:
     return found
 
 
+def tier_counts(api: str) -> tuple[float, float]:
+    """The model's llamaq:kv_tier_hits_total and kv_tier_misses_total (its live workers')."""
+    found = series(httpx.get(f"{api}/fleet/metrics", timeout=10).text)
+    return (found['llamaq:kv_tier_hits_total{model="kv-fleet"}'][1],
+            found['llamaq:kv_tier_misses_total{model="kv-fleet"}'][1])
+
+
 def test_worker_b_answers_from_worker_as_state(redis_url: str, tmp_path: Path,
                                                gemma_path: Path) -> None:
     fleet = make_fleet(redis_url, tmp_path, gemma_path, "kv-fleet")
     try:
         worker_a = fleet.add_worker(*TIER)
-        api = fleet.add_api()
+        api = fleet.add_api("--metrics")
         fleet.wait_healthy(api, timeout=120)
+        assert tier_counts(api) == (0, 0)
         document = n_tokens(api, DOCUMENT)
         boundary = (document // BLOCK) * BLOCK
         assert document - boundary > 0  # the boundary lies inside the shared document
         first = ask(api, "How many boxes are red?")
         assert first["timings"]["cache_n"] == 0
+        wait_until(lambda: tier_counts(api) == (0, 1), timeout=30, what="A's miss counted")
         wait_until(lambda: len(stored(redis_url)) == 1, timeout=30, what="a stored state")
         assert next(iter(stored(redis_url).values())).startswith(f"{boundary}:".encode())
         assert list((tmp_path / "store" / "kv").rglob("*.json"))
@@ -70,6 +80,8 @@ def test_worker_b_answers_from_worker_as_state(redis_url: str, tmp_path: Path,
         question = "Which item is the last one?"
         warm = ask(api, question, n_probs=8)
         assert warm["timings"]["cache_n"] == boundary
+        # B's counters (A's left with A): its warm answer restored the state (a hit)
+        wait_until(lambda: tier_counts(api) == (1, 0), timeout=30, what="B's hit counted")
         cold = ask(api, question, cache_prompt=False, n_probs=8)
         assert cold["timings"]["cache_n"] == 0
         # The same next-token distribution from the restored state as from a cold prefill (not

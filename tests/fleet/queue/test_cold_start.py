@@ -252,3 +252,78 @@ def test_a_chat_stream_held_past_the_timeout_ends_with_its_error_event(
         assert error["code"] == 503 and "--cold-start-timeout" in error["message"], lines
     finally:
         fleet.stop()
+
+
+MESSAGES = ("/v1/messages", {"max_tokens": 4, "stream": True,
+                             "messages": [{"role": "user", "content": "Hi"}]})
+RESPONSES = ("/v1/responses", {"max_output_tokens": 4, "stream": True, "input": "Hi"})
+
+
+def stream_into(api: str, path: str, body: dict[str, object], reply: Reply) -> None:
+    with httpx.stream("POST", f"{api}{path}", timeout=180, json=body) as response:
+        reply.status = response.status_code
+        for line in response.iter_lines():
+            reply.text += line + "\n"
+            if line == COMMENT:
+                reply.comments.append(time.monotonic())
+            elif line.startswith("data: ") and reply.first_data is None:
+                reply.first_data = time.monotonic()
+
+
+def test_messages_and_responses_streams_wait_with_comments(redis_url: str, workdir: Path,
+                                                           gemma_path: Path) -> None:
+    """The Anthropic and Responses streams, held for a cold start as a chat stream is: open
+    at their first waiting comment, then their events once a worker is there."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-apis-cold")
+    try:
+        api = fleet.add_api("--metrics", "--cold-start-timeout", "120")
+        replies = [Reply(), Reply()]
+        threads = [threading.Thread(target=stream_into, args=(api, path, body, reply),
+                                    daemon=True)
+                   for (path, body), reply in zip((MESSAGES, RESPONSES), replies, strict=True)]
+        sent = time.monotonic()
+        for thread in threads:
+            thread.start()
+        model = 'model="gemma-apis-cold"'
+        wait_until(lambda: fleet_series(api)[f"llamaq:cold_start_waiting{{{model}}}"][1] == 2,
+                   timeout=20, what="the two streams held")
+        wait_until(lambda: all(r.comments for r in replies), timeout=20,
+                   what="each stream's first comment")
+        assert all(r.status == 200 for r in replies) and time.monotonic() - sent < 15
+        fleet.add_worker(*WORKER)
+        for thread in threads:
+            thread.join(timeout=180)
+        for reply in replies:
+            assert reply.first_data is not None and reply.comments[-1] < reply.first_data
+        assert "event: message_stop" in replies[0].text, replies[0].text
+        assert "response.completed" in replies[1].text, replies[1].text
+        assert "error" not in replies[0].text + replies[1].text
+    finally:
+        fleet.stop()
+
+
+def test_messages_and_responses_streams_past_the_timeout_end_with_their_error_events(
+        redis_url: str, workdir: Path, gemma_path: Path) -> None:
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-apis-never")
+    try:
+        api = fleet.add_api("--cold-start-timeout", "7")
+        replies = [Reply(), Reply()]
+        threads = [threading.Thread(target=stream_into, args=(api, path, body, reply),
+                                    daemon=True)
+                   for (path, body), reply in zip((MESSAGES, RESPONSES), replies, strict=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        for reply in replies:
+            assert reply.status == 200 and reply.comments, reply.text
+        messages, responses = ([line for line in r.text.splitlines() if line] for r in replies)
+        # Anthropic's named `error` event, its error object in the spec's shape
+        assert messages[-2] == "event: error", messages
+        error = json.loads(messages[-1][6:])
+        assert error["type"] == "error" and error["error"]["code"] == 503
+        assert "--cold-start-timeout" in error["error"]["message"]
+        error = json.loads(responses[-1][6:])["error"]
+        assert error["code"] == 503 and "--cold-start-timeout" in error["message"], responses
+    finally:
+        fleet.stop()
