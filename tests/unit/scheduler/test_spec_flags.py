@@ -125,7 +125,7 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_DOCKER_REPO", "LLAMA_ARG_MOE_CACHE_MIB",
+    for env in ("LLAMA_ARG_SPEC_DRAFT_HF_REPO", "LLAMA_ARG_MOE_CACHE_MIB",
                 "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
@@ -235,7 +235,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
     (["-m", "x", "stray"], "unknown argument 'stray'"),
-    (["-dr", "ai/smollm2"], "-dr is not supported by llamaq: Docker Hub"),
+    (["--rpc", "host:50052"], "--rpc is not supported by llamaq: RPC offloading"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
     (["-hfd", "ggml-org/draft"], "-hfd is not supported"),
     (["-c"], "-c expects a value"),
@@ -253,7 +253,7 @@ def run_llamaq(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[s
 
 @pytest.mark.parametrize("argv", [
     ["up", "-v", "--prio", "2", "--frobnicate"],
-    ["up", "-dr", "ai/smollm2"],
+    ["up", "--rpc", "host:50052"],
     ["up", "--ssl-key-file", "k.pem"],
     ["api", "--mmproj", "m"],
     ["worker", "--moe-cache-mib", "512"],
@@ -291,7 +291,8 @@ def test_llamaq_flags_prints_the_three_lists() -> None:
     counts = [int(m) for m in re.findall(r"^(?:works|refused \(exit 2\)|no-op \(accepted, does "
                                          r"nothing\)): (\d+) flags$", out, re.M)]
     assert sum(counts) == len(SPEC_FLAGS)
-    assert re.search(r"^  -dr, --docker-repo +Docker Hub model downloads", out, re.M)
+    assert re.search(r"^  --rpc +RPC offloading is not built", out, re.M)
+    assert re.search(r"^  -dr, --docker-repo +every role$", out, re.M)
     assert re.search(r"^  -mu, --model-url +every role$", out, re.M)
     assert re.search(r"^  -c, --ctx-size +worker$", out, re.M)
     assert re.search(r"^  --api-key +api$", out, re.M)
