@@ -81,6 +81,12 @@ class CommonSettings(ProcessSettings):
     fim_qwen_30b_default: bool = flag(False, "--fim-qwen-30b-default",
                                       help="use default Qwen 3 Coder 30B A3B Instruct (-hf "
                                       "preset)")
+    fim_qwen_7b_spec: bool = flag(False, "--fim-qwen-7b-spec",
+                                  help="use Qwen 2.5 Coder 7B + 0.5B draft for speculative "
+                                  "decoding (-hf and -hfd preset)")
+    fim_qwen_14b_spec: bool = flag(False, "--fim-qwen-14b-spec",
+                                   help="use Qwen 2.5 Coder 14B + 0.5B draft for speculative "
+                                   "decoding (-hf and -hfd preset)")
     gpt_oss_20b_default: bool = flag(False, "--gpt-oss-20b-default",
                                      help="use gpt-oss-20b (-hf preset)")
     gpt_oss_120b_default: bool = flag(False, "--gpt-oss-120b-default",

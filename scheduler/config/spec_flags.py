@@ -105,8 +105,6 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
-NOT_BUILT_DRAFT_HF = ("the draft model from the Hugging Face Hub is not built; give -md a local "
-                      "GGUF file")
 NOT_BUILT_DRAFT_PLACEMENT = ("tensor placement of the draft model (-otd, -cmoed, -ncmoed) is not "
                              "built; the draft model's tensors go where -ngld and -devd put them")
 NOT_BUILT_DRAFT_UBATCH = ("a physical batch of the draft context's own is not built: the draft "
@@ -122,8 +120,6 @@ CPU_PLACEMENT = ("the draft model's own thread pools are not built: its context 
 POLL = ("the shipped ggml-cpu computes with OpenMP threads (as llama-server's default build "
         "does), which wait at its barriers by OMP_WAIT_POLICY: the thread pool's polling level "
         "is read only by ggml's own, non-OpenMP threads")
-PRESET = ("the preset's draft model comes from the Hugging Face Hub (-hfd), which is not "
-          "built; give -hf/-hff for the model and -md a local draft GGUF file")
 REMOVED_ARG = "the argument has been removed. "
 """llama-server's words for a removed speculative flag (common/arg.cpp arg_removed)."""
 
@@ -242,8 +238,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
     *_rows(W, "", "--lora-init-without-apply"),
     *_rows(W, "", "--sleep-idle-seconds"),
     *_rows(W, "", "--log-prompts-dir"),
-    *_rows(R, NOT_BUILT_DRAFT_HF, "--spec-draft-hf -hfd -hfrd --hf-repo-draft "
-           "LLAMA_ARG_SPEC_DRAFT_HF_REPO"),
+    *_rows(W, "", "--spec-draft-hf -hfd -hfrd --hf-repo-draft LLAMA_ARG_SPEC_DRAFT_HF_REPO"),
     *_rows(W, "", "--spec-draft-threads -td --threads-draft",
            "--spec-draft-threads-batch -tbd --threads-batch-draft"),
     *_rows(R, CPU_PLACEMENT, "--spec-draft-cpu-mask -Cd --cpu-mask-draft",
@@ -293,7 +288,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
              REMOVED_ARG + "use the respective --spec-ngram-*-min-hits"),
     *_rows(W, "", "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
            "--fim-qwen-7b-default"),
-    *_rows(R, PRESET, "--fim-qwen-7b-spec", "--fim-qwen-14b-spec"),
+    *_rows(W, "", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec"),
     *_rows(W, "", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
            "--vision-gemma-4b-default", "--vision-gemma-12b-default"),
 )

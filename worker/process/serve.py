@@ -102,6 +102,8 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
             model_path = source.model
             if source.mmproj is not None:  # -hf's projector (--mmproj-auto)
                 settings = settings.model_copy(update={"mmproj": str(source.mmproj)})
+            if source.draft is not None:  # -hfd's draft model
+                settings = settings.model_copy(update={"spec_draft_model": str(source.draft)})
             marker = await fleet_media_marker(redis, settings.model_id()) \
                 if settings.mmproj else None
             caps = None if embedding_mode(settings) else worker_decision_caps(

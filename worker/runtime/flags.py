@@ -184,10 +184,10 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
     config.lookup_cache_static = s.lookup_cache_static or None
     config.lookup_cache_dynamic = s.lookup_cache_dynamic or None
     if "draft-simple" in config.types:
-        if not s.spec_draft_model:
+        if not (s.spec_draft_model or s.spec_draft_hf):
             raise UnsupportedFlag("llamaq worker: --spec-type draft-simple needs a draft model: "
-                                  "give -md/--spec-draft-model (a GGUF file)")
-        config.draft_model = s.spec_draft_model
+                                  "give -md/--spec-draft-model (a GGUF file) or -hfd")
+        config.draft_model = s.spec_draft_model or s.spec_draft_hf  # -hfd: its path once fetched
     config.synth_len, config.synth_rates = s.spec_synth_len, list(s.spec_synth_rates)
     if config.synth_len is not None or config.synth_rates:
         if not config.enabled:

@@ -39,7 +39,12 @@ class SpeculativeSettings(BaseModel):
     spec_draft_model: str | None = flag(None, "-md", "--spec-draft-model", "--model-draft",
                                         env="LLAMA_ARG_SPEC_DRAFT_MODEL",
                                         help="draft model for speculative decoding (a local "
-                                        "GGUF file; used with --spec-type draft-simple)")
+                                        "GGUF file, or with -hfd the file in that repo; used "
+                                        "with --spec-type draft-simple)")
+    spec_draft_hf: str | None = flag(None, "--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft",
+                                     env="LLAMA_ARG_SPEC_DRAFT_HF_REPO",
+                                     help="Same as --hf-repo, but for the draft model (fetched "
+                                     "once into the object store)")
     spec_draft_n_max: int = flag(3, "--spec-draft-n-max", env="LLAMA_ARG_SPEC_DRAFT_N_MAX",
                                  help="number of tokens to draft for speculative decoding")
     spec_draft_n_min: int = flag(0, "--spec-draft-n-min", env="LLAMA_ARG_SPEC_DRAFT_N_MIN",

@@ -35,6 +35,8 @@ class ModelSource:
     model: Path
     mmproj: Path | None = None
     """The repo's projector that -hf pulled with the model (--mmproj-auto), if any."""
+    draft: Path | None = None
+    """The draft model -hfd named (-md, when given too, is the file in its repo)."""
 
 
 def resolve_model(settings: WorkerSettings,
@@ -42,11 +44,15 @@ def resolve_model(settings: WorkerSettings,
     """The local path of the model the settings name (blocking: run it in a thread); with -hf
     and no -mm, the repo's mmproj too, as llama-server's --mmproj-auto (not for an embedding
     worker, which takes no media); with -mmu and no -mm, the projector from that URL (cached
-    and stored as -mu's model file)."""
+    and stored as -mu's model file); with -hfd, the draft model from the Hub as -hf's."""
     files = model_files(settings, listener)
     source = _model_source(settings, files)
     if settings.mmproj_url and settings.mmproj is None and source.mmproj is None:
-        return ModelSource(source.model, files.from_url(settings.mmproj_url))  # -mmu
+        source = ModelSource(source.model, files.from_url(settings.mmproj_url))  # -mmu
+    if settings.spec_draft_hf:
+        draft = files.from_hf(settings.spec_draft_hf, settings.spec_draft_model,
+                              settings.hf_token)
+        source = ModelSource(source.model, source.mmproj, draft)
     return source
 
 

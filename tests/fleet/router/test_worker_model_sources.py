@@ -177,6 +177,36 @@ def test_docker_repo_worker(redis_url: str, tmp_path: Path, tiny_model_path: Pat
             fleet.stop()
 
 
+def test_a_draft_model_from_the_hub(redis_url: str, tmp_path: Path,
+                                    tiny_model_path: Path) -> None:
+    """-hfd: the draft model of --spec-type draft-simple from the Hub, as -hf fetches a model
+    (the default quant rule, the store); it drafts (timings.draft_n)."""
+    repo = "org/tiny-draft-GGUF"
+    host = ModelHost()
+    host.add(f"{repo}/tiny-draft-Q4_K_M.gguf", tiny_model_path.read_bytes())
+    host.add(f"{repo}/tiny-draft-F16.gguf", b"GGUF-not-this-one")
+    with serve(host):
+        fleet = Fleet(redis_url, tmp_path, ["-m", str(tiny_model_path), "--store-url",
+                                            str(tmp_path / "store"), "--cache-dir",
+                                            str(tmp_path / "cache")],
+                      logs=tmp_path / "logs", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": host.url})
+        try:
+            fleet.add_worker(*WORKER, "--spec-type", "draft-simple", "-hfd", repo)
+            api = fleet.add_api()
+            fleet.wait_healthy(api, timeout=120)
+            [worker] = httpx.get(f"{api}/fleet", timeout=30).json()["workers"]
+            assert worker["draft_model"].endswith("/tiny-draft-Q4_K_M.gguf")
+            answer = httpx.post(f"{api}/completion", timeout=60, json={
+                "prompt": "hello", "n_predict": 8, "temperature": 0, "ignore_eos": True}).json()
+            assert answer["timings"].get("draft_n", 0) > 0, answer
+            assert host.gets("tiny-draft-Q4_K_M.gguf") == 1
+            assert host.gets("tiny-draft-F16.gguf") == 0
+            assert (tmp_path / "store" / "models" / "hf" / repo / "tiny-draft-Q4_K_M.gguf"
+                    ).is_file()
+        finally:
+            fleet.stop()
+
+
 def test_gemma_from_the_local_hub(redis_url: str, tmp_path: Path, gemma_path: Path) -> None:
     """The real model through -hf: the default quant rule picks Q4_K_M, the file is checked
     against the Hub's SHA-256 and loads (Gemma's own chat template is in /props)."""

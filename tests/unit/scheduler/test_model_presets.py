@@ -3,8 +3,6 @@ the preset's flags it knows, under what its command line and environment gave.""
 
 from __future__ import annotations
 
-import pytest
-
 from api.settings import ApiSettings
 from scheduler.config.command_line import split_args
 from worker.runtime.settings import WorkerSettings
@@ -35,8 +33,12 @@ def test_up_hands_the_preset_to_every_role() -> None:
     assert parts[ApiSettings] == parts[WorkerSettings] == ["--vision-gemma-4b-default"]
 
 
-def test_the_spec_presets_with_a_hub_draft_stay_refused(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        WorkerSettings.from_args(["--fim-qwen-7b-spec"], environ={})
-    assert "-hfd" in capsys.readouterr().err
+def test_the_spec_presets_name_their_hub_draft() -> None:
+    worker = WorkerSettings.from_args(["--fim-qwen-14b-spec"], environ={})
+    assert (worker.hf_repo, worker.hf_file) == ("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF",
+                                                "qwen2.5-coder-14b-q8_0.gguf")
+    assert (worker.spec_draft_hf, worker.spec_draft_model) == (
+        "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf")
+    assert (worker.batch_size, worker.ubatch_size, worker.cache_reuse) == (1024, 1024, 256)
+    api = ApiSettings.from_args(["--fim-qwen-7b-spec"], environ={})
+    assert api.port == 8012 and api.hf_repo == "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF"

@@ -68,10 +68,10 @@ def lookup(name: str) -> SpecFlag | None:
 
 
 def test_the_flag_table_says_what_works() -> None:
-    for name in ("-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+    for name in ("-md", "-hfd", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
                  "-ngld", "-ctkd", "-ctvd", "-devd", "-td", "-tbd"):
         row = lookup(name)
         assert row is not None and row.status == FlagStatus.WORKS, name
-    for name in ("-hfd", "-otd", "-cmoed", "--spec-draft-n-ubatch", "-Cd"):
+    for name in ("-otd", "-cmoed", "--spec-draft-n-ubatch", "-Cd"):
         row = lookup(name)
         assert row is not None and row.status == FlagStatus.REFUSED and row.why, name
