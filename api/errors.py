@@ -13,7 +13,13 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
 
-from scheduler.contract.errors import InvalidRequest, LlamaqError, NotFound, ServerError
+from scheduler.contract.errors import (
+    InvalidRequest,
+    LlamaqError,
+    NotFound,
+    ServerError,
+    Unavailable,
+)
 from scheduler.redis_errors import translate
 from storage import StorageError
 
@@ -58,6 +64,8 @@ def as_llamaq_error(exc: Exception) -> LlamaqError:
             return NotFound("File Not Found")
         if exc.status_code < 500:
             return InvalidRequest(str(exc), status=exc.status_code)
+        if exc.status_code == 503:  # Sanic's response timeout: -to, --timeout
+            return Unavailable(f"{exc}: nothing was sent or received for --timeout seconds")
     log.exception("unexpected error", exc_info=exc)
     return ServerError(f"Internal server error: {type(exc).__name__}")
 

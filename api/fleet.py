@@ -287,7 +287,8 @@ class Fleet:
         buckets = {k.removeprefix("stall_le:"): v for k, v in counts.items()
                    if k.startswith("stall_le:")}
         return QueueStats(depth=depth, oldest_s=oldest, retried=counts.get("retried", 0),
-                          migrated=counts.get("migrated", 0), stall_buckets=buckets,
+                          migrated=counts.get("migrated", 0),
+                          preempted=counts.get("preempted", 0), stall_buckets=buckets,
                           stall_count=counts.get("stall_count", 0),
                           stall_sum_s=counts.get("stall_sum_ms", 0) / 1000,
                           failed=failed, batches_in_progress=len(await batches.active(model_id)),

@@ -16,6 +16,8 @@ class QueueStats:
     retried: int = 0
     migrated: int = 0
     """Streamed completions continued on another worker after theirs died."""
+    preempted: int = 0
+    """Times a generation gave its slot up to a more urgent job (--preempt)."""
     stall_buckets: dict[str, int] = field(default_factory=dict)
     """Of those, how many stalled at most `le` seconds (cumulative; by le's text)."""
     stall_count: int = 0

@@ -16,6 +16,8 @@ import threading
 import time
 
 from sanic import Request, Sanic
+from sanic.http import Stage
+from sanic.server.protocols.http_protocol import HttpProtocol
 
 from api.body import parse_ahead
 from api.services import pod_services, services
@@ -41,6 +43,22 @@ class ApiRequest(Request):  # type: ignore[type-arg]
                                  "(--body-timeout)", status=408) from None
         # a big JSON body: parsed off the event loop, frozen until the request has ended
         self.ctx.frozen_body = await parse_ahead(self, pod.frozen_bodies)
+
+
+class ApiProtocol(HttpProtocol):
+    """Sanic's HTTP/1 protocol, with `-to, --timeout` as llama-server's: cpp-httplib's read and
+    write timeouts on the socket, not a bound on the handler. Sanic's response timeout runs
+    from the connection's last byte in or out, also while a handler computes; here it starts
+    once the response has begun (Stage.RESPONSE): a client that stops reading its stream for
+    --timeout s (pings go out every --sse-ping-interval) is let go, and a non-streamed
+    generation that takes longer than --timeout is answered (scheduler/job_events.py bounds
+    only the wait for a worker to take a job by --timeout)."""
+
+    def check_timeouts(self) -> None:
+        http = self.http
+        if self._task and http is not None and http.stage is Stage.HANDLER:
+            self._time = time.monotonic()  # Sanic's own clock (time.monotonic)
+        super().check_timeouts()
 
 
 class ApiApp(Sanic):  # type: ignore[type-arg]

@@ -28,6 +28,7 @@ def run_api(argv: list[str]) -> None:
     from api.app import create_app, tools_config_of
     from api.chat.templates import validate_chat_template_setting
     from api.endpoints.vertex.api_router import VertexSettings
+    from api.sanic_app import ApiProtocol
 
     refuse_other_roles_flags(argv, "api")
     settings = ApiSettings.from_args(argv)
@@ -56,7 +57,7 @@ def run_api(argv: list[str]) -> None:
         where: dict[str, Any] = {"unix": host} if host.endswith(".sock") else (
             {"sock": shared_port_socket(host, port)} if settings.reuse_port
             else {"host": host, "port": port})
-        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl,
+        app.prepare(**where, workers=max(1, settings.workers), ssl=ssl, protocol=ApiProtocol,
                     access_log=settings.verbosity() >= 4, motd=False,
                     single_process=settings.workers <= 1)
     if settings.workers <= 1:

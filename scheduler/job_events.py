@@ -110,6 +110,8 @@ class JobEvents:
         self._ready: deque[EventEnvelope] = deque()
         self.started = False
         """A slot took the job (its StartedEvent arrived)."""
+        self._running = False
+        """Its run is on a worker now (not waiting to run again): no --timeout."""
         self.finished = False
         self.handed_off = False
         self.ended_in_log = False
@@ -163,7 +165,7 @@ class JobEvents:
         if isinstance(event, FinalEvent):
             self.finished = True
         if isinstance(event, StartedEvent):
-            self.started = True
+            self.started = self._running = True
         if self.on_event is not None:
             await self.on_event(event)
         return event
@@ -236,7 +238,8 @@ class JobEvents:
     async def _next_item(self) -> HubItem:
         """The next event; a silent job is checked on every few seconds: its log may hold
         events pub/sub did not bring, and if the worker that took it stopped, waiting longer
-        would hang the client forever."""
+        would hang the client forever. --timeout bounds a wait for a worker to take the job;
+        a run on a live worker is not cut (llama-server's -to bounds its sockets only)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
@@ -245,7 +248,10 @@ class JobEvents:
             except TimeoutError:
                 pass
             if time.monotonic() >= deadline:
-                raise Unavailable(f"no answer from a worker within {self._timeout_s:g} s")
+                if not self._running:
+                    raise Unavailable(f"no worker took this request within "
+                                      f"{self._timeout_s:g} s (--timeout)")
+                deadline = time.monotonic() + self._timeout_s
             try:
                 if self.hold is not None:
                     await self._check_hold(self.hold)
@@ -304,6 +310,7 @@ class JobEvents:
                 log.warning("job %s: its worker died after %d events; it continues on "
                             "another worker", self.job_id, self._shown)
             self._rerun_of = lapse.tries
+            self._running = False
             await self._unstick()
             await self._move_placed()
             # its queue's workers take it now, not at their next poll (up to --poll-delay)

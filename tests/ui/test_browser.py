@@ -190,6 +190,11 @@ def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path:
         alice = page.locator("tr[data-tenant='ui-alice']")
         expect(alice.locator(".tenant-requests")).to_have_text("1")
         expect(alice).to_contain_text("900")
+        # its completion's wait and preemptions at its priority (0, the default)
+        waited = alice.locator(".tenant-priority[data-priority='0']")
+        expect(waited.locator(".started")).to_have_text("1")
+        expect(waited.locator(".preempted")).to_have_text("0")
+        expect(waited.locator(".mean-wait")).to_have_text(re.compile(r"^\d+\.\d\d$"))
         expect(page.locator("tr[data-tenant='ui-ops']")).to_have_count(1)
         expect(page.locator("tr[data-tenant='default']")).to_have_count(1)
     finally:

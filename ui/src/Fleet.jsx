@@ -65,6 +65,18 @@ function Worker({ worker, now }) {
   );
 }
 
+// Per priority: completions started, their mean wait in the queues, preemptions (--preempt).
+function Priorities({ priorities }) {
+  if (!priorities || priorities.length === 0) return '–';
+  return priorities.map((p) => (
+    <div key={p.priority} class="tenant-priority" data-priority={p.priority}>
+      p{p.priority}: <span class="started">{p.started}</span> started, mean wait{' '}
+      <span class="mean-wait">{p.mean_wait_s.toFixed(2)}</span> s,{' '}
+      <span class="preempted">{p.preempted}</span> preempted
+    </div>
+  ));
+}
+
 // Under --tenants: each tenant's counters since the fleet's Redis started, its jobs now and
 // its limits (an unset limit is unlimited).
 function Tenants({ tenants }) {
@@ -74,7 +86,8 @@ function Tenants({ tenants }) {
       <thead>
         <tr>
           <th>tenant</th><th>requests</th><th>tokens</th><th>429s</th><th>active</th>
-          <th>max concurrent</th><th>requests/min</th><th>tokens/min</th><th>priority</th>
+          <th>by priority</th><th>max concurrent</th><th>requests/min</th><th>tokens/min</th>
+          <th>priority</th>
         </tr>
       </thead>
       <tbody>
@@ -85,6 +98,7 @@ function Tenants({ tenants }) {
             <td class="tenant-tokens">{t.tokens}</td>
             <td class="tenant-limited">{t.limited}</td>
             <td class="tenant-active">{t.active}</td>
+            <td class="tenant-priorities"><Priorities priorities={t.priorities} /></td>
             <td>{limit(t.limits.max_concurrent)}</td>
             <td>{limit(t.limits.requests_per_minute)}</td>
             <td>{limit(t.limits.tokens_per_minute)}</td>

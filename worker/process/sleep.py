@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from scheduler.contract import keys
 from scheduler.fleet_models import status_event
-from scheduler.registry import Registry
+from scheduler.registry import Registry, WorkerMetrics
 from worker.embed.embedder import Embedder
 from worker.jobs.parts import WorkerParts
 from worker.process.loops import RegistryEntry
@@ -88,13 +88,13 @@ def reload_engine(parts: WorkerParts) -> None:
     model.adapters.set_scales(parts.model.adapters.scales)  # as the fleet last set them
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,
                         parts.publisher)
-    engine.metrics = old.metrics
+    carry_counters(old.metrics, engine.metrics)
     engine.on_slots_changed = old.on_slots_changed
     engine.on_tier_state = old.on_tier_state
     engine.start()
     if parts.embedder is not None:  # an embedding or rerank worker: its embedder too
         embedder = Embedder(model, not wait_policy_by_hand(os.environ))
-        embedder.metrics = parts.embedder.metrics
+        carry_counters(parts.embedder.metrics, embedder.metrics)
         embedder.start()
         parts.embedder = embedder
     parts.model, parts.engine = model, engine
@@ -184,3 +184,11 @@ class Sleeper:
         except RedisError as error:  # the next heartbeat carries it
             log.warning("worker %s: cannot publish sleeping=%s (%s)", parts.worker_id,
                         sleeping, error)
+
+
+def carry_counters(old: WorkerMetrics, new: WorkerMetrics) -> None:
+    """The woken engine's counters start where the old one's stopped. Copied into the new
+    engine's own object, not replaced by the old one: its parts (runs, prefill, decisions)
+    hold the object they were built with, and counted into a replaced one no scrape saw."""
+    for name in type(old).model_fields:
+        setattr(new, name, getattr(old, name))

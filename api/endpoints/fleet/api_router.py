@@ -77,14 +77,15 @@ async def fleet_status(request: Request) -> HTTPResponse:
     settings, fleet, router = pod.settings, pod.fleet, pod.router
     model_ids = [settings.model_id()] if router is None else list(router.catalog.entries)
     out: list[dict[str, Any]] = []
-    queued, oldest = 0, 0.0
+    queued, oldest, preempted = 0, 0.0, 0
     for model_id in model_ids:  # router mode: every model's workers
         workers = await fleet.workers(model_id, fresh=True)
         out += await _workers_json(fleet, settings, workers)
         queue = await fleet.queue_stats(model_id, workers)
         queued, oldest = queued + queue.depth, max(oldest, queue.oldest_s)
+        preempted += queue.preempted
     return json({"model": None if router else model_ids[0], "workers": out,
-                 "queued": queued, "oldest_queued_s": oldest,
+                 "queued": queued, "oldest_queued_s": oldest, "preempted": preempted,
                  "tenants": await _tenants_json(request)})
 
 
@@ -102,12 +103,29 @@ async def _tenants_json(request: Request) -> list[dict[str, Any]] | None:
         if not scope.owns(name):
             continue
         tenant = service.directory.by_name(name)
-        out.append({"name": name, **counters, "active": await service.limits.active(name),
+        out.append({"name": name, **counters, "priorities": priorities_json(counters),
+                    "active": await service.limits.active(name),
                     "limits": tenant.model_dump(include={
                         "max_concurrent", "requests_per_minute", "tokens_per_minute",
                         "priority", "max_file_bytes", "max_stored_bytes", "admin",
                         "default_priority", "min_priority", "weight"})})
     return out
+
+
+def priorities_json(counters: dict[str, int]) -> list[dict[str, Any]]:
+    """A tenant's waits and preemptions per priority (docs/fairness.md), from its counters'
+    `waited_ms@<p>`, `started@<p>`, `preempted@<p>`: the completions that started, their
+    wait in the queues (total and mean, seconds) and the times they gave their slot up."""
+    found: dict[int, dict[str, int]] = {}
+    for key, value in counters.items():
+        what, _, priority = key.partition("@")
+        if priority and what in ("waited_ms", "started", "preempted"):
+            found.setdefault(int(priority), {})[what] = value
+    return [{"priority": priority, "started": c.get("started", 0),
+             "waited_s": c.get("waited_ms", 0) / 1000,
+             "mean_wait_s": c.get("waited_ms", 0) / 1000 / max(c.get("started", 0), 1),
+             "preempted": c.get("preempted", 0)}
+            for priority, c in sorted(found.items())]
 
 
 async def _workers_json(fleet: Fleet, settings: ApiSettings,

@@ -10,7 +10,7 @@ from sanic.response import HTTPResponse, json, raw
 from api.body import json_body
 from api.chat.caps import chat_template_caps
 from api.chat.templates import ChatTemplate
-from api.endpoints.monitor.metrics import CONTENT_TYPE, render_metrics
+from api.endpoints.monitor.metrics import CONTENT_TYPE, PRIORITY_COUNTERS, render_metrics
 from api.endpoints.monitor.model_series import model_lines, model_series
 from api.routing import Routes
 from api.services import request_model, services
@@ -103,6 +103,11 @@ async def tenant_counts(request: Request) -> dict[str, dict[str, int]] | None:
     found = await service.limits.counters()
     for name in service.directory.names():
         found.setdefault(name, {"tokens": 0, "requests": 0, "limited": 0})
+    for name, counts in found.items():  # each priority's three series, 0 included
+        seen = {key.partition("@")[2] for key in counts if "@" in key}
+        for priority in seen or {str(service.directory.by_name(name).default_priority)}:
+            for what in PRIORITY_COUNTERS:
+                counts.setdefault(f"{what}@{priority}", 0)
     caller: TenantScope = request.ctx.tenant
     return found if caller.sees_all else {caller.name: found.get(caller.name, {})}
 

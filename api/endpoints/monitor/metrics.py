@@ -116,6 +116,9 @@ def _ours(queue: QueueStats) -> list[str]:
             ("jobs_migrated_total", "counter",
              "Streamed completions continued on another worker after theirs died.",
              queue.migrated),
+            ("jobs_preempted_total", "counter",
+             "Times a generation gave its slot up to a more urgent job (--preempt).",
+             queue.preempted),
             ("batches_in_progress", "gauge",
              "Batches (Batch API) validating, in progress, finalizing or cancelling.",
              queue.batches_in_progress),
@@ -154,6 +157,10 @@ PRIORITY_SERIES = (
     ("tenant_preemptions_total", "preempted",
      "Times the tenant's generations of a priority gave their slot up (--preempt).", 1),
 )
+
+
+PRIORITY_COUNTERS = tuple(what for _, what, _, _ in PRIORITY_SERIES)
+"""A tenant's counters per priority (`waited_ms@<priority>`, …)."""
 
 
 def tenant_lines(tenants: dict[str, dict[str, int]]) -> list[str]:

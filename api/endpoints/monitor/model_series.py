@@ -123,6 +123,9 @@ def model_lines(items: list[ModelSeries], full: bool = True) -> list[str]:
     lines += _family("jobs_migrated_total", "counter",
                      "Streamed completions continued on another worker after theirs died.",
                      [({"model": m.model}, m.queue.migrated) for m in items])
+    lines += _family("jobs_preempted_total", "counter",
+                     "Times a generation gave its slot up to a more urgent job (--preempt).",
+                     [({"model": m.model}, m.queue.preempted) for m in items])
     lines += _family("jobs_failed_total", "counter", "Jobs ended by a fault, by cause.",
                      [({"model": m.model, "cause": cause}, m.queue.failed.get(cause, 0))
                       for m in items for cause in FAULT_CAUSES])

@@ -13,6 +13,7 @@ import redis
 
 from scheduler.contract import keys
 from tests.conftest import make_fleet
+from tests.metrics_text import series
 from tests.processes import wait_until
 
 IDLE_S = 2
@@ -33,6 +34,11 @@ def is_sleeping(api: str) -> bool:
     return value
 
 
+def predicted(api: str) -> float:
+    found = series(httpx.get(f"{api}/metrics", timeout=10).text)
+    return found["llamacpp:tokens_predicted_total"][1]
+
+
 def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
         redis_url: str, workdir: Path, gemma_path: Path) -> None:
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-sleep")
@@ -47,6 +53,7 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
         first = httpx.post(f"{api}/completion", json=body, timeout=60)
         assert first.status_code == 200, first.text
         awake_rss = rss_bytes(worker.pid)
+        wait_until(lambda: predicted(api) == 4, timeout=10, what="the first tokens counted")
         assert not is_sleeping(api)
 
         wait_until(lambda: is_sleeping(api), timeout=30, what="the worker asleep")
@@ -72,6 +79,8 @@ def test_an_idle_worker_unloads_its_model_and_the_next_completion_wakes_it(
         assert again.json()["content"] == first.json()["content"]  # the same model answers
         assert not is_sleeping(api)
         assert rss_bytes(worker.pid) > asleep_rss + model_size // 2
+        # the woken engine counts on from where the old one stopped (/metrics, dashboards)
+        wait_until(lambda: predicted(api) == 8, timeout=10, what="the woken worker's tokens")
         wait_until(lambda: is_sleeping(api), timeout=30, what="asleep again")
         # /models/sse tells of each change: sleeping, then loaded (no `info`: a wake-up), ...
         model_id = httpx.get(f"{api}/v1/models", timeout=10).json()["data"][0]["id"]

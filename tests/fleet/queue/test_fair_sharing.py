@@ -23,6 +23,7 @@ import redis
 
 from scheduler.contract import keys
 from tests.conftest import make_fleet
+from tests.metrics_text import series
 from tests.processes import Fleet, wait_until
 
 pytestmark = pytest.mark.process
@@ -227,3 +228,16 @@ def test_waits_and_preemptions_are_counted_per_tenant_and_priority(
     fleet = httpx.get(f"{url}/fleet", headers=auth("k-ops"), timeout=30).json()
     alice = next(t for t in fleet["tenants"] if t["name"] == "alice")
     assert alice["preempted@10"] >= 1 and alice["limits"]["weight"] == 1
+    # by priority, for the fleet page: started, total and mean wait, preemptions
+    by_priority = {p["priority"]: p for p in alice["priorities"]}
+    assert by_priority[10]["preempted"] == alice["preempted@10"]
+    assert by_priority[10]["started"] == alice["started@10"] >= 1
+    assert by_priority[10]["waited_s"] == alice["waited_ms@10"] / 1000 > 0
+    assert by_priority[10]["mean_wait_s"] == by_priority[10]["waited_s"] / alice["started@10"]
+    assert [p["priority"] for p in alice["priorities"]] == sorted(by_priority)
+    # the model's preemptions, whoever's jobs they were: /fleet, /metrics, /fleet/metrics
+    assert fleet["preempted"] >= alice["preempted@10"]
+    found = series(metrics)
+    assert found["llamaq:jobs_preempted_total"][1] == fleet["preempted"]
+    per_model = series(httpx.get(f"{url}/fleet/metrics", headers=auth("k-ops"), timeout=30).text)
+    assert per_model[f'llamaq:jobs_preempted_total{{model="{ALIAS}"}}'][1] == fleet["preempted"]
