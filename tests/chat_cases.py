@@ -69,7 +69,8 @@ def prepare(case: dict[str, Any]) -> PreparedChat:
         chat_template_kwargs={"enable_thinking": params.get("enable_thinking", True)},
         add_generation_prompt=params.get("add_generation_prompt", True),
         continue_final_message=bool(continuation and continuation != "none"),
-        reasoning_format=params.get("reasoning_format", "none"))
+        reasoning_format=params.get("reasoning_format", "none"),
+        json_response=bool(params.get("json_schema")))
     return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)
 
 
