@@ -160,7 +160,9 @@ GEMMA4 = ChatFormat(
     "gemma4", blocks={"<|tool_call>": ("<tool_call|>", parse_gemma4_call)},
     # an empty thought channel or a stray channel tag after the content is no content
     dropped=("<|channel>thought\n<channel|>", "<|channel>thought<channel|>"),
-    dropped_reasoning=("<channel|>",),
+    # and, read with reasoning, a stray `<|channel>` not opening a thought (llama.cpp consumes
+    # those before the answer's thought)
+    dropped_reasoning=("<channel|>", "<|channel>"),
     markers=("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|turn>"))
 DEEPSEEK_V3_2 = ChatFormat(
     "deepseek-v3.2",

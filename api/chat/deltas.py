@@ -72,16 +72,16 @@ class Deltas:
         else:
             self.held += text
 
-    def stream_call(self, partial: tuple[str, str, str] | None) -> None:
-        """A call still being written (partial_calls.py: name, the arguments certain so far,
-        the arguments guessed whole): its first delta once its name is known, then each new
-        piece of its arguments."""
+    def stream_call(self, partial: tuple[str, str, str, str | None] | None) -> None:
+        """A call still being written (streamed_calls.py: name, the arguments certain so far,
+        the arguments guessed whole, its id where the model wrote one): its first delta once
+        its name is known, then each new piece of its arguments."""
         if partial is None or (not self.parallel and self.tool_calls and not self.streaming):
             return
-        name, certain, guess = partial
+        name, certain, guess, ident = partial
         if self.streaming is None:
             self.held = ""
-            self.streaming = ToolCall(id=random_string(), name=name, arguments="")
+            self.streaming = ToolCall(id=ident or random_string(), name=name, arguments="")
             self.tool_calls.append(self.streaming)
             index = len(self.tool_calls) - 1
             self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, self.streaming.id,

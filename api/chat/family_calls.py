@@ -283,7 +283,9 @@ def parse_minimax_m3_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | 
 
 
 _M3_PLAIN_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)</invoke>', re.DOTALL)
-_CPM_PARAM = re.compile(r'<param name="([^"]+)">(.*?)</param>', re.DOTALL)
+_CPM_PARAM = re.compile(
+    r'<param name="([^"]+)">(?:<!\[CDATA\[(.*?)\]\]>|(?!<!\[CDATA\[)(.*?))</param>', re.DOTALL)
+"""A parameter; a CDATA value is its inner text (it may hold `</param>`)."""
 
 
 def parse_minicpm5_call(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
@@ -293,8 +295,8 @@ def parse_minicpm5_call(inner: str, types: ParamTypes) -> list[ParsedCall] | Non
     if not sep or not name or '"' in name or _leftover(body, _CPM_PARAM):
         return None
     known = types.get(name, {})
-    arguments = {key: typed_value(value, known.get(key))
-                 for key, value in _CPM_PARAM.findall(body)}
+    arguments = {key: typed_value(cdata or value, known.get(key))
+                 for key, cdata, value in _CPM_PARAM.findall(body)}
     return [ParsedCall(name=name, arguments=dump_arguments(arguments))]
 
 

@@ -32,9 +32,9 @@ from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
-from api.chat.partial_calls import partial_tool_call
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.tagged_calls import ParamTypes, parse_tool_call_block, parse_xml_calls
+from api.chat.streamed_calls import STREAMED
+from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
 from api.chat.tool_formats import (
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
@@ -60,11 +60,6 @@ _BLOCKS: dict[str, tuple[str, BlockParser]] = {
     "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
     DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
 }
-
-
-STREAMED = frozenset({parse_tool_call_block, parse_xml_calls})
-"""The block parsers whose calls (JSON `{"name", "arguments"}` or Qwen3-Coder's XML in
-`<tool_call>`, Seed-OSS's) are streamed while written."""
 
 
 class _Phase(enum.Enum):
@@ -319,14 +314,14 @@ class ChatOutputParser:
         end_tag, parse = self._block
         end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
-            if parse in STREAMED:  # JSON or XML calls: streamed as they are written
-                self._emit.stream_call(partial_tool_call(self._text[self._pos :], self._types))
+            if parse in STREAMED:  # calls streamed as they are written (streamed_calls.py)
+                self._emit.stream_call(STREAMED[parse](self._text[self._pos :], self._types))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
         calls = parse(inner, self._types)
         if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
-            started = partial_tool_call(inner, self._types)
-            calls = [ParsedCall(name=started[0], arguments=started[2])] if started else None
+            started = STREAMED[parse](inner, self._types)
+            calls = [ParsedCall(started[0], started[2], started[3])] if started else None
         if calls or self._emit.streaming is not None:
             self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0:

@@ -25,6 +25,7 @@ from api.chat.chat_formats import (
     preserved_tokens,
 )
 from api.chat.delimiters import chat_delimiters
+from api.chat.fenced_json import FencedJsonParser
 from api.chat.functionary import FunctionaryParser
 from api.chat.harmony import HarmonyParser
 from api.chat.message import ChatDelta, ChatMessage, OutputParser
@@ -68,6 +69,8 @@ class ChatRequest:
     reasoning_budget: int | None = None
     reasoning_budget_message: str | None = None
     reasoning_control: bool = False
+    json_response: bool = False
+    """The answer is held to a JSON schema: a Markdown fence around it is not content."""
 
 
 @dataclass
@@ -95,6 +98,8 @@ class PreparedChat:
     prefill: str = ""
     """What a continued final assistant message added to the prompt: the parser reads it as
     the start of the answer, so the answer holds it (as llama-server's does)."""
+    json_response: bool = False
+    """The answer is held to a JSON schema (fenced_json.py)."""
 
     def fill(self, job: CompletionJob) -> None:
         """Give the prompt's job what the worker needs of this chat beside the prompt."""
@@ -108,6 +113,10 @@ class PreparedChat:
                 job.stop.append(stop)
 
     def parser(self) -> OutputParser:
+        parser = self._parser()
+        return FencedJsonParser(parser) if self.json_response else parser
+
+    def _parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
         chat_format = detect_chat_format(self.template.source)
         if chat_format is GPT_OSS:
@@ -220,7 +229,7 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
                         reasoning, parallel, preserved_tokens(template.source),
                         media if media is not None and media.sources else None,
                         chat_delimiters(settings, template), tool_frame=tool_frame,
-                        prefill=prefill)
+                        prefill=prefill, json_response=request.json_response)
 
 
 def media_input(meta: ModelMeta | None) -> MediaInput | None:

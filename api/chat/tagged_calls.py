@@ -189,8 +189,17 @@ def parse_kimi_section(inner: str, _types: ParamTypes) -> list[ParsedCall] | Non
 
 
 def parse_kimi_call(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
-    """One Kimi-K2 call written without its section (the text after `<|tool_call_begin|>`)."""
-    return parse_kimi_section(KIMI_CALL_BEGIN + inner + KIMI_CALL_END, types)
+    """Kimi-K2 calls written without their section (the text after `<|tool_call_begin|>`); a
+    call whose `<|tool_call_end|>` the model left out ends where the next one begins, as
+    llama.cpp reads it (Kimi-K2-Thinking's parallel calls)."""
+    calls: list[ParsedCall] = []
+    for piece in inner.split(KIMI_CALL_BEGIN):
+        body = piece.rstrip(WHITESPACE).removesuffix(KIMI_CALL_END)
+        found = parse_kimi_section(KIMI_CALL_BEGIN + body + KIMI_CALL_END, types)
+        if found is None:
+            return None
+        calls += found
+    return calls
 
 
 def parse_command_r_action(inner: str, _types: ParamTypes) -> list[ParsedCall] | None:

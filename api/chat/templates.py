@@ -147,7 +147,9 @@ class ChatTemplate:
         added = join_parts(prefill["content"])
         reasoning = prefill.get("reasoning_content")
         start, end = reasoning_tags(self.source)
-        if isinstance(reasoning, str) and reasoning and start in self.source:
+        # (Kimi K2's parser thinks in <think> tags even where its template shows none)
+        thinks = start in self.source or "<|tool_calls_section_begin|>" in self.source
+        if isinstance(reasoning, str) and reasoning and thinks:
             # (a template that does not think has the reasoning left out, as llama.cpp does)
             opened = "" if prompt_opens_thinking(text, self.source) else start
             added = opened + reasoning + (end + added if added else "")

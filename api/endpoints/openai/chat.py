@@ -78,6 +78,14 @@ class ChatPlan:
         return self.prepared.parse(text)
 
 
+def _json_response(body: ChatCompletionRequest) -> bool:
+    """Whether the answer is held to a JSON schema (a conflict is reported with the job)."""
+    try:
+        return body.schema_text() is not None
+    except InvalidRequest:
+        return False
+
+
 async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest,
                     stream: bool = False) -> ChatPlan:
     """The chat preparation every chat API shares (api/chat/prepare.py), from this body
@@ -95,7 +103,7 @@ async def plan_chat(context: OpenAIContext, body: ChatCompletionRequest,
         continue_final_message=body.continue_final_message,
         reasoning_format=body.reasoning_format, reasoning_budget=budget,
         reasoning_budget_message=body.reasoning_budget_message,
-        reasoning_control=body.reasoning_control))
+        reasoning_control=body.reasoning_control, json_response=_json_response(body)))
     log.debug("chat prompt: %s template, %d characters, tools %d (%s)",
               prepared.template.name, len(prepared.prompt), len(prepared.tools),
               prepared.tool_choice.mode)

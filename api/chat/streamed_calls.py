@@ -1,0 +1,107 @@
+"""The call blocks whose calls are streamed while they are written (as llama-server streams
+them: the call's id and name once known, then its arguments in pieces), and how a block still
+open is read: JSON `{"name", "arguments"}` or Qwen3-Coder's XML in `<tool_call>` (and
+Seed-OSS's), LFM2's pythonic calls, Command-R7B's / Cohere2-MoE's JSON actions, Kimi-K2's
+calls. Each reader gives (name, the arguments certain so far, the arguments guessed whole, the
+call's id where the format writes one), or None while the name is not complete."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from api.chat.family_calls import parse_pythonic_calls
+from api.chat.partial_calls import close_partial_json, partial_tool_call
+from api.chat.tagged_calls import (
+    _KIMI_ID,
+    KIMI_ARGS_BEGIN,
+    KIMI_CALL_BEGIN,
+    ParamTypes,
+    parse_command_r_action,
+    parse_kimi_call,
+    parse_kimi_section,
+    parse_tool_call_block,
+    parse_xml_calls,
+)
+from api.chat.tool_formats import WHITESPACE, dump_arguments
+
+Partial = tuple[str, str, str, "str | None"]
+PartialReader = Callable[[str, ParamTypes], "Partial | None"]
+_PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
+
+
+def _json_arguments(text: str) -> tuple[str, str] | None:
+    """(certain, guessed) compact arguments of a JSON object still being written."""
+    closed = close_partial_json(text)
+    if closed is None:
+        return None
+    cut, added = closed
+    try:
+        value = json.loads(cut, strict=False)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    dumped = dump_arguments(value)
+    return (dumped[:len(dumped) - added] if added else dumped), dumped
+
+
+def _generic(inner: str, types: ParamTypes) -> Partial | None:
+    found = partial_tool_call(inner, types)
+    return (*found, None) if found else None
+
+
+def _pythonic(inner: str, _types: ParamTypes) -> Partial | None:
+    """LFM2 `[name(a=1, …)`: the name once its `(` is written; the arguments when it ends."""
+    found = _PYTHONIC_NAME.match(inner)
+    return (found.group(1), "", "", None) if found else None
+
+
+def _r7b(inner: str, _types: ParamTypes) -> Partial | None:
+    """Command-R7B `[{"tool_call_id": …, "tool_name": …, "parameters": {…`: the first action."""
+    text = inner.lstrip(WHITESPACE).removeprefix("[").lstrip(WHITESPACE)
+    try:  # the first action complete, whatever follows it
+        _, end = json.JSONDecoder(strict=False).raw_decode(text)
+        closed: tuple[str, int] | None = (text[:end], 0)
+    except ValueError:
+        closed = close_partial_json(text)
+    if closed is None:
+        return None
+    cut, added = closed
+    try:
+        value = json.loads(cut, strict=False)
+    except ValueError:
+        return None
+    name = value.get("tool_name") if isinstance(value, dict) else None
+    if not isinstance(name, str) or not name or (list(value)[-1] == "tool_name" and added and
+                                                 cut[-added] == '"'):
+        return None
+    ident = value.get("tool_call_id")
+    ident = str(ident) if isinstance(ident, (str, int)) else None
+    parameters = value.get("parameters")
+    if not isinstance(parameters, dict):
+        return name, "", "{}", ident
+    dumped = dump_arguments(parameters)
+    open_in_args = max(added - 1, 0) if list(value)[-1] == "parameters" else 0
+    return name, dumped[:len(dumped) - open_in_args], dumped, ident
+
+
+def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
+    """Kimi-K2 `functions.NAME:0<|tool_call_argument_begin|>{…` (in a section or not)."""
+    text = inner.lstrip(WHITESPACE).removeprefix(KIMI_CALL_BEGIN)
+    ident, sep, body = text.partition(KIMI_ARGS_BEGIN)
+    found = _KIMI_ID.fullmatch(ident.strip(WHITESPACE))
+    if not sep or found is None or KIMI_CALL_BEGIN in ident:
+        return None
+    arguments = _json_arguments(body) if body.strip(WHITESPACE) else ("", "{}")
+    certain, guess = arguments or ("", "{}")
+    return found.group(1), certain, guess, ident.strip(WHITESPACE)
+
+
+STREAMED: dict[object, PartialReader] = {
+    parse_tool_call_block: _generic, parse_xml_calls: _generic,
+    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
+    parse_kimi_section: _kimi, parse_kimi_call: _kimi,
+}
+"""Block parser → the reader of its block while it is still open."""
