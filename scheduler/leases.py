@@ -40,14 +40,18 @@ from scheduler.contract import keys
 from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
+from scheduler.wake import WAIT_FOR_JOBS
 from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + """
+CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + WAIT_FOR_JOBS + """
 -- KEYS: an arq queue, its order, its model's fair state (scheduler/queue_order.py claim_keys;
 -- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is
--- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms).
+-- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms),
+-- then (optional) the queue's waiters, the worker's wake channel and the waiters' TTL (ms):
+-- a claim that takes fewer jobs than asked (the queue held no more) makes the worker wait for
+-- the next job queued there, one that takes as many stops its waiting (scheduler/wake.py).
 -- Claims the first waiting jobs that no live worker holds in the queue's order (priority,
 -- then order score), however many running jobs come first (arq itself reads a window of ~100
 -- ids and skips the held ones: a cap on the fleet): sets each one's in-progress key for the
@@ -77,6 +81,7 @@ while unordered and n < wanted do
   end
   offset = offset + 200
 end
+if ARGV[5] then wait_for_jobs(ARGV[5], ARGV[6], n < wanted, ARGV[7]) end
 return claimed
 """
 
