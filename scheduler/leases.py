@@ -244,15 +244,17 @@ class Leases:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
             pipe.hmget(state, ["sent", "seq", "worker", "at", "handed", "preempted"])
+            pipe.xrevrange(keys.job_event_log(job_id), count=1)  # the state's seq may lag
             pipe.hset(state, mapping={"worker": self._worker_id,
                                       "conn": client_name(self._worker_id)})
             pipe.hdel(state, "handed")
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, (sent, seq, worker, at, handed, preempted), *_ = \
+            cancelled, tries, (sent, seq, worker, at, handed, preempted), last, *_ = \
                 await pipe.execute()
+        logged = int(_text(last[0][0]).split("-")[1]) if last else 0  # entry 0-<seq + 1>
         return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
-                     next_seq=int(seq or sent or 0),
+                     next_seq=max(int(seq or sent or 0), logged),
                      previous_worker=_text(worker) if worker else "",
                      last_event_ms=int(at or 0), handed=bool(handed),
                      preempted=int(preempted or 0))
