@@ -206,8 +206,12 @@ def rss_mib(pid: int) -> float:
 
 
 def redis_calls(client: redis.Redis) -> int:
+    return sum(redis_calls_by_command(client).values())
+
+
+def redis_calls_by_command(client: redis.Redis) -> dict[str, int]:
     stats: dict[str, dict[str, int]] = client.info("commandstats")  # type: ignore[assignment]
-    return sum(int(v["calls"]) for v in stats.values())
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -277,7 +281,8 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         procs.append(proc)
         pipes.append(receive)
     cpu_before = {role: sum(cpu_s(p) for p in ps) for role, ps in pids.items()}
-    calls_before = redis_calls(client)
+    by_command_before = redis_calls_by_command(client)
+    calls_before = sum(by_command_before.values())
     started = time.perf_counter()
     for proc in procs:
         proc.start()
@@ -294,7 +299,10 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
     wall = time.perf_counter() - started
     cpu = {role: sum(cpu_s(p) for p in ps) - cpu_before[role] for role, ps in pids.items()}
     cpu["generator"] = sum(gen_cpu.values())
-    calls = redis_calls(client) - calls_before
+    by_command_after = redis_calls_by_command(client)
+    calls = sum(by_command_after.values()) - calls_before
+    by_command = {name: n - by_command_before.get(name, 0)
+                  for name, n in by_command_after.items()}
     ok = [s for s in shots if s.status == 200 and not s.error]
     tokens = sum(s.tokens for s in ok)
     window = (max((s.started + s.total_s for s in shots), default=0.0)
@@ -326,6 +334,10 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         "fleet_cpu_us_per_token": per_token.get("api", 0) + per_token.get("worker", 0)
         + per_token.get("redis", 0),
         "redis_commands": calls, "redis_commands_per_token": calls / tokens if tokens else 0,
+        "redis_commands_per_request": calls / len(ok) if ok else 0,
+        "redis_commands_by_name_per_request": {
+            name: round(n / len(ok), 2) for name, n in
+            sorted(by_command.items(), key=lambda item: -item[1]) if n and ok},
         "rss_mib": {role: sum(rss_mib(p) for p in ps) for role, ps in pids.items()
                     if role != "redis"},
         "errors_sample": [s.error for s in shots if s.error][:5],
@@ -383,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
                                     "requests_per_s", "ttft_ms",
                                     "itl_ms", "added_itl_ms", "cpu_us_per_token",
                                     "fleet_cpu_us_per_token", "redis_commands_per_token",
+                                    "redis_commands_per_request",
+                                    "redis_commands_by_name_per_request",
                                     "rss_mib", "errors_sample")}
     print(json.dumps(brief, indent=1))
     print(f"written: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")

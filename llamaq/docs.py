@@ -55,7 +55,11 @@ LIFETIMES: dict[str, str] = {
                             "it held",
     "slot_queue": QUEUE, "utility_queue": QUEUE, "embed_queue": QUEUE,
     "embed_background_queue": QUEUE, "batch_queue": QUEUE,
-    "wake_channel": PUBSUB, "job_events": PUBSUB, "CANCEL_CHANNEL": PUBSUB,
+    "wake_channel": PUBSUB, "worker_wake_channel": PUBSUB,
+    "queue_waiters": f"{keys.JOB_TTL_S} s after a worker last began to wait; a member leaves "
+                     "when a queued job wakes it (or its poll fills it, or it drains); a dead "
+                     "worker's member is dropped by the next job that meets it",
+    "job_events": PUBSUB, "CANCEL_CHANNEL": PUBSUB,
     "CONTROL_CHANNEL": PUBSUB, "MODELS_CHANNEL": PUBSUB, "LORA_CHANNEL": PUBSUB,
     "lora_scales": "kept until the next POST /lora-adapters of the model",
     "job_owner": f"{keys.JOB_LEASE_S:g} s after the last renewal (every "

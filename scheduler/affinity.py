@@ -56,6 +56,7 @@ from redis.asyncio import Redis
 from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob, PromptPiece
 from scheduler.redis_clock import recent
+from scheduler.wake import wake_queue
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""
@@ -300,9 +301,8 @@ class PrefixRouter:
 
 
 MOVE_TO_SHARED = """
--- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, (unused),
--- arq's in-progress prefix. Moves the job if it is still queued there and nobody holds it,
--- keeping its score (its place in arrival order).
+-- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, (unused), arq's
+-- in-progress prefix. Moves the job if still queued there, held by nobody, keeping its score.
 if redis.call('EXISTS', ARGV[3] .. ARGV[1]) == 1 then return 0 end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then return 0 end
@@ -314,13 +314,13 @@ return 1
 
 async def move_to_shared(redis: Redis, model_id: str, worker_id: str, job_id: str) -> bool:
     """Move a job queued on a worker's own queue that nobody holds to the model's shared queue
-    (and wake the workers polling it); False when it is held or no longer queued there."""
+    (and wake a worker waiting on it); False when it is held or no longer queued there."""
     shared = keys.slot_queue(model_id)
     moved = await redis.eval(  # type: ignore[misc]
         MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
         "0", in_progress_key_prefix)
     if moved:
-        await redis.publish(keys.wake_channel(shared), b"1")
+        await wake_queue(redis, shared)
     return bool(moved)
 
 

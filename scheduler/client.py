@@ -48,6 +48,7 @@ from scheduler.job_events import AnyJob, JobEvents
 from scheduler.queue_order import ORDER_ADD, job_priority
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
+from scheduler.wake import WAKE_ONE
 from scheduler.worker_presence import WorkerPresence
 from storage.results import ResultStore
 
@@ -75,19 +76,20 @@ class QueueRoom:
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
 
-ENQUEUE = LUA_NOW_MS + ORDER_ADD + FAIR_TAG + """
+ENQUEUE = LUA_NOW_MS + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
 -- KEYS: arq's job key, the job's arq result key, the queue, the queue's order
 -- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), then the
 -- queues whose waiting jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry
--- (ms), the job as arq's serialize_job wrote it, the queue's wake channel, the bound (-1:
--- none), the job's priority, arq's in-progress prefix, its tenant, its cost / weight.
+-- (ms), the job as arq's serialize_job wrote it, the queue's waiters, the bound (-1:
+-- none), the job's priority, arq's in-progress prefix, its tenant, its cost / weight, the
+-- queue's shared wake channel.
 -- The job's score is Redis's now (TIME), not the pod's clock; its order score its start tag
 -- in its tenant's fair share.
 -- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
 -- pass the check together: count the due jobs no worker holds in the counted queues (as
 -- scheduler/leases.py WAITING_JOBS does); at the bound, refuse. Else no second job under an
 -- id whose job or result key exists: PSETEX the job, ZADD it to the queue and its order,
--- then wake the queue's workers.
+-- then wake one worker waiting on the queue (scheduler/wake.py; none waits: its full ones).
 -- Returns {1, waiting} if it enqueued the job, {0, waiting} if the id was taken, {-1,
 -- waiting} if the queue is full.
 local bound = tonumber(ARGV[6])
@@ -113,7 +115,7 @@ if fresh then
   local tag = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3])
   order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3])
 end
-redis.call('PUBLISH', ARGV[5], '1')
+wake_one(ARGV[5], ARGV[11])
 if fresh then return {1, waiting} end
 return {0, waiting}
 """
@@ -149,9 +151,9 @@ class JobClient:
 
     async def _enqueue(self, job: AnyJob, queue_name: str, room: QueueRoom | None) -> None:
         """arq's enqueue_job (its serializer, so workers read the job unchanged; expiry
-        JOB_TTL_S) and the wake-up of the queue's workers, in one round trip (EVALSHA), after
-        the backpressure check of `room` in the same script: past the bound, 503 with
-        Retry-After at once instead of a wait."""
+        JOB_TTL_S) and the wake-up of one waiting worker of the queue, in one round trip
+        (EVALSHA), after the backpressure check of `room` in the same script: past the bound,
+        503 with Retry-After at once instead of a wait."""
         now_ms = timestamp_ms()  # arq's enqueue_time in the job (informational); the queue's
         data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
                              serializer=self._arq.job_serializer)  # score is Redis's TIME
@@ -162,8 +164,9 @@ class JobClient:
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
                   keys.queue_order(queue_name), keys.fair_state(job.model), *counted],
             args=[job.job_id, 0, int(keys.JOB_TTL_S * 1000), data,
-                  keys.wake_channel(queue_name), room.limit if room is not None else -1,
-                  job_priority(job), in_progress_key_prefix, tenant, repr(cost)])
+                  keys.queue_waiters(queue_name), room.limit if room is not None else -1,
+                  job_priority(job), in_progress_key_prefix, tenant, repr(cost),
+                  keys.wake_channel(queue_name)])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)

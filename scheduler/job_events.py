@@ -55,6 +55,7 @@ from scheduler.leases import (
     forget_queued,
     lapsed_run,
 )
+from scheduler.wake import wake_queue
 from scheduler.worker_presence import GoneWatch, WorkerPresence
 from storage.errors import ObjectNotFound, StorageError
 from storage.results import ResultStore
@@ -314,7 +315,7 @@ class JobEvents:
             await self._unstick()
             await self._move_placed()
             # its queue's workers take it now, not at their next poll (up to --poll-delay)
-            await self._redis.publish(keys.wake_channel(self._shared_queue), b"1")
+            await wake_queue(self._redis, self._shared_queue)
             return
         if await self._hub.read_log(self.job_id, self._next_seq):
             # Its last events went out (the worker logs them before it counts them as sent)

@@ -40,14 +40,18 @@ from scheduler.contract import keys
 from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
+from scheduler.wake import WAIT_FOR_JOBS
 from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + """
+CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + WAIT_FOR_JOBS + """
 -- KEYS: an arq queue, its order, its model's fair state (scheduler/queue_order.py claim_keys;
 -- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is
--- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms).
+-- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms),
+-- then (optional) the queue's waiters, the worker's wake channel and the waiters' TTL (ms):
+-- a claim that takes fewer jobs than asked (the queue held no more) makes the worker wait for
+-- the next job queued there, one that takes as many stops its waiting (scheduler/wake.py).
 -- Claims the first waiting jobs that no live worker holds in the queue's order (priority,
 -- then order score), however many running jobs come first (arq itself reads a window of ~100
 -- ids and skips the held ones: a cap on the fleet): sets each one's in-progress key for the
@@ -77,6 +81,7 @@ while unordered and n < wanted do
   end
   offset = offset + 200
 end
+if ARGV[5] then wait_for_jobs(ARGV[5], ARGV[6], n < wanted, ARGV[7]) end
 return claimed
 """
 
@@ -239,15 +244,17 @@ class Leases:
             pipe.exists(keys.job_cancel(job_id))
             pipe.hincrby(state, "tries", 1)
             pipe.hmget(state, ["sent", "seq", "worker", "at", "handed", "preempted"])
+            pipe.xrevrange(keys.job_event_log(job_id), count=1)  # the state's seq may lag
             pipe.hset(state, mapping={"worker": self._worker_id,
                                       "conn": client_name(self._worker_id)})
             pipe.hdel(state, "handed")
             pipe.expire(state, keys.JOB_STATE_TTL_S)
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
-            cancelled, tries, (sent, seq, worker, at, handed, preempted), *_ = \
+            cancelled, tries, (sent, seq, worker, at, handed, preempted), last, *_ = \
                 await pipe.execute()
+        logged = int(_text(last[0][0]).split("-")[1]) if last else 0  # entry 0-<seq + 1>
         return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
-                     next_seq=int(seq or sent or 0),
+                     next_seq=max(int(seq or sent or 0), logged),
                      previous_worker=_text(worker) if worker else "",
                      last_event_ms=int(at or 0), handed=bool(handed),
                      preempted=int(preempted or 0))

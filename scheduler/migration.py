@@ -59,6 +59,8 @@ async def read_continuation(redis: Redis, job_id: str, migrations: int = 1,
     """The job's continuation from its event log in Redis (see continuation_from)."""
     entries = await redis.xrange(keys.job_event_log(job_id), "-", "+")
     envelopes = [ENVELOPE.validate_json(fields[b"e"]) for _, fields in entries]
+    if entries:  # when its worker last wrote (the job state's `at` is written now and then)
+        died_at_ms = max(died_at_ms, int(entries[-1][1].get(b"a", 0)))
     return continuation_from(envelopes, migrations, died_at_ms)
 
 

@@ -55,8 +55,21 @@ def embed_background_queue(model_id: str) -> str:
 
 
 def wake_channel(queue_name: str) -> str:
-    """Published after every enqueue so idle workers poll at once instead of every poll_delay."""
+    """Published when a job is queued and no worker of the queue waits (scheduler/wake.py): its
+    full workers look (preemption); a waiting worker is woken on its own channel instead."""
     return f"{queue_name}:wake"
+
+
+def worker_wake_channel(queue_name: str, worker_id: str) -> str:
+    """One worker's wake channel for `queue_name`: published when a job is queued and this
+    worker waited longest for one (scheduler/wake.py)."""
+    return f"{queue_name}:wake:{worker_id}"
+
+
+def queue_waiters(queue_name: str) -> str:
+    """Sorted set of the wake channels of the workers waiting for a job of `queue_name` (a poll
+    left them room), by when they began to wait (scheduler/wake.py)."""
+    return f"{queue_name}:waiters"
 
 
 def queue_order(queue_name: str) -> str:

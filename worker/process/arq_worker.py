@@ -1,7 +1,8 @@
 """arq's Worker with three changes llamaq needs (see scheduler/leases.py):
 
 - woken by a pub/sub message when a job is enqueued instead of polling every `poll_delay`
-  (which alone would add up to that much to every time to first token);
+  (which alone would add up to that much to every time to first token): one waiting worker
+  per job on its own channel (`wake_me`), not every worker of the queue (scheduler/wake.py);
 - a taken job holds a short lease (arq's in-progress key), renewed by `LeaseKeeper` while the
   job runs, instead of a lock as long as `job_timeout`; a run that lost its lease (a starved
   worker) leaves the job in its queue for the run that continues it (`finish_job`);
@@ -34,6 +35,7 @@ from redis.exceptions import RedisError
 from scheduler.contract import keys
 from scheduler.leases import CLAIM_JOBS
 from scheduler.queue_order import claim_keys
+from scheduler.wake import LEAVE, WAITERS_TTL_MS, wake_queue
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,13 @@ class WakeableWorker(Worker):
         """Whether this worker lost the job's lease while running it (scheduler/leases.py
         `Leases.forget_gone`): the job went on, or goes on, as another run (another worker
         claims it from its queue once the lease lapsed)."""
+        self.wake_me = ""
+        """This worker's own wake channel for its queue (keys.worker_wake_channel): a poll that
+        leaves it room makes it wait on the queue for the next job (scheduler/wake.py); "":
+        it is woken on the queue's shared channel only (every worker of the queue)."""
+        self._called = False
+        """Woken on `wake_me`: a job was queued for this worker, which passes the wake on if it
+        cannot take it."""
         self._claim: AsyncScript | None = None
         self._drained = False
         """The last poll took fewer jobs than it had room for: the queue held no more, and any
@@ -82,6 +91,22 @@ class WakeableWorker(Worker):
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_delay_s)
+        if self.wake_me:
+            with contextlib.suppress(RedisError):
+                await self._leave()
+
+    async def _leave(self) -> None:
+        """Draining: wait for no more jobs. If a job's wake popped this worker already (its
+        message may still be on its way), the wake goes on to another worker."""
+        left = await self.pool.eval(  # type: ignore[misc]
+            LEAVE, 1, keys.queue_waiters(self.queue_name), self.wake_me)
+        if not left or self._called:
+            await wake_queue(self.pool, self.queue_name)
+
+    def call(self) -> None:
+        """A message on `wake_me`: this worker waited longest when a job was queued."""
+        self._called = True
+        self.wake.set()
 
     async def _poll_iteration(self) -> None:
         for job_id, task in list(self.tasks.items()):
@@ -91,15 +116,21 @@ class WakeableWorker(Worker):
         free = self.max_jobs - self.job_counter
         if self.room is not None:
             free = min(free, self.room())
+        called, self._called = self._called, False
         if free <= 0 or not self.taking:
             self._drained = False  # jobs may be waiting: look when one of ours ends
             if self.on_full is not None and self.taking:
                 await self.on_full()
+            if called:  # the job that woke us needs another worker
+                await wake_queue(self.pool, self.queue_name)
             return
         if self._claim is None:  # EVALSHA from now on (loaded again if Redis lost it)
             self._claim = self.pool.register_script(CLAIM_JOBS)
+        waiting: list[str | int] = [keys.queue_waiters(self.queue_name), self.wake_me,
+                                    WAITERS_TTL_MS] if self.wake_me else []
         claimed = await self._claim(keys=claim_keys(self.queue_name, self.model_id), args=[
-            timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000)])
+            timestamp_ms(), free, in_progress_key_prefix, int(self.in_progress_timeout_s * 1000),
+            *waiting])
         self._drained = len(claimed) // 2 < free
         if claimed:
             await self.start_claimed([(_text(claimed[i]), int(float(claimed[i + 1])))
@@ -151,7 +182,8 @@ class WakeableWorker(Worker):
         if not self._drained:
             self.wake.set()
         for other in self.also_wake:
-            other.wake.set()
+            if not other._drained or not other.wake_me:  # a drained waiter: a job wakes it
+                other.wake.set()
 
 
 def _text(value: bytes | str) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,7 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
                  on_lora: Callable[[], None] = lambda: None) -> None:
     """Wake-ups for our queues, cancellations, reasoning ends and new global LoRA scales of
     our model (`on_lora`), on one pub/sub connection."""
-    by_channel = {keys.wake_channel(w.queue_name): w for w in workers}
+    by_channel = wake_channels(workers)
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
     watched = WatchedPubSub(pubsub)  # polls: the client's reply timeout is not for idle reads
     retry_s = 0.0
@@ -131,6 +131,8 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
             await pubsub.subscribe(keys.CANCEL_CHANNEL, keys.CONTROL_CHANNEL, keys.LORA_CHANNEL,
                                    *by_channel)
             watched.restart()
+            for worker in workers:  # a wake published while we did not listen was lost
+                worker.wake.set()
             retry_s = 0.0
             while True:
                 if (message := await watched.get_message()) is not None:
@@ -145,8 +147,20 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
             retry_s = REDIS_RETRY_S
 
 
+def wake_channels(workers: Iterable[WakeableWorker]) -> dict[str, Callable[[], None]]:
+    """The wake channels a worker process listens to, and what each message on them does:
+    a queue's shared channel makes its worker look (its full workers, preemption), a
+    worker's own channel calls it (a job for it: scheduler/wake.py)."""
+    by_channel: dict[str, Callable[[], None]] = {}
+    for worker in workers:
+        by_channel[keys.wake_channel(worker.queue_name)] = worker.wake.set
+        if worker.wake_me:
+            by_channel[worker.wake_me] = worker.call
+    return by_channel
+
+
 def on_message(parts: WorkerParts, message: dict[str, Any],
-               by_channel: dict[str, WakeableWorker],
+               by_channel: dict[str, Callable[[], None]],
                on_lora: Callable[[], None] = lambda: None) -> None:
     if message["type"] != "message":
         return
@@ -166,4 +180,4 @@ def on_message(parts: WorkerParts, message: dict[str, Any],
         if data == parts.model_id:
             on_lora()
     elif channel in by_channel:
-        by_channel[channel].wake.set()
+        by_channel[channel]()

@@ -341,6 +341,7 @@ class WorkerRuntime:
             job_deserializer=deserialize_job, log_results=False,
         )
         worker.model_id = self.parts.model_id
+        worker.wake_me = keys.worker_wake_channel(queue, self.parts.worker_id)
         worker.lease_gone = self.parts.leases.forget_gone
         return worker
 

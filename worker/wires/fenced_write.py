@@ -4,15 +4,16 @@ A worker starved of CPU (not dead) can miss its lease renewals: the lease lapses
 worker takes the job and continues it from the job's event log, and the starved worker, once it
 runs again, would write on: two runs numbering events in one sequence, each seq taken by
 whichever run came first, so a client reading in seq order could skip a token (one run's seq s
-is the other's s + 1). The check and the writes are one Lua script per job and batch (atomic):
-the events of a run whose lease is gone are never logged nor announced, and the continuing
+is the other's s + 1). The checks and the writes are one Lua script per batch (atomic): the
+events of a run whose lease is gone are never logged nor announced, and the continuing
 worker, which takes the lease before it reads the log, reads every event the old run wrote.
 
-Owns: the lease-fenced write of one job's events (log, announcement, job state). Does not own:
+Owns: the lease-fenced write of a batch's events (log, announcement, job state). Does not own:
 the numbering and retries (worker/wires/publisher.py), the leases (scheduler/leases.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from redis.asyncio.client import Pipeline
@@ -21,48 +22,94 @@ from scheduler.contract import keys
 from scheduler.contract.results import EventEnvelope
 
 FENCED_WRITE = """
--- KEYS: the job's owner key, event log, state, pub/sub channel.
--- ARGV: worker id, log ttl (s), state ttl (s), sent, next seq, at (ms), log maxlen,
--- the last event's MINID ('' = trim to maxlen), then per event: entry id, data, announcement.
--- Returns 0 (nothing written) when the lease is not this worker's, else 1.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-local n = (#ARGV - 8) / 3
-for i = 0, n - 1 do
-  local at = 9 + 3 * i
-  local added
-  if i == n - 1 and ARGV[8] ~= '' then
-    added = redis.pcall('XADD', KEYS[2], 'MINID', ARGV[8], ARGV[at], 'e', ARGV[at + 1])
+-- The events of several jobs, each written only while its lease is this worker's.
+-- KEYS: per job its owner key, event log, state, pub/sub channel.
+-- ARGV: worker id, log ttl (s), state ttl (s), log maxlen, then per job: its number of
+-- events n, sent, next seq, at (ms), the last event's MINID ('' = trim to maxlen), whether
+-- to set the log's and state's expiry ('1'/'0'), whether to write the state ('1'/'0'), then
+-- n times: entry id, data, announcement. The last event's entry carries `a`, the time (ms):
+-- the log says when its job last wrote, the state only now and then (FencedJob.state).
+-- Returns per job 0 (nothing written: the lease is not this worker's) or 1.
+local written = {}
+local at = 5
+for j = 0, #KEYS / 4 - 1 do
+  local owner, log, state, channel = KEYS[4 * j + 1], KEYS[4 * j + 2], KEYS[4 * j + 3],
+                                     KEYS[4 * j + 4]
+  local n = tonumber(ARGV[at])
+  local sent, next_seq, at_ms, minid, ttls = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3],
+                                             ARGV[at + 4], ARGV[at + 5] == '1'
+  local state_too = ARGV[at + 6] == '1'
+  at = at + 7
+  if redis.call('GET', owner) ~= ARGV[1] then
+    written[#written + 1] = 0
   else
-    added = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], ARGV[at], 'e', ARGV[at + 1])
+    for i = 0, n - 1 do
+      local e = at + 3 * i
+      local added
+      if i == n - 1 and minid ~= '' then
+        added = redis.pcall('XADD', log, 'MINID', minid, ARGV[e], 'e', ARGV[e + 1],
+                            'a', at_ms)
+      elseif i == n - 1 then
+        added = redis.pcall('XADD', log, 'MAXLEN', '~', ARGV[4], ARGV[e], 'e', ARGV[e + 1],
+                            'a', at_ms)
+      else
+        added = redis.pcall('XADD', log, 'MAXLEN', '~', ARGV[4], ARGV[e], 'e', ARGV[e + 1])
+      end
+      -- a retry of a batch whose answer was lost finds its entries in: not an error
+      if type(added) == 'table' and added.err
+          and not string.find(added.err, 'equal or smaller') then
+        return added
+      end
+      redis.call('PUBLISH', channel, ARGV[e + 2])
+    end
+    if ttls then redis.call('EXPIRE', log, ARGV[2]) end
+    if state_too then redis.call('HSET', state, 'sent', sent, 'seq', next_seq, 'at', at_ms) end
+    if ttls then redis.call('EXPIRE', state, ARGV[3]) end
+    written[#written + 1] = 1
   end
-  -- a retry of a batch whose answer was lost finds its entries in: not an error
-  if type(added) == 'table' and added.err and not string.find(added.err, 'equal or smaller') then
-    return added
-  end
-  redis.call('PUBLISH', KEYS[4], ARGV[at + 2])
+  at = at + 3 * n
 end
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'sent', ARGV[4], 'seq', ARGV[5], 'at', ARGV[6])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-return 1
+return written
 """
 
 
-def add_fenced(pipe: Pipeline, worker_id: str, job_id: str,
-               events: list[tuple[EventEnvelope, bytes, bytes]], sent: int, at_ms: int,
-               keep_from: int | None) -> None:
-    """Queue on `pipe` the write of one job's events (`(envelope, data, announcement)`, in
-    order), done only while `worker_id` holds the job's lease: the pipeline's answer for it is
-    1, or 0 when the lease is gone. `keep_from`: the log loses its events before that seq
-    (worker/wires/event_log_budget.py); else it is cut to about EVENT_LOG_MAXLEN. EVAL, not
-    EVALSHA: a script in a pipeline would cost redis-py a SCRIPT EXISTS round trip."""
-    args: list[str | bytes | int] = [
-        worker_id, keys.EVENT_LOG_TTL_S, keys.JOB_STATE_TTL_S, sent, events[-1][0].seq + 1,
-        at_ms, keys.EVENT_LOG_MAXLEN, "" if keep_from is None else f"0-{keep_from + 1}"]
-    for envelope, data, announced in events:
-        args += [f"0-{envelope.seq + 1}", data, announced]
-    pipe.eval(FENCED_WRITE, 4, keys.job_owner(job_id), keys.job_event_log(job_id),
-              keys.job_state(job_id), keys.job_events(job_id),
+@dataclass(frozen=True)
+class FencedJob:
+    """One job's part of a fenced write."""
+
+    job_id: str
+    events: list[tuple[EventEnvelope, bytes, bytes]]
+    """(envelope, data, announcement), in order."""
+    sent: int
+    keep_from: int | None
+    """The log loses its events before that seq (worker/wires/event_log_budget.py); None: it
+    is cut to about EVENT_LOG_MAXLEN."""
+    ttls: bool
+    """Set the log's and the state's expiry (worker/wires/publisher.py TTL_REFRESH_S)."""
+    state: bool
+    """Write the job state's `sent`, `seq` and `at` (issue 44: not with every flush, one
+    command a token). A reader needs of them only what the log cannot say cheaply: whether
+    the job sent output (`sent` > 0: it is written when that turns true), and `seq` while
+    `sent` is 0 (only "started" events, each its run's first write, which writes the state);
+    the next seq is the log's last entry (scheduler/leases.py `Leases.start`) and `at` its
+    `a` (scheduler/migration.py)."""
+
+
+def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int) -> None:
+    """Queue on `pipe` the write of several jobs' events in one script (one EVAL a flush, not
+    one a job: issue 44), each job's done only while `worker_id` holds its lease: the
+    pipeline's answer is a list, per job of `jobs`, of 1, or 0 when its lease is gone. EVAL,
+    not EVALSHA: a script in a pipeline would cost redis-py a SCRIPT EXISTS round trip."""
+    names: list[str] = []
+    args: list[str | bytes | int] = [worker_id, keys.EVENT_LOG_TTL_S, keys.JOB_STATE_TTL_S,
+                                     keys.EVENT_LOG_MAXLEN]
+    for job in jobs:
+        names += [keys.job_owner(job.job_id), keys.job_event_log(job.job_id),
+                  keys.job_state(job.job_id), keys.job_events(job.job_id)]
+        args += [len(job.events), job.sent, job.events[-1][0].seq + 1, at_ms,
+                 "" if job.keep_from is None else f"0-{job.keep_from + 1}",
+                 "1" if job.ttls else "0", "1" if job.state else "0"]
+        for envelope, data, announced in job.events:
+            args += [f"0-{envelope.seq + 1}", data, announced]
+    pipe.eval(FENCED_WRITE, len(names), *names,
               *cast(list[str], args))  # redis-py takes bytes and ints as well

@@ -39,7 +39,7 @@ from scheduler.leases import Leases
 from worker.engine.loop import JobEvent
 from worker.wires.coalesce import can_wait, coalesce
 from worker.wires.event_log_budget import EventLogBudget
-from worker.wires.fenced_write import add_fenced
+from worker.wires.fenced_write import FencedJob, add_fenced
 from worker.wires.result_offload import ResultOffload
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,11 @@ ENDS = ("final", "stored_final", "error")
 """Event kinds that end a job (the results first)."""
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 1.0
+TTL_REFRESH_S = keys.EVENT_LOG_TTL_S / 10
+"""How often a running job's log and state have their expiry set again (issue 44: an EXPIRE
+of each with every event was two of a token's ~6 Redis commands): with its first write, its
+last (so each expires its full TTL after the job's last event), and at least this often
+between (a log never has less than 90 % of its TTL left while its job runs)."""
 
 
 def announcement(envelope_json: bytes, seq: int) -> bytes:
@@ -62,10 +67,10 @@ def announcement(envelope_json: bytes, seq: int) -> bytes:
 
 
 def add_event(pipe: Pipeline, envelope: EventEnvelope, data: bytes | None = None,
-              keep_from: int | None = None) -> None:
+              keep_from: int | None = None, ttl: bool = True) -> None:
     """Log the event in the job's stream (entry id 0-<seq+1>), then announce it. `keep_from`:
     the log loses its events before that seq (worker/wires/event_log_budget.py); else it is
-    cut to about EVENT_LOG_MAXLEN."""
+    cut to about EVENT_LOG_MAXLEN. `ttl`: set the log's expiry (see TTL_REFRESH_S)."""
     data = envelope.model_dump_json().encode() if data is None else data
     log_key = keys.job_event_log(envelope.job_id)
     if keep_from is None:
@@ -74,7 +79,8 @@ def add_event(pipe: Pipeline, envelope: EventEnvelope, data: bytes | None = None
     else:
         pipe.xadd(log_key, {"e": data}, id=f"0-{envelope.seq + 1}",
                   minid=f"0-{keep_from + 1}", approximate=False)
-    pipe.expire(log_key, keys.EVENT_LOG_TTL_S)
+    if ttl:
+        pipe.expire(log_key, keys.EVENT_LOG_TTL_S)
     pipe.publish(keys.job_events(envelope.job_id), announcement(data, envelope.seq))
 
 
@@ -119,6 +125,11 @@ class EventPublisher:
         self._last_flush = 0.0
         self._first_token: dict[str, Callable[[int], None]] = {}
         """Called (with the time, ms) once the job's next token event is on Redis."""
+        self._ttls_at: dict[str, float] = {}
+        """When each running job's log and state last had their expiry set (TTL_REFRESH_S)."""
+        self._output_told: dict[str, bool] = {}
+        """Whether the job's state says it sent output (worker/wires/fenced_write.py
+        FencedJob.state: the state is written with a flush only now and then)."""
 
     def from_thread(self, events: list[JobEvent]) -> None:
         """The engine's sink: called from the engine thread."""
@@ -154,6 +165,8 @@ class EventPublisher:
         goes back to the queue); whoever awaits the job gets `reason`."""
         self._dropped.add(job_id)
         self._next_seq.pop(job_id, None)
+        self._ttls_at.pop(job_id, None)
+        self._output_told.pop(job_id, None)
         self._budget.forget(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
@@ -241,12 +254,16 @@ class EventPublisher:
             if self._leases is not None and self._leases.holds(envelope.job_id):
                 fenced.setdefault(envelope.job_id, []).append(
                     (envelope, data, announcement(data, envelope.seq)))
-        deadline = time.monotonic() + keys.PUBLISH_GRACE_S
+        now = time.monotonic()
+        ttls = {job_id for job_id in last if self._ttls_due(job_id, now)
+                or self._ends(envelopes, job_id)}
+        states = ttls | {job_id for job_id in last  # whether it sent output: as it turns true
+                         if self._shown.get(job_id, 0) > 0 and not self._output_told.get(job_id)}
+        deadline = now + keys.PUBLISH_GRACE_S
         delay = RETRY_FIRST_S
         while True:
             try:
                 at_ms = timestamp_ms()
-                answers: dict[str, int] = {}
                 async with self._redis.pipeline(transaction=False) as pipe:
                     if ends:
                         self._before_results(pipe)
@@ -256,23 +273,33 @@ class EventPublisher:
                             continue
                         cut = (keep_from[envelope.job_id, envelope.seq]
                                if last[envelope.job_id] == envelope.seq else None)
-                        add_event(pipe, envelope, data, cut)
+                        add_event(pipe, envelope, data, cut,  # once a job a flush
+                                  envelope.job_id in ttls
+                                  and last[envelope.job_id] == envelope.seq)
                         next_seq[envelope.job_id] = envelope.seq + 1
                     for job_id, seq in next_seq.items():  # a re-run must know what went out
                         pipe.hset(keys.job_state(job_id), mapping={
                             "sent": str(self._shown.get(job_id, 0)), "seq": str(seq),
                             "at": str(at_ms)})
-                        pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
-                    for job_id, written in fenced.items():
-                        answers[job_id] = len(pipe)
-                        add_fenced(pipe, self._worker_id(), job_id, written,
-                                   self._shown.get(job_id, 0), at_ms,
-                                   keep_from[job_id, last[job_id]])
+                        if job_id in ttls:
+                            pipe.expire(keys.job_state(job_id), keys.JOB_STATE_TTL_S)
+                    answer = len(pipe)
+                    if fenced:
+                        add_fenced(pipe, self._worker_id(), [
+                            FencedJob(job_id, written, self._shown.get(job_id, 0),
+                                      keep_from[job_id, last[job_id]], job_id in ttls,
+                                      job_id in states)
+                            for job_id, written in fenced.items()], at_ms)
                     if self._leases is not None:
                         self._leases.release_on(pipe, released)
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
-                return {job_id for job_id, at in answers.items() if results[at] == 0}
+                self._ttls_at.update(dict.fromkeys(ttls, now))
+                self._output_told.update({j: self._shown.get(j, 0) > 0 for j in states})
+                if not fenced:
+                    return set()
+                return {job_id for job_id, ok in zip(fenced, results[answer], strict=True)
+                        if not ok}
             except RedisError as error:
                 if time.monotonic() >= deadline:
                     log.error("could not send %d events for %gs (%s); ending their jobs",
@@ -281,6 +308,13 @@ class EventPublisher:
                 log.warning("could not send %d events (%s); retrying", len(envelopes), error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+    def _ttls_due(self, job_id: str, now: float) -> bool:
+        return now - self._ttls_at.get(job_id, -TTL_REFRESH_S) >= TTL_REFRESH_S
+
+    @staticmethod
+    def _ends(envelopes: list[EventEnvelope], job_id: str) -> bool:
+        return any(e.job_id == job_id and e.event.kind in ENDS for e in envelopes)
 
     def _worker_id(self) -> str:
         return "" if self._leases is None else self._leases.worker_id
@@ -318,6 +352,9 @@ class EventPublisher:
 
     def _finish(self, job_id: str, ok: bool) -> None:
         self._next_seq.pop(job_id, None)
+        self._ttls_at.pop(job_id, None)
+        self._output_told.pop(job_id, None)
+        self._output_told.pop(job_id, None)
         self._budget.forget(job_id)
         self._first_token.pop(job_id, None)
         self._shown.pop(job_id, None)

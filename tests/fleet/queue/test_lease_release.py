@@ -116,3 +116,25 @@ async def wait_for_log(redis: Redis, job_id: str, count: int) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"the log of job {job_id} never held {count} events")
+
+
+async def test_one_flush_writes_the_jobs_it_holds_and_refuses_the_others(
+        redis: Redis, publishing: tuple[Leases, EventPublisher]) -> None:
+    """The events of several jobs go out in one script (issue 44): each job's are written
+    only while its lease is this worker's, whatever the others' leases."""
+    leases, publisher = publishing
+    kept, taken = uuid.uuid4().hex, uuid.uuid4().hex
+    for job_id in (kept, taken):
+        await leases.start(job_id)
+    await redis.set(keys.job_owner(taken), "w2", px=3000)
+    done = {job_id: publisher.expect(job_id) for job_id in (kept, taken)}
+    publisher.publish([(job_id, event) for job_id in (kept, taken) for event in (
+        TokenEvent(content=" a", tokens=[1]), FinalEvent(result=TokenizeResult(tokens=[1])))])
+    await asyncio.wait_for(done[kept], 10)
+    with pytest.raises(Unavailable, match="lease lost"):
+        await asyncio.wait_for(done[taken], 10)
+    assert await redis.xlen(keys.job_event_log(kept)) == 2
+    assert await redis.hget(keys.job_state(kept), "seq") == b"2"  # type: ignore[misc]
+    assert await redis.xlen(keys.job_event_log(taken)) == 0
+    assert await redis.get(keys.job_owner(taken)) == b"w2"
+    await leases.release(taken)

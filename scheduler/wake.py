@@ -1,0 +1,75 @@
+"""Waking one idle worker per queued job instead of every worker of the queue (issue 44: the
+thundering herd: each wake cost every idle worker a claim script, so a job's Redis commands
+grew with the idle workers).
+
+A worker whose poll of a queue leaves it room (it took fewer jobs than it could: the queue held
+no more) adds its own wake channel to the queue's waiters (`keys.queue_waiters`, scored by when
+it began to wait) in the claim script itself (`WAIT_FOR_JOBS`, scheduler/leases.py
+CLAIM_JOBS), so that a job queued after that claim cannot miss it; a poll that fills it takes it
+out. Queuing a job (scheduler/client.py ENQUEUE; `wake_queue` after a job is moved to a queue)
+pops the waiter that waited longest and publishes to its channel; a channel nobody listens to
+any more (its worker died, or its connection is down) is dropped and the next one tried. When
+no worker waits, every worker of the queue is full: the queue's shared wake channel
+(`keys.wake_channel`) tells them, as before, which costs a full worker no Redis command (its
+poll finds no room) unless it may preempt (worker/process/preempt.py). A woken worker that
+cannot take the job (it filled up meanwhile, or drains) passes the wake on (`WAKE`); a worker
+that took as many jobs as it had room for looks at the queue again when one of its jobs ends.
+Polling every --poll-delay stays the safety net (a wake lost with its connection)."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from scheduler.contract import keys
+
+WAKE_ONE = """
+local function wake_one(waiters, everyone)
+  while true do
+    local popped = redis.call('ZPOPMIN', waiters)
+    if #popped == 0 then break end
+    if redis.call('PUBLISH', popped[1], '1') > 0 then return 1 end
+  end
+  if everyone then redis.call('PUBLISH', everyone, '1') end
+  return 0
+end
+"""
+"""`wake_one(waiters, everyone)`: publish to the channel of the longest waiting worker of
+`waiters` that still listens (1), else on `everyone` (a channel, or nil: nobody) (0)."""
+
+WAIT_FOR_JOBS = """
+local function wait_for_jobs(waiters, channel, waiting, ttl_ms)
+  if waiting then
+    if redis.call('ZADD', waiters, 'NX', now_ms, channel) == 1 then
+      redis.call('PEXPIRE', waiters, ttl_ms)
+    end
+  else
+    redis.call('ZREM', waiters, channel)
+  end
+end
+"""
+"""`wait_for_jobs(waiters, channel, waiting, ttl_ms)`: a worker's wake `channel` joins (keeping
+its place if it waits already) or leaves a queue's `waiters` (needs LUA_NOW_MS's now_ms)."""
+
+WAKE = WAKE_ONE + """
+-- KEYS[1]: a queue's waiters; ARGV[1]: the queue's shared wake channel ("": none).
+-- Wakes the worker that waited longest (or, with none waiting, the queue's full workers).
+local everyone = ARGV[1]
+if everyone == '' then everyone = nil end
+return wake_one(KEYS[1], everyone)
+"""
+
+LEAVE = """
+-- KEYS[1]: a queue's waiters; ARGV[1]: a worker's wake channel. The worker stops waiting.
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+WAITERS_TTL_MS = int(keys.JOB_TTL_S * 1000)
+"""A queue's waiters expire with a job's TTL after a worker last began to wait (a model whose
+workers all went away leaves no set behind)."""
+
+async def wake_queue(redis: Redis, queue_name: str) -> bool:
+    """Wake one worker waiting on `queue_name` (a job was just put there); False: none waited
+    (its full workers were told on the shared channel)."""
+    woken = await redis.eval(  # type: ignore[misc]
+        WAKE, 1, keys.queue_waiters(queue_name), keys.wake_channel(queue_name))
+    return bool(woken)
