@@ -16,9 +16,10 @@ priority (`lower_cpu_priority`, worker/runtime/compute_threads.py).
 
 Owns: the threads and their queues, the decodes, reading embeddings back (pooled per sequence or
 one row per token), the decode counters. Hands off: tokenizing and the size checks
-(worker/embed/inputs.py), what a decode takes (worker/embed/queue.py), the batch (the engine's
-StepBatch), normalization and the job's answer (worker/embed/pooling.py), media chunks
-(worker/runtime/media.py). Threads: other threads only append to `_waiting`/`_cancelled` and
+(worker/embed/inputs.py), what a decode takes (worker/embed/queue.py, by the engine's rule for
+prompts that go whole, worker/engine/admission.py), the batch (the engine's StepBatch), media
+chunks (the engine's, worker/engine/prefill.py), normalization and the job's answer
+(worker/embed/pooling.py). Threads: other threads only append to `_waiting`/`_cancelled` and
 raise the abort flag under `_wake`.
 """
 
@@ -43,6 +44,7 @@ from scheduler.contract.results import (
 from scheduler.registry import WorkerMetrics
 from worker.embed.pooling import Pooling, finished_rows, job_result
 from worker.embed.queue import EmbedRequest, Sequence, take_step
+from worker.engine.prefill import media_chunks
 from worker.engine.step_batch import StepBatch
 from worker.runtime.compute_threads import INTERVAL_S, CpuSample, lower_cpu_priority
 from worker.runtime.model import LoadedModel
@@ -227,13 +229,11 @@ class Embedder:
         if step[0].input.media is not None:
             self._decode_media(step[0])
             return
-        batch, n = self._batch, 0
+        n = 0
         for seq_id, sequence in enumerate(step):
-            for pos, token in enumerate(sequence.input.tokens):
-                batch.put(n, token, pos, seq_id, True)
-                n += 1
+            n = self._batch.put_span(n, sequence.input.tokens, 0, seq_id, True, False)
         started = time.perf_counter()
-        status = lc.llama_decode(self.model.ctx, batch.view(0, n))
+        status = lc.llama_decode(self.model.ctx, self._batch.view(0, n))
         elapsed = time.perf_counter() - started
         with self._wake:  # before any result goes out
             self._abortable = False
@@ -277,10 +277,11 @@ class Embedder:
     def _decode_media(self, sequence: Sequence) -> None:
         """An input with media, alone in sequence 0, as llama-server's slot decodes it: its
         text pieces and media chunks in order into the KV cache (a media chunk's embeddings in
-        decodes of their own, worker/runtime/media.py), every text token an output. The answer is
-        what the last decode gives, as llama-server reads it after the prompt's last batch: pooled
-        over the text after the last media chunk (that text attends to everything before it),
-        or with pooling none one row per token of that text."""
+        decodes of their own: the engine's media_chunks, worker/engine/prefill.py), every text
+        token an output. The answer is what the last decode gives, as llama-server reads it
+        after the prompt's last batch: pooled over the text after the last media chunk (that
+        text attends to everything before it), or with pooling none one row per token of that
+        text."""
         media, tokens = sequence.input.media, sequence.input.tokens
         projector = self.model.projector
         assert media is not None
@@ -292,15 +293,12 @@ class Embedder:
         pos, n_last = 0, 0
         try:
             while pos < len(tokens):
-                span = media.span_at(pos)
-                if span is not None:
-                    projector.evaluate(ctx, span, 0, self.n_batch)
+                for span in media_chunks(projector, ctx, media, pos, 0, self.n_batch):
                     pos, n_last = span.end, 0
-                    continue
-                end = media.text_end(pos)
-                shift = media.pos_of(pos) - pos  # M-RoPE chunks take fewer positions
-                for n, p in enumerate(range(pos, end)):
-                    batch.put(n, tokens[p], p + shift, 0, True)
+                if pos == len(tokens):
+                    break
+                end = media.text_end(pos)  # M-RoPE chunks take fewer positions than tokens
+                batch.put_span(0, tokens[pos:end], media.pos_of(pos), 0, True, False)
                 status = lc.llama_decode(ctx, batch.view(0, end - pos))
                 if status != 0:
                     raise ServerError(f"llama_decode failed with status {status}")

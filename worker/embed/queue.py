@@ -1,10 +1,11 @@
 """What waits for the embedder: a job's inputs as sequences, and what the next decode takes of
 a queue (pure: no llama.cpp; the embedder's threads hold the queues, worker/embed/embedder.py).
 
-A decode takes sequences in arrival order while they fit: at most n_seq_max sequences and
-n_batch tokens (an embedding worker's logical batch is its physical one, as llama-server forces
-it), each sequence whole. An input with media goes alone (its chunks decode in steps of their
-own, worker/runtime/media.py).
+A decode takes sequences in arrival order while they fit, by the engine's rule for prompts that
+go whole (worker/engine/admission.py `whole_prompts`): at most n_seq_max sequences and n_batch
+tokens (an embedding worker's logical batch is its physical one, as llama-server forces it).
+An input with media goes alone (its chunks decode in steps of their own, the engine's
+media_chunks in worker/engine/prefill.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from scheduler.contract.errors import ErrorInfo
 from scheduler.contract.jobs import EmbeddingJob, RerankJob
 from scheduler.contract.results import EmbeddingResult, RerankResult
 from worker.embed.inputs import Prepared
+from worker.engine.admission import whole_prompts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,16 +55,7 @@ class Sequence:
 
 def take_step(queue: deque[Sequence], n_seq_max: int, n_batch: int) -> list[Sequence]:
     """The next decode's sequences, taken from the front of `queue`."""
-    step: list[Sequence] = []
-    n_tokens = 0
-    while queue and len(step) < n_seq_max:
-        if queue[0].input.media is not None:
-            if not step:
-                step.append(queue.popleft())
-            break
-        size = len(queue[0].input.tokens)
-        if n_tokens + size > n_batch:
-            break
-        step.append(queue.popleft())
-        n_tokens += size
-    return step
+    if queue and queue[0].input.media is not None:
+        return [queue.popleft()]
+    sizes = (n_batch + 1 if s.input.media is not None else len(s.input.tokens) for s in queue)
+    return [queue.popleft() for _ in range(whole_prompts(sizes, n_seq_max, n_batch))]

@@ -3,7 +3,8 @@
 Owns: the queue of requests waiting for a slot, the choice of slot for each (worker/kv/slots.py
 `pick_slot`), the rules that hold a request back (no idle slot; continuous batching off while
 anything runs; a twin of its prompt still being evaluated, whose cache it will copy), and how a
-step's token budget (-b) is shared among prompts in prefill.
+step's token budget (-b) is shared among prompts in prefill (split, `prompt_chunks`) or taken
+by prompts that go whole (`whole_prompts`: the embedder's).
 Does not own: llama.cpp (no KV-cache calls here: the engine starts a run on the slot it is
 given), threads (the engine thread alone calls it; requests arrive through the engine's lock,
 which is held only to hand them over).
@@ -113,6 +114,19 @@ def prompt_chunks(n_generating: int, prefilling: list[tuple[int, int]],
         budget -= end - done
         ends.append(end)
     return ends
+
+
+def whole_prompts(sizes: Iterable[int], n_seqs: int, n_batch: int) -> int:
+    """Prompts that cannot be split (embeddings: each is decoded whole in one batch, as
+    llama-server's non-causal prompts): how many of `sizes`, taken from the front in order,
+    go into one step of at most `n_seqs` sequences and `n_batch` tokens."""
+    taken = n_tokens = 0
+    for size in sizes:
+        if taken == n_seqs or n_tokens + size > n_batch:
+            break
+        taken += 1
+        n_tokens += size
+    return taken
 
 
 BACKGROUND_STEP_S = 0.05

@@ -316,17 +316,23 @@ class Engine:
         n = 0
         for slot_id in plan.generate:
             active = self._active[slot_id]
-            n = self._add(n, active.next_token, position(active, len(active.slot.tokens)),
-                          active, True)
+            self._batch.put(n, active.next_token, position(active, len(active.slot.tokens)),
+                            slot_id, True)
+            active.slot.tokens.append(active.next_token)
+            active.batch_index, n = n, n + 1
             if self._spec is not None:
                 n = self._spec.add_draft(self._batch, n, active)
         for chunk in plan.prompts:
             active = self._active[chunk.slot_id]
             self._prefill.take_checkpoint(active, chunk.end)
             prompt = active.request.prompt_tokens
-            shift = position(active, chunk.start) - chunk.start
-            for pos in range(chunk.start, chunk.end):  # text: no media chunk in between
-                n = self._add(n, prompt[pos], pos + shift, active, pos == len(prompt) - 1)
+            text = prompt[chunk.start:chunk.end]  # no media chunk in between
+            ends = chunk.end == len(prompt)  # the prompt's last token: its logits
+            n = self._batch.put_span(n, text, position(active, chunk.start),
+                                     active.slot.slot_id, False, ends)
+            active.slot.tokens.extend(text)
+            if ends and text:
+                active.batch_index = n - 1
             active.last_prompt_index = n - 1
             active.prompt_done = chunk.end
         return n
@@ -372,13 +378,6 @@ class Engine:
         lc.llama_set_n_threads(self.model.ctx, n_threads, n_threads_batch)
         log.info("computing with %d thread(s) (%d for prompts): other processes used %.2f of "
                  "%d cores", n_threads, n_threads_batch, threads.others_cores, threads.cores)
-
-    def _add(self, n: int, token: int, pos: int, active: SlotRun, logits: bool) -> int:
-        self._batch.put(n, token, pos, active.slot.slot_id, logits)
-        active.slot.tokens.append(token)
-        if logits:
-            active.batch_index = n
-        return n + 1
 
     def metrics_snapshot(self) -> WorkerMetrics:
         return self.metrics.model_copy(update={"requests_processing": len(self._active)

@@ -1,6 +1,6 @@
 """A prompt's way into a slot's cache, step by step: where this step's chunk may end, the
 context checkpoint before it, the KV tier's state at its boundary, and media chunks evaluated
-in decodes of their own.
+in decodes of their own (`media_chunks`, which the embedder's media inputs take too).
 
 Owns: those per-run decisions and the llama.cpp calls they make; the engine decides when
 (worker/engine/loop.py), the step's plan how much (worker/engine/step_plan.py).
@@ -9,7 +9,9 @@ Owns: those per-run decisions and the llama.cpp calls they make; the engine deci
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import llama_cpp as lc
 
 from scheduler.contract.errors import LlamaqError
 from scheduler.registry import WorkerMetrics
@@ -17,6 +19,7 @@ from worker.engine.slot_run import SlotRun
 from worker.kv import moves as kv_moves
 from worker.kv.checkpoints import CheckpointRules
 from worker.kv.snapshots import save_slot
+from worker.runtime.media import MediaPrompt, MediaSpan, Projector
 from worker.runtime.model import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -69,9 +72,8 @@ class Prefill:
             if media is None or projector is None or not active.prefilling:
                 continue
             try:
-                while (span := media.span_at(active.prompt_done)) is not None:
-                    projector.evaluate(self._model.ctx, span, active.slot.slot_id,
-                                       self._model.plan.n_batch)
+                for span in media_chunks(projector, self._model.ctx, media, active.prompt_done,
+                                         active.slot.slot_id, self._model.plan.n_batch):
                     active.slot.tokens.extend(active.request.prompt_tokens[span.start:span.end])
                     active.prompt_done = span.end
                     self._metrics.n_decode_total += 1
@@ -96,6 +98,18 @@ class Prefill:
         if alora is not None and active.prompt_done < alora.pre_end:
             end = min(end, alora.pre_end)  # the base phase ends there (worker/adapters/alora.py)
         return end
+
+
+def media_chunks(projector: Projector, ctx: lc.llama_context_p, media: MediaPrompt, pos: int,
+                 seq_id: int, n_batch: int) -> Iterator[MediaSpan]:
+    """The media chunks of the prompt at index `pos` and right after it into sequence
+    `seq_id`, each in a decode of its own (worker/runtime/media.py); each yielded once it is
+    in the cache. The text before them was decoded already; the text after them is the
+    caller's (the step's batch)."""
+    while (span := media.span_at(pos)) is not None:
+        projector.evaluate(ctx, span, seq_id, n_batch)
+        yield span
+        pos = span.end
 
 
 def mrope(active: SlotRun) -> bool:

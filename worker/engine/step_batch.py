@@ -4,6 +4,7 @@ when the KV cache has no room), and llama-server's words for a failed decode."""
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp as lc
@@ -26,6 +27,17 @@ class StepBatch:
         batch.n_seq_id[n] = 1
         batch.seq_id[n][0] = seq
         batch.logits[n] = logits
+
+    def put_span(self, n: int, tokens: Sequence[int], pos: int, seq: int, every: bool,
+                 last: bool) -> int:
+        """`tokens` from token `n` of the step on, at positions `pos`, `pos` + 1, ... of
+        sequence `seq`; an output for `every` token, or for the `last` one only. Returns the
+        index after them."""
+        for i, token in enumerate(tokens):
+            self.put(n + i, token, pos + i, seq, every)
+        if last and tokens and not every:
+            self.raw.logits[n + len(tokens) - 1] = True
+        return n + len(tokens)
 
     def view(self, off: int, size: int) -> lc.llama_batch:
         """Tokens [off, off + size) of the step's batch, as a batch of their own."""

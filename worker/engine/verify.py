@@ -125,11 +125,10 @@ class Speculation:
         if not spec.draft:
             return n
         spec.base = n - 1
-        pos = len(active.slot.tokens)
-        for i, token in enumerate(spec.draft):
-            batch.put(n + i, token, pos + i, active.slot.slot_id, True)
-            active.slot.tokens.append(token)
-        return n + len(spec.draft)
+        n_end = batch.put_span(n, spec.draft, len(active.slot.tokens), active.slot.slot_id,
+                               True, False)
+        active.slot.tokens.extend(spec.draft)
+        return n_end
 
     def has_draft(self, active: SlotRun) -> bool:
         spec = self.runs.get(active.slot.slot_id)

@@ -11,6 +11,7 @@ from worker.engine.admission import (
     Admission,
     DecodeSpeed,
     prompt_chunks,
+    whole_prompts,
 )
 from worker.kv.slots import SlotCache
 
@@ -128,6 +129,14 @@ def test_prompt_chunks_share_the_batch_in_order() -> None:
     assert prompt_chunks(4, [(3, 10), (0, 10)], 8) == [7, 0]
     assert prompt_chunks(8, [(0, 10)], 8) == [0]
     assert prompt_chunks(0, [], 8) == []
+
+
+def test_whole_prompts_go_in_order_while_sequences_and_tokens_fit() -> None:
+    assert whole_prompts([3, 4, 2, 1], n_seqs=8, n_batch=8) == 2  # 3 + 4, then 2 is over
+    assert whole_prompts([1, 1, 1], n_seqs=2, n_batch=512) == 2
+    assert whole_prompts([8], 4, 8) == 1 and whole_prompts([9, 1], 4, 8) == 0
+    assert whole_prompts([], 4, 8) == 0
+    assert whole_prompts(iter([2, 9, 1]), 4, 8) == 1  # a later small one does not jump ahead
 
 
 def test_decode_speed_sizes_a_batch_lines_prompt_part() -> None:
