@@ -339,3 +339,50 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
         shot(page, "fleet-two-workers")
     finally:
         fleet.stop()
+
+
+def test_tool_call_runs_on_the_pod(redis_url: str, workdir: Path, gemma_path: Path,
+                                   page: Page, api: str, shot: Shot) -> None:
+    """--tools: the UI lists the pod's tools (GET /tools) and offers them to the model; the
+    model's call (forced here with the UI's own custom JSON setting: a 270M base model calls
+    no tool of its own accord) runs on the pod (POST /tools) once allowed, and its result goes
+    back to the model as a `tool` message."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--tools", "get_info", "--ui-config", json.dumps(
+            {"max_tokens": 64, "temperature": 0}))
+        _open(page, f"{url}/")
+        page.get_by_role("button", name="Settings").first.click()
+        page.get_by_role("button", name="Developer").click()
+        page.locator("#customJson").fill(json.dumps(
+            {"tool_choice": {"type": "function", "function": {"name": "get_info"}}}))
+        page.get_by_role("button", name="Save settings").click()
+        chats: list[Request] = []
+        page.on("request", lambda r: chats.append(r) if _is_chat(r) else None)
+        page.get_by_placeholder(PROMPT).fill("What operating system is the server running?")
+        page.keyboard.press("Enter")
+        offered = [t["function"]["name"] for t in _posted(page, chats, 1)[0]["tools"]]
+        assert "get_info" in offered, offered
+        with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/tools"),
+                                 timeout=120_000) as ran:
+            page.get_by_role("button", name="Allow once").click(timeout=120_000)
+        assert json.loads(ran.value.post_data or "{}")["tool"] == "get_info"
+        result = ran.value.response()
+        assert result is not None and result.status == 200
+        assert "Linux" in result.text()
+        again = _posted(page, chats, 2)[1]  # the model asked again, with the result
+        tool = [m for m in again["messages"] if m["role"] == "tool"]
+        assert tool and "Linux" in json.dumps(tool[0]["content"]), again["messages"]
+        shot(page, "chat-server-tool")
+        page.get_by_role("button", name="Stop generation").click()
+    finally:
+        fleet.stop()
+
+
+def _posted(page: Page, chats: list[Request], count: int) -> list[dict[str, Any]]:
+    """The bodies of the first `count` chat requests, once they were sent."""
+    deadline = time.monotonic() + 120
+    while len(chats) < count:
+        assert time.monotonic() < deadline, f"{len(chats)} chat requests, not {count}"
+        page.wait_for_timeout(100)
+    return [json.loads(c.post_data or "{}") for c in chats[:count]]
