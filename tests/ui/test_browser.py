@@ -1,112 +1,145 @@
-"""The web UI end to end in chromium against a fleet serving Gemma 3 270M: a streamed answer,
-stop freeing the slot at once, the API key asked once, --ui-config defaults in the settings, the
-fleet page with two workers and a batch.
+"""llama.cpp's own web UI (the bundle scripts/build-ui builds from the pinned sdist), end to end
+in chromium against a fleet serving Gemma 3 270M: a streamed answer, regenerate, edit, stop
+freeing the slot at once, a text file attached, --ui-config defaults in its settings, an API
+key; and ours beside it, the fleet page at /fleet (two workers, a batch, the tenants) linked
+from the UI.
 
 Gemma 3 270M here is a base model: with the default chatml template an answer may run to its
-max tokens, so each test sets max tokens (small, or large where the answer must be stopped)."""
+max tokens, so each test sets max tokens (--ui-config: small, or large where the answer must be
+stopped)."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Request, expect
 
 from tests.conftest import WORKER_FLAGS, make_fleet
+from tests.processes import Fleet
 from tests.ui.conftest import Shot
 
-ANSWER = ".message.assistant .content"
+PROMPT = "Type a message..."
+USER = ".chat-message-user"
+ASSISTANT = ".chat-message-assistant"
+CHAT_PATH = "/v1/chat/completions"
+SHORT = json.dumps({"max_tokens": 24})
 
 
-def _open_settings(page: Page) -> None:
-    page.get_by_role("button", name="Settings").click()
-    expect(page.locator("section.settings")).to_be_visible()
+@pytest.fixture(scope="module")
+def ui_fleet(redis_url: str, workdir: Path, gemma_path: Path, fleet: Fleet) -> Iterator[str]:
+    """An api pod of the session's worker whose --ui-config keeps answers short."""
+    pods = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    url = pods.add_api("--ui-config", SHORT)
+    pods.wait_healthy(url)
+    yield url
+    pods.stop()
 
 
-def _set_max_tokens(page: Page, value: int) -> None:
-    _open_settings(page)
-    page.fill("input[name=max_tokens]", str(value))
-    page.get_by_role("button", name="Close").click()
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.get_by_placeholder(PROMPT)).to_be_visible()
+    expect(page.get_by_role("button", name="gemma").last).to_be_visible()  # /v1/models read
+
+
+def _is_chat(request: Request) -> bool:
+    return request.method == "POST" and request.url.endswith(CHAT_PATH)
+
+
+def _answered(page: Page, request: Request) -> dict[str, Any]:
+    """Waits for the streamed answer to `request` to end, in the network and on the page;
+    returns the request's body."""
+    response = request.response()
+    assert response is not None and response.status == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    response.finished()
+    expect(page.get_by_role("button", name="Stop generation")).to_have_count(0)
+    return json.loads(request.post_data or "{}")
+
+
+def _send(page: Page, text: str) -> dict[str, Any]:
+    with page.expect_request(_is_chat) as request:
+        page.get_by_placeholder(PROMPT).fill(text)
+        page.keyboard.press("Enter")
+    return _answered(page, request.value)
+
+
+def _answer(page: Page) -> str:
+    return page.locator(ASSISTANT).last.locator(".markdown-content").inner_text()
+
+
+def _user_text(body: dict[str, Any]) -> str:
+    content = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content)
 
 
 def _watch_answer(page: Page) -> None:
-    """Record every length the answer's text takes, to tell a stream from one final write."""
+    """Record every length the newest answer's text takes, to tell a stream from one write."""
     page.evaluate("""() => {
         window.answerLengths = [];
         new MutationObserver(() => {
-            const el = document.querySelector('.message.assistant .content');
-            if (el) window.answerLengths.push(el.textContent.length);
+            const all = document.querySelectorAll('.chat-message-assistant .markdown-content');
+            if (all.length) window.answerLengths.push(all[all.length - 1].textContent.length);
         }).observe(document.body, {childList: true, subtree: true, characterData: true});
     }""")
 
 
-def _finished(page: Page) -> int:
-    return int(page.locator(".chat-layout").get_attribute("data-finished") or 0)
-
-
-def _wait_answered(page: Page, before: int) -> None:
-    """Until the answer asked for after `before` answers has ended."""
-    expect(page.locator(".chat-layout")).to_have_attribute(
-        "data-finished", str(before + 1), timeout=120_000)
-
-
-def _send(page: Page, text: str) -> int:
-    before = _finished(page)
-    page.fill("textarea[name=message]", text)
-    page.get_by_role("button", name="Send").click()
-    return before
-
-
-def test_chat_streams_an_answer(page: Page, api: str, shot: Shot) -> None:
-    page.goto(f"{api}/")
-    expect(page.get_by_label("Model")).to_have_value("gemma")
-    _set_max_tokens(page, 24)
+def test_chat_streams_regenerates_and_edits(page: Page, ui_fleet: str, shot: Shot) -> None:
+    _open(page, f"{ui_fleet}/")
     _watch_answer(page)
-    before = _send(page, "Write a short poem about the sea.")
-    expect(page.locator(".message.user .content")).to_have_text(
+    body = _send(page, "Write a short poem about the sea.")
+    assert body["stream"] is True and body["max_tokens"] == 24  # --ui-config's default
+    assert _user_text(body) == "Write a short poem about the sea."
+    expect(page.locator(USER).locator(".markdown-content")).to_have_text(
         "Write a short poem about the sea.")
-    _wait_answered(page, before)
-    answer = page.locator(ANSWER).inner_text()
+    answer = _answer(page)
     assert answer.strip()
     lengths = sorted(set(page.evaluate("window.answerLengths")))
     assert len([n for n in lengths if 0 < n < len(answer)]) >= 3, lengths  # it grew in steps
-    figures = page.locator(".message.assistant .figures")
-    expect(figures).to_contain_text("tok/s")
-    expect(figures).to_contain_text("cached")
-    assert page.locator(".gen-speed").inner_text() != "– tok/s"
+    expect(page.locator(ASSISTANT).last).to_contain_text("tokens")  # its timings
     shot(page, "chat-streamed")
 
-    # the conversation is kept in the browser: a reload shows it again
-    page.reload()
-    expect(page.locator(".message.user .content")).to_have_text(
-        "Write a short poem about the sea.")
-    expect(page.locator(ANSWER)).not_to_be_empty()
-    assert page.locator(ANSWER).inner_text() == answer
-    stored = page.evaluate("localStorage.getItem('llamaq.conversations')")
-    kept = json.loads(stored)[0]["messages"]
-    assert [m["role"] for m in kept] == ["user", "assistant"] and kept[1]["content"].strip()
+    # regenerate asks again for the same question
+    with page.expect_request(_is_chat) as again:
+        page.locator(ASSISTANT).last.get_by_role("button", name="Regenerate").click()
+    regenerated = _answered(page, again.value)
+    assert regenerated["messages"] == body["messages"]
+    assert _answer(page).strip()
 
-    # regenerate replaces the answer; edit resends the changed question
-    before = _finished(page)
-    page.get_by_role("button", name="Regenerate").click()
-    _wait_answered(page, before)
-    expect(page.locator(".message")).to_have_count(2)
-    assert page.locator(ANSWER).inner_text().strip()
-    page.locator(".message.user").get_by_role("button", name="Edit").click()
-    page.fill(".message.user .edit textarea", "Name three colours.")
-    before = _finished(page)
-    page.get_by_role("button", name="Save & send").click()
-    expect(page.locator(".message.user .content")).to_have_text("Name three colours.")
-    _wait_answered(page, before)
-    expect(page.locator(".message")).to_have_count(2)
-    assert page.locator(ANSWER).inner_text().strip()
+    # edit resends the changed question
+    page.locator(USER).last.get_by_role("button", name="Edit").click()
+    page.get_by_placeholder("Edit your message...").fill("Name three colours.")
+    with page.expect_request(_is_chat) as edited:
+        page.locator(USER).last.get_by_role("button", name="Send").click()
+    assert _user_text(_answered(page, edited.value)) == "Name three colours."
+    expect(page.locator(USER).last.locator(".markdown-content")).to_have_text(
+        "Name three colours.")
+    assert _answer(page).strip()
     shot(page, "chat-edited")
+
+
+def test_text_file_attached_is_sent(page: Page, ui_fleet: str, tmp_path: Path,
+                                    shot: Shot) -> None:
+    note = tmp_path / "note.txt"
+    note.write_text("The secret word is pelican.\n")
+    _open(page, f"{ui_fleet}/")
+    page.locator("input[type=file]").first.set_input_files(str(note))
+    expect(page.get_by_text("note.txt").first).to_be_visible()
+    body = _send(page, "What is the secret word?")
+    sent = _user_text(body)
+    assert "note.txt" in sent and "The secret word is pelican." in sent, sent
+    assert "What is the secret word?" in sent
+    assert _answer(page).strip()
+    shot(page, "chat-text-file")
 
 
 def _busy_slots(url: str, headers: dict[str, str] | None = None) -> int:
@@ -121,26 +154,55 @@ def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: 
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
     try:
         url = fleet.add_api("--ui-config", json.dumps({"max_tokens": 4000}))
-        page.goto(f"{url}/")
-        expect(page.get_by_label("Model")).to_have_value("gemma")
+        _open(page, f"{url}/")
         assert _busy_slots(url) == 0
-        _send(page, "Tell me a very long story about a lighthouse keeper.")
-        expect(page.locator(".message.assistant.streaming")).to_have_count(1)
-        page.wait_for_function(
-            "document.querySelector('.message.assistant .content').textContent.length > 40")
+        page.get_by_placeholder(PROMPT).fill("Tell me a very long story about a lighthouse.")
+        page.keyboard.press("Enter")
+        page.wait_for_function("""() => {
+            const all = document.querySelectorAll('.chat-message-assistant .markdown-content');
+            return all.length && all[all.length - 1].textContent.length > 40;
+        }""")
         assert _busy_slots(url) == 1
-        stop = page.get_by_role("button", name="Stop")
+        stop = page.get_by_role("button", name="Stop generation")
         expect(stop).to_be_visible()
-        stop.click()
+        with page.expect_request(lambda r: r.method == "DELETE") as deleted:
+            stop.click()
         stopped_at = time.monotonic()
+        assert "/v1/stream?conv_id=" in deleted.value.url  # llama-server's stop
         while _busy_slots(url) and time.monotonic() - stopped_at < 5:
             time.sleep(0.02)
         freed_after = time.monotonic() - stopped_at
         print(f"slot idle in /slots {freed_after:.3f} s after Stop")
         assert freed_after < 1.0, f"the slot stayed busy {freed_after:.2f} s after Stop"
-        expect(page.locator(".message.assistant .note")).to_have_text("stopped")
-        expect(page.get_by_role("button", name="Send")).to_be_visible()
+        expect(page.get_by_role("button", name="Stop generation")).to_have_count(0)
+        assert _answer(page).strip()  # what came before the stop is kept
         shot(page, "chat-stopped")
+    finally:
+        fleet.stop()
+
+
+def test_ui_config_defaults_show_in_settings(redis_url: str, workdir: Path, gemma_path: Path,
+                                             page: Page, api: str, tmp_path: Path,
+                                             shot: Shot) -> None:
+    """The UI reads --ui-config-file and --ui-config (whose keys win) from /props
+    `ui_settings` as its defaults, as from llama-server."""
+    config = tmp_path / "ui.json"
+    config.write_text(json.dumps({"systemMessage": "Overridden by --ui-config.", "top_k": 11}))
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
+    try:
+        url = fleet.add_api("--ui-config-file", str(config), "--ui-config", json.dumps(
+            {"systemMessage": "You answer in French.", "temperature": 0.3, "max_tokens": 16}))
+        _open(page, f"{url}/")
+        page.get_by_role("button", name="Settings").first.click()
+        expect(page.locator("#systemMessage")).to_have_value("You answer in French.")
+        page.get_by_role("button", name="Sampling & Penalties").click()
+        expect(page.locator("#temperature")).to_have_value("0.3")
+        expect(page.locator("#top_k")).to_have_value("11")
+        shot(page, "settings-ui-config")
+        page.keyboard.press("Escape")
+        body = _send(page, "Bonjour")  # and a chat sends them
+        assert body["messages"][0] == {"role": "system", "content": "You answer in French."}
+        assert (body["temperature"], body["top_k"], body["max_tokens"]) == (0.3, 11, 16)
     finally:
         fleet.stop()
 
@@ -148,24 +210,40 @@ def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: 
 def test_api_key_is_asked_once(keyed_api: str, page: Page, shot: Shot) -> None:
     url = keyed_api  # the session's worker behind a pod with --api-key sekrit
     page.goto(f"{url}/")
-    expect(page.get_by_text("This server needs an API key")).to_be_visible()
-    shot(page, "api-key-prompt")
-    page.fill("input[name=api-key]", "wrong")
-    page.get_by_role("button", name="Save key").click()
-    expect(page.locator(".key-prompt .error")).to_contain_text("Invalid API Key")
-    page.fill("input[name=api-key]", "sekrit")
-    page.get_by_role("button", name="Save key").click()
-    expect(page.get_by_label("Model")).to_have_value("gemma")
-    _set_max_tokens(page, 16)
-    _wait_answered(page, _send(page, "Hello!"))
-    assert page.locator(ANSWER).inner_text().strip()
-    assert not page.locator(".message.assistant .error").count()
-    page.reload()  # asked once: the key is kept
-    expect(page.get_by_label("Model")).to_have_value("gemma")
-    expect(page.get_by_text("This server needs an API key")).to_have_count(0)
-    page.get_by_role("link", name="Fleet").click()
+    expect(page.get_by_text("Access denied")).to_be_visible()  # /props answered 401
+    page.get_by_role("button", name="Enter API Key").click()
+    page.locator("#api-key-input").fill("sekrit")
+    shot(page, "api-key-asked")
+    page.get_by_role("button", name="Save & Retry").click()
+    expect(page.get_by_placeholder(PROMPT)).to_be_visible()
+    page.reload()  # asked once: the UI keeps it
+    _open(page, f"{url}/")
+    page.get_by_role("button", name="Settings").first.click()
+    page.get_by_role("button", name="Sampling & Penalties").click()
+    page.locator("#max_tokens").fill("8")
+    page.get_by_role("button", name="Save settings").click()
+    _send(page, "Hello!")
+    assert _answer(page).strip()
+    # the fleet page sends the key the UI keeps
+    page.locator("#llamaq-fleet-link").click()
     expect(page.locator(".worker")).not_to_have_count(0)
-    shot(page, "api-key-chat")
+    shot(page, "api-key-fleet")
+
+
+def test_page_under_an_api_prefix(prefixed_api: str, page: Page) -> None:
+    url = prefixed_api  # the session's worker behind a pod with --api-prefix /llm
+    calls: list[str] = []
+    page.on("request", lambda r: calls.append(r.url))
+    page.goto(f"{url}/llm")
+    assert page.url == f"{url}/llm/"
+    expect(page.get_by_role("button", name="gemma").last).to_be_visible()
+    page.locator("#llamaq-fleet-link").click()
+    expect(page.locator(".worker")).not_to_have_count(0)
+    assert page.url == f"{url}/llm/fleet"
+    page.get_by_role("link", name="← chat").click()
+    expect(page.get_by_placeholder(PROMPT)).to_be_visible()
+    assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
+    assert [c for c in calls[1:] if not c.startswith(f"{url}/llm/")] == [], calls
 
 
 def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path: Path,
@@ -184,7 +262,7 @@ def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path:
         answer = httpx.post(f"{url}/completion", headers={"Authorization": "Bearer k-ui-alice"},
                             json={"prompt": "Hi", "n_predict": 2}, timeout=120)
         assert answer.status_code == 200, answer.text
-        page.goto(f"{url}/#/fleet")
+        page.goto(f"{url}/fleet")
         page.fill("input[name=api-key]", "k-ui-ops")
         page.get_by_role("button", name="Save key").click()
         alice = page.locator("tr[data-tenant='ui-alice']")
@@ -197,34 +275,6 @@ def test_fleet_page_shows_the_tenants(redis_url: str, workdir: Path, gemma_path:
         expect(waited.locator(".mean-wait")).to_have_text(re.compile(r"^\d+\.\d\d$"))
         expect(page.locator("tr[data-tenant='ui-ops']")).to_have_count(1)
         expect(page.locator("tr[data-tenant='default']")).to_have_count(1)
-    finally:
-        fleet.stop()
-
-
-def test_ui_config_defaults_show_in_settings(redis_url: str, workdir: Path, gemma_path: Path,
-                                             page: Page, api: str, tmp_path: Path,
-                                             shot: Shot) -> None:
-    config = tmp_path / "ui.json"
-    config.write_text(json.dumps({"systemMessage": "You answer in French.", "top_k": 11}))
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--ui-config-file", str(config),
-                            "--ui-config", json.dumps({"temperature": 0.3, "max_tokens": 64}))
-        page.goto(f"{url}/")
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        _open_settings(page)
-        expect(page.locator("textarea[name=systemMessage]")).to_have_value(
-            "You answer in French.")
-        expect(page.locator("input[name=top_k]")).to_have_value("11")
-        expect(page.locator("input[name=temperature]")).to_have_value("0.3")
-        expect(page.locator("input[name=max_tokens]")).to_have_value("64")
-        expect(page.locator("input[name=top_p]")).to_have_value("0.95")  # built-in default
-        shot(page, "settings-ui-config")
-        page.fill("input[name=top_k]", "5")  # the user's own change wins and is kept
-        page.reload()
-        _open_settings(page)
-        expect(page.locator("input[name=top_k]")).to_have_value("5")
-        expect(page.locator("input[name=temperature]")).to_have_value("0.3")
     finally:
         fleet.stop()
 
@@ -244,7 +294,7 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
             time.sleep(0.2)
         ids = sorted(w["worker_id"] for w in httpx.get(f"{plain}/fleet").json()["workers"])
 
-        page.goto(f"{plain}/#/fleet")
+        page.goto(f"{plain}/fleet")
         expect(page.locator(".worker")).to_have_count(2)
         assert sorted(page.locator(".worker-id").all_inner_texts()) == ids
         expect(page.locator(".worker-model")).to_have_text(["gemma-ui", "gemma-ui"])
@@ -284,144 +334,60 @@ def test_fleet_page_lists_both_workers(redis_url: str, workdir: Path, gemma_path
 
         done = httpx.post(f"{plain}/completion", json={**body, "n_predict": 8}, timeout=120)
         assert done.status_code == 200
-        page.goto(f"{with_metrics}/#/fleet")
+        page.goto(f"{with_metrics}/fleet")
         expect(page.locator(".worker")).to_have_count(2)
-        expect(page.locator(".metrics")).to_contain_text("gen tok/s")
-        generated = page.locator(".metrics .stat", has_text="tokens generated").locator(".value")
+        generated = page.locator(".stat", has_text="tokens generated").locator(".value")
         expect(generated).to_have_text(re.compile(r"^\d+$"))
         assert int(generated.inner_text()) >= 8
-        speed = page.locator(".metrics .stat", has_text="gen tok/s").locator(".value")
+        speed = page.locator(".stat", has_text="gen tok/s").locator(".value")
         expect(speed).not_to_have_text("0.0")
         shot(page, "fleet-two-workers")
     finally:
         fleet.stop()
 
 
-STORED: list[dict[str, Any]] = [{
-    "id": "c1", "title": "Markdown", "updated": 1, "messages": [
-        {"id": "m1", "role": "user", "content": "Show me **code**"},
-        {"id": "m2", "role": "assistant", "model": "gemma",
-         "reasoning": "The user wants a *code* sample.",
-         "content": "# Title\n\nSome **bold** and `inline`.\n\n```python\ndef f(x):\n"
-                    "    return 'hi'  # note\n```\n\n- one\n- two\n\n"
-                    "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>",
-         "timings": {"prompt_n": 12, "prompt_per_second": 345.6, "predicted_n": 30,
-                     "predicted_per_second": 42.1, "cache_n": 5}},
-    ]}]
-
-
-def test_markdown_code_reasoning_and_copy(page: Page, api: str, shot: Shot) -> None:
-    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    page.goto(f"{api}/")
-    page.evaluate("c => localStorage.setItem('llamaq.conversations', JSON.stringify(c))", STORED)
-    page.reload()
-    answer = page.locator(ANSWER)
-    expect(answer.locator("h1")).to_have_text("Title")
-    expect(answer.locator("strong")).to_have_text("bold")
-    expect(answer.locator("li")).to_have_count(2)
-    expect(answer.locator("pre.code code .hljs-keyword").first).to_have_text("def")
-    expect(answer.locator("pre.code .hljs-comment")).to_have_text("# note")
-    expect(answer.locator(".code-lang")).to_have_text("python")
-    assert page.evaluate("window.pwned") is None  # model output runs no script
-    assert answer.locator("script").count() == 0
-    assert answer.locator("img").get_attribute("onerror") is None
-    # the user's text is shown as typed, not as Markdown
-    expect(page.locator(".message.user .content")).to_have_text("Show me **code**")
-
-    reasoning = page.locator(".message.assistant details.reasoning")
-    expect(reasoning).not_to_have_attribute("open", "")
-    expect(reasoning.locator(".markdown")).to_be_hidden()
-    reasoning.locator("summary").click()
-    expect(reasoning.locator(".markdown em")).to_have_text("code")
-
-    figures = page.locator(".message.assistant .figures")
-    expect(figures).to_contain_text("prompt 12 tok")
-    expect(figures.locator(".prompt-speed")).to_have_text("345.6 tok/s")
-    expect(figures.locator(".gen-speed")).to_have_text("42.1 tok/s")
-    expect(figures.locator(".cached")).to_have_text("cached 5")
-
-    page.locator(".message.assistant").get_by_role("button", name="Copy").click()
-    expect(page.locator(".message.assistant").get_by_role("button", name="Copied")).to_be_visible()
-    assert page.evaluate("navigator.clipboard.readText()") == STORED[0]["messages"][1]["content"]
-    shot(page, "markdown-code-reasoning")
-
-
-def test_page_under_an_api_prefix(prefixed_api: str, page: Page) -> None:
-    url = prefixed_api  # the session's worker behind a pod with --api-prefix /llm
-    calls: list[str] = []
-    page.on("request", lambda r: calls.append(r.url))
-    page.goto(f"{url}/llm")
-    assert page.url == f"{url}/llm/"
-    expect(page.get_by_label("Model")).to_have_value("gemma")
-    page.get_by_role("link", name="Fleet").click()
-    expect(page.locator(".worker")).not_to_have_count(0)
-    assert calls[0] == f"{url}/llm"  # redirected to /llm/, from which all else is relative
-    assert all(c.startswith(f"{url}/llm/") for c in calls[1:]), calls
-
-
-THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
-
-
-def test_reasoning_streams_folded(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
-                                  api: str, tmp_path: Path, shot: Shot) -> None:
-    # a template that opens a think block: all Gemma writes in 16 tokens is reasoning_content
-    template = tmp_path / "thinking.jinja"
-    template.write_text(THINKING_TEMPLATE)
+def test_tool_call_runs_on_the_pod(redis_url: str, workdir: Path, gemma_path: Path,
+                                   page: Page, api: str, shot: Shot) -> None:
+    """--tools: the UI lists the pod's tools (GET /tools) and offers them to the model; the
+    model's call (forced here with the UI's own custom JSON setting: a 270M base model calls
+    no tool of its own accord) runs on the pod (POST /tools) once allowed, and its result goes
+    back to the model as a `tool` message."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
     try:
-        url = fleet.add_api("--chat-template-file", str(template),  # greedy: the same text
-                            "--ui-config", json.dumps({"max_tokens": 16, "temperature": 0}))
-        page.goto(f"{url}/")
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        before = _send(page, "Why is the sky blue?")
-        expect(page.locator(".message.assistant details.reasoning summary")).to_have_text(
-            "Reasoning…", timeout=120_000)  # shown while it streams, before any answer text
-        _wait_answered(page, before)
-        reasoning = page.locator(".message.assistant details.reasoning")
-        expect(reasoning).not_to_have_attribute("open", "")
-        expect(reasoning.locator(".markdown")).to_be_hidden()
-        reasoning.locator("summary").click()
-        expect(reasoning.locator(".markdown")).to_be_visible()
-        assert reasoning.locator(".markdown").inner_text().strip()
-        shot(page, "reasoning-folded")
+        url = fleet.add_api("--tools", "get_info", "--ui-config", json.dumps(
+            {"max_tokens": 64, "temperature": 0}))
+        _open(page, f"{url}/")
+        page.get_by_role("button", name="Settings").first.click()
+        page.get_by_role("button", name="Developer").click()
+        page.locator("#customJson").fill(json.dumps(
+            {"tool_choice": {"type": "function", "function": {"name": "get_info"}}}))
+        page.get_by_role("button", name="Save settings").click()
+        chats: list[Request] = []
+        page.on("request", lambda r: chats.append(r) if _is_chat(r) else None)
+        page.get_by_placeholder(PROMPT).fill("What operating system is the server running?")
+        page.keyboard.press("Enter")
+        offered = [t["function"]["name"] for t in _posted(page, chats, 1)[0]["tools"]]
+        assert "get_info" in offered, offered
+        with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/tools"),
+                                 timeout=120_000) as ran:
+            page.get_by_role("button", name="Allow once").click(timeout=120_000)
+        assert json.loads(ran.value.post_data or "{}")["tool"] == "get_info"
+        result = ran.value.response()
+        assert result is not None and result.status == 200
+        assert "Linux" in result.text()
+        again = _posted(page, chats, 2)[1]  # the model asked again, with the result
+        tool = [m for m in again["messages"] if m["role"] == "tool"]
+        assert tool and "Linux" in json.dumps(tool[0]["content"]), again["messages"]
+        shot(page, "chat-server-tool")
+        page.get_by_role("button", name="Stop generation").click()
     finally:
         fleet.stop()
 
 
-def test_chat_calls_server_tools(redis_url: str, workdir: Path, gemma_path: Path, page: Page,
-                                 api: str, shot: Shot) -> None:
-    """--tools: the chat offers the pod's tools, the model's tool call runs on the pod
-    (POST /tools), its call and result show, and the model answers again with the result. A
-    pod without tools shows no tool choice."""
-    page.goto(f"{api}/")
-    expect(page.get_by_label("Model")).to_have_value("gemma")
-    expect(page.locator("select[name=tool-mode]")).to_have_count(0)
-    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")  # shares the session's worker
-    try:
-        url = fleet.add_api("--tools", "get_info")
-        page.goto(f"{url}/")
-        expect(page.get_by_label("Model")).to_have_value("gemma")
-        expect(page.locator(".tool-mode")).to_contain_text("Tools (1)")
-        page.select_option("select[name=tool-mode]", "required")  # the first answer calls one
-        _open_settings(page)  # room for the whole call (the grammar allows spaces), greedy
-        page.fill("input[name=max_tokens]", "96")
-        page.fill("input[name=temperature]", "0")
-        page.get_by_role("button", name="Close").click()
-        page.fill("textarea[name=message]", "What operating system is the server running?")
-        page.get_by_role("button", name="Send").click()
-        expect(page.locator(".tool-call .tool-name").first).to_have_text("get_info",
-                                                                        timeout=120_000)
-        result = page.locator(".message.tool").first
-        expect(result).to_contain_text("Tool get_info result", timeout=60_000)
-        expect(page.locator(".chat-layout")).to_have_attribute("data-finished", "1",
-                                                               timeout=180_000)
-        result.locator("summary").click()
-        expect(result.locator(".tool-output")).to_contain_text("Linux")
-        shot(page, "chat-server-tools")
-        # the model was asked again, with the tool's result: an answer after the tool message
-        assert page.locator(".message.assistant").count() >= 2
-        assert not page.locator(".message.assistant .error").count()
-    finally:
-        fleet.stop()
+def _posted(page: Page, chats: list[Request], count: int) -> list[dict[str, Any]]:
+    """The bodies of the first `count` chat requests, once they were sent."""
+    deadline = time.monotonic() + 120
+    while len(chats) < count:
+        assert time.monotonic() < deadline, f"{len(chats)} chat requests, not {count}"
+        page.wait_for_timeout(100)
+    return [json.loads(c.post_data or "{}") for c in chats[:count]]

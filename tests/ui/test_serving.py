@@ -1,5 +1,7 @@
-"""The web UI as the api pods serve it: the bundle, caching headers, public assets under an API
-key, --no-ui, --api-prefix, --ui-config defaults in /props, --path, and /fleet."""
+"""The web UI as the api pods serve it: llama.cpp's bundle (scripts/build-ui) with the fleet
+link, caching headers, public assets under an API key, --no-ui, --api-prefix, --ui-config
+defaults in /props, --path; /fleet (the page for a browser, else the JSON); the resumable
+stream routes the UI calls."""
 
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ import pytest
 from tests.conftest import make_fleet
 
 NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
-PUBLIC_ASSETS = ("sw.js", "manifest.webmanifest", "_app/version.json", "favicon.svg")
+PUBLIC_ASSETS = ("sw.js", "manifest.webmanifest", "_app/version.json", "favicon.svg", "build.json")
+BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+"""What a browser's navigation accepts."""
+FLEET_LINK = '<a id="llamaq-fleet-link" href="./fleet"'
+UI_BUNDLE = Path(__file__).resolve().parents[2] / "api" / "ui_dist"
 
 
 def _asset_paths(page: str) -> list[str]:
@@ -34,7 +40,12 @@ def test_page_and_assets_with_caching_headers(api: str) -> None:
     assert page.headers["cache-control"] == "no-cache"
     assert page.headers["cross-origin-opener-policy"] == "same-origin"
     assert page.headers["cross-origin-embedder-policy"] == "require-corp"
-    assert '<div id="app">' in page.text
+    # llama.cpp's page as scripts/build-ui built it, with the fleet link before </body>
+    built = (UI_BUNDLE / "index.html").read_text()
+    assert "__sveltekit" in built and FLEET_LINK not in built
+    assert page.text.replace(page.text[page.text.index(FLEET_LINK):].split("\n")[0] + "\n",
+                             "") == built
+    assert page.text.index(FLEET_LINK) < page.text.rindex("</body>")
     assert httpx.get(f"{url}/index.html").text == page.text
     assert "http" not in re.sub(r'xmlns="[^"]+"', "", page.text)  # nothing from a CDN
     for asset in _asset_paths(page.text):
@@ -58,7 +69,7 @@ def test_page_and_assets_with_caching_headers(api: str) -> None:
         response = httpx.get(f"{url}/{path}")
         assert response.status_code == 200, path
         assert response.headers["cache-control"] == "no-cache"
-    assert httpx.get(f"{url}/manifest.webmanifest").json()["name"] == "llamaq"
+    assert httpx.get(f"{url}/manifest.webmanifest").json()["name"] == "llama-ui"
     assert httpx.get(f"{url}/_app/version.json").json()["version"]
     head = httpx.head(f"{url}/sw.js")
     assert head.status_code == 200 and head.content == b""
@@ -74,7 +85,10 @@ def test_page_is_public_under_an_api_key(keyed_api: str) -> None:
     for path in ("props", "fleet", "v1/chat/completions"):
         assert httpx.get(f"{url}/{path}").status_code == 401, path
     keyed = httpx.get(f"{url}/fleet", headers={"Authorization": "Bearer sekrit"})
-    assert keyed.status_code == 200
+    assert keyed.status_code == 200 and keyed.json()["workers"]
+    page = httpx.get(f"{url}/fleet", headers=BROWSER)  # the fleet page: public, as the UI
+    assert page.status_code == 200 and "<title>llamaq fleet</title>" in page.text
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +112,8 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path,
         assert response.status_code == 404 and response.json() == NOT_FOUND
         remover = httpx.get(f"{off}/sw.js")  # the old UI's service worker removes itself
         assert remover.status_code == 200 and "unregister()" in remover.text
+        # no fleet page either: /fleet is the JSON for a browser too
+        assert httpx.get(f"{off}/fleet", headers=BROWSER).json()["model"] == "gemma"
         old_name = fleet.add_api("--no-webui")
         assert httpx.get(f"{old_name}/").status_code == 404
 
@@ -105,11 +121,13 @@ def test_no_ui_and_api_prefix(redis_url: str, workdir: Path, gemma_path: Path,
         response = httpx.get(f"{prefixed}/llm")
         assert response.status_code == 308 and response.headers["location"] == "/llm/"
         page = httpx.get(f"{prefixed}/llm/")
-        assert page.status_code == 200 and '<div id="app">' in page.text
+        assert page.status_code == 200 and FLEET_LINK in page.text
         for path in (*PUBLIC_ASSETS, *_asset_paths(page.text)):
             assert httpx.get(f"{prefixed}/llm/{path}").status_code == 200, path
         assert httpx.get(f"{prefixed}/").status_code == 404
         assert httpx.get(f"{prefixed}/sw.js").status_code == 404
+        fleet_page = httpx.get(f"{prefixed}/llm/fleet", headers=BROWSER)
+        assert "<title>llamaq fleet</title>" in fleet_page.text
     finally:
         fleet.stop()
 
@@ -183,3 +201,29 @@ def test_fleet_endpoint(api: str) -> None:
     assert "params" not in worker["slots"][0]
     assert set(worker["metrics"]) >= {"requests_processing", "requests_deferred",
                                       "tokens_predicted_total"}
+
+
+def test_fleet_page_for_a_browser_json_for_a_script(api: str) -> None:
+    page = httpx.get(f"{api}/fleet", headers=BROWSER)
+    assert page.status_code == 200 and "<title>llamaq fleet</title>" in page.text
+    assert page.headers["cache-control"] == "no-cache"
+    for accept in ("*/*", "application/json"):
+        assert httpx.get(f"{api}/fleet", headers={"Accept": accept}).json()["model"] == "gemma"
+
+
+def test_resumable_stream_routes(api: str) -> None:
+    """llama.cpp's UI calls llama-server's conversation stream routes: llamaq answers with
+    their shapes and codes, with no session to reattach to (docs/endpoints.md, Web UI)."""
+    lookup = httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": ["c1::gemma"]})
+    assert lookup.status_code == 200 and lookup.json() == []
+    bad = httpx.post(f"{api}/v1/streams/lookup", content=b"{nope")
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("invalid body")
+    missing = httpx.get(f"{api}/v1/stream")
+    assert missing.status_code == 400
+    assert missing.json()["error"]["message"] == "Missing conversation id in path"
+    gone = httpx.get(f"{api}/v1/stream", params={"conv_id": "c1::gemma", "from": 0})
+    assert gone.status_code == 404
+    assert gone.json()["error"] == {"code": 404, "message": "Stream not found or expired",
+                                    "type": "not_found_error"}
+    assert httpx.delete(f"{api}/v1/stream", params={"conv_id": "c1"}).status_code == 204
+    assert httpx.delete(f"{api}/v1/stream").status_code == 400

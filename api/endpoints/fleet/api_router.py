@@ -1,5 +1,6 @@
 """Ours: `GET /fleet`, the model's workers with their slots and counters, and the queue depth,
-for the web UI's fleet page (it needs the API key like every endpoint but the page itself);
+for the fleet page (it needs the API key like every endpoint but the page itself), which a
+browser's navigation to `/fleet` gets (`page.html`; not with --no-ui);
 `GET /fleet/metrics`, the per-model series of every model the pod knows, for Prometheus
 (api/endpoints/monitor/model_series.py); `GET /ready`, the pod's readiness (no key).
 
@@ -12,6 +13,7 @@ would leave its Service, and no request could arrive to wake a worker."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -21,6 +23,8 @@ from sanic.response import HTTPResponse, json, raw
 from api.endpoints.monitor.api_router import tenant_counts
 from api.endpoints.monitor.metrics import CONTENT_TYPE, tenant_lines
 from api.endpoints.monitor.model_series import model_lines, model_series
+from api.endpoints.ui.api_router import send, wants_page
+from api.endpoints.ui.bundle import REVALIDATE, static_file
 from api.fleet import Fleet
 from api.routing import Routes
 from api.services import services
@@ -30,6 +34,7 @@ from scheduler.contract.errors import NotSupported, RedisUnreachable
 from scheduler.registry import WorkerInfo
 
 routes = Routes("fleet_view")
+PAGE = static_file("fleet.html", (Path(__file__).parent / "page.html").read_bytes(), REVALIDATE)
 
 
 @routes.get("/ready", name="ready")
@@ -71,9 +76,11 @@ def _model_ids(request: Request) -> list[str]:
     return sorted(pod.router.catalog.entries)
 
 
-@routes.get("/fleet", name="fleet")
+@routes.get("/fleet", name="fleet", ctx_page=True)
 async def fleet_status(request: Request) -> HTTPResponse:
     pod = services(request)
+    if pod.settings.ui and wants_page(request):
+        return send(request, PAGE, page=True)
     settings, fleet, router = pod.settings, pod.fleet, pod.router
     model_ids = [settings.model_id()] if router is None else list(router.catalog.entries)
     out: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, raw, redirect
 
 from api.endpoints.ui.bundle import REVALIDATE, StaticFile, load_bundle, resolve_in, static_file
+from api.endpoints.ui.fleet_link import with_fleet_link
 from api.routing import Routes
 from api.settings import ApiSettings
 from scheduler.contract.errors import NotFound
@@ -28,10 +29,20 @@ self.addEventListener('activate', (e) => e.waitUntil((async () => {
 its update check gets this one, which removes itself (as llama-server does)."""
 
 
-def is_ui_route(request: Request) -> bool:
-    """Whether the matched route serves the UI (no API key needed)."""
+def wants_page(request: Request) -> bool:
+    """A browser's navigation (Accept names text/html), not a script's fetch (`*/*`)."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+def is_ui_route(request: Request, ui: bool) -> bool:
+    """Whether the request is for the UI (no API key needed): its page and assets, or (with the
+    UI on, `ui`) a page a JSON route shows a browser (`ctx_page=True`: the fleet page)."""
     route = request.route
-    return route is not None and bool(getattr(route.ctx, "ui_public", False))
+    if route is None:
+        return False
+    if getattr(route.ctx, "ui_public", False):
+        return True
+    return ui and bool(getattr(route.ctx, "page", False)) and wants_page(request)
 
 
 def send(request: Request, file: StaticFile, page: bool = False) -> HTTPResponse:
@@ -91,6 +102,8 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
         return ui
 
     bundle = load_bundle()
+    page = static_file("index.html", with_fleet_link(bundle["index.html"].body), REVALIDATE)
+    bundle[""] = bundle["index.html"] = page
     for relative, file in bundle.items():
 
         async def bundled(request: Request, file: StaticFile = file,

@@ -50,11 +50,11 @@ def static_file(relative: str, body: bytes, cache_control: str) -> StaticFile:
 def load_bundle(folder: Path = BUNDLE_DIR) -> dict[str, StaticFile]:
     """Every file of the built UI by its path relative to the bundle ("" is index.html)."""
     if not (folder / "index.html").is_file():
-        raise ValueError(f"the web UI bundle is missing ({folder}/index.html); rebuild it with "
-                         "`cd ui && npm ci && npm run build`, or start with --no-ui")
+        raise ValueError(f"the web UI bundle is missing ({folder}/index.html); build it with "
+                         "scripts/install (or scripts/build-ui), or start with --no-ui")
     files: dict[str, StaticFile] = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file():
+        if path.is_file() and not path.name.startswith("."):
             relative = path.relative_to(folder).as_posix()
             policy = IMMUTABLE if relative.startswith(IMMUTABLE_DIR) else REVALIDATE
             files[relative] = static_file(relative, path.read_bytes(), policy)
