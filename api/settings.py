@@ -120,8 +120,12 @@ class ApiSettings(RoleSettings):
     tools_runtime: str = flag("", "--tools-runtime", env="LLAMA_ARG_TOOLS_RUNTIME",
                               help="run tools in 'docker:<image>' / 'podman:<image>' (one "
                               "container per api pod, removed at exit) or an existing "
-                              "'docker-container:<id>' / 'podman-container:<id>' ('ssh:' is "
-                              "refused by llamaq)")
+                              "'docker-container:<id>' / 'podman-container:<id>', or on "
+                              "'ssh:<target>' (key-based auth and a trusted host key required)")
+    tools_ssh_config: str | None = flag(None, "--tools-ssh-config", env="LLAMAQ_TOOLS_SSH_CONFIG",
+                                        help="ours: the ssh config file of the ssh: tools "
+                                        "runtime (ssh -F: the targets' ports, keys, "
+                                        "known_hosts); default ssh's own (~/.ssh/config)")
     tools_runtime_allow: list[str] = flag([], "--tools-runtime-allow",
                                           env="LLAMAQ_TOOLS_RUNTIME_ALLOW",
                                           help="ours: runtimes a caller's x-tool-runtime header "

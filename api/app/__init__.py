@@ -30,7 +30,8 @@ def tools_config_of(settings: ApiSettings) -> ToolsConfig | None:
         return None
     return ToolsConfig.from_flags(settings.enabled_tools(), settings.tools_runtime,
                                   settings.tools_root, settings.mcp_servers_config,
-                                  settings.mcp_servers_json, settings.tools_runtime_allow)
+                                  settings.mcp_servers_json, settings.tools_runtime_allow,
+                                  settings.tools_ssh_config)
 
 
 def configure(app: Sanic, settings: ApiSettings) -> None:

@@ -6,9 +6,9 @@ host (llama-server's `make_tools_io` and `server_tools_runtime`).
 - `docker:IMAGE`, `podman:IMAGE` (--tools-runtime only): one container per pod, spawned at
   start (`<engine> run --rm -i IMAGE sh`, kept alive by its open stdin), respawned if it dies,
   removed when the pod stops;
-- `ssh:TARGET`: refused by name in llamaq (not built: running tools over ssh needs key
-  handling and a trusted host key, and a test against a real sshd); a malformed target is
-  refused as llama-server refuses it.
+- `ssh:TARGET`: a remote POSIX host over ssh, key-based authentication and a trusted host key
+  required (api/tools/ssh_io.py); a target that is not ssh's `[user@]host` (one starting with
+  `-` would be an option of ssh) is refused as llama-server refuses it.
 Anything else is refused: a call never falls back to the host when it asked for an isolate."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from api.tools.container_io import ContainerIO
 from api.tools.errors import ToolRuntimeError, ToolRuntimeForbidden
 from api.tools.host_io import HostIO
 from api.tools.paths import Confinement
+from api.tools.ssh_io import SshIO
 from api.tools.tools_io import ToolsIO
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,6 @@ CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 SSH_TARGET = re.compile(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*")
 SPAWN_WAIT_S = 10.0
 STOP_WAIT_S = 3.0
-SSH_REFUSED = ("the ssh tools runtime is not built in llamaq: "
-               "use docker-container:ID or podman-container:ID")
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,10 @@ def parse_container(spec: str) -> ContainerSpec | None:
     return None
 
 
-def make_io(runtime: str, cwd: str, confinement: Confinement) -> ToolsIO:
-    """The IO of one call (ToolRuntimeError: a 500, as llama-server answers)."""
+def make_io(runtime: str, cwd: str, confinement: Confinement,
+            ssh_config: str | None = None) -> ToolsIO:
+    """The IO of one call (ToolRuntimeError: a 500, as llama-server answers); `ssh_config`:
+    the ssh runtime's config file (--tools-ssh-config), else ssh's own."""
     if not runtime:
         return HostIO(cwd, confinement)
     container = parse_container(runtime)
@@ -69,7 +70,7 @@ def make_io(runtime: str, cwd: str, confinement: Confinement) -> ToolsIO:
         target = runtime[4:]
         if not SSH_TARGET.fullmatch(target) or target.startswith("-"):
             raise ToolRuntimeError(f"invalid ssh target: {target}")
-        raise ToolRuntimeError(SSH_REFUSED)
+        return SshIO(target, cwd, ssh_config)
     raise ToolRuntimeError(f"unknown tool runtime: {runtime}")
 
 

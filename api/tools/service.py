@@ -40,18 +40,22 @@ class ToolsConfig:
     root: str | None
     mcp_servers: list[McpServerConfig]
     runtime_allow: list[str] = field(default_factory=list)
+    ssh_config: str | None = None
 
     @classmethod
     def from_flags(cls, enabled: list[str], runtime: str, root: str | None,
                    mcp_config_file: str | None, mcp_json: str | None,
-                   runtime_allow: list[str] | None = None) -> ToolsConfig:
+                   runtime_allow: list[str] | None = None,
+                   ssh_config: str | None = None) -> ToolsConfig:
         select(enabled)  # an unknown tool name
         if runtime:
             check_runtime_flag(runtime)
         if root is not None and not os.path.isdir(root):
             raise ValueError(f"--tools-root: not a directory: {root}")
+        if ssh_config is not None and not os.path.isfile(ssh_config):
+            raise ValueError(f"--tools-ssh-config: not a file: {ssh_config}")
         return cls(enabled, runtime, root, load_mcp_configs(mcp_config_file, mcp_json),
-                   [a for a in runtime_allow or [] if a])
+                   [a for a in runtime_allow or [] if a], ssh_config)
 
     def features(self) -> list[str]:
         """What the start-up's security warning names."""
@@ -144,7 +148,7 @@ class ToolsService:
         cwd = headers.cwd
         if cwd and not runtime and self.confinement.root is not None:
             cwd = self.confinement.check(resolve(cwd, self.confinement.root))
-        io = make_io(runtime, cwd, self.confinement)
+        io = make_io(runtime, cwd, self.confinement, self.config.ssh_config)
         io.threads = self.threads
         return ToolCall(params, io, cwd, runtime, headers.resp_type, stream, headers.key_id)
 

@@ -24,6 +24,7 @@ from api.tools.mcp_config import load_mcp_configs, parse_mcp_json
 from api.tools.params import optional, required
 from api.tools.paths import Confinement, OutsideRootError
 from api.tools.runtime import check_header_runtime, check_runtime_flag, make_io
+from api.tools.ssh_io import SshIO
 from api.tools.tool import ToolCall
 
 
@@ -127,12 +128,18 @@ def test_tools_root_refuses_dotdot_and_symlink_escapes(tmp_path: Path) -> None:
 def test_runtimes_are_refused_by_name() -> None:
     for spec, message in (("fake:x", "unknown tool runtime: fake:x"),
                           ("ssh:-oProxyCommand=x", "invalid ssh target"),
-                          ("ssh:user@host", "ssh tools runtime is not built"),
                           ("podman-container:--privileged", "invalid container id"),
                           ("docker:busybox", "must name a running container")):
         with pytest.raises(ToolRuntimeError, match=message):
             make_io(spec, "", Confinement())
     assert make_io("podman-container:abc123", "/tmp", Confinement()).is_isolate
+    ssh = make_io("ssh:me@host", "/srv", Confinement(), "/etc/llamaq/ssh_config")
+    assert isinstance(ssh, SshIO) and ssh.is_isolate
+    assert ssh.argv(["sh", "-c", 'wc -c < "$1"', "_", "/srv/a b"]) == [
+        "ssh", "-F", "/etc/llamaq/ssh_config", "-o", "BatchMode=yes",
+        "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
+        "-o", "StrictHostKeyChecking=yes", "-n", "me@host",
+        """sh -c 'wc -c < "$1"' _ '/srv/a b'"""]  # one word the remote shell parses back
     check_runtime_flag("podman:busybox")
     with pytest.raises(ValueError, match="requires an image name"):
         check_runtime_flag("podman:")
