@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from api.chat.autoparse.analysis import analyze
 from api.chat.autoparse.syntax import auto_syntax
 from api.chat.family_calls import (
     DSML,
@@ -262,6 +263,30 @@ def _auto_format(template_source: str) -> ChatFormat:
         blocks[syntax.start] = (syntax.end or TO_THE_END, syntax.read)
     return ChatFormat("auto", blocks=blocks, dropped=syntax.dropped, markers=syntax.markers,
                       reasoning=syntax.reasoning)
+
+
+_SPECIALIZED = frozenset({
+    "gpt-oss", "functionary-v3.2", "muse-glimmer", "kimi-k2", "kimi-k3", "ling3", "cohere2moe",
+    "lfm2", "gigachat-v3", "minimax-m3", "deepseek-v3.2", "gemma4", "minicpm5", "qwen3-coder"})
+"""The families llama.cpp reads with a parser of its own (common/parsers/); it reads the other
+templates with its auto-parser."""
+
+
+def continuation_tags(template_source: str) -> tuple[str, str] | None:
+    """The thinking tags llama.cpp writes a continued message's reasoning in, where its
+    auto-parser reads the template (the tags as its analysis found them, whitespace included);
+    None: the family's own (reasoning_tags.py)."""
+    name = detect_chat_format(template_source).name
+    if name in _SPECIALIZED or ("[SYSTEM_PROMPT]" in template_source
+                                and "[ARGS]" in template_source):  # Ministral 3
+        return None
+    try:
+        reasoning = analyze(template_source).reasoning
+    except Exception:  # a template the analysis cannot render keeps the family's tags
+        return None
+    if reasoning.mode == "NONE" or not reasoning.start.strip():
+        return None
+    return reasoning.start, reasoning.end
 
 
 _HERMES = CallFrame("<tool_call>\n", "\n</tool_call>", separator="\n")

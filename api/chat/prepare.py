@@ -21,6 +21,7 @@ from api.chat.chat_formats import (
     FUNCTIONARY_V3_2,
     GPT_OSS,
     call_frame,
+    continuation_tags,
     detect_chat_format,
     preserved_tokens,
 )
@@ -212,7 +213,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
         messages, tools=tools or None, add_generation_prompt=request.add_generation_prompt,
         extra_context=template_kwargs(settings, request.chat_template_kwargs,
                                       request.reasoning_effort),
-        continue_final_message=continue_final, allow_empty=request.allow_empty)
+        continue_final_message=continue_final, allow_empty=request.allow_empty,
+        thinking_tags=continuation_tags(template.source))
     reasoning_format = request.reasoning_format or settings.reasoning_format
     if settings.skip_chat_parsing:
         reasoning_format, parse_tools = "none", False

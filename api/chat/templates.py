@@ -98,7 +98,8 @@ class ChatTemplate:
             tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
             extra_context: Mapping[str, Any] | None = None,
             continue_final_message: bool | None = None,
-            allow_empty: bool = False) -> tuple[str, str]:
+            allow_empty: bool = False,
+            thinking_tags: tuple[str, str] | None = None) -> tuple[str, str]:
         """The prompt for `messages` (OpenAI chat messages as plain dicts; none at all only
         with `allow_empty`, as llama-server's Anthropic endpoint takes them).
 
@@ -110,10 +111,13 @@ class ChatTemplate:
         under `--no-prefill-assistant`); True = the last message must be one to continue.
         Continuing renders the messages before it with the generation prompt, then its content,
         unterminated (as llama.cpp does); `add_generation_prompt` is then ignored. A continued
-        message's reasoning is written in the template's thinking tags first (left open when the
-        message has no content: its reasoning is continued). Returns (the prompt, what the
+        message's reasoning is written in the template's thinking tags first, empty ones too, as
+        llama.cpp writes them (left open when the message has no content: its reasoning is
+        continued). Returns (the prompt, what the
         continued message added to it: the answer's parser reads it as the answer's start, as
-        llama-server parses its generation prompt with the answer).
+        llama-server parses its generation prompt with the answer). `thinking_tags`: the tags
+        a continued message's reasoning is written in, as llama.cpp's auto-parser found them
+        in the template (its whitespace included); None: the template's (reasoning_tags.py).
         A leading `bos_token` is removed: the worker adds BOS when the model wants one.
         Raises InvalidRequest for bad messages and template errors (`raise_exception`)."""
         caps = self._compiled.caps
@@ -146,13 +150,18 @@ class ChatTemplate:
             return text, ""
         added = join_parts(prefill["content"])
         reasoning = prefill.get("reasoning_content")
-        start, end = reasoning_tags(self.source)
-        # (Kimi K2's parser thinks in <think> tags even where its template shows none)
-        thinks = start in self.source or "<|tool_calls_section_begin|>" in self.source
-        if isinstance(reasoning, str) and reasoning and thinks:
-            # (a template that does not think has the reasoning left out, as llama.cpp does)
+        start, end = thinking_tags or reasoning_tags(self.source)
+        # (Kimi K2's and LFM2's parsers think in <think> tags even where the template shows none)
+        thinks = start.strip() in self.source or any(marker in self.source for marker in (
+            "<|tool_calls_section_begin|>", "<|tool_list_start|>", "List of tools: ["))
+        if thinks:
+            # as llama.cpp continues a message under a template that thinks: the reasoning in
+            # the thinking tags, empty ones too, closed before the content (left open when the
+            # message has no content); a template that does not think has it left out
+            reasoning = reasoning if isinstance(reasoning, str) else ""
             opened = "" if prompt_opens_thinking(text, self.source) else start
-            added = opened + reasoning + (end + added if added else "")
+            if reasoning or added:
+                added = opened + reasoning + (end + added if added else "")
         return text + added, added
 
 
