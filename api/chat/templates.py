@@ -31,7 +31,7 @@ from api.chat.template_messages import (
     normalize_messages,
 )
 from api.settings import ApiSettings
-from scheduler.contract.errors import InvalidRequest, ServerError
+from scheduler.contract.errors import InvalidRequest, LlamaqError, ServerError
 from scheduler.registry import ModelMeta
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,29 @@ def _chosen_source(settings: ApiSettings, meta: ModelMeta | None) -> tuple[str, 
     if meta is not None and meta.chat_template:
         return "model", meta.chat_template
     return DEFAULT_TEMPLATE, None
+
+
+CHATML_SOURCE = ("{%- for message in messages -%}\n"
+                 "  {{- '<|im_start|>' + message.role + '\n' + message.content + "
+                 "'<|im_end|>\n' -}}\n"
+                 "{%- endfor -%}\n"
+                 "{%- if add_generation_prompt -%}\n"
+                 "  {{- '<|im_start|>assistant\n' -}}\n"
+                 "{%- endif -%}")
+"""llama.cpp's chatml fallback (common/chat.cpp CHATML_TEMPLATE_SRC), as /props shows it."""
+
+
+def reported_source(settings: ApiSettings, meta: ModelMeta | None) -> str:
+    """The template text /props shows as `chat_template`, as llama-server's
+    (`common_chat_templates_source`): --chat-template-file's text, --chat-template's value, else
+    the model's own; llama.cpp's chatml source for none or `chatml`; "" when the file does not
+    read."""
+    try:
+        name, source = _chosen_source(settings, meta)
+    except LlamaqError:
+        return ""
+    text = name if source is None else source
+    return CHATML_SOURCE if text in ("", DEFAULT_TEMPLATE) else text
 
 
 def _looks_like_jinja(text: str) -> bool:

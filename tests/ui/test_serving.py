@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.endpoints.ui.bundle import bundle_dir
 from tests.conftest import make_fleet
 
 NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
@@ -23,7 +24,7 @@ PUBLIC_ASSETS = ("sw.js", "manifest.webmanifest", "_app/version.json", "favicon.
 BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 """What a browser's navigation accepts."""
 FLEET_LINK = '<a id="llamaq-fleet-link" href="./fleet"'
-UI_BUNDLE = Path(__file__).resolve().parents[2] / "api" / "ui_dist"
+UI_BUNDLE = bundle_dir()
 
 
 def _asset_paths(page: str) -> list[str]:

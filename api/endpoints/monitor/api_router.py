@@ -9,7 +9,7 @@ from sanic.response import HTTPResponse, json, raw
 
 from api.body import json_body
 from api.chat.caps import chat_template_caps
-from api.chat.templates import ChatTemplate
+from api.chat.templates import ChatTemplate, reported_source
 from api.endpoints.monitor.metrics import CONTENT_TYPE, PRIORITY_COUNTERS, render_metrics
 from api.endpoints.monitor.model_series import model_lines, model_series
 from api.routing import Routes
@@ -148,7 +148,7 @@ async def props(request: Request) -> HTTPResponse:
         "model_alias": request_model(request),
         "model_ftype": first.meta.model_ftype,
         "model_path": first.model_path,
-        "chat_template": first.meta.chat_template or "",
+        "chat_template": reported_source(settings, first.meta),
         "chat_template_caps": _template_caps(settings, first.meta),
         "modalities": {key: first.meta.modalities.get(key, False)
                        for key in ("vision", "video", "audio")},

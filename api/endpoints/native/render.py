@@ -112,6 +112,7 @@ def model_card(model_id: str, created: int, meta: ModelMeta | None,
             "n_embd": meta.n_embd,
             "n_params": meta.n_params,
             "size": meta.size,
+            "ftype": meta.model_ftype,
         },
     }
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import mimetypes
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "ui_dist"
+"""llama.cpp's web UI: in the package (the api image), or a link to scripts/build-ui's build
+(scripts/install makes it)."""
+PIN = re.compile(r'"llama-cpp-python==([^"]+)"')
 IMMUTABLE_DIR = "_app/immutable/"
 """Vite writes content-hashed names here: they never change, so browsers keep them for a year."""
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -47,8 +52,23 @@ def static_file(relative: str, body: bytes, cache_control: str) -> StaticFile:
     return StaticFile(body, gzipped, content_type, etag, cache_control)
 
 
-def load_bundle(folder: Path = BUNDLE_DIR) -> dict[str, StaticFile]:
+def bundle_dir() -> Path:
+    """api/ui_dist, else (a checkout where scripts/install has not linked it yet) the build
+    scripts/build-ui leaves in ~/.cache/llamaq-ui for the llama-cpp-python that pyproject.toml
+    pins."""
+    if (BUNDLE_DIR / "index.html").is_file():
+        return BUNDLE_DIR
+    pyproject = BUNDLE_DIR.parents[1] / "pyproject.toml"
+    found = PIN.search(pyproject.read_text("utf-8")) if pyproject.is_file() else None
+    if found is None:
+        return BUNDLE_DIR
+    cache = Path(os.environ.get("LLAMAQ_UI_CACHE") or Path.home() / ".cache" / "llamaq-ui")
+    return cache / found.group(1) / "dist"
+
+
+def load_bundle(folder: Path | None = None) -> dict[str, StaticFile]:
     """Every file of the built UI by its path relative to the bundle ("" is index.html)."""
+    folder = folder or bundle_dir()
     if not (folder / "index.html").is_file():
         raise ValueError(f"the web UI bundle is missing ({folder}/index.html); build it with "
                          "scripts/install (or scripts/build-ui), or start with --no-ui")

@@ -23,6 +23,15 @@ def test_models_list_the_model_with_its_metadata(api: str, path: str) -> None:
     meta = card["meta"]
     assert meta["n_vocab"] == 262144 and meta["n_ctx_train"] == 32768
     assert meta["n_params"] > 0 and meta["size"] > 0 and meta["n_embd"] == 640
+    assert meta["ftype"] == "Q4_K - Medium"  # as llama-server (it was missing)
+
+
+def test_props_chat_template_is_the_one_in_use(api: str) -> None:
+    """Gemma 3 270M's GGUF has no template: llama-server shows llama.cpp's chatml source that
+    it uses (it was "": llama.cpp's web UI reads it for thinking and the model's info)."""
+    template = httpx.get(f"{api}/props").json()["chat_template"]
+    assert template.startswith("{%- for message in messages -%}\n")
+    assert "'<|im_start|>assistant\n' -}}" in template
 
 
 def test_tokenize_detokenize_round_trip(api: str) -> None:

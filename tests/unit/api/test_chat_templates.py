@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from api.chat.builtin import builtin_template_names
-from api.chat.templates import ChatTemplate, template_kwargs, validate_chat_template_setting
+from api.chat.templates import (
+    ChatTemplate,
+    reported_source,
+    template_kwargs,
+    validate_chat_template_setting,
+)
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.registry import ModelMeta
@@ -73,6 +78,35 @@ def user(text: str) -> dict[str, Any]:
 
 
 # --- which template applies --------------------------------------------------------------------
+
+# llama.cpp's common/chat.cpp CHATML_TEMPLATE_SRC, as llama-server's /props shows it (the C
+# string's \n inside the Jinja string literals are newlines)
+LLAMA_CPP_CHATML = """{%- for message in messages -%}
+  {{- '<|im_start|>' + message.role + '
+' + message.content + '<|im_end|>
+' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+  {{- '<|im_start|>assistant
+' -}}
+{%- endif -%}"""
+
+
+def test_props_shows_the_template_as_llama_server(tmp_path: Path) -> None:
+    """/props `chat_template` (llama.cpp's UI reads it for thinking and the model's info):
+    llama.cpp's chatml source for a model without one (it was "" before), the model's own, or
+    what --chat-template / --chat-template-file give."""
+    assert reported_source(settings(), meta(None)) == LLAMA_CPP_CHATML
+    assert reported_source(settings("--chat-template", "chatml"), meta(GEMMA_7B_IT)) \
+        == LLAMA_CPP_CHATML
+    assert reported_source(settings(), meta(GEMMA_7B_IT)) == GEMMA_7B_IT
+    assert reported_source(settings("--chat-template", "llama3"), meta(None)) == "llama3"
+    assert reported_source(settings("--chat-template", MONARCH), meta(None)) == MONARCH
+    file = tmp_path / "t.jinja"
+    file.write_text(RAW_TOOL_CALLS)
+    assert reported_source(settings("--chat-template-file", str(file)), meta(None)) \
+        == RAW_TOOL_CALLS
+    assert reported_source(settings("--chat-template-file", str(tmp_path / "no")), None) == ""
 
 def test_default_is_chatml_without_a_model_template() -> None:
     for model in (None, meta(None)):
