@@ -19,8 +19,9 @@ one row per token), the decode counters. Hands off: tokenizing and the size chec
 (worker/embed/inputs.py), what a decode takes (worker/embed/queue.py, by the engine's rule for
 prompts that go whole, worker/engine/admission.py), the batch (the engine's StepBatch), media
 chunks (the engine's, worker/engine/prefill.py), normalization and the job's answer
-(worker/embed/pooling.py). Threads: other threads only append to `_waiting`/`_cancelled` and
-raise the abort flag under `_wake`.
+(worker/embed/pooling.py), setting the futures (worker/embed/outbox.py, a thread of its own).
+Threads: other threads only append to `_waiting`/`_cancelled` and raise the abort flag under
+`_wake`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from scheduler.contract.results import (
     RerankResult,
 )
 from scheduler.registry import WorkerMetrics
+from worker.embed.outbox import Outbox
 from worker.embed.pooling import Pooling, finished_rows, job_result
 from worker.embed.queue import EmbedRequest, Sequence, take_step
 from worker.engine.prefill import media_chunks
@@ -104,6 +106,8 @@ class Embedder:
         self._stopping = False
         self._processing = 0
         self._batch = StepBatch(self.n_batch)
+        self._outbox = Outbox()
+        """Sets the requests' futures off the decode threads (worker/embed/outbox.py)."""
         self._abort = AbortFlag(model.ctx)
         self._decoding = False
         """One of the two threads decodes now (they take turns on the one context)."""
@@ -120,6 +124,7 @@ class Embedder:
     # -- called from other threads -------------------------------------------------------
 
     def start(self) -> None:
+        self._outbox.start()
         for thread in self._threads:
             thread.start()
 
@@ -134,6 +139,7 @@ class Embedder:
         for thread in self._threads:
             if thread.is_alive():
                 thread.join()
+        self._outbox.stop()
         self._batch.free()
 
     def submit(self, request: EmbedRequest) -> Future[EmbeddingResult | RerankResult]:
@@ -219,8 +225,8 @@ class Embedder:
             kept = [s for s in queue if s.request.job.job_id not in cancelled]
             for sequence in queue:
                 request = sequence.request
-                if request.job.job_id in cancelled and not request.future.done():
-                    request.future.set_exception(cancelled[request.job.job_id])
+                if request.job.job_id in cancelled and \
+                        self._outbox.settle(request, cancelled[request.job.job_id]):
                     self._processing -= 1
             queue.clear()
             queue.extend(kept)
@@ -348,7 +354,7 @@ class Embedder:
 
     def _done(self, sequence: Sequence, rows: np.ndarray) -> None:
         request = sequence.request
-        if request.future.done():  # cancelled meanwhile
+        if request.settled:  # cancelled meanwhile
             return
         pooled = self.pooling_type != lc.LLAMA_POOLING_TYPE_NONE
         request.rows[sequence.input.index] = finished_rows(rows, pooled, request.job,
@@ -357,7 +363,7 @@ class Embedder:
         if request.left == 0:
             with self._wake:
                 self._processing -= 1
-            request.future.set_result(self._result(request))
+            self._outbox.settle(request, self._result(request))
 
     def _result(self, request: EmbedRequest) -> EmbeddingResult | RerankResult:
         n_tokens = {item.index: len(item.tokens) for item in request.inputs}
@@ -365,8 +371,7 @@ class Embedder:
 
     def _fail(self, step: list[Sequence], error: LlamaqError) -> None:
         for request in {id(s.request): s.request for s in step}.values():
-            if not request.future.done():
-                request.future.set_exception(error)
+            if self._outbox.settle(request, error):
                 with self._wake:
                     self._processing -= 1
 
@@ -374,8 +379,7 @@ class Embedder:
         """Under `_wake`."""
         for queue in (self._waiting, self._background):
             for sequence in queue:
-                if not sequence.request.future.done():
-                    sequence.request.future.set_exception(error)
+                self._outbox.settle(sequence.request, error)
             queue.clear()
 
 

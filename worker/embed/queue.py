@@ -39,6 +39,8 @@ class EmbedRequest:
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     """Finished inputs: index -> the rows (pooled: one row) of float32."""
     left: int = 0
+    settled: bool = False
+    """Its answer is decided (worker/embed/outbox.py sets the future)."""
 
     @property
     def background(self) -> bool:

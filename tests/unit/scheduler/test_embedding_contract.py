@@ -63,6 +63,17 @@ def test_packed_floats_are_float32_little_endian_as_openai_base64() -> None:
                                      for v in values]
 
 
+def test_a_float32_buffer_packs_as_its_values_do_and_any_other_array_by_value() -> None:
+    import numpy as np
+
+    values = [0.1, -2.5, 3.0, 7.25]
+    row = np.array(values, dtype=np.float32)
+    assert pack_floats(row) == pack_floats(values)  # taken as a buffer
+    assert pack_floats(row.astype(np.float64)) == pack_floats(values)  # not float32: by value
+    assert pack_floats(row[::2]) == pack_floats(values[::2])  # not contiguous: by value
+    assert pack_floats(np.zeros(0, dtype=np.float32)) == ""
+
+
 def test_results_round_trip_by_kind() -> None:
     item = EmbeddingItem(index=0, n_tokens=3, n_embd=2, data=pack_floats([1, 2, 3, 4]))
     result = EmbeddingResult(pooling="none", items=[item])
