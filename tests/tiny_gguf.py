@@ -52,11 +52,12 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
                      n_ff: int = 128, n_ctx: int = 4096, seed: int = 1234,
                      metadata: dict[str, str | float | int] | None = None,
                      control: tuple[str, ...] = (), chat_template: str = CHAT_TEMPLATE,
-                     extra_pieces: tuple[str, ...] = ()) -> Path:
+                     extra_pieces: tuple[str, ...] = (), n_expert: int = 0) -> Path:
     """`metadata`: more key-values (a str is written as a string, a float as float32, an int as
     uint32), e.g. llamaq's decision keys (scheduler/decision_meta.py); `control`: more CONTROL
     tokens in the vocabulary (as agent models mark `<tool_call>` or `<think>`);
-    `extra_pieces`: more normal tokens (DECISION_PIECES)."""
+    `extra_pieces`: more normal tokens (DECISION_PIECES); `n_expert` > 0: a Mixture of Experts
+    (2 used a token), its FFN weights the expert tensors (`ffn_*_exps`) -cmoe/-ncmoe move."""
     tokens, scores, types = vocabulary(control, extra_pieces)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
@@ -70,6 +71,9 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(n_ff)
+    if n_expert:
+        writer.add_expert_count(n_expert)
+        writer.add_expert_used_count(2)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head)
     writer.add_layer_norm_rms_eps(1e-5)
@@ -86,6 +90,12 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
             writer.add_tensor(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        if n_expert:
+            writer.add_tensor(f"blk.{i}.ffn_gate_inp.weight", weight(n_expert, n_embd))
+            writer.add_tensor(f"blk.{i}.ffn_gate_exps.weight", weight(n_expert, n_ff, n_embd))
+            writer.add_tensor(f"blk.{i}.ffn_up_exps.weight", weight(n_expert, n_ff, n_embd))
+            writer.add_tensor(f"blk.{i}.ffn_down_exps.weight", weight(n_expert, n_embd, n_ff))
+            continue
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))

@@ -105,18 +105,16 @@ def _rows(status: FlagStatus, why: str, *rows: str) -> list[SpecFlag]:
 
 W, R, N = FlagStatus.WORKS, FlagStatus.REFUSED, FlagStatus.NOOP
 
-NOT_BUILT_DRAFT_PLACEMENT = ("tensor placement of the draft model (-otd, -cmoed, -ncmoed) is not "
-                             "built; the draft model's tensors go where -ngld and -devd put them")
-NOT_BUILT_DRAFT_UBATCH = ("a physical batch of the draft context's own is not built: the draft "
-                          "context takes -ub")
 NOT_BUILT_DRAFT_SAMPLING = ("probabilistic drafting (rejection sampling) is not built: the draft "
                             "is greedy (--spec-draft-sampling greedy is accepted)")
 NOT_BUILT_DRAFT_BACKEND = ("draft sampling on the backend is not built: llamaq takes the draft's "
                            "top token from its logits on the host "
                            "(--no-spec-draft-backend-sampling is accepted)")
-CPU_PLACEMENT = ("the draft model's own thread pools are not built: its context computes "
-                 "with ggml's per-graph threads (the main -C/-Cr placement does not reach it); "
-                 "pin the worker process with taskset or the container's cpuset instead")
+CPU_PLACEMENT = ("the draft context gets no thread pool of its own, in llama-server either: "
+                 "common_speculative_init_result builds it with llama_init_from_model and "
+                 "attaches none (of the draft's CPU flags only -td/-tbd reach it), so the "
+                 "draft computes with ggml's per-graph threads; pin the worker "
+                 "process with taskset or the container's cpuset instead")
 POLL = ("the shipped ggml-cpu computes with OpenMP threads (as llama-server's default build "
         "does), which wait at its barriers by OMP_WAIT_POLICY: the thread pool's polling level "
         "is read only by ggml's own, non-OpenMP threads")
@@ -248,7 +246,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
            "--cpu-mask-batch-draft", "--spec-draft-cpu-strict-batch --cpu-strict-batch-draft",
            "--spec-draft-prio-batch --prio-batch-draft",
            "--spec-draft-poll-batch --poll-batch-draft"),
-    *_rows(R, NOT_BUILT_DRAFT_PLACEMENT,
+    *_rows(W, "",
            "--spec-draft-override-tensor -otd --override-tensor-draft",
            "--spec-draft-cpu-moe -cmoed --cpu-moe-draft LLAMA_ARG_SPEC_DRAFT_CPU_MOE",
            "--spec-draft-n-cpu-moe --spec-draft-ncmoe -ncmoed --n-cpu-moe-draft "
@@ -262,7 +260,7 @@ _SPEC_ROWS: tuple[SpecFlag, ...] = (
            "--spec-draft-model -md --model-draft LLAMA_ARG_SPEC_DRAFT_MODEL"),
     *_rows(N, "read by nothing in llama-server's draft-simple either",
            "--spec-draft-p-split --draft-p-split LLAMA_ARG_SPEC_DRAFT_P_SPLIT"),
-    *_rows(R, NOT_BUILT_DRAFT_UBATCH, "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH"),
+    *_rows(W, "", "--spec-draft-n-ubatch LLAMA_ARG_SPEC_DRAFT_N_UBATCH"),
     *_off(_rows(R, NOT_BUILT_DRAFT_SAMPLING,
                 "--spec-draft-sampling LLAMA_ARG_SPEC_DRAFT_SAMPLING"), values=("greedy",)),
     *_rows(W, "", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max",

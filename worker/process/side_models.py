@@ -45,7 +45,8 @@ def progress_callback(report: Callable[[float], None]) -> Any:
 def load_draft(s: WorkerSettings, model: LoadedModel,
                progress: Callable[[float], None] | None = None) -> DraftModel | None:
     """-md with --spec-type draft-simple: the draft model in a context laid out as the target's
-    (its size, sequences, batches, threads unless -td/-tbd), its vocabulary checked against the
+    (its size, sequences, batches, threads unless -td/-tbd, physical batch unless
+    --spec-draft-n-ubatch), its vocabulary checked against the
     target's (llama.cpp's common_speculative_are_compatible). -md without draft-simple loads
     nothing: llama-server loads it and lets it go again, drafting with nothing. `progress`: the
     load's, 0..1 (the spec's `spec_model` stage)."""
@@ -60,7 +61,8 @@ def load_draft(s: WorkerSettings, model: LoadedModel,
     n_threads_batch = (s.spec_draft_threads_batch if s.spec_draft_threads_batch > 0
                        else n_threads if s.spec_draft_threads > 0 else plan.n_threads_batch)
     draft_plan = DraftPlan(n_ctx=model.n_ctx, n_seq=plan.n_slots, kv_unified=plan.kv_unified,
-                           n_batch=plan.n_batch, n_ubatch=plan.n_ubatch, n_threads=n_threads,
+                           n_batch=plan.n_batch,
+                           n_ubatch=s.spec_draft_n_ubatch or plan.n_ubatch, n_threads=n_threads,
                            n_threads_batch=n_threads_batch,
                            type_k=CACHE_TYPES[s.spec_draft_type_k],
                            type_v=CACHE_TYPES[s.spec_draft_type_v],

@@ -132,6 +132,7 @@ def load_model(s: WorkerSettings, path: Path,
     files = dict(adapter_files or {})
     try:
         placement = flags.placement(s)
+        Placement(flags.draft_overrides(s))  # -otd/-cmoed/-ncmoed: checked before any load
     except DeviceError as error:
         raise ModelLoadError(str(error)) from None
     embedding = embedding_mode(s)

@@ -201,9 +201,14 @@ def speculative(settings: WorkerSettings) -> spec.SpecConfig:
 
 
 def draft_params(s: WorkerSettings) -> spec.DraftParams:
-    """--spec-draft-n-max/-n-min/-p-min/-p-split, checked as llama.cpp's arguments are."""
+    """--spec-draft-n-max/-n-min/-p-min/-p-split, checked as llama.cpp's arguments are (and
+    --spec-draft-n-ubatch, -ncmoed, -ngld)."""
     if s.spec_draft_n_max < 0:
         raise UnsupportedFlag("llamaq worker: --spec-draft-n-max: invalid value")
+    if s.spec_draft_n_ubatch < 0:
+        raise UnsupportedFlag("llamaq worker: --spec-draft-n-ubatch: invalid value")
+    if s.spec_draft_n_cpu_moe < 0:
+        raise UnsupportedFlag("llamaq worker: -ncmoed/--spec-draft-n-cpu-moe: invalid value")
     draft_gpu_layers(s)
     return spec.DraftParams(n_max=s.spec_draft_n_max, n_min=s.spec_draft_n_min,
                             p_min=s.spec_draft_p_min, p_split=s.spec_draft_p_split)
@@ -223,11 +228,21 @@ def draft_gpu_layers(s: WorkerSettings) -> int | None:
                               f"{value}") from None
 
 
+def draft_overrides(settings: WorkerSettings) -> list[Override]:
+    """-otd, -cmoed and -ncmoed: the draft model's own tensor buffer overrides, in the order
+    llama-server's arguments push them (none of the target's -ot/-cmoe/-ncmoe/-ncffn)."""
+    overrides = parse_overrides(settings.spec_draft_override_tensor,
+                                "--spec-draft-override-tensor")
+    if settings.spec_draft_cpu_moe:
+        overrides.append(Override(FFN_EXPERTS, CPU_BUFFER))
+    return overrides + cpu_ffn_overrides(settings.spec_draft_n_cpu_moe, FFN_EXPERTS)
+
+
 def tune_draft_model(params: lc.llama_model_params, settings: WorkerSettings) -> Placement:
     """The draft model's llama_model_params: the target's (split mode, load mode, ...), with
-    -ngld's layers and -devd's devices (else -dev's), and none of the target's tensor
-    overrides (llama.cpp's common_base_params_to_speculative). The returned placement holds
-    the device array: keep it until the model is loaded."""
+    -ngld's layers, -devd's devices (else -dev's) and -otd/-cmoed/-ncmoed's tensor overrides
+    in place of the target's (llama.cpp's common_base_params_to_speculative). The returned
+    placement holds the arrays: keep it until the model is loaded."""
     tune_model(params, settings)
     params.n_gpu_layers = lc.llama_model_default_params().n_gpu_layers
     layers = draft_gpu_layers(settings)
@@ -235,7 +250,7 @@ def tune_draft_model(params: lc.llama_model_params, settings: WorkerSettings) ->
         params.n_gpu_layers = layers
     chosen = settings.spec_draft_device or settings.devices
     devices = None if chosen is None else parse_devices(chosen)
-    placed = Placement([], devices)
+    placed = Placement(draft_overrides(settings), devices)
     placed.apply(params)
     return placed
 

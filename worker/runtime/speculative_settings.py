@@ -79,6 +79,25 @@ class SpeculativeSettings(BaseModel):
                                          help="number of threads to use during batch and "
                                          "prompt processing for the draft model (default: "
                                          "same as --threads-draft)")
+    spec_draft_n_ubatch: int = flag(0, "--spec-draft-n-ubatch",
+                                    env="LLAMA_ARG_SPEC_DRAFT_N_UBATCH",
+                                    help="physical maximum batch size of the draft context, use "
+                                    "a smaller value to spare VRAM (default: 0 - same as "
+                                    "--n-ubatch)")
+    spec_draft_override_tensor: list[str] = flag([], "-otd", "--spec-draft-override-tensor",
+                                                 "--override-tensor-draft",
+                                                 help="override tensor buffer type for draft "
+                                                 "model: <tensor name pattern>=<buffer "
+                                                 "type>,...")
+    spec_draft_cpu_moe: bool = flag(False, "-cmoed", "--spec-draft-cpu-moe", "--cpu-moe-draft",
+                                    env="LLAMA_ARG_SPEC_DRAFT_CPU_MOE",
+                                    help="keep all Mixture of Experts (MoE) weights in the CPU "
+                                    "for the draft model")
+    spec_draft_n_cpu_moe: int = flag(0, "-ncmoed", "--spec-draft-n-cpu-moe",
+                                     "--spec-draft-ncmoe", "--n-cpu-moe-draft",
+                                     env="LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE",
+                                     help="keep the Mixture of Experts (MoE) weights of the "
+                                     "first N layers in the CPU for the draft model")
     spec_ngram_mod_n_min: int = flag(48, "--spec-ngram-mod-n-min",
                                      help="minimum number of ngram tokens to use for "
                                      "ngram-based speculative decoding")

@@ -33,14 +33,15 @@ class Override:
     buffer_type: str
 
 
-def parse_overrides(values: list[str]) -> list[Override]:
-    """-ot `<tensor name pattern>=<buffer type>,...` (the flag may repeat)."""
+def parse_overrides(values: list[str], flag: str = "--override-tensor") -> list[Override]:
+    """-ot (or -otd, named `flag`) `<tensor name pattern>=<buffer type>,...` (the flag may
+    repeat)."""
     overrides = []
     for value in values:
         for item in value.split(","):
             pattern, found, buffer_type = item.partition("=")
             if not found:
-                raise DeviceError(f"invalid value for --override-tensor: {item!r}")
+                raise DeviceError(f"invalid value for {flag}: {item!r}")
             overrides.append(Override(pattern, buffer_type))
     return overrides
 

@@ -125,13 +125,13 @@ def test_every_refused_flag_exits_2_with_its_reason(role: type[ProcessSettings],
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_refused_environment_variables_exit_2(role: type[ProcessSettings],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for env in ("LLAMA_ARG_SPEC_DRAFT_CPU_MOE", "LLAMA_ARG_MOE_CACHE_MIB",
+    for env in ("LLAMA_ARG_BACKEND_SAMPLING", "LLAMA_ARG_MOE_CACHE_MIB",
                 "LLAMA_ARG_RPC"):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args([], environ={env: "1"})
         assert exit_info.value.code == 2
         assert env in capsys.readouterr().err
-    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_SPEC_DRAFT_CPU_MOE"}
+    assert set(refused_envs()) >= {"LLAMA_ARG_RPC", "LLAMA_ARG_BACKEND_SAMPLING"}
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in refused_envs()  # -md works (draft-simple)
 
 
@@ -152,7 +152,7 @@ def test_on_forms_stay_refused(role: type[ProcessSettings],
                                capsys: pytest.CaptureFixture[str]) -> None:
     for argv, environ in ((["--moe-cache-mib", "512"], {}),
                           ([], {"LLAMA_ARG_MOE_CACHE_MIB": "512"}),
-                          ([], {"LLAMA_ARG_SPEC_DRAFT_CPU_MOE": "1"}),
+                          ([], {"LLAMA_ARG_BACKEND_SAMPLING": "1"}),
                           (["--spec-draft-sampling", "probabilistic"], {})):
         with pytest.raises(SystemExit) as exit_info:
             role.from_args(argv, environ=environ)
@@ -237,7 +237,7 @@ def test_up_splits_every_flag_to_the_roles_that_take_it() -> None:
     (["-m", "x", "stray"], "unknown argument 'stray'"),
     (["--rpc", "host:50052"], "--rpc is not supported by llamaq: RPC offloading"),
     (["--moe-cache-mib", "512"], "--moe-cache-mib is not supported"),
-    (["-otd", "x=CPU"], "-otd is not supported"),
+    (["-Cd", "0x3"], "-Cd is not supported"),
     (["-c"], "-c expects a value"),
 ])
 def test_up_refuses_what_no_role_takes(argv: list[str], message: str) -> None:
