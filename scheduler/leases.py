@@ -81,7 +81,7 @@ while unordered and n < wanted do
   end
   offset = offset + 200
 end
-if ARGV[5] then wait_for_jobs(ARGV[5], ARGV[6], n < wanted, ARGV[7]) end
+if ARGV[5] then wait_for_jobs(ARGV[5], ARGV[6], wanted - n, ARGV[7]) end
 return claimed
 """
 

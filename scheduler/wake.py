@@ -3,11 +3,11 @@ thundering herd: each wake cost every idle worker a claim script, so a job's Red
 grew with the idle workers).
 
 A worker whose poll of a queue leaves it room (it took fewer jobs than it could: the queue held
-no more) adds its own wake channel to the queue's waiters (`keys.queue_waiters`, scored by when
-it began to wait) in the claim script itself (`WAIT_FOR_JOBS`, scheduler/leases.py
+no more) adds its own wake channel to the queue's waiters (`keys.queue_waiters`, the most room
+first) in the claim script itself (`WAIT_FOR_JOBS`, scheduler/leases.py
 CLAIM_JOBS), so that a job queued after that claim cannot miss it; a poll that fills it takes it
 out. Queuing a job (scheduler/client.py ENQUEUE; `wake_queue` after a job is moved to a queue)
-pops the waiter that waited longest and publishes to its channel; a channel nobody listens to
+pops the waiter with the most room and publishes to its channel; a channel nobody listens to
 any more (its worker died, or its connection is down) is dropped and the next one tried. When
 no worker waits, every worker of the queue is full: the queue's shared wake channel
 (`keys.wake_channel`) tells them, as before, which costs a full worker no Redis command (its
@@ -33,26 +33,30 @@ local function wake_one(waiters, everyone)
   return 0
 end
 """
-"""`wake_one(waiters, everyone)`: publish to the channel of the longest waiting worker of
-`waiters` that still listens (1), else on `everyone` (a channel, or nil: nobody) (0)."""
+"""`wake_one(waiters, everyone)`: publish to the channel of the first worker of `waiters`
+(WAIT_FOR_JOBS: the most room) that still listens (1), else on `everyone` (a channel, or nil:
+nobody) (0)."""
 
 WAIT_FOR_JOBS = """
-local function wait_for_jobs(waiters, channel, waiting, ttl_ms)
-  if waiting then
-    if redis.call('ZADD', waiters, 'NX', now_ms, channel) == 1 then
-      redis.call('PEXPIRE', waiters, ttl_ms)
-    end
+local function wait_for_jobs(waiters, channel, room, ttl_ms)
+  if room > 0 then
+    redis.call('ZADD', waiters, -room * 1e10 + now_ms / 1000, channel)
+    redis.call('PEXPIRE', waiters, ttl_ms)
   else
     redis.call('ZREM', waiters, channel)
   end
 end
 """
-"""`wait_for_jobs(waiters, channel, waiting, ttl_ms)`: a worker's wake `channel` joins (keeping
-its place if it waits already) or leaves a queue's `waiters` (needs LUA_NOW_MS's now_ms)."""
+"""`wait_for_jobs(waiters, channel, room, ttl_ms)`: a worker's wake `channel` joins a queue's
+`waiters` while it has `room` for more jobs (a claim that found no more), else leaves them
+(needs LUA_NOW_MS's now_ms). The score puts the worker with the most room first, then the one
+whose last look is oldest: jobs spread over the workers (a new job goes to an idle worker
+rather than to one that runs others, whose loop it would share) instead of piling on the
+worker that began to wait first."""
 
 WAKE = WAKE_ONE + """
 -- KEYS[1]: a queue's waiters; ARGV[1]: the queue's shared wake channel ("": none).
--- Wakes the worker that waited longest (or, with none waiting, the queue's full workers).
+-- Wakes the first waiting worker (or, with none waiting, the queue's full workers).
 local everyone = ARGV[1]
 if everyone == '' then everyone = nil end
 return wake_one(KEYS[1], everyone)

@@ -62,13 +62,13 @@ def wake_channel(queue_name: str) -> str:
 
 def worker_wake_channel(queue_name: str, worker_id: str) -> str:
     """One worker's wake channel for `queue_name`: published when a job is queued and this
-    worker waited longest for one (scheduler/wake.py)."""
+    worker came first of its waiters (scheduler/wake.py: the most room)."""
     return f"{queue_name}:wake:{worker_id}"
 
 
 def queue_waiters(queue_name: str) -> str:
     """Sorted set of the wake channels of the workers waiting for a job of `queue_name` (a poll
-    left them room), by when they began to wait (scheduler/wake.py)."""
+    left them room), the most room first, then the oldest look (scheduler/wake.py)."""
     return f"{queue_name}:waiters"
 
 

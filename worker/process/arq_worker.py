@@ -104,7 +104,7 @@ class WakeableWorker(Worker):
             await wake_queue(self.pool, self.queue_name)
 
     def call(self) -> None:
-        """A message on `wake_me`: this worker waited longest when a job was queued."""
+        """A message on `wake_me`: this worker came first of the waiters when a job was queued."""
         self._called = True
         self.wake.set()
 
