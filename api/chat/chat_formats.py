@@ -277,8 +277,10 @@ def continuation_tags(template_source: str) -> tuple[str, str] | None:
     auto-parser reads the template (the tags as its analysis found them, whitespace included);
     None: the family's own (reasoning_tags.py)."""
     name = detect_chat_format(template_source).name
-    if name in _SPECIALIZED or ("[SYSTEM_PROMPT]" in template_source
-                                and "[ARGS]" in template_source):  # Ministral 3
+    if all(s in template_source for s in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and \
+            "[CALL_ID]" not in template_source:  # llama.cpp's Ministral 3 parser thinks so
+        return "[THINK]", "[/THINK]"
+    if name in _SPECIALIZED:
         return None
     try:
         reasoning = analyze(template_source).reasoning

@@ -152,7 +152,8 @@ class ChatTemplate:
         reasoning = prefill.get("reasoning_content")
         start, end = thinking_tags or reasoning_tags(self.source)
         # (Kimi K2's and LFM2's parsers think in <think> tags even where the template shows none)
-        thinks = start.strip() in self.source or any(marker in self.source for marker in (
+        thinks = thinking_tags is not None or start.strip() in self.source or any(
+            marker in self.source for marker in (
             "<|tool_calls_section_begin|>", "<|tool_list_start|>", "List of tools: ["))
         if thinks:
             # as llama.cpp continues a message under a template that thinks: the reasoning in
