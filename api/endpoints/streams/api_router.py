@@ -13,11 +13,10 @@ does not reattach to an answer after a reload (docs/endpoints.md, Web UI)."""
 
 from __future__ import annotations
 
-import json as jsonlib
-
 from sanic import Request
 from sanic.response import HTTPResponse, empty, json
 
+from api.body import parsed_json, raw_body
 from api.routing import Routes
 from api.services import services
 from scheduler.contract.errors import InvalidRequest, NotFound
@@ -62,8 +61,5 @@ async def replay_conversation_stream(request: Request) -> HTTPResponse:
 
 @routes.post("/v1/streams/lookup", name="lookup_conversation_streams")
 async def lookup_conversation_streams(request: Request) -> HTTPResponse:
-    try:
-        jsonlib.loads(request.body or b"")
-    except ValueError as exc:
-        raise InvalidRequest(f"invalid body: {exc}") from None
+    parsed_json(request, raw_body(request))  # a bad body is a 400, as every body's
     return json([])
