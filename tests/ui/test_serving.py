@@ -218,7 +218,8 @@ def test_resumable_stream_routes(api: str) -> None:
     lookup = httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": ["c1::gemma"]})
     assert lookup.status_code == 200 and lookup.json() == []
     bad = httpx.post(f"{api}/v1/streams/lookup", content=b"{nope")
-    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("invalid body")
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith(
+        "Invalid JSON in the request body")
     missing = httpx.get(f"{api}/v1/stream")
     assert missing.status_code == 400
     assert missing.json()["error"]["message"] == "Missing conversation id in path"
