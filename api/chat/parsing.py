@@ -20,7 +20,8 @@ Tool calls (with `tools=True`): the formats of tool_formats.py, and those of the
 harmony.py and functionary.py). A bare JSON call is recognised
 only at the start of the answer (or right after another bare call); tagged formats anywhere.
 Text that looks like a call but does not parse stays content. Calls get llama-server's random
-32-character ids unless the model wrote one; `arguments` is always JSON text.
+32-character ids unless the model wrote one; `arguments` is JSON text but for a call cut short
+by the end of the output (`_cut_short`).
 """
 
 from __future__ import annotations
@@ -28,16 +29,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection
 
-from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
+from api.chat.chat_formats import GENERIC, GENERIC_BLOCKS, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.streamed_calls import STREAMED
-from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
+from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
-    DEEPSEEK_CALLS_BEGIN,
-    DEEPSEEK_CALLS_END,
     WHITESPACE,
     JsonScanner,
     ParsedCall,
@@ -46,20 +45,12 @@ from api.chat.tool_formats import (
     known_names,
     load_json,
     may_grow,
-    parse_deepseek_calls,
-    parse_function_tag,
     parse_python_tag,
     partial_suffix,
 )
 
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 PYTHON_TAG = "<|python_tag|>"
-
-_BLOCKS: dict[str, tuple[str, BlockParser]] = {
-    "<tool_call>": ("</tool_call>", parse_tool_call_block),
-    "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
-    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
-}
 
 
 class _Phase(enum.Enum):
@@ -99,7 +90,7 @@ class ChatOutputParser:
                             parallel=parallel_tool_calls)
         self._tools = tools
         self._types: ParamTypes = param_types or {}
-        self._blocks = {**_BLOCKS, **chat_format.blocks}
+        self._blocks = {**GENERIC_BLOCKS, **chat_format.blocks}
         self._dropped = (*chat_format.dropped,
                          *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
@@ -245,8 +236,8 @@ class ChatOutputParser:
             self._emit.body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = 0 if final else partial_suffix(text, self._pos, self._markers)
-        self._emit.body(text[self._pos : len(text) - hold])
+        hold = partial_suffix(text, self._pos, self._call_markers if final else self._markers)
+        self._emit.body(text[self._pos : len(text) - hold])  # final: a marker cut short goes
         self._pos = len(text) - hold
         if final:
             if not self._emit.tool_calls:
@@ -318,6 +309,9 @@ class ChatOutputParser:
                 self._emit.stream_call(STREAMED[parse](self._text[self._pos :], self._types))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
+        if end < 0 and end_tag != TO_THE_END:
+            self._cut_short(inner, end_tag, parse)
+            return True
         calls = parse(inner, self._types)
         if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
             started = STREAMED[parse](inner, self._types)
@@ -331,6 +325,18 @@ class ChatOutputParser:
         else:
             self._reject_call()
         return True
+
+    def _cut_short(self, inner: str, end_tag: str, parse: BlockParser) -> None:
+        """The output ends in a call block (`max_tokens`): as llama.cpp's lenient parse, the
+        calls written whole (a half end tag aside), else the call once named, its arguments as
+        far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
+        inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
+        calls = parse(inner, self._types) or []
+        started = STREAMED[parse](inner, self._types) if not calls and parse in STREAMED else None
+        if started:
+            calls = [ParsedCall(started[0], started[1], started[3])]
+            self._emit.guess = started[1]
+        self._accept_calls(calls, len(self._text))
 
     def _step_python(self, final: bool) -> bool:
         if not final:

@@ -136,11 +136,15 @@ def partial_call(inner: str) -> tuple[str, str, str] | None:
         return None
     name = value.get("name")
     keys = list(value)
-    if not isinstance(name, str) or not name or "arguments" not in value:
+    if not isinstance(name, str) or not name:
         return None
     open_string = added > 0 and text[-added] == '"'
-    if (keys[-1] == "name" and open_string) or not isinstance(value["arguments"], dict):
-        return None  # the name may still grow; arguments must be an object
+    if keys[-1] == "name" and open_string:
+        return None  # the name may still grow
+    if "arguments" not in value:
+        return name, "", "{}"  # named: llama.cpp has the call from here on
+    if not isinstance(value["arguments"], dict):
+        return None  # arguments must be an object
     arguments = value["arguments"]
     dumped = dump_arguments(arguments)
     args_last = keys[-1] == "arguments"
