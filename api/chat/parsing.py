@@ -16,12 +16,11 @@ The tags are `<think>`/`</think>` unless the template uses `[THINK]`, `<|START_T
 `<seed:think>`.
 
 Tool calls (with `tools=True`): the formats of tool_formats.py, and those of the template's family
-(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2 have parsers of their own,
-harmony.py and functionary.py). A bare JSON call is recognised
-only at the start of the answer (or right after another bare call); tagged formats anywhere.
-Text that looks like a call but does not parse stays content. Calls get llama-server's random
-32-character ids unless the model wrote one; `arguments` is JSON text but for a call cut short
-by the end of the output (`_cut_short`).
+(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2: harmony.py, functionary.py). A
+bare JSON call is recognised only at the start of the answer (or right after another bare call);
+tagged formats anywhere. Text that looks like a call but does not parse stays content; a call cut
+short by the end of the output is read as llama.cpp reads it (`_cut_short`). Calls get
+llama-server's random 32-character ids unless the model wrote one.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from api.chat.chat_formats import GENERIC, GENERIC_BLOCKS, TO_THE_END, BlockPars
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
+from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.streamed_calls import STREAMED
 from api.chat.tagged_calls import ParamTypes
@@ -107,6 +107,10 @@ class ChatOutputParser:
         self._scanner: JsonScanner | None = None
         self._scan_from = 0
         self._mistral: MistralCalls | None = None
+        self._steps = {_Phase.START: self._step_start, _Phase.REASONING: self._step_reasoning,
+                       _Phase.BODY: self._step_body, _Phase.JSON: self._step_json,
+                       _Phase.BLOCK: self._step_block, _Phase.MISTRAL: self._step_mistral,
+                       _Phase.PYTHON: self._step_python}
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
         elif thinking_forced_open and chat_format.echo_opened:
@@ -147,22 +151,8 @@ class ChatOutputParser:
     # the state machine: each step returns whether it made progress
 
     def _step(self, *, final: bool) -> bool:
-        phase = self._phase
-        if phase is _Phase.START:
-            return self._step_start(final)
-        if phase is _Phase.REASONING:
-            return self._step_reasoning(final)
-        if phase is _Phase.BODY:
-            return self._step_body(final)
-        if phase is _Phase.JSON:
-            return self._step_json(final)
-        if phase is _Phase.BLOCK:
-            return self._step_block(final)
-        if phase is _Phase.MISTRAL:
-            return self._step_mistral(final)
-        if phase is _Phase.PYTHON:
-            return self._step_python(final)
-        return False
+        step = self._steps.get(self._phase)
+        return step(final) if step is not None else False
 
     def _step_start(self, final: bool) -> bool:
         rest = self._text[self._pos :]
@@ -322,6 +312,8 @@ class ChatOutputParser:
             self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)
             self._phase = _Phase.BODY
+        elif (cut := cut_short_calls(inner)) is not None:  # JSON calls to the end, cut short
+            self._accept_calls(cut, len(self._text))
         else:
             self._reject_call()
         return True
@@ -392,8 +384,9 @@ class ChatOutputParser:
         if read is None:
             return False
         calls, end = read
-        if calls:
-            self._accept_calls(calls, end)
+        cut = self._mistral.cut_short(self._text) if final and not calls else None
+        if calls or cut is not None:
+            self._accept_calls(calls or cut or [], end if calls else len(self._text))
         else:
             self._reject_call()
         return True
