@@ -5,7 +5,8 @@ first quotes made single), parsed by llama.cpp's own `common_chat_parse`
 (bench/chat_oracle/oracle.cpp, built here against the static libraries that
 bench/build_llama_server.sh leaves in ~/.cache/llamaq-bench/build-*), whole and mid-stream.
 Writes tests/data/chat_cases_malformed.json, which tests/unit/api/test_chat_malformed.py
-checks llamaq against.
+checks llamaq against; and tests/data/llama_cpp_template_caps.json, llama.cpp's /props
+`chat_template_caps` of each template in tests/data/templates (test_chat_template_caps.py).
 
     python -m bench.malformed_calls [--build DIR] [--out FILE]
 """
@@ -26,6 +27,7 @@ from tests.chat_cases import TEMPLATES, _openai_message, _tool, cases  # noqa: E
 
 CACHE = Path.home() / ".cache" / "llamaq-bench"
 SOURCE = REPO / "bench" / "chat_oracle" / "oracle.cpp"
+CAPS = REPO / "tests" / "data" / "llama_cpp_template_caps.json"
 LIBRARIES = ("common/libllama-common.a", "common/libllama-common-base.a", "src/libllama.a",
              "ggml/src/libggml.a", "ggml/src/libggml-cpu.a", "ggml/src/libggml-base.a")
 
@@ -77,6 +79,14 @@ def main() -> None:
         record["llama.cpp"] = json.loads(answer)
     args.out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", "utf-8")
     print(f"{len(records)} answers in {args.out}")
+    templates = sorted(TEMPLATES.glob("*.jinja"))
+    answers = subprocess.run(
+        [str(oracle)], capture_output=True, text=True, check=True,
+        input="".join(json.dumps({"template": str(t), "caps": True}) + "\n" for t in templates),
+    ).stdout.splitlines()
+    caps = {t.name: json.loads(a)["caps"] for t, a in zip(templates, answers, strict=True)}
+    CAPS.write_text(json.dumps(caps, indent=1, sort_keys=True) + "\n", "utf-8")
+    print(f"{len(caps)} templates' caps in {CAPS}")
 
 
 if __name__ == "__main__":

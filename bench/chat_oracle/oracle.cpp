@@ -2,7 +2,8 @@
 // messages, tools, tool_choice, parallel_tool_calls, reasoning_format, enable_thinking, input}
 // and writes JSON lines {format, whole | whole_error, partial | partial_error}: the message
 // common_chat_parse gives for `input` as the end of the output (whole) and mid-stream
-// (partial), or the error it raises. Built by bench/malformed_calls.py.
+// (partial), or the error it raises; with {template, caps: true}: {caps} (/props
+// chat_template_caps). Built by bench/malformed_calls.py.
 #include "chat.h"
 #include <nlohmann/json.hpp>
 #include <fstream>
@@ -25,6 +26,12 @@ int main() {
             std::ifstream f(job.at("template").get<std::string>());
             std::stringstream ss; ss << f.rdbuf();
             auto tmpls = common_chat_templates_init(nullptr, ss.str(), "<s>", "</s>");
+            if (job.value("caps", false)) {  // /props chat_template_caps
+                json caps = json::object();
+                for (auto & [name, value] : common_chat_templates_get_caps(tmpls.get())) caps[name] = value;
+                std::cout << json{{"caps", caps}}.dump() << std::endl;
+                continue;
+            }
             common_chat_templates_inputs inputs;
             inputs.messages = common_chat_msgs_parse_oaicompat(common_json::parse(job.at("messages").dump()));
             if (job.contains("tools") && !job["tools"].empty()) inputs.tools = common_chat_tools_parse_oaicompat(common_json::parse(job["tools"].dump()));

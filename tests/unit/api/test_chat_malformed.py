@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.chat_cases import cases, normal, run
+from tests.chat_cases import cases, normal, prepare, run
 from tests.paths import DATA
 
 RECORDS: list[dict[str, Any]] = json.loads(
@@ -68,3 +68,11 @@ def test_every_family_has_a_cut_and_a_broken_call() -> None:
 
 if __name__ == "__main__":
     DIFFER_FILE.write_text("".join(f"{_id(r)}\n" for r in RECORDS if _differs(r)), "utf-8")
+
+
+def test_the_parser_is_named_as_llama_cpp_names_it() -> None:
+    """generation_settings' `chat_format` (`__verbose`, /slots): llama.cpp's format name."""
+    names = {BY_ID[r["case"]]["template"]: r["llama.cpp"]["format"] for r in RECORDS}
+    ours = {BY_ID[r["case"]]["template"]: prepare(BY_ID[r["case"]]).chat_format for r in RECORDS}
+    assert ours == names
+    assert set(names.values()) == {"peg-native", "peg-gemma4", "peg-minimax-m3"}
