@@ -206,12 +206,11 @@ def test_reload_mid_answer_reattaches_and_finishes(redis_url: str, workdir: Path
         assert f"conv_id={conv}" in replay.value.url.replace("%3A", ":")
         running = httpx.post(f"{url}/v1/streams/lookup", json={"conversation_ids": [conv]})
         assert running.json() and running.json()[0]["conversation_id"] == conv
-        page.wait_for_function("""() => {
-            const all = document.querySelectorAll('.chat-message-assistant .markdown-content');
-            return all.length && all[all.length - 1].textContent.length > 40;
-        }""")
+        response = replay.value.response()  # the replay, followed to the answer's end
+        assert response is not None and response.status == 200
+        response.finished()
         expect(page.get_by_role("button", name="Stop generation")).to_have_count(
-            0, timeout=180_000)
+            0, timeout=180_000)  # the UI saved the answer and unlocked
         (done,) = httpx.post(f"{url}/v1/streams/lookup",
                              json={"conversation_ids": [conv]}).json()
         assert done["is_done"] is True

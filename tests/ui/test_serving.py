@@ -231,18 +231,20 @@ def test_resumable_stream_routes(api: str) -> None:
     assert httpx.delete(f"{api}/v1/stream").status_code == 400
 
 
-def _replay(api: str, conv: str, start: int = 0) -> bytes:
+def _replay(api: str, conv: str, start: int = 0,
+            headers: dict[str, str] | None = None) -> bytes:
     with httpx.stream("GET", f"{api}/v1/stream", params={"conv_id": conv, "from": start},
-                      timeout=120) as replay:
+                      timeout=120, headers=headers) as replay:
         assert replay.status_code == 200
         assert replay.headers["content-type"].startswith("text/event-stream")
         return replay.read()
 
 
-def test_conversation_stream_outlives_its_client_and_replays(api: str) -> None:
+def test_conversation_stream_outlives_its_client_and_replays(api: str, keyed_api: str) -> None:
     """As llama-server's resumable streams: a chat streamed with `X-Conversation-Id` goes on
     to its end when the client leaves; the lookup lists it, `GET /v1/stream` replays its bytes
-    (the very bytes the client got first) from any offset, and Stop evicts it."""
+    (the very bytes the client got first) from any offset, on any api pod, and Stop evicts
+    it."""
     conv = "conv-reload::gemma"
     body = {"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 48,
             "ignore_eos": True, "stream": True}
@@ -267,6 +269,7 @@ def test_conversation_stream_outlives_its_client_and_replays(api: str) -> None:
     assert sum(1 for d in deltas if d["choices"] and d["choices"][0]["delta"].get("content")) \
         >= 40  # every token, though nobody read them as they came
     assert _replay(api, conv, len(got)) == whole[len(got):]
+    assert _replay(keyed_api, conv, 7, {"Authorization": "Bearer sekrit"}) == whole[7:]
     done = httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": [conv]}).json()
     assert done == [{"conversation_id": conv, "is_done": True, "total_bytes": len(whole),
                      "started_at": session["started_at"],
