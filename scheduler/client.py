@@ -100,8 +100,12 @@ if bound >= 0 then
     while true do
       local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
       if #ids == 0 then break end
-      for i = 1, #ids do
-        if redis.call('EXISTS', ARGV[8] .. ids[i]) == 0 then waiting = waiting + 1 end
+      local held = {}
+      for i = 1, #ids do held[i] = ARGV[8] .. ids[i] end
+      -- a page's leases in one MGET (issue 44: an EXISTS a due job, running ones included,
+      -- was the most frequent command of a job)
+      for _, lease in ipairs(redis.call('MGET', unpack(held))) do
+        if not lease then waiting = waiting + 1 end
       end
       offset = offset + 500
     end

@@ -72,8 +72,11 @@ while unordered and n < wanted do
   local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                           'LIMIT', offset, 200)
   if #page == 0 then break end
+  local held = {}
+  for i = 1, #page, 2 do held[#held + 1] = ARGV[3] .. page[i] end
+  held = redis.call('MGET', unpack(held))  -- a page's leases in one command (issue 44)
   for i = 1, #page, 2 do
-    if redis.call('EXISTS', ARGV[3] .. page[i]) == 0 then
+    if not held[(i + 1) / 2] then
       take(page[i], page[i + 1])
       n = n + 1
       if n >= wanted then break end
@@ -96,8 +99,11 @@ while true do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                          'LIMIT', offset, 500)
   if #ids == 0 then break end
+  local held = {}
+  for i = 1, #ids, 2 do held[#held + 1] = ARGV[2] .. ids[i] end
+  held = redis.call('MGET', unpack(held))  -- a page's leases in one command (issue 44)
   for i = 1, #ids, 2 do
-    if redis.call('EXISTS', ARGV[2] .. ids[i]) == 0 then
+    if not held[(i + 1) / 2] then
       count = count + 1
       if oldest < 0 then oldest = tonumber(ids[i + 1]) end
     end
