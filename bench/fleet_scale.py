@@ -214,6 +214,43 @@ def redis_calls_by_command(client: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
+class ScriptSplit:
+    """Counts, from MONITOR, the commands clients sent (top level: one round trip's worth of
+    dispatch each, EVAL included) apart from those scripts ran inside (`[0 lua]`): INFO
+    commandstats counts both alike. MONITOR costs Redis CPU: the CPU figures of a run with
+    it are not comparable (its command counts are)."""
+
+    def __init__(self, redis_url: str) -> None:
+        import threading
+        self.top = 0
+        self.inner = 0
+        self._client = redis.Redis.from_url(redis_url)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def __enter__(self) -> ScriptSplit:
+        self._monitor = self._client.monitor().__enter__()
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                command = self._monitor.next_command()
+            except Exception:  # the connection closed at the end
+                return
+            if command.get("client_type") == "lua":
+                self.inner += 1
+            else:
+                self.top += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._client.close()
+        self._monitor.connection.disconnect()
+        self._thread.join(timeout=5)
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -284,6 +321,7 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
     by_command_before = redis_calls_by_command(client)
     calls_before = sum(by_command_before.values())
     started = time.perf_counter()
+    split = ScriptSplit(redis_url).__enter__() if args.split_scripts else None
     for proc in procs:
         proc.start()
     gen_cpu: dict[int, float] = {}
@@ -299,6 +337,8 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
     wall = time.perf_counter() - started
     cpu = {role: sum(cpu_s(p) for p in ps) - cpu_before[role] for role, ps in pids.items()}
     cpu["generator"] = sum(gen_cpu.values())
+    if split is not None:
+        split.__exit__()
     by_command_after = redis_calls_by_command(client)
     calls = sum(by_command_after.values()) - calls_before
     by_command = {name: n - by_command_before.get(name, 0)
@@ -335,6 +375,10 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         + per_token.get("redis", 0),
         "redis_commands": calls, "redis_commands_per_token": calls / tokens if tokens else 0,
         "redis_commands_per_request": calls / len(ok) if ok else 0,
+        "redis_commands_split_per_token": {} if split is None or not tokens else {
+            "top_level": split.top / tokens, "in_scripts": split.inner / tokens},
+        "redis_commands_split_per_request": {} if split is None or not ok else {
+            "top_level": split.top / len(ok), "in_scripts": split.inner / len(ok)},
         "redis_commands_by_name_per_request": {
             name: round(n / len(ok), 2) for name, n in
             sorted(by_command.items(), key=lambda item: -item[1]) if n and ok},
@@ -369,6 +413,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-cpus", default="", help="taskset lists per api pod, `;`-separated")
     p.add_argument("--worker-cpus", default="")
     p.add_argument("--out", default="")
+    p.add_argument("--split-scripts", action="store_true",
+                   help="count top-level commands apart from those inside scripts (MONITOR)")
     args = p.parse_args(argv)
     if bool(args.rate) == bool(args.users):
         p.error("give one of --rate (open loop) or --users (closed loop)")
@@ -396,6 +442,8 @@ def main(argv: list[str] | None = None) -> None:
                                     "itl_ms", "added_itl_ms", "cpu_us_per_token",
                                     "fleet_cpu_us_per_token", "redis_commands_per_token",
                                     "redis_commands_per_request",
+                                    "redis_commands_split_per_token",
+                                    "redis_commands_split_per_request",
                                     "redis_commands_by_name_per_request",
                                     "rss_mib", "errors_sample")}
     print(json.dumps(brief, indent=1))

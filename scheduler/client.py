@@ -45,6 +45,7 @@ from scheduler.contract.results import (
 from scheduler.fair_share import DEFAULT_TENANT, FAIR_TAG, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
+from scheduler.lua_leases import LEASES_OF
 from scheduler.queue_order import ORDER_ADD, job_priority
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
@@ -76,7 +77,7 @@ class QueueRoom:
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
 
-ENQUEUE = LUA_NOW_MS + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
+ENQUEUE = LUA_NOW_MS + LEASES_OF + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
 -- KEYS: arq's job key, the job's arq result key, the queue, the queue's order
 -- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), then the
 -- queues whose waiting jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry
@@ -100,8 +101,8 @@ if bound >= 0 then
     while true do
       local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
       if #ids == 0 then break end
-      for i = 1, #ids do
-        if redis.call('EXISTS', ARGV[8] .. ids[i]) == 0 then waiting = waiting + 1 end
+      for _, lease in ipairs(leases_of(ARGV[8], ids, 1)) do
+        if not lease then waiting = waiting + 1 end
       end
       offset = offset + 500
     end

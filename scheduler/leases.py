@@ -38,6 +38,7 @@ from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
 from scheduler.fair_share import FAIR_ADVANCE
+from scheduler.lua_leases import LEASES_OF
 from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.wake import WAIT_FOR_JOBS
@@ -45,10 +46,10 @@ from scheduler.worker_presence import client_name
 
 log = logging.getLogger(__name__)
 
-CLAIM_JOBS = LUA_NOW_MS + ORDER_CLAIM + FAIR_ADVANCE + WAIT_FOR_JOBS + """
+CLAIM_JOBS = LUA_NOW_MS + LEASES_OF + ORDER_CLAIM + FAIR_ADVANCE + WAIT_FOR_JOBS + """
 -- KEYS: an arq queue, its order, its model's fair state (scheduler/queue_order.py claim_keys;
--- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is
--- by Redis's TIME, as the queue's scores), how many jobs, arq's in-progress prefix, lease (ms),
+-- absent: none, as a queue with no tenants' jobs); ARGV: (unused: due is by Redis's TIME, as
+-- the queue's scores), how many jobs, arq's in-progress prefix, lease (ms),
 -- then (optional) the queue's waiters, the worker's wake channel and the waiters' TTL (ms):
 -- a claim that takes fewer jobs than asked (the queue held no more) makes the worker wait for
 -- the next job queued there, one that takes as many stops its waiting (scheduler/wake.py).
@@ -72,8 +73,9 @@ while unordered and n < wanted do
   local page = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                           'LIMIT', offset, 200)
   if #page == 0 then break end
+  local held = leases_of(ARGV[3], page, 2)
   for i = 1, #page, 2 do
-    if redis.call('EXISTS', ARGV[3] .. page[i]) == 0 then
+    if not held[(i + 1) / 2] then
       take(page[i], page[i + 1])
       n = n + 1
       if n >= wanted then break end
@@ -85,19 +87,18 @@ if ARGV[5] then wait_for_jobs(ARGV[5], ARGV[6], wanted - n, ARGV[7]) end
 return claimed
 """
 
-WAITING_JOBS = LUA_NOW_MS + """
+WAITING_JOBS = LUA_NOW_MS + LEASES_OF + """
 -- KEYS[1]: an arq queue; ARGV: (unused), arq's in-progress prefix.
 -- How many due jobs no worker holds, the enqueue score (ms) of the oldest of them, and
 -- Redis's now (ms) to measure its wait against.
-local count = 0
-local oldest = -1
-local offset = 0
+local count, oldest, offset = 0, -1, 0
 while true do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_score, 'WITHSCORES',
                          'LIMIT', offset, 500)
   if #ids == 0 then break end
+  local held = leases_of(ARGV[2], ids, 2)
   for i = 1, #ids, 2 do
-    if redis.call('EXISTS', ARGV[2] .. ids[i]) == 0 then
+    if not held[(i + 1) / 2] then
       count = count + 1
       if oldest < 0 then oldest = tonumber(ids[i + 1]) end
     end

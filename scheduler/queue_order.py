@@ -38,7 +38,8 @@ end
 ORDER_CLAIM = """
 -- order_claim(queue, index, wanted, in-progress prefix, take): calls take(id, queue score)
 -- for up to `wanted` waiting jobs no worker holds, priorities ascending, each by its order
--- score; drops order entries whose job left the queue. Returns how many it took, whether
+-- score; drops order entries whose job left the queue. Reads the order by pages of 200, each
+-- page's queue scores and leases in two commands (ZMSCORE, MGET). Returns how many it took, whether
 -- the order sets hold fewer jobs than the queue (some job is in none: look at the queue too),
 -- and the largest order score it took (nil: none).
 local function order_claim(queue, index, wanted, prefix, take)
@@ -53,15 +54,23 @@ local function order_claim(queue, index, wanted, prefix, take)
     while n < wanted do
       local page = redis.call('ZRANGE', ordered, offset, offset + 199, 'WITHSCORES')
       if #page == 0 then break end
-      local gone = {}
+      -- a page's queue scores and leases in one ZMSCORE and one MGET (issue 44: a ZSCORE
+      -- and an EXISTS an entry, running jobs included, were most of a job's commands)
+      local ids, held = {}, {}
       for i = 1, #page, 2 do
-        local id = page[i]
-        local score = redis.call('ZSCORE', queue, id)
+        ids[#ids + 1] = page[i]
+        held[#held + 1] = prefix .. page[i]
+      end
+      local scores = redis.call('ZMSCORE', queue, unpack(ids))
+      held = redis.call('MGET', unpack(held))
+      local gone = {}
+      for k = 1, #ids do
+        local id, score = ids[k], scores[k]
         if not score then
           gone[#gone + 1] = id
-        elseif redis.call('EXISTS', prefix .. id) == 0 then
+        elseif not held[k] then
           take(id, score)
-          local tag = tonumber(page[i + 1])
+          local tag = tonumber(page[2 * k])
           if top == nil or tag > top then top = tag end
           n = n + 1
           if n >= wanted then break end

@@ -1,0 +1,137 @@
+"""What a job costs Redis in the queue's scripts (issue 44): a worker's claim and the enqueue's
+backpressure count read a page of jobs' queue scores and leases in one command each (ZMSCORE,
+MGET), not one ZSCORE and one EXISTS a job, running jobs included; and the count stays right
+as jobs are handed back, cancelled, or their lease lapses (a dead worker). Real Redis (its own,
+so that INFO commandstats counts only this file's commands), the scripts the api and the
+workers run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import arq.utils
+import pytest
+import pytest_asyncio
+from arq.connections import ArqRedis, create_pool
+from arq.constants import in_progress_key_prefix
+from redis.asyncio import Redis
+
+from scheduler.client import JobClient, QueueRoom
+from scheduler.connections import arq_settings
+from scheduler.contract import keys
+from scheduler.contract.errors import Unavailable
+from scheduler.contract.jobs import CompletionJob
+from scheduler.hub import EventHub
+from scheduler.leases import CLAIM_JOBS, waiting_jobs
+from scheduler.queue_order import claim_keys
+from scheduler.queueing import deserialize_job, serialize_job
+from tests.processes import start_redis
+
+pytestmark = pytest.mark.process
+
+RUNNING = 450
+"""Jobs held ahead of the waiting ones: more than two pages of the order (200 each)."""
+PER_CALL_MAX = 40
+"""Commands one claim or one enqueue may cost here, however many jobs run (before: ~2 a
+running job: 900 and more)."""
+
+
+@pytest.fixture(scope="module")
+def own_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process, url = start_redis(Path(tmp_path_factory.mktemp("redis-commands")))
+    yield url
+    process.terminate()
+    process.wait()
+
+
+@pytest_asyncio.fixture
+async def pod(own_redis_url: str) -> AsyncIterator[tuple[Redis, ArqRedis, JobClient]]:
+    redis = Redis.from_url(own_redis_url)
+    pool = await create_pool(arq_settings(own_redis_url), job_serializer=serialize_job,
+                             job_deserializer=deserialize_job)
+    yield redis, pool, JobClient(redis, pool, EventHub(redis), 10)
+    await pool.aclose()
+    await redis.aclose()
+
+
+async def claim(redis: Redis, queue: str, wanted: int, lease_ms: int = 60_000) -> list[str]:
+    """A worker's poll (worker/process/arq_worker.py's arguments)."""
+    claimed = await redis.register_script(CLAIM_JOBS)(
+        keys=claim_keys(queue), args=[arq.utils.timestamp_ms(), wanted,
+                                      in_progress_key_prefix, lease_ms])
+    return [claimed[i].decode() for i in range(0, len(claimed), 2)]
+
+
+async def calls(redis: Redis) -> int:
+    """Commands Redis ran so far, those inside scripts included (INFO itself not)."""
+    stats = await redis.info("commandstats")
+    return sum(int(v["calls"]) for name, v in stats.items() if name != "cmdstat_info")
+
+
+async def queued(client: JobClient, model: str, n: int, room: QueueRoom | None = None
+                 ) -> list[CompletionJob]:
+    jobs = [CompletionJob(model=model, prompt="p", priority=2) for _ in range(n)]
+    for job in jobs:
+        await client._enqueue(job, keys.slot_queue(model), room)
+    return jobs
+
+
+async def test_a_claim_behind_running_jobs_costs_commands_by_the_page(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    redis, _, client = pod
+    model = f"claim-cost-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    jobs = await queued(client, model, RUNNING + 1)
+    assert len(await claim(redis, queue, RUNNING)) == RUNNING
+    await claim(redis, queue, 0)  # the script loaded: EVALSHA from here on
+    before = await calls(redis)
+    assert await claim(redis, queue, 5) == [jobs[-1].job_id]
+    assert await calls(redis) - before <= PER_CALL_MAX
+
+
+async def test_the_backpressure_count_costs_commands_by_the_page(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    redis, _, client = pod
+    model = f"bound-cost-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    room = QueueRoom(10, (queue,))
+    await queued(client, model, RUNNING + 5)
+    assert len(await claim(redis, queue, RUNNING)) == RUNNING
+    before = await calls(redis)
+    await queued(client, model, 1, room)  # 5 wait, then 6: the bound is 10
+    assert await calls(redis) - before <= PER_CALL_MAX
+    await queued(client, model, 4, room)
+    with pytest.raises(Unavailable, match=r"\(10 requests wait\)"):
+        await queued(client, model, 1, room)
+
+
+async def test_the_count_follows_hand_backs_cancels_and_lapsed_leases(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """What the bound and the claim count as waiting: a job handed back (its lease deleted)
+    waits again at once; a cancelled one (out of its queue) does not; a running job whose
+    worker died waits again as soon as its lease lapses, and the next claim takes it."""
+    redis, _, client = pod
+    model = f"count-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    jobs = await queued(client, model, 6)
+    held = await claim(redis, queue, 3)
+    assert held == [job.job_id for job in jobs[:3]]
+    assert (await waiting_jobs(redis, queue))[0] == 3
+    await redis.delete(in_progress_key_prefix + held[0])  # handed back
+    assert (await waiting_jobs(redis, queue))[0] == 4
+    await redis.zrem(queue, jobs[5].job_id)  # cancelled while it waited
+    assert (await waiting_jobs(redis, queue))[0] == 3
+    await redis.pexpire(in_progress_key_prefix + held[1], 50)  # its worker died
+    await asyncio.sleep(0.2)
+    assert (await waiting_jobs(redis, queue))[0] == 4
+    room = QueueRoom(5, (queue,))
+    await client._enqueue(CompletionJob(model=model, prompt="q", priority=2), queue, room)
+    with pytest.raises(Unavailable, match=r"\(5 requests wait\)"):
+        await client._enqueue(CompletionJob(model=model, prompt="r", priority=2), queue, room)
+    taken = await claim(redis, queue, 10)
+    assert taken[:4] == [held[0], held[1], jobs[3].job_id, jobs[4].job_id]
+    assert len(taken) == 5 and jobs[5].job_id not in taken
+    assert (await waiting_jobs(redis, queue))[0] == 0
