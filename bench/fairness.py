@@ -3,7 +3,7 @@ of equal weight, real workers on Gemma 3 270M.
 
     .venv/bin/python bench/fairness.py [--seconds 60] [--alone-seconds 20] [--workers 1]
         [--np 4] [--per-tenant 2] [--n-predict 48] [--tenants 3] [--simulate N]
-        [--preempt off|priority|fair] [--fifo]
+        [--preempt off|priority|fair] [--fifo] [--only noisy|priority] [--sim-itl-ms 50]
 
 - noisy neighbour: tenant a runs 10x the clients of each other tenant (`--tenants` in all,
   `--per-tenant` clients each), all long generations, for `--seconds`: Jain's fairness index
@@ -12,8 +12,10 @@ of equal weight, real workers on Gemma 3 270M.
   short priority 0 requests (tenant b): its TTFT p50 against b alone, and every stream ended
   without an error (preempted ones included; --preempt priority, the workers' default).
 
-Clients send streamed requests one after another. Figures depend on the machine's load: say
-it with them. Prints the figures; exits 0.
+Clients send streamed requests one after another, each on its own connection. Beside what the
+clients see, each phase prints the fleet's side: b's mean queue wait (/metrics), the Redis
+commands per completion started, the leases its workers lost. Figures depend on the machine's
+load: say it with them. Prints the figures; exits 0.
 """
 
 from __future__ import annotations

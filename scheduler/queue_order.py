@@ -106,7 +106,40 @@ def job_priority(job: object) -> int:
     return priority if isinstance(priority, int) else 0
 
 
-RESERVE = LUA_NOW_MS + """
+FREE_ENTRIES = """
+-- free_entries(queue, ordered, reserved, prefix, wanted, out): appends {id, order score} to
+-- `out` for up to `wanted` entries of the order set `ordered`, in order, whose job is in `queue`,
+-- held by no worker (no `prefix`..id key) and not reserved (in `reserved`, a lapse after
+-- now_ms); returns how many. Reads the set by pages of 200, each page's queue scores, leases
+-- and reservations in three commands, not three an entry: the running jobs' entries come first
+-- and a preemption's look passes them all (issue 47: every full worker looks at each enqueue).
+local function free_entries(queue, ordered, reserved, prefix, wanted, out)
+  local n, offset = 0, 0
+  while n < wanted do
+    local page = redis.call('ZRANGE', ordered, offset, offset + 199, 'WITHSCORES')
+    if #page == 0 then break end
+    local ids, leases = {}, {}
+    for i = 1, #page, 2 do
+      ids[#ids + 1] = page[i]
+      leases[#leases + 1] = prefix .. page[i]
+    end
+    local queued = redis.call('ZMSCORE', queue, unpack(ids))
+    local held = redis.call('MGET', unpack(leases))
+    local lapses = redis.call('ZMSCORE', reserved, unpack(ids))
+    for j = 1, #ids do
+      if queued[j] and not held[j] and (not lapses[j] or tonumber(lapses[j]) <= now_ms) then
+        out[#out + 1] = {ids[j], page[2 * j]}
+        n = n + 1
+        if n >= wanted then break end
+      end
+    end
+    offset = offset + #ids
+  end
+  return n
+end
+"""
+
+RESERVE = LUA_NOW_MS + FREE_ENTRIES + """
 -- KEYS: pairs of (queue, its order); ARGV: a priority (only jobs of a lower value count;
 -- "+inf": any), arq's in-progress prefix, how long a reservation lasts (ms).
 -- The most urgent waiting job of those queues that no worker holds and no worker reserved
@@ -118,17 +151,13 @@ for q = 1, #KEYS, 2 do
   local queue, index = KEYS[q], KEYS[q + 1]
   local reserved = index .. ':reserved'
   redis.call('ZREMRANGEBYSCORE', reserved, '-inf', now_ms)
-  local priorities = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. ARGV[1])
-  local found = false
-  for _, priority in ipairs(priorities) do
+  for _, priority in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. ARGV[1])) do
     local p = tonumber(priority)
-    if found or (best_priority ~= nil and p >= best_priority) then break end
-    for _, id in ipairs(redis.call('ZRANGE', index .. ':' .. priority, 0, -1)) do
-      if redis.call('ZSCORE', queue, id) and redis.call('EXISTS', ARGV[2] .. id) == 0
-          and not redis.call('ZSCORE', reserved, id) then
-        best_id, best_priority, best_reserved, found = id, p, reserved, true
-        break
-      end
+    if best_priority ~= nil and p >= best_priority then break end
+    local free = {}
+    if free_entries(queue, index .. ':' .. priority, reserved, ARGV[2], 1, free) > 0 then
+      best_id, best_priority, best_reserved = free[1][1], p, reserved
+      break
     end
   end
 end
@@ -138,32 +167,27 @@ redis.call('PEXPIRE', best_reserved, ARGV[3])
 return {best_id, tostring(best_priority)}
 """
 
-CANDIDATES = LUA_NOW_MS + """
+CANDIDATES = LUA_NOW_MS + FREE_ENTRIES + """
 -- KEYS: pairs of (queue, its order); ARGV: a priority (jobs of at most this value count),
 -- arq's in-progress prefix, how many to return at most per queue.
 -- The waiting jobs no worker holds or reserved, per queue by priority then order:
 -- {queue number (1-based pair), job id, priority, order score, ...}. Reserves nothing
 -- (RESERVE_ONE does).
 local found = {}
+local per_queue = tonumber(ARGV[3])
 for q = 1, #KEYS, 2 do
   local queue, index = KEYS[q], KEYS[q + 1]
   local reserved = index .. ':reserved'
   local n = 0
   for _, priority in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[1])) do
-    if n >= tonumber(ARGV[3]) then break end
-    local page = redis.call('ZRANGE', index .. ':' .. priority, 0, -1, 'WITHSCORES')
-    for i = 1, #page, 2 do
-      if n >= tonumber(ARGV[3]) then break end
-      local id = page[i]
-      local lapse = redis.call('ZSCORE', reserved, id)
-      if redis.call('ZSCORE', queue, id) and redis.call('EXISTS', ARGV[2] .. id) == 0
-          and (not lapse or tonumber(lapse) <= now_ms) then
-        found[#found + 1] = tostring((q + 1) / 2)
-        found[#found + 1] = id
-        found[#found + 1] = priority
-        found[#found + 1] = page[i + 1]
-        n = n + 1
-      end
+    if n >= per_queue then break end
+    local free = {}
+    n = n + free_entries(queue, index .. ':' .. priority, reserved, ARGV[2], per_queue - n, free)
+    for _, entry in ipairs(free) do
+      found[#found + 1] = tostring((q + 1) / 2)
+      found[#found + 1] = entry[1]
+      found[#found + 1] = priority
+      found[#found + 1] = entry[2]
     end
   end
 end

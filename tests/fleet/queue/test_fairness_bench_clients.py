@@ -55,7 +55,10 @@ def test_the_bench_sends_every_clients_request_so_priority_0_preempts(
         redis_url: str, tmp_path: Path) -> None:
     tenants = tmp_path / "tenants.json"
     tenants.write_text(json.dumps({"tenants": TENANTS}))
-    fleet = Fleet(redis_url, tmp_path, ["-m", "simulated", "--store-url", str(tmp_path / "store"),
+    # a model of its own: the jobs its clients leave queued when they stop must not wait in
+    # another test's queue (the session's Redis is shared)
+    fleet = Fleet(redis_url, tmp_path, ["-m", "simulated", "--alias", "bench-clients",
+                                        "--store-url", str(tmp_path / "store"),
                                         "--cache-dir", str(tmp_path / "cache")],
                   logs=tmp_path / "logs")
     try:
