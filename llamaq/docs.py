@@ -65,6 +65,7 @@ LIFETIMES: dict[str, str] = {
     "job_owner": f"{keys.JOB_LEASE_S:g} s after the last renewal (every "
                  f"{keys.LEASE_RENEW_EVERY_S:g} s); deleted when the job ends",
     "job_state": f"{keys.JOB_STATE_TTL_S} s after the last write",
+    "job_watched": f"{keys.JOB_STATE_TTL_S} s after a pod attached to the job",
     "job_cancel": f"{keys.CANCEL_TTL_S} s",
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
     "cold_waiting": "until the last hold's deadline (--cold-start-timeout) plus a minute; "
