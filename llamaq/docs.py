@@ -59,7 +59,7 @@ LIFETIMES: dict[str, str] = {
     "queue_waiters": f"{keys.JOB_TTL_S} s after a worker last began to wait; a member leaves "
                      "when a queued job wakes it (or its poll fills it, or it drains); a dead "
                      "worker's member is dropped by the next job that meets it",
-    "job_events": PUBSUB, "CANCEL_CHANNEL": PUBSUB,
+    "job_events": PUBSUB, "pod_events": PUBSUB, "CANCEL_CHANNEL": PUBSUB,
     "CONTROL_CHANNEL": PUBSUB, "MODELS_CHANNEL": PUBSUB, "LORA_CHANNEL": PUBSUB,
     "lora_scales": "kept until the next POST /lora-adapters of the model",
     "job_owner": f"{keys.JOB_LEASE_S:g} s after the last renewal (every "

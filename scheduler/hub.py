@@ -86,7 +86,7 @@ class EventHub:
         self._pubsub = self._redis.pubsub()
         # A channel of our own keeps the connection subscribed while no job is waiting, and
         # brings the events of the jobs this pod queued (CompletionJob.reply_to).
-        self.channel = f"{keys.PREFIX}:hub:{uuid.uuid4().hex}"
+        self.channel = keys.pod_events(uuid.uuid4().hex)
         await self._pubsub.subscribe(self.channel)
         self._reader = asyncio.create_task(self._read_forever(self._pubsub))
 
