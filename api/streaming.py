@@ -13,6 +13,8 @@
   by --cold-start-timeout) is the stream's error event.
 - A client that goes away leaves its jobs running for RESUME_GRACE_S, then they are cancelled
   unless another connection resumed the stream.
+- A web UI conversation's stream (`X-Conversation-Id`) also goes to the conversation's replay
+  buffer and runs to its end when the client leaves (api/conversation_stream.py).
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from sanic import Request
-from sanic.response import HTTPResponse
 
 from api.cold_start import COMMENT as COLD_COMMENT
 from api.cold_start import COMMENT_EVERY_S
+from api.conversation_stream import StreamOut, outlive_client, tee
 from api.errors import sse_error
 from api.fleet import Fleet
 from api.services import services
@@ -68,15 +70,15 @@ async def early_comment(request: Request) -> None:
     its stream opens now, with a waiting comment; `open_stream_once` hands it on."""
     response = getattr(request.ctx, "early_stream", None)
     if response is None:
-        response = await open_stream(request)
+        response = await tee(request, await open_stream(request))
         request.ctx.early_stream = response
     await response.send(COLD_COMMENT)
 
 
-async def open_stream_once(request: Request) -> HTTPResponse:
+async def open_stream_once(request: Request) -> StreamOut:
     """The stream `early_comment` opened, else a new one."""
     response = getattr(request.ctx, "early_stream", None)
-    return response if response is not None else await open_stream(request)
+    return response if response is not None else await tee(request, await open_stream(request))
 
 
 async def early_stream_error(request: Request, error: LlamaqError,
@@ -115,10 +117,16 @@ async def resume_of(request: Request, fleet: Fleet,
 
 async def stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
                       resume: Resume, fmt: StreamFormat, ping_interval_s: float) -> None:
+    await outlive_client(request, _stream_jobs(request, fleet, jobs, resume, fmt,
+                                               ping_interval_s))
+
+
+async def _stream_jobs(request: Request, fleet: Fleet, jobs: list[CompletionJob],
+                       resume: Resume, fmt: StreamFormat, ping_interval_s: float) -> None:
     async with _job_events(fleet, jobs, resume) as streams:
         merged = merge_events(streams)
         try:
-            response: HTTPResponse | None = None
+            response: StreamOut | None = None
             if any(s.hold is not None for s in streams):  # a cold start: open now, comments
                 resume.record.job_ids = [s.job_id for s in streams]
                 await StreamRecords(fleet.redis).save(resume.record, resume.holder)
@@ -169,7 +177,7 @@ async def _job_events(fleet: Fleet, jobs: list[CompletionJob],
         yield streams
 
 
-async def _next_with_pings(merged: AsyncIterator[ChoiceEvent], response: HTTPResponse,
+async def _next_with_pings(merged: AsyncIterator[ChoiceEvent], response: StreamOut,
                            ping_interval_s: float,
                            comment: Callable[[], str] = lambda: PING) -> ChoiceEvent | None:
     """The next event; a ping comment (`comment()`) every `ping_interval_s` while none
@@ -211,7 +219,7 @@ def _some(text: str) -> list[str]:
 class _Writer:
     """Sends SSE events with their ids, leaving out those the resuming client has."""
 
-    def __init__(self, response: HTTPResponse, resume: Resume, n_jobs: int) -> None:
+    def __init__(self, response: StreamOut, resume: Resume, n_jobs: int) -> None:
         self._response = response
         self._record_id = resume.record.record_id
         self._sent = [0] * (n_jobs + 1)

@@ -78,6 +78,10 @@ LIFETIMES: dict[str, str] = {
                      f"{keys.EVENT_LOG_MAX_BYTES} bytes of events (the oldest trimmed)",
     "stream_record": f"{keys.EVENT_LOG_TTL_S} s", "stream_holder": f"{keys.EVENT_LOG_TTL_S} s",
     "stream_conversation": f"{keys.EVENT_LOG_TTL_S} s",
+    "conversation_stream": f"{keys.CONVERSATION_STREAM_TTL_S} s after its last byte",
+    "conversation_stream_bytes": f"{keys.CONVERSATION_STREAM_TTL_S} s after its last byte",
+    "conversation_stream_variants":
+        f"{keys.CONVERSATION_STREAM_TTL_S} s after the newest session started",
     "EPOCH": "kept (one key)",
     "batch_record": f"{keys.BATCH_RECORD_TTL_S} s once the batch is in a final state",
     "batch_chunks": "as its batch's record",

@@ -10,7 +10,7 @@ import pytest
 from storage import default_model_path
 from tests.processes import Fleet, start_redis
 
-pytest_plugins = ["tests.lanes"]
+pytest_plugins = ["tests.lanes", "tests.cpu_report"]
 
 WORKER_FLAGS = ("-c", "4096", "-np", "4", "-t", "2")
 

@@ -57,7 +57,83 @@ class _Tracked(dict[str, Any]):
         return key in self.reads
 
 
+class _Ops(str):
+    """A string that remembers what a template did with it (llama.cpp's value stats `ops`):
+    indexed by a number, iterated, passed to `selectattr`, tested `is string`."""
+
+    def __new__(cls, text: str) -> _Ops:
+        made = super().__new__(cls, text)
+        made.ops = set()
+        return made
+
+    ops: set[str]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            self.ops.add("array_access")
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.ops.add("array_access")
+        return super().__iter__()
+
+
+class _OpsList(list[Any]):
+    """The same for a list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __getitem__(self, key: Any) -> Any:
+        self.ops.add("array_access")
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.ops.add("array_access")
+        return super().__iter__()
+
+
+def _noted(op: str, function: Any) -> Callable[..., Any]:
+    """`function` (a Jinja test or filter), noting `op` on the value it is given."""
+    first = 1 if getattr(function, "jinja_pass_arg", None) else 0  # after the context
+
+    @functools.wraps(function)
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > first and isinstance(args[first], _Ops | _OpsList):
+            args[first].ops.add(op)
+        return function(*args, **kwargs)
+    return noting
+
+
+def _touch(value: Any) -> Any:
+    """Mark everything in `value` read, as `tojson` and `string` read it in llama.cpp's engine
+    (which does not count that as indexing a list)."""
+    if isinstance(value, _Tracked):
+        value.reads.update(value.keys())
+    if isinstance(value, dict):
+        for item in dict.values(value):
+            _touch(item)
+    elif isinstance(value, list):
+        for item in list.__iter__(value):
+            _touch(item)
+    return list(list.__iter__(value)) if isinstance(value, _OpsList) else value
+
+
+def _probing_environment() -> Any:
+    """The chat sandbox, its `is string`, `selectattr` and `tojson` noting what they read."""
+    env = environment()
+    env.tests = {**env.tests, "string": _noted("test_is_string", env.tests["string"])}
+    tojson, string = env.filters["tojson"], env.filters["string"]
+    env.filters = {**env.filters, "selectattr": _noted("selectattr", env.filters["selectattr"]),
+                   "tojson": lambda value, *a, **k: tojson(_touch(value), *a, **k),
+                   "string": lambda value: string(_touch(value))}
+    return env
+
+
 def _track(value: Any) -> Any:
+    if isinstance(value, _Ops | _OpsList):
+        return value
     if isinstance(value, dict):
         return _Tracked({k: _track(v) for k, v in value.items()})
     if isinstance(value, list):
@@ -110,26 +186,26 @@ def chat_template_caps(source: str) -> dict[str, bool]:
             "supports_parallel_tool_calls": True, "supports_system_role": True,
             "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
             "supports_object_arguments": False}
-    env = environment()
+    env = _probing_environment()
     try:
         template = env.from_string(source)
         variables = meta.find_undeclared_variables(env.parse(source))
     except Exception:  # reported as llama.cpp reports a template it cannot analyse
         return caps
 
-    # content: a string, or typed parts
-    messages = _track([{"role": "user", "content": _MARKER}])
-    output = _render(template, messages)
-    if output is None or _MARKER not in output:
+    # content: a string, and typed parts where the string is used as a list (or, where the
+    # template asks whether it is a string, an empty list is)
+    content = _Ops(_MARKER)
+    output = _render(template, _track([{"role": "user", "content": content}]))
+    as_list = bool(content.ops & {"selectattr", "array_access"})
+    caps["supports_typed_content"] = as_list
+    if output is None or (as_list and _MARKER not in output):
         caps["supports_string_content"] = False
-        parts = _track([{"role": "user", "content": [{"type": "text", "text": _MARKER}]}])
-        typed = _render(template, parts)
-        caps["supports_typed_content"] = typed is not None and _MARKER in typed
-    else:
-        parts = _track([{"role": "user", "content": [{"type": "text", "text": _MARKER}]}])
-        typed = _render(template, parts)
-        caps["supports_typed_content"] = (typed is not None and _MARKER in typed
-                                          and parts[0]["content"][0].used("text"))
+    if "test_is_string" in content.ops:
+        parts = _OpsList()
+        typed = _render(template, _track([{"role": "user", "content": parts}]))
+        caps["supports_typed_content"] |= typed is not None and bool(
+            parts.ops & {"selectattr", "array_access"})
 
     # the system role
     messages = _track([{"role": "system", "content": "System message"},

@@ -47,9 +47,16 @@ from api.chat.tagged_calls import (
     parse_kimi_call,
     parse_kimi_section,
     parse_minimax_calls,
+    parse_tool_call_block,
     parse_xml_calls,
 )
-from api.chat.tool_formats import ParsedCall
+from api.chat.tool_formats import (
+    DEEPSEEK_CALLS_BEGIN,
+    DEEPSEEK_CALLS_END,
+    ParsedCall,
+    parse_deepseek_calls,
+    parse_function_tag,
+)
 from api.chat.tool_grammar import CallFrame
 
 BlockParser = Callable[[str, ParamTypes], "list[ParsedCall] | None"]
@@ -61,6 +68,12 @@ GENERIC_MARKERS = ("<tool_call>", "</tool_call>", "<function=", "</function>", "
                    "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
                    "<｜tool▁sep｜>")
 """The markers of the formats every template gets (parsing.py, tool_formats.py)."""
+GENERIC_BLOCKS: dict[str, tuple[str, BlockParser]] = {
+    "<tool_call>": ("</tool_call>", parse_tool_call_block),
+    "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
+    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
+}
+"""The call blocks every template's parser reads (beside the family's own)."""
 
 
 @dataclass(frozen=True)

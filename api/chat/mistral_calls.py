@@ -4,6 +4,7 @@ the text on from the marker until this reader has decided: calls, or not a call.
 
 from __future__ import annotations
 
+from api.chat.partial_calls import cut_short_calls, partial_arguments
 from api.chat.tool_formats import (
     WHITESPACE,
     JsonScanner,
@@ -90,3 +91,19 @@ class MistralCalls:
             call = call_from_object({"name": name, "arguments": value, "id": call_id})
             calls = [call] if call else None
         return calls or [], self._scan_from + len(raw)
+
+    def cut_short(self, text: str) -> list[ParsedCall] | None:
+        """Where the output ended before the calls did (`read` found none): as llama.cpp's
+        lenient parse, the call once named (its arguments as far as they are certain), [] before
+        that; None where the text is not the start of a call (it stays content)."""
+        rest = text[self._scan_from :]
+        if self._step == "json":
+            return cut_short_calls(rest)
+        if self._step == "args":
+            name, call_id = self._header
+            arguments = partial_arguments(rest) if rest.strip(WHITESPACE) else ("", "")
+            return None if arguments is None else [ParsedCall(name, arguments[0], call_id)]
+        header = rest[: len(rest) - partial_suffix(rest, 0, (ARGS, CALL_ID))]
+        name, _, call_id = header.partition(CALL_ID)
+        valid = all(c.isalnum() or c in "_.-" for c in name + call_id)
+        return [] if valid and len(header) <= MAX_HEADER else None

@@ -16,11 +16,11 @@ The tags are `<think>`/`</think>` unless the template uses `[THINK]`, `<|START_T
 `<seed:think>`.
 
 Tool calls (with `tools=True`): the formats of tool_formats.py, and those of the template's family
-(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2 have parsers of their own,
-harmony.py and functionary.py). A bare JSON call is recognised
-only at the start of the answer (or right after another bare call); tagged formats anywhere.
-Text that looks like a call but does not parse stays content. Calls get llama-server's random
-32-character ids unless the model wrote one; `arguments` is always JSON text.
+(chat_formats.py, tagged_calls.py; gpt-oss and Functionary v3.2: harmony.py, functionary.py). A
+bare JSON call is recognised only at the start of the answer (or right after another bare call);
+tagged formats anywhere. Text that looks like a call but does not parse stays content; a call cut
+short by the end of the output is read as llama.cpp reads it (`_cut_short`). Calls get
+llama-server's random 32-character ids unless the model wrote one.
 """
 
 from __future__ import annotations
@@ -28,16 +28,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection
 
-from api.chat.chat_formats import GENERIC, TO_THE_END, BlockParser, ChatFormat
+from api.chat.chat_formats import GENERIC, GENERIC_BLOCKS, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
+from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
 from api.chat.streamed_calls import STREAMED
-from api.chat.tagged_calls import ParamTypes, parse_tool_call_block
+from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
-    DEEPSEEK_CALLS_BEGIN,
-    DEEPSEEK_CALLS_END,
     WHITESPACE,
     JsonScanner,
     ParsedCall,
@@ -46,20 +45,12 @@ from api.chat.tool_formats import (
     known_names,
     load_json,
     may_grow,
-    parse_deepseek_calls,
-    parse_function_tag,
     parse_python_tag,
     partial_suffix,
 )
 
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 PYTHON_TAG = "<|python_tag|>"
-
-_BLOCKS: dict[str, tuple[str, BlockParser]] = {
-    "<tool_call>": ("</tool_call>", parse_tool_call_block),
-    "<function=": ("</function>", lambda inner, _types: parse_function_tag(inner)),
-    DEEPSEEK_CALLS_BEGIN: (DEEPSEEK_CALLS_END, lambda inner, _types: parse_deepseek_calls(inner)),
-}
 
 
 class _Phase(enum.Enum):
@@ -99,7 +90,7 @@ class ChatOutputParser:
                             parallel=parallel_tool_calls)
         self._tools = tools
         self._types: ParamTypes = param_types or {}
-        self._blocks = {**_BLOCKS, **chat_format.blocks}
+        self._blocks = {**GENERIC_BLOCKS, **chat_format.blocks}
         self._dropped = (*chat_format.dropped,
                          *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
@@ -116,6 +107,10 @@ class ChatOutputParser:
         self._scanner: JsonScanner | None = None
         self._scan_from = 0
         self._mistral: MistralCalls | None = None
+        self._steps = {_Phase.START: self._step_start, _Phase.REASONING: self._step_reasoning,
+                       _Phase.BODY: self._step_body, _Phase.JSON: self._step_json,
+                       _Phase.BLOCK: self._step_block, _Phase.MISTRAL: self._step_mistral,
+                       _Phase.PYTHON: self._step_python}
         if reasoning and thinking_forced_open:
             self._enter_reasoning()
         elif thinking_forced_open and chat_format.echo_opened:
@@ -156,22 +151,8 @@ class ChatOutputParser:
     # the state machine: each step returns whether it made progress
 
     def _step(self, *, final: bool) -> bool:
-        phase = self._phase
-        if phase is _Phase.START:
-            return self._step_start(final)
-        if phase is _Phase.REASONING:
-            return self._step_reasoning(final)
-        if phase is _Phase.BODY:
-            return self._step_body(final)
-        if phase is _Phase.JSON:
-            return self._step_json(final)
-        if phase is _Phase.BLOCK:
-            return self._step_block(final)
-        if phase is _Phase.MISTRAL:
-            return self._step_mistral(final)
-        if phase is _Phase.PYTHON:
-            return self._step_python(final)
-        return False
+        step = self._steps.get(self._phase)
+        return step(final) if step is not None else False
 
     def _step_start(self, final: bool) -> bool:
         rest = self._text[self._pos :]
@@ -245,8 +226,8 @@ class ChatOutputParser:
             self._emit.body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = 0 if final else partial_suffix(text, self._pos, self._markers)
-        self._emit.body(text[self._pos : len(text) - hold])
+        hold = partial_suffix(text, self._pos, self._call_markers if final else self._markers)
+        self._emit.body(text[self._pos : len(text) - hold])  # final: a marker cut short goes
         self._pos = len(text) - hold
         if final:
             if not self._emit.tool_calls:
@@ -318,6 +299,9 @@ class ChatOutputParser:
                 self._emit.stream_call(STREAMED[parse](self._text[self._pos :], self._types))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
+        if end < 0 and end_tag != TO_THE_END:
+            self._cut_short(inner, end_tag, parse)
+            return True
         calls = parse(inner, self._types)
         if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
             started = STREAMED[parse](inner, self._types)
@@ -328,9 +312,23 @@ class ChatOutputParser:
             self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)
             self._phase = _Phase.BODY
+        elif (cut := cut_short_calls(inner)) is not None:  # JSON calls to the end, cut short
+            self._accept_calls(cut, len(self._text))
         else:
             self._reject_call()
         return True
+
+    def _cut_short(self, inner: str, end_tag: str, parse: BlockParser) -> None:
+        """The output ends in a call block (`max_tokens`): as llama.cpp's lenient parse, the
+        calls written whole (a half end tag aside), else the call once named, its arguments as
+        far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
+        inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
+        calls = parse(inner, self._types) or []
+        started = STREAMED[parse](inner, self._types) if not calls and parse in STREAMED else None
+        if started:
+            calls = [ParsedCall(started[0], started[1], started[3])]
+            self._emit.guess = started[1]
+        self._accept_calls(calls, len(self._text))
 
     def _step_python(self, final: bool) -> bool:
         if not final:
@@ -386,8 +384,9 @@ class ChatOutputParser:
         if read is None:
             return False
         calls, end = read
-        if calls:
-            self._accept_calls(calls, end)
+        cut = self._mistral.cut_short(self._text) if final and not calls else None
+        if calls or cut is not None:
+            self._accept_calls(calls or cut or [], end if calls else len(self._text))
         else:
             self._reject_call()
         return True

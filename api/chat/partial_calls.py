@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.chat.tagged_calls import ParamTypes, typed_value
-from api.chat.tool_formats import WHITESPACE, dump_arguments, partial_suffix
+from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments, partial_suffix
 
 _SCALAR_END = frozenset(",:]}" + WHITESPACE)
 
@@ -120,27 +120,63 @@ class StreamedCall:
     sent: str = ""
 
 
+def load_partial_json(text: str) -> tuple[Any, str, int] | None:
+    """The JSON object begun in `text` read as far as it can be closed: (its value, the closed
+    text, how many closing characters were added), or None."""
+    closed = close_partial_json(text)
+    if closed is None:
+        return None
+    cut, added = closed
+    try:
+        return json.loads(cut, strict=False), cut, added
+    except ValueError:
+        return None
+
+
+def partial_arguments(text: str) -> tuple[str, str] | None:
+    """(certain, guessed) compact arguments of a JSON object still being written."""
+    loaded = load_partial_json(text)
+    if loaded is None or not isinstance(loaded[0], dict):
+        return None
+    dumped = dump_arguments(loaded[0])
+    added = loaded[2]
+    return (dumped[:len(dumped) - added] if added else dumped), dumped
+
+
+def cut_short_calls(text: str) -> list[ParsedCall] | None:
+    """A JSON call `{"name", "arguments"}` (or a list of them) cut short by the end of the
+    output, as llama.cpp's lenient parse keeps it: [the call] once named (its arguments as far
+    as they are certain), [] before; None where the text is not the start of such a call."""
+    body = text.lstrip(WHITESPACE).removeprefix("[").lstrip(WHITESPACE)
+    if not body:
+        return []
+    if close_partial_json(body) is None:
+        return None
+    found = partial_call(body)
+    return [ParsedCall(found[0], found[1])] if found else []
+
+
 def partial_call(inner: str) -> tuple[str, str, str] | None:
     """(name, the arguments text certain so far, the arguments as they would be if the call
     ended here) of a JSON call `{"name", "arguments"}` still being written, or None while its
     name is not complete."""
-    closed = close_partial_json(inner)
-    if closed is None:
+    loaded = load_partial_json(inner)
+    if loaded is None:
         return None
-    text, added = closed
-    try:
-        value = json.loads(text, strict=False)
-    except ValueError:
-        return None
+    value, text, added = loaded
     if not isinstance(value, dict):
         return None
     name = value.get("name")
     keys = list(value)
-    if not isinstance(name, str) or not name or "arguments" not in value:
+    if not isinstance(name, str) or not name:
         return None
     open_string = added > 0 and text[-added] == '"'
-    if (keys[-1] == "name" and open_string) or not isinstance(value["arguments"], dict):
-        return None  # the name may still grow; arguments must be an object
+    if keys[-1] == "name" and open_string:
+        return None  # the name may still grow
+    if "arguments" not in value:
+        return name, "", "{}"  # named: llama.cpp has the call from here on
+    if not isinstance(value["arguments"], dict):
+        return None  # arguments must be an object
     arguments = value["arguments"]
     dumped = dump_arguments(arguments)
     args_last = keys[-1] == "arguments"

@@ -74,6 +74,10 @@ class ChatRequest:
     """The answer is held to a JSON schema: a Markdown fence around it is not content."""
 
 
+LLAMA_CPP_FORMATS = {"gemma4": "peg-gemma4", "minimax-m3": "peg-minimax-m3"}
+"""llama.cpp's format names that are not `peg-native`, by llamaq's family name."""
+
+
 @dataclass
 class PreparedChat:
     """A chat request made ready to run: its rendered prompt and how to read the output."""
@@ -102,9 +106,18 @@ class PreparedChat:
     json_response: bool = False
     """The answer is held to a JSON schema (fenced_json.py)."""
 
+    @property
+    def chat_format(self) -> str:
+        """The parser's name as llama-server gives it (`chat_format` of generation_settings):
+        one PEG parser for every Jinja template but Gemma 4's and MiniMax-M3's (common/chat.cpp
+        `common_chat_format_name`); llamaq's own family is in the log (`chat format:`)."""
+        family = detect_chat_format(self.template.source).name
+        return LLAMA_CPP_FORMATS.get(family, "peg-native")
+
     def fill(self, job: CompletionJob) -> None:
         """Give the prompt's job what the worker needs of this chat beside the prompt."""
         job.reasoning = self.reasoning
+        job.chat_format, job.reasoning_format = self.chat_format, self.reasoning_format
         job.preserved_tokens = self.preserved_tokens
         job.message_delimiters = self.message_delimiters
         if self.tool_frame is not None and job.json_schema == self.tool_schema:
@@ -195,7 +208,9 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
             raise InvalidRequest("tool_choice param requires --jinja flag")
     parse_tools = bool(tools) and choice.mode != "none"
     template = ChatTemplate.for_model(settings, meta)
-    log.debug("chat format: %s", detect_chat_format(template.source).name)
+    family = detect_chat_format(template.source).name
+    log.debug("chat format: %s (llamaq's %s parser)", LLAMA_CPP_FORMATS.get(family, "peg-native"),
+              family)
     frame = call_frame(template.source)
     tool_frame: list[str] | None = None
     schema: str | None

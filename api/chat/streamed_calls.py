@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 
 from api.chat.family_calls import parse_pythonic_calls
-from api.chat.partial_calls import close_partial_json, partial_tool_call
+from api.chat.partial_calls import load_partial_json, partial_arguments, partial_tool_call
 from api.chat.tagged_calls import (
     _KIMI_ID,
     KIMI_ARGS_BEGIN,
@@ -31,22 +31,6 @@ PartialReader = Callable[[str, ParamTypes], "Partial | None"]
 _PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
 
 
-def _json_arguments(text: str) -> tuple[str, str] | None:
-    """(certain, guessed) compact arguments of a JSON object still being written."""
-    closed = close_partial_json(text)
-    if closed is None:
-        return None
-    cut, added = closed
-    try:
-        value = json.loads(cut, strict=False)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    dumped = dump_arguments(value)
-    return (dumped[:len(dumped) - added] if added else dumped), dumped
-
-
 def _generic(inner: str, types: ParamTypes) -> Partial | None:
     found = partial_tool_call(inner, types)
     return (*found, None) if found else None
@@ -62,17 +46,13 @@ def _r7b(inner: str, _types: ParamTypes) -> Partial | None:
     """Command-R7B `[{"tool_call_id": …, "tool_name": …, "parameters": {…`: the first action."""
     text = inner.lstrip(WHITESPACE).removeprefix("[").lstrip(WHITESPACE)
     try:  # the first action complete, whatever follows it
-        _, end = json.JSONDecoder(strict=False).raw_decode(text)
-        closed: tuple[str, int] | None = (text[:end], 0)
+        value, end = json.JSONDecoder(strict=False).raw_decode(text)
+        cut, added = text[:end], 0
     except ValueError:
-        closed = close_partial_json(text)
-    if closed is None:
-        return None
-    cut, added = closed
-    try:
-        value = json.loads(cut, strict=False)
-    except ValueError:
-        return None
+        loaded = load_partial_json(text)
+        if loaded is None:
+            return None
+        value, cut, added = loaded
     name = value.get("tool_name") if isinstance(value, dict) else None
     if not isinstance(name, str) or not name or (list(value)[-1] == "tool_name" and added and
                                                  cut[-added] == '"'):
@@ -94,7 +74,7 @@ def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     found = _KIMI_ID.fullmatch(ident.strip(WHITESPACE))
     if not sep or found is None or KIMI_CALL_BEGIN in ident:
         return None
-    arguments = _json_arguments(body) if body.strip(WHITESPACE) else ("", "{}")
+    arguments = partial_arguments(body) if body.strip(WHITESPACE) else ("", "{}")
     certain, guess = arguments or ("", "{}")
     return found.group(1), certain, guess, ident.strip(WHITESPACE)
 

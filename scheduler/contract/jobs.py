@@ -168,6 +168,9 @@ class CompletionJob(BaseModel):
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None
+    chat_format: str = "Content-only"
+    reasoning_format: str = "none"
+    """A chat's parser as llama-server names it in generation_settings (api/chat/prepare.py)."""
     preserved_tokens: list[str] = Field(default_factory=list)
     """Texts of special tokens the worker writes as text even without --special (llama-server's
     `preserved_tokens`: what marks reasoning or tool calls for the chat parser); a text that is

@@ -235,6 +235,26 @@ def stream_conversation(tenant: str, conversation_id: str) -> str:
     return f"{PREFIX}:stream-conv:{tenant}:{conversation_id}"
 
 
+CONVERSATION_STREAM_TTL_S = 300
+"""A web UI conversation's replay buffer lives this long after its last byte (llama-server's)."""
+
+
+def conversation_stream(tenant: str, conversation_id: str) -> str:
+    """Hash of a web UI conversation's live stream session (llama-server's resumable streams):
+    `token` of its producing api connection, `started_at`, `completed_at` (0 while it runs)."""
+    return f"{PREFIX}:conv-stream:{tenant}:{conversation_id}"
+
+
+def conversation_stream_bytes(tenant: str, conversation_id: str) -> str:
+    """Every SSE byte of a web UI conversation's stream (`GET /v1/stream?conv_id=&from=`)."""
+    return f"{PREFIX}:conv-stream:{tenant}:{conversation_id}:bytes"
+
+
+def conversation_stream_variants(tenant: str, conversation_id: str) -> str:
+    """Set of the `<id>::<model>` sessions of a bare conversation id, for the lookup."""
+    return f"{PREFIX}:conv-stream:{tenant}:{conversation_id}:variants"
+
+
 def stream_holder(record_id: str) -> str:
     """Token of the api connection that currently streams the response (a pod whose client
     left cancels the jobs after RESUME_GRACE_S only if nobody resumed meanwhile)."""

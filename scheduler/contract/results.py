@@ -331,7 +331,8 @@ class PromptProgress(BaseModel):
     total: int
     cache: int
     processed: int
-    time_ms: float
+    time_ms: int
+    """Whole milliseconds, as llama-server's (an integer in its JSON)."""
 
 
 class TokenEvent(BaseModel):

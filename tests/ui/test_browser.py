@@ -181,6 +181,48 @@ def test_stop_frees_the_slot_at_once(redis_url: str, workdir: Path, gemma_path: 
         fleet.stop()
 
 
+def test_reload_mid_answer_reattaches_and_finishes(redis_url: str, workdir: Path,
+                                                  gemma_path: Path, page: Page, api: str,
+                                                  shot: Shot) -> None:
+    """As with llama-server: a page reloaded while an answer streams finds the answer still
+    running (POST /v1/streams/lookup), replays it (GET /v1/stream?conv_id=&from=0) and follows
+    it to its end; the finished answer stays after another reload."""
+    fleet = make_fleet(redis_url, workdir, gemma_path, "gemma")
+    try:
+        url = fleet.add_api("--ui-config", json.dumps({"max_tokens": 300}))
+        _open(page, f"{url}/")
+        with page.expect_request(_is_chat) as chat:
+            page.get_by_placeholder(PROMPT).fill("Tell me a very long story about a lighthouse.")
+            page.keyboard.press("Enter")
+        conv = chat.value.headers["x-conversation-id"]
+        page.wait_for_function("""() => {
+            const all = document.querySelectorAll('.chat-message-assistant .markdown-content');
+            return all.length && all[all.length - 1].textContent.length > 40;
+        }""")
+        before = _answer(page)
+        with page.expect_request(lambda r: r.method == "GET" and "/v1/stream?" in r.url
+                                 and "from=0" in r.url) as replay:
+            page.reload()
+        assert f"conv_id={conv}" in replay.value.url.replace("%3A", ":")
+        running = httpx.post(f"{url}/v1/streams/lookup", json={"conversation_ids": [conv]})
+        assert running.json() and running.json()[0]["conversation_id"] == conv
+        response = replay.value.response()  # the replay, followed to the answer's end
+        assert response is not None and response.status == 200
+        response.finished()
+        expect(page.get_by_role("button", name="Stop generation")).to_have_count(
+            0, timeout=180_000)  # the UI saved the answer and unlocked
+        (done,) = httpx.post(f"{url}/v1/streams/lookup",
+                             json={"conversation_ids": [conv]}).json()
+        assert done["is_done"] is True
+        after = _answer(page)
+        assert len(after) > len(before) and before[:30] in after, (before, after)
+        shot(page, "chat-reloaded-finished")
+        page.reload()  # the replayed answer was saved as the answer
+        expect(page.locator(ASSISTANT).last.locator(".markdown-content")).to_have_text(after)
+    finally:
+        fleet.stop()
+
+
 def test_ui_config_defaults_show_in_settings(redis_url: str, workdir: Path, gemma_path: Path,
                                              page: Page, api: str, tmp_path: Path,
                                              shot: Shot) -> None:

@@ -213,8 +213,8 @@ def test_fleet_page_for_a_browser_json_for_a_script(api: str) -> None:
 
 
 def test_resumable_stream_routes(api: str) -> None:
-    """llama.cpp's UI calls llama-server's conversation stream routes: llamaq answers with
-    their shapes and codes, with no session to reattach to (docs/endpoints.md, Web UI)."""
+    """llama.cpp's UI calls llama-server's conversation stream routes: with no session, llamaq
+    answers with their shapes and codes (docs/endpoints.md, Web UI)."""
     lookup = httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": ["c1::gemma"]})
     assert lookup.status_code == 200 and lookup.json() == []
     bad = httpx.post(f"{api}/v1/streams/lookup", content=b"{nope")
@@ -229,3 +229,54 @@ def test_resumable_stream_routes(api: str) -> None:
                                     "type": "not_found_error"}
     assert httpx.delete(f"{api}/v1/stream", params={"conv_id": "c1"}).status_code == 204
     assert httpx.delete(f"{api}/v1/stream").status_code == 400
+
+
+def _replay(api: str, conv: str, start: int = 0,
+            headers: dict[str, str] | None = None) -> bytes:
+    with httpx.stream("GET", f"{api}/v1/stream", params={"conv_id": conv, "from": start},
+                      timeout=120, headers=headers) as replay:
+        assert replay.status_code == 200
+        assert replay.headers["content-type"].startswith("text/event-stream")
+        return replay.read()
+
+
+def test_conversation_stream_outlives_its_client_and_replays(api: str, keyed_api: str) -> None:
+    """As llama-server's resumable streams: a chat streamed with `X-Conversation-Id` goes on
+    to its end when the client leaves; the lookup lists it, `GET /v1/stream` replays its bytes
+    (the very bytes the client got first) from any offset, on any api pod, and Stop evicts
+    it."""
+    conv = "conv-reload::gemma"
+    body = {"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 48,
+            "ignore_eos": True, "stream": True}
+    got = b""
+    with httpx.stream("POST", f"{api}/v1/chat/completions", json=body, timeout=120,
+                      headers={"X-Conversation-Id": conv}) as first:
+        assert first.status_code == 200
+        for chunk in first.iter_raw():
+            got += chunk
+            if got.count(b"data: ") >= 3:
+                break  # the client leaves mid-answer
+    assert b"[DONE]" not in got
+    (session,) = httpx.post(f"{api}/v1/streams/lookup",
+                            json={"conversation_ids": ["conv-reload"]}).json()
+    assert session["conversation_id"] == conv and session["started_at"] > 0
+    assert set(session) == {"conversation_id", "is_done", "total_bytes", "started_at",
+                            "completed_at"}
+    whole = _replay(api, conv)  # follows the answer to its end
+    assert whole.startswith(got) and whole.endswith(b"data: [DONE]\n\n")
+    deltas = [json.loads(line[6:]) for line in whole.decode().split("\n")
+              if line.startswith("data: {")]
+    assert sum(1 for d in deltas if d["choices"] and d["choices"][0]["delta"].get("content")) \
+        >= 40  # every token, though nobody read them as they came
+    assert _replay(api, conv, len(got)) == whole[len(got):]
+    assert _replay(keyed_api, conv, 7, {"Authorization": "Bearer sekrit"}) == whole[7:]
+    done = httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": [conv]}).json()
+    assert done == [{"conversation_id": conv, "is_done": True, "total_bytes": len(whole),
+                     "started_at": session["started_at"],
+                     "completed_at": done[0]["completed_at"]}]
+    assert done[0]["completed_at"] >= session["started_at"]
+    bad = httpx.get(f"{api}/v1/stream", params={"conv_id": conv, "from": "x"})
+    assert bad.status_code == 400 and bad.json()["error"]["message"] == "Invalid 'from' offset"
+    assert httpx.delete(f"{api}/v1/stream", params={"conv_id": conv}).status_code == 204
+    assert httpx.get(f"{api}/v1/stream", params={"conv_id": conv}).status_code == 404
+    assert httpx.post(f"{api}/v1/streams/lookup", json={"conversation_ids": [conv]}).json() == []

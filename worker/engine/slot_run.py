@@ -101,7 +101,7 @@ class SlotRun:
         timings = self.timings(now) if self.request.job.timings_per_token else None
         progress = PromptProgress(total=len(self.request.prompt_tokens), cache=self.n_cached,
                                   processed=self.prompt_done,
-                                  time_ms=(now - self.t_start) * 1000)
+                                  time_ms=int((now - self.t_start) * 1000))
         return TokenEvent(content="", tokens=[], timings=timings, progress=progress,
                           n_decoded=len(self.generated),
                           n_prompt_tokens=self.request.n_prompt)

@@ -66,8 +66,8 @@ class RunReports:
             timings_per_token=job.timings_per_token, n_keep=request.n_keep,
             n_discard=request.n_discard, n_probs=job.n_probs, lora=job.lora or [],
             post_sampling_probs=job.post_sampling_probs,
-            preserved_tokens=sorted(request.preserved),
-            speculative_types=self.defaults.spec.name_str(),
+            preserved_tokens=sorted(request.preserved), chat_format=job.chat_format,
+            reasoning_format=job.reasoning_format, speculative_types=self.defaults.spec.name_str(),
             logit_bias=[TokenBias(token=t, bias=None if math.isinf(b) else b)
                         for t, b in request.logit_bias])
 

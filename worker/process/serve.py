@@ -104,8 +104,8 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                 settings = settings.model_copy(update={"mmproj": str(source.mmproj)})
             if source.draft is not None:  # -hfd's draft model
                 settings = settings.model_copy(update={"spec_draft_model": str(source.draft)})
-            marker = await fleet_media_marker(redis, settings.model_id()) \
-                if settings.mmproj else None
+            marker = await fleet_media_marker(redis, settings.model_id())  # /props: also
+            # a text-only model's, as llama-server's
             caps = None if embedding_mode(settings) else worker_decision_caps(
                 model_path, settings.decisions)
             adapter_files = await fetch_adapters(settings)

@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 def load_stages(s: WorkerSettings) -> list[str]:
     """The stages of a load, in order, as llama-server lists them in its loading events."""
     stages = ["text_model"]
-    if flags.speculative(s).draft_model is not None and not (s.embedding or s.rerank):
-        stages.append("spec_model")
+    if (s.spec_draft_model or s.spec_draft_hf) and not (s.embedding or s.rerank):
+        stages.append("spec_model")  # any -md: llama-server loads it even without draft-simple
     if s.mmproj:
         stages.append("mmproj_model")
     return stages
@@ -52,9 +52,11 @@ def load_draft(s: WorkerSettings, model: LoadedModel,
     load's, 0..1 (the spec's `spec_model` stage)."""
     config = flags.speculative(s)
     if config.draft_model is None:
-        if s.spec_draft_model:
+        if s.spec_draft_model or s.spec_draft_hf:
             log.warning("the draft model %s is not used: --spec-type has no draft-simple",
-                        s.spec_draft_model)
+                        s.spec_draft_model or s.spec_draft_hf)
+            if progress is not None:  # its stage (load_stages) ends, as llama-server's load
+                progress(1.0)
         return None
     plan = model.plan
     n_threads = s.spec_draft_threads if s.spec_draft_threads > 0 else plan.n_threads

@@ -80,10 +80,9 @@ def reload_engine(parts: WorkerParts) -> None:
     """Load the model again and start a new engine on it (a worker waking from idle sleep;
     blocking: call it off the event loop); the worker's counters carry on."""
     old = parts.engine
-    projector = parts.model.projector
     model = load_model(parts.settings, parts.model.path,
                        adapter_files=parts.model.adapter_files,
-                       marker=projector.marker if projector is not None else None,
+                       marker=parts.model.media_marker or None,
                        serves_decisions=parts.decision_caps is not None)
     model.adapters.set_scales(parts.model.adapters.scales)  # as the fleet last set them
     engine = new_engine(parts.settings, model, parts.model_id, parts.worker_id,

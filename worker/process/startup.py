@@ -181,6 +181,7 @@ def load_model(s: WorkerSettings, path: Path,
         except (DraftLoadError, DeviceError) as error:
             model.close()
             raise ModelLoadError(str(error)) from None
+    model.media_marker = marker or ""
     if s.mmproj:  # completions, and embeddings of inputs with media
         try:  # its warmup computes: on a thread of its own (see warm_up_on_own_thread)
             model.projector = on_own_thread(

@@ -105,6 +105,9 @@ class LoadedModel:
         self.plan = plan
         self.projector: Projector | None = None
         """-mm/--mmproj: the multimodal projector (worker/process/startup.py loads it)."""
+        self.media_marker = ""
+        """The fleet's media marker: /props reports it also for a text-only model, as
+        llama-server does (a projector's marker is this one)."""
         self.fitted: FitReport | None = None
         """What --fit decided (worker/process/startup.py)."""
         self.draft: DraftModel | None = None
@@ -160,6 +163,7 @@ class LoadedModel:
             bos_token=vocab.text_of(vocab.bos) if vocab.bos >= 0 else "",
             eos_token=vocab.text_of(vocab.eos) if vocab.eos >= 0 else "",
             model_ftype=self.ftype_name(),
+            media_marker=self.media_marker,
         ).model_copy(update={} if self.projector is None else {
             "modalities": self.projector.modalities(), "media_marker": self.projector.marker})
 

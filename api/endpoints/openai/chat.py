@@ -216,6 +216,14 @@ class ChatStream:
         self.results: dict[int, CompletionResult] = {}
 
     def render(self, index: int, event: TokenEvent | FinalEvent) -> Iterable[str]:
+        if isinstance(event, TokenEvent) and event.progress is not None:
+            # llama-server: each prompt-progress chunk is a role delta, and the first token
+            # still gets its own role chunk after them
+            chunk = chat_chunk_json(self.envelope, index, dict(ROLE_DELTA))
+            chunk["prompt_progress"] = event.progress.model_dump()
+            if event.timings is not None:
+                chunk["timings"] = event.timings.model_dump()
+            return [sse_data(chunk)]
         chunks = []
         if not self.started[index]:
             self.started[index] = True
@@ -242,10 +250,6 @@ class ChatStream:
                 delta_chunks[-1]["choices"][0]["logprobs"] = logprobs_json(
                     event.probs, event.post_sampling_probs)
             chunks.extend(delta_chunks)
-            if event.progress is not None:
-                if not chunks:
-                    chunks.append(chat_chunk_json(self.envelope, index, {}))
-                chunks[-1]["prompt_progress"] = event.progress.model_dump()
             if event.timings is not None and chunks:
                 chunks[-1]["timings"] = event.timings.model_dump()
         return [sse_data(chunk) for chunk in chunks]

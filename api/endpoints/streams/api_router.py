@@ -5,11 +5,11 @@ the stream with `Last-Event-ID`; a client that means to stop (the web UI's Stop 
 here, with the record id that starts every event id of the stream, and the slots free at once.
 
 llama.cpp's web UI sends `X-Conversation-Id` with a chat and calls llama-server's resumable
-stream routes: `DELETE /v1/stream?conv_id=` (its Stop) stops the conversation's response here as
-above (204, also when there is none); `POST /v1/streams/lookup` answers llama-server's shape
-with no session, and `GET /v1/stream?conv_id=` 404 "Stream not found or expired": llamaq resumes
-a stream by its SSE event id (`Last-Event-ID`), not by llama-server's byte offset, so the UI
-does not reattach to an answer after a reload (docs/endpoints.md, Web UI)."""
+stream routes (api/conversation_stream.py keeps the conversation's session): `DELETE
+/v1/stream?conv_id=` (its Stop) stops the conversation's response here as above and evicts its
+session (204, also when there is none); `POST /v1/streams/lookup` lists the sessions of the ids
+asked about; `GET /v1/stream?conv_id=&from=` replays a session's SSE bytes from a byte offset
+and follows it to its end, from any api pod."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from sanic.response import HTTPResponse, empty, json
 from api.body import parsed_json, raw_body
 from api.routing import Routes
 from api.services import services
+from api.sse import SSE_HEADERS
 from scheduler.contract.errors import InvalidRequest, NotFound
+from scheduler.conversation_streams import ConversationStreams
 from scheduler.streams import StreamRecords
 
 routes = Routes("streams")
@@ -48,18 +50,36 @@ async def stop_conversation_stream(request: Request) -> HTTPResponse:
     conv_id = _conversation(request)
     fleet = services(request).fleet
     record = await StreamRecords(fleet.redis).of_conversation(request.ctx.tenant.name, conv_id)
+    await _sessions(request).evict(conv_id)
     for job_id in record.job_ids if record is not None else []:
         await fleet.jobs.cancel(job_id)
     return empty(status=204)
 
 
+def _sessions(request: Request) -> ConversationStreams:
+    return ConversationStreams(services(request).fleet.redis, request.ctx.tenant.name)
+
+
 @routes.get("/v1/stream", name="replay_conversation_stream")
-async def replay_conversation_stream(request: Request) -> HTTPResponse:
-    _conversation(request)
-    raise NotFound("Stream not found or expired")
+async def replay_conversation_stream(request: Request) -> HTTPResponse | None:
+    conv_id = _conversation(request)
+    sessions = _sessions(request)
+    if await sessions.info(conv_id) is None:
+        raise NotFound("Stream not found or expired")
+    start = request.args.get("from") or "0"
+    if not start.isdigit():
+        raise InvalidRequest("Invalid 'from' offset")
+    response = await request.respond(content_type="text/event-stream", headers=SSE_HEADERS)
+    assert response is not None
+    async for chunk in sessions.read(conv_id, int(start)):
+        await response.send(chunk)
+    await response.eof()
+    return None
 
 
 @routes.post("/v1/streams/lookup", name="lookup_conversation_streams")
 async def lookup_conversation_streams(request: Request) -> HTTPResponse:
-    parsed_json(request, raw_body(request))  # a bad body is a 400, as every body's
-    return json([])
+    body = parsed_json(request, raw_body(request))  # a bad body is a 400, as every body's
+    asked = body.get("conversation_ids") if isinstance(body, dict) else None
+    ids = [i for i in asked if isinstance(i, str) and i] if isinstance(asked, list) else []
+    return json([s.json() for s in await _sessions(request).lookup(ids)])

@@ -44,6 +44,30 @@ def test_prompt_progress_carries_timings(api: str) -> None:
     assert progress[-1]["timings"]["predicted_n"] == 0
 
 
+def test_prompt_progress_chunks_are_llama_servers(api: str) -> None:
+    """Field by field as the vendored server's: time_ms is whole milliseconds; in a chat
+    stream each progress chunk is a role delta, and the first token still gets its own role
+    chunk after them."""
+    native = stream_completion(api, {"prompt": "word " * 40, "n_predict": 2,
+                                     "return_progress": True, "cache_prompt": False})
+    progress = [e["prompt_progress"] for e in native if "prompt_progress" in e]
+    assert progress and all(set(p) == {"total", "cache", "processed", "time_ms"}
+                            and isinstance(p["time_ms"], int) for p in progress), progress
+    with httpx.stream("POST", f"{api}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "word " * 40}], "max_tokens": 2,
+            "stream": True, "return_progress": True, "cache_prompt": False}) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines()
+                  if line.startswith("data: {")]
+    chunks = [c for c in chunks if c.get("choices")]
+    role = {"role": "assistant", "content": None}
+    n = sum(1 for c in chunks if "prompt_progress" in c)
+    assert n >= 2 and all("prompt_progress" in c for c in chunks[:n])  # they come first
+    assert all(c["choices"][0]["delta"] == role for c in chunks[:n])
+    assert all(isinstance(c["prompt_progress"]["time_ms"], int) for c in chunks[:n])
+    assert chunks[n]["choices"][0]["delta"] == role and "prompt_progress" not in chunks[n]
+    assert "role" not in chunks[n + 1]["choices"][0]["delta"]
+
+
 def test_slot_is_idle_when_the_response_arrives(api: str) -> None:
     for n_predict in (1, 4, 8):
         result = post(api, "/completion", {"prompt": "Hello there", "n_predict": n_predict})

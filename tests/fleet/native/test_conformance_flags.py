@@ -116,9 +116,13 @@ def test_verbose_adds_debug_objects(served: Served) -> None:
     verbose = chat["__verbose"]
     assert verbose["stop"] is True and verbose["tokens_predicted"] == 4
     assert set(verbose) >= {"content", "generation_settings", "timings", "prompt"}
+    # which parser read the answer, as llama-server names it (Gemma 3: its PEG parser)
+    assert verbose["generation_settings"]["chat_format"] == "peg-native"
+    assert verbose["generation_settings"]["reasoning_format"] == "auto"
     text = httpx.post(f"{served.url}/v1/completions",
                       json={"prompt": "Hi", "max_tokens": 3}, timeout=120).json()
     assert text["__verbose"]["content"] == text["choices"][0]["text"]
+    assert text["__verbose"]["generation_settings"]["chat_format"] == "Content-only"
     with httpx.stream("POST", f"{served.url}/v1/completions",
                       json={"prompt": "Hi", "max_tokens": 3, "stream": True},
                       timeout=120) as response:

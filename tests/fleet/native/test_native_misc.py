@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -32,6 +34,14 @@ def test_props_chat_template_is_the_one_in_use(api: str) -> None:
     template = httpx.get(f"{api}/props").json()["chat_template"]
     assert template.startswith("{%- for message in messages -%}\n")
     assert "'<|im_start|>assistant\n' -}}" in template
+
+
+def test_props_media_marker_of_a_text_only_model(api: str) -> None:
+    """llama-server answers its media marker (random per process, or LLAMA_MEDIA_MARKER)
+    whether or not a projector is loaded; a text-only model's was "" here."""
+    props = httpx.get(f"{api}/props").json()
+    assert props["modalities"] == {"vision": False, "video": False, "audio": False}
+    assert re.fullmatch(r"<__media_[A-Za-z0-9]{32}__>", props["media_marker"]), props
 
 
 def test_tokenize_detokenize_round_trip(api: str) -> None:

@@ -45,7 +45,8 @@ def test_what_is_certain_is_always_a_prefix_of_the_whole(text: str) -> None:
 
 def test_not_an_object_is_no_partial_call() -> None:
     assert close_partial_json("[1, 2") is None
-    assert partial_call('{"name": "f"') is None  # the name may still grow
+    assert partial_call('{"name": "f') is None  # the name may still grow
+    assert partial_call('{"name": "f"') == ("f", "", "{}")  # named: a call, as llama.cpp has it
     assert partial_call('{"name": "f", "arguments": "x"}') is None
 
 

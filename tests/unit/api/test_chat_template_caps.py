@@ -3,8 +3,16 @@ whose answers are known."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from api.chat.caps import CAP_NAMES, chat_template_caps
+from tests.paths import DATA
 from tests.tiny_gguf import CHAT_TEMPLATE as STRING_ONLY
+
+LLAMA_CPP_CAPS = json.loads((DATA / "llama_cpp_template_caps.json").read_text("utf-8"))
+"""llama.cpp's own caps of each template in tests/data/templates (bench/malformed_calls.py)."""
 
 GEMMA_LIKE = (
     "{%- if messages[0]['role'] == 'system' -%}{%- set first = messages[0]['content'] -%}"
@@ -80,3 +88,12 @@ def test_tools_object_arguments_parallel_calls_and_reasoning() -> None:
     assert caps["supports_parallel_tool_calls"] is True
     assert caps["supports_preserve_reasoning"] is True
     assert caps["supports_reasoning_effort"] is True
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA_CPP_CAPS))
+def test_caps_equal_llama_cpps(name: str) -> None:
+    """/props `chat_template_caps` as llama-server gives them: `typed content` where the string
+    content is indexed, iterated or passed to `selectattr` (or, for a template that asks
+    `is string`, an empty list is), `tojson`/`string` reading all they are given."""
+    source = (DATA / "templates" / name).read_text("utf-8")
+    assert chat_template_caps(source) == LLAMA_CPP_CAPS[name]

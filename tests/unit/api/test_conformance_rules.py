@@ -62,7 +62,7 @@ def test_verbose_and_tags_flags() -> None:
 def test_verbose_partial_is_the_native_partial() -> None:
     event = TokenEvent(content="a", tokens=[5], n_decoded=3, n_prompt_tokens=7,
                        timings=Timings(predicted_n=3),
-                       progress=PromptProgress(total=7, cache=0, processed=7, time_ms=1.0))
+                       progress=PromptProgress(total=7, cache=0, processed=7, time_ms=1))
     data = verbose_partial_json(event, 2)
     assert data["index"] == 2 and data["stop"] is False and data["id_slot"] == -1
     assert (data["tokens_predicted"], data["tokens_evaluated"]) == (3, 7)

@@ -30,7 +30,7 @@ def test_the_tokens_and_text_the_client_got_in_order() -> None:
     probs = TokenProbs(id=7, token="b", bytes=[98], p=0.5,
                        top=[Candidate(id=7, token="b", bytes=[98], p=0.5)])
     progress = TokenEvent(content="", tokens=[], progress=PromptProgress(
-        total=3, cache=0, processed=3, time_ms=1.0))
+        total=3, cache=0, processed=3, time_ms=1))
     resumed = continuation_from(_log(
         StartedEvent(), progress, _token(5, "a"), _token(6, ""),  # "" : a stop's start held
         _token(7, "b", probs=[probs], timings=Timings(predicted_ms=12.5))), died_at_ms=99)
@@ -53,7 +53,7 @@ def test_no_continuation_from_a_trimmed_or_an_ended_log() -> None:
 
 def test_a_job_that_sent_only_progress_starts_over() -> None:
     progress = TokenEvent(content="", tokens=[], progress=PromptProgress(
-        total=3, cache=0, processed=1, time_ms=1.0))
+        total=3, cache=0, processed=1, time_ms=1))
     resumed = continuation_from(_log(StartedEvent(), progress))
     assert resumed is not None
     assert resumed.tokens == [] and resumed.content == "" and resumed.next_seq == 2

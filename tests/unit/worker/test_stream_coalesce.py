@@ -34,7 +34,7 @@ def test_a_jobs_tokens_merge_across_other_jobs() -> None:
 
 def test_other_events_break_the_run_and_keep_their_order() -> None:
     progress = TokenEvent(content="", tokens=[], progress=PromptProgress(
-        total=1, cache=0, processed=1, time_ms=1.0))
+        total=1, cache=0, processed=1, time_ms=1))
     error = ErrorEvent.model_validate({"error": {"code": 500, "message": "x",
                                                  "type": "server_error"}})
     events: list[JobEvent] = [("a", StartedEvent()), ("a", progress), ("a", token(" 1", 1)),

@@ -223,3 +223,26 @@ def test_two_drafting_runs_draft_together(engines: dict[str, tuple[Engine, Event
     assert [(r.timings.draft_n, r.timings.draft_n_accepted) for r in got] == \
         [(r.timings.draft_n, r.timings.draft_n_accepted) for r in alone]
     assert all(r.timings.draft_n > 0 for r in got)
+
+
+def test_draft_threads_flags_reach_the_draft_context(gemma_path: Path,
+                                                     tiny_gemma_vocab_path: Path) -> None:
+    """-td/--threads-draft and -tbd/--threads-batch-draft are the draft context's threads, as
+    llama-server's (common_base_params_to_speculative); without them the target's."""
+    import llama_cpp as lc
+
+    model = LoadedModel(gemma_path, PLAN)
+    try:
+        for argv, expected in ((["-td", "1", "-tbd", "3"], (1, 3)), (["-td", "1"], (1, 1)),
+                               ([], (PLAN.n_threads, PLAN.n_threads_batch))):
+            settings = WorkerSettings.from_args(["--spec-type", "draft-simple", "-md",
+                                             str(tiny_gemma_vocab_path), *argv])
+            draft = load_draft(settings, model)
+            assert draft is not None
+            try:
+                assert (lc.llama_n_threads(draft.ctx),
+                        lc.llama_n_threads_batch(draft.ctx)) == expected, argv
+            finally:
+                draft.close()
+    finally:
+        model.close()
