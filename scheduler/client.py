@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.affinity import Affinity, RoutedJob
-from scheduler.contract import keys, limits
+from scheduler.contract import event_keys, keys, limits
 from scheduler.contract.errors import LlamaqError, NotFound, Unavailable
 from scheduler.contract.jobs import (
     CompletionJob,
@@ -234,7 +234,8 @@ class JobClient:
         async with self._hub.subscription(job.job_id) as queue:
             # its worker announces its events on the queuing pod's channel: on the job's own
             # too from now on (before the log is read: nothing falls between)
-            await self._redis.set(keys.job_watched(job.job_id), "1", ex=keys.JOB_STATE_TTL_S)
+            await self._redis.set(event_keys.job_watched(job.job_id), "1",
+                                  ex=keys.JOB_STATE_TTL_S)
             logged = await self._hub.read_log(job.job_id, 0)
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")

@@ -23,7 +23,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from scheduler.contract import keys
+from scheduler.contract import event_keys, keys
 from scheduler.contract.errors import LlamaqError, RedisUnreachable
 from scheduler.contract.results import ENVELOPE, EventEnvelope
 from scheduler.pubsub_watch import WatchedPubSub, connected
@@ -86,7 +86,7 @@ class EventHub:
         self._pubsub = self._redis.pubsub()
         # A channel of our own keeps the connection subscribed while no job is waiting, and
         # brings the events of the jobs this pod queued (CompletionJob.reply_to).
-        self.channel = keys.pod_events(uuid.uuid4().hex)
+        self.channel = event_keys.pod_events(uuid.uuid4().hex)
         await self._pubsub.subscribe(self.channel)
         self._reader = asyncio.create_task(self._read_forever(self._pubsub))
 

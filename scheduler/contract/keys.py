@@ -87,19 +87,6 @@ def job_events(job_id: str) -> str:
     return f"{PREFIX}:job:{job_id}:events"
 
 
-def pod_events(pod_id: str) -> str:
-    """Pub/sub channel of one api pod's event hub (scheduler/hub.py): workers announce there
-    the events of the completion jobs it queued, a flush's in one message."""
-    return f"{PREFIX}:hub:{pod_id}"
-
-
-def job_watched(job_id: str) -> str:
-    """Set while an api pod other than the one that queued the job reads its events (a
-    resumed stream, scheduler/client.py attach): its events are announced on its own channel
-    too, not only on the queuing pod's (worker/wires/fenced_write.py)."""
-    return f"{PREFIX}:job:{job_id}:watched"
-
-
 def job_owner(job_id: str) -> str:
     """The job's lease: the id of the worker running it, expiring JOB_LEASE_S after the last
     renewal; gone while the job is queued and once its worker died (or finished it)."""

@@ -18,7 +18,7 @@ from typing import cast
 
 from redis.asyncio.client import Pipeline
 
-from scheduler.contract import keys
+from scheduler.contract import event_keys, keys
 from scheduler.contract.results import EventEnvelope
 
 FENCED_WRITE = """
@@ -141,7 +141,7 @@ def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int
     for job in jobs:
         names += [keys.job_owner(job.job_id), keys.job_event_log(job.job_id),
                   keys.job_state(job.job_id), keys.job_events(job.job_id),
-                  keys.job_watched(job.job_id)]
+                  event_keys.job_watched(job.job_id)]
         args += [len(job.events), job.sent, job.events[-1][0].seq + 1, at_ms,
                  "" if job.keep_from is None else f"0-{job.keep_from + 1}",
                  "1" if job.ttls else "0", "1" if job.state else "0", job.reply_to,

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.connections import open_redis
-from scheduler.contract import keys
+from scheduler.contract import event_keys
 from scheduler.contract.results import EventEnvelope, FinalEvent, TokenEvent, TokenizeResult
 from scheduler.hub import EventHub
 from scheduler.leases import Leases
@@ -103,7 +103,7 @@ async def test_a_watched_job_is_announced_on_its_own_channel_too(redis: Redis,
     await other.start()
     try:
         async with hub.subscription(job_id) as mine, other.subscription(job_id) as theirs:
-            await redis.set(keys.job_watched(job_id), "1", ex=60)
+            await redis.set(event_keys.job_watched(job_id), "1", ex=60)
             await leases.start(job_id)
             done = publisher.expect(job_id, reply_to=hub.channel)
             publisher.publish([(job_id, TokenEvent(content=" a", tokens=[7])),
