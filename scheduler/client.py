@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.affinity import Affinity, RoutedJob
-from scheduler.contract import keys, limits
+from scheduler.contract import event_keys, keys, limits
 from scheduler.contract.errors import LlamaqError, NotFound, Unavailable
 from scheduler.contract.jobs import (
     CompletionJob,
@@ -156,7 +156,10 @@ class JobClient:
         (EVALSHA), after the backpressure check of `room` in the same script: past the bound,
         503 with Retry-After at once instead of a wait."""
         now_ms = timestamp_ms()  # arq's enqueue_time in the job (informational); the queue's
-        data = serialize_job(job.kind, (job.model_dump(mode="json"),), {}, None, now_ms,
+        dumped = job.model_dump(mode="json")
+        if isinstance(job, CompletionJob) and not job.reply_to and self._hub.channel:
+            dumped["reply_to"] = self._hub.channel  # its events come to this pod's channel
+        data = serialize_job(job.kind, (dumped,), {}, None, now_ms,
                              serializer=self._arq.job_serializer)  # score is Redis's TIME
         counted = list(room.queues) if room is not None else []
         tenant, cost = fair_args(job)
@@ -229,6 +232,10 @@ class JobClient:
         """The events of a job submitted earlier (maybe by another pod), from its first one:
         its log, then what comes live. 404 when its log was trimmed."""
         async with self._hub.subscription(job.job_id) as queue:
+            # its worker announces its events on the queuing pod's channel: on the job's own
+            # too from now on (before the log is read: nothing falls between)
+            await self._redis.set(event_keys.job_watched(job.job_id), "1",
+                                  ex=keys.JOB_STATE_TTL_S)
             logged = await self._hub.read_log(job.job_id, 0)
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")

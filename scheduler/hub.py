@@ -23,7 +23,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from scheduler.contract import keys
+from scheduler.contract import event_keys, keys
 from scheduler.contract.errors import LlamaqError, RedisUnreachable
 from scheduler.contract.results import ENVELOPE, EventEnvelope
 from scheduler.pubsub_watch import WatchedPubSub, connected
@@ -35,6 +35,8 @@ CONNECTED_POLL_S = 0.05
 """How often a subscription that waits for the reader to reconnect looks again."""
 INLINE = ord("E")
 POINTER = ord("R")
+BATCH = b"B"
+"""The tag of a worker's flush on a pod's channel (several jobs' announcements)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class EventHub:
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
         self._heard = False
         """The reader heard Redis on the connection since it last (re)connected it."""
+        self.channel = ""
+        """This pod's own channel: workers announce the events of the jobs it queued there,
+        a flush's in one message (worker/wires/fenced_write.py; "" until `start`)."""
 
     @property
     def reader(self) -> asyncio.Task[None]:
@@ -79,8 +84,10 @@ class EventHub:
     async def start(self) -> None:
         self._epoch = await self._read_epoch()
         self._pubsub = self._redis.pubsub()
-        # A channel of our own keeps the connection subscribed while no job is waiting.
-        await self._pubsub.subscribe(f"{keys.PREFIX}:hub:{uuid.uuid4().hex}")
+        # A channel of our own keeps the connection subscribed while no job is waiting, and
+        # brings the events of the jobs this pod queued (CompletionJob.reply_to).
+        self.channel = event_keys.pod_events(uuid.uuid4().hex)
+        await self._pubsub.subscribe(self.channel)
         self._reader = asyncio.create_task(self._read_forever(self._pubsub))
 
     async def close(self) -> None:
@@ -240,11 +247,37 @@ class EventHub:
             return
         if message["type"] != "message":
             return
+        data = message["data"]
+        assert isinstance(data, bytes)
+        if channel == self.channel:
+            self._dispatch_batch(data)
+            return
+        self._announced(channel, data)
+
+    def _dispatch_batch(self, data: bytes) -> None:
+        """A worker's flush of the events of this pod's jobs: 'B', then per event "<job id>
+        <length> <announcement>" (worker/wires/fenced_write.py)."""
+        try:
+            if data[:1] != BATCH:
+                raise ValueError("not a batch")
+            at = 1
+            while at < len(data):
+                space = data.index(b" ", at)
+                length_end = data.index(b" ", space + 1)
+                end = length_end + 1 + int(data[space + 1:length_end])
+                if end > len(data):
+                    raise ValueError("a cut batch")
+                job_id = data[at:space].decode()
+                self._announced(keys.job_events(job_id), data[length_end + 1:end])
+                at = end
+        except (ValueError, UnicodeDecodeError):  # junk anyone may publish
+            log.exception("malformed batch of events on %s", self.channel)
+
+    def _announced(self, channel: str, data: bytes) -> None:
+        """One event's announcement (inline or a pointer) for the job of `channel`."""
         queue = self._queues.get(channel)
         if queue is None:
             return
-        data = message["data"]
-        assert isinstance(data, bytes)
         try:
             if data[0] == POINTER:
                 queue.put_nowait(EventPointer(int(data[1:])))

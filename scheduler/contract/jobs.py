@@ -207,6 +207,10 @@ class CompletionJob(BaseModel):
     event_log_max_bytes: int = 0
     """Bytes of events the job's log keeps: its share of its request's budget (set by the api,
     scheduler/contract/limits.py budget_request); 0: keys.EVENT_LOG_MAX_BYTES."""
+    reply_to: str = ""
+    """The pub/sub channel of the api pod that queued the job (scheduler/hub.py
+    EventHub.channel, set by its job client): the worker announces the job's events there, one
+    message a flush for all that pod's jobs (issue 44); "": on the job's own channel."""
     priority: int | None = None
     """The request's `priority` (vLLM's field, ours on llama-server's endpoints): lower is
     served first, in the queues and in a worker's admission (docs/fairness.md). None: its

@@ -53,7 +53,7 @@ async def run(parts: WorkerParts, job: CompletionJob,
     if parts.draining:
         request.sampler.free()
         raise HandBack()
-    done = parts.publisher.expect(job.job_id, job.event_log_max_bytes)
+    done = parts.publisher.expect(job.job_id, job.event_log_max_bytes, job.reply_to)
     engine.submit(request)
     if await parts.redis.exists(keys.job_cancel(job.job_id)):
         engine.cancel(job.job_id)  # cancelled while it was being prepared

@@ -18,38 +18,58 @@ from typing import cast
 
 from redis.asyncio.client import Pipeline
 
-from scheduler.contract import keys
+from scheduler.contract import event_keys, keys
 from scheduler.contract.results import EventEnvelope
 
 FENCED_WRITE = """
 -- The events of several jobs, each written only while its lease is this worker's.
--- KEYS: per job its owner key, event log, state, pub/sub channel.
+-- KEYS: per job its owner key, event log, state, pub/sub channel, watched flag.
 -- ARGV: worker id, log ttl (s), state ttl (s), log maxlen, then per job: its number of
 -- events n, sent, next seq, at (ms), the last event's MINID ('' = trim to maxlen), whether
--- to set the log's and state's expiry ('1'/'0'), whether to write the state ('1'/'0'), then
--- n times: entry id, data, announcement. The last event's entry carries `a`, the time (ms):
--- the log says when its job last wrote, the state only now and then (FencedJob.state).
+-- to set the log's and state's expiry ('1'/'0'), whether to write the state ('1'/'0'), the
+-- channel of the api pod that waits for it ('' = none), its id, then n times: entry id,
+-- data, announcement. The last event's entry carries `a`, the time (ms): the log says when
+-- its job last wrote, the state only now and then (FencedJob.state).
+-- A job's announcements go to its own channel when it has no pod's channel or when another
+-- pod watches it (scheduler/client.py attach); to its pod's channel, all of a flush's jobs
+-- of one pod in one message ('B' then, per event, "<job id> <length> <announcement>").
 -- Returns per job 0 (nothing written: the lease is not this worker's) or 1.
--- The owners of all the flush's jobs in one MGET (issue 44: a GET a job was ~1 command a
--- token), in chunks that Lua's unpack takes.
-local owners = {}
-for first = 1, #KEYS / 4, 1000 do
+local jobs = #KEYS / 5
+-- The owners and watched flags of all the flush's jobs in one MGET (issue 44: a GET a job
+-- was ~1 command a token), in chunks that Lua's unpack takes.
+local found = {}
+for first = 1, jobs, 500 do
   local names = {}
-  for j = first, math.min(first + 999, #KEYS / 4) do names[#names + 1] = KEYS[4 * j - 3] end
-  for _, owner in ipairs(redis.call('MGET', unpack(names))) do owners[#owners + 1] = owner end
+  for j = first, math.min(first + 499, jobs) do
+    names[#names + 1] = KEYS[5 * j - 4]
+    names[#names + 1] = KEYS[5 * j]
+  end
+  for _, value in ipairs(redis.call('MGET', unpack(names))) do found[#found + 1] = value end
 end
 local written = {}
+local pods, frames = {}, {}
 local at = 5
-for j = 0, #KEYS / 4 - 1 do
-  local log, state, channel = KEYS[4 * j + 2], KEYS[4 * j + 3], KEYS[4 * j + 4]
+for j = 0, jobs - 1 do
+  local log, state, channel = KEYS[5 * j + 2], KEYS[5 * j + 3], KEYS[5 * j + 4]
   local n = tonumber(ARGV[at])
   local sent, next_seq, at_ms, minid, ttls = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3],
                                              ARGV[at + 4], ARGV[at + 5] == '1'
   local state_too = ARGV[at + 6] == '1'
-  at = at + 7
-  if owners[j + 1] ~= ARGV[1] then
+  local pod, id = ARGV[at + 7], ARGV[at + 8]
+  at = at + 9
+  if found[2 * j + 1] ~= ARGV[1] then
     written[#written + 1] = 0
   else
+    local own = pod == '' or found[2 * j + 2]
+    local mine = nil
+    if pod ~= '' then
+      mine = frames[pod]
+      if not mine then
+        mine = {}
+        frames[pod] = mine
+        pods[#pods + 1] = pod
+      end
+    end
     for i = 0, n - 1 do
       local e = at + 3 * i
       local added
@@ -67,7 +87,8 @@ for j = 0, #KEYS / 4 - 1 do
           and not string.find(added.err, 'equal or smaller') then
         return added
       end
-      redis.call('PUBLISH', channel, ARGV[e + 2])
+      if own then redis.call('PUBLISH', channel, ARGV[e + 2]) end
+      if mine then mine[#mine + 1] = id .. ' ' .. #ARGV[e + 2] .. ' ' .. ARGV[e + 2] end
     end
     if ttls then redis.call('EXPIRE', log, ARGV[2]) end
     if state_too then redis.call('HSET', state, 'sent', sent, 'seq', next_seq, 'at', at_ms) end
@@ -75,6 +96,9 @@ for j = 0, #KEYS / 4 - 1 do
     written[#written + 1] = 1
   end
   at = at + 3 * n
+end
+for _, pod in ipairs(pods) do
+  redis.call('PUBLISH', pod, 'B' .. table.concat(frames[pod]))
 end
 return written
 """
@@ -100,6 +124,10 @@ class FencedJob:
     `sent` is 0 (only "started" events, each its run's first write, which writes the state);
     the next seq is the log's last entry (scheduler/leases.py `Leases.start`) and `at` its
     `a` (scheduler/migration.py)."""
+    reply_to: str = ""
+    """The channel of the api pod that waits for the job (scheduler/hub.py EventHub.channel):
+    its announcements go there, one message a flush for all its jobs (issue 44: a PUBLISH an
+    event was one command a token); "": the job's own channel."""
 
 
 def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int) -> None:
@@ -112,10 +140,12 @@ def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int
                                      keys.EVENT_LOG_MAXLEN]
     for job in jobs:
         names += [keys.job_owner(job.job_id), keys.job_event_log(job.job_id),
-                  keys.job_state(job.job_id), keys.job_events(job.job_id)]
+                  keys.job_state(job.job_id), keys.job_events(job.job_id),
+                  event_keys.job_watched(job.job_id)]
         args += [len(job.events), job.sent, job.events[-1][0].seq + 1, at_ms,
                  "" if job.keep_from is None else f"0-{job.keep_from + 1}",
-                 "1" if job.ttls else "0", "1" if job.state else "0"]
+                 "1" if job.ttls else "0", "1" if job.state else "0", job.reply_to,
+                 job.job_id]
         for envelope, data, announced in job.events:
             args += [f"0-{envelope.seq + 1}", data, announced]
     pipe.eval(FENCED_WRITE, len(names), *names,

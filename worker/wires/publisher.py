@@ -127,6 +127,8 @@ class EventPublisher:
         """Called (with the time, ms) once the job's next token event is on Redis."""
         self._ttls_at: dict[str, float] = {}
         """When each running job's log and state last had their expiry set (TTL_REFRESH_S)."""
+        self._reply_to: dict[str, str] = {}
+        """The channel of the api pod that waits for each job (FencedJob.reply_to)."""
         self._output_told: dict[str, bool] = {}
         """Whether the job's state says it sent output (worker/wires/fenced_write.py
         FencedJob.state: the state is written with a flush only now and then)."""
@@ -138,10 +140,14 @@ class EventPublisher:
     def publish(self, events: list[JobEvent]) -> None:
         self._pending.put_nowait(events)
 
-    def expect(self, job_id: str, log_max_bytes: int = 0) -> asyncio.Future[None]:
+    def expect(self, job_id: str, log_max_bytes: int = 0,
+               reply_to: str = "") -> asyncio.Future[None]:
         """The job's end, awaited; `log_max_bytes`: what its event log keeps (its share of its
-        request's budget; 0: keys.EVENT_LOG_MAX_BYTES)."""
+        request's budget; 0: keys.EVENT_LOG_MAX_BYTES); `reply_to`: the channel of the api pod
+        that waits for it ("": its own channel only)."""
         self._budget.limit(job_id, log_max_bytes)
+        if reply_to:
+            self._reply_to[job_id] = reply_to
         self._dropped.discard(job_id)  # a run after a hand back (a preemption) of this worker
         future = self._loop.create_future()
         self._done[job_id] = future
@@ -167,6 +173,7 @@ class EventPublisher:
         self._next_seq.pop(job_id, None)
         self._ttls_at.pop(job_id, None)
         self._output_told.pop(job_id, None)
+        self._reply_to.pop(job_id, None)
         self._budget.forget(job_id)
         future = self._done.pop(job_id, None)
         if future is not None and not future.done():
@@ -288,7 +295,7 @@ class EventPublisher:
                         add_fenced(pipe, self._worker_id(), [
                             FencedJob(job_id, written, self._shown.get(job_id, 0),
                                       keep_from[job_id, last[job_id]], job_id in ttls,
-                                      job_id in states)
+                                      job_id in states, self._reply_to.get(job_id, ""))
                             for job_id, written in fenced.items()], at_ms)
                     if self._leases is not None:
                         self._leases.release_on(pipe, released)
@@ -354,7 +361,7 @@ class EventPublisher:
         self._next_seq.pop(job_id, None)
         self._ttls_at.pop(job_id, None)
         self._output_told.pop(job_id, None)
-        self._output_told.pop(job_id, None)
+        self._reply_to.pop(job_id, None)
         self._budget.forget(job_id)
         self._first_token.pop(job_id, None)
         self._shown.pop(job_id, None)
