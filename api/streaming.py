@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sanic import Request
+from sanic.response import HTTPResponse
 
 from api.cold_start import COMMENT as COLD_COMMENT
 from api.cold_start import COMMENT_EVERY_S
 from api.conversation_stream import StreamOut, outlive_client, tee
-from api.errors import sse_error
+from api.errors import as_llamaq_error, sse_error
 from api.fleet import Fleet
 from api.services import services
 from api.sse import open_stream
@@ -91,6 +94,24 @@ async def early_stream_error(request: Request, error: LlamaqError,
     await response.send(fmt(error))
     await response.eof()
     return True
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, "HTTPResponse | None"]]
+
+
+def early_stream_errors(handler: Handler,
+                        fmt: Callable[[LlamaqError], str] = sse_error) -> Handler:
+    """`handler`, its error going out as the stream's error event (`fmt`) where a cold start
+    opened the stream before it failed."""
+    @functools.wraps(handler)
+    async def handled(request: Request) -> HTTPResponse | None:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            if not await early_stream_error(request, as_llamaq_error(exc), fmt):
+                raise
+            return None
+    return handled
 
 
 def ping_interval(request: Request, field: float | None) -> float:

@@ -21,7 +21,7 @@ stream. Reported: templates (families) where llamaq returns a call where llama-s
 cases equal where llama-server parses a call, content/reasoning-only cases equal, and cases
 where llama-server itself fails (an error, or an answer other than the case's expectation).
 
-    python -m bench.tool_parsing [--model GGUF] [--llama-server PATH] [--only SUBSTRING]
+    python -m bench.tool_parsing [--model GGUF] [--llama-server PATH] [--only SUBSTRING,…]
                                  [--per-template N] [--out ANSWERS.json]
 """
 
@@ -177,7 +177,8 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=Path(
         os.environ.get("LLAMA_SERVER_BIN", DEFAULT_LLAMA_SERVER)))
     parser.add_argument("--model", type=Path, default=None)
-    parser.add_argument("--only", default="", help="templates whose name has this")
+    parser.add_argument("--only", default="",
+                        help="templates whose name has this (or one of these, comma-separated)")
     parser.add_argument("--out", type=Path, default=None, help="write every answer here (JSON)")
     parser.add_argument("--per-template", type=int, default=0,
                         help="at most this many cases a template, tool-call cases first "
@@ -188,7 +189,7 @@ def main() -> None:
         sys.exit(f"no llama-server at {args.llama_server}: run bench/build_llama_server.sh")
     by_template: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for case in cases():
-        if applies(case) and args.only in case["template"]:
+        if applies(case) and any(o in case["template"] for o in args.only.split(",")):
             by_template[case["template"]].append(case)
     with_calls = {t for t, cs in by_template.items() if any(c["expect"]["tool_calls"]
                                                             for c in cs)}

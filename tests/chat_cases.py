@@ -54,6 +54,11 @@ def _tool(name: str) -> dict[str, Any]:
                                              "parameters": tool["parameters"]}}
 
 
+CONTINUATIONS: dict[str, bool | str] = {"auto": True, "content": "content",
+                                        "reasoning": "reasoning_content"}
+"""The cases' continue_final_message (llama.cpp's enum) as a request writes it."""
+
+
 def prepare(case: dict[str, Any]) -> PreparedChat:
     params = case["params"]
     source = (TEMPLATES / case["template"]).read_text("utf-8")
@@ -68,7 +73,7 @@ def prepare(case: dict[str, Any]) -> PreparedChat:
         parallel_tool_calls=params.get("parallel_tool_calls", False),
         chat_template_kwargs={"enable_thinking": params.get("enable_thinking", True)},
         add_generation_prompt=params.get("add_generation_prompt", True),
-        continue_final_message=bool(continuation and continuation != "none"),
+        continue_final_message=CONTINUATIONS.get(continuation, False),
         reasoning_format=params.get("reasoning_format", "none"),
         json_response=bool(params.get("json_schema")))
     return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)

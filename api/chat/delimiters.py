@@ -14,9 +14,9 @@ llama-server makes none for the templates it parses with a dedicated parser
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
+from api.chat.autoparse.diff import Kind, diff_split, segmentize
 from api.chat.reasoning_tags import reasoning_tags
 from api.chat.templates import ChatTemplate
 from api.settings import ApiSettings
@@ -62,14 +62,15 @@ def _user_start(template: ChatTemplate) -> str:
     if ASSISTANT_MSG in added:
         added = added[added.find(ASSISTANT_MSG) + len(ASSISTANT_MSG):]
     kept, seen_marker = "", False
-    for segment in _segments(_before(added, USER_MSG)):
+    for segment in segmentize(_before(added, USER_MSG)):
         if not seen_marker:
             lower = segment.value.lower()
-            if segment.marker and ("end" in lower or "close" in lower):
+            marker = segment.kind is Kind.MARKER
+            if marker and ("end" in lower or "close" in lower):
                 continue  # the end of what came before
-            if not segment.marker and not _trim(segment.value):
+            if not marker and not _trim(segment.value):
                 continue
-        seen_marker |= segment.marker
+        seen_marker |= segment.kind is Kind.MARKER
         kept += segment.value
     return _trim(kept)
 
@@ -147,100 +148,10 @@ def _added(template: ChatTemplate, before: list[dict[str, Any]],
                                            extra_context={"enable_thinking": True,
                                                           "tools": None})
                            for m in (before, after))
-            return _diff_right(left, right)
+            return diff_split(left, right).right  # calculate_diff_split's `right`
         except InvalidRequest:
             continue
     return None
-
-
-@dataclass(frozen=True)
-class _Segment:
-    marker: bool
-    value: str
-
-
-def _segments(text: str) -> list[_Segment]:
-    """The text cut into markers (`<…>`, `[…]`) and the text between them
-    (segmentize_markers)."""
-    segments: list[_Segment] = []
-    border, opener = 0, ""
-    for i, char in enumerate(text):
-        if not opener and char in "<[":
-            if border < i:
-                segments.append(_Segment(False, text[border:i]))
-            border, opener = i, char
-        elif opener and char == {"<": ">", "[": "]"}[opener]:
-            segments.append(_Segment(True, text[border:i + 1]))
-            border, opener = i + 1, ""
-    if border < len(text):
-        segments.append(_Segment(False, text[border:]))
-    return segments
-
-
-def _diff_right(left: str, right: str) -> str:
-    """The part of `right` that differs from `left` once their common prefix and suffix,
-    aligned on markers, are taken away (calculate_diff_split's `right`)."""
-    lseg, rseg = _segments(left), _segments(right)
-    if not lseg:
-        return right
-    if not rseg:
-        return ""
-    ls, le, rs, re = 0, len(lseg) - 1, 0, len(rseg) - 1
-    l_done = r_done = False
-    while ls != le and rs != re:
-        advanced = False
-        if lseg[ls] == rseg[rs]:
-            ls, rs, advanced = ls + 1, rs + 1, True
-        if lseg[le] == rseg[re]:
-            if ls != le:
-                le -= 1
-            else:
-                l_done = True
-            if rs != re:
-                re -= 1
-            else:
-                r_done = True
-            advanced = True
-        if not advanced:
-            break
-    if ls == le and rs != re:
-        if lseg[ls] == rseg[re]:
-            re, l_done = re - 1, True
-        elif lseg[ls] == rseg[rs]:
-            rs, l_done = rs + 1, True
-    elif rs == re and ls != le:
-        if lseg[le] == rseg[rs]:
-            le, r_done = le - 1, True
-        elif lseg[ls] == rseg[rs]:
-            ls, r_done = ls + 1, True
-    elif ls == le and rs == re and lseg[ls] == rseg[rs] and lseg[ls].marker:
-        l_done = r_done = True
-    text_suffix = not lseg[le].marker and not rseg[re].marker
-    text_prefix = not rseg[rs].marker and not lseg[ls].marker
-    rest_l = "".join(s.value for s in lseg[ls:le if l_done else le + 1])
-    rest_r = "".join(s.value for s in rseg[rs:re if r_done else re + 1])
-    n_suffix = _common_suffix(rest_l, rest_r) if text_suffix else 0
-    n_prefix = _common_prefix(rest_l[:len(rest_l) - n_suffix],
-                              rest_r[:len(rest_r) - n_suffix]) if text_prefix else 0
-    diff_l = rest_l[n_prefix:len(rest_l) - n_suffix]
-    diff_r = rest_r[n_prefix:len(rest_r) - n_suffix]
-    if not diff_l and diff_r and right.startswith(left):
-        return right[len(left):]  # left is all shared: the rest of right is the diff
-    return diff_r
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def _common_suffix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return n
 
 
 def _before(text: str, needle: str) -> str:

@@ -63,7 +63,8 @@ class ChatRequest:
     chat_template_kwargs: Mapping[str, Any] | None = None
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
-    continue_final_message: bool | None = None
+    continue_final_message: bool | str | None = None
+    """A string: "content" or "reasoning_content", the part continued (templates.py)."""
     allow_empty: bool = False
     """Anthropic: an empty message list renders (count_tokens of nothing but a system)."""
     reasoning_format: str | None = None
@@ -133,10 +134,11 @@ class PreparedChat:
     def _parser(self) -> OutputParser:
         names = tool_names(self.tools) if self.parse_tools else None
         chat_format = detect_chat_format(self.template.source)
-        if chat_format is GPT_OSS:
-            return HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
-                                 prompt=self.prompt, tool_names=names,
-                                 parallel_tool_calls=self.parallel_tool_calls)
+        if chat_format is GPT_OSS:  # a continued message: its channels read with the answer
+            harmony = HarmonyParser(reasoning_format=self.reasoning_format, tools=self.parse_tools,
+                                    prompt=self.prompt[:len(self.prompt) - len(self.prefill)],
+                                    tool_names=names, parallel_tool_calls=self.parallel_tool_calls)
+            return SeededParser(harmony, self.prefill) if self.prefill else harmony
         if chat_format is FUNCTIONARY_V3_2:
             prompt = self.prompt[:len(self.prompt) - len(self.prefill)]
             functionary = FunctionaryParser(tools=self.parse_tools, prompt=prompt,

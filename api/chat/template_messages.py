@@ -110,9 +110,23 @@ def _merge(system: Any, content: Any) -> Any:
             *([{"type": "text", "text": content}] if isinstance(content, str) else content)]
 
 
-def message_to_continue(messages: list[dict[str, Any]], continue_final_message: bool | None
-             ) -> dict[str, Any] | None:
-    """The final assistant message to continue, or None (llama-server's checks)."""
+CONTINUE_MODES = ("content", "reasoning_content")
+"""`continue_final_message` as a string: what of the final message is continued (llama.cpp's
+common_chat_continuation_parse; another string is no continuation)."""
+
+
+def continuation_mode(continue_final_message: bool | str | None) -> bool | str | None:
+    """The request's `continue_final_message` as `message_to_continue` takes it: a mode string
+    of CONTINUE_MODES, or True/False/None."""
+    if isinstance(continue_final_message, str):
+        return continue_final_message if continue_final_message in CONTINUE_MODES else False
+    return continue_final_message
+
+
+def message_to_continue(messages: list[dict[str, Any]],
+                        continue_final_message: bool | str | None) -> dict[str, Any] | None:
+    """The final assistant message to continue, or None (llama-server's checks); a mode
+    string (CONTINUE_MODES) continues as True does."""
     if not messages:
         return None
     last = messages[-1]

@@ -25,6 +25,7 @@ from api.chat.builtin import BUILTIN_TEMPLATES, builtin_template_names, detect_b
 from api.chat.jinja_env import RENDER_ERRORS, compile_template
 from api.chat.reasoning_tags import prompt_opens_thinking, reasoning_tags
 from api.chat.template_messages import (
+    continuation_mode,
     harmony_history,
     join_parts,
     message_to_continue,
@@ -85,7 +86,7 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, Any]], *,
                tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
                extra_context: Mapping[str, Any] | None = None,
-               continue_final_message: bool | None = None, allow_empty: bool = False) -> str:
+               continue_final_message: bool | str | None = None, allow_empty: bool = False) -> str:
         """The prompt (see :meth:`render_continued`)."""
         prompt, _ = self.render_continued(
             messages, tools=tools, add_generation_prompt=add_generation_prompt,
@@ -97,7 +98,7 @@ class ChatTemplate:
             self, messages: list[dict[str, Any]], *,
             tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
             extra_context: Mapping[str, Any] | None = None,
-            continue_final_message: bool | None = None,
+            continue_final_message: bool | str | None = None,
             allow_empty: bool = False,
             thinking_tags: tuple[str, str] | None = None) -> tuple[str, str]:
         """The prompt for `messages` (OpenAI chat messages as plain dicts; none at all only
@@ -108,7 +109,9 @@ class ChatTemplate:
         reasoning_effort, …; see :func:`template_kwargs`); they cannot replace the ones above.
         `continue_final_message` (llama-server's prefill): None = continue a final assistant
         message if there is one (`--prefill-assistant`, the default); False = never (pass it
-        under `--no-prefill-assistant`); True = the last message must be one to continue.
+        under `--no-prefill-assistant`); True = the last message must be one to continue;
+        "content" / "reasoning_content": so, continuing that part of it (its reasoning closed
+        before its content, or left open and its content not written).
         Continuing renders the messages before it with the generation prompt, then its content,
         unterminated (as llama.cpp does); `add_generation_prompt` is then ignored. A continued
         message's reasoning is written in the template's thinking tags first, empty ones too, as
@@ -126,7 +129,8 @@ class ChatTemplate:
                                         allow_empty=allow_empty)
         if "<|channel|>" in self.source:
             normalized = [harmony_history(m) for m in normalized]
-        prefill = message_to_continue(normalized, continue_final_message)
+        mode = continuation_mode(continue_final_message)
+        prefill = message_to_continue(normalized, mode)
         if prefill is not None:
             normalized = normalized[:-1]
             add_generation_prompt = True
@@ -150,6 +154,13 @@ class ChatTemplate:
             return text, ""
         added = join_parts(prefill["content"])
         reasoning = prefill.get("reasoning_content")
+        if "<|channel|>" in self.source:  # gpt-oss, as llama.cpp's parsers/gpt-oss.cpp continues
+            reasoning = reasoning if isinstance(reasoning, str) else ""
+            content = mode == "content" or (mode is not False and mode != "reasoning_content"
+                                            and bool(added or not reasoning))
+            added = "<|channel|>analysis<|message|>" + reasoning + (
+                "<|end|><|start|>assistant<|channel|>final<|message|>" + added if content else "")
+            return text + added, added
         start, end = thinking_tags or reasoning_tags(self.source)
         # (Kimi K2's and LFM2's parsers think in <think> tags even where the template shows none)
         thinks = thinking_tags is not None or start.strip() in self.source or any(
@@ -161,7 +172,11 @@ class ChatTemplate:
             # message has no content); a template that does not think has it left out
             reasoning = reasoning if isinstance(reasoning, str) else ""
             opened = "" if prompt_opens_thinking(text, self.source) else start
-            if reasoning or added:
+            if mode == "content":  # the reasoning closed, the content continued
+                added = opened + reasoning + end + added
+            elif mode == "reasoning_content":  # the reasoning continued
+                added = opened + reasoning
+            elif reasoning or added:
                 added = opened + reasoning + (end + added if added else "")
         return text + added, added
 

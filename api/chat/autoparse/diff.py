@@ -77,6 +77,20 @@ def _common_suffix(a: str, b: str) -> int:
     return n
 
 
+def _against_one(result: DiffSplit, one: Segment, many: list[Segment], lo: int,
+                 hi: int) -> tuple[int, int, bool]:
+    """One segment left on one side, `many[lo:hi + 1]` on the other: the other side's last
+    segment joins the suffix where it is that one, else its first the prefix; returns the
+    other side's new bounds and whether the one was used."""
+    if one == many[hi]:
+        result.suffix = many[hi].value + result.suffix
+        return lo, hi - 1, True
+    if one == many[lo]:
+        result.prefix += many[lo].value
+        return lo + 1, hi, True
+    return lo, hi, False
+
+
 def diff_split(left: str, right: str) -> DiffSplit:
     """What two renders share at the start and end (whole markers first, then text) and what
     differs between."""
@@ -111,23 +125,11 @@ def diff_split(left: str, right: str) -> DiffSplit:
         if not advanced:
             break
     if l0 == l1 and r0 != r1:
-        if ls[l0] == rs[r1]:
-            result.suffix = rs[r1].value + result.suffix
-            r1 -= 1
-            left_done = True
-        elif ls[l0] == rs[r0]:
-            result.prefix += rs[r0].value
-            r0 += 1
-            left_done = True
+        r0, r1, done = _against_one(result, ls[l0], rs, r0, r1)
+        left_done |= done
     elif r0 == r1 and l0 != l1:
-        if ls[l1] == rs[r0]:
-            result.suffix = ls[l1].value + result.suffix
-            l1 -= 1
-            right_done = True
-        elif ls[l0] == rs[r0]:
-            result.prefix += ls[l0].value
-            l0 += 1
-            right_done = True
+        l0, l1, done = _against_one(result, rs[r0], ls, l0, l1)
+        right_done |= done
     elif l0 == l1 and r0 == r1 and ls[l0] == rs[r0] and ls[l0].kind is Kind.MARKER:
         result.prefix += rs[r0].value
         left_done = right_done = True

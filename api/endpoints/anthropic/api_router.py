@@ -7,6 +7,8 @@ tool_use blocks. Errors keep the spec's `{"error": {"code", "message", "type"}}`
 
 from __future__ import annotations
 
+import functools
+
 from sanic import Request
 from sanic.response import HTTPResponse
 from sanic.response import json as json_response
@@ -22,7 +24,6 @@ from api.endpoints.anthropic.render import (
     sse_error,
     sse_event,
 )
-from api.errors import as_llamaq_error
 from api.fleet import Fleet
 from api.media.refs import media_refs
 from api.media.sources import media_access
@@ -33,7 +34,7 @@ from api.streaming import (
     Resume,
     StreamFormat,
     early_comment,
-    early_stream_error,
+    early_stream_errors,
     ping_interval,
     resume_of,
     stream_jobs,
@@ -61,17 +62,8 @@ def _fleet(request: Request) -> Fleet:
 
 
 @routes.post("/v1/messages", body=MessagesRequest)
+@functools.partial(early_stream_errors, fmt=sse_error)  # after a cold start: its `error` event
 async def messages(request: Request) -> HTTPResponse | None:
-    try:
-        return await _messages(request)
-    except Exception as exc:  # after a cold start opened the stream: its `error` event
-        if getattr(request.ctx, "early_stream", None) is None:
-            raise
-        await early_stream_error(request, as_llamaq_error(exc), sse_error)
-        return None
-
-
-async def _messages(request: Request) -> HTTPResponse | None:
     body = parse_body(request, MessagesRequest)
     prepared = await _prepare(request, body, stream=bool(body.stream))
     job = body.to_job(request_model(request), prepared.prompt, json_schema=prepared.tool_schema)

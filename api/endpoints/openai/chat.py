@@ -30,11 +30,11 @@ from api.endpoints.openai.render import (
     logprobs_json,
     timings_json,
 )
-from api.errors import as_llamaq_error, validation_message
+from api.errors import validation_message
 from api.media.refs import media_refs
 from api.media.sources import media_access
 from api.sse import sse_data
-from api.streaming import early_stream_error
+from api.streaming import early_stream_errors
 from api.tenants.config import DEFAULT_TENANT
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, TokenizeJob
@@ -141,17 +141,8 @@ async def control(request: Request) -> HTTPResponse:
 # /v1/chat/completions
 
 
+@early_stream_errors
 async def chat_completions(request: Request) -> HTTPResponse | None:
-    try:
-        return await _chat_completions(request)
-    except Exception as exc:  # after a cold start opened the stream: its error event
-        if getattr(request.ctx, "early_stream", None) is None:
-            raise
-        await early_stream_error(request, as_llamaq_error(exc))
-        return None
-
-
-async def _chat_completions(request: Request) -> HTTPResponse | None:
     context = OpenAIContext.of(request)
     body = parse_body(request, ChatCompletionRequest)
     plan = await plan_chat(context, body, stream=bool(body.stream))

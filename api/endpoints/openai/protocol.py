@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.body import drop_nulls
+from api.chat.template_messages import continuation_mode
 from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract import limits
 from scheduler.contract.errors import InvalidRequest
@@ -158,7 +159,9 @@ class ChatCompletionRequest(OpenAIOptions):
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
-    continue_final_message: bool | None = None
+    continue_final_message: bool | str | None = None
+    """True, or "content" / "reasoning_content": the part of the final message continued
+    (another string: not continued, as llama-server reads it)."""
     reasoning_control: bool = False
     reasoning_budget_tokens: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
@@ -166,7 +169,7 @@ class ChatCompletionRequest(OpenAIOptions):
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
-        if self.continue_final_message and self.add_generation_prompt:
+        if continuation_mode(self.continue_final_message) and self.add_generation_prompt:
             raise InvalidRequest("Cannot set both add_generation_prompt and "
                                  "continue_final_message to true.")
         if self.top_logprobs is not None and not self.logprobs:

@@ -13,23 +13,13 @@ from api.endpoints.openai.chat import plan_chat, validate_as
 from api.endpoints.openai.context import OpenAIContext
 from api.endpoints.openai.protocol import ChatCompletionRequest, responses_to_chat
 from api.endpoints.openai.render import ResponseEvents, response_json, sse_event
-from api.errors import as_llamaq_error
-from api.streaming import early_stream_error
+from api.streaming import early_stream_errors
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent, expect_result
 
 
+@early_stream_errors
 async def responses(request: Request) -> HTTPResponse | None:
-    try:
-        return await _responses(request)
-    except Exception as exc:  # after a cold start opened the stream: its error event
-        if getattr(request.ctx, "early_stream", None) is None:
-            raise
-        await early_stream_error(request, as_llamaq_error(exc))
-        return None
-
-
-async def _responses(request: Request) -> HTTPResponse | None:
     context = OpenAIContext.of(request)
     body = validate_as(ChatCompletionRequest, responses_to_chat(json_body(request)))
     if body.choices != 1:

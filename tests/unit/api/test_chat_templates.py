@@ -389,6 +389,27 @@ def test_prefill_checks() -> None:
     assert chatml().render([user("Q"), answer], continue_final_message=True).endswith("\nA")
 
 
+THINKS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|><think>{% endif %}")
+
+
+def test_continue_final_message_modes() -> None:
+    """As llama-server reads `continue_final_message`: true (the reasoning continued while the
+    message has no content), "content" (the reasoning closed, the content continued),
+    "reasoning_content" (the reasoning continued), another string (not continued)."""
+    thinking = [user("Q"), {"role": "assistant", "content": "", "reasoning_content": "hm"}]
+    template = jinja(THINKS)
+    assert template.render_continued(thinking, continue_final_message=True)[1] == "hm"
+    assert template.render_continued(thinking, continue_final_message="content")[1] == \
+        "hm</think>"
+    answered = [user("Q"), {"role": "assistant", "content": "A", "reasoning_content": "hm"}]
+    assert template.render_continued(answered, continue_final_message="content")[1] == \
+        "hm</think>A"
+    assert template.render_continued(answered, continue_final_message="reasoning_content")[1] \
+        == "hm"
+    assert template.render_continued(answered, continue_final_message="other")[1] == ""
+
+
 # --- template kwargs ---------------------------------------------------------------------------
 
 def test_template_kwargs_defaults_and_overrides() -> None:

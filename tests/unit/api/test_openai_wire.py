@@ -152,6 +152,7 @@ def test_tool_schema_replaces_grammar_and_response_format() -> None:
 @pytest.mark.parametrize("body", [
     {"tools": [{"type": "function", "function": {"name": "f"}}], "grammar": "root ::= x"},
     {"continue_final_message": True},
+    {"continue_final_message": "content"},  # with add_generation_prompt (true by default)
     {"reasoning_format": "loud"},
     {"top_logprobs": 30, "logprobs": True},
     {"logprobs": True, "stream": True, "tools": [{"type": "function"}]},
