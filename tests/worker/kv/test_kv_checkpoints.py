@@ -139,8 +139,8 @@ def test_a_chat_that_branches_at_its_last_user_message_restores_from_there(
     if not LLAMA_SERVER.exists():
         pytest.skip(f"no llama-server binary at {LLAMA_SERVER}")
     answer = "Noted. " + document(9, 40)
-    first = chat(document(3, 250), answer, document(4, 250))
-    branch = chat(document(3, 250), answer, document(5, 250))
+    first = chat(document(3, 150), answer, document(4, 150))  # 1,036 tokens
+    branch = chat(document(3, 150), answer, document(5, 150))
     sequence = [(first, 32), (branch, 32)]
     with running(gemma) as (engine, sink):
         ours = [complete(engine, sink, p, n, GEMMA_DELIMITERS, n_probs=0) for p, n in sequence]
