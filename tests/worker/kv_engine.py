@@ -28,7 +28,7 @@ KV_LINE = re.compile(r"KV buffer size\s*=\s*([0-9.]+) MiB")
 
 def plan(n_ctx: int, n_slots: int, n_ubatch: int = 512, swa_full: bool = False) -> ContextPlan:
     return ContextPlan(n_ctx=n_ctx, n_slots=n_slots, kv_unified=False, n_batch=2048,
-                       n_ubatch=n_ubatch, n_threads=2, n_threads_batch=2, swa_full=swa_full,
+                       n_ubatch=n_ubatch, n_threads=1, n_threads_batch=1, swa_full=swa_full,
                        flash_attn="auto", cache_type_k="f16", cache_type_v="f16")
 
 
@@ -66,9 +66,12 @@ def running(model: LoadedModel, **defaults: object) -> Iterator[tuple[Engine, Si
 
 
 def complete(engine: Engine, sink: Sink, prompt: str, n_predict: int,
-             delimiters: list[MessageDelimiter] | None = None) -> CompletionResult:
+             delimiters: list[MessageDelimiter] | None = None,
+             n_probs: int = 8) -> CompletionResult:
+    """A greedy run; `n_probs=0` where its probabilities are not compared (each token's
+    top candidates are a sort of Gemma's 262k logits: a third of a token's CPU)."""
     job = CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict, sampling=GREEDY,
-                        n_probs=8, return_tokens=True, message_delimiters=delimiters or [])
+                        n_probs=n_probs, return_tokens=True, message_delimiters=delimiters or [])
     engine.submit(engine.prepare(job))
     return sink.result(job.job_id)
 

@@ -13,7 +13,10 @@ import httpx
 
 from tests.conftest import make_fleet
 
-TIMEOUT_S = 2
+TIMEOUT_S = 1
+N_PREDICT = 300
+"""Several times the timeout at Gemma 3 270M's pace (~60 tokens/s on a quiet core pair; the
+test checks that it ran past 2 * TIMEOUT_S)."""
 
 
 def test_a_generation_longer_than_the_timeout_is_answered(redis_url: str, workdir: Path,
@@ -25,11 +28,11 @@ def test_a_generation_longer_than_the_timeout_is_answered(redis_url: str, workdi
         fleet.wait_healthy(api, timeout=120)
         started = time.monotonic()
         answer = httpx.post(f"{api}/completion", timeout=300, json={
-            "prompt": "Write a long story:", "n_predict": 600, "ignore_eos": True})
+            "prompt": "Write a long story:", "n_predict": N_PREDICT, "ignore_eos": True})
         took = time.monotonic() - started
         assert answer.status_code == 200, answer.text
         assert took > 2 * TIMEOUT_S  # the test means something only if it ran past it
-        assert answer.json()["tokens_predicted"] == 600
+        assert answer.json()["tokens_predicted"] == N_PREDICT
     finally:
         fleet.stop()
 

@@ -33,14 +33,14 @@ RECORDED = json.loads((DATA /
 @pytest.fixture(scope="module")
 def embedder(gemma_path: Path, tiny_mmproj_path: Path) -> Iterator[Embedder]:
     plan = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
-                       n_threads=2, n_threads_batch=2, swa_full=False, flash_attn="auto",
+                       n_threads=1, n_threads_batch=1, swa_full=False, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
     settings = WorkerSettings(embedding=True, pooling="none")
     model = LoadedModel(gemma_path, plan,
                         tune_context=lambda p: tune_embedding_context(p, settings))
     assert model.model is not None
     model.projector = Projector(str(tiny_mmproj_path), model.model,
-                                ProjectorOptions(offload=False, n_threads=2), media_marker({}))
+                                ProjectorOptions(offload=False, n_threads=1), media_marker({}))
     embedder = Embedder(model)
     embedder.start()
     yield embedder

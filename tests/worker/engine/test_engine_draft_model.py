@@ -29,7 +29,7 @@ PROSE = "Write a short story about a lighthouse keeper who finds a message in a 
 GREEDY = SamplingParams(temperature=0.0)
 SEEDED = SamplingParams(temperature=0.2, seed=42)
 PLAN = ContextPlan(n_ctx=4096, n_slots=N_SLOTS, kv_unified=False, n_batch=512, n_ubatch=512,
-                   n_threads=2, n_threads_batch=2, swa_full=True, flash_attn="auto",
+                   n_threads=1, n_threads_batch=1, swa_full=True, flash_attn="auto",
                    cache_type_k="f16", cache_type_v="f16")
 
 

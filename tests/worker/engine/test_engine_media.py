@@ -33,12 +33,12 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 @pytest.fixture(scope="module")
 def model(gemma_path: Path, tiny_mmproj_path: Path) -> Iterator[LoadedModel]:
     plan = ContextPlan(n_ctx=4096, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
-                       n_threads=2, n_threads_batch=2, swa_full=True, flash_attn="auto",
+                       n_threads=1, n_threads_batch=1, swa_full=True, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
     loaded = LoadedModel(gemma_path, plan)
     assert loaded.model is not None
     loaded.projector = Projector(str(tiny_mmproj_path), loaded.model,
-                                 ProjectorOptions(offload=False, n_threads=2),
+                                 ProjectorOptions(offload=False, n_threads=1),
                                  media_marker({}))
     yield loaded
     loaded.close()

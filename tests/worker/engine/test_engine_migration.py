@@ -37,7 +37,7 @@ PROMPT = "The history of the city of Rome begins"
 @pytest.fixture(scope="module")
 def model(gemma_path: Path) -> Iterator[LoadedModel]:
     plan = ContextPlan(n_ctx=2048, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
-                       n_threads=2, n_threads_batch=2, swa_full=True, flash_attn="auto",
+                       n_threads=1, n_threads_batch=1, swa_full=True, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
     loaded = LoadedModel(gemma_path, plan)
     yield loaded

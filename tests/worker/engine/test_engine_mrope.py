@@ -42,12 +42,12 @@ def model(request: pytest.FixtureRequest,
     text = write_tiny_qwen2vl(folder / "model.gguf")
     mmproj = write_tiny_qwen2vl_mmproj(folder / "mmproj.gguf", qwen25=request.param)
     plan = ContextPlan(n_ctx=4096, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
-                       n_threads=2, n_threads_batch=2, swa_full=True, flash_attn="auto",
+                       n_threads=1, n_threads_batch=1, swa_full=True, flash_attn="auto",
                        cache_type_k="f16", cache_type_v="f16")
     loaded = LoadedModel(text, plan)
     assert loaded.model is not None
     loaded.projector = Projector(str(mmproj), loaded.model,
-                                 ProjectorOptions(offload=False, n_threads=2), media_marker({}))
+                                 ProjectorOptions(offload=False, n_threads=1), media_marker({}))
     yield loaded
     loaded.close()
 
@@ -281,7 +281,7 @@ def test_video_flags_reach_the_frames(model: LoadedModel) -> None:
 
     def frames(**options: object) -> tuple[int, int]:
         projector = Projector(str(model.path.parent / "mmproj.gguf"), model.model,
-                              ProjectorOptions(offload=False, n_threads=2,
+                              ProjectorOptions(offload=False, n_threads=1,
                                                **options),  # type: ignore[arg-type]
                               media_marker({}))
         try:

@@ -90,7 +90,7 @@ def test_a_prompt_past_the_window_comes_back_from_a_checkpoint(gemma: LoadedMode
     assert again.timings.cache_n == n_prompt - 5
     assert same_next_token(first, again)
     with running(gemma, ctx_checkpoints=0) as (engine, sink):
-        complete(engine, sink, prompt, N_GEN)
+        complete(engine, sink, prompt, N_GEN, n_probs=0)
         without = complete(engine, sink, prompt, 24)
     assert without.timings.cache_n == 0  # processed again: nothing holds the window
     assert same_next_token(without, again)
@@ -112,7 +112,7 @@ def test_cache_n_is_at_least_llama_servers(gemma: LoadedModel, gemma_path: Path,
     prompt = long_prompt
     sequence = [(prompt, N_GEN), (prompt, 16), (prompt + " And more.", 16), (prompt, 16)]
     with running(gemma) as (engine, sink):
-        ours = [complete(engine, sink, p, n).timings.cache_n for p, n in sequence]
+        ours = [complete(engine, sink, p, n, n_probs=0).timings.cache_n for p, n in sequence]
     with llama_server(gemma_path) as url:
         theirs = [httpx.post(f"{url}/completion", timeout=300, json={
             "prompt": p, "n_predict": n, "temperature": 0, "ignore_eos": True,
@@ -139,18 +139,19 @@ def test_a_chat_that_branches_at_its_last_user_message_restores_from_there(
     if not LLAMA_SERVER.exists():
         pytest.skip(f"no llama-server binary at {LLAMA_SERVER}")
     answer = "Noted. " + document(9, 40)
-    first = chat(document(3, 250), answer, document(4, 250))
-    branch = chat(document(3, 250), answer, document(5, 250))
+    first = chat(document(3, 150), answer, document(4, 150))  # 1,036 tokens
+    branch = chat(document(3, 150), answer, document(5, 150))
     sequence = [(first, 32), (branch, 32)]
     with running(gemma) as (engine, sink):
-        ours = [complete(engine, sink, p, n, GEMMA_DELIMITERS) for p, n in sequence]
+        ours = [complete(engine, sink, p, n, GEMMA_DELIMITERS, n_probs=0) for p, n in sequence]
         n_first = ours[0].tokens_evaluated
         prepared = engine.prepare(_job(first))
         prepared.sampler.free()
         user_starts = prepared.user_starts
         cut = [c.n_tokens for c in engine.slots[0].checkpoints]
     with running(gemma) as (engine, sink):
-        blind = [complete(engine, sink, p, n).timings.cache_n for p, n in sequence]
+        blind = [complete(engine, sink, p, n, n_probs=0).timings.cache_n
+                 for p, n in sequence]
     assert len(user_starts) == 2 and user_starts[0] == 1  # after BOS
     # taken at both user messages (none yet; the last), then near the branch's end
     assert cut[:2] == list(user_starts), (cut, user_starts)
@@ -180,7 +181,7 @@ def llama_server(gemma_path: Path) -> Iterator[str]:
     port = free_port()
     server = subprocess.Popen(
         [str(LLAMA_SERVER), "-m", str(gemma_path), "--port", str(port), "-c", "8192", "-np",
-         "1", "-ub", str(N_UBATCH), "-t", "2", "--cache-ram", "0", "--no-warmup"],
+         "1", "-ub", str(N_UBATCH), "-t", "1", "--cache-ram", "0", "--no-warmup"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
