@@ -247,6 +247,13 @@ class Fleet:
         return fleet
 
     async def has_workers(self, model_id: str) -> bool:
+        """Whether the model has a live worker (asked for every job: the cold-start hold). A
+        young cached list that has one answers, as the registry itself counts a worker live
+        for HEARTBEAT_TTL_S after its last beat; an empty one is read again, so that a model's
+        first worker is seen at once."""
+        cached = self._workers.get(model_id)
+        if cached is not None and cached[1] and time.monotonic() - cached[0] < WORKERS_CACHE_S:
+            return True
         return bool(await self.workers(model_id, fresh=True))
 
     async def queue_limit(self, model_id: str) -> QueueRoom | None:
