@@ -179,8 +179,9 @@ class ChatOutputParser:
         end, end_tag = min(
             ((text.find(tag, self._pos), tag) for tag in (self._end_tag, *self._reasoning_ends)),
             key=lambda hit: (hit[0] < 0, hit[0]))
-        if end >= 0 or final:
-            stop = end if end >= 0 else len(text)
+        if end >= 0 or final:  # at the end: a call marker cut short is dropped (Ling 3)
+            stop = end if end >= 0 else len(text) - partial_suffix(
+                text, self._pos, self._reasoning_ends if self._tools else ())
             self._emit.thought(text[self._pos : stop].rstrip(WHITESPACE))
             closed = end >= 0 and end_tag == self._end_tag
             self._pos = stop + len(self._end_tag) if closed else stop
