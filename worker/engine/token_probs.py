@@ -52,7 +52,11 @@ def pre_sampling(probs: np.ndarray, token: int, n_probs: int,
     """From the softmax of the raw logits: the `n_probs` most probable tokens."""
     import numpy as np
 
-    top_ids = np.argsort(-probs)[:n_probs]
+    if n_probs < probs.size:  # a partition, not a sort of the whole vocabulary (262k for Gemma)
+        head = np.argpartition(-probs, n_probs - 1)[:n_probs]
+        top_ids = head[np.argsort(-probs[head], kind="stable")]
+    else:
+        top_ids = np.argsort(-probs, kind="stable")
     top = [(int(t), float(probs[t])) for t in top_ids]
     return _probs(token, float(probs[token]), top, piece)
 

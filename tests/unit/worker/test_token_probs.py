@@ -24,6 +24,17 @@ def test_before_sampling_the_most_probable_tokens_in_order() -> None:
     assert result.token == "" and result.bytes == []  # filled in once the text is final
 
 
+def test_before_sampling_over_a_large_vocabulary_the_top_in_order() -> None:
+    """The top n of a Gemma-sized vocabulary by a partition: the same tokens, in the same
+    order, as a full sort; asking more than the vocabulary gives all of it."""
+    probs = np.random.default_rng(7).random(262_144)
+    probs /= probs.sum()
+    result = pre_sampling(probs, token=3, n_probs=10, piece=lambda token: b"x")
+    assert [c.id for c in result.top] == list(np.argsort(-probs)[:10])
+    small = pre_sampling(np.array([0.2, 0.5, 0.3]), token=0, n_probs=8, piece=piece)
+    assert [c.id for c in small.top] == [1, 2, 0]
+
+
 def test_after_sampling_the_candidates_left_with_a_probability() -> None:
     candidates = [(1, 0.7), (0, 0.3), (2, 0.0)]
     result = post_sampling(candidates, token=0, n_probs=5, piece=piece)
