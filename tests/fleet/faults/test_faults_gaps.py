@@ -49,7 +49,8 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
     docs/redis-keys.md keeps on purpose excepted: the epoch, a model's counters, registry and
     metrics window, live workers' entries)."""
     kept = KEPT | {keys.model_counters(model), keys.model_workers(model),
-                   keys.metrics_window(model)}  # a day after the last scrape, on purpose
+                   keys.metrics_window(model),  # a day after the last scrape, on purpose
+                   keys.media_marker(model)}  # one marker for the model's fleet, kept
     found: dict[str, int] = {}
     for raw in client.scan_iter(count=1000):
         key = raw.decode()
@@ -67,7 +68,7 @@ TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
-    r"llamaq:model:[^:]+:(workers|counters|metrics_window)",
+    r"llamaq:model:[^:]+:(workers|counters|metrics_window|media_marker)",
     r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch", r"llamaq:fair:[^:]+"]))
 
 
