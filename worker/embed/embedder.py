@@ -102,7 +102,8 @@ class Embedder:
         self._waiting: deque[Sequence] = deque()
         self._background: deque[Sequence] = deque()
         self._cancelled: dict[str, LlamaqError] = {}
-        self._wake = threading.Condition()
+        lock = threading.RLock()  # the threads' wake-ups, one each (`_notify`)
+        self._wake, self._wake_background = threading.Condition(lock), threading.Condition(lock)
         self._stopping = False
         self._processing = 0
         self._batch = StepBatch(self.n_batch)
@@ -135,7 +136,7 @@ class Embedder:
             if self._stopping:
                 return
             self._stopping = True
-            self._wake.notify_all()
+            self._notify()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join()
@@ -154,13 +155,13 @@ class Embedder:
             self._processing += 1
             if not request.background and self._abortable:
                 self._abort.set()
-            self._wake.notify_all()
+            self._notify()
         return request.future
 
     def cancel(self, job_id: str, error: LlamaqError | None = None) -> None:
         with self._wake:
             self._cancelled[job_id] = error or Unavailable("cancelled")
-            self._wake.notify_all()
+            self._notify()
 
     def yields_to_online(self) -> bool:
         """Whether the decode under way would stop for an online request now."""
@@ -181,10 +182,11 @@ class Embedder:
         priority, and only while no online input waits). They take turns on the context."""
         if background:
             lower_cpu_priority()
+        wake = self._wake_background if background else self._wake
         while True:
             with self._wake:
                 while not (self._stopping or self._ready(background)):
-                    self._wake.wait()
+                    wake.wait()
                 if self._stopping:
                     self._fail_all(Unavailable("the worker stopped"))
                     return
@@ -192,7 +194,7 @@ class Embedder:
                 step = take_step(self._background if background else self._waiting,
                                  self.n_seq_max, self.n_batch)
                 if not step:  # only cancelled inputs were left: the other thread may go on
-                    self._wake.notify_all()
+                    self._notify()
                     continue
                 self._decoding = True
                 self._abortable = background and not any(
@@ -206,7 +208,14 @@ class Embedder:
             finally:
                 with self._wake:
                     self._decoding = self._abortable = False
-                    self._wake.notify_all()
+                    self._notify()
+
+    def _notify(self) -> None:
+        """Under `_wake`: wake the threads that can go now (not one for nothing: the GIL)."""
+        if self._stopping or self._ready(False):
+            self._wake.notify()
+        if self._stopping or self._ready(True):
+            self._wake_background.notify()
 
     def _ready(self, background: bool) -> bool:
         """Under `_wake`: whether the thread has something to do now."""
