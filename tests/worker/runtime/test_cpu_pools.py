@@ -27,7 +27,11 @@ model = load_model(settings, path)
 model.warmup()
 allowed = []
 for task in Path("/proc/self/task").iterdir():
-    for line in (task / "status").read_text().splitlines():
+    try:
+        status = (task / "status").read_text()
+    except FileNotFoundError:  # a short-lived thread (not a compute one) ended meanwhile
+        continue
+    for line in status.splitlines():
         if line.startswith("Cpus_allowed_list:"):
             allowed.append(line.split()[1])
 print(json.dumps({"allowed": allowed, "pools": model.pools is not None}))
