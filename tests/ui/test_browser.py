@@ -218,7 +218,10 @@ def test_reload_mid_answer_reattaches_and_finishes(redis_url: str, workdir: Path
         assert len(after) > len(before) and before[:30] in after, (before, after)
         shot(page, "chat-reloaded-finished")
         page.reload()  # the replayed answer was saved as the answer
-        expect(page.locator(ASSISTANT).last.locator(".markdown-content")).to_have_text(after)
+        saved = re.compile("^\\s*" + "\\s*".join(map(re.escape, after.split())) + "\\s*$")
+        # the same words in the same order: a saved answer's paragraphs may join in its text
+        # content without the blank line the live one showed (once in a CI run)
+        expect(page.locator(ASSISTANT).last.locator(".markdown-content")).to_have_text(saved)
     finally:
         fleet.stop()
 
