@@ -36,7 +36,8 @@ async def run(parts: WorkerParts, job: SlotActionJob) -> None:
     if not settings.slot_save_path:
         raise NotSupported(
             "This server does not support slots action. Start it with `--slot-save-path`")
-    snapshots = SlotSnapshotStore(open_store(settings.slot_save_path, settings.s3_endpoint_url))
+    snapshots = SlotSnapshotStore(await asyncio.to_thread(  # boto3's first import and client:
+        open_store, settings.slot_save_path, settings.s3_endpoint_url))  # seconds, off the loop
     if job.action != "erase":
         try:
             check_slot_name(job.filename)
