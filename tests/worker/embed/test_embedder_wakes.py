@@ -14,12 +14,10 @@ import pytest
 
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob
 from scheduler.contract.results import EmbeddingResult
+from tests.worker.embed.running import running_embedder
 from worker.embed.embedder import Embedder
 from worker.embed.inputs import embedding_inputs
 from worker.embed.queue import EmbedRequest
-from worker.process.startup import tune_embedding_context
-from worker.runtime.model import ContextPlan, LoadedModel
-from worker.runtime.settings import WorkerSettings
 
 N_REQUESTS = 40
 
@@ -28,17 +26,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
 @pytest.fixture(scope="module")
 def embedder(minilm_path: Path) -> Iterator[Embedder]:
-    plan = ContextPlan(n_ctx=512, n_slots=2, kv_unified=False, n_batch=512, n_ubatch=512,
-                       n_threads=1, n_threads_batch=1, swa_full=False, flash_attn="auto",
-                       cache_type_k="f16", cache_type_v="f16")
-    settings = WorkerSettings(embedding=True)
-    model = LoadedModel(minilm_path, plan,
-                        tune_context=lambda p: tune_embedding_context(p, settings))
-    embedder = Embedder(model)
-    embedder.start()
-    yield embedder
-    embedder.stop()
-    model.close()
+    with running_embedder(minilm_path, n_ctx=512, n_slots=2) as embedder:
+        yield embedder
 
 
 def voluntary_switches(native_id: int | None) -> int:
