@@ -1,8 +1,9 @@
-"""`--cpu-report PATH`: the CPU seconds each test file costs, the whole process tree's (pytest,
-its fixtures' processes: Redis, api pods, workers, llama-server), appended to PATH as
-`seconds<TAB>file` lines, one per file and pytest process; the 25 costliest are listed at the
-end. On the 2-core dev box the suite is CPU-bound, so CPU seconds, not wall time, say where
-it goes (wall time says how loaded the box was).
+"""`--cpu-report PATH`: the CPU seconds each test and test file costs, the whole process tree's
+(pytest, its fixtures' processes: Redis, api pods, workers, llama-server), appended to PATH as
+`seconds<TAB>test id` lines, one per test and pytest process; the 25 costliest files and the 25
+costliest tests are listed at the end (a file's cost is the sum of its tests'). On the 2-core
+dev box the suite is CPU-bound, so CPU seconds, not wall time, say where it goes (wall time
+says how loaded the box was).
 
 A file's cost is the tree's CPU (utime + stime) counted around each of its tests (setup, call
 and teardown: its module fixtures' start and stop included): this process's own, its reaped
@@ -66,7 +67,7 @@ class CpuReport:
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         before = tree_cpu()
         yield
-        self.seconds[item.nodeid.split("::")[0]] += tree_cpu() - before
+        self.seconds[item.nodeid] += tree_cpu() - before
 
     def pytest_sessionfinish(self) -> None:
         lines = "".join(f"{seconds:.1f}\t{name}\n" for name, seconds in self.seconds.items())
@@ -74,11 +75,12 @@ class CpuReport:
             out.write(lines)
 
 
-def read_report(path: Path) -> dict[str, float]:
+def read_report(path: Path, by_test: bool = False) -> dict[str, float]:
+    """CPU seconds by test file (a line may name a test or a whole file), or by test."""
     totals: dict[str, float] = defaultdict(float)
     for line in path.read_text().splitlines():
         seconds, name = line.split("\t", 1)
-        totals[name] += float(seconds)
+        totals[name if by_test else name.split("::")[0]] += float(seconds)
     return dict(totals)
 
 
@@ -104,3 +106,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:TOP]:
         terminalreporter.write_line(f"{seconds:8.1f}  {name}")
     terminalreporter.write_line(f"{sum(totals.values()):8.1f}  in all ({len(totals)} files)")
+    tests = read_report(path, by_test=True)
+    terminalreporter.section(f"CPU seconds by test, the {TOP} costliest (setup and teardown "
+                             "included)")
+    for name, seconds in sorted(tests.items(), key=lambda kv: -kv[1])[:TOP]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {name}")

@@ -152,7 +152,8 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
     try:
         # 4096 tokens a slot: the endless run still generates when the drain times out (with
         # 1024 a worker at 64 tok/s filled its context, and ended, within the 20 s)
-        first = fleet.add_worker("-c", "8192", "-np", "2", "-t", "2", "--drain-timeout", "20")
+        # -t 1: the endless run generates for the whole drain, all CPU (-t 2 cost twice that)
+        first = fleet.add_worker("-c", "8192", "-np", "2", "-t", "1", "--drain-timeout", "20")
         api = fleet.add_api()
         fleet.wait_healthy(api)
         short = {"prompt": "A short story:", "n_predict": 6, "ignore_eos": True}
@@ -251,7 +252,7 @@ def test_n_cmpl_groups_go_to_the_least_loaded_worker(redis_url: str, workdir: Pa
         assert response.status_code == 200, response.text
         assert {r["id_slot"] for r in response.json()} == {2, 3}
     finally:
-        fleet.stop()
+        fleet.kill()  # its own alias; the endless streams would drain 15 s on SIGTERM
 
 
 def test_a_full_queue_refuses_at_once_with_retry_after(redis_url: str, workdir: Path,

@@ -1,5 +1,6 @@
-"""tests/cpu_report.py counts a test file's whole process tree: a child's CPU while it runs
-(from /proc) and once it is reaped (os.times), and sums the lines the xdist workers append."""
+"""tests/cpu_report.py counts a test's whole process tree: a child's CPU while it runs
+(from /proc) and once it is reaped (os.times), and sums the lines the xdist workers append, by
+file and by test."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ def test_the_workers_lines_add_up(tmp_path: Path) -> None:
     report = tmp_path / "cpu.txt"
     report.write_text("1.5\ttests/a.py\n2.0\ttests/b.py\n0.5\ttests/a.py\n")
     assert read_report(report) == {"tests/a.py": 2.0, "tests/b.py": 2.0}
+
+
+def test_a_tests_lines_count_to_its_file_and_to_itself(tmp_path: Path) -> None:
+    report = tmp_path / "cpu.txt"
+    report.write_text("1.5\ttests/a.py::test_x\n2.0\ttests/b.py::test_y[1]\n"
+                      "0.5\ttests/a.py::test_z\n0.25\ttests/a.py::test_x\n")
+    assert read_report(report) == {"tests/a.py": 2.25, "tests/b.py": 2.0}
+    assert read_report(report, by_test=True) == {
+        "tests/a.py::test_x": 1.75, "tests/a.py::test_z": 0.5, "tests/b.py::test_y[1]": 2.0}
