@@ -25,7 +25,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
-from scheduler.leases import CLAIM_JOBS, waiting_jobs
+from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
 from scheduler.queue_index import index_key, move_to_shared
 from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
@@ -223,3 +223,26 @@ async def test_the_indexed_count_is_the_queues_count(
     assert await bound_says() == 1
     members = await redis.zrange(index_key(model), 0, -1)
     assert len(members) == 3  # held[2] runs; routed[1] waits; the dead queue's job
+
+
+async def test_a_renewal_reads_its_jobs_owners_in_one_command(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A worker's renewal of its leases: the owners of all its jobs in one MGET (by chunks of
+    500), then the two PEXPIREs of each lease it still holds; a lease another worker took is
+    reported lost and not touched."""
+    redis, _, _ = pod
+    leases = Leases(redis, f"w-{time.monotonic_ns()}")
+    jobs = [f"renew-{time.monotonic_ns()}-{i}" for i in range(600)]
+    for job_id in jobs:
+        leases.held.add(job_id)
+        await redis.set(keys.job_owner(job_id), leases.worker_id, px=60_000)
+        await redis.set(in_progress_key_prefix + job_id, "1", px=60_000)
+    await redis.set(keys.job_owner(jobs[550]), "another", px=60_000)
+    assert await leases.renew() == [jobs[550]]  # the script loaded: EVALSHA from here on
+    await redis.pexpire(keys.job_owner(jobs[3]), 5_000)
+    before = await calls(redis)
+    assert await leases.renew() == []
+    assert await calls(redis) - before <= 2 * 599 + 5  # before: a GET a job too (3 a job)
+    assert 2_000 < await redis.pttl(keys.job_owner(jobs[3])) <= lease_ms()  # renewed
+    assert await redis.pttl(in_progress_key_prefix + jobs[3]) <= lease_ms()
+    assert await redis.get(keys.job_owner(jobs[550])) == b"another"
