@@ -29,6 +29,7 @@ from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
 from scheduler.queue_index import index_key, move_to_shared
 from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
+from scheduler.wake import WAITERS_TTL_MS
 from tests.processes import start_redis
 
 pytestmark = pytest.mark.process
@@ -246,3 +247,23 @@ async def test_a_renewal_reads_its_jobs_owners_in_one_command(
     assert 2_000 < await redis.pttl(keys.job_owner(jobs[3])) <= lease_ms()  # renewed
     assert await redis.pttl(in_progress_key_prefix + jobs[3]) <= lease_ms()
     assert await redis.get(keys.job_owner(jobs[550])) == b"another"
+
+
+async def test_a_waiting_workers_idle_poll_costs_five_commands(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A worker's poll of an empty queue (every --poll-delay, per lane, per worker: the cost
+    that grows with the idle workers): Redis's TIME, the order's priorities, the queue's size
+    and its place among the waiters; the waiters' expiry only when it begins to wait."""
+    redis, _, _ = pod
+    queue = keys.slot_queue(f"idle-{time.monotonic_ns()}")
+    poll = redis.register_script(CLAIM_JOBS)
+    waiting: list[str | int] = [keys.queue_waiters(queue), "wake:me", WAITERS_TTL_MS]
+    args: list[str | int] = [arq.utils.timestamp_ms(), 4, in_progress_key_prefix, 60_000,
+                             *waiting]
+    assert await poll(keys=claim_keys(queue), args=args) == []  # begins to wait
+    assert await redis.zrange(keys.queue_waiters(queue), 0, -1) == [b"wake:me"]
+    assert await redis.pttl(keys.queue_waiters(queue)) > WAITERS_TTL_MS - 60_000
+    before = await calls(redis)
+    assert await poll(keys=claim_keys(queue), args=args) == []
+    assert await calls(redis) - before <= 5  # before: 6 (a PEXPIRE with every poll)
+    assert await redis.zrange(keys.queue_waiters(queue), 0, -1) == [b"wake:me"]
