@@ -220,10 +220,12 @@ class ScriptSplit:
     commandstats counts both alike. MONITOR costs Redis CPU: the CPU figures of a run with
     it are not comparable (its command counts are)."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, log_path: str = "") -> None:
         import threading
         self.top = 0
         self.inner = 0
+        self._log = open(log_path, "w") if log_path else None  # noqa: SIM115
+        """Every command as MONITOR shows it, one a line (--monitor-log)."""
         self._client = redis.Redis.from_url(redis_url)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -243,12 +245,16 @@ class ScriptSplit:
                 self.inner += 1
             else:
                 self.top += 1
+            if self._log is not None:
+                self._log.write(f"{command.get('client_type')} {command.get('command')}\n"[:300])
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._client.close()
         self._monitor.connection.disconnect()
         self._thread.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -321,7 +327,8 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
     by_command_before = redis_calls_by_command(client)
     calls_before = sum(by_command_before.values())
     started = time.perf_counter()
-    split = ScriptSplit(redis_url).__enter__() if args.split_scripts else None
+    split = (ScriptSplit(redis_url, args.monitor_log).__enter__()
+             if args.split_scripts or args.monitor_log else None)
     for proc in procs:
         proc.start()
     gen_cpu: dict[int, float] = {}
@@ -415,6 +422,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="")
     p.add_argument("--split-scripts", action="store_true",
                    help="count top-level commands apart from those inside scripts (MONITOR)")
+    p.add_argument("--monitor-log", default="",
+                   help="write every command MONITOR shows to this file (implies "
+                        "--split-scripts)")
     args = p.parse_args(argv)
     if bool(args.rate) == bool(args.users):
         p.error("give one of --rate (open loop) or --users (closed loop)")

@@ -66,6 +66,9 @@ LIFETIMES: dict[str, str] = {
                  f"{keys.LEASE_RENEW_EVERY_S:g} s); deleted when the job ends",
     "job_state": f"{keys.JOB_STATE_TTL_S} s after the last write",
     "job_watched": f"{keys.JOB_STATE_TTL_S} s after a pod attached to the job",
+    "model_queued": f"{keys.JOB_TTL_S} s after the last enqueue; a member leaves when an "
+                    "enqueue's bound finds its job gone from its queue, or "
+                    f"{keys.JOB_TTL_S} s after its enqueue",
     "job_cancel": f"{keys.CANCEL_TTL_S} s",
     "chat_completion": f"deleted at its end; {keys.CANCEL_TTL_S} s at most",
     "cold_waiting": "until the last hold's deadline (--cold-start-timeout) plus a minute; "

@@ -21,9 +21,9 @@ How it works:
 - A routed job goes to the chosen worker's own queue, but stays movable (it is not pinned like
   an `id_slot` job): if no worker took it within `TAKE_WITHIN_S` (the worker stalled, died, is
   busy after all, or handed it back while draining) or its run died with the worker before it
-  sent anything, the api waiting for it moves it to the shared queue (`MOVE_TO_SHARED`,
-  atomic: only a job still queued and held by nobody moves). The re-run rule of
-  scheduler/leases.py is unchanged: a moved job is an unpinned completion.
+  sent anything, the api waiting for it moves it to the shared queue (`MOVE_TO_SHARED` of
+  scheduler/queue_index.py, atomic: only a job still queued and held by nobody moves). The
+  re-run rule of scheduler/leases.py is unchanged: a moved job is an unpinned completion.
 
 What is hashed: the prompt's *text*, in blocks of BLOCK_CHARS characters, each hash chained to
 the one before (a block's hash stands for everything up to its end, so "the first k blocks
@@ -49,14 +49,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from arq.constants import in_progress_key_prefix
 from pydantic import BaseModel, ValidationError
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob, PromptPiece
+from scheduler.queue_index import move_to_shared
 from scheduler.redis_clock import recent
-from scheduler.wake import wake_queue
 
 BLOCK_CHARS = 256
 """Characters per hashed block (~64 tokens of English text)."""
@@ -298,30 +297,6 @@ class PrefixRouter:
         self.pending[worker_id] -= 1
         if self.pending[worker_id] <= 0:
             del self.pending[worker_id]
-
-
-MOVE_TO_SHARED = """
--- KEYS[1]: a worker's queue, KEYS[2]: the model's shared queue; ARGV: job id, (unused), arq's
--- in-progress prefix. Moves the job if still queued there, held by nobody, keeping its score.
-if redis.call('EXISTS', ARGV[3] .. ARGV[1]) == 1 then return 0 end
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[2], score, ARGV[1])
-return 1
-"""
-
-
-async def move_to_shared(redis: Redis, model_id: str, worker_id: str, job_id: str) -> bool:
-    """Move a job queued on a worker's own queue that nobody holds to the model's shared queue
-    (and wake a worker waiting on it); False when it is held or no longer queued there."""
-    shared = keys.slot_queue(model_id)
-    moved = await redis.eval(  # type: ignore[misc]
-        MOVE_TO_SHARED, 2, keys.worker_queue(model_id, worker_id), shared, job_id,
-        "0", in_progress_key_prefix)
-    if moved:
-        await wake_queue(redis, shared)
-    return bool(moved)
 
 
 class Affinity:

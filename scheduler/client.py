@@ -46,6 +46,7 @@ from scheduler.fair_share import DEFAULT_TENANT, FAIR_TAG, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.lua_leases import LEASES_OF
+from scheduler.queue_index import INDEXED_WAITING, index_key, indexed
 from scheduler.queue_order import ORDER_ADD, job_priority
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.streams import StreamRecords
@@ -77,13 +78,15 @@ class QueueRoom:
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
 
-ENQUEUE = LUA_NOW_MS + LEASES_OF + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
+ENQUEUE = LUA_NOW_MS + LEASES_OF + INDEXED_WAITING + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
 -- KEYS: arq's job key, the job's arq result key, the queue, the queue's order
--- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), then the
--- queues whose waiting jobs the bound counts (none: no bound); ARGV: job id, (unused), expiry
--- (ms), the job as arq's serialize_job wrote it, the queue's waiters, the bound (-1:
--- none), the job's priority, arq's in-progress prefix, its tenant, its cost / weight, the
--- queue's shared wake channel.
+-- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), the model's
+-- index of queued jobs (scheduler/queue_index.py), then the queues whose waiting jobs the
+-- bound counts (none: no bound); ARGV: job id, (unused), expiry (ms), the job as arq's
+-- serialize_job wrote it, the queue's waiters, the bound (-1: none), the job's priority,
+-- arq's in-progress prefix, its tenant, its cost / weight, the queue's shared wake channel,
+-- whether the job goes in the model's index ('1': the queue is one the model's bound counts;
+-- the bound is then counted from the index, else queue by queue).
 -- The job's score is Redis's now (TIME), not the pod's clock; its order score its start tag
 -- in its tenant's fair share.
 -- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
@@ -94,9 +97,14 @@ ENQUEUE = LUA_NOW_MS + LEASES_OF + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
 -- Returns {1, waiting} if it enqueued the job, {0, waiting} if the id was taken, {-1,
 -- waiting} if the queue is full.
 local bound = tonumber(ARGV[6])
+local in_index = ARGV[12] == '1'
 local waiting = 0
-if bound >= 0 then
-  for q = 6, #KEYS do
+if bound >= 0 and in_index then
+  local counted = {}
+  for q = 7, #KEYS do counted[KEYS[q]] = true end
+  waiting = indexed_waiting(KEYS[6], counted, ARGV[8], ARGV[3])
+elseif bound >= 0 then
+  for q = 7, #KEYS do
     local offset = 0
     while true do
       local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
@@ -107,12 +115,16 @@ if bound >= 0 then
       offset = offset + 500
     end
   end
-  if waiting >= bound then return {-1, waiting} end
 end
+if bound >= 0 and waiting >= bound then return {-1, waiting} end
 local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
   redis.call('ZADD', KEYS[3], now_score, ARGV[1])
+  if in_index then
+    redis.call('ZADD', KEYS[6], now_score, KEYS[3] .. '\\n' .. ARGV[1])
+    redis.call('PEXPIRE', KEYS[6], ARGV[3])
+  end
   local tag = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3])
   order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3])
 end
@@ -166,11 +178,14 @@ class JobClient:
         tenant = tenant if self.fair_share else DEFAULT_TENANT
         status, waiting = await self._enqueue_script(
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
-                  keys.queue_order(queue_name), keys.fair_state(job.model), *counted],
+                  keys.queue_order(queue_name), keys.fair_state(job.model),
+                  index_key(job.model), *counted],
             args=[job.job_id, 0, int(keys.JOB_TTL_S * 1000), data,
                   keys.queue_waiters(queue_name), room.limit if room is not None else -1,
                   job_priority(job), in_progress_key_prefix, tenant, repr(cost),
-                  keys.wake_channel(queue_name)])
+                  keys.wake_channel(queue_name),
+                  "1" if self._queue_limit is not None and indexed(job.model, queue_name)
+                  else "0"])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)

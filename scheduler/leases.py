@@ -38,7 +38,7 @@ from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
 from scheduler.fair_share import FAIR_ADVANCE
-from scheduler.lua_leases import LEASES_OF
+from scheduler.lua_leases import LEASES_OF, RELEASE, renew_script
 from scheduler.queue_order import ORDER_CLAIM
 from scheduler.redis_clock import LUA_NOW_MS
 from scheduler.wake import WAIT_FOR_JOBS
@@ -108,42 +108,6 @@ end
 return {count, tostring(oldest), tostring(now_ms)}
 """
 
-RENEW = """
--- ARGV: worker id, lease (ms), then job ids. Renews the leases this worker still holds and
--- returns the ids whose lease it lost (it lapsed, and maybe another worker took the job).
-local lost = {}
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local owner_key = 'OWNER_PREFIX' .. id .. 'OWNER_SUFFIX'
-  if redis.call('GET', owner_key) == ARGV[1] then
-    redis.call('PEXPIRE', owner_key, ARGV[2])
-    redis.call('PEXPIRE', 'IN_PROGRESS' .. id, ARGV[2])
-  else
-    lost[#lost + 1] = id
-  end
-end
-return lost
-"""
-
-
-RELEASE = """
--- KEYS: the owner keys of jobs that ended; ARGV[1]: this worker's id. Deletes those this
--- worker still holds (a lease that lapsed may be another worker's by now).
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
-  end
-end
-return 0
-"""
-
-
-def _renew_script() -> str:
-    prefix, suffix = keys.job_owner("\0").split("\0")
-    return (RENEW.replace("OWNER_PREFIX", prefix).replace("OWNER_SUFFIX", suffix)
-            .replace("IN_PROGRESS", in_progress_key_prefix))
-
-
 def lease_ms() -> int:
     return int(keys.JOB_LEASE_S * 1000)
 
@@ -206,7 +170,7 @@ class Leases:
     def __init__(self, redis: Redis, worker_id: str) -> None:
         self._redis = redis
         self._worker_id = worker_id
-        self._renew = redis.register_script(_renew_script())
+        self._renew = redis.register_script(renew_script())
         self.held: set[str] = set()
         """Jobs whose lease this worker took and has not let go."""
         self.releasing: set[str] = set()

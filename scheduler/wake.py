@@ -40,8 +40,11 @@ nobody) (0)."""
 WAIT_FOR_JOBS = """
 local function wait_for_jobs(waiters, channel, room, ttl_ms)
   if room > 0 then
-    redis.call('ZADD', waiters, -room * 1e10 + now_ms / 1000, channel)
-    redis.call('PEXPIRE', waiters, ttl_ms)
+    -- the set's expiry set again only when a worker begins to wait (issue 44: a PEXPIRE
+    -- with each idle poll was one of its six commands)
+    if redis.call('ZADD', waiters, -room * 1e10 + now_ms / 1000, channel) == 1 then
+      redis.call('PEXPIRE', waiters, ttl_ms)
+    end
   else
     redis.call('ZREM', waiters, channel)
   end
@@ -49,8 +52,11 @@ end
 """
 """`wait_for_jobs(waiters, channel, room, ttl_ms)`: a worker's wake `channel` joins a queue's
 `waiters` while it has `room` for more jobs (a claim that found no more), else leaves them
-(needs LUA_NOW_MS's now_ms). The score puts the worker with the most room first, then the one
-whose last look is oldest: jobs spread over the workers (a new job goes to an idle worker
+(needs LUA_NOW_MS's now_ms). The set lives WAITERS_TTL_MS after a worker last began to wait
+(not after each look of a waiting one): a fleet idle that long loses it, and the jobs queued
+before each worker's next poll puts it back are told on the queue's shared channel, which
+every worker of the queue hears. The score puts the worker with the most room first, then the
+one whose last look is oldest: jobs spread over the workers (a new job goes to an idle worker
 rather than to one that runs others, whose loop it would share) instead of piling on the
 worker that began to wait first."""
 

@@ -64,6 +64,12 @@ class Reporter:
     def __init__(self, parts: WorkerParts) -> None:
         self._parts = parts
         self._prefixes = PrefixIndex()
+        self._changes = 0
+        """Slot changes the engine told of so far (counted on the loop)."""
+        self._reported = -1
+        """`_changes` when the last complete report (slots included) was queued: a flush
+        that starts or ends a job writes one ahead of its events, after the change that the
+        slot-change loop would report again (issue 44: three SETs a job start and end)."""
 
     def write_metrics(self, pipe: Pipeline, report: bool = False) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
@@ -76,6 +82,7 @@ class Reporter:
                  ex=keys.HEARTBEAT_TTL_S)
         if embedder is None or report:
             write_slots(pipe, parts.worker_id, engine.slot_states())
+            self._reported = self._changes
         if embedder is None:  # cache-aware routing: only completion workers take part
             n_free = (len(engine.slots) - metrics.requests_processing
                       - metrics.requests_deferred)
@@ -92,20 +99,27 @@ class Reporter:
         changed = asyncio.Event()
         loop = asyncio.get_running_loop()
 
+        def changed_now() -> None:
+            self._changes += 1
+            changed.set()
+
         def notify() -> None:
-            loop.call_soon_threadsafe(changed.set)
+            loop.call_soon_threadsafe(changed_now)
 
         parts.engine.on_slots_changed = notify
         next_heartbeat = 0.0
         while True:
             changed.clear()
-            try:  # one round trip: slots, metrics, and the heartbeat when due
-                async with parts.redis.pipeline(transaction=False) as pipe:
-                    self.write_metrics(pipe, report=True)
-                    beat = time.monotonic() >= next_heartbeat
-                    if beat:
-                        write_heartbeat(pipe, entry.info)
-                    await pipe.execute()
+            beat = time.monotonic() >= next_heartbeat
+            try:  # one round trip: slots, metrics, and the heartbeat when due; not the
+                # slots again when a flush wrote them after the last change (a flush given
+                # up for want of Redis leaves them to the next heartbeat)
+                if beat or self._reported != self._changes:
+                    async with parts.redis.pipeline(transaction=False) as pipe:
+                        self.write_metrics(pipe, report=True)
+                        if beat:
+                            write_heartbeat(pipe, entry.info)
+                        await pipe.execute()
                 if beat:
                     next_heartbeat = time.monotonic() + keys.HEARTBEAT_EVERY_S
             except RedisError as error:  # Redis away: keep trying, the worker lives on

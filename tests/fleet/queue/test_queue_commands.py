@@ -25,9 +25,11 @@ from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
-from scheduler.leases import CLAIM_JOBS, waiting_jobs
+from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
+from scheduler.queue_index import index_key, move_to_shared
 from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
+from scheduler.wake import WAITERS_TTL_MS
 from tests.processes import start_redis
 
 pytestmark = pytest.mark.process
@@ -135,3 +137,133 @@ async def test_the_count_follows_hand_backs_cancels_and_lapsed_leases(
     assert taken[:4] == [held[0], held[1], jobs[3].job_id, jobs[4].job_id]
     assert len(taken) == 5 and jobs[5].job_id not in taken
     assert (await waiting_jobs(redis, queue))[0] == 0
+
+
+LIVE_WORKERS = 300
+"""Live workers whose own queues the model's bound counts (before: a ZRANGEBYSCORE of each
+one's queue per enqueue, 300 commands and more)."""
+
+
+def bounded_client(redis: Redis, pool: ArqRedis, limit: int, queues: list[str]) -> JobClient:
+    """A pod whose bound of the model counts `queues` (api/fleet.py queue_limit's shape)."""
+
+    async def room(_: str) -> QueueRoom:
+        return QueueRoom(limit, tuple(queues))
+
+    return JobClient(redis, pool, EventHub(redis), 10, queue_limit=room)
+
+
+async def test_the_bound_costs_the_same_whatever_the_live_workers(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The model's bound counts its shared queue and each live worker's own queue; it reads
+    the model's index of queued jobs, not each queue (scheduler/queue_index.py)."""
+    redis, pool, _ = pod
+    model = f"index-cost-{time.monotonic_ns()}"
+    shared = keys.slot_queue(model)
+    own = [keys.worker_queue(model, f"w{i}") for i in range(LIVE_WORKERS)]
+    client = bounded_client(redis, pool, 1000, [shared, *own])
+    for queue in (shared, own[0], own[7]):
+        await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), queue,
+                              QueueRoom(1000, (shared, *own)))
+    spent = []
+    for _ in range(3):
+        before = await calls(redis)
+        await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), shared,
+                              QueueRoom(1000, (shared, *own)))
+        spent.append(await calls(redis) - before)
+    assert max(spent) <= 25, spent
+
+
+async def test_the_indexed_count_is_the_queues_count(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """What the index counts as waiting is what the queues hold: jobs of the shared queue and
+    of the live workers' own queues that no worker holds, a handed-back one again, a job
+    whose lease lapsed again, a job moved to the shared queue still; not a cancelled job, nor
+    one on a dead worker's queue."""
+    redis, pool, _ = pod
+    model = f"index-count-{time.monotonic_ns()}"
+    shared = keys.slot_queue(model)
+    alive, dead = keys.worker_queue(model, "alive"), keys.worker_queue(model, "dead")
+    client = bounded_client(redis, pool, 100, [shared, alive])
+    room = QueueRoom(100, (shared, alive))
+
+    async def put(queue: str) -> str:
+        job = CompletionJob(model=model, prompt="p", priority=2)
+        await client._enqueue(job, queue, room)
+        return job.job_id
+
+    async def bound_says() -> int:
+        limited = bounded_client(redis, pool, 0, [shared, alive])
+        with pytest.raises(Unavailable, match=r"\((\d+) requests wait\)") as refused:
+            await limited._enqueue(CompletionJob(model=model, prompt="x", priority=2), shared,
+                                   QueueRoom(0, (shared, alive)))
+        return int(str(refused.value).split("(")[1].split()[0])
+
+    first = [await put(shared) for _ in range(4)]
+    routed = [await put(alive) for _ in range(2)]
+    await put(dead)  # its worker is not live: not counted, as before
+    assert await bound_says() == 6
+    held = await claim(redis, shared, 3)
+    assert held == first[:3]
+    assert await bound_says() == 3
+    await redis.delete(in_progress_key_prefix + held[0])  # handed back
+    assert await bound_says() == 4
+    await redis.zrem(shared, first[3])  # cancelled while it waited
+    assert await bound_says() == 3
+    await redis.pexpire(in_progress_key_prefix + held[1], 50)  # its worker died
+    await asyncio.sleep(0.2)
+    assert await bound_says() == 4
+    assert await move_to_shared(redis, model, "alive", routed[0])
+    assert await bound_says() == 4
+    taken = await claim(redis, shared, 10)
+    assert sorted(taken) == sorted([held[0], held[1], routed[0]])
+    assert await bound_says() == 1  # routed[1], on the live worker's own queue
+    for job_id in taken:  # they end: arq takes them out of the queue
+        await redis.zrem(shared, job_id)
+        await redis.delete(in_progress_key_prefix + job_id)
+    assert await bound_says() == 1
+    members = await redis.zrange(index_key(model), 0, -1)
+    assert len(members) == 3  # held[2] runs; routed[1] waits; the dead queue's job
+
+
+async def test_a_renewal_reads_its_jobs_owners_in_one_command(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A worker's renewal of its leases: the owners of all its jobs in one MGET (by chunks of
+    500), then the two PEXPIREs of each lease it still holds; a lease another worker took is
+    reported lost and not touched."""
+    redis, _, _ = pod
+    leases = Leases(redis, f"w-{time.monotonic_ns()}")
+    jobs = [f"renew-{time.monotonic_ns()}-{i}" for i in range(600)]
+    for job_id in jobs:
+        leases.held.add(job_id)
+        await redis.set(keys.job_owner(job_id), leases.worker_id, px=60_000)
+        await redis.set(in_progress_key_prefix + job_id, "1", px=60_000)
+    await redis.set(keys.job_owner(jobs[550]), "another", px=60_000)
+    assert await leases.renew() == [jobs[550]]  # the script loaded: EVALSHA from here on
+    await redis.pexpire(keys.job_owner(jobs[3]), 5_000)
+    before = await calls(redis)
+    assert await leases.renew() == []
+    assert await calls(redis) - before <= 2 * 599 + 5  # before: a GET a job too (3 a job)
+    assert 2_000 < await redis.pttl(keys.job_owner(jobs[3])) <= lease_ms()  # renewed
+    assert await redis.pttl(in_progress_key_prefix + jobs[3]) <= lease_ms()
+    assert await redis.get(keys.job_owner(jobs[550])) == b"another"
+
+
+async def test_a_waiting_workers_idle_poll_costs_five_commands(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A worker's poll of an empty queue (every --poll-delay, per lane, per worker: the cost
+    that grows with the idle workers): Redis's TIME, the order's priorities, the queue's size
+    and its place among the waiters; the waiters' expiry only when it begins to wait."""
+    redis, _, _ = pod
+    queue = keys.slot_queue(f"idle-{time.monotonic_ns()}")
+    poll = redis.register_script(CLAIM_JOBS)
+    waiting: list[str | int] = [keys.queue_waiters(queue), "wake:me", WAITERS_TTL_MS]
+    args: list[str | int] = [arq.utils.timestamp_ms(), 4, in_progress_key_prefix, 60_000,
+                             *waiting]
+    assert await poll(keys=claim_keys(queue), args=args) == []  # begins to wait
+    assert await redis.zrange(keys.queue_waiters(queue), 0, -1) == [b"wake:me"]
+    assert await redis.pttl(keys.queue_waiters(queue)) > WAITERS_TTL_MS - 60_000
+    before = await calls(redis)
+    assert await poll(keys=claim_keys(queue), args=args) == []
+    assert await calls(redis) - before <= 5  # before: 6 (a PEXPIRE with every poll)
+    assert await redis.zrange(keys.queue_waiters(queue), 0, -1) == [b"wake:me"]
