@@ -41,8 +41,7 @@ LIFETIMES: dict[str, str] = {
                    "`<queue>:order:<priority>` (those jobs) expire "
                    f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL); an "
                    "entry whose job left the queue is dropped by the next claim that meets it, "
-                   "a set that empties too; `<queue>:order:reserved` (waiting jobs a worker "
-                   "preempted a generation for, worker/process/preempt.py) 10 s after the last",
+                   "a set that empties too",
     "fair_state": f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL)",
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",

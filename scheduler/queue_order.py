@@ -21,6 +21,7 @@ queue's own scripts (scheduler/client.py ENQUEUE, scheduler/leases.py CLAIM_JOBS
 from __future__ import annotations
 
 from scheduler.contract import keys
+from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.redis_clock import LUA_NOW_MS
 
 ORDER_ADD = """
@@ -107,13 +108,12 @@ def job_priority(job: object) -> int:
 
 
 FREE_ENTRIES = """
--- free_entries(queue, ordered, reserved, prefix, wanted, out): appends {id, order score} to
--- `out` for up to `wanted` entries of the order set `ordered`, in order, whose job is in `queue`,
--- held by no worker (no `prefix`..id key) and not reserved (in `reserved`, a lapse after
--- now_ms); returns how many. Reads the set by pages of 200, each page's queue scores, leases
--- and reservations in three commands, not three an entry: the running jobs' entries come first
--- and a preemption's look passes them all (issue 47: every full worker looks at each enqueue).
-local function free_entries(queue, ordered, reserved, prefix, wanted, out)
+-- free_entries(queue, ordered, prefix, wanted, out): appends {id, order score, queue score} to
+-- `out` for up to `wanted` entries of the order set `ordered`, in order, whose job is in `queue`
+-- and held by no worker (no `prefix`..id key); returns how many. Reads the set by pages of
+-- 200, each page's queue scores and leases in two commands, not two an entry: the running
+-- jobs' entries come first and a preemption's look passes them all (issue 47).
+local function free_entries(queue, ordered, prefix, wanted, out)
   local n, offset = 0, 0
   while n < wanted do
     local page = redis.call('ZRANGE', ordered, offset, offset + 199, 'WITHSCORES')
@@ -125,10 +125,9 @@ local function free_entries(queue, ordered, reserved, prefix, wanted, out)
     end
     local queued = redis.call('ZMSCORE', queue, unpack(ids))
     local held = redis.call('MGET', unpack(leases))
-    local lapses = redis.call('ZMSCORE', reserved, unpack(ids))
     for j = 1, #ids do
-      if queued[j] and not held[j] and (not lapses[j] or tonumber(lapses[j]) <= now_ms) then
-        out[#out + 1] = {ids[j], page[2 * j]}
+      if queued[j] and not held[j] then
+        out[#out + 1] = {ids[j], page[2 * j], queued[j]}
         n = n + 1
         if n >= wanted then break end
       end
@@ -139,76 +138,81 @@ local function free_entries(queue, ordered, reserved, prefix, wanted, out)
 end
 """
 
-RESERVE = LUA_NOW_MS + FREE_ENTRIES + """
--- KEYS: pairs of (queue, its order); ARGV: a priority (only jobs of a lower value count;
--- "+inf": any), arq's in-progress prefix, how long a reservation lasts (ms).
--- The most urgent waiting job of those queues that no worker holds and no worker reserved
--- (`<order>:reserved`, member the job, score when its reservation lapses): reserved now, so
--- that one waiting job makes one worker preempt a generation, not every full worker.
--- Returns {job id, priority}, or {} when none waits.
-local best_id, best_priority, best_reserved = nil, nil, nil
-for q = 1, #KEYS, 2 do
+CLAIM_URGENT = LUA_NOW_MS + FREE_ENTRIES + FAIR_ADVANCE + """
+-- KEYS[1]: the model's fair state; then pairs of (queue, its order); ARGV: a priority (only
+-- jobs of a lower value count; "+inf": any), arq's in-progress prefix, the lease (ms).
+-- Claims the most urgent waiting job of those queues that no worker holds, as a poll's claim
+-- does (its in-progress key for the lease; the model's virtual time up to its start tag): the
+-- worker that looked starts it at once in the seat of the generation it preempts
+-- (worker/process/preempt.py), so that neither the victim's hand back nor a poll is on the
+-- waiting job's way to a slot, and one waiting job makes one worker preempt one generation.
+-- Returns {job id, priority, queue score, queue number (1-based pair)}, or {} when none waits.
+local best, best_priority, best_q = nil, nil, nil
+for q = 2, #KEYS, 2 do
   local queue, index = KEYS[q], KEYS[q + 1]
-  local reserved = index .. ':reserved'
-  redis.call('ZREMRANGEBYSCORE', reserved, '-inf', now_ms)
   for _, priority in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. ARGV[1])) do
     local p = tonumber(priority)
     if best_priority ~= nil and p >= best_priority then break end
     local free = {}
-    if free_entries(queue, index .. ':' .. priority, reserved, ARGV[2], 1, free) > 0 then
-      best_id, best_priority, best_reserved = free[1][1], p, reserved
+    if free_entries(queue, index .. ':' .. priority, ARGV[2], 1, free) > 0 then
+      best, best_priority, best_q = free[1], p, q
       break
     end
   end
 end
-if best_id == nil then return {} end
-redis.call('ZADD', best_reserved, now_ms + tonumber(ARGV[3]), best_id)
-redis.call('PEXPIRE', best_reserved, ARGV[3])
-return {best_id, tostring(best_priority)}
+if best == nil then return {} end
+redis.call('PSETEX', ARGV[2] .. best[1], ARGV[3], '1')
+fair_advance(KEYS[1], tonumber(best[2]))
+return {best[1], tostring(best_priority), best[3], tostring(best_q / 2)}
 """
 
 CANDIDATES = LUA_NOW_MS + FREE_ENTRIES + """
 -- KEYS: pairs of (queue, its order); ARGV: a priority (jobs of at most this value count),
 -- arq's in-progress prefix, how many to return at most per queue.
--- The waiting jobs no worker holds or reserved, per queue by priority then order:
--- {queue number (1-based pair), job id, priority, order score, ...}. Reserves nothing
--- (RESERVE_ONE does).
+-- The waiting jobs no worker holds, per queue by priority then order:
+-- {queue number (1-based pair), job id, priority, order score, queue score, ...}. Claims
+-- nothing (CLAIM_ONE does).
 local found = {}
 local per_queue = tonumber(ARGV[3])
 for q = 1, #KEYS, 2 do
   local queue, index = KEYS[q], KEYS[q + 1]
-  local reserved = index .. ':reserved'
   local n = 0
   for _, priority in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[1])) do
     if n >= per_queue then break end
     local free = {}
-    n = n + free_entries(queue, index .. ':' .. priority, reserved, ARGV[2], per_queue - n, free)
+    n = n + free_entries(queue, index .. ':' .. priority, ARGV[2], per_queue - n, free)
     for _, entry in ipairs(free) do
       found[#found + 1] = tostring((q + 1) / 2)
       found[#found + 1] = entry[1]
       found[#found + 1] = priority
       found[#found + 1] = entry[2]
+      found[#found + 1] = entry[3]
     end
   end
 end
 return found
 """
 
-RESERVE_ONE = LUA_NOW_MS + """
--- KEYS[1]: the order of a waiting job's queue; KEYS[2..]: the order sets a running job it
--- displaces may be in; ARGV: the waiting job's id, how long its reservation lasts (ms), its
--- order score, the running job's id.
--- Reserves the waiting job (as RESERVE does) unless another worker did meanwhile, and moves
--- the running job's order entry (where it has one) just behind it, so that the slot the
--- running job gives up goes to the waiting job, not back to it: 1, else 0.
-local reserved = KEYS[1] .. ':reserved'
-local lapse = redis.call('ZSCORE', reserved, ARGV[1])
-if lapse and tonumber(lapse) > now_ms then return 0 end
-redis.call('ZADD', reserved, now_ms + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', reserved, ARGV[2])
-local behind = tonumber(ARGV[3]) + math.max(1e-6, math.abs(tonumber(ARGV[3])) * 1e-9)
-for k = 2, #KEYS do
-  redis.call('ZADD', KEYS[k], 'XX', string.format('%.17g', behind), ARGV[4])
+CLAIM_ONE = FAIR_ADVANCE + """
+-- KEYS[1]: the model's fair state; KEYS[2]: a waiting job's queue; KEYS[3..]: the order sets
+-- a running job it displaces may be in; ARGV: the waiting job's id, arq's in-progress prefix,
+-- the lease (ms), its order score, the running job's id.
+-- Claims the waiting job (as CLAIM_URGENT does) unless it left the queue or a worker holds it
+-- now, and moves the running job's order entry (where it has one) just behind it, so that
+-- the running job, back in its queue, does not go before the waiting job's peers: 1, else 0.
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+if redis.call('EXISTS', ARGV[2] .. ARGV[1]) == 1 then return 0 end
+redis.call('PSETEX', ARGV[2] .. ARGV[1], ARGV[3], '1')
+fair_advance(KEYS[1], tonumber(ARGV[4]))
+local behind = tonumber(ARGV[4]) + math.max(1e-6, math.abs(tonumber(ARGV[4])) * 1e-9)
+for k = 3, #KEYS do
+  redis.call('ZADD', KEYS[k], 'XX', string.format('%.17g', behind), ARGV[5])
 end
 return 1
 """
+
+
+def urgent_keys(model_id: str, queue_names: list[str]) -> list[str]:
+    """The KEYS of CLAIM_URGENT: the model's fair state, then each queue and its order."""
+    return [keys.fair_state(model_id),
+            *(key for name in queue_names for key in claim_keys(name))]

@@ -194,6 +194,9 @@ class Engine:
                 return
             cancelled, end_reasoning = taken
             events: list[JobEvent] = []
+            # cancelled runs first: a request handed over with a cancel (a preemption's)
+            # takes the freed slot now, not after a decode of the others
+            self._drop_cancelled(cancelled, events)
             self._admit(cancelled, events)
             with self._admission_lock:
                 self.decisions.admit(self.slots, cancelled, not self._admission.waiting, events)
@@ -201,7 +204,6 @@ class Engine:
                 self._sink(events)
                 events = []
             self._run_slot_tasks()
-            self._drop_cancelled(cancelled, events)
             for active in self._active.values():
                 if active.reasoning is not None and active.request.job.job_id in end_reasoning:
                     active.reasoning.request_end(self.model.vocab)

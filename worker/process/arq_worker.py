@@ -155,6 +155,20 @@ class WakeableWorker(Worker):
             task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
             self.tasks[job_id] = task
 
+    async def start_in_seat(self, job_id: str, score: int) -> None:
+        """Start a job that a preemption's look claimed (worker/process/preempt.py) at once,
+        in the seat of the generation it preempted, whose run keeps its place in `job_counter`
+        until its hand back ends: this worker may run one job past `max_jobs` meanwhile (the
+        engine admits the job into the slot its victim frees). The job holds no permit of
+        arq's `sem`, which `job_counter` bounds (`start_claimed`)."""
+        if not self.taking:
+            await self._unclaim([job_id])
+            return
+        self.job_counter = self.job_counter + 1
+        task = self.loop.create_task(self.run_job(job_id, score))
+        task.add_done_callback(lambda _: self._ended(release=False))
+        self.tasks[job_id] = task
+
     async def _unclaim(self, job_ids: list[str]) -> None:
         await self.pool.delete(*(in_progress_key_prefix + job_id for job_id in job_ids))
 
@@ -176,9 +190,15 @@ class WakeableWorker(Worker):
         return [job_id for job_id, task in self.tasks.items() if not task.done()]
 
     def _release_sem_dec_counter_on_complete(self) -> None:
-        # A job ended, so there is room for another: look at the queue now, unless the last
-        # look found it drained (then a new job wakes us).
-        super()._release_sem_dec_counter_on_complete()
+        self._ended(release=True)
+
+    def _ended(self, release: bool) -> None:
+        """A job ended (`release`: it held a permit of `sem`), so there is room for another:
+        look at the queue now, unless the last look found it drained (then a new job wakes
+        us)."""
+        self.job_counter = self.job_counter - 1
+        if release:
+            self.sem.release()
         if not self._drained:
             self.wake.set()
         for other in self.also_wake:

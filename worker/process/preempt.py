@@ -1,7 +1,10 @@
 """Preemption (--preempt, ours; issue 47 item 3, docs/fairness.md): when every slot of this
 worker is busy and a more urgent job waits in its queues, the least urgent running generation
-gives its slot up. Its job goes back to its queue, where it keeps its place (the head of its
-priority's jobs: scheduler/queue_order.py), and continues later, on this worker or another,
+gives its slot up, and the waiting job takes its seat at once: the look claims it (as a poll
+would) and this worker starts it while the victim winds down (its hand back, arq's retry), so
+that neither that nor a poll is on the waiting job's way to the slot. The victim's job goes
+back to its queue, where it keeps its place (the head of its priority's jobs:
+scheduler/queue_order.py), and continues later, on this worker or another,
 from the tokens it generated (the migration machinery: scheduler/migration.py); its stream sees
 a pause, never an error. The slot keeps the job's tokens in its cache, so a continuation here
 re-evaluates little.
@@ -10,8 +13,8 @@ Rules:
 - a victim runs a completion in a slot; batch lines (`background`) go before every online
   job, else the largest priority value, then the one that started last;
 - a waiting job counts when its priority value is below the victim's (any online job, for a
-  batch line) and no worker holds or reserved it: one waiting job makes one worker preempt
-  one generation (scheduler/queue_order.py RESERVE), not every full worker;
+  batch line) and no worker holds it: the look claims it, so one waiting job makes one worker
+  preempt one generation (scheduler/queue_order.py CLAIM_URGENT), not every full worker;
 - aging: a job preempted MAX_PREEMPTIONS times runs to its end;
 - `fair` (besides the above): a waiting job of a priority value at most a running one's whose
   tenant holds fewer of this worker's slots than its weighted share takes a slot from the
@@ -32,12 +35,21 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from scheduler.contract import keys
 from scheduler.contract.errors import Preempted
 from scheduler.contract.jobs import CompletionJob, JobKind
 from scheduler.fair_share import DEFAULT_TENANT
-from scheduler.queue_order import CANDIDATES, RESERVE, RESERVE_ONE, claim_keys, queue_order_of
+from scheduler.queue_order import (
+    CANDIDATES,
+    CLAIM_ONE,
+    CLAIM_URGENT,
+    claim_keys,
+    queue_order_of,
+    urgent_keys,
+)
 from scheduler.queueing import deserialize_job
 from worker.jobs.parts import WorkerParts
+from worker.process.arq_worker import WakeableWorker
 from worker.process.jobrun import JobRunner, Running
 
 log = logging.getLogger(__name__)
@@ -47,8 +59,6 @@ MAX_PREEMPTIONS = 3
 """The aging rule: a job preempted this many times is not preempted again."""
 FAIR_CANDIDATES = 16
 """How many waiting jobs per queue `fair` looks at for one whose tenant is below its share."""
-RESERVE_MS = 10_000
-"""How long a waiting job that made a worker preempt is not counted by another worker."""
 
 
 def victim_order(job: CompletionJob, running: Running) -> tuple[float, float]:
@@ -105,14 +115,17 @@ def fair_victim(runs: list[tuple[CompletionJob, Running]], n_slots: int, waiting
 
 class Preemptor:
     def __init__(self, mode: PreemptMode, parts: WorkerParts, runner: JobRunner,
-                 queues: list[str]) -> None:
-        """`queues`: the online queues this worker takes completions from."""
+                 workers: list[WakeableWorker]) -> None:
+        """`workers`: the arq workers of the online queues this worker takes completions
+        from (a claimed job starts on its queue's)."""
         self.mode = mode
         self._parts = parts
         self._runner = runner
-        self._queues = queues
-        self._keys = [key for queue in queues for key in claim_keys(queue)]
-        self._reserve: AsyncScript | None = None
+        self._workers = workers
+        self._queues = [worker.queue_name for worker in workers]
+        self._keys = [key for queue in self._queues for key in claim_keys(queue)]
+        self._urgent_keys = urgent_keys(parts.model_id, self._queues)
+        self._claim: AsyncScript | None = None
         self._preempting: set[str] = set()
         self._checking = False
         self._again = False
@@ -144,13 +157,19 @@ class Preemptor:
             return False
         job, _ = victim
         below = "+inf" if job.background else str(job.priority or 0)
-        if self._reserve is None:
-            self._reserve = self._parts.redis.register_script(RESERVE)
-        found = await self._reserve(keys=self._keys,
-                                    args=[below, in_progress_key_prefix, RESERVE_MS])
-        if not found or self._victim() != victim:  # it ended meanwhile
+        if self._claim is None:
+            self._claim = self._parts.redis.register_script(CLAIM_URGENT)
+        found = await self._claim(keys=self._urgent_keys,
+                                  args=[below, in_progress_key_prefix, _lease_ms()])
+        if not found:
             return False
-        self._preempt(job, *(_text(v) for v in found))
+        waiting_id, priority, score, queue = (_text(v) for v in found)
+        now = self._victim()  # the look took a round trip: the victim may have ended
+        if now is not None and victim_order(*now) > (int(priority), math.inf):
+            self._preempt(now[0], waiting_id, priority)
+        # claimed: it runs here now, in the victim's seat (or, if a slot freed meanwhile, in
+        # that one; else it waits in the engine, first by priority, for the next slot)
+        await self._workers[int(queue) - 1].start_in_seat(waiting_id, int(float(score)))
         return True
 
     async def _check_fair(self) -> None:
@@ -164,12 +183,14 @@ class Preemptor:
         found = await redis.eval(CANDIDATES, len(self._keys), *self._keys,  # type: ignore[misc]
                                  str(bound), in_progress_key_prefix, str(FAIR_CANDIDATES))
         candidates = [(int(_text(found[i])), _text(found[i + 1]), int(_text(found[i + 2])),
-                       _text(found[i + 3])) for i in range(0, len(found), 4)]
+                       _text(found[i + 3]), _text(found[i + 4]))
+                      for i in range(0, len(found), 5)]
         candidates.sort(key=lambda c: c[2])
         if not candidates:
             return
         datas = await redis.mget([job_key_prefix + c[1] for c in candidates])
-        for (queue, waiting_id, priority, score), data in zip(candidates, datas, strict=True):
+        for (queue, waiting_id, priority, order, score), data in zip(candidates, datas,
+                                                                      strict=True):
             waiting = _waiting(data, priority)
             victim = None if waiting is None else fair_victim(self._runs(), self._n_slots(),
                                                               waiting)
@@ -177,11 +198,14 @@ class Preemptor:
                 continue
             victim_orders = [queue_order_of(name, victim.priority or 0)
                              for name in self._queues]
-            if await redis.eval(RESERVE_ONE, 1 + len(victim_orders),  # type: ignore[misc]
-                                self._keys[2 * queue - 1], *victim_orders, waiting_id,
-                                str(RESERVE_MS), score, victim.job_id) \
-                    and victim.job_id in self._runner.running:
+            if not await redis.eval(  # type: ignore[misc]
+                    CLAIM_ONE, 2 + len(victim_orders), self._urgent_keys[0],
+                    self._queues[queue - 1], *victim_orders, waiting_id,
+                    in_progress_key_prefix, str(_lease_ms()), order, victim.job_id):
+                return
+            if victim.job_id in self._runner.running:
                 self._preempt(victim, waiting_id, f"{priority}, tenant {waiting.tenant}")
+            await self._workers[queue - 1].start_in_seat(waiting_id, int(float(score)))
             return
 
     def _preempt(self, job: CompletionJob, waiting_id: str, waiting_priority: str) -> None:
@@ -229,6 +253,11 @@ def _waiting(data: bytes | None, priority: int) -> Waiting | None:
         return None
     return Waiting(job.get("tenant") or DEFAULT_TENANT, float(job.get("weight") or 1.0),
                    priority)
+
+
+def _lease_ms() -> int:
+    """A claimed job's lease, as a poll's claim sets it (WakeableWorker)."""
+    return int(keys.JOB_LEASE_S * 1000)
 
 
 def _text(value: bytes | str) -> str:

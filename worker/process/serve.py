@@ -308,7 +308,7 @@ class WorkerRuntime:
         if self.settings.preempt == "off" or self.parts.embedder is not None or not online:
             return
         preemptor = Preemptor(cast(PreemptMode, self.settings.preempt), self.parts, runner,
-                              [w.queue_name for w in online])
+                              online)
         for worker in online:
             worker.on_full = preemptor.check
 

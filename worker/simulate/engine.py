@@ -240,9 +240,9 @@ class SimEngine(Engine):
         """One step: what was handed over, then every run whose moment came."""
         cancelled, _ = self._inbox.take_marks()  # no reasoning in the simulator's text
         events: list[JobEvent] = []
-        self._admit_runs(cancelled, now, events)
+        self._drop_cancelled(cancelled, events)  # first, as the real engine's: the freed
+        self._admit_runs(cancelled, now, events)  # slots go to requests waiting now
         self._run_slot_tasks()
-        self._drop_cancelled(cancelled, events)
         self._settle()
         going = [due for due in self._due.values() if due.at <= now + EARLY_S]
         for due in going:

@@ -146,3 +146,41 @@ async def test_two_workers_polling_one_queue_never_start_one_job(pool: ArqRedis,
     finally:
         block.set()
         await other.aclose()
+
+
+async def test_a_job_started_in_a_preempted_jobs_seat_leaves_the_bound_as_it_was(
+        pool: ArqRedis) -> None:
+    """A preemption's look claims the urgent job and starts it at once (`start_in_seat`,
+    worker/process/preempt.py) while its victim still runs: one job past max_jobs for that
+    while (`job_counter` counts it, arq's semaphore does not); once both end the worker
+    takes max_jobs jobs again, no more. A worker that drains gives such a job back at once."""
+    queue = f"seam:{uuid.uuid4().hex}"
+    runs: list[tuple[str, int]] = []
+    block = asyncio.Event()
+    worker = make_worker(pool, queue, runs, block=block, max_jobs=1)
+    await enqueue(pool, "victim", queue)
+    await worker._poll_iteration()
+    await enqueue(pool, "urgent", queue)
+    await pool.set(in_progress_key_prefix + "urgent", b"1", px=int(keys.JOB_LEASE_S * 1000))
+    score = int(await pool.zscore(queue, "urgent") or 0)
+    await worker.start_in_seat("urgent", score)
+    await until(lambda: len(runs) == 2)
+    assert worker.job_counter == 2 and sorted(runs) == [("urgent", 1), ("victim", 1)]
+    block.set()
+    await asyncio.gather(*worker.tasks.values())
+    assert worker.job_counter == 0
+    block.clear()
+    for job_id in ("next-1", "next-2"):
+        await enqueue(pool, job_id, queue)
+    await worker._poll_iteration()
+    await worker._poll_iteration()
+    await until(lambda: len(runs) == 3)
+    await asyncio.sleep(0.2)
+    assert runs[2:] == [("next-1", 1)] and worker.job_counter == 1, "past max_jobs after a seat"
+    worker.taking = False
+    await pool.set(in_progress_key_prefix + "next-2", b"1", px=int(keys.JOB_LEASE_S * 1000))
+    await worker.start_in_seat("next-2", 0)
+    assert not await pool.exists(in_progress_key_prefix + "next-2")
+    assert len(runs) == 3
+    block.set()
+    await asyncio.gather(*worker.tasks.values())

@@ -1,4 +1,4 @@
-"""What a preemption's look at a queue costs (issue 47, scheduler/queue_order.py RESERVE and
+"""What a preemption's look at a queue costs (issue 47, scheduler/queue_order.py CLAIM_URGENT and
 CANDIDATES, worker/process/preempt.py): every full worker looks at each enqueue, and the
 running jobs' order entries come before the waiting ones, so a look that spent commands per
 entry cost Redis hundreds of commands per worker per enqueue at 200 running jobs (the fair
@@ -25,7 +25,7 @@ from scheduler.contract import keys
 from scheduler.contract.jobs import CompletionJob
 from scheduler.hub import EventHub
 from scheduler.leases import CLAIM_JOBS
-from scheduler.queue_order import CANDIDATES, RESERVE, claim_keys
+from scheduler.queue_order import CANDIDATES, CLAIM_URGENT, claim_keys, urgent_keys
 from scheduler.queueing import deserialize_job, serialize_job
 from tests.processes import start_redis
 
@@ -74,19 +74,40 @@ async def test_a_look_past_running_jobs_costs_a_few_commands(
     found = await redis.eval(CANDIDATES, len(look), *look,  # type: ignore[misc]
                              "0", in_progress_key_prefix, "16")
     spent = await commands(redis) - before
-    assert [found[i].decode() for i in range(1, len(found), 4)] == waiting
+    assert [found[i].decode() for i in range(1, len(found), 5)] == waiting
     assert spent < 20, f"the fair look ran {spent} commands past {RUNNING} running jobs"
 
+    urgent = urgent_keys("look", [name])
     before = await commands(redis)
-    reserved = await redis.eval(RESERVE, len(look), *look,  # type: ignore[misc]
-                                "1", in_progress_key_prefix, "10000")
+    claimed = await redis.eval(CLAIM_URGENT, len(urgent), *urgent,  # type: ignore[misc]
+                               "1", in_progress_key_prefix, "10000")
     spent = await commands(redis) - before
-    assert [v.decode() for v in reserved] == [waiting[0], "0"]
+    assert [v.decode() for v in claimed[:2]] == [waiting[0], "0"]
     assert spent < 20, f"the priority look ran {spent} commands past {RUNNING} running jobs"
 
-    again = await redis.eval(RESERVE, len(look), *look,  # type: ignore[misc]
+    again = await redis.eval(CLAIM_URGENT, len(urgent), *urgent,  # type: ignore[misc]
                              "1", in_progress_key_prefix, "10000")
-    assert again[0].decode() == waiting[1], "a reserved job counted for a second worker"
+    assert again[0].decode() == waiting[1], "a claimed job counted for a second worker"
     found = await redis.eval(CANDIDATES, len(look), *look,  # type: ignore[misc]
                              "0", in_progress_key_prefix, "2")
-    assert [found[i].decode() for i in range(1, len(found), 4)] == waiting[2:4]
+    assert [found[i].decode() for i in range(1, len(found), 5)] == waiting[2:4]
+
+
+async def test_the_priority_look_claims_the_job_for_its_worker(
+        queue: tuple[Redis, str, list[str]]) -> None:
+    """The look that finds a more urgent job claims it as a poll would (its lease, the queue
+    score arq's run needs): the worker that preempts starts it at once, in its victim's seat,
+    instead of reserving it and waiting for the victim's hand back and a poll."""
+    redis, name, waiting = queue
+    urgent = urgent_keys("look", [name])
+    claimed = await redis.eval(CLAIM_URGENT, len(urgent), *urgent,  # type: ignore[misc]
+                               "1", in_progress_key_prefix, "10000")
+    job_id, priority, score, queue_number = (v.decode() for v in claimed)
+    assert (job_id, priority, queue_number) == (waiting[0], "0", "1")
+    assert int(float(score)) == int(await redis.zscore(name, job_id) or 0)
+    assert 0 < await redis.pttl(in_progress_key_prefix + job_id) <= 10_000
+    # a poll's claim no longer takes it: it is held
+    polled = await redis.register_script(CLAIM_JOBS)(
+        keys=claim_keys(name), args=[arq.utils.timestamp_ms(), 1, in_progress_key_prefix,
+                                     60_000])
+    assert polled[0].decode() == waiting[1]

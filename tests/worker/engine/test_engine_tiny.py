@@ -211,3 +211,30 @@ def test_a_batch_lines_prompt_goes_in_parts(engine: tuple[Engine, Events]) -> No
     assert [e.progress.processed for e in run if isinstance(e, TokenEvent) and e.progress] \
         == [0, n_prompt]
 
+
+
+def test_a_cancelled_runs_slot_goes_to_a_request_waiting_in_the_same_step(
+        engine: tuple[Engine, Events]) -> None:
+    """A preemption (worker/process/preempt.py) cancels the victim and submits the urgent
+    request; when both reach the engine together (its step was decoding meanwhile), the freed
+    slot takes the request in that same round, before the next decode of the others, not one
+    decode later (issue 47: the priority bench's 4x alone)."""
+    eng, events = engine
+    hogs = [job(f"story number {i}", 400, stream=True) for i in range(N_SLOTS)]
+    for hog in hogs:
+        eng.submit(eng.prepare(hog))
+    for hog in hogs:  # every slot generates
+        _until(events, hog.job_id, TokenEvent)
+    urgent = job("the cat", 2, stream=True)
+    with eng._inbox.wake:  # one hand over: the engine thread takes both at once
+        eng.cancel(hogs[0].job_id)
+        eng.submit(eng.prepare(urgent))
+    seen = _until(events, hogs[0].job_id, ErrorEvent)
+    seen = _until(events, urgent.job_id, StartedEvent)
+    tokens = [j for j, e in seen if isinstance(e, TokenEvent)]
+    assert not tokens, f"{len(tokens)} tokens of the others went before the urgent request"
+    assert result(events.until_done([urgent.job_id])[urgent.job_id]).tokens_predicted == 2
+    for hog in hogs[1:]:
+        eng.cancel(hog.job_id)
+    events.until_done([hog.job_id for hog in hogs[1:]])
+    assert eng.busy_slots() == 0
