@@ -17,7 +17,7 @@ from scheduler.registry import ModelMeta
 from tests.chat_cases import assemble
 from tests.paths import DATA
 
-TOOLS = [{"type": "function", "function": {
+TOOLS: list[dict[str, object]] = [{"type": "function", "function": {
     "name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
         "required": ["city"]}}}]
@@ -116,3 +116,50 @@ def test_call_ids_from_the_templates_own_analysis(text: str, content: str,
         assert [g[:2] for g in got] == [c[:2] for c in calls]
         for (_, _, ident), (_, _, want) in zip(got, calls, strict=True):
             assert ident == want if want is not None else ident
+
+
+SOLAR = "upstage-Solar-Open-100B"
+SPECIAL: dict[str, object] = {"type": "function", "function": {"name": "special_function", "parameters": {
+    "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}}
+
+
+def _forced(tools: list[dict[str, object]], choice: object) -> PreparedChat:
+    source = _source(SOLAR)
+    meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
+                     size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=tools,
+                          tool_choice=choice, parallel_tool_calls=False, reasoning_format="auto")
+    return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)
+
+
+@pytest.mark.parametrize(("tools", "choice"), [
+    ([SPECIAL], "required"),
+    ([SPECIAL, *TOOLS], {"type": "function", "function": {"name": "special_function"}}),
+])
+def test_a_forced_call_is_written_in_the_templates_own_format(tools: list[dict[str, object]],
+                                                              choice: object) -> None:
+    """tool_choice "required" (or a named function) under a template the auto-parser reads
+    (Solar Open: a tagged name, JSON arguments) forces the call as llama.cpp's grammar for it
+    does: `"<|tool_calls|>" "<|tool_call:begin|>" "call00001<|tool_call:name|>"
+    "special_function" "<|tool_call:args|>" {arguments} "<|tool_call:end|>" "<|calls|>"`
+    (bench/chat_oracle), with no system line; and the call so written is read back. Before,
+    the generic {"tool_call": …} JSON was forced."""
+    chat = _forced(tools, choice)
+    assert chat.tool_frame == ["<|tool_calls|><|tool_call:begin|>call00001<|tool_call:name|>"
+                               "special_function<|tool_call:args|>",
+                               "<|tool_call:end|><|calls|>", ""]
+    assert chat.tool_schema is not None
+    assert json.loads(chat.tool_schema) == SPECIAL["function"]["parameters"]  # type: ignore[index]
+    assert "Respond in JSON format" not in chat.prompt
+    for message in _both(chat, chat.tool_frame[0] + '{"arg1": 1}' + chat.tool_frame[1]):
+        assert message.content == ""
+        assert _calls(message) == [("special_function", {"arg1": 1})]
+
+
+def test_a_forced_call_among_tools_the_frame_cannot_name_is_the_generic_one() -> None:
+    """Two tools under that template: the frame names one function, so the generic JSON call
+    is forced (ours: llama.cpp's grammar offers each function's markers)."""
+    chat = _forced([SPECIAL, *TOOLS], "required")
+    assert chat.tool_frame is None
+    assert chat.tool_schema is not None
+    assert "tool_call" in json.loads(chat.tool_schema)["properties"]
