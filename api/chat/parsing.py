@@ -34,7 +34,7 @@ from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.streamed_calls import STREAMED
+from api.chat.streamed_calls import OPEN_UNTIL_CLOSED, STREAMED
 from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -324,7 +324,7 @@ class ChatOutputParser:
         calls written whole (a half end tag aside), else the call once named, its arguments as
         far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
         inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
-        calls = parse(inner, self._types) or []
+        calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, self._types) or []
         started = STREAMED[parse](inner, self._types) if not calls and parse in STREAMED else None
         if started:
             calls = [ParsedCall(started[0], started[1], started[3])]

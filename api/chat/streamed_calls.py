@@ -14,11 +14,15 @@ from collections.abc import Callable
 from api.chat.family_calls import parse_pythonic_calls
 from api.chat.partial_calls import load_partial_json, partial_arguments, partial_tool_call
 from api.chat.tagged_calls import (
+    _GLM_ARG,
     _KIMI_ID,
+    _NAME,
     KIMI_ARGS_BEGIN,
     KIMI_CALL_BEGIN,
     ParamTypes,
+    _typed_arguments,
     parse_command_r_action,
+    parse_glm_tool_call,
     parse_kimi_call,
     parse_kimi_section,
     parse_tool_call_block,
@@ -79,9 +83,35 @@ def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     return found.group(1), certain, guess, ident.strip(WHITESPACE)
 
 
+def _glm(inner: str, types: ParamTypes) -> Partial | None:
+    """GLM `NAME\n<arg_key>K</arg_key><arg_value>V</arg_value>…`: the name once a newline or
+    `<arg_key>` ends it, the key/value pairs as each closes; the arguments' object stays open
+    until the call's end tag (llama.cpp closes it there: a call cut short keeps `{"k":v`)."""
+    text = inner.lstrip(WHITESPACE)
+    if text.startswith("<function=") or text[:1] in ("{", "["):
+        return _generic(inner, types)
+    ends = [at for at in (text.find("\n"), text.find("<arg_key>")) if at >= 0]
+    if not ends:
+        return None
+    name = text[:min(ends)].strip(WHITESPACE)
+    if not _NAME.fullmatch(name):
+        return None
+    pairs, pos = [], min(ends)
+    for found in _GLM_ARG.finditer(text, pos):
+        if text[pos:found.start()].strip(WHITESPACE):
+            break
+        pairs.append((found.group(1), found.group(2)))
+        pos = found.end()
+    arguments = _typed_arguments(name, pairs, types)
+    return name, arguments[:-1], arguments, None
+
+
 STREAMED: dict[object, PartialReader] = {
     parse_tool_call_block: _generic, parse_xml_calls: _generic,
     parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
-    parse_kimi_section: _kimi, parse_kimi_call: _kimi,
+    parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
 }
 """Block parser → the reader of its block while it is still open."""
+OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call})
+"""Block parsers whose calls' arguments llama.cpp closes only at the call's end tag: a call cut
+short keeps its arguments open, its last pair written whole or not."""

@@ -119,8 +119,9 @@ def test_call_ids_from_the_templates_own_analysis(text: str, content: str,
 
 
 SOLAR = "upstage-Solar-Open-100B"
-SPECIAL: dict[str, object] = {"type": "function", "function": {"name": "special_function", "parameters": {
-    "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}}
+SPECIAL: dict[str, object] = {"type": "function", "function": {
+    "name": "special_function", "parameters": {
+        "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}}
 
 
 def _forced(tools: list[dict[str, object]], choice: object) -> PreparedChat:
