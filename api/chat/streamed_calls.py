@@ -11,7 +11,17 @@ import json
 import re
 from collections.abc import Callable
 
-from api.chat.family_calls import parse_pythonic_calls
+from api.chat.family_calls import (
+    _ATEM_PARAM,
+    _CPM_PARAM,
+    _DSML_PARAM,
+    DSML,
+    dsml_arguments,
+    parse_dsml_calls,
+    parse_minicpm5_call,
+    parse_muse_call,
+    parse_pythonic_calls,
+)
 from api.chat.partial_calls import load_partial_json, partial_arguments, partial_tool_call
 from api.chat.tagged_calls import (
     _GLM_ARG,
@@ -27,6 +37,7 @@ from api.chat.tagged_calls import (
     parse_kimi_section,
     parse_tool_call_block,
     parse_xml_calls,
+    typed_value,
 )
 from api.chat.tool_formats import WHITESPACE, dump_arguments
 
@@ -106,12 +117,80 @@ def _glm(inner: str, types: ParamTypes) -> Partial | None:
     return name, arguments[:-1], arguments, None
 
 
+def _leading(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
+    """The matches of `pattern` that `text` starts with, one after another (whitespace
+    between them)."""
+    found, pos = [], 0
+    for match in pattern.finditer(text):
+        if text[pos:match.start()].strip(WHITESPACE):
+            break
+        found.append(match)
+        pos = match.end()
+    return found
+
+
+def _open(name: str, arguments: dict[str, object], closed: bool) -> Partial:
+    dumped = dump_arguments(arguments)
+    return name, dumped if closed else dumped[:-1], dumped, None
+
+
+_DSML_OPEN = re.compile(rf'\s*<{DSML}invoke name="([^"]+)">')
+_DSML_END = f"</{DSML}invoke>"
+
+
+def _dsml(inner: str, types: ParamTypes) -> Partial | None:
+    """DeepSeek V3.2/V4 `<｜DSML｜invoke name="NAME">` (the first of the block): the name once
+    its tag is written, the parameters as each closes, the arguments closed with the invoke."""
+    found = _DSML_OPEN.match(inner)
+    if found is None:
+        return None
+    name, body = found.group(1).strip(WHITESPACE), inner[found.end():]
+    done = body.find(_DSML_END)
+    params = [(m.group(1), m.group(2) or "", m.group(3))
+              for m in _leading(_DSML_PARAM, body if done < 0 else body[:done])]
+    return _open(name, dsml_arguments(name, params, types), done >= 0)
+
+
+_CPM_NAME = re.compile(r'([^"<>]+)">')
+
+
+def _minicpm5(inner: str, types: ParamTypes) -> Partial | None:
+    """MiniCPM 5 `NAME"><param name="K">V</param>…` (after `<function name="`): the name once
+    its tag ends, the parameters as each closes; open until `</function>`."""
+    found = _CPM_NAME.match(inner)
+    if found is None:
+        return None
+    name, known = found.group(1).strip(WHITESPACE), types.get(found.group(1).strip(WHITESPACE), {})
+    params = _leading(_CPM_PARAM, inner[found.end():])
+    return _open(name, {m.group(1): typed_value(m.group(2) or m.group(3), known.get(m.group(1)))
+                        for m in params}, False)
+
+
+_MUSE_OPEN = re.compile(r'\s*[^<\s]+\s*<\|message\|>\s*<atem:function_calls>\s*'
+                        r'<atem:invoke name="([^"]+)">')
+
+
+def _muse(inner: str, types: ParamTypes) -> Partial | None:
+    """Muse Glimmer `TOOL<|message|><atem:function_calls><atem:invoke name="NAME">` (after
+    `to=`): the name once its tag ends, the parameters as each closes; open until the block's
+    `</atem:function_calls>`."""
+    found = _MUSE_OPEN.match(inner)
+    if found is None:
+        return None
+    name = found.group(1)
+    known = types.get(name, {})
+    params = _leading(_ATEM_PARAM, inner[found.end():])
+    return _open(name, {m.group(1): typed_value(m.group(2), known.get(m.group(1)))
+                        for m in params}, False)
+
+
 STREAMED: dict[object, PartialReader] = {
     parse_tool_call_block: _generic, parse_xml_calls: _generic,
     parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
     parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
+    parse_dsml_calls: _dsml, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
 }
 """Block parser → the reader of its block while it is still open."""
-OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call})
+OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call, parse_minicpm5_call, parse_muse_call})
 """Block parsers whose calls' arguments llama.cpp closes only at the call's end tag: a call cut
 short keeps its arguments open, its last pair written whole or not."""
