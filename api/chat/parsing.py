@@ -30,6 +30,7 @@ from collections.abc import Collection
 
 from api.chat.chat_formats import GENERIC, GENERIC_BLOCKS, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
+from api.chat.family_calls import parse_json_calls
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
@@ -315,6 +316,8 @@ class ChatOutputParser:
             self._phase = _Phase.BODY
         elif (cut := cut_short_calls(inner)) is not None:  # JSON calls to the end, cut short
             self._accept_calls(cut, len(self._text))
+        elif inner.lstrip(WHITESPACE)[:1] in ("{", "["):  # broken JSON calls to the end:
+            self._accept_calls([], len(self._text))  # dropped, as llama.cpp's parse drops them
         else:
             self._reject_call()
         return True
@@ -329,6 +332,8 @@ class ChatOutputParser:
         if started:
             calls = [ParsedCall(started[0], started[1], started[3])]
             self._emit.guess = started[1]
+        elif not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
+            calls = cut_short_calls(inner) or []
         self._accept_calls(calls, len(self._text))
 
     def _step_python(self, final: bool) -> bool:
@@ -385,6 +390,11 @@ class ChatOutputParser:
         if read is None:
             return False
         calls, end = read
+        if not calls and self._mistral.arguments_broken:  # dropped with the rest of the
+            if not final:  # answer, as llama.cpp's lenient parse drops them
+                return False
+            self._accept_calls([], len(self._text))
+            return True
         cut = self._mistral.cut_short(self._text) if final and not calls else None
         if calls or cut is not None:
             self._accept_calls(calls or cut or [], end if calls else len(self._text))
