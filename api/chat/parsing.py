@@ -35,7 +35,7 @@ from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.streamed_calls import OPEN_UNTIL_CLOSED, STREAMED
+from api.chat.streamed_calls import CUT_SHORT, DROPPED_WHEN_BROKEN, OPEN_UNTIL_CLOSED, STREAMED
 from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -228,7 +228,7 @@ class ChatOutputParser:
             self._emit.body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = partial_suffix(text, self._pos, self._call_markers if final else self._markers)
+        hold = partial_suffix(text, self._pos, self._markers)
         self._emit.body(text[self._pos : len(text) - hold])  # final: a marker cut short goes
         self._pos = len(text) - hold
         if final:
@@ -310,6 +310,8 @@ class ChatOutputParser:
             calls = [ParsedCall(started[0], started[2], started[3])] if started else None
         if calls or self._emit.streaming is not None:
             self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))
+        elif end >= 0 and parse in DROPPED_WHEN_BROKEN:
+            self._accept_calls([], end + len(end_tag))
         elif end >= 0:
             self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)
@@ -328,7 +330,8 @@ class ChatOutputParser:
         far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
         inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
         calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, self._types) or []
-        started = STREAMED[parse](inner, self._types) if not calls and parse in STREAMED else None
+        reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
+        started = reader(inner, self._types) if not calls and reader is not None else None
         if started:
             calls = [ParsedCall(started[0], started[1], started[3])]
             self._emit.guess = started[1]

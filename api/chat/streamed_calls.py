@@ -18,6 +18,8 @@ from api.chat.family_calls import (
     DSML,
     dsml_arguments,
     parse_dsml_calls,
+    parse_gemma4_call,
+    parse_kimi_k3_tools,
     parse_minicpm5_call,
     parse_muse_call,
     parse_pythonic_calls,
@@ -194,3 +196,32 @@ STREAMED: dict[object, PartialReader] = {
 OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call, parse_minicpm5_call, parse_muse_call})
 """Block parsers whose calls' arguments llama.cpp closes only at the call's end tag: a call cut
 short keeps its arguments open, its last pair written whole or not."""
+
+
+_GEMMA4_NAME = re.compile(r"call:([^{]+)\{")
+
+
+def _gemma4(inner: str, _types: ParamTypes) -> Partial | None:
+    """Gemma 4 `call:NAME{…` cut short: the call once its `{` is written."""
+    found = _GEMMA4_NAME.match(inner)
+    name = found.group(1).strip(WHITESPACE) if found else ""
+    return (name, "{", "{}", None) if name else None
+
+
+_K3_CALL = re.compile(r'\s*<\|open\|>call tool="([^"]+)"[^<]*<\|sep\|>')
+
+
+def _kimi_k3(inner: str, _types: ParamTypes) -> Partial | None:
+    """Kimi K3 `<|open|>call tool="NAME" index="1"<|sep|>…` cut short: the call once its
+    opening tag is written."""
+    found = _K3_CALL.match(inner)
+    return (found.group(1), "{", "{}", None) if found else None
+
+
+CUT_SHORT: dict[object, PartialReader] = {parse_gemma4_call: _gemma4,
+                                          parse_kimi_k3_tools: _kimi_k3}
+"""Block parser → the reader of its block cut short, where its calls are not streamed while
+written (a call streamed could not be taken back where its block turns out broken)."""
+DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
+"""Block parsers whose closed block that does not parse is dropped, as llama.cpp's parser
+drops it (Gemma 4's), not content."""
