@@ -30,12 +30,11 @@ from collections.abc import Collection
 
 from api.chat.chat_formats import GENERIC, GENERIC_BLOCKS, TO_THE_END, BlockParser, ChatFormat
 from api.chat.deltas import Deltas
-from api.chat.family_calls import parse_json_calls
 from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.streamed_calls import CUT_SHORT, DROPPED_WHEN_BROKEN, OPEN_UNTIL_CLOSED, STREAMED
+from api.chat.streamed_calls import DROPPED_WHEN_BROKEN, STREAMED, cut_block_calls
 from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -329,14 +328,8 @@ class ChatOutputParser:
         calls written whole (a half end tag aside), else the call once named, its arguments as
         far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
         inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
-        calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, self._types) or []
-        reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
-        started = reader(inner, self._types) if not calls and reader is not None else None
-        if started:
-            calls = [ParsedCall(started[0], started[1], started[3])]
-            self._emit.guess = started[1]
-        elif not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
-            calls = cut_short_calls(inner) or []
+        calls, guess = cut_block_calls(inner, parse, self._types)
+        self._emit.guess = guess if guess is not None else self._emit.guess
         self._accept_calls(calls, len(self._text))
 
     def _step_python(self, final: bool) -> bool:

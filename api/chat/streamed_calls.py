@@ -19,12 +19,18 @@ from api.chat.family_calls import (
     dsml_arguments,
     parse_dsml_calls,
     parse_gemma4_call,
+    parse_json_calls,
     parse_kimi_k3_tools,
     parse_minicpm5_call,
     parse_muse_call,
     parse_pythonic_calls,
 )
-from api.chat.partial_calls import load_partial_json, partial_arguments, partial_tool_call
+from api.chat.partial_calls import (
+    cut_short_calls,
+    load_partial_json,
+    partial_arguments,
+    partial_tool_call,
+)
 from api.chat.tagged_calls import (
     _GLM_ARG,
     _KIMI_ID,
@@ -41,7 +47,7 @@ from api.chat.tagged_calls import (
     parse_xml_calls,
     typed_value,
 )
-from api.chat.tool_formats import WHITESPACE, dump_arguments
+from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments
 
 Partial = tuple[str, str, str, "str | None"]
 PartialReader = Callable[[str, ParamTypes], "Partial | None"]
@@ -225,3 +231,18 @@ written (a call streamed could not be taken back where its block turns out broke
 DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
 """Block parsers whose closed block that does not parse is dropped, as llama.cpp's parser
 drops it (Gemma 4's), not content."""
+
+
+def cut_block_calls(inner: str, parse: Callable[[str, ParamTypes], list[ParsedCall] | None],
+                    types: ParamTypes) -> tuple[list[ParsedCall], str | None]:
+    """(the calls, the arguments guessed so far or None) of a block the answer ends in, cut
+    short (`max_tokens`), as llama.cpp's lenient parse reads it: the calls written whole, else
+    the call once named, its arguments as far as they go (unclosed), else none."""
+    calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, types) or []
+    reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
+    started = reader(inner, types) if not calls and reader is not None else None
+    if started:
+        return [ParsedCall(started[0], started[1], started[3])], started[1]
+    if not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
+        return cut_short_calls(inner) or [], None
+    return calls, None
