@@ -5,8 +5,10 @@ first quotes made single), parsed by llama.cpp's own `common_chat_parse`
 (bench/chat_oracle/oracle.cpp, built here against the static libraries that
 bench/build_llama_server.sh leaves in ~/.cache/llamaq-bench/build-*), whole and mid-stream.
 Writes tests/data/chat_cases_malformed.json, which tests/unit/api/test_chat_malformed.py
-checks llamaq against; and tests/data/llama_cpp_template_caps.json, llama.cpp's /props
-`chat_template_caps` of each template in tests/data/templates (test_chat_template_caps.py).
+checks llamaq against; tests/data/llama_cpp_template_caps.json, llama.cpp's /props
+`chat_template_caps` of each template in tests/data/templates (test_chat_template_caps.py); and
+tests/data/llama_cpp_autoparser.json, its auto-parser's analysis of each of them
+(test_chat_autoparser.py).
 
     python -m bench.malformed_calls [--build DIR] [--out FILE]
 """
@@ -28,6 +30,7 @@ from tests.chat_cases import TEMPLATES, _openai_message, _tool, cases  # noqa: E
 CACHE = Path.home() / ".cache" / "llamaq-bench"
 SOURCE = REPO / "bench" / "chat_oracle" / "oracle.cpp"
 CAPS = REPO / "tests" / "data" / "llama_cpp_template_caps.json"
+ANALYSES = REPO / "tests" / "data" / "llama_cpp_autoparser.json"
 LIBRARIES = ("common/libllama-common.a", "common/libllama-common-base.a", "src/libllama.a",
              "ggml/src/libggml.a", "ggml/src/libggml-cpu.a", "ggml/src/libggml-base.a")
 
@@ -87,6 +90,16 @@ def main() -> None:
     caps = {t.name: json.loads(a)["caps"] for t, a in zip(templates, answers, strict=True)}
     CAPS.write_text(json.dumps(caps, indent=1, sort_keys=True) + "\n", "utf-8")
     print(f"{len(caps)} templates' caps in {CAPS}")
+    answers = subprocess.run(
+        [str(oracle)], capture_output=True, text=True, check=True,
+        input="".join(json.dumps({"template": str(t), "analysis": True}) + "\n"
+                      for t in templates),
+    ).stdout.splitlines()
+    analyses = {t.name: json.loads(a)["analysis"]
+                for t, a in zip(templates, answers, strict=True)}
+    ANALYSES.write_text(json.dumps(analyses, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
+                        "utf-8")
+    print(f"{len(analyses)} templates' analyses in {ANALYSES}")
 
 
 if __name__ == "__main__":

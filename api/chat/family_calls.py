@@ -204,19 +204,23 @@ def parse_dsml_calls(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
         body = invoke.group(2)
         if _leftover(body, _DSML_PARAM):
             return None
-        arguments: dict[str, Any] = {}
-        for key, is_string, raw in _DSML_PARAM.findall(body):
-            if is_string == "true":
-                arguments[key] = raw
-                continue
-            try:
-                arguments[key] = load_json(raw.strip(WHITESPACE))
-            except ValueError:
-                arguments[key] = typed_value(raw, types.get(name, {}).get(key))
+        arguments = dsml_arguments(name, _DSML_PARAM.findall(body), types)
         calls.append(ParsedCall(name=name, arguments=dump_arguments(arguments)))
     if not calls or _leftover(inner, _DSML_INVOKE):
         return None
     return calls
+
+
+def dsml_arguments(name: str, params: list[tuple[str, str, str]],
+                   types: ParamTypes) -> dict[str, Any]:
+    """DSML (key, string flag, raw value) parameters: `string="true"` text, the others JSON."""
+    arguments: dict[str, Any] = {}
+    for key, is_string, raw in params:
+        try:
+            arguments[key] = raw if is_string == "true" else load_json(raw.strip(WHITESPACE))
+        except ValueError:
+            arguments[key] = typed_value(raw, types.get(name, {}).get(key))
+    return arguments
 
 
 MINIMAX_M3_NS = "]<]minimax[>["

@@ -18,6 +18,7 @@ import re
 from collections.abc import Collection
 
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.partial_calls import partial_arguments
 from api.chat.tool_formats import (
     WHITESPACE,
     dump_arguments,
@@ -104,6 +105,9 @@ class FunctionaryParser:
         if newline < 0 and not final and len(text) - self._pos <= _MAX_RECIPIENT:
             return False
         recipient = text[self._pos : newline] if newline >= 0 else text[self._pos :]
+        if newline < 0 and final and self._tools and _NAME.fullmatch(recipient):
+            self._phase = _Phase.DONE  # a recipient cut short: dropped, as llama.cpp drops it
+            return False
         if newline >= 0 and recipient == CONTENT_RECIPIENT:
             self._pos = newline + 1
             self._phase = _Phase.CONTENT
@@ -139,16 +143,20 @@ class FunctionaryParser:
             return False
         end = at if at >= 0 else len(text)
         body = text[self._call_from : end]
-        self._finish_call(body)
+        self._finish_call(body, cut_short=at < 0)
         self._pos = end + len(RECIPIENT_MARK) if at >= 0 else end
         self._phase = _Phase.RECIPIENT if at >= 0 else _Phase.DONE
         return True
 
-    def _finish_call(self, body: str) -> None:
+    def _finish_call(self, body: str, cut_short: bool = False) -> None:
+        """A call's arguments read once complete; a call the answer ends in whose arguments are
+        cut short is kept with them as far as they go (unclosed), as llama.cpp keeps it."""
         try:
             arguments = load_json(body.strip(WHITESPACE) or "{}")
+            text = dump_arguments(arguments)
         except ValueError:
-            arguments = None
+            partial = partial_arguments(body) if cut_short else None
+            arguments, text = ({}, partial[0]) if partial else (None, "")
         wanted = self._tool_names is None or self._name in self._tool_names
         if not isinstance(arguments, dict) or not wanted:
             self._emit_content(f"{self._name}\n{body}")
@@ -156,7 +164,7 @@ class FunctionaryParser:
         if self._calls and not self._parallel:
             return
         index = len(self._calls)
-        call = ToolCall(id=random_string(), name=self._name, arguments=dump_arguments(arguments))
+        call = ToolCall(id=random_string(), name=self._name, arguments=text)
         self._calls.append(call)
         self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, call.id, call.name, "")]))
         self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, arguments=call.arguments)]))

@@ -31,6 +31,7 @@ import re
 from collections.abc import Collection
 
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.partial_calls import partial_arguments
 from api.chat.reasoning_tags import check_reasoning_format
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -267,7 +268,7 @@ class HarmonyParser:
         if final:
             self._body_text(text[self._pos :])
             self._pos = len(text)
-            self._end_message(len(text))
+            self._end_message(len(text), cut_short=True)
             self._phase = _Phase.DONE
             return True
         if self._kind is _Kind.CALL:
@@ -281,23 +282,29 @@ class HarmonyParser:
         if self._kind is not _Kind.CALL:
             self._emit_body(text)
 
-    def _end_message(self, body_end: int, tag: str = "") -> None:
+    def _end_message(self, body_end: int, tag: str = "", cut_short: bool = False) -> None:
         """A message's body ends at body_end (at `tag`, or with the text): a call is parsed,
         a reasoning block kept in content gets its end tag."""
         if self._phase is not _Phase.BODY:
             return
         if self._kind is _Kind.CALL:
-            self._finish_call(self._text[self._call_from : body_end])
+            self._finish_call(self._text[self._call_from : body_end], cut_short)
         elif self._end_tag and tag == END:
             self._emit_content(self._end_tag)
         self._kind = _Kind.CONTENT
 
-    def _finish_call(self, body: str) -> None:
+    def _finish_call(self, body: str, cut_short: bool = False) -> None:
+        """The call's JSON arguments; cut short by the end of the answer, as far as they go
+        (unclosed), as llama.cpp keeps them."""
+        partial = None
         try:
             arguments = load_json(body.strip(WHITESPACE)) if body.strip(WHITESPACE) else {}
         except ValueError:
             arguments = None
-        if isinstance(arguments, dict):
+            partial = partial_arguments(body) if cut_short else None
+        if partial is not None:
+            self._emit_call(self._call_name, partial[0])
+        elif isinstance(arguments, dict):
             self._emit_call(self._call_name, dump_arguments(arguments))
         else:  # not a call after all: its text is content, as the other formats keep it
             self._emit_content(body)

@@ -57,9 +57,14 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys, default=_json_default)
 
 
+_TEXT_AS_STRING = (dict, list, tuple, int)  # bool is an int
+
+
 class _ChatSandbox(SandboxedEnvironment):
     """`+` of a string and null or undefined is the string, as llama.cpp's engine adds them
-    (Firefunction v2's template adds an undefined `functions`)."""
+    (Firefunction v2's template adds an undefined `functions`); of a string and an object, a
+    list, a number or a boolean, the string and that value as text, as llama.cpp's engine
+    writes it (Python's way: Functionary v3.2's template adds a call's object arguments)."""
 
     intercepted_binops = frozenset({"+"})
 
@@ -69,6 +74,10 @@ class _ChatSandbox(SandboxedEnvironment):
                 return left
             if isinstance(right, str) and (left is None or isinstance(left, Undefined)):
                 return right
+            if isinstance(left, str) and isinstance(right, _TEXT_AS_STRING):
+                return left + str(right)
+            if isinstance(right, str) and isinstance(left, _TEXT_AS_STRING):
+                return str(left) + right
         return super().call_binop(context, operator, left, right)
 
 

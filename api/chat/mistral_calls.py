@@ -92,17 +92,24 @@ class MistralCalls:
             calls = [call] if call else None
         return calls or [], self._scan_from + len(raw)
 
+    @property
+    def arguments_broken(self) -> bool:
+        """A named call's arguments are not JSON: llama.cpp's lenient parse drops the call."""
+        return self._step == "args" and self._scanner.failed
+
     def cut_short(self, text: str) -> list[ParsedCall] | None:
         """Where the output ended before the calls did (`read` found none): as llama.cpp's
         lenient parse, the call once named (its arguments as far as they are certain), [] before
-        that; None where the text is not the start of a call (it stays content)."""
+        that or where its arguments are broken; None where the text is not the start of a call
+        (it stays content)."""
         rest = text[self._scan_from :]
         if self._step == "json":
             return cut_short_calls(rest)
         if self._step == "args":
             name, call_id = self._header
             arguments = partial_arguments(rest) if rest.strip(WHITESPACE) else ("", "")
-            return None if arguments is None else [ParsedCall(name, arguments[0], call_id)]
+            # broken arguments: the call is dropped, as llama.cpp's lenient parse drops it
+            return [] if arguments is None else [ParsedCall(name, arguments[0], call_id)]
         header = rest[: len(rest) - partial_suffix(rest, 0, (ARGS, CALL_ID))]
         name, _, call_id = header.partition(CALL_ID)
         valid = all(c.isalnum() or c in "_.-" for c in name + call_id)

@@ -34,7 +34,7 @@ from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.streamed_calls import STREAMED
+from api.chat.streamed_calls import DROPPED_WHEN_BROKEN, STREAMED, cut_block_calls
 from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -227,7 +227,7 @@ class ChatOutputParser:
             self._emit.body(text[self._pos : start])
             self._open_call(marker, start)
             return True
-        hold = partial_suffix(text, self._pos, self._call_markers if final else self._markers)
+        hold = partial_suffix(text, self._pos, self._markers)
         self._emit.body(text[self._pos : len(text) - hold])  # final: a marker cut short goes
         self._pos = len(text) - hold
         if final:
@@ -309,12 +309,16 @@ class ChatOutputParser:
             calls = [ParsedCall(started[0], started[2], started[3])] if started else None
         if calls or self._emit.streaming is not None:
             self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))
+        elif end >= 0 and parse in DROPPED_WHEN_BROKEN:
+            self._accept_calls([], end + len(end_tag))
         elif end >= 0:
             self._emit.body(self._text[self._call_start : end + len(end_tag)])
             self._pos = end + len(end_tag)
             self._phase = _Phase.BODY
         elif (cut := cut_short_calls(inner)) is not None:  # JSON calls to the end, cut short
             self._accept_calls(cut, len(self._text))
+        elif inner.lstrip(WHITESPACE)[:1] in ("{", "["):  # broken JSON calls to the end:
+            self._accept_calls([], len(self._text))  # dropped, as llama.cpp's parse drops them
         else:
             self._reject_call()
         return True
@@ -324,11 +328,8 @@ class ChatOutputParser:
         calls written whole (a half end tag aside), else the call once named, its arguments as
         far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
         inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
-        calls = parse(inner, self._types) or []
-        started = STREAMED[parse](inner, self._types) if not calls and parse in STREAMED else None
-        if started:
-            calls = [ParsedCall(started[0], started[1], started[3])]
-            self._emit.guess = started[1]
+        calls, guess = cut_block_calls(inner, parse, self._types)
+        self._emit.guess = guess if guess is not None else self._emit.guess
         self._accept_calls(calls, len(self._text))
 
     def _step_python(self, final: bool) -> bool:
@@ -385,6 +386,11 @@ class ChatOutputParser:
         if read is None:
             return False
         calls, end = read
+        if not calls and self._mistral.arguments_broken:  # dropped with the rest of the
+            if not final:  # answer, as llama.cpp's lenient parse drops them
+                return False
+            self._accept_calls([], len(self._text))
+            return True
         cut = self._mistral.cut_short(self._text) if final and not calls else None
         if calls or cut is not None:
             self._accept_calls(calls or cut or [], end if calls else len(self._text))

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from api.chat.autoparse.forced import auto_call_frame
 from api.chat.caps import chat_template_caps
 from api.chat.chat_formats import (
     FUNCTIONARY_V3_2,
@@ -214,6 +215,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
     log.debug("chat format: %s (llamaq's %s parser)", LLAMA_CPP_FORMATS.get(family, "peg-native"),
               family)
     frame = call_frame(template.source)
+    if frame is None and tools and choice.mode == "required":
+        frame = auto_call_frame(template.source, tools, choice)
     tool_frame: list[str] | None = None
     schema: str | None
     if frame is not None and tools and choice.mode == "required":

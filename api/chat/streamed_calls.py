@@ -11,20 +11,43 @@ import json
 import re
 from collections.abc import Callable
 
-from api.chat.family_calls import parse_pythonic_calls
-from api.chat.partial_calls import load_partial_json, partial_arguments, partial_tool_call
+from api.chat.family_calls import (
+    _ATEM_PARAM,
+    _CPM_PARAM,
+    _DSML_PARAM,
+    DSML,
+    dsml_arguments,
+    parse_dsml_calls,
+    parse_gemma4_call,
+    parse_json_calls,
+    parse_kimi_k3_tools,
+    parse_minicpm5_call,
+    parse_muse_call,
+    parse_pythonic_calls,
+)
+from api.chat.partial_calls import (
+    cut_short_calls,
+    load_partial_json,
+    partial_arguments,
+    partial_tool_call,
+)
 from api.chat.tagged_calls import (
+    _GLM_ARG,
     _KIMI_ID,
+    _NAME,
     KIMI_ARGS_BEGIN,
     KIMI_CALL_BEGIN,
     ParamTypes,
+    _typed_arguments,
     parse_command_r_action,
+    parse_glm_tool_call,
     parse_kimi_call,
     parse_kimi_section,
     parse_tool_call_block,
     parse_xml_calls,
+    typed_value,
 )
-from api.chat.tool_formats import WHITESPACE, dump_arguments
+from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments
 
 Partial = tuple[str, str, str, "str | None"]
 PartialReader = Callable[[str, ParamTypes], "Partial | None"]
@@ -79,9 +102,147 @@ def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     return found.group(1), certain, guess, ident.strip(WHITESPACE)
 
 
+def _glm(inner: str, types: ParamTypes) -> Partial | None:
+    """GLM `NAME\n<arg_key>K</arg_key><arg_value>V</arg_value>…`: the name once a newline or
+    `<arg_key>` ends it, the key/value pairs as each closes; the arguments' object stays open
+    until the call's end tag (llama.cpp closes it there: a call cut short keeps `{"k":v`)."""
+    text = inner.lstrip(WHITESPACE)
+    if text.startswith("<function=") or text[:1] in ("{", "["):
+        return _generic(inner, types)
+    ends = [at for at in (text.find("\n"), text.find("<arg_key>")) if at >= 0]
+    if not ends:
+        return None
+    name = text[:min(ends)].strip(WHITESPACE)
+    if not _NAME.fullmatch(name):
+        return None
+    pairs, pos = [], min(ends)
+    for found in _GLM_ARG.finditer(text, pos):
+        if text[pos:found.start()].strip(WHITESPACE):
+            break
+        pairs.append((found.group(1), found.group(2)))
+        pos = found.end()
+    arguments = _typed_arguments(name, pairs, types)
+    return name, arguments[:-1], arguments, None
+
+
+def _leading(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
+    """The matches of `pattern` that `text` starts with, one after another (whitespace
+    between them)."""
+    found, pos = [], 0
+    for match in pattern.finditer(text):
+        if text[pos:match.start()].strip(WHITESPACE):
+            break
+        found.append(match)
+        pos = match.end()
+    return found
+
+
+def _open(name: str, arguments: dict[str, object], closed: bool) -> Partial:
+    dumped = dump_arguments(arguments)
+    return name, dumped if closed else dumped[:-1], dumped, None
+
+
+_DSML_OPEN = re.compile(rf'\s*<{DSML}invoke name="([^"]+)">')
+_DSML_END = f"</{DSML}invoke>"
+
+
+def _dsml(inner: str, types: ParamTypes) -> Partial | None:
+    """DeepSeek V3.2/V4 `<｜DSML｜invoke name="NAME">` (the first of the block): the name once
+    its tag is written, the parameters as each closes, the arguments closed with the invoke."""
+    found = _DSML_OPEN.match(inner)
+    if found is None:
+        return None
+    name, body = found.group(1).strip(WHITESPACE), inner[found.end():]
+    done = body.find(_DSML_END)
+    params = [(m.group(1), m.group(2) or "", m.group(3))
+              for m in _leading(_DSML_PARAM, body if done < 0 else body[:done])]
+    return _open(name, dsml_arguments(name, params, types), done >= 0)
+
+
+_CPM_NAME = re.compile(r'([^"<>]+)">')
+
+
+def _minicpm5(inner: str, types: ParamTypes) -> Partial | None:
+    """MiniCPM 5 `NAME"><param name="K">V</param>…` (after `<function name="`): the name once
+    its tag ends, the parameters as each closes; open until `</function>`."""
+    found = _CPM_NAME.match(inner)
+    if found is None:
+        return None
+    name, known = found.group(1).strip(WHITESPACE), types.get(found.group(1).strip(WHITESPACE), {})
+    params = _leading(_CPM_PARAM, inner[found.end():])
+    return _open(name, {m.group(1): typed_value(m.group(2) or m.group(3), known.get(m.group(1)))
+                        for m in params}, False)
+
+
+_MUSE_OPEN = re.compile(r'\s*[^<\s]+\s*<\|message\|>\s*<atem:function_calls>\s*'
+                        r'<atem:invoke name="([^"]+)">')
+
+
+def _muse(inner: str, types: ParamTypes) -> Partial | None:
+    """Muse Glimmer `TOOL<|message|><atem:function_calls><atem:invoke name="NAME">` (after
+    `to=`): the name once its tag ends, the parameters as each closes; open until the block's
+    `</atem:function_calls>`."""
+    found = _MUSE_OPEN.match(inner)
+    if found is None:
+        return None
+    name = found.group(1)
+    known = types.get(name, {})
+    params = _leading(_ATEM_PARAM, inner[found.end():])
+    return _open(name, {m.group(1): typed_value(m.group(2), known.get(m.group(1)))
+                        for m in params}, False)
+
+
 STREAMED: dict[object, PartialReader] = {
     parse_tool_call_block: _generic, parse_xml_calls: _generic,
     parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
-    parse_kimi_section: _kimi, parse_kimi_call: _kimi,
+    parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
+    parse_dsml_calls: _dsml, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
 }
 """Block parser → the reader of its block while it is still open."""
+OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call, parse_minicpm5_call, parse_muse_call})
+"""Block parsers whose calls' arguments llama.cpp closes only at the call's end tag: a call cut
+short keeps its arguments open, its last pair written whole or not."""
+
+
+_GEMMA4_NAME = re.compile(r"call:([^{]+)\{")
+
+
+def _gemma4(inner: str, _types: ParamTypes) -> Partial | None:
+    """Gemma 4 `call:NAME{…` cut short: the call once its `{` is written."""
+    found = _GEMMA4_NAME.match(inner)
+    name = found.group(1).strip(WHITESPACE) if found else ""
+    return (name, "{", "{}", None) if name else None
+
+
+_K3_CALL = re.compile(r'\s*<\|open\|>call tool="([^"]+)"[^<]*<\|sep\|>')
+
+
+def _kimi_k3(inner: str, _types: ParamTypes) -> Partial | None:
+    """Kimi K3 `<|open|>call tool="NAME" index="1"<|sep|>…` cut short: the call once its
+    opening tag is written."""
+    found = _K3_CALL.match(inner)
+    return (found.group(1), "{", "{}", None) if found else None
+
+
+CUT_SHORT: dict[object, PartialReader] = {parse_gemma4_call: _gemma4,
+                                          parse_kimi_k3_tools: _kimi_k3}
+"""Block parser → the reader of its block cut short, where its calls are not streamed while
+written (a call streamed could not be taken back where its block turns out broken)."""
+DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
+"""Block parsers whose closed block that does not parse is dropped, as llama.cpp's parser
+drops it (Gemma 4's), not content."""
+
+
+def cut_block_calls(inner: str, parse: Callable[[str, ParamTypes], list[ParsedCall] | None],
+                    types: ParamTypes) -> tuple[list[ParsedCall], str | None]:
+    """(the calls, the arguments guessed so far or None) of a block the answer ends in, cut
+    short (`max_tokens`), as llama.cpp's lenient parse reads it: the calls written whole, else
+    the call once named, its arguments as far as they go (unclosed), else none."""
+    calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, types) or []
+    reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
+    started = reader(inner, types) if not calls and reader is not None else None
+    if started:
+        return [ParsedCall(started[0], started[1], started[3])], started[1]
+    if not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
+        return cut_short_calls(inner) or [], None
+    return calls, None

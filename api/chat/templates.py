@@ -94,6 +94,25 @@ class ChatTemplate:
             allow_empty=allow_empty)
         return prompt
 
+    def render_direct(self, messages: list[dict[str, Any]], *,
+                      tools: list[dict[str, Any]] | None = None,
+                      add_generation_prompt: bool = False,
+                      extra_context: Mapping[str, Any] | None = None) -> str:
+        """The template applied as llama.cpp's `common_chat_template_direct_apply` applies it
+        (its auto-parser's renders): the messages as given, tool-call arguments as they are,
+        string content as parts only where the template takes nothing else; no system merge, no
+        prefill. Raises what the template raises."""
+        typed = self._compiled.caps.typed_content_only
+        messages = [{**m, "content": [{"type": "text", "text": m["content"]}]}
+                    if typed and isinstance(m.get("content"), str) else m for m in messages]
+        context: dict[str, Any] = {**(extra_context or {}), "messages": messages,
+                                   "bos_token": self.bos_token, "eos_token": self.eos_token}
+        if tools:
+            context["tools"] = tools
+        if add_generation_prompt:
+            context["add_generation_prompt"] = True
+        return self._compiled.template.render(copy.deepcopy(context))
+
     def render_continued(
             self, messages: list[dict[str, Any]], *,
             tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,

@@ -68,7 +68,8 @@ class CallFrame:
     """How a template's family writes a forced tool call when its calls are JSON: between
     `prefix` and `suffix`, the call objects of `shape` (`name_arguments`: {"name",
     "arguments"}; `name_parameters`: {"name", "parameters"}; `r7b`: {"tool_call_id",
-    "tool_name", "parameters"}; `apertus`: {NAME: arguments}), one JSON array of them when
+    "tool_name", "parameters"}; `apertus`: {NAME: arguments}; `arguments`: the arguments
+    alone, the one function's name in the markers), one JSON array of them when
     `listed`, else one object per block (blocks repeated after `separator` for parallel
     calls)."""
 
@@ -83,6 +84,8 @@ def _shaped_call(tool: Mapping[str, Any], shape: str) -> dict[str, Any]:
     function = _function(tool)
     name = function["name"]
     parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    if shape == "arguments":  # the name is in the frame's markers (autoparse/forced.py)
+        return dict(parameters)
     if shape == "apertus":
         return {"type": "object", "properties": {name: parameters}, "required": [name]}
     if shape == "r7b":

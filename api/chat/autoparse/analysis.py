@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 
+from api.chat.autoparse.call_ids import call_id_markers
 from api.chat.autoparse.diff import (
     MARKER,
     SPACE,
@@ -188,6 +189,8 @@ def analyze(source: str) -> Analysis:
     if caps["supports_tool_calls"]:
         analysis.tools = analyze_tools(r, analysis.reasoning.start, analysis.reasoning.end,
                                        caps["supports_parallel_tool_calls"])
+        if analysis.tools.mode not in ("NONE", "JSON_NATIVE"):
+            call_id_markers(r, analysis.tools)
     analysis.assistant_start = _assistant_start(r, analysis.reasoning)
     analysis.user_start = _user_start(r)
     apply_workarounds(source, analysis)

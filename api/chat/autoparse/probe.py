@@ -64,10 +64,9 @@ class Renderer:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                generation_prompt: bool = False, thinking: bool = True) -> str | None:
         try:
-            return self._template.render(
+            return self._template.render_direct(
                 messages, tools=tools, add_generation_prompt=generation_prompt,
-                extra_context={"enable_thinking": thinking}, continue_final_message=False,
-                allow_empty=True)
+                extra_context={"enable_thinking": thinking})
         except Exception:  # a probe: a template that fails here is only not analysed so
             return None
 

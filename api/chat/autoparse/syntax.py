@@ -173,11 +173,47 @@ def _one_tagged_call(t: ToolAnalysis, text: str, types: ParamTypes) -> ParsedCal
         return None
     if t.args_separator:
         rest = _skip(rest, t.args_separator)
+    ident = None
+    if _has_call_id(t):
+        with_id = _call_id(t, rest)
+        if with_id is None:
+            return None
+        ident, rest = with_id
     if t.mode == "TAG_WITH_TAGGED":
         arguments = _tagged_arguments(t, rest, dict(types.get(name, {})))
     else:
         arguments = _json_arguments(t, rest)
-    return ParsedCall(name=name, arguments=arguments) if arguments is not None else None
+    if arguments is None:
+        return None
+    return ParsedCall(name=name, arguments=arguments, id=ident or None)
+
+
+def _has_call_id(t: ToolAnalysis) -> bool:
+    """llama.cpp's generator reads an id only between the name and the arguments, where a
+    marker opens it and one closes it (or the arguments' own opener does)."""
+    return t.call_id_pos == "BETWEEN_FUNC_AND_ARGS" and bool(trim(t.call_id_prefix)) and \
+        bool(trim(t.call_id_suffix) or trim(t.args_start))
+
+
+def _call_id(t: ToolAnalysis, rest: str) -> tuple[str, str] | None:
+    """(the call's id, what follows it); the id is optional, the marker after it is not where
+    the calls' arguments are JSON (llama.cpp's generator: `[CALL_ID]id` optional, `[ARGS]`
+    required). None: not a call."""
+    prefix, suffix = trim(t.call_id_prefix), trim(t.call_id_suffix)
+    closer = suffix or trim(t.args_start)
+    ident = ""
+    after = _after(rest, prefix)
+    if after is not None and closer in after:
+        ident, _, rest = after.partition(closer)
+        rest = closer + rest
+    elif after is not None:
+        return None
+    if suffix:
+        after = _after(rest, suffix)
+        if after is None:
+            return (ident, rest) if t.mode == "TAG_WITH_TAGGED" and not ident else None
+        rest = after
+    return ident, rest
 
 
 def _json_arguments(t: ToolAnalysis, rest: str) -> str | None:
@@ -207,6 +243,8 @@ def _tagged(t: ToolAnalysis) -> BlockReader:
     def read(inner: str, types: ParamTypes) -> list[ParsedCall] | None:
         if per_call and t.section_start:
             head, *pieces = inner.split(per_call)
+        elif per_call and not call_end and per_call in inner:  # calls run to the next one
+            head, pieces = "", inner.split(per_call)
         elif name_prefix and not per_call:
             head, *pieces = inner.split(name_prefix)
             pieces = [name_prefix + p for p in pieces]
@@ -233,7 +271,7 @@ def _markers(a: Analysis) -> tuple[str, ...]:
              t.section_start, t.section_end, t.per_call_start, t.per_call_end, t.name_prefix,
              t.name_suffix, t.args_separator, t.close, t.args_start, t.args_end,
              t.arg_name_prefix, t.arg_name_suffix, t.arg_separator, t.arg_value_prefix,
-             t.arg_value_suffix)
+             t.arg_value_suffix, t.call_id_prefix, t.call_id_suffix)
     return tuple(dict.fromkeys(trim(m) for m in found if trim(m)))
 
 

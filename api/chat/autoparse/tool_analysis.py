@@ -65,6 +65,9 @@ class ToolAnalysis:
     arg_value_suffix: str = ""
     arg_separator: str = ""
     tolerate_intertag_whitespace: bool = False
+    call_id_pos: str = "NONE"  # NONE, PRE_FUNC_NAME, BETWEEN_FUNC_AND_ARGS, POST_ARGS
+    call_id_prefix: str = ""
+    call_id_suffix: str = ""
 
 
 def _calls(*calls: dict[str, Any]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from scheduler.registry import ModelMeta
 from tests.chat_cases import assemble
 from tests.paths import DATA
 
-TOOLS = [{"type": "function", "function": {
+TOOLS: list[dict[str, object]] = [{"type": "function", "function": {
     "name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
         "required": ["city"]}}}]
@@ -34,8 +34,8 @@ def _source(name: str) -> str:
     return (DATA / "templates" / f"{name}.jinja").read_text("utf-8")
 
 
-def _chat(name: str, parallel: bool | None = None) -> PreparedChat:
-    source = _source(name)
+def _chat(name: str, parallel: bool | None = None, source: str | None = None) -> PreparedChat:
+    source = source or _source(name)
     meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
                      size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
     request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
@@ -84,3 +84,83 @@ def test_hy3_format_and_tokens() -> None:
                                   "google-gemma-2-2b-it"])
 def test_templates_the_generic_reader_reads_keep_it(name: str) -> None:
     assert detect_chat_format(_source(name)) is GENERIC
+
+
+# Mistral Small 3.2's template with its markers renamed, so that no family claims it: a model
+# writing `[FUNC_CALLS]name[CALL_REF]id[PARAMS]{…}`, read from the template's own analysis
+CALL_ID_SOURCE = _source("Mistral-Small-3.2-24B-Instruct-2506").replace(
+    "[TOOL_CALLS]", "[FUNC_CALLS]").replace("[CALL_ID]", "[CALL_REF]").replace("[ARGS]", "[PARAMS]")
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), [
+    ('[FUNC_CALLS]get_weather[CALL_REF]123456789[PARAMS]{"city": "Paris"}', "",
+     [("get_weather", {"city": "Paris"}, "123456789")]),
+    ('Hi[FUNC_CALLS]get_weather[CALL_REF]abcXYZ[PARAMS]{"city": "Paris"}'
+     '[FUNC_CALLS]get_weather[CALL_REF]q9[PARAMS]{"city": "Rome", "days": 2}', "Hi",
+     [("get_weather", {"city": "Paris"}, "abcXYZ"),
+      ("get_weather", {"city": "Rome", "days": 2}, "q9")]),
+    ('[FUNC_CALLS]get_weather[PARAMS]{"city": "Paris"}', "", [("get_weather", {"city": "Paris"},
+                                                               None)]),
+])
+def test_call_ids_from_the_templates_own_analysis(text: str, content: str,
+                                                  calls: list[tuple[str, object, str]]) -> None:
+    """A call's id where the template writes one (the analysis' call-id markers), as the
+    vendored llama.cpp reads these answers under this template (bench/chat_oracle); a call
+    written without one gets one of ours. Before the call-id markers, all were content."""
+    chat = _chat("", parallel=True, source=CALL_ID_SOURCE)
+    assert detect_chat_format(CALL_ID_SOURCE).name == "auto"
+    assert {"[FUNC_CALLS]", "[CALL_REF]", "[PARAMS]"} <= set(preserved_tokens(CALL_ID_SOURCE))
+    for message in _both(chat, text):
+        assert message.content == content
+        got = [(c.name, json.loads(c.arguments), c.id) for c in message.tool_calls]
+        assert [g[:2] for g in got] == [c[:2] for c in calls]
+        for (_, _, ident), (_, _, want) in zip(got, calls, strict=True):
+            assert ident == want if want is not None else ident
+
+
+SOLAR = "upstage-Solar-Open-100B"
+SPECIAL: dict[str, object] = {"type": "function", "function": {
+    "name": "special_function", "parameters": {
+        "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}}
+
+
+def _forced(tools: list[dict[str, object]], choice: object) -> PreparedChat:
+    source = _source(SOLAR)
+    meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
+                     size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=tools,
+                          tool_choice=choice, parallel_tool_calls=False, reasoning_format="auto")
+    return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)
+
+
+@pytest.mark.parametrize(("tools", "choice"), [
+    ([SPECIAL], "required"),
+    ([SPECIAL, *TOOLS], {"type": "function", "function": {"name": "special_function"}}),
+])
+def test_a_forced_call_is_written_in_the_templates_own_format(tools: list[dict[str, object]],
+                                                              choice: object) -> None:
+    """tool_choice "required" (or a named function) under a template the auto-parser reads
+    (Solar Open: a tagged name, JSON arguments) forces the call as llama.cpp's grammar for it
+    does: `"<|tool_calls|>" "<|tool_call:begin|>" "call00001<|tool_call:name|>"
+    "special_function" "<|tool_call:args|>" {arguments} "<|tool_call:end|>" "<|calls|>"`
+    (bench/chat_oracle), with no system line; and the call so written is read back. Before,
+    the generic {"tool_call": …} JSON was forced."""
+    chat = _forced(tools, choice)
+    assert chat.tool_frame == ["<|tool_calls|><|tool_call:begin|>call00001<|tool_call:name|>"
+                               "special_function<|tool_call:args|>",
+                               "<|tool_call:end|><|calls|>", ""]
+    assert chat.tool_schema is not None
+    assert json.loads(chat.tool_schema) == SPECIAL["function"]["parameters"]  # type: ignore[index]
+    assert "Respond in JSON format" not in chat.prompt
+    for message in _both(chat, chat.tool_frame[0] + '{"arg1": 1}' + chat.tool_frame[1]):
+        assert message.content == ""
+        assert _calls(message) == [("special_function", {"arg1": 1})]
+
+
+def test_a_forced_call_among_tools_the_frame_cannot_name_is_the_generic_one() -> None:
+    """Two tools under that template: the frame names one function, so the generic JSON call
+    is forced (ours: llama.cpp's grammar offers each function's markers)."""
+    chat = _forced([SPECIAL, *TOOLS], "required")
+    assert chat.tool_frame is None
+    assert chat.tool_schema is not None
+    assert "tool_call" in json.loads(chat.tool_schema)["properties"]

@@ -4,6 +4,7 @@ wrappers, tool-call syntax, role markers) equal to what the vendored llama.cpp f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -216,3 +217,24 @@ IM, DS, L3 = "<|im_start|>", "<｜User｜>", "<|start_header_id|>{}<|end_header_
 def test_role_markers(name: str, user: str, assistant: str) -> None:
     a = _analysis(name)
     assert (a.user_start, a.assistant_start) == (user, assistant)
+
+
+LLAMA_CPP_ANALYSES = json.loads((DATA / "llama_cpp_autoparser.json").read_text("utf-8"))
+"""The vendored llama.cpp's own analysis of each template (its autoparser, every field),
+recorded by bench/malformed_calls.py through bench/chat_oracle."""
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA_CPP_ANALYSES))
+def test_analysis_equals_llama_cpps(name: str) -> None:
+    """Every field llama.cpp's analysis finds, ours finds alike: reasoning tags, content
+    wrappers, the tool-call syntax down to call-id markers (Mistral Small 3.2's [CALL_ID] …
+    [ARGS]) and argument tags, role markers. Before the call-id analysis, renders as llama.cpp
+    renders them (arguments as objects) and string + object as llama.cpp's engine adds them,
+    Kimi K3, Gemma 4, Functionary v3.2, gpt-oss and Mistral Small 3.2 differed."""
+    want = LLAMA_CPP_ANALYSES[name]
+    a = analyze((TEMPLATES / name).read_text("utf-8"))
+    got = {"reasoning": dataclasses.asdict(a.reasoning), "content": dataclasses.asdict(a.content),
+           "tools": dataclasses.asdict(a.tools), "user_start": a.user_start,
+           "assistant_start": a.assistant_start}
+    want = {key: want[key] for key in got}
+    assert got == want

@@ -1,7 +1,8 @@
 """Tool calls streamed while they are written, for the families whose calls are not JSON in
-`<tool_call>`: LFM2's pythonic calls, Command-R7B's / Cohere2-MoE's actions and Kimi-K2's
-calls send their id (where the model writes one) and name before the call ends, and Kimi's
-and Command-R7B's arguments in pieces; the stream adds up to the whole answer."""
+`<tool_call>`: LFM2's pythonic calls, Command-R7B's / Cohere2-MoE's actions, Kimi-K2's,
+GLM's (GLM 4.x, Spark, Ling 3), DeepSeek V3.2/V4's DSML and MiniCPM 5's calls send their id
+(where the model writes one) and name before the call ends, and the arguments of all but
+LFM2's in pieces; the stream adds up to the whole answer."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ R7B_ACTION = ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "specia
 KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0"
              '<|tool_call_argument_begin|>{"arg1": 1}<|tool_call_end|><|tool_calls_section_end|>')
 LFM2_CALL = "<|tool_call_start|>[special_function(arg1=1)]<|tool_call_end|>"
+GLM_CALL = ("<tool_call>special_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n"
+            "</tool_call>")
+DSML_CALL = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="special_function">\n'
+             '<｜DSML｜parameter name="arg1" string="false">1</｜DSML｜parameter>\n'
+             '</｜DSML｜invoke>\n</｜DSML｜tool_calls>')
+CPM_CALL = '<function name="special_function"><param name="arg1">1</param></function>'
 
 
 def _deltas(template: str, text: str) -> tuple[list[list[ChatDelta]], Any]:
@@ -46,6 +53,11 @@ def _deltas(template: str, text: str) -> tuple[list[list[ChatDelta]], Any]:
     ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", R7B_ACTION, "<|END_ACTION|>", "0", 2),
     ("Cohere2MoE", R7B_ACTION, "<|END_ACTION|>", "0", 2),
     ("Kimi-K2-Instruct", KIMI_CALL, "<|tool_call_end|>", "functions.special_function:0", 2),
+    ("GLM-4.6", GLM_CALL, "</tool_call>", None, 2),  # `{` with the name, `"arg1":1` …, `}`
+    ("GLM-4.7-Flash", GLM_CALL.replace("\n", ""), "</tool_call>", None, 2),
+    ("inclusionai-ling-3.0-flash", GLM_CALL, "</tool_call>", None, 2),
+    ("deepseek-ai-DeepSeek-V4-Flash-0731", DSML_CALL, "</｜DSML｜tool_calls>", None, 2),
+    ("openbmb-MiniCPM5-1B", CPM_CALL, "</function>", None, 2),
 ])
 def test_name_first_then_arguments(template: str, text: str, end: str, ident: str | None,
                                    pieces: int) -> None:
