@@ -39,12 +39,12 @@ def refuse_other_roles_flags(argv: Sequence[str], role: str) -> None:
         parts = split_args(argv, tuple(roles.values()))
     except FlagError:
         return  # unknown or refused: the role's own parser says so
-    mine = declared_names(roles[role])
+    names = {each: declared_names(settings) for each, settings in roles.items()}  # once a role
+    mine = names[role]
     for word in argv:
         name = word.split("=", 1)[0]
         takers = [other for other, settings in roles.items()
-                  if other != role and word in parts[settings] and name in
-                  declared_names(settings)]
+                  if other != role and word in parts[settings] and name in names[other]]
         if name.startswith("-") and takers and name not in mine:
             print(f"llamaq {role}: error: {name} is a flag of `llamaq {takers[0]}` (or "
                   "`llamaq up`), not of this role", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,19 @@ from tests.processes import Fleet, start_redis
 pytest_plugins = ["tests.lanes", "tests.cpu_report"]
 
 WORKER_FLAGS = ("-c", "4096", "-np", "4", "-t", "2")
+PYCACHE = Path.home() / ".cache" / "llamaq-tests" / "pycache"
+
+
+def _children_keep_bytecode() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set (no __pycache__ in the checkout), the processes the
+    tests start (~150 api pods, ~130 workers) keep their bytecode in PYCACHE instead: without
+    it, each compiled every module of ours from source again, 0.3 s of CPU an api pod and 0.5 s
+    a worker, ~15 % of their start."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
+
+
+_children_keep_bytecode()
 
 
 @pytest.fixture(scope="session")

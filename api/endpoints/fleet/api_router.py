@@ -80,7 +80,7 @@ def _model_ids(request: Request) -> list[str]:
 async def fleet_status(request: Request) -> HTTPResponse:
     pod = services(request)
     if pod.settings.ui and wants_page(request):
-        return send(request, PAGE, page=True)
+        return await send(request, PAGE, page=True)
     settings, fleet, router = pod.settings, pod.fleet, pod.router
     model_ids = [settings.model_id()] if router is None else list(router.catalog.entries)
     out: list[dict[str, Any]] = []

@@ -3,6 +3,7 @@ an API key is set (the calls the page makes carry the key), with ETags and cachi
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from sanic import Blueprint, Request
@@ -45,15 +46,15 @@ def is_ui_route(request: Request, ui: bool) -> bool:
     return ui and bool(getattr(route.ctx, "page", False)) and wants_page(request)
 
 
-def send(request: Request, file: StaticFile, page: bool = False) -> HTTPResponse:
+async def send(request: Request, file: StaticFile, page: bool = False) -> HTTPResponse:
     headers = {"ETag": file.etag, "Cache-Control": file.cache_control, "Vary": "Accept-Encoding"}
     if page:
         headers.update(ISOLATION)
     if file.etag in {t.strip() for t in request.headers.get("if-none-match", "").split(",")}:
         return HTTPResponse(status=304, headers=headers)
     body = file.body
-    if file.gzipped is not None and "gzip" in request.headers.get("accept-encoding", ""):
-        body = file.gzipped
+    if file.compressible and "gzip" in request.headers.get("accept-encoding", ""):
+        body = await asyncio.to_thread(lambda: file.gzipped)  # made once, off the event loop
         headers["Content-Encoding"] = "gzip"
     if request.method == "HEAD":
         headers["Content-Length"] = str(len(body))
@@ -70,7 +71,7 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
     methods = ["GET", "HEAD"]
     if not settings.ui:
         async def remove_worker(request: Request) -> HTTPResponse:
-            return send(request, SW_REMOVE)
+            return await send(request, SW_REMOVE)
 
         routes.route(methods, f"{prefix}/sw.js", name="ui_sw_remove",
                      ctx_ui_public=True)(remove_worker)
@@ -92,9 +93,9 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
             found = resolve_in(folder, rest)
             if found is None:
                 if rest == "sw.js":
-                    return send(request, SW_REMOVE)
+                    return await send(request, SW_REMOVE)
                 raise NotFound("File Not Found")
-            return send(request, static_file(found.name, found.read_bytes(), REVALIDATE))
+            return await send(request, static_file(found.name, found.read_bytes(), REVALIDATE))
 
         for route in ("/", "/<rest:path>"):
             routes.route(methods, prefix + route, name=f"ui_path{route.count('<')}",
@@ -108,7 +109,7 @@ def ui_blueprint(settings: ApiSettings) -> Blueprint:
 
         async def bundled(request: Request, file: StaticFile = file,
                           page: bool = relative in ("", "index.html")) -> HTTPResponse:
-            return send(request, file, page)
+            return await send(request, file, page)
 
         name = "ui_" + (relative or "index").replace("/", "_").replace(".", "_").replace("-", "_")
         routes.route(methods, f"{prefix}/{relative}", name=name, ctx_ui_public=True)(bundled)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import mimetypes
@@ -29,10 +30,17 @@ MEDIA_TYPES = {".js": "application/javascript", ".mjs": "application/javascript"
 @dataclass(frozen=True)
 class StaticFile:
     body: bytes
-    gzipped: bytes | None
+    compressible: bool
     content_type: str
     etag: str
     cache_control: str
+
+    @functools.cached_property
+    def gzipped(self) -> bytes:
+        """The gzip copy of a `compressible` file, made when first asked for, not at start: the
+        UI's 9 MB script takes 0.4 s of CPU to compress, which a pod that never serves the
+        UI paid at every start. Thread-safe (the copy is the same whichever thread makes it)."""
+        return gzip.compress(self.body, mtime=0)
 
 
 def _content_type(path: str) -> str:
@@ -45,11 +53,9 @@ def _content_type(path: str) -> str:
 
 def static_file(relative: str, body: bytes, cache_control: str) -> StaticFile:
     content_type = _content_type(relative)
-    gzipped = None
-    if content_type.startswith(COMPRESSIBLE) and len(body) > 512:
-        gzipped = gzip.compress(body, mtime=0)
+    compressible = content_type.startswith(COMPRESSIBLE) and len(body) > 512
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    return StaticFile(body, gzipped, content_type, etag, cache_control)
+    return StaticFile(body, compressible, content_type, etag, cache_control)
 
 
 def bundle_dir() -> Path:
