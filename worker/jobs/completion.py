@@ -55,15 +55,28 @@ async def run(parts: WorkerParts, job: CompletionJob,
         raise HandBack()
     done = parts.publisher.expect(job.job_id, job.event_log_max_bytes, job.reply_to)
     engine.submit(request)
-    if await parts.redis.exists(keys.job_cancel(job.job_id)):
-        engine.cancel(job.job_id)  # cancelled while it was being prepared
     try:
+        await cancelled_while_prepared(parts, job.job_id)
         await done
     except asyncio.CancelledError:
         engine.cancel(job.job_id)
         raise
     if looked_up:
         count_tier(parts, request.tier)
+
+
+async def cancelled_while_prepared(parts: WorkerParts, job_id: str) -> None:
+    """Cancel the run if its client cancelled it while it was being prepared. With Redis away
+    the look is skipped (a cancel sent later still comes by pub/sub): raising here would end
+    the job's task while the engine runs it on, and a later run of the job on this worker would
+    then meet that run's cancellation as its own error (a sentinel failover did so)."""
+    try:
+        cancelled = await parts.redis.exists(keys.job_cancel(job_id))
+    except RedisError as error:
+        log.warning("job %s: cannot look for a cancel (%s); it runs", job_id, error)
+        return
+    if cancelled:
+        parts.engine.cancel(job_id)
 
 
 def count_tier(parts: WorkerParts, tier: TierPlan | None) -> None:

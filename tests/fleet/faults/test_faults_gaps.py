@@ -68,7 +68,7 @@ TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",
-    r"llamaq:model:[^:]+:(workers|counters|metrics_window|media_marker)",
+    r"llamaq:model:[^:]+:(workers|counters|metrics_window|media_marker|queued)",
     r"llamaq:stream:[^:]+(:holder)?", r"llamaq:epoch", r"llamaq:fair:[^:]+"]))
 
 
