@@ -23,8 +23,10 @@ async def run(parts: WorkerParts, job: TokenizeJob | DetokenizeJob) -> None:
 def tokenize(vocab: Vocab, job: TokenizeJob) -> TokenizeResult:
     ids = vocab.tokenize(job.content, job.add_special, job.parse_special)
     tokens: list[int] | list[TokenPiece] = ids
-    if job.with_pieces:
-        tokens = [TokenPiece(id=t, piece=_piece_json(vocab.piece(t, True))) for t in ids]
+    if job.with_pieces:  # each distinct token's piece read once: a call each releases the
+        # GIL, and 40,000 of them starved the loop that renews leases past the lease (4 s)
+        pieces = {t: _piece_json(vocab.piece(t, True)) for t in set(ids)}
+        tokens = [TokenPiece(id=t, piece=pieces[t]) for t in ids]
     return TokenizeResult(tokens=tokens)
 
 
