@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fleet.queue.completion_stream import read_completion
 from tests.processes import Fleet, wait_until
 from worker.simulate.vocab import SimVocab
 
@@ -33,16 +34,10 @@ def expected_text(prompt: str, n_predict: int) -> str:
 
 
 def stream(url: str, prompt: str, into: dict[str, Any], started: threading.Event) -> None:
-    text, last = "", {}
     with httpx.stream("POST", f"{url}/completion", headers={"Authorization": "Bearer k-alice"},
                       timeout=120, json={"prompt": prompt, "n_predict": HOG_TOKENS,
                                          "ignore_eos": True, "stream": True}) as response:
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                last = json.loads(line.removeprefix("data: "))
-                assert "error" not in last, last
-                text += last.get("content", "")
-                started.set()
+        text, last = read_completion(response, started)
     into[prompt] = (text, last, time.monotonic())
 
 

@@ -12,7 +12,6 @@ urgent request got its answer, and the victim's stream ended with every token of
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fleet.queue.completion_stream import read_completion
 from tests.processes import Fleet, wait_until
 from worker.simulate.vocab import SimVocab
 
@@ -51,17 +51,10 @@ def test_the_urgent_job_runs_before_its_victims_hand_back_ends(
         started = threading.Event()
 
         def stream() -> None:
-            text, last = "", {}
             with httpx.stream("POST", f"{url}/completion", timeout=120, json={
                     "prompt": hog, "n_predict": HOG_TOKENS, "ignore_eos": True,
                     "stream": True, "priority": 10}) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: "):
-                        last = json.loads(line.removeprefix("data: "))
-                        assert "error" not in last, last
-                        text += last.get("content", "")
-                        started.set()
-            ended["hog"] = (text, last)
+                ended["hog"] = read_completion(response, started)
 
         thread = threading.Thread(target=stream)
         thread.start()
