@@ -300,6 +300,13 @@ def start_fleet(args: argparse.Namespace, stack: ExitStack, logs: Path) -> tuple
         wait_healthy(urls[-1], process=process)
     want = args.workers * args.sim_workers * args.np
     deadline = time.monotonic() + 300
+    if not urls:  # no api (bench/idle_fleet.py): the registry says who is up
+        client = redis.Redis.from_url(redis_url)
+        while client.zcard("llamaq:model:simulated:workers") < args.workers * args.sim_workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError("fewer workers registered than started")
+            time.sleep(0.5)
+        return urls, redis_url, pids
     import httpx
     while httpx.get(urls[0] + "/props").json().get("total_slots", 0) < want:
         if time.monotonic() > deadline:

@@ -146,6 +146,7 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
                                    *by_channel)
             watched.restart()
             for worker in workers:  # a wake published while we did not listen was lost
+                worker.listening = True
                 worker.wake.set()
             retry_s = 0.0
             while True:
@@ -154,6 +155,7 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
         except (RedisError, TimeoutError) as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
+                worker.listening = False  # polls every --poll-delay until it listens again
                 worker.wake.set()  # jobs enqueued meanwhile announced nothing
             # at once the first time: this connection shows api pods the worker is alive
             # (scheduler/worker_presence.py), so it is not gone for longer than a blip
