@@ -246,7 +246,8 @@ class ScriptSplit:
             else:
                 self.top += 1
             if self._log is not None:
-                self._log.write(f"{command.get('client_type')} {command.get('command')}\n"[:300])
+                line = f"{command.get('client_type')} {command.get('command')}"
+                self._log.write(line[:300] + "\n")
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
