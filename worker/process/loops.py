@@ -34,6 +34,13 @@ REPORT_REFRESH_S = keys.HEARTBEAT_TTL_S / 2
 with the first heartbeat this long after (before they expire, HEARTBEAT_TTL_S), not with every
 heartbeat (issue 44: their three SETs every 2 s were most of an idle worker's commands)."""
 REDIS_RETRY_S = 1.0
+LISTENER_PING_S = 2.0
+LISTENER_SILENT_S = 6.0
+"""The listener pings Redis this often and drops a connection silent this long (a frozen or
+partitioned Redis; the api's readers: 1 s and 3 s): its ping was most of an idle worker's
+round trips to Redis, which are what Redis's idle CPU follows (issue 44: ~60 % of 1.6 a
+second); a lost connection is noticed within 6 s and its workers then poll every
+--poll-delay until it hears again."""
 
 
 @dataclass
@@ -157,7 +164,8 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
     our model (`on_lora`), on one pub/sub connection."""
     by_channel = wake_channels(workers)
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
-    watched = WatchedPubSub(pubsub)  # polls: the client's reply timeout is not for idle reads
+    # polls: the client's reply timeout is not for idle reads
+    watched = WatchedPubSub(pubsub, LISTENER_PING_S, LISTENER_SILENT_S)
     retry_s = 0.0
     while True:
         try:
