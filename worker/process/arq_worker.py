@@ -27,7 +27,7 @@ from typing import Any
 
 from arq import Worker
 from arq.connections import ArqRedis
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.utils import timestamp_ms
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
@@ -202,6 +202,18 @@ class WakeableWorker(Worker):
         if self.lease_gone(job_id):
             log.warning("job %s: this worker lost its lease; the job stays in its queue for "
                         "the run that continues it", job_id)
+            return
+        if finish and not result_data and keep_in_progress is None:
+            # a job that ended and keeps no result in arq (keep_result=0): out of its queue,
+            # its arq keys gone, in one round trip of 2 commands; arq's own finish is a
+            # MULTI/EXEC of 5 that also takes it out of its abort set, which llamaq never
+            # fills (cancels go on its own channel) (issue 44). Not atomic: once out of the
+            # queue nobody claims the job, so its keys going a moment later is harmless.
+            async with self.pool.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.queue_name, job_id)
+                pipe.delete(in_progress_key_prefix + job_id, retry_key_prefix + job_id,
+                            job_key_prefix + job_id)
+                await pipe.execute()
             return
         await super().finish_job(job_id, finish, result_data, result_timeout_s,
                                  keep_result_forever, incr_score, keep_in_progress)

@@ -16,7 +16,8 @@ import arq.utils
 import pytest
 import pytest_asyncio
 from arq.connections import ArqRedis, create_pool
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.worker import func
 from redis.asyncio import Redis
 
 from scheduler.client import JobClient, QueueRoom
@@ -31,6 +32,7 @@ from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
 from scheduler.wake import WAITERS_TTL_MS
 from tests.processes import start_redis
+from worker.process.arq_worker import WakeableWorker
 
 pytestmark = pytest.mark.process
 
@@ -267,3 +269,28 @@ async def test_a_waiting_workers_idle_poll_costs_five_commands(
     assert await poll(keys=claim_keys(queue), args=args) == []
     assert await calls(redis) - before <= 5  # before: 6 (a PEXPIRE with every poll)
     assert await redis.zrange(keys.queue_waiters(queue), 0, -1) == [b"wake:me"]
+
+
+async def test_a_finished_job_leaves_its_queue_in_two_commands(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A worker's end of a job that keeps no result (worker/process/arq_worker.py
+    finish_job): out of its queue, its arq keys (in-progress, try count, payload) gone."""
+    redis, pool, client = pod
+    model = f"finish-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    [job] = await queued(client, model, 1)
+    assert await claim(redis, queue, 1) == [job.job_id]
+    await redis.incr(retry_key_prefix + job.job_id)  # arq's try count, as its run_job
+
+    async def completion(ctx: dict[str, object]) -> None:
+        return None
+
+    worker = WakeableWorker([func(completion, name="completion")], queue_name=queue,
+                            redis_pool=pool, keep_result=0, handle_signals=False,
+                            job_serializer=serialize_job, job_deserializer=deserialize_job)
+    before = await calls(redis)
+    await worker.finish_job(job.job_id, True, None, 0, False, None, None)
+    assert await calls(redis) - before <= 2  # arq's: MULTI, ZREM abort, ZREM, DEL, EXEC
+    assert await redis.zscore(queue, job.job_id) is None
+    assert not await redis.exists(in_progress_key_prefix + job.job_id,
+                                  retry_key_prefix + job.job_id, job_key_prefix + job.job_id)
