@@ -233,13 +233,26 @@ DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
 drops it (Gemma 4's), not content."""
 
 
+def kept_call(reader: PartialReader, inner: str, types: ParamTypes, *, closed: bool,
+              ) -> list[ParsedCall] | None:
+    """The call a block that does not parse keeps, once named: its arguments guessed whole
+    where the block closed, as far as they are certain where the answer ends in it (as a
+    block cut short keeps them)."""
+    started = reader(inner, types)
+    if started is None:
+        return None
+    return [ParsedCall(started[0], started[2] if closed else started[1], started[3])]
+
+
 def cut_block_calls(inner: str, parse: Callable[[str, ParamTypes], list[ParsedCall] | None],
-                    types: ParamTypes) -> tuple[list[ParsedCall], str | None]:
+                    types: ParamTypes, streamed: PartialReader | None = None,
+                    ) -> tuple[list[ParsedCall], str | None]:
     """(the calls, the arguments guessed so far or None) of a block the answer ends in, cut
     short (`max_tokens`), as llama.cpp's lenient parse reads it: the calls written whole, else
-    the call once named, its arguments as far as they go (unclosed), else none."""
+    the call once named, its arguments as far as they go (unclosed), else none. `streamed`:
+    the block's open reader, where it is not one of STREAMED (the auto-parser's)."""
     calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, types) or []
-    reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
+    reader = streamed or STREAMED.get(parse) or CUT_SHORT.get(parse)
     started = reader(inner, types) if not calls and reader is not None else None
     if started:
         return [ParsedCall(started[0], started[1], started[3])], started[1]
