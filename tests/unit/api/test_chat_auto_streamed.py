@@ -137,3 +137,19 @@ def test_a_call_cut_short_keeps_what_was_streamed(case: str, cut_at: str, kept: 
     for message in (whole, streamed):
         assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", kept)]
         assert message.content == content
+
+
+@pytest.mark.parametrize("case", ["hy3", "solar", "call-id"])
+def test_parallel_tool_calls_off_keeps_the_first_call(case: str) -> None:
+    """Two calls in an answer under `parallel_tool_calls: false`: the first is kept, streamed
+    and whole alike (llama-server answers 500 "The model produced output that does not match
+    the expected peg-native format" under Solar Open's template, its parser reading one call;
+    docs/endpoints.md)."""
+    name, source, text, content = CASES[case]
+    chat = _chat(name, parallel=False, source=source)
+    whole, streamed = chat.parse(text), assemble(_stream(chat, text))
+    for message in (whole, streamed):
+        assert [c.name for c in message.tool_calls] == ["get_weather"]
+        assert message.content == content
+    assert streamed.tool_calls[0].arguments == whole.tool_calls[0].arguments
+    assert json.loads(whole.tool_calls[0].arguments)["city"] != "Rome"
