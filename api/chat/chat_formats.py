@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from api.chat.autoparse.analysis import analyze
-from api.chat.autoparse.streamed import PartialReader, partial_reader
+from api.chat.autoparse.streamed import CallsReader, partial_reader
 from api.chat.autoparse.syntax import auto_syntax
 from api.chat.family_calls import (
     DSML,
@@ -102,7 +102,7 @@ class ChatFormat:
     reasoning: tuple[str, str] | None = None
     """The thinking tags, where the template's analysis found others than reasoning_tags.py
     knows (the auto-parser's)."""
-    streamed: Mapping[object, PartialReader] = field(default_factory=dict)
+    streamed: Mapping[object, CallsReader] = field(default_factory=dict)
     """Block parser → the reader of its block while it is still open, for the blocks here
     whose calls stream as they are written beside those of streamed_calls.py (the
     auto-parser's: autoparse/streamed.py)."""
@@ -277,7 +277,7 @@ def _auto_format(template_source: str) -> ChatFormat:
     if syntax is None:
         return GENERIC
     blocks: dict[str, tuple[str, BlockParser]] = {}
-    streamed: dict[object, PartialReader] = {}
+    streamed: dict[object, CallsReader] = {}
     if syntax.read is not None:
         blocks[syntax.start] = (syntax.end or TO_THE_END, syntax.read)
         reader = partial_reader(analyze(template_source).tools)

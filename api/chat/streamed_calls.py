@@ -51,6 +51,22 @@ from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments
 
 Partial = tuple[str, str, str, "str | None"]
 PartialReader = Callable[[str, ParamTypes], "Partial | None"]
+BlockPartials = Callable[[str, ParamTypes], "Partial | list[Partial] | None"]
+"""A reader of the block's first call (PartialReader) or of each call begun so far (the
+auto-parser's: autoparse/streamed.py)."""
+
+
+def partials_of(found: Partial | list[Partial] | None) -> list[Partial]:
+    return found if isinstance(found, list) else [found] if found else []
+
+
+def _kept(started: list[Partial], closed: bool) -> list[ParsedCall]:
+    """The calls begun in a block that ends here: those before the last whole, the last with
+    its arguments guessed whole where the block closed, as far as they are certain where the
+    answer ends in it."""
+    *done, (name, certain, guess, ident) = started
+    return [ParsedCall(c[0], c[2], c[3]) for c in done] + \
+        [ParsedCall(name, guess if closed else certain, ident)]
 _PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
 
 
@@ -233,29 +249,25 @@ DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
 drops it (Gemma 4's), not content."""
 
 
-def kept_call(reader: PartialReader, inner: str, types: ParamTypes, *, closed: bool,
+def kept_call(reader: BlockPartials, inner: str, types: ParamTypes, *, closed: bool,
               ) -> list[ParsedCall] | None:
-    """The call a block that does not parse keeps, once named: its arguments guessed whole
-    where the block closed, as far as they are certain where the answer ends in it (as a
-    block cut short keeps them)."""
-    started = reader(inner, types)
-    if started is None:
-        return None
-    return [ParsedCall(started[0], started[2] if closed else started[1], started[3])]
+    """The calls a block that does not parse keeps, once named (`_kept`)."""
+    started = partials_of(reader(inner, types))
+    return _kept(started, closed) if started else None
 
 
 def cut_block_calls(inner: str, parse: Callable[[str, ParamTypes], list[ParsedCall] | None],
-                    types: ParamTypes, streamed: PartialReader | None = None,
+                    types: ParamTypes, streamed: BlockPartials | None = None,
                     ) -> tuple[list[ParsedCall], str | None]:
     """(the calls, the arguments guessed so far or None) of a block the answer ends in, cut
     short (`max_tokens`), as llama.cpp's lenient parse reads it: the calls written whole, else
-    the call once named, its arguments as far as they go (unclosed), else none. `streamed`:
-    the block's open reader, where it is not one of STREAMED (the auto-parser's)."""
+    the calls once named, the last one's arguments as far as they go (unclosed), else none.
+    `streamed`: the block's open reader, where it is not one of STREAMED (the auto-parser's)."""
     calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, types) or []
     reader = streamed or STREAMED.get(parse) or CUT_SHORT.get(parse)
-    started = reader(inner, types) if not calls and reader is not None else None
+    started = partials_of(reader(inner, types)) if not calls and reader is not None else []
     if started:
-        return [ParsedCall(started[0], started[1], started[3])], started[1]
+        return _kept(started, closed=False), started[-1][1]
     if not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
         return cut_short_calls(inner) or [], None
     return calls, None

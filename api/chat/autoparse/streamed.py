@@ -1,10 +1,11 @@
 """A call block the auto-parser reads (syntax.py), read while it is still open, so that its
-first call streams as llama-server streams it (the id and name once they are known, then the
-arguments in pieces): what llama.cpp's PEG mapper (common/chat-peg-parser.cpp) has of the call
-at each partial parse. The reader gives (name, the arguments certain so far, the arguments
-guessed whole, the call's id where the format writes one), or None while the call's name (and
-id) are not complete; the certain arguments are always a prefix of what the whole block's
-reader gives (compact JSON), so the pieces add up to the whole answer's arguments.
+calls stream as llama-server streams them (each call's id and name once they are known, then
+its arguments in pieces): what llama.cpp's PEG mapper (common/chat-peg-parser.cpp) has of the
+calls at each partial parse. The reader gives, for each call begun so far, (name, the
+arguments certain so far, the arguments guessed whole, the call's id where the format writes
+one), up to the first whose name (and id) are not complete; the certain arguments are always a
+prefix of what the whole block's reader gives (compact JSON), so the pieces add up to the
+whole answer's arguments.
 
 - Tagged name, JSON arguments (TAG_WITH_JSON): the name once what follows it shows it is
   whole, the id once its closing marker is written, then the JSON arguments as far as they can
@@ -28,7 +29,7 @@ from api.chat.tagged_calls import ParamTypes, typed_value
 from api.chat.tool_formats import dump_arguments, partial_suffix
 
 Partial = tuple[str, str, str, "str | None"]
-PartialReader = Callable[[str, ParamTypes], "Partial | None"]
+CallsReader = Callable[[str, ParamTypes], "list[Partial]"]
 
 
 def _compact(value: object) -> str:
@@ -166,34 +167,45 @@ def _one_call(t: ToolAnalysis, text: str, types: ParamTypes) -> Partial | None:
     return name, certain, guess, ident or None
 
 
-def _first_call(t: ToolAnalysis, inner: str) -> str | None:
-    """The text of a block's first call (as syntax.py's reader splits the block), or None
-    while it has not begun."""
+def _call_texts(t: ToolAnalysis, inner: str) -> list[str]:
+    """The texts of a block's calls begun so far (as syntax.py's reader splits the block)."""
     per_call, call_end = trim(t.per_call_start), trim(t.per_call_end)
     if per_call and t.section_start:
         after = _after(inner, per_call)
-        return None if after is None else after.split(per_call)[0]
+        return [] if after is None else after.split(per_call)
     if per_call:
-        return inner if call_end else inner.split(per_call)[0]
-    return None
+        return [inner] if call_end else inner.split(per_call)
+    return []
 
 
-def partial_reader(t: ToolAnalysis) -> PartialReader | None:
-    """The open-block reader of a template's auto-parsed calls (None: not streamed)."""
+def _calls(t: ToolAnalysis, inner: str, types: ParamTypes) -> list[Partial]:
+    """Each call of the block begun so far, as far as it is written (those before the last
+    are whole)."""
+    found = []
+    for text in _call_texts(t, inner):
+        call = _one_call(t, text, types)
+        if call is None:
+            break
+        found.append(call)
+    return found
+
+
+def partial_reader(t: ToolAnalysis) -> CallsReader | None:
+    """The open-block reader of a template's auto-parsed calls (None: not streamed): each call
+    begun so far."""
     if t.mode == "JSON_NATIVE":
         plain = (t.name_field, t.args_field) == ("name", "arguments") and \
             t.function_field in ("", "function") and not t.fun_name_is_key and \
             not t.id_field and not (t.per_call_start and t.section_start)
 
-        def read_json(inner: str, _types: ParamTypes) -> Partial | None:
+        def read_json(inner: str, _types: ParamTypes) -> list[Partial]:
             body = inner.lstrip(WHITESPACE).removeprefix("[")
             found = partial_call(body)
-            return (*found, None) if found else None
+            return [(*found, None)] if found else []
         return read_json if plain else None
     if t.mode not in ("TAG_WITH_JSON", "TAG_WITH_TAGGED"):
         return None
 
-    def read(inner: str, types: ParamTypes) -> Partial | None:
-        text = _first_call(t, inner)
-        return None if text is None else _one_call(t, text, types)
+    def read(inner: str, types: ParamTypes) -> list[Partial]:
+        return _calls(t, inner, types)
     return read

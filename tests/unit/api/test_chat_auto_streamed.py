@@ -1,9 +1,9 @@
 """Calls of templates the auto-parser reads (api/chat/autoparse/streamed.py) streamed as
-llama-server streams them: a `tool_calls` delta with the index, id and name first, then the
-arguments in pieces as they are written (not one piece at the end of the call's block), the
-markers never in `content`; the deltas add up to the whole answer, and /v1/messages'
-`input_json_delta` and /v1/responses' `function_call_arguments.delta` follow from them. Before,
-each call came whole when its block closed."""
+llama-server streams them: for each call, a `tool_calls` delta with the index, id and name
+first, then the arguments in pieces as they are written (not one piece at the end of the
+call's block), the markers never in `content`; the deltas add up to the whole answer, and
+/v1/messages' `input_json_delta` and /v1/responses' `function_call_arguments.delta` follow from
+them. Before, each call came whole when its block closed."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _no_ids(message: ChatMessage, keep: bool) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_first_call_streams_its_arguments_in_pieces(case: str) -> None:
+def test_each_call_streams_its_arguments_in_pieces(case: str) -> None:
     name, source, text, content = CASES[case]
     chat = _chat(name, parallel=True, source=source)
     deltas = _stream(chat, text)
@@ -61,17 +61,20 @@ def test_the_first_call_streams_its_arguments_in_pieces(case: str) -> None:
     ids = case == "call-id"
     assert _no_ids(streamed, ids) == _no_ids(whole, ids)
     assert streamed.content == whole.content == content
-    assert len(whole.tool_calls) == 2 or case == "hy3-multiline"
-    first = [tc for d in deltas for tc in d.tool_calls if tc.index == 0]
-    head, *pieces = first
-    assert (head.id, head.name, head.arguments) == (whole.tool_calls[0].id if ids else head.id,
-                                                    "get_weather", "")
-    assert head.id and all(p.name is None and p.id is None for p in pieces)
-    assert len(pieces) > 2, first  # before: one piece, the whole arguments at the block's end
-    assert "".join(p.arguments for p in pieces) == whole.tool_calls[0].arguments
+    assert len(whole.tool_calls) == (1 if case == "hy3-multiline" else 2)
+    for index, call in enumerate(whole.tool_calls):
+        head, *pieces = [tc for d in deltas for tc in d.tool_calls if tc.index == index]
+        assert (head.name, head.arguments) == ("get_weather", "")
+        assert head.id and (head.id == call.id or not ids)
+        assert all(p.name is None and p.id is None for p in pieces)
+        assert len(pieces) > 2, pieces  # before: one piece, the whole arguments at the end
+        assert "".join(p.arguments for p in pieces) == call.arguments
     at = next(i for i, d in enumerate(deltas) if d.tool_calls)
     assert all(not d.tool_calls for d in deltas[:at]) and \
         all(not d.content for d in deltas[at:])  # no marker, nor a piece of one, in content
+    second = [i for i, d in enumerate(deltas) for tc in d.tool_calls if tc.index == 1]
+    first = [i for i, d in enumerate(deltas) for tc in d.tool_calls if tc.index == 0]
+    assert not second or max(first) < min(second)  # the first call ends before the second
 
 
 def test_a_string_value_streams_as_written_less_its_markup() -> None:
@@ -122,20 +125,25 @@ def test_the_wires_follow_the_pieces() -> None:
 
 
 @pytest.mark.parametrize(("case", "cut_at", "kept"), [
-    ("solar", '"days"', '{"city":"Paris"'),  # a section with an end marker
-    ("call-id", '"centre', '{"city":"Paris \\"'),  # calls running to the end of the answer
-    ("hy3", "days</arg_key", '{"city":"Paris, Île-de-France"'),
+    ("solar", '"days"', ['{"city":"Paris"']),  # a section with an end marker
+    ("call-id", '"centre', ['{"city":"Paris \\"']),  # calls running to the end of the answer
+    ("hy3", "days</arg_key", ['{"city":"Paris, Île-de-France"']),
+    ("solar", "Rome", ['{"city":"Paris","days":3}', '{"city":"R']),  # in the second call
+    ("call-id", '"Rome', ['{"city":"Paris \\"centre\\"","days":14}', '{"city":"']),
+    ("hy3", "Rome", ['{"city":"Paris, Île-de-France","days":3}', '{"city":"R']),
 ])
-def test_a_call_cut_short_keeps_what_was_streamed(case: str, cut_at: str, kept: str) -> None:
-    """`max_tokens` ends the answer inside the first call: the call is kept with its arguments
-    as far as they are certain (unclosed, as llama.cpp keeps a call cut short), streamed and
-    whole alike."""
+def test_a_call_cut_short_keeps_what_was_streamed(case: str, cut_at: str,
+                                                  kept: list[str]) -> None:
+    """`max_tokens` ends the answer inside a call: the calls before it are kept whole, it with
+    its arguments as far as they are certain (unclosed, as llama.cpp keeps a call cut short),
+    streamed and whole alike."""
     name, source, text, content = CASES[case]
     chat = _chat(name, parallel=True, source=source)
     cut = text[:text.index(cut_at) + 1]
     whole, streamed = chat.parse(cut), assemble(_stream(chat, cut))
     for message in (whole, streamed):
-        assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", kept)]
+        assert [(c.name, c.arguments) for c in message.tool_calls] == \
+            [("get_weather", arguments) for arguments in kept]
         assert message.content == content
 
 
