@@ -33,6 +33,7 @@ from api.chat.family_calls import (
 )
 from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
 from api.chat.harmony import is_harmony_template
+from api.chat.listed_calls import parse_listed_calls
 from api.chat.reasoning_tags import KIMI_K3_MARKERS, reasoning_tags
 from api.chat.tagged_calls import (
     KIMI_ARGS_BEGIN,
@@ -196,11 +197,11 @@ MINIMAX_M3 = ChatFormat(
 MINICPM5 = ChatFormat(
     "minicpm5", blocks={'<function name="': ("</function>", parse_minicpm5_call)})
 NEMOTRON_V2 = ChatFormat(
-    "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_json_calls)},
+    "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_listed_calls)},
     markers=("<TOOLCALL>", "</TOOLCALL>"),
     frame=CallFrame("<TOOLCALL>", "</TOOLCALL>", listed=True))
 APRIEL = ChatFormat(
-    "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_json_calls)},
+    "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_listed_calls)},
     markers=("<tool_calls>", "</tool_calls>"),
     frame=CallFrame("<tool_calls>", "</tool_calls>", listed=True))
 APERTUS = ChatFormat(

@@ -17,6 +17,7 @@ from api.chat.family_calls import (
     _DSML_PARAM,
     DSML,
     dsml_arguments,
+    parse_apertus_calls,
     parse_dsml_calls,
     parse_gemma4_call,
     parse_json_calls,
@@ -24,6 +25,12 @@ from api.chat.family_calls import (
     parse_minicpm5_call,
     parse_muse_call,
     parse_pythonic_calls,
+)
+from api.chat.listed_calls import (
+    listed_apertus,
+    listed_json,
+    listed_minimax,
+    parse_listed_calls,
 )
 from api.chat.partial_calls import (
     cut_short_calls,
@@ -43,6 +50,7 @@ from api.chat.tagged_calls import (
     parse_glm_tool_call,
     parse_kimi_call,
     parse_kimi_section,
+    parse_minimax_calls,
     parse_tool_call_block,
     parse_xml_calls,
     typed_value,
@@ -208,11 +216,13 @@ def _muse(inner: str, types: ParamTypes) -> Partial | None:
                         for m in params}, False)
 
 
-STREAMED: dict[object, PartialReader] = {
+STREAMED: dict[object, BlockPartials] = {
     parse_tool_call_block: _generic, parse_xml_calls: _generic,
     parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
     parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
     parse_dsml_calls: _dsml, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
+    parse_listed_calls: listed_json, parse_apertus_calls: listed_apertus,
+    parse_minimax_calls: listed_minimax,
 }
 """Block parser → the reader of its block while it is still open."""
 OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call, parse_minicpm5_call, parse_muse_call})
