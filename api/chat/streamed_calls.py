@@ -44,6 +44,7 @@ from api.chat.tagged_calls import (
     _NAME,
     KIMI_ARGS_BEGIN,
     KIMI_CALL_BEGIN,
+    KIMI_CALL_END,
     ParamTypes,
     _typed_arguments,
     parse_command_r_action,
@@ -126,6 +127,22 @@ def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     return found.group(1), certain, guess, ident.strip(WHITESPACE)
 
 
+def _kimi_calls(inner: str, types: ParamTypes, *, opened: bool = False) -> list[Partial]:
+    """Each Kimi-K2 call of a section begun so far (`opened`: the block's own marker opened
+    the first call, the calls after it begin where their `<|tool_call_begin|>` is written)."""
+    pieces = inner.split(KIMI_CALL_BEGIN)
+    head, pieces = ("", pieces) if opened else (pieces[0], pieces[1:])
+    found: list[Partial] = []
+    if head.strip(WHITESPACE):
+        return found
+    for piece in pieces:
+        call = _kimi(piece.split(KIMI_CALL_END)[0], types)
+        if call is None:
+            break
+        found.append(call)
+    return found
+
+
 def _glm(inner: str, types: ParamTypes) -> Partial | None:
     """GLM `NAME\n<arg_key>K</arg_key><arg_value>V</arg_value>…`: the name once a newline or
     `<arg_key>` ends it, the key/value pairs as each closes; the arguments' object stays open
@@ -183,6 +200,22 @@ def _dsml(inner: str, types: ParamTypes) -> Partial | None:
     return _open(name, dsml_arguments(name, params, types), done >= 0)
 
 
+def _dsml_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """Each DSML invoke of the block begun so far, in turn."""
+    found: list[Partial] = []
+    rest = inner
+    while (opened := _DSML_OPEN.match(rest)) is not None:
+        end = rest.find(_DSML_END, opened.end())
+        call = _dsml(rest if end < 0 else rest[:end + len(_DSML_END)], types)
+        if call is None:
+            break
+        found.append(call)
+        if end < 0:
+            break
+        rest = rest[end + len(_DSML_END):]
+    return found
+
+
 _CPM_NAME = re.compile(r'([^"<>]+)">')
 
 
@@ -219,8 +252,9 @@ def _muse(inner: str, types: ParamTypes) -> Partial | None:
 STREAMED: dict[object, BlockPartials] = {
     parse_tool_call_block: _generic, parse_xml_calls: _generic,
     parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
-    parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
-    parse_dsml_calls: _dsml, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
+    parse_kimi_section: _kimi_calls, parse_glm_tool_call: _glm,
+    parse_kimi_call: lambda inner, types: _kimi_calls(inner, types, opened=True),
+    parse_dsml_calls: _dsml_calls, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
     parse_listed_calls: listed_json, parse_apertus_calls: listed_apertus,
     parse_minimax_calls: listed_minimax,
 }

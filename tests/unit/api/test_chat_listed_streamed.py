@@ -1,8 +1,10 @@
-"""The families llama.cpp reads with its auto-parser whose calls are listed in one block
-(api/chat/listed_calls.py) stream each call as llama-server does: its id and name, then its
+"""Blocks of several calls stream each call as llama-server does: its id and name, then its
 arguments in pieces as they are written, the calls one after the other, the deltas adding up
-to the whole answer — Nemotron-Nano-v2 and Apriel (JSON lists), Apertus (`{"NAME": {…}}`
-items), MiniMax-M2 (invokes). Before, each call came whole when its block closed."""
+to the whole answer — the families llama.cpp reads with its auto-parser whose calls are
+listed in one block (api/chat/listed_calls.py: Nemotron-Nano-v2 and Apriel's JSON lists,
+Apertus's `{"NAME": {…}}` items, MiniMax-M2's invokes), where each call came whole when its
+block closed, and Kimi-K2's sections and DeepSeek V3.2's DSML blocks
+(api/chat/streamed_calls.py), where only the first call streamed so."""
 
 from __future__ import annotations
 
@@ -30,6 +32,19 @@ CASES = {
                    '<parameter name="days">3</parameter>\n</invoke>\n'
                    '<invoke name="special_function">\n<parameter name="arg1">12</parameter>\n'
                    "</invoke>\n</minimax:tool_call>"),
+    "kimi-k2": ("Kimi-K2-Instruct.jinja",
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                '<|tool_call_argument_begin|>{"location": "Paris, FR", "days": 3}'
+                "<|tool_call_end|><|tool_call_begin|>functions.special_function:1"
+                '<|tool_call_argument_begin|>{"arg1": 12}<|tool_call_end|>'
+                "<|tool_calls_section_end|>"),
+    "dsml": ("deepseek-ai-DeepSeek-V3.2.jinja",
+             '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+             '<｜DSML｜parameter name="location" string="true">Paris, FR</｜DSML｜parameter>\n'
+             '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n'
+             '</｜DSML｜invoke>\n<｜DSML｜invoke name="special_function">\n'
+             '<｜DSML｜parameter name="arg1" string="false">12</｜DSML｜parameter>\n'
+             "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
 }
 
 
