@@ -38,7 +38,7 @@ def parse_listed_calls(inner: str, _types: ParamTypes) -> list[ParsedCall] | Non
     return calls_from_json_text(inner)
 
 
-def _items(inner: str) -> tuple[list[Any], str]:
+def list_items(inner: str) -> tuple[list[Any], str]:
     """The whole items of a JSON list begun in `inner`, and the text of the one being written
     ("" when none is)."""
     text = inner.lstrip(WHITESPACE)
@@ -67,7 +67,7 @@ def _whole(name: str, arguments: object) -> Partial | None:
 
 def listed_json(inner: str, _types: ParamTypes) -> list[Partial]:
     """`[{"name": N, "arguments": {…}}, …`: each call once its name is complete."""
-    items, open_item = _items(inner)
+    items, open_item = list_items(inner)
     found: list[Partial] = []
     for item in items:
         call = call_from_object(item)
@@ -80,7 +80,7 @@ def listed_json(inner: str, _types: ParamTypes) -> list[Partial]:
 
 def listed_apertus(inner: str, _types: ParamTypes) -> list[Partial]:
     """Apertus `[{"NAME": {…}}, …`: each call once its name's key is complete."""
-    items, open_item = _items(inner)
+    items, open_item = list_items(inner)
     found: list[Partial] = []
     for item in items:
         call = _whole(*next(iter(item.items()))) if isinstance(item, dict) and \

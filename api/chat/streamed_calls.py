@@ -27,6 +27,7 @@ from api.chat.family_calls import (
     parse_pythonic_calls,
 )
 from api.chat.listed_calls import (
+    list_items,
     listed_apertus,
     listed_json,
     listed_minimax,
@@ -37,6 +38,7 @@ from api.chat.partial_calls import (
     load_partial_json,
     partial_arguments,
     partial_tool_call,
+    partial_xml_call,
 )
 from api.chat.tagged_calls import (
     _GLM_ARG,
@@ -56,7 +58,7 @@ from api.chat.tagged_calls import (
     parse_xml_calls,
     typed_value,
 )
-from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments
+from api.chat.tool_formats import WHITESPACE, ParsedCall, call_from_object, dump_arguments
 
 Partial = tuple[str, str, str, "str | None"]
 PartialReader = Callable[[str, ParamTypes], "Partial | None"]
@@ -82,6 +84,23 @@ _PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
 def _generic(inner: str, types: ParamTypes) -> Partial | None:
     found = partial_tool_call(inner, types)
     return (*found, None) if found else None
+
+
+_FUNCTION = "<function="
+
+
+def _generic_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """A `<tool_call>` block's calls: its JSON call, or each of its XML functions in turn."""
+    text = inner.lstrip(WHITESPACE)
+    if not text.startswith(_FUNCTION):
+        return partials_of(_generic(inner, types))
+    found: list[Partial] = []
+    for piece in text.split(_FUNCTION)[1:]:
+        call = partial_xml_call(_FUNCTION + piece, types)
+        if call is None:
+            break
+        found.append((*call, None))
+    return found
 
 
 def _pythonic(inner: str, _types: ParamTypes) -> Partial | None:
@@ -113,6 +132,20 @@ def _r7b(inner: str, _types: ParamTypes) -> Partial | None:
     dumped = dump_arguments(parameters)
     open_in_args = max(added - 1, 0) if list(value)[-1] == "parameters" else 0
     return name, dumped[:len(dumped) - open_in_args], dumped, ident
+
+
+def _r7b_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """Each action of Command-R7B's list begun so far, in turn."""
+    items, open_item = list_items(inner)
+    found: list[Partial] = []
+    for item in items:
+        call = call_from_object(item)
+        if call is None:
+            return found
+        ident = item.get("tool_call_id")
+        found.append((call.name, call.arguments, call.arguments,
+                      call.id or (str(ident) if ident is not None else None)))
+    return found + partials_of(_r7b(open_item, types) if open_item else None)
 
 
 def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
@@ -250,8 +283,8 @@ def _muse(inner: str, types: ParamTypes) -> Partial | None:
 
 
 STREAMED: dict[object, BlockPartials] = {
-    parse_tool_call_block: _generic, parse_xml_calls: _generic,
-    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
+    parse_tool_call_block: _generic_calls, parse_xml_calls: _generic_calls,
+    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b_calls,
     parse_kimi_section: _kimi_calls, parse_glm_tool_call: _glm,
     parse_kimi_call: lambda inner, types: _kimi_calls(inner, types, opened=True),
     parse_dsml_calls: _dsml_calls, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,

@@ -3,8 +3,9 @@ arguments in pieces as they are written, the calls one after the other, the delt
 to the whole answer — the families llama.cpp reads with its auto-parser whose calls are
 listed in one block (api/chat/listed_calls.py: Nemotron-Nano-v2 and Apriel's JSON lists,
 Apertus's `{"NAME": {…}}` items, MiniMax-M2's invokes), where each call came whole when its
-block closed, and Kimi-K2's sections and DeepSeek V3.2's DSML blocks
-(api/chat/streamed_calls.py), where only the first call streamed so."""
+block closed, and Kimi-K2's sections, DeepSeek V3.2's DSML blocks, Command-R7B's action lists
+and a `<tool_call>` of several XML functions (api/chat/streamed_calls.py), where only the
+first call streamed so."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ CASES = {
              '</｜DSML｜invoke>\n<｜DSML｜invoke name="special_function">\n'
              '<｜DSML｜parameter name="arg1" string="false">12</｜DSML｜parameter>\n'
              "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
+    "command-r7b": ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+                    "<|START_THINKING|>ok<|END_THINKING|><|START_ACTION|>[\n"
+                    '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
+                    '{"location": "Paris, FR", "days": 3}},\n'
+                    '    {"tool_call_id": "1", "tool_name": "special_function", '
+                    '"parameters": {"arg1": 12}}\n]<|END_ACTION|>'),
+    "xml-functions": ("Qwen-Qwen2.5-7B-Instruct.jinja",
+                      "<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, FR\n"
+                      "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                      "<function=special_function>\n<parameter=arg1>\n12\n</parameter>\n"
+                      "</function>\n</tool_call>"),
 }
 
 
