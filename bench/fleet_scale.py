@@ -246,7 +246,8 @@ class ScriptSplit:
             else:
                 self.top += 1
             if self._log is not None:
-                self._log.write(f"{command.get('client_type')} {command.get('command')}\n"[:300])
+                line = f"{command.get('client_type')} {command.get('command')}"
+                self._log.write(line[:300] + "\n")
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -300,6 +301,13 @@ def start_fleet(args: argparse.Namespace, stack: ExitStack, logs: Path) -> tuple
         wait_healthy(urls[-1], process=process)
     want = args.workers * args.sim_workers * args.np
     deadline = time.monotonic() + 300
+    if not urls:  # no api (bench/idle_fleet.py): the registry says who is up
+        client = redis.Redis.from_url(redis_url)
+        while client.zcard("llamaq:model:simulated:workers") < args.workers * args.sim_workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError("fewer workers registered than started")
+            time.sleep(0.5)
+        return urls, redis_url, pids
     import httpx
     while httpx.get(urls[0] + "/props").json().get("total_slots", 0) < want:
         if time.monotonic() > deadline:

@@ -21,27 +21,29 @@ connection is dropped and treated as lost."""
 
 
 class WatchedPubSub:
-    def __init__(self, pubsub: PubSub) -> None:
+    def __init__(self, pubsub: PubSub, ping_every_s: float = PING_EVERY_S,
+                 silent_s: float = SILENT_S) -> None:
         self.pubsub = pubsub
+        self.ping_every_s, self.silent_s = ping_every_s, silent_s
         self.heard = self._pinged = time.monotonic()
         """When Redis was last heard on this connection (a message or a pong)."""
 
     def restart(self) -> None:
-        """A new connection gets its own SILENT_S."""
+        """A new connection gets its own `silent_s`."""
         self.heard = self._pinged = time.monotonic()
 
     async def get_message(self) -> dict[str, Any] | None:
         """The next message (a pong included), None after POLL_S without one. Raises redis'
-        TimeoutError, the connection dropped, when Redis was silent for SILENT_S, and
+        TimeoutError, the connection dropped, when Redis was silent for `silent_s`, and
         TimeoutError when a ping cannot be sent within POLL_S."""
         message = await self.pubsub.get_message(timeout=POLL_S)
         now = time.monotonic()
         if message is not None:
             self.heard = now
-        elif now - self.heard >= SILENT_S:
+        elif now - self.heard >= self.silent_s:
             await drop(self.pubsub)
-            raise RedisTimeoutError(f"no answer from Redis for {SILENT_S:g} s")
-        if now - self._pinged >= PING_EVERY_S:
+            raise RedisTimeoutError(f"no answer from Redis for {self.silent_s:g} s")
+        if now - self._pinged >= self.ping_every_s:
             self._pinged = now
             await asyncio.wait_for(self.pubsub.ping(), POLL_S)  # its pong is a message
         return message

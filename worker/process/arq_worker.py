@@ -70,6 +70,15 @@ class WakeableWorker(Worker):
         self._called = False
         """Woken on `wake_me`: a job was queued for this worker, which passes the wake on if it
         cannot take it."""
+        self.idle_poll_delay_s = 0.0
+        """How long a worker that waits on `wake_me` goes without looking at the queue while
+        its listener is subscribed (`listening`): a queued job wakes it, so the look is only
+        the safety net of a lost wake (issue 44: a look a second per lane was most of an idle
+        worker's Redis commands). Not above `poll_delay_s`: every poll waits that long."""
+        self.listening = False
+        """The worker's listener is subscribed to its wake channels (worker/process/loops.py
+        `listen`): while it is not, a wake can be missed, and the worker polls every
+        `poll_delay_s`."""
         self._claim: AsyncScript | None = None
         self._drained = False
         """The last poll took fewer jobs than it had room for: the queue held no more, and any
@@ -90,10 +99,19 @@ class WakeableWorker(Worker):
                 await asyncio.sleep(REDIS_RETRY_S)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.poll_delay_s)
+                await asyncio.wait_for(self.wake.wait(), self.next_poll_s())
         if self.wake_me:
             with contextlib.suppress(RedisError):
                 await self._leave()
+
+    def next_poll_s(self) -> float:
+        """How long until the next look at the queue unless a wake comes first: long while
+        this worker waits among the queue's waiters (its last claim left it room) and hears
+        its wake channel, `poll_delay_s` otherwise (a full worker's poll costs Redis
+        nothing, unless it may preempt)."""
+        if self._drained and self.wake_me and self.listening:
+            return max(self.poll_delay_s, self.idle_poll_delay_s)
+        return self.poll_delay_s
 
     async def _leave(self) -> None:
         """Draining: wait for no more jobs. If a job's wake popped this worker already (its
@@ -170,7 +188,9 @@ class WakeableWorker(Worker):
         self.tasks[job_id] = task
 
     async def _unclaim(self, job_ids: list[str]) -> None:
+        """Give back jobs claimed and not started: a waiting worker takes them now."""
         await self.pool.delete(*(in_progress_key_prefix + job_id for job_id in job_ids))
+        await wake_queue(self.pool, self.queue_name)
 
     async def finish_job(self, job_id: str, finish: bool, result_data: bytes | None,
                          result_timeout_s: float | None, keep_result_forever: bool,
@@ -185,6 +205,10 @@ class WakeableWorker(Worker):
             return
         await super().finish_job(job_id, finish, result_data, result_timeout_s,
                                  keep_result_forever, incr_score, keep_in_progress)
+        if not finish and keep_in_progress is None and not incr_score:
+            # handed back (a drain, a preemption): claimable now, and no enqueue tells the
+            # waiting workers, whose safety poll is `idle_poll_delay_s` away
+            await wake_queue(self.pool, self.queue_name)
 
     def running_job_ids(self) -> list[str]:
         return [job_id for job_id, task in self.tasks.items() if not task.done()]

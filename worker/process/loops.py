@@ -29,7 +29,18 @@ log = logging.getLogger(__name__)
 
 SLOT_REPORT_MIN_GAP_S = 0.1
 """Slot changes are reported at most this often (the last one always is)."""
+REPORT_REFRESH_S = keys.HEARTBEAT_TTL_S / 2
+"""Metrics, slots and prefix summary that did not change since they were last written go again
+with the first heartbeat this long after (before they expire, HEARTBEAT_TTL_S), not with every
+heartbeat (issue 44: their three SETs every 2 s were most of an idle worker's commands)."""
 REDIS_RETRY_S = 1.0
+LISTENER_PING_S = 2.0
+LISTENER_SILENT_S = 6.0
+"""The listener pings Redis this often and drops a connection silent this long (a frozen or
+partitioned Redis; the api's readers: 1 s and 3 s): its ping was most of an idle worker's
+round trips to Redis, which are what Redis's idle CPU follows (issue 44: ~60 % of 1.6 a
+second); a lost connection is noticed within 6 s and its workers then poll every
+--poll-delay until it hears again."""
 
 
 @dataclass
@@ -70,6 +81,8 @@ class Reporter:
         """`_changes` when the last complete report (slots included) was queued: a flush
         that starts or ends a job writes one ahead of its events, after the change that the
         slot-change loop would report again (issue 44: three SETs a job start and end)."""
+        self._written: tuple[float, str] = (-REPORT_REFRESH_S, "")
+        """When the last complete report was queued, and the metrics it wrote."""
 
     def write_metrics(self, pipe: Pipeline, report: bool = False) -> None:
         """Metrics and slot states, written ahead of the events that end jobs: a client that
@@ -78,11 +91,12 @@ class Reporter:
         parts = self._parts
         engine, embedder = parts.engine, parts.embedder
         metrics = (embedder or engine).metrics_snapshot()
-        pipe.set(keys.worker_metrics(parts.worker_id), metrics.model_dump_json(),
-                 ex=keys.HEARTBEAT_TTL_S)
+        body = metrics.model_dump_json()
+        pipe.set(keys.worker_metrics(parts.worker_id), body, ex=keys.HEARTBEAT_TTL_S)
         if embedder is None or report:
             write_slots(pipe, parts.worker_id, engine.slot_states())
             self._reported = self._changes
+            self._written = (time.monotonic(), body)
         if embedder is None:  # cache-aware routing: only completion workers take part
             n_free = (len(engine.slots) - metrics.requests_processing
                       - metrics.requests_deferred)
@@ -92,6 +106,15 @@ class Reporter:
             pipe.set(keys.worker_prefixes(parts.worker_id),
                      self._prefixes.summary(held, n_free, running).model_dump_json(),
                      ex=keys.HEARTBEAT_TTL_S)
+
+    def _unchanged(self) -> bool:
+        """Whether the last complete report still says it all: no slot changed since, the
+        metrics read the same, and it is younger than REPORT_REFRESH_S."""
+        at, body = self._written
+        if time.monotonic() - at >= REPORT_REFRESH_S:
+            return False
+        parts = self._parts
+        return (parts.embedder or parts.engine).metrics_snapshot().model_dump_json() == body
 
     async def run(self, registry: Registry, entry: RegistryEntry) -> None:
         """Heartbeats, and the slots' state whenever a slot starts or ends a request."""
@@ -114,9 +137,11 @@ class Reporter:
             try:  # one round trip: slots, metrics, and the heartbeat when due; not the
                 # slots again when a flush wrote them after the last change (a flush given
                 # up for want of Redis leaves them to the next heartbeat)
-                if beat or self._reported != self._changes:
+                report = self._reported != self._changes or (beat and not self._unchanged())
+                if beat or report:
                     async with parts.redis.pipeline(transaction=False) as pipe:
-                        self.write_metrics(pipe, report=True)
+                        if report:
+                            self.write_metrics(pipe, report=True)
                         if beat:
                             write_heartbeat(pipe, entry.info)
                         await pipe.execute()
@@ -125,6 +150,7 @@ class Reporter:
             except RedisError as error:  # Redis away: keep trying, the worker lives on
                 log.warning("cannot report to Redis (%s); retrying", error)
                 next_heartbeat = 0.0
+                self._written = (-REPORT_REFRESH_S, "")  # not written: all of it next time
                 await asyncio.sleep(REDIS_RETRY_S)
                 continue
             with contextlib.suppress(TimeoutError):
@@ -138,7 +164,8 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
     our model (`on_lora`), on one pub/sub connection."""
     by_channel = wake_channels(workers)
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
-    watched = WatchedPubSub(pubsub)  # polls: the client's reply timeout is not for idle reads
+    # polls: the client's reply timeout is not for idle reads
+    watched = WatchedPubSub(pubsub, LISTENER_PING_S, LISTENER_SILENT_S)
     retry_s = 0.0
     while True:
         try:
@@ -146,6 +173,7 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
                                    *by_channel)
             watched.restart()
             for worker in workers:  # a wake published while we did not listen was lost
+                worker.listening = True
                 worker.wake.set()
             retry_s = 0.0
             while True:
@@ -154,6 +182,7 @@ async def listen(parts: WorkerParts, *workers: WakeableWorker,
         except (RedisError, TimeoutError) as error:  # resubscribes when Redis answers again
             log.warning("listener lost Redis (%s); reconnecting", error)
             for worker in workers:
+                worker.listening = False  # polls every --poll-delay until it listens again
                 worker.wake.set()  # jobs enqueued meanwhile announced nothing
             # at once the first time: this connection shows api pods the worker is alive
             # (scheduler/worker_presence.py), so it is not gone for longer than a blip

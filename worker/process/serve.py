@@ -342,6 +342,7 @@ class WorkerRuntime:
         )
         worker.model_id = self.parts.model_id
         worker.wake_me = keys.worker_wake_channel(queue, self.parts.worker_id)
+        worker.idle_poll_delay_s = self.settings.idle_poll_delay
         worker.lease_gone = self.parts.leases.forget_gone
         return worker
 

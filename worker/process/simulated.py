@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 def timing_of(settings: WorkerSettings) -> TimingModel:
     return TimingModel(prefill_tps=settings.sim_prefill_tps, itl_ms=settings.sim_itl_ms,
                        itl_jitter=settings.sim_itl_jitter,
-                       batch_slowdown=settings.sim_batch_slowdown)
+                       batch_slowdown=settings.sim_batch_slowdown,
+                       batched=settings.sim_step == "batched")
 
 
 def sim_engine(settings: WorkerSettings, model: LoadedModel, model_id: str, worker_id: str,

@@ -305,6 +305,11 @@ class WorkerSettings(CpuSettings, SimulateSettings, SpeculativeSettings, RoleSet
                         "share of the slots waits (docs/fairness.md)")
     poll_delay: float = flag(1.0, "--poll-delay", env="LLAMAQ_POLL_DELAY",
                              help="arq fallback poll interval in seconds")
+    idle_poll_delay: float = flag(30.0, "--idle-poll-delay", env="LLAMAQ_IDLE_POLL_DELAY",
+                                  help="seconds between two polls of a queue by a worker "
+                                  "that waits for its jobs there and hears its wake channel "
+                                  "(a queued job wakes it: the poll is only the safety net "
+                                  "of a lost wake-up; never below --poll-delay)")
     stream_interval: float = flag(0.0, "--stream-interval", env="LLAMAQ_STREAM_INTERVAL",
                                   help="ms between two sends of a running job's later tokens: "
                                   "the tokens of one job in between go as one event (fewer "

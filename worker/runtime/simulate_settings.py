@@ -27,6 +27,12 @@ class SimulateSettings(BaseModel):
                                      env="LLAMAQ_SIM_BATCH_SLOWDOWN",
                                      help="the inter-token latency grows by this fraction per "
                                      "other active slot (a batch of n: itl × (1 + s × (n-1)))")
+    sim_step: str = flag("batched", "--sim-step", env="LLAMAQ_SIM_STEP",
+                         choices=("batched", "slot"),
+                         help="batched: one step gives every generating slot its next token "
+                         "at once, one inter-token latency for all, and hands the step's "
+                         "events over together, as the real engine's decode of all active "
+                         "slots does; slot: each slot draws its own next-token time")
     sim_kv_tokens: int = flag(262144, "--sim-kv-tokens", env="LLAMAQ_SIM_KV_TOKENS",
                               help="simulated KV budget in tokens: the prefix cache keeps "
                               "blocks while the running requests leave room")

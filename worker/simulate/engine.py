@@ -84,6 +84,8 @@ class Due:
     held: int
     """Tokens it holds in the KV budget."""
     asked: Asked
+    generating: bool = False
+    """Its prompt ended: each next moment is a token's."""
 
 
 class SimEngine(Engine):
@@ -244,9 +246,8 @@ class SimEngine(Engine):
         self._admit_runs(cancelled, now, events)  # slots go to requests waiting now
         self._run_slot_tasks()
         self._settle()
-        going = [due for due in self._due.values() if due.at <= now + EARLY_S]
-        for due in going:
-            self._advance(due, now, events)
+        going = self._going(now)
+        self._next_moments([due for due in going if self._advance(due, now, events)])
         if going:
             self.metrics.n_decode_total += 1
             self.metrics.n_busy_slots_total += len(self._active)
@@ -289,9 +290,41 @@ class SimEngine(Engine):
             if request.job.stream and request.job.return_progress and request.resumed is None:
                 events.append((request.job.job_id, active.progress(active.t_start)))
 
-    def _advance(self, due: Due, now: float, events: list[JobEvent]) -> None:
+    def _going(self, now: float) -> list[Due]:
+        """The runs whose moment came. Batched (TimingModel.batched): the generating runs
+        share one moment, the step's, and a prompt that ends between two steps gives its
+        first token with the next step's tokens, as a prompt's last batch is decoded with the
+        other slots' tokens in the real engine (its time to first token grows by the wait)."""
+        dues = list(self._due.values())
+        if self.timing.batched:
+            step = min((due.at for due in dues if due.generating), default=None)
+            for due in dues:
+                if step is not None and not due.generating and due.at < step:
+                    due.asked.prefill_s += step - due.at
+                    due.at = step
+        return [due for due in dues if due.at <= now + EARLY_S]
+
+    def _next_moments(self, going_on: list[Due]) -> None:
+        """Each next token's moment, on the asked schedule (a late loop catches up, the mean
+        stays): one latency for the whole step when batched, else one a run."""
+        if not going_on:
+            return
+        if self.timing.batched:
+            step = max(due.at for due in going_on)
+            after = step + self.timing.itl_s(len(self._active), self._rng)
+            moments = [after] * len(going_on)
+        else:
+            moments = [due.at + self.timing.itl_s(len(self._active), self._rng)
+                       for due in going_on]
+        for due, at in zip(going_on, moments, strict=True):
+            due.asked.itl_s += at - due.at
+            due.asked.n_itl += 1
+            due.at = at
+            due.generating = True
+
+    def _advance(self, due: Due, now: float, events: list[JobEvent]) -> bool:
         """The run's prompt ends or its next token comes: through the token rules, as a
-        sampled token would (worker/engine/token_step.py)."""
+        sampled token would (worker/engine/token_step.py). False: the run ended."""
         active = due.run
         request = active.request
         late = max(0.0, now - due.at)
@@ -307,7 +340,7 @@ class SimEngine(Engine):
             active.t_prompt_done = now
         if request.n_predict == 0:
             self._runs.finish(active, StopType.LIMIT, now, events)
-            return
+            return False
         token = self.vocab.generated(request.prompt_tokens[:request.n_prompt],
                                      len(active.generated), self.eos_after,
                                      request.sampling.ignore_eos)
@@ -317,11 +350,8 @@ class SimEngine(Engine):
             events.append((request.job.job_id, event))
         if reason is not None:
             self._runs.finish(active, reason.stop_type, now, events)
-            return
-        itl = self.timing.itl_s(len(self._active), self._rng)
-        due.at += itl  # on the asked schedule: a late loop catches up, the mean stays
-        due.asked.itl_s += itl
-        due.asked.n_itl += 1
+            return False
+        return True
 
     def _settle(self) -> None:
         """Runs that ended (finished, cancelled) give their KV to the prefix cache."""

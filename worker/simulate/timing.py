@@ -1,6 +1,7 @@
 """The simulator's timing model: how long a prompt takes (uncached tokens at a prefill speed)
 and how long until a slot's next token (a mean inter-token latency, slowed by the other
-active slots, with a uniform jitter).
+active slots, with a uniform jitter), per step of all generating slots (`batched`, as the real
+engine decodes them) or per slot.
 
 Owns: those two durations, as plain functions of the model's parameters. The engine
 (worker/simulate/engine.py) decides when to ask.
@@ -22,6 +23,9 @@ class TimingModel:
     """Each latency is uniform within ± this fraction of its mean."""
     batch_slowdown: float = 0.0
     """The latency grows by this fraction per other active slot."""
+    batched: bool = True
+    """One step gives every generating slot its token at once (the real engine's decode of
+    all active slots: one latency drawn per step), rather than a time of its own per slot."""
 
     def prefill_s(self, uncached: int) -> float:
         """Time to first token: the uncached prompt tokens at the prefill speed."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from arq import Retry
 from arq.connections import ArqRedis, create_pool
 from arq.worker import func
 from redis.asyncio import Redis
@@ -57,6 +58,8 @@ class Fleet:
     def add(self, name: str, max_jobs: int = 2) -> WakeableWorker:
         async def completion(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
             self.runs.append((name, ctx["job_id"]))
+            if payload.get("prompt") == "hand back" and ctx["job_try"] == 1:
+                raise Retry()  # as worker/process/jobrun.py's hand-backs (drain, preemption)
             if payload.get("prompt") == "block":
                 await self.release.wait()
 
@@ -225,3 +228,15 @@ async def test_a_draining_worker_stops_waiting_and_hands_its_wake_on(
         await pod[2]._enqueue(job(the.queue), the.queue, None)
         await until_true(lambda: the.runs, timeout=5)
         assert the.runs[0][0] == "staying"
+
+
+async def test_a_job_handed_back_to_its_queue_wakes_a_waiting_worker(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A run handed back (a draining worker's, a preempted one's) leaves its job in the queue
+    with no enqueue to announce it: the hand-back wakes a waiting worker itself, instead of
+    leaving the job to the next safety poll (--idle-poll-delay, half a minute)."""
+    async with fleet(pod, "only") as the:
+        await the.start("only")
+        await pod[2]._enqueue(job(the.queue, "hand back"), the.queue, None)
+        await until_true(lambda: len(the.runs) == 2, timeout=5)
+        assert the.runs[0][1] == the.runs[1][1]

@@ -28,10 +28,13 @@ class Sink:
     def __init__(self) -> None:
         self.events: list[JobEvent] = []
         self.steps = 0
+        self.tokens_by_call: list[int] = []
+        """The token events of each call (one call per engine step)."""
 
     def __call__(self, events: list[JobEvent]) -> None:
         self.events.extend(events)
         self.steps += 1
+        self.tokens_by_call.append(sum(isinstance(e, TokenEvent) for _, e in events))
 
     def final(self, job_id: str) -> CompletionResult:
         for jid, event in self.events:
@@ -127,6 +130,39 @@ def test_batch_slowdown_and_jitter_keep_their_mean() -> None:
     # four slots together: 10 ms × (1 + 0.25 × 3), the jitter's mean is 0
     mean_ms = sum(a.itl_s for a in asked) / sum(a.n_itl for a in asked) * 1000
     assert within(mean_ms, 17.5), mean_ms
+    for one in jobs:
+        produced_matches_asked(built, sink, one)
+
+
+def test_a_batched_step_gives_every_generating_slot_its_token_at_once() -> None:
+    """--sim-step batched (the default): as the real engine decodes all its active slots in
+    one step, every generating slot's token comes in the step's one hand-over (the publisher
+    flushes them together); prompts that end between steps join the next step. Per slot
+    (--sim-step slot), each slot's jittered tokens come on their own."""
+    def run(step: str) -> tuple[Sink, SimEngine, list[CompletionJob]]:
+        sink = Sink()
+        built = engine(sink, "--sim-step", step, "--sim-itl-ms", "10", "--sim-itl-jitter",
+                       "0.5", "--sim-prefill-tps", "20000", "-np", "4")
+        # prompts of 101 to 401 tokens: their first tokens due 5 to 20 ms apart
+        jobs = [job(" ".join(f"w{i}" for i in range(100 * (k + 1))), n_predict=30,
+                    stream=True)
+                for k in range(4)]
+        asyncio.run(run_jobs(built, sink, jobs))
+        return sink, built, jobs
+
+    sink, built, jobs = run("batched")
+    with_tokens = [n for n in sink.tokens_by_call if n]
+    assert sum(with_tokens) == 4 * 30
+    # the first job's 30 steps and the few before the last prompt joined: not 4 × 30
+    assert len(with_tokens) <= 30 + 3, with_tokens
+    assert with_tokens.count(4) >= 30 - 3, with_tokens
+    for one in jobs:
+        produced_matches_asked(built, sink, one)
+    asked = [built.asked[j.job_id] for j in jobs]
+    assert within(sum(a.itl_s for a in asked) / sum(a.n_itl for a in asked) * 1000, 10)
+
+    sink, built, jobs = run("slot")
+    assert len([n for n in sink.tokens_by_call if n]) > 2 * 30, sink.tokens_by_call
     for one in jobs:
         produced_matches_asked(built, sink, one)
 
