@@ -134,7 +134,7 @@ class Preemptor:
         """Called when a queue of this worker has news and no slot is free: preempt one
         generation if a more urgent job waits (`fair`: or a job of a tenant below its share).
         News that comes while a look runs makes it look again once it ends (never lost)."""
-        if self.mode == "off":
+        if self.mode == "off" or not all(worker.taking for worker in self._workers):
             return
         if self._checking:
             self._again = True
@@ -218,6 +218,12 @@ class Preemptor:
 
     def _n_slots(self) -> int:
         return len(self._parts.engine.slots)
+
+    def victim_priority(self) -> float | None:
+        """The priority value of the generation the priority rule would preempt now (inf: a
+        batch line), or None (a free slot, or nothing it may preempt)."""
+        victim = self._victim()
+        return None if victim is None else victim_order(*victim)[0]
 
     def _victim(self) -> tuple[CompletionJob, Running] | None:
         """The priority rule's victim: the least urgent of _runs (victim_order)."""
