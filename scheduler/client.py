@@ -171,7 +171,9 @@ class JobClient:
         elif queue_name in (keys.utility_queue(job.model), keys.embed_queue(job.model)):
             room = QueueRoom(self.quick_queue_max, (queue_name,))
         try:
-            async with self._hub.subscription(job.job_id) as queue:
+            ours = isinstance(job, CompletionJob) and bool(self._hub.channel) \
+                and job.reply_to in ("", self._hub.channel)  # _enqueue sets it so
+            async with self._hub.subscription(job.job_id, confirm=not ours) as queue:
                 self._open[job.job_id] = queue
                 try:
                     await self._enqueue(job, queue_name, room)

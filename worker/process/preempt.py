@@ -164,6 +164,7 @@ class Preemptor:
         if not found:
             return False
         waiting_id, priority, score, queue = (_text(v) for v in found)
+        self._runner.start_early(waiting_id)
         now = self._victim()  # the look took a round trip: the victim may have ended
         if now is not None and victim_order(*now) > (int(priority), math.inf):
             self._preempt(now[0], waiting_id, priority)
@@ -203,6 +204,7 @@ class Preemptor:
                     self._queues[queue - 1], *victim_orders, waiting_id,
                     in_progress_key_prefix, str(_lease_ms()), order, victim.job_id):
                 return
+            self._runner.start_early(waiting_id)
             if victim.job_id in self._runner.running:
                 self._preempt(victim, waiting_id, f"{priority}, tenant {waiting.tenant}")
             await self._workers[queue - 1].start_in_seat(waiting_id, int(float(score)))
