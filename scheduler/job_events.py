@@ -243,11 +243,10 @@ class JobEvents:
         a run on a live worker is not cut (llama-server's -to bounds its sockets only)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
-            if not self._queue.empty():  # a stream's next token is often there already
+            if not self._queue.empty():  # no task per event, nor wait_for's (issue 47)
                 return self._queue.get_nowait()
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
-            try:  # asyncio.timeout, not wait_for: no task per event (issue 47: the api pod's
-                # cost per streamed token, which every request on it waits behind)
+            try:
                 async with asyncio.timeout(max(wait, 0.0)):
                     return await self._queue.get()
             except TimeoutError:
