@@ -292,7 +292,7 @@ def test_a_burst_is_bounded_atomically(redis_url: str, workdir: Path,
                                        gemma_path: Path) -> None:
     """-np 1 --queue-max 2, 32 requests sent at the same instant: exactly np + queue_max = 3
     are accepted, the 29 others get 503 with Retry-After at once. The room check and the
-    enqueue are one script (scheduler/client.py ENQUEUE): before, requests that arrived
+    enqueue are one script (scheduler/enqueue.py ENQUEUE): before, requests that arrived
     together passed the check together (8 of 8 accepted were seen)."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-burst")
     try:
