@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,28 @@ def _children_keep_bytecode() -> None:
 
 
 _children_keep_bytecode()
+
+
+def _in_process_threads_sleep() -> None:
+    """The ggml threads of the engines the tests run in this process (2 threads where their
+    figures were recorded with two: test_engine_speculative_llama_server, test_kv_tier_engine)
+    sleep at each barrier instead of spinning: OMP_WAIT_POLICY=PASSIVE, which libgomp reads
+    once, when llama_cpp loads it. The same threads and the same split of the work (so the same
+    numbers), without a second thread spinning through the time the first one needs on the
+    2-core box: test_engine_speculative_llama_server.py 116 CPU seconds at load ~3, 64 with it.
+    Set only around that import: the processes the tests start do not see it (a worker would
+    keep its thread count: worker/runtime/compute_threads.py wait_policy_by_hand), nor does
+    code here that reads the environment."""
+    if "llama_cpp" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        import llama_cpp  # noqa: F401  (loads libgomp, which reads the policy now)
+    finally:
+        del os.environ["OMP_WAIT_POLICY"]
+
+
+_in_process_threads_sleep()
 
 
 @pytest.fixture(scope="session")
