@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.affinity import Affinity, RoutedJob
-from scheduler.contract import event_keys, keys, limits
+from scheduler.contract import event_keys, keys, limits, preempt_keys
 from scheduler.contract.errors import LlamaqError, NotFound, Unavailable
 from scheduler.contract.jobs import (
     CompletionJob,
@@ -42,15 +42,13 @@ from scheduler.contract.results import (
     TokenizeResult,
     expect_result,
 )
-from scheduler.fair_share import DEFAULT_TENANT, FAIR_TAG, fair_args
+from scheduler.enqueue import ENQUEUE
+from scheduler.fair_share import DEFAULT_TENANT, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
-from scheduler.lua_leases import LEASES_OF
-from scheduler.queue_index import INDEXED_WAITING, index_key, indexed
-from scheduler.queue_order import ORDER_ADD, job_priority
-from scheduler.redis_clock import LUA_NOW_MS
+from scheduler.queue_index import index_key, indexed
+from scheduler.queue_order import job_priority
 from scheduler.streams import StreamRecords
-from scheduler.wake import WAKE_ONE
 from scheduler.worker_presence import WorkerPresence
 from storage.results import ResultStore
 
@@ -77,62 +75,6 @@ class QueueRoom:
 
 QueueLimit = Callable[[str], Awaitable[QueueRoom | None]]
 """How many jobs of a model may wait for a slot, and in which queues (None: no bound)."""
-
-ENQUEUE = LUA_NOW_MS + LEASES_OF + INDEXED_WAITING + ORDER_ADD + FAIR_TAG + WAKE_ONE + """
--- KEYS: arq's job key, the job's arq result key, the queue, the queue's order
--- (scheduler/queue_order.py), the model's fair state (scheduler/fair_share.py), the model's
--- index of queued jobs (scheduler/queue_index.py), then the queues whose waiting jobs the
--- bound counts (none: no bound); ARGV: job id, (unused), expiry (ms), the job as arq's
--- serialize_job wrote it, the queue's waiters, the bound (-1: none), the job's priority,
--- arq's in-progress prefix, its tenant, its cost / weight, the queue's shared wake channel,
--- whether the job goes in the model's index ('1': the queue is one the model's bound counts;
--- the bound is then counted from the index, else queue by queue).
--- The job's score is Redis's now (TIME), not the pod's clock; its order score its start tag
--- in its tenant's fair share.
--- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
--- pass the check together: count the due jobs no worker holds in the counted queues (as
--- scheduler/leases.py WAITING_JOBS does); at the bound, refuse. Else no second job under an
--- id whose job or result key exists: PSETEX the job, ZADD it to the queue and its order,
--- then wake one worker waiting on the queue (scheduler/wake.py; none waits: its full ones).
--- Returns {1, waiting} if it enqueued the job, {0, waiting} if the id was taken, {-1,
--- waiting} if the queue is full.
-local bound = tonumber(ARGV[6])
-local in_index = ARGV[12] == '1'
-local waiting = 0
-if bound >= 0 and in_index then
-  local counted = {}
-  for q = 7, #KEYS do counted[KEYS[q]] = true end
-  waiting = indexed_waiting(KEYS[6], counted, ARGV[8], ARGV[3])
-elseif bound >= 0 then
-  for q = 7, #KEYS do
-    local offset = 0
-    while true do
-      local ids = redis.call('ZRANGEBYSCORE', KEYS[q], '-inf', now_score, 'LIMIT', offset, 500)
-      if #ids == 0 then break end
-      for _, lease in ipairs(leases_of(ARGV[8], ids, 1)) do
-        if not lease then waiting = waiting + 1 end
-      end
-      offset = offset + 500
-    end
-  end
-end
-if bound >= 0 and waiting >= bound then return {-1, waiting} end
-local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
-if fresh then
-  redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
-  redis.call('ZADD', KEYS[3], now_score, ARGV[1])
-  if in_index then
-    redis.call('ZADD', KEYS[6], now_score, KEYS[3] .. '\\n' .. ARGV[1])
-    redis.call('PEXPIRE', KEYS[6], ARGV[3])
-  end
-  local tag = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3])
-  order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3])
-end
-wake_one(ARGV[5], ARGV[11])
-if fresh then return {1, waiting} end
-return {0, waiting}
-"""
-
 
 class JobClient:
     def __init__(self, redis: Redis, arq: ArqRedis, hub: EventHub, timeout_s: float,
@@ -179,13 +121,15 @@ class JobClient:
         status, waiting = await self._enqueue_script(
             keys=[job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_name,
                   keys.queue_order(queue_name), keys.fair_state(job.model),
-                  index_key(job.model), *counted],
+                  index_key(job.model), preempt_keys.queue_preemptors(queue_name), *counted],
             args=[job.job_id, 0, int(keys.JOB_TTL_S * 1000), data,
                   keys.queue_waiters(queue_name), room.limit if room is not None else -1,
                   job_priority(job), in_progress_key_prefix, tenant, repr(cost),
                   keys.wake_channel(queue_name),
                   "1" if self._queue_limit is not None and indexed(job.model, queue_name)
-                  else "0"])
+                  else "0",
+                  "1" if isinstance(job, CompletionJob)
+                  and queue_name == keys.slot_queue(job.model) else "0"])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)
@@ -227,7 +171,9 @@ class JobClient:
         elif queue_name in (keys.utility_queue(job.model), keys.embed_queue(job.model)):
             room = QueueRoom(self.quick_queue_max, (queue_name,))
         try:
-            async with self._hub.subscription(job.job_id) as queue:
+            ours = isinstance(job, CompletionJob) and bool(self._hub.channel) \
+                and job.reply_to in ("", self._hub.channel)  # _enqueue sets it so
+            async with self._hub.subscription(job.job_id, confirm=not ours) as queue:
                 self._open[job.job_id] = queue
                 try:
                     await self._enqueue(job, queue_name, room)

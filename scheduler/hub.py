@@ -100,7 +100,16 @@ class EventHub:
                 await self._pubsub.aclose()
 
     @contextlib.asynccontextmanager
-    async def subscription(self, job_id: str) -> AsyncIterator[asyncio.Queue[HubItem]]:
+    async def subscription(self, job_id: str, confirm: bool = True
+                           ) -> AsyncIterator[asyncio.Queue[HubItem]]:
+        """The job's events, from the moment Redis confirmed the subscription to its channel.
+        `confirm` False: a job whose workers announce its events on this pod's channel
+        (`channel`, subscribed since `start`: a job this pod queued with it as `reply_to`)
+        needs no wait for the confirmation, which comes after every message the reader has
+        yet to read (under load, the other streams' tokens: issue 47, a priority 0 request's
+        time to first token); its own channel only brings what a worker writes without its
+        lease (rare: a job given up while Redis was away), which the job's silent checks read
+        back from its log."""
         assert self._pubsub is not None, "EventHub.start() was not awaited"
         channel = keys.job_events(job_id)
         queue: asyncio.Queue[HubItem] = asyncio.Queue()
@@ -110,7 +119,8 @@ class EventHub:
         try:
             await self._until_connected()
             await self._pubsub.subscribe(channel)
-            await confirmed
+            if confirm:
+                await confirmed
             yield queue
         finally:
             self._queues.pop(channel, None)

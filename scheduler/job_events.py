@@ -7,6 +7,7 @@ Owns: JobEvents (one job), merge_events (the jobs of one request, `n` > 1), AnyJ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -243,11 +244,12 @@ class JobEvents:
         a run on a live worker is not cut (llama-server's -to bounds its sockets only)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
+            if not self._queue.empty():  # no task per event, nor wait_for's (issue 47)
+                return self._queue.get_nowait()
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
-            try:
-                return await asyncio.wait_for(self._queue.get(), max(wait, 0.0))
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait, 0.0)):
+                    return await self._queue.get()
             if time.monotonic() >= deadline:
                 if not self._running:
                     raise Unavailable(f"no worker took this request within "

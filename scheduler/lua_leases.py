@@ -3,7 +3,7 @@ of a page of jobs in one command (issue 44: an EXISTS a job, running ones includ
 a job's commands), and a worker's renewal and release of its leases.
 
 Owns: that helper, RENEW and RELEASE. Does not own: the scripts that use the helper
-(scheduler/leases.py CLAIM_JOBS and WAITING_JOBS, scheduler/client.py ENQUEUE), when leases are
+(scheduler/leases.py CLAIM_JOBS and WAITING_JOBS, scheduler/enqueue.py ENQUEUE), when leases are
 renewed or released (scheduler/leases.py Leases)."""
 
 from __future__ import annotations

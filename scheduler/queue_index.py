@@ -17,7 +17,7 @@ a worker's queue to the shared one moves in the index too: MOVE_TO_SHARED), and 
 against its queue and its lease as that count did.
 
 Owns: the Lua of the index (count, move) and the move of a routed job to the shared queue.
-Does not own: the scripts that use it (scheduler/client.py ENQUEUE), the lease helper
+Does not own: the scripts that use it (scheduler/enqueue.py ENQUEUE), the lease helper
 (scheduler/lua_leases.py)."""
 
 from __future__ import annotations

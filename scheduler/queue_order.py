@@ -16,7 +16,7 @@ it is taken again before every job of its priority queued after it.
 
 Owns: the Lua of both steps. Does not own: the order score, a job's start tag in its tenant's
 fair share of the model (scheduler/fair_share.py), the
-queue's own scripts (scheduler/client.py ENQUEUE, scheduler/leases.py CLAIM_JOBS)."""
+queue's own scripts (scheduler/enqueue.py ENQUEUE, scheduler/leases.py CLAIM_JOBS)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,28 @@ def _children_keep_bytecode() -> None:
 
 
 _children_keep_bytecode()
+
+
+def _in_process_threads_sleep() -> None:
+    """The ggml threads of the engines the tests run in this process (2 threads where their
+    figures were recorded with two: test_engine_speculative_llama_server, test_kv_tier_engine)
+    sleep at each barrier instead of spinning: OMP_WAIT_POLICY=PASSIVE, which libgomp reads
+    once, when llama_cpp loads it. The same threads and the same split of the work (so the same
+    numbers), without a second thread spinning through the time the first one needs on the
+    2-core box: test_engine_speculative_llama_server.py 116 CPU seconds at load ~3, 64 with it.
+    Set only around that import: the processes the tests start do not see it (a worker would
+    keep its thread count: worker/runtime/compute_threads.py wait_policy_by_hand), nor does
+    code here that reads the environment."""
+    if "llama_cpp" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        import llama_cpp  # noqa: F401  (loads libgomp, which reads the policy now)
+    finally:
+        del os.environ["OMP_WAIT_POLICY"]
+
+
+_in_process_threads_sleep()
 
 
 @pytest.fixture(scope="session")
@@ -139,13 +162,30 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_gemma_vocab_path(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
+def tiny_gemma_vocab_path(gemma_path: Path) -> Path:
     """A tiny llama GGUF with random weights and Gemma 3's tokenizer (tests/tiny_gguf.py): a
-    draft model for Gemma that llama.cpp finds compatible and that drafts badly."""
-    from tests.tiny_gguf import write_tiny_with_vocab_of
+    draft model for Gemma that llama.cpp finds compatible and that drafts badly.
 
-    return write_tiny_with_vocab_of(tmp_path_factory.mktemp("tiny-gemma-vocab")
-                                    / "tiny-gemma-vocab.gguf", gemma_path)
+    Written once per machine beside the model (12 CPU seconds: gguf's reader parses Gemma's
+    262k-token vocabulary in Python), under a name that holds the model file's size and mtime
+    and a hash of tests/tiny_gguf.py, so another model or a changed writer writes it again;
+    the weights are seeded, so the file is the one each run wrote before."""
+    import hashlib
+
+    from storage._fs import atomic_path, file_lock
+    from tests import tiny_gguf
+
+    stat = gemma_path.stat()
+    key = hashlib.sha256(f"{gemma_path.name}:{stat.st_size}:{stat.st_mtime_ns}:".encode()
+                         + Path(tiny_gguf.__file__).read_bytes()).hexdigest()[:16]
+    target = gemma_path.with_name(f"tiny-gemma-vocab-{key}.gguf")
+    if target.is_file():
+        return target
+    with file_lock(target.with_name(target.name + ".lock")):
+        if not target.is_file():
+            with atomic_path(target) as tmp:
+                tiny_gguf.write_tiny_with_vocab_of(tmp, gemma_path)
+    return target
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from api.chat.autoparse.analysis import analyze
+from api.chat.autoparse.streamed import CallsReader, partial_reader
 from api.chat.autoparse.syntax import auto_syntax
 from api.chat.family_calls import (
     DSML,
@@ -32,6 +33,7 @@ from api.chat.family_calls import (
 )
 from api.chat.harmony import PRESERVED_TOKENS as HARMONY_TOKENS
 from api.chat.harmony import is_harmony_template
+from api.chat.listed_calls import parse_listed_calls
 from api.chat.reasoning_tags import KIMI_K3_MARKERS, reasoning_tags
 from api.chat.tagged_calls import (
     KIMI_ARGS_BEGIN,
@@ -101,6 +103,10 @@ class ChatFormat:
     reasoning: tuple[str, str] | None = None
     """The thinking tags, where the template's analysis found others than reasoning_tags.py
     knows (the auto-parser's)."""
+    streamed: Mapping[object, CallsReader] = field(default_factory=dict)
+    """Block parser → the reader of its block while it is still open, for the blocks here
+    whose calls stream as they are written beside those of streamed_calls.py (the
+    auto-parser's: autoparse/streamed.py)."""
 
 
 GENERIC = ChatFormat("generic")
@@ -191,11 +197,11 @@ MINIMAX_M3 = ChatFormat(
 MINICPM5 = ChatFormat(
     "minicpm5", blocks={'<function name="': ("</function>", parse_minicpm5_call)})
 NEMOTRON_V2 = ChatFormat(
-    "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_json_calls)},
+    "nemotron-v2", blocks={"<TOOLCALL>": ("</TOOLCALL>", parse_listed_calls)},
     markers=("<TOOLCALL>", "</TOOLCALL>"),
     frame=CallFrame("<TOOLCALL>", "</TOOLCALL>", listed=True))
 APRIEL = ChatFormat(
-    "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_json_calls)},
+    "apriel", blocks={"<tool_calls>": ("</tool_calls>", parse_listed_calls)},
     markers=("<tool_calls>", "</tool_calls>"),
     frame=CallFrame("<tool_calls>", "</tool_calls>", listed=True))
 APERTUS = ChatFormat(
@@ -272,10 +278,14 @@ def _auto_format(template_source: str) -> ChatFormat:
     if syntax is None:
         return GENERIC
     blocks: dict[str, tuple[str, BlockParser]] = {}
+    streamed: dict[object, CallsReader] = {}
     if syntax.read is not None:
         blocks[syntax.start] = (syntax.end or TO_THE_END, syntax.read)
+        reader = partial_reader(analyze(template_source).tools)
+        if reader is not None:
+            streamed[syntax.read] = reader
     return ChatFormat("auto", blocks=blocks, dropped=syntax.dropped, markers=syntax.markers,
-                      reasoning=syntax.reasoning)
+                      reasoning=syntax.reasoning, streamed=streamed)
 
 
 _SPECIALIZED = frozenset({

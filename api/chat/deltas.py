@@ -7,6 +7,10 @@ from __future__ import annotations
 from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
 from api.chat.tool_formats import WHITESPACE, ParsedCall, random_string
 
+Partial = tuple[str, str, str, "str | None"]
+"""A call being written: name, the arguments certain so far, the arguments guessed whole, its
+id where the model wrote one (streamed_calls.py)."""
+
 
 class Deltas:
     def __init__(self, *, legacy: bool, parallel: bool) -> None:
@@ -18,8 +22,8 @@ class Deltas:
         self.skip_ws = False  # drop the whitespace before the next text (after </think>)
         self.held = ""  # whitespace read in the body, emitted only if content follows
         self.tool_calls: list[ToolCall] = []
-        self.streaming: ToolCall | None = None  # the call whose arguments are being streamed
-        self.guess = ""  # its arguments as they would be if the block ended here
+        self._block: list[ToolCall] = []  # the open block's calls, streamed as written
+        self.guess = ""  # the last one's arguments as they would be if the block ended here
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._out: list[ChatDelta] = []
@@ -72,44 +76,51 @@ class Deltas:
         else:
             self.held += text
 
-    def stream_call(self, partial: tuple[str, str, str, str | None] | None) -> None:
-        """A call still being written (streamed_calls.py: name, the arguments certain so far,
-        the arguments guessed whole, its id where the model wrote one): its first delta once
-        its name is known, then each new piece of its arguments."""
-        if partial is None or (not self.parallel and self.tool_calls and not self.streaming):
-            return
-        name, certain, guess, ident = partial
-        if self.streaming is None:
-            self.held = ""
-            self.streaming = ToolCall(id=ident or random_string(), name=name, arguments="")
-            self.tool_calls.append(self.streaming)
-            index = len(self.tool_calls) - 1
-            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(index, self.streaming.id,
-                                                                 name, "")]))
-        call = self.streaming
-        if call.name == name and certain.startswith(call.arguments) and \
-                len(certain) > len(call.arguments):
-            piece = certain[len(call.arguments):]
-            call.arguments = certain
-            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(len(self.tool_calls) - 1,
-                                                                 arguments=piece)]))
-        self.guess = guess
+    @property
+    def streaming(self) -> ToolCall | None:
+        """The call of the open block whose arguments are being streamed (its last begun)."""
+        return self._block[-1] if self._block else None
+
+    def stream_call(self, found: Partial | list[Partial] | None) -> None:
+        """The calls of a block still being written (streamed_calls.py: name, the arguments
+        certain so far, the arguments guessed whole, its id where the model wrote one; a
+        reader gives the block's first call, or each call begun so far): a call's first delta
+        once its name is known, then each new piece of its arguments."""
+        partials = found if isinstance(found, list) else [found] if found else []
+        for i, (name, certain, guess, ident) in enumerate(partials):
+            if i == len(self._block):  # a call begins
+                if not self.parallel and self.tool_calls:
+                    break
+                self.held = ""
+                call = ToolCall(id=ident or random_string(), name=name, arguments="")
+                self._block.append(call)
+                self.tool_calls.append(call)
+                self._out.append(ChatDelta(tool_calls=[ToolCallDelta(
+                    len(self.tool_calls) - 1, call.id, name, "")]))
+            call = self._block[i]
+            if call.name == name and certain.startswith(call.arguments) and \
+                    len(certain) > len(call.arguments):
+                piece = certain[len(call.arguments):]
+                call.arguments = certain
+                self._out.append(ChatDelta(tool_calls=[ToolCallDelta(
+                    self.tool_calls.index(call), arguments=piece)]))
+            if i == len(self._block) - 1:
+                self.guess = guess
 
     def end_stream(self, calls: list[ParsedCall] | None) -> list[ParsedCall]:
-        """The streamed call ends: its arguments completed from the block's calls (`None`: the
-        block did not parse, the call is kept with the arguments guessed so far); returns the
-        block's other calls."""
-        call, self.streaming = self.streaming, None
-        if call is None:
-            return calls or []
-        rest = (calls or [])[1:]
-        final = calls[0].arguments if calls else self.guess
-        piece = final[len(call.arguments):] if final.startswith(call.arguments) else ""
-        call.arguments += piece
-        if piece:
-            self._out.append(ChatDelta(tool_calls=[ToolCallDelta(
-                self.tool_calls.index(call), arguments=piece)]))
-        return rest
+        """The streamed calls' block ends: their arguments completed from the block's calls
+        (`None`: the block did not parse, the calls are kept, the last with the arguments
+        guessed so far); returns the block's other calls."""
+        block, self._block = self._block, []
+        for i, call in enumerate(block):
+            final = calls[i].arguments if calls and i < len(calls) else \
+                self.guess if i == len(block) - 1 else call.arguments
+            piece = final[len(call.arguments):] if final.startswith(call.arguments) else ""
+            call.arguments += piece
+            if piece:
+                self._out.append(ChatDelta(tool_calls=[ToolCallDelta(
+                    self.tool_calls.index(call), arguments=piece)]))
+        return (calls or [])[len(block):]
 
     def calls(self, calls: list[ParsedCall]) -> None:
         self.held = ""  # whitespace before a call is dropped; after it, held as usual

@@ -10,9 +10,9 @@ call (it then stays content). chat_formats.py says which template writes which:
 - MiniMax-M3: `<tool_call>` of `<invoke name="N"><K>V</K></invoke>`, each tag after the
   `]<]minimax[>[` namespace token
 - MiniCPM 5: `<function name="N"><param name="K">V</param></function>`
-- Nemotron-Nano-v2 `<TOOLCALL>[json]</TOOLCALL>`, Apriel `<tool_calls>[json]</tool_calls>`,
-  Apertus `<|tools_prefix|>[{"NAME": {args}}]<|tools_suffix|>`, GigaChat 3
-  `function call<|role_sep|>\\n{json}` to the end of the answer
+- Nemotron-Nano-v2 `<TOOLCALL>[json]</TOOLCALL>`, Apriel `<tool_calls>[json]</tool_calls>`
+  (their blocks: listed_calls.py), Apertus `<|tools_prefix|>[{"NAME": {args}}]<|tools_suffix|>`,
+  GigaChat 3 `function call<|role_sep|>\\n{json}` to the end of the answer
 """
 
 from __future__ import annotations

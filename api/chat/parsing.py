@@ -34,7 +34,7 @@ from api.chat.message import ChatDelta, ChatMessage
 from api.chat.mistral_calls import MistralCalls
 from api.chat.partial_calls import cut_short_calls
 from api.chat.reasoning_tags import check_reasoning_format, reasoning_tags
-from api.chat.streamed_calls import DROPPED_WHEN_BROKEN, STREAMED, cut_block_calls
+from api.chat.streamed_calls import DROPPED_WHEN_BROKEN, STREAMED, cut_block_calls, kept_call
 from api.chat.tagged_calls import ParamTypes
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -91,6 +91,7 @@ class ChatOutputParser:
         self._tools = tools
         self._types: ParamTypes = param_types or {}
         self._blocks = {**GENERIC_BLOCKS, **chat_format.blocks}
+        self._streamed = {**STREAMED, **chat_format.streamed}
         self._dropped = (*chat_format.dropped,
                          *(chat_format.dropped_reasoning if reasoning else ()))
         self._call_markers = (*self._blocks, MISTRAL_TOOL_CALLS, PYTHON_TAG) if tools else ()
@@ -296,17 +297,16 @@ class ChatOutputParser:
         end_tag, parse = self._block
         end = self._text.find(end_tag, self._pos) if end_tag != TO_THE_END else -1
         if end < 0 and not final:
-            if parse in STREAMED:  # calls streamed as they are written (streamed_calls.py)
-                self._emit.stream_call(STREAMED[parse](self._text[self._pos :], self._types))
+            if (reader := self._streamed.get(parse)) is not None:  # streamed as written
+                self._emit.stream_call(reader(self._text[self._pos :], self._types))
             return False
         inner = self._text[self._pos : end if end >= 0 else len(self._text)]
         if end < 0 and end_tag != TO_THE_END:
             self._cut_short(inner, end_tag, parse)
             return True
         calls = parse(inner, self._types)
-        if not calls and parse in STREAMED:  # a named call cut short is kept, as streamed
-            started = STREAMED[parse](inner, self._types)
-            calls = [ParsedCall(started[0], started[2], started[3])] if started else None
+        if not calls and parse in self._streamed:  # a named call cut short is kept
+            calls = kept_call(self._streamed[parse], inner, self._types, closed=end >= 0)
         if calls or self._emit.streaming is not None:
             self._accept_calls(calls or [], end + len(end_tag) if end >= 0 else len(self._text))
         elif end >= 0 and parse in DROPPED_WHEN_BROKEN:
@@ -328,7 +328,7 @@ class ChatOutputParser:
         calls written whole (a half end tag aside), else the call once named, its arguments as
         far as they go (unclosed JSON), else nothing; never content (test_chat_malformed.py)."""
         inner = inner[: len(inner) - partial_suffix(inner, 0, (end_tag,))]
-        calls, guess = cut_block_calls(inner, parse, self._types)
+        calls, guess = cut_block_calls(inner, parse, self._types, self._streamed.get(parse))
         self._emit.guess = guess if guess is not None else self._emit.guess
         self._accept_calls(calls, len(self._text))
 

@@ -17,6 +17,7 @@ from api.chat.family_calls import (
     _DSML_PARAM,
     DSML,
     dsml_arguments,
+    parse_apertus_calls,
     parse_dsml_calls,
     parse_gemma4_call,
     parse_json_calls,
@@ -25,11 +26,19 @@ from api.chat.family_calls import (
     parse_muse_call,
     parse_pythonic_calls,
 )
+from api.chat.listed_calls import (
+    list_items,
+    listed_apertus,
+    listed_json,
+    listed_minimax,
+    parse_listed_calls,
+)
 from api.chat.partial_calls import (
     cut_short_calls,
     load_partial_json,
     partial_arguments,
     partial_tool_call,
+    partial_xml_call,
 )
 from api.chat.tagged_calls import (
     _GLM_ARG,
@@ -37,26 +46,61 @@ from api.chat.tagged_calls import (
     _NAME,
     KIMI_ARGS_BEGIN,
     KIMI_CALL_BEGIN,
+    KIMI_CALL_END,
     ParamTypes,
     _typed_arguments,
     parse_command_r_action,
     parse_glm_tool_call,
     parse_kimi_call,
     parse_kimi_section,
+    parse_minimax_calls,
     parse_tool_call_block,
     parse_xml_calls,
     typed_value,
 )
-from api.chat.tool_formats import WHITESPACE, ParsedCall, dump_arguments
+from api.chat.tool_formats import WHITESPACE, ParsedCall, call_from_object, dump_arguments
 
 Partial = tuple[str, str, str, "str | None"]
 PartialReader = Callable[[str, ParamTypes], "Partial | None"]
+BlockPartials = Callable[[str, ParamTypes], "Partial | list[Partial] | None"]
+"""A reader of the block's first call (PartialReader) or of each call begun so far (the
+auto-parser's: autoparse/streamed.py)."""
+
+
+def partials_of(found: Partial | list[Partial] | None) -> list[Partial]:
+    return found if isinstance(found, list) else [found] if found else []
+
+
+def _kept(started: list[Partial], closed: bool) -> list[ParsedCall]:
+    """The calls begun in a block that ends here: those before the last whole, the last with
+    its arguments guessed whole where the block closed, as far as they are certain where the
+    answer ends in it."""
+    *done, (name, certain, guess, ident) = started
+    return [ParsedCall(c[0], c[2], c[3]) for c in done] + \
+        [ParsedCall(name, guess if closed else certain, ident)]
 _PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
 
 
 def _generic(inner: str, types: ParamTypes) -> Partial | None:
     found = partial_tool_call(inner, types)
     return (*found, None) if found else None
+
+
+_FUNCTION = "<function="
+
+
+def _generic_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """A `<tool_call>` block's calls: its JSON call, or each of its XML functions in turn."""
+    text = inner.lstrip(WHITESPACE)
+    if not text.startswith(_FUNCTION):
+        return partials_of(_generic(inner, types))
+    found: list[Partial] = []
+    for piece in text.split(_FUNCTION)[1:]:
+        call = partial_xml_call(_FUNCTION + piece, types)
+        if call is None:
+            break
+        found.append((*call, None))
+    return found
 
 
 def _pythonic(inner: str, _types: ParamTypes) -> Partial | None:
@@ -90,6 +134,20 @@ def _r7b(inner: str, _types: ParamTypes) -> Partial | None:
     return name, dumped[:len(dumped) - open_in_args], dumped, ident
 
 
+def _r7b_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """Each action of Command-R7B's list begun so far, in turn."""
+    items, open_item = list_items(inner)
+    found: list[Partial] = []
+    for item in items:
+        call = call_from_object(item)
+        if call is None:
+            return found
+        ident = item.get("tool_call_id")
+        found.append((call.name, call.arguments, call.arguments,
+                      call.id or (str(ident) if ident is not None else None)))
+    return found + partials_of(_r7b(open_item, types) if open_item else None)
+
+
 def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     """Kimi-K2 `functions.NAME:0<|tool_call_argument_begin|>{…` (in a section or not)."""
     text = inner.lstrip(WHITESPACE).removeprefix(KIMI_CALL_BEGIN)
@@ -100,6 +158,22 @@ def _kimi(inner: str, _types: ParamTypes) -> Partial | None:
     arguments = partial_arguments(body) if body.strip(WHITESPACE) else ("", "{}")
     certain, guess = arguments or ("", "{}")
     return found.group(1), certain, guess, ident.strip(WHITESPACE)
+
+
+def _kimi_calls(inner: str, types: ParamTypes, *, opened: bool = False) -> list[Partial]:
+    """Each Kimi-K2 call of a section begun so far (`opened`: the block's own marker opened
+    the first call, the calls after it begin where their `<|tool_call_begin|>` is written)."""
+    pieces = inner.split(KIMI_CALL_BEGIN)
+    head, pieces = ("", pieces) if opened else (pieces[0], pieces[1:])
+    found: list[Partial] = []
+    if head.strip(WHITESPACE):
+        return found
+    for piece in pieces:
+        call = _kimi(piece.split(KIMI_CALL_END)[0], types)
+        if call is None:
+            break
+        found.append(call)
+    return found
 
 
 def _glm(inner: str, types: ParamTypes) -> Partial | None:
@@ -159,6 +233,22 @@ def _dsml(inner: str, types: ParamTypes) -> Partial | None:
     return _open(name, dsml_arguments(name, params, types), done >= 0)
 
 
+def _dsml_calls(inner: str, types: ParamTypes) -> list[Partial]:
+    """Each DSML invoke of the block begun so far, in turn."""
+    found: list[Partial] = []
+    rest = inner
+    while (opened := _DSML_OPEN.match(rest)) is not None:
+        end = rest.find(_DSML_END, opened.end())
+        call = _dsml(rest if end < 0 else rest[:end + len(_DSML_END)], types)
+        if call is None:
+            break
+        found.append(call)
+        if end < 0:
+            break
+        rest = rest[end + len(_DSML_END):]
+    return found
+
+
 _CPM_NAME = re.compile(r'([^"<>]+)">')
 
 
@@ -192,11 +282,14 @@ def _muse(inner: str, types: ParamTypes) -> Partial | None:
                         for m in params}, False)
 
 
-STREAMED: dict[object, PartialReader] = {
-    parse_tool_call_block: _generic, parse_xml_calls: _generic,
-    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b,
-    parse_kimi_section: _kimi, parse_kimi_call: _kimi, parse_glm_tool_call: _glm,
-    parse_dsml_calls: _dsml, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
+STREAMED: dict[object, BlockPartials] = {
+    parse_tool_call_block: _generic_calls, parse_xml_calls: _generic_calls,
+    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b_calls,
+    parse_kimi_section: _kimi_calls, parse_glm_tool_call: _glm,
+    parse_kimi_call: lambda inner, types: _kimi_calls(inner, types, opened=True),
+    parse_dsml_calls: _dsml_calls, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,
+    parse_listed_calls: listed_json, parse_apertus_calls: listed_apertus,
+    parse_minimax_calls: listed_minimax,
 }
 """Block parser → the reader of its block while it is still open."""
 OPEN_UNTIL_CLOSED = frozenset({parse_glm_tool_call, parse_minicpm5_call, parse_muse_call})
@@ -233,16 +326,25 @@ DROPPED_WHEN_BROKEN = frozenset({parse_gemma4_call})
 drops it (Gemma 4's), not content."""
 
 
+def kept_call(reader: BlockPartials, inner: str, types: ParamTypes, *, closed: bool,
+              ) -> list[ParsedCall] | None:
+    """The calls a block that does not parse keeps, once named (`_kept`)."""
+    started = partials_of(reader(inner, types))
+    return _kept(started, closed) if started else None
+
+
 def cut_block_calls(inner: str, parse: Callable[[str, ParamTypes], list[ParsedCall] | None],
-                    types: ParamTypes) -> tuple[list[ParsedCall], str | None]:
+                    types: ParamTypes, streamed: BlockPartials | None = None,
+                    ) -> tuple[list[ParsedCall], str | None]:
     """(the calls, the arguments guessed so far or None) of a block the answer ends in, cut
     short (`max_tokens`), as llama.cpp's lenient parse reads it: the calls written whole, else
-    the call once named, its arguments as far as they go (unclosed), else none."""
+    the calls once named, the last one's arguments as far as they go (unclosed), else none.
+    `streamed`: the block's open reader, where it is not one of STREAMED (the auto-parser's)."""
     calls = [] if parse in OPEN_UNTIL_CLOSED else parse(inner, types) or []
-    reader = STREAMED.get(parse) or CUT_SHORT.get(parse)
-    started = reader(inner, types) if not calls and reader is not None else None
+    reader = streamed or STREAMED.get(parse) or CUT_SHORT.get(parse)
+    started = partials_of(reader(inner, types)) if not calls and reader is not None else []
     if started:
-        return [ParsedCall(started[0], started[1], started[3])], started[1]
+        return _kept(started, closed=False), started[-1][1]
     if not calls and parse is parse_json_calls:  # a JSON list of calls, cut short
         return cut_short_calls(inner) or [], None
     return calls, None

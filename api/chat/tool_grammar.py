@@ -69,15 +69,16 @@ class CallFrame:
     `prefix` and `suffix`, the call objects of `shape` (`name_arguments`: {"name",
     "arguments"}; `name_parameters`: {"name", "parameters"}; `r7b`: {"tool_call_id",
     "tool_name", "parameters"}; `apertus`: {NAME: arguments}; `arguments`: the arguments
-    alone, the one function's name in the markers), one JSON array of them when
-    `listed`, else one object per block (blocks repeated after `separator` for parallel
-    calls)."""
+    alone, the function's name in the markers: `prefix`, the name, `after_name`), one JSON
+    array of them when `listed`, else one object per block (blocks repeated after `separator`
+    for parallel calls)."""
 
     prefix: str
     suffix: str = ""
     shape: str = "name_arguments"
     listed: bool = False
     separator: str = ""
+    after_name: str = ""
 
 
 def _shaped_call(tool: Mapping[str, Any], shape: str) -> dict[str, Any]:
@@ -101,11 +102,19 @@ def native_tool_call(tools: Sequence[Mapping[str, Any]], choice: ToolChoice,
                      parallel_tool_calls: bool, frame: CallFrame) -> tuple[str, list[str]]:
     """(JSON schema as JSON text, the job's `json_schema_frame`) forcing a call in the
     template's own format (`tool_choice` "required" or a named function), as llama-server's
-    grammar for the format forces it (no system-prompt line)."""
+    grammar for the format forces it (no system-prompt line). Where the markers name the
+    function (shape `arguments`), each function is one alternative of the schema's `anyOf`,
+    written after its own markers: the frame's entries past the third, in the same order."""
     if choice.name is not None:
         tools = [tool for tool in tools if _function(tool).get("name") == choice.name]
     calls = [_shaped_call(tool, frame.shape) for tool in tools]
     one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    if frame.shape == "arguments":
+        named = [str(_function(tool)["name"]) + frame.after_name for tool in tools]
+        if len(named) == 1:
+            return json.dumps(one, ensure_ascii=False), [frame.prefix + named[0], frame.suffix,
+                                                         ""]
+        return json.dumps(one, ensure_ascii=False), [frame.prefix, frame.suffix, "", *named]
     if frame.listed:
         one = {"type": "array", "items": one, "minItems": 1,
                **({} if parallel_tool_calls else {"maxItems": 1})}

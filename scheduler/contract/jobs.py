@@ -164,7 +164,10 @@ class CompletionJob(BaseModel):
     json_schema_frame: list[str] | None = None
     """[prefix, suffix, separator]: the output is `json_schema`'s value written between prefix
     and suffix (a forced tool call in the template's own format: `<tool_call>\n` … `\n
-    </tool_call>`), repeated after the separator when it is not empty."""
+    </tool_call>`), repeated after the separator when it is not empty. [prefix, suffix,
+    separator, *named]: `json_schema` is an `anyOf` of as many schemas as `named`, the i-th
+    written after prefix and named[i] (a function's name in the template's markers, one
+    alternative per function: worker/engine/framed_grammar.py)."""
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None

@@ -239,10 +239,10 @@ class Engine:
             request.sampler.free()
             events.append((request.job.job_id, self._runs.cancel_event(request.job.job_id)))
         for request, slot in decision.admitted:
-            self.on_slots_changed()
             self._tasks_started += 1
             active = self._start(request, slot, self._tasks_started)
             self._active[slot.slot_id] = active
+            self.on_slots_changed()  # once counted: what it tells reads busy_slots (issue 47)
             events.append((request.job.job_id, StartedEvent()))
             if request.job.stream and request.job.return_progress \
                     and request.resumed is None:  # the 0 % event (a continuation shows none)

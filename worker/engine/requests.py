@@ -9,7 +9,6 @@ request reaches the engine thread: a bad request fails here, without taking a sl
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import llama_cpp as lc
@@ -21,6 +20,7 @@ from scheduler.contract.limits import DEFAULT_N_PROBS_MAX, check_completion, che
 from scheduler.contract.results import Continuation
 from scheduler.migration import continuation_seed
 from worker.adapters.alora import ALoraRun, alora_plan
+from worker.engine.framed_grammar import framed_alternatives, framed_grammar
 from worker.engine.infill import infill_tokens
 from worker.engine.message_spans import user_starts
 from worker.engine.sampling import SamplerChain, resolve_sampling
@@ -204,32 +204,18 @@ def grammar_of(job: CompletionJob, defaults: EngineDefaults) -> str | None:
     if job.grammar:
         return job.grammar
     if job.json_schema is not None:
-        try:
-            grammar = str(json_schema_to_gbnf(job.json_schema))
-        except Exception as exc:  # the converter is pure Python: any failure is the schema's
+        frame = job.json_schema_frame or []
+        try:  # the converter is pure Python: any failure is the schema's (or the frame's)
+            if len(frame) > 3:  # one alternative per function, each in its own markers
+                grammar = framed_alternatives(job.json_schema, *frame)
+            else:
+                grammar = str(json_schema_to_gbnf(job.json_schema))
+                grammar = framed_grammar(grammar, *frame) if frame else grammar
+        except Exception as exc:
             raise InvalidRequest(f"Failed to convert the JSON schema to a grammar: {exc}") from None
-        if job.json_schema_frame:
-            grammar = framed_grammar(grammar, *job.json_schema_frame)
         check_grammar(grammar, "json_schema")  # what the schema turned into must fit too
         return grammar
     return defaults.grammar
-
-
-def _gbnf_literal(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
-
-
-def framed_grammar(grammar: str, prefix: str, suffix: str, separator: str = "") -> str:
-    """A schema's grammar whose value is written between `prefix` and `suffix` (repeated after
-    `separator` when there is one): its `root` becomes `framed-value`."""
-    body = re.sub(r"(?m)^root\s*::=", "framed-value ::=", grammar, count=1)
-    block = " ".join(part for part in (_gbnf_literal(prefix) if prefix else "", "framed-value",
-                                       _gbnf_literal(suffix) if suffix else "") if part)
-    root = f"framed-block ::= {block}\nroot ::= framed-block"
-    if separator:
-        root += f" ({_gbnf_literal(separator)} framed-block)*"
-    return f"{root}\n{body}"
 
 
 def token_biases(biases: list[LogitBias], vocab: Vocab) -> list[tuple[int, float]]:

@@ -63,13 +63,13 @@ class SlotRuns:
         if active.request.alora is not None:
             self._sets.end_alora(self._kv, active.slot, active.request.alora)
         self.previous[active.slot.slot_id] = active
-        self._slots_changed()
         active.request.sampler.free()
         if self._spec is not None:
             self._spec.end(active, self._metrics)
         active.slot.busy = False
         active.slot.last_used = time.monotonic()
         del self.active[active.slot.slot_id]
+        self._slots_changed()  # once freed: what it tells reads the engine's state
 
     def fail_one(self, active: SlotRun, error: Exception, events: list[JobEvent]) -> None:
         job_id = active.request.job.job_id

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 100
 """arq's own limit, out of the way: the re-run rule decides (a job handed back by a draining
 worker is not a try)."""
+START_EARLY_S = 10.0
+"""How long a lease start begun ahead of its run waits for it (JobRunner.start_early)."""
 CTX_KEY = "runner"
 """Where the JobRunner sits in the ctx arq hands every function."""
 
@@ -69,11 +71,35 @@ class JobRunner:
         self._background: set[asyncio.Task[None]] = set()
         self.running: dict[str, Running] = {}
         """The jobs this worker runs (or holds waiting for a slot), by id."""
+        self._starts: dict[str, asyncio.Task[Start]] = {}
+        """Lease starts begun ahead of their runs (`start_early`)."""
+
+    def start_early(self, job_id: str) -> None:
+        """Begin the lease start of a job this worker claimed and starts now (a preemption's
+        seat: worker/process/preempt.py) while arq's own start of its run is on its way:
+        the two round trips overlap instead of following each other on the urgent job's way
+        to its slot (issue 47). A start that no run takes (arq found the job gone) lets the
+        lease go after START_EARLY_S."""
+        task = asyncio.get_running_loop().create_task(self.parts.leases.start(job_id))
+        self._starts[job_id] = task
+        asyncio.get_running_loop().call_later(START_EARLY_S, self._untaken, job_id, task)
+
+    def _untaken(self, job_id: str, task: asyncio.Task[Start]) -> None:
+        if self._starts.get(job_id) is not task:
+            return
+        del self._starts[job_id]
+        if task.done() and task.exception() is None:
+            release = asyncio.get_running_loop().create_task(self.parts.leases.release(job_id))
+            self._background.add(release)
+            release.add_done_callback(self._background.discard)
+        elif not task.done():
+            task.cancel()
 
     async def run(self, payload: dict[str, Any], kind: JobKind) -> None:
         parts = self.parts
         job_id = str(payload.get("job_id", "?"))
-        start = await parts.leases.start(job_id)
+        prefetched = self._starts.pop(job_id, None)
+        start = await (prefetched if prefetched is not None else parts.leases.start(job_id))
         if start.cancelled:
             log.info("job %s: cancelled before it started", job_id)
             await parts.leases.release(job_id)

@@ -77,6 +77,8 @@ class Reporter:
         self._prefixes = PrefixIndex()
         self._changes = 0
         """Slot changes the engine told of so far (counted on the loop)."""
+        self.on_change: list[Callable[[], None]] = []
+        """Called on the event loop when a slot starts or ends a request."""
         self._reported = -1
         """`_changes` when the last complete report (slots included) was queued: a flush
         that starts or ends a job writes one ahead of its events, after the change that the
@@ -125,6 +127,8 @@ class Reporter:
         def changed_now() -> None:
             self._changes += 1
             changed.set()
+            for callback in self.on_change:
+                callback()
 
         def notify() -> None:
             loop.call_soon_threadsafe(changed_now)
@@ -159,10 +163,12 @@ class Reporter:
 
 
 async def listen(parts: WorkerParts, *workers: WakeableWorker,
-                 on_lora: Callable[[], None] = lambda: None) -> None:
+                 on_lora: Callable[[], None] = lambda: None,
+                 more: dict[str, Callable[[], None]] | None = None) -> None:
     """Wake-ups for our queues, cancellations, reasoning ends and new global LoRA scales of
-    our model (`on_lora`), on one pub/sub connection."""
-    by_channel = wake_channels(workers)
+    our model (`on_lora`), and the channels of `more` (preemption calls), on one pub/sub
+    connection."""
+    by_channel = {**wake_channels(workers), **(more or {})}
     pubsub = parts.redis.pubsub(ignore_subscribe_messages=True)
     # polls: the client's reply timeout is not for idle reads
     watched = WatchedPubSub(pubsub, LISTENER_PING_S, LISTENER_SILENT_S)

@@ -134,7 +134,7 @@ class Preemptor:
         """Called when a queue of this worker has news and no slot is free: preempt one
         generation if a more urgent job waits (`fair`: or a job of a tenant below its share).
         News that comes while a look runs makes it look again once it ends (never lost)."""
-        if self.mode == "off":
+        if self.mode == "off" or not all(worker.taking for worker in self._workers):
             return
         if self._checking:
             self._again = True
@@ -164,6 +164,7 @@ class Preemptor:
         if not found:
             return False
         waiting_id, priority, score, queue = (_text(v) for v in found)
+        self._runner.start_early(waiting_id)
         now = self._victim()  # the look took a round trip: the victim may have ended
         if now is not None and victim_order(*now) > (int(priority), math.inf):
             self._preempt(now[0], waiting_id, priority)
@@ -203,6 +204,7 @@ class Preemptor:
                     self._queues[queue - 1], *victim_orders, waiting_id,
                     in_progress_key_prefix, str(_lease_ms()), order, victim.job_id):
                 return
+            self._runner.start_early(waiting_id)
             if victim.job_id in self._runner.running:
                 self._preempt(victim, waiting_id, f"{priority}, tenant {waiting.tenant}")
             await self._workers[queue - 1].start_in_seat(waiting_id, int(float(score)))
@@ -218,6 +220,12 @@ class Preemptor:
 
     def _n_slots(self) -> int:
         return len(self._parts.engine.slots)
+
+    def victim_priority(self) -> float | None:
+        """The priority value of the generation the priority rule would preempt now (inf: a
+        batch line), or None (a free slot, or nothing it may preempt)."""
+        victim = self._victim()
+        return None if victim is None else victim_order(*victim)[0]
 
     def _victim(self) -> tuple[CompletionJob, Running] | None:
         """The priority rule's victim: the least urgent of _runs (victim_order)."""

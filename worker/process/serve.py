@@ -50,7 +50,8 @@ from worker.process.decision_parts import family_prompter, worker_decision_caps
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
 from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
 from worker.process.lora_control import LoraControl
-from worker.process.preempt import PreemptMode, Preemptor
+from worker.process.preempt import PreemptMode
+from worker.process.preempt_call import PreemptCalls, channels, preemption
 from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
 from worker.process.startup import embedding_mode, load_model, new_engine
@@ -212,6 +213,7 @@ class WorkerRuntime:
                                  "(--decisions or a decision model)")
         self.reporter = Reporter(self.parts)
         self._arq_workers: list[WakeableWorker] = []
+        self._preempt_calls: PreemptCalls | None = None
 
     async def run(self, pool: ArqRedis, stop: asyncio.Event | None = None) -> None:
         """Serve until cancelled, or until `stop` is set: then drain (finish running jobs up
@@ -239,15 +241,19 @@ class WorkerRuntime:
         sleeper = Sleeper(parts, registry, entry, self.settings.sleep_idle_seconds)
         runner = JobRunner(parts, sleeper)
         self._arq_workers = self._queues(pool, runner)
-        self._preempt(runner)
+        calls = self._preempt_calls = self._preempt(runner)
         tasks = [
             asyncio.create_task(parts.publisher.run()),
-            asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice)),
+            asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice,
+                                       more=channels(calls))),
             asyncio.create_task(renew_leases(parts)),
             asyncio.create_task(self.offload.sweep_forever()),
             asyncio.create_task(self.reporter.run(registry, entry)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),
         ]
+        if calls is not None:
+            self.reporter.on_change.append(calls.changed)
+            tasks.append(asyncio.create_task(calls.run()))
         if self.settings.sleep_idle_seconds >= 0:
             tasks.append(asyncio.create_task(sleeper.run()))
         if self.lookup is not None:
@@ -299,18 +305,15 @@ class WorkerRuntime:
         workers.append(self._arq_worker(pool, runner, Lane.UTILITY, UTILITY_JOBS))
         return workers
 
-    def _preempt(self, runner: JobRunner) -> None:
-        """--preempt: the online queues' polls that find no room look for a more urgent job."""
+    def _preempt(self, runner: JobRunner) -> PreemptCalls | None:
+        """--preempt: when this worker looks for a more urgent job (worker/process/
+        preempt_call.py)."""
+        slot = lane_queue(Lane.SLOT, self.parts.model_id)
         online = [w for w in self._arq_workers
-                  if w.queue_name in (lane_queue(Lane.SLOT, self.parts.model_id),
-                                      lane_queue(Lane.WORKER, self.parts.model_id,
-                                                 self.parts.worker_id))]
-        if self.settings.preempt == "off" or self.parts.embedder is not None or not online:
-            return
-        preemptor = Preemptor(cast(PreemptMode, self.settings.preempt), self.parts, runner,
-                              online)
-        for worker in online:
-            worker.on_full = preemptor.check
+                  if w.queue_name in (slot, lane_queue(Lane.WORKER, self.parts.model_id,
+                                                       self.parts.worker_id))]
+        return preemption(cast(PreemptMode, self.settings.preempt), self.parts, runner, online,
+                          slot, self.settings.poll_delay)
 
     def _batch_worker(self, pool: ArqRedis, runner: JobRunner, online: list[WakeableWorker],
                       n_slots: int) -> WakeableWorker:
@@ -364,6 +367,8 @@ class WorkerRuntime:
         for worker in self._arq_workers:
             worker.taking = False
             worker.wake.set()
+        if self._preempt_calls is not None:
+            await self._preempt_calls.leave()
         for request in parts.engine.withdraw_waiting():
             if request.job.worker_id:  # pinned here: no other worker can take it
                 error = Unavailable("the worker this request was sent to is stopping")

@@ -1,10 +1,11 @@
 """A forced call (`tool_choice` "required" or a named function) in the template's own format
 where llama.cpp's auto-parser reads the template: its grammar writes the call section, the
 function's markers and name, then the arguments' JSON (common/chat-auto-parser-generator.cpp,
-`build_tool_parser_tag_json`). llamaq frames the arguments' schema with those markers (the
-job's `json_schema_frame`), which can name one function: a template whose calls are tagged
-name-then-JSON is forced so where one tool applies (one given, or the one `tool_choice`
-names); otherwise the generic JSON call is forced, as before (docs/endpoints.md)."""
+`build_tool_parser_tag_json`), one alternative per function. llamaq frames the arguments'
+schema with those markers (the job's `json_schema_frame`): the markers up to the name, then
+each function's name and the markers after it before that function's schema (tool_grammar.py
+`native_tool_call`). A template whose calls are not tagged name-then-JSON is forced to the
+generic JSON call, as before (docs/endpoints.md)."""
 
 from __future__ import annotations
 
@@ -25,17 +26,17 @@ def _name(tool: Mapping[str, Any]) -> str:
 def auto_call_frame(source: str, tools: Sequence[Mapping[str, Any]],
                     choice: ToolChoice) -> CallFrame | None:
     """The frame of a forced call under a template the auto-parser reads, None where it is
-    not one whose calls are a tagged name and JSON arguments, or more than one tool applies."""
+    not one whose calls are a tagged name and JSON arguments."""
     syntax = auto_syntax(source)
     if syntax is None or syntax.read is None:
         return None
     names = [choice.name] if choice.name is not None else [_name(t) for t in tools]
-    if len(names) != 1 or not names[0]:
+    if not names or not all(names):
         return None
     t = analyze(source).tools
     if t.mode != "TAG_WITH_JSON":
         return None
-    prefix = (t.section_start + t.per_call_start + t.name_prefix + names[0] + t.name_suffix
-              + t.args_separator + t.args_start)
+    prefix = t.section_start + t.per_call_start + t.name_prefix
     suffix = t.args_end + t.close + t.per_call_end + t.section_end
-    return CallFrame(prefix, suffix, shape="arguments")
+    return CallFrame(prefix, suffix, shape="arguments",
+                     after_name=t.name_suffix + t.args_separator + t.args_start)

@@ -64,7 +64,7 @@ def long_lived_keys(client: Any, model: str, live_workers: set[str]) -> dict[str
 
 TABLE = re.compile("|".join([  # docs/redis-keys.md's table
     r"llamaq:queue:[^:]+:(slot|utility|batch|worker:[^:]+)(:order(:-?[0-9]+|:reserved)?"
-    r"|:waiters)?",
+    r"|:waiters|:preemptors)?",
     r"arq:(job|in-progress|retry):[^:]+",
     r"llamaq:job:[^:]+:(owner|state|cancel|log)", r"llamaq:chatcmpl:[^:]+",
     r"llamaq:worker:[^:]+(:slots|:metrics|:prefixes)?",

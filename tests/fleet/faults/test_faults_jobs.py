@@ -145,15 +145,22 @@ def test_running_jobs_beyond_arqs_poll_window_do_not_block_the_queue(
         fleet.stop()
 
 
+DRAIN_S = 8
+"""test_worker_sigterm_drains's --drain-timeout."""
+
+
 def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) -> None:
     """SIGTERM: a running generation that ends within --drain-timeout finishes, one that does
     not ends with an error event at the timeout; queued requests go to the next worker."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-drain")
     try:
         # 4096 tokens a slot: the endless run still generates when the drain times out (with
-        # 1024 a worker at 64 tok/s filled its context, and ended, within the 20 s)
-        # -t 1: the endless run generates for the whole drain, all CPU (-t 2 cost twice that)
-        first = fleet.add_worker("-c", "8192", "-np", "2", "-t", "1", "--drain-timeout", "20")
+        # 1024 a worker at 64 tok/s filled its context, and ended, within 20 s)
+        # -t 1: the endless run generates for the whole drain, all CPU (-t 2 cost twice that),
+        # so the drain is DRAIN_S (it was 20 s: 12 more CPU seconds of decoding, nothing more
+        # shown)
+        first = fleet.add_worker("-c", "8192", "-np", "2", "-t", "1", "--drain-timeout",
+                                 str(DRAIN_S))
         api = fleet.add_api()
         fleet.wait_healthy(api)
         short = {"prompt": "A short story:", "n_predict": 6, "ignore_eos": True}
@@ -174,7 +181,7 @@ def test_worker_sigterm_drains(redis_url: str, workdir: Path, gemma_path: Path) 
             assert records[1].error is not None
             assert records[1].error["type"] == "unavailable_error"
             assert records[1].ended_at is not None
-            assert 19 < records[1].ended_at - stopped_at < 35
+            assert DRAIN_S - 1 < records[1].ended_at - stopped_at < DRAIN_S + 15
             assert first.wait(15) is not None
             fleet.add_worker(*ONE_SLOT)
             for future in queued:
@@ -292,7 +299,7 @@ def test_a_burst_is_bounded_atomically(redis_url: str, workdir: Path,
                                        gemma_path: Path) -> None:
     """-np 1 --queue-max 2, 32 requests sent at the same instant: exactly np + queue_max = 3
     are accepted, the 29 others get 503 with Retry-After at once. The room check and the
-    enqueue are one script (scheduler/client.py ENQUEUE): before, requests that arrived
+    enqueue are one script (scheduler/enqueue.py ENQUEUE): before, requests that arrived
     together passed the check together (8 of 8 accepted were seen)."""
     fleet = make_fleet(redis_url, workdir, gemma_path, "gemma-burst")
     try:

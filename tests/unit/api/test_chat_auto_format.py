@@ -124,12 +124,14 @@ SPECIAL: dict[str, object] = {"type": "function", "function": {
         "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}}
 
 
-def _forced(tools: list[dict[str, object]], choice: object) -> PreparedChat:
+def _forced(tools: list[dict[str, object]], choice: object,
+            parallel: bool = False) -> PreparedChat:
     source = _source(SOLAR)
     meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
                      size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
     request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=tools,
-                          tool_choice=choice, parallel_tool_calls=False, reasoning_format="auto")
+                          tool_choice=choice, parallel_tool_calls=parallel,
+                          reasoning_format="auto")
     return prepare_chat(ApiSettings.from_args(["--jinja"], environ={}), meta, request)
 
 
@@ -157,10 +159,24 @@ def test_a_forced_call_is_written_in_the_templates_own_format(tools: list[dict[s
         assert _calls(message) == [("special_function", {"arg1": 1})]
 
 
-def test_a_forced_call_among_tools_the_frame_cannot_name_is_the_generic_one() -> None:
-    """Two tools under that template: the frame names one function, so the generic JSON call
-    is forced (ours: llama.cpp's grammar offers each function's markers)."""
-    chat = _forced([SPECIAL, *TOOLS], "required")
-    assert chat.tool_frame is None
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_forced_call_among_several_tools_offers_each_in_its_own_markers(parallel: bool) -> None:
+    """Two tools under that template: each function is one alternative, written after the
+    common markers in its own name's markers before its own arguments' schema (llama.cpp's
+    grammar offers each function so: `tool-NAME` rules in one choice), and a call of either so
+    written is read back. Before, the generic {"tool_call": …} JSON was forced, as the frame
+    could name one function."""
+    chat = _forced([SPECIAL, *TOOLS], "required", parallel=parallel)
+    common, end = "<|tool_calls|><|tool_call:begin|>call00001<|tool_call:name|>", \
+        "<|tool_call:end|><|calls|>"
+    assert chat.tool_frame == [common, end, "", "special_function<|tool_call:args|>",
+                               "get_weather<|tool_call:args|>"]
     assert chat.tool_schema is not None
-    assert "tool_call" in json.loads(chat.tool_schema)["properties"]
+    parameters = [t["function"]["parameters"] for t in [SPECIAL, *TOOLS]]  # type: ignore[index]
+    assert json.loads(chat.tool_schema) == {"anyOf": parameters}
+    assert "Respond in JSON format" not in chat.prompt
+    for named, arguments, call in ((3, '{"arg1": 1}', ("special_function", {"arg1": 1})),
+                                   (4, '{"city": "Rome"}', ("get_weather", {"city": "Rome"}))):
+        for message in _both(chat, common + chat.tool_frame[named] + arguments + end):
+            assert message.content == ""
+            assert _calls(message) == [call]

@@ -7,7 +7,7 @@ vocabulary differs is refused before the worker serves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,6 +85,26 @@ def _run(engine: Engine, events: Events, *jobs: CompletionJob) -> list[Completio
     return results
 
 
+Plain = Callable[..., list[CompletionResult]]
+
+
+@pytest.fixture(scope="module")
+def plain(engines: dict[str, tuple[Engine, Events]]) -> Plain:
+    """The plain engine's results for jobs handed over together (`_run`), each set run once a
+    module: without a prompt cache (cache_prompt false) they are a function of the jobs (their
+    prompts, sampling, lengths and order), and the tests of both drafts compare with the same
+    sets. Keyed on everything in the jobs but their ids."""
+    done: dict[tuple[str, ...], list[CompletionResult]] = {}
+
+    def run(*jobs: CompletionJob) -> list[CompletionResult]:
+        key = tuple(job.model_dump_json(exclude={"job_id"}) for job in jobs)
+        if key not in done:
+            done[key] = _run(*engines["plain"], *jobs)
+        return done[key]
+
+    return run
+
+
 def _job(prompt: str, sampling: SamplingParams, n_predict: int = 48) -> CompletionJob:
     return CompletionJob(model="gemma", prompt=prompt, n_predict=n_predict,
                          return_tokens=True, sampling=sampling)
@@ -93,8 +113,9 @@ def _job(prompt: str, sampling: SamplingParams, n_predict: int = 48) -> Completi
 @pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded-t0.2"])
 @pytest.mark.parametrize("draft", ["self", "tiny"])
 def test_the_output_is_the_output_without_a_draft(
-        engines: dict[str, tuple[Engine, Events]], sampling: SamplingParams, draft: str) -> None:
-    [want] = _run(*engines["plain"], _job(PROSE, sampling))
+        engines: dict[str, tuple[Engine, Events]], plain: Plain, sampling: SamplingParams,
+        draft: str) -> None:
+    [want] = plain(_job(PROSE, sampling))
     [got] = _run(*engines[draft], _job(PROSE, sampling))
     assert got.tokens == want.tokens and got.content == want.content
     assert got.timings.predicted_n == 48 and got.stop_type == want.stop_type
@@ -137,16 +158,16 @@ def test_a_random_draft_is_rejected(engines: dict[str, tuple[Engine, Events]]) -
 
 @pytest.mark.parametrize("draft", ["self", "tiny"])
 def test_a_drafting_run_and_a_plain_one_in_the_same_steps(
-        engines: dict[str, tuple[Engine, Events]], draft: str) -> None:
+        engines: dict[str, tuple[Engine, Events]], plain: Plain, draft: str) -> None:
     """Continuous batching: two runs in one engine's steps, one speculating and one that may
     not (speculative.n_max 0), each its plain output."""
     from scheduler.contract.jobs import DraftLimits
 
     other = "The capital of France is"
-    plain = _job(other, SEEDED, n_predict=32).model_copy(
+    may_not = _job(other, SEEDED, n_predict=32).model_copy(
         update={"draft_limits": DraftLimits(n_max=0)})
-    want = _run(*engines["plain"], _job(PROSE, SEEDED), _job(other, SEEDED, n_predict=32))
-    got = _run(*engines[draft], _job(PROSE, SEEDED), plain)
+    want = plain(_job(PROSE, SEEDED), _job(other, SEEDED, n_predict=32))
+    got = _run(*engines[draft], _job(PROSE, SEEDED), may_not)
     assert [r.tokens for r in got] == [r.tokens for r in want]
     assert got[0].timings.draft_n > 0 and got[1].timings.draft_n == 0
 
@@ -211,12 +232,12 @@ def test_a_requests_p_min_cuts_the_drafts(engines: dict[str, tuple[Engine, Event
 
 @pytest.mark.parametrize("draft", ["self", "tiny"])
 def test_two_drafting_runs_draft_together(engines: dict[str, tuple[Engine, Events]],
-                                          draft: str) -> None:
+                                          plain: Plain, draft: str) -> None:
     """Two speculating runs in the same steps (their drafts made in one draft-model decode per
     position): each its plain output, and each drafts and has accepted what it does alone."""
     other = "The capital of France is"
     jobs = (_job(PROSE, GREEDY), _job(other, GREEDY, n_predict=32))
-    want = _run(*engines["plain"], *jobs)
+    want = plain(*jobs)
     got = _run(*engines[draft], *jobs)
     assert [r.tokens for r in got] == [r.tokens for r in want]
     alone = [_run(*engines[draft], job)[0] for job in jobs]

@@ -5,7 +5,7 @@ repetitive text, each token is its own streamed event, and the counters add up."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +63,26 @@ def _run(engine: Engine, events: Events, *jobs: CompletionJob) -> list[list[obje
     return [done[job.job_id] for job in jobs]
 
 
+Plain = Callable[..., list[CompletionResult]]
+
+
+@pytest.fixture(scope="module")
+def plain(engines: dict[str, tuple[Engine, Events]]) -> Plain:
+    """The plain engine's results for jobs handed over together, each set run once a module:
+    without a prompt cache (cache_prompt false) they are a function of the jobs (their prompts,
+    sampling, lengths and order), and two tests compare with the same set. Keyed on everything
+    in the jobs but their ids."""
+    done: dict[tuple[str, ...], list[CompletionResult]] = {}
+
+    def run(*jobs: CompletionJob) -> list[CompletionResult]:
+        key = tuple(job.model_dump_json(exclude={"job_id"}) for job in jobs)
+        if key not in done:
+            done[key] = [_result(r) for r in _run(*engines["plain"], *jobs)]
+        return done[key]
+
+    return run
+
+
 def _result(run: list[object]) -> CompletionResult:
     final = run[-1]
     assert isinstance(final, FinalEvent) and isinstance(final.result, CompletionResult), final
@@ -90,12 +110,11 @@ def test_the_output_is_the_output_without_speculation(
 
 
 def test_a_speculating_run_and_a_plain_one_in_the_same_steps(
-        engines: dict[str, tuple[Engine, Events]]) -> None:
+        engines: dict[str, tuple[Engine, Events]], plain: Plain) -> None:
     """Continuous batching: the code prompt drafts while a prose prompt (nothing to look up)
     decodes one token a step beside it; both are what they are alone without speculation."""
     prose = "The weather in spring is"
-    want = [_result(r) for r in _run(*engines["plain"], _job(CODE, SEEDED),
-                                     _job(prose, SEEDED, n_predict=40))]
+    want = plain(_job(CODE, SEEDED), _job(prose, SEEDED, n_predict=40))
     got = [_result(r) for r in _run(*engines["spec"], _job(CODE, SEEDED),
                                     _job(prose, SEEDED, n_predict=40))]
     assert [r.tokens for r in got] == [r.tokens for r in want]
@@ -191,13 +210,11 @@ CACHE_SPEC = resolve(["ngram-cache"], False, NgramModParams(), NgramMapParams())
 
 @pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded-t0.2"])
 def test_ngram_cache_output_is_the_output_without_speculation(
-        engines: dict[str, tuple[Engine, Events]], gemma_path: Path,
-        sampling: SamplingParams) -> None:
+        plain: Plain, gemma_path: Path, sampling: SamplingParams) -> None:
     """--spec-type ngram-cache (lookup decoding, a context cache per slot): the code prompt
     drafting beside a prose one in the same steps, both what they are without speculation."""
     prose = "The weather in spring is"
-    want = [_result(r) for r in _run(*engines["plain"], _job(CODE, sampling),
-                                     _job(prose, sampling, n_predict=40))]
+    want = plain(_job(CODE, sampling), _job(prose, sampling, n_predict=40))
     engine, events, model = _engine(gemma_path, CACHE_SPEC)
     try:
         got = [_result(r) for r in _run(engine, events, _job(CODE, sampling),

@@ -238,3 +238,20 @@ def test_a_cancelled_runs_slot_goes_to_a_request_waiting_in_the_same_step(
         eng.cancel(hog.job_id)
     events.until_done([hog.job_id for hog in hogs[1:]])
     assert eng.busy_slots() == 0
+
+
+def test_a_slot_change_is_told_once_the_engine_counts_it(
+        unstarted: tuple[Engine, Events]) -> None:
+    """`on_slots_changed` is called (on the engine thread) after the run it tells of is among
+    the busy slots, and after a freed one left them: what it tells reads the engine's state
+    (worker/process/preempt_call.py joins the preemptors when every slot is busy; told before
+    the admitted run counted, it read a free slot, and no later change told it otherwise:
+    Gemma's urgent requests waited for the safety poll, 1-2 s, issue 47)."""
+    eng, events = unstarted
+    seen: list[int] = []
+    eng.on_slots_changed = lambda: seen.append(eng.busy_slots())
+    one = job("hello there", 3)
+    eng.submit(eng.prepare(one))
+    eng.start()
+    events.until_done([one.job_id])
+    assert seen[:2] == [1, 0], seen
