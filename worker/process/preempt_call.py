@@ -62,6 +62,8 @@ class PreemptCalls:
         self._changed.set()  # join at start if full (a restart under load)
         self._joined: str | None = None
         """The score Redis holds for this worker ("": none; None: unknown, write it)."""
+        self._calls = 0
+        """Calls heard so far: one that comes while a join is on its way took the join out."""
         self._looked = -math.inf
         """When this worker last looked (or joined, which looks too): the safety net's clock."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -87,6 +89,7 @@ class PreemptCalls:
         await self._preemptor.check()
 
     async def _called(self) -> None:
+        self._calls += 1
         self._joined = None  # the call popped it: join again whatever the look finds
         await self.look()
         self._changed.set()
@@ -122,9 +125,10 @@ class PreemptCalls:
         if self._advertise is None:
             self._advertise = self._parts.redis.register_script(ADVERTISE)
         self._looked = time.monotonic() if score else self._looked
+        calls = self._calls
         urgent = await self._advertise(keys=self._keys, args=[
             self.channel, score, in_progress_key_prefix, WAITERS_TTL_MS])
-        self._joined = score
+        self._joined = score if calls == self._calls else None
         return bool(urgent)
 
     async def leave(self) -> None:
