@@ -18,7 +18,9 @@ from typing import Any
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 TAGGED = "x-llamaq-tagged-arguments"
-SPACE = "[ \\t\\n]*"
+SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+"""The whitespace between pairs: json-schema-to-grammar's `space`, as llama.cpp's grammar
+writes its `space` (bounded: a model cannot spin in it)."""
 
 
 def gbnf_literal(text: str) -> str:
@@ -107,8 +109,10 @@ def tagged_arguments(schema: Mapping[str, Any], prefix: str,
                      f"{gbnf_literal(value_end)}")
         (required if name in (schema.get("required") or []) else optional).append(
             f"{prefix}arg{j}")
-    sequence = f" {SPACE} ".join(required)
+    space = f"{prefix}space"
+    sequence = f" {space} ".join(required)
     if optional:
-        sequence += f" ({SPACE} ({' | '.join(optional)}))*"
-    rules.append(f"{prefix}root ::= {SPACE} {sequence} {SPACE}")
+        sequence += f" ({space} ({' | '.join(optional)}))*"
+    rules.append(f"{space} ::= {SPACE}")
+    rules.append(f"{prefix}root ::= {space} {sequence} {space}")
     return rules

@@ -74,14 +74,15 @@ def test_a_job_forcing_tagged_arguments_gets_their_grammar() -> None:
     grammar = grammar_of(job, defaults=None)  # type: ignore[arg-type]
     assert grammar is not None
     rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
-    assert rules["f0-root"] == "[ \\t\\n]* f0-arg0 [ \\t\\n]* f0-arg1 " \
-        "([ \\t\\n]* (f0-arg2 | f0-arg3))* [ \\t\\n]*"
+    assert rules["f0-root"] == "f0-space f0-arg0 f0-space f0-arg1 " \
+        "(f0-space (f0-arg2 | f0-arg3))* f0-space"
+    assert rules["f0-space"] == '| " " | "\\n"{1,2} [ \\t]{0,20}'
     assert rules["f0-arg0"] == ('"<arg_key:opensource>city</arg_key:opensource>\\n'
                                 '<arg_value:opensource>" f0-until "</arg_value:opensource>\\n"')
     assert rules["f0-arg1"].endswith('f0-a1-root "</arg_value:opensource>\\n"')
     assert "f0-until" in rules["f0-arg2"] and "f0-a3-root" in rules["f0-arg3"]
     assert rules["f0-a3-root"].startswith('("true" | "false")')
-    assert rules["f1-root"].split() == ["[", "\\t\\n]*", "[", "\\t\\n]*"]
+    assert rules["f1-root"].split() == ["f1-space", "f1-space"]
     assert "f1-until" not in rules  # no string to write
     assert lc.llama_grammar.LlamaGrammar.from_string(grammar, verbose=False) is not None
 
