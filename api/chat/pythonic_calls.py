@@ -1,10 +1,12 @@
 """LFM2's pythonic call list (`[f(a=1, b="x"), g.h(c=[1, 2])]`, family_calls.py) read while it
 is still being written, so that each call streams as llama-server streams it (its PEG mapper,
 common/chat-peg-parser.cpp: `python_style_tool_calls`): the call's name once its `(` is written,
-its arguments `{` with it, then each `KEY=VALUE` once the value ends (a `,` or `)` after a
-scalar, the closing quote or bracket of a string or container), a string value as its text is
-written. The arguments certain so far are always a prefix of what the whole list's reader
-gives (compact JSON), so the pieces add up to the whole answer's arguments."""
+its arguments `{` with it, each key once its `=` is written, a string value as its text is
+written, an integer's digits and a literal's letters as written, other values once they end
+(their closing quote or bracket; a `,` or `)` after a number): every prefix of the list gives
+the calls llama.cpp's partial parse gives (bench/chat_oracle, checked). The arguments certain
+so far are a prefix of what the whole list's reader gives (compact JSON), so the pieces add up
+to the whole answer's arguments."""
 
 from __future__ import annotations
 
@@ -66,11 +68,28 @@ def _open_string(raw: str, quote: str) -> str | None:
     return None
 
 
+_INTEGER = re.compile(r"-?\d*")
+_WORDS = {"True": "true", "False": "false", "None": "null",
+          "true": "true", "false": "false", "null": "null"}
+
+
+def _open_scalar(raw: str) -> str:
+    """What is certain of a value that is not a string, still being written: the digits of an
+    integer, a literal's JSON spelling as far as it is written (`Tr` → `tr`), as llama.cpp
+    streams them; nothing of other values until they end (a number's JSON spelling may not
+    begin as it is written: `15e-1` is 1.5)."""
+    raw = raw.strip(WHITESPACE)
+    if _INTEGER.fullmatch(raw):
+        return raw
+    word = next((json for word, json in _WORDS.items() if raw and word.startswith(raw)), "")
+    return word[:len(raw)]
+
+
 def _arguments(text: str, pos: int) -> tuple[str, str, int | None]:
     """(certain, guessed) arguments of the call whose `(` ends at `pos`, and where its `)`
     ends (None: still open)."""
     arguments: dict[str, object] = {}
-    open_value = ""
+    open_value, closer = "", "}"
     while True:
         rest = text[pos:].lstrip(WHITESPACE)
         if rest.startswith(")"):
@@ -81,12 +100,13 @@ def _arguments(text: str, pos: int) -> tuple[str, str, int | None]:
             break
         start = key.end()
         end = _value_end(text, start)
-        if end is None:
+        if end is None:  # the key once its `=` is written, then the value as far as it goes
             quote = text[start:start + 1]
             partial = _open_string(text[start + 1:], quote) if quote in _QUOTES else None
-            if partial:
-                encoded = json.dumps(partial, ensure_ascii=False)[:-1]
-                open_value = f"{json.dumps(key.group(1), ensure_ascii=False)}:{encoded}"
+            encoded = json.dumps(partial, ensure_ascii=False)[:-1] if partial is not None \
+                else _open_scalar(text[start:])
+            open_value = f"{json.dumps(key.group(1), ensure_ascii=False)}:{encoded}"
+            closer = '"}' if partial is not None else "}" if encoded.strip("-") else "null}"
             break
         try:
             arguments[key.group(1)] = _literal(
@@ -101,7 +121,7 @@ def _arguments(text: str, pos: int) -> tuple[str, str, int | None]:
             break
     dumped = dump_arguments(arguments)
     certain = dumped[:-1] + ("," if arguments and open_value else "") + open_value
-    return certain, certain + ('"}' if open_value else "}"), None
+    return certain, certain + closer, None
 
 
 def pythonic_calls(inner: str, _types: ParamTypes) -> list[Partial]:

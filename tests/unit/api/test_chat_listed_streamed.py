@@ -136,3 +136,25 @@ def test_lfm2_values_of_every_kind_stream_as_the_whole_answer_reads_them() -> No
     content = [tc.arguments for d in deltas for tc in d.tool_calls if tc.index == 0]
     assert sum('"content":"a' in piece or piece == "\\n" or piece == "b" for piece in content) \
         >= 2, content  # the string value in pieces, as written
+
+
+LFM2_TEXT = CASES["lfm2"][1]
+
+
+@pytest.mark.parametrize(("cut", "second"), [
+    ("get_weather(location=", None), ('get_weather(location="Pa', None),
+    ("days=", None), ("days=3", None), ("arg1=", '{"arg1":'), ("arg1=1", '{"arg1":1'),
+    ("arg1=12)", '{"arg1":12}')])
+def test_lfm2_cut_short_keeps_what_llama_cpp_keeps(cut: str, second: str | None) -> None:
+    """The answer ends inside LFM2's list: each call as llama.cpp's parse of that text keeps it
+    (the vendored parser's answers, bench/chat_oracle): a key once its `=` is written, a string
+    and an integer as far as written, streamed and whole alike."""
+    first = {"get_weather(location=": '{"location":', 'get_weather(location="Pa':
+             '{"location":"Pa', "days=": '{"location":"Paris, FR","days":',
+             "days=3": '{"location":"Paris, FR","days":3'}.get(
+        cut, '{"location":"Paris, FR","days":3}')
+    text = LFM2_TEXT[:LFM2_TEXT.index(cut) + len(cut)]
+    deltas, whole = _stream("lfm2", text)
+    expected = [("get_weather", first)] + ([("special_function", second)] if second else [])
+    assert [(c.name, c.arguments) for c in whole.tool_calls] == expected  # type: ignore[attr-defined]
+    assert [(c.name, c.arguments) for c in assemble(deltas).tool_calls] == expected
