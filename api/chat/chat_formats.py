@@ -295,6 +295,12 @@ _SPECIALIZED = frozenset({
 templates with its auto-parser."""
 
 
+def llama_auto_parsed(template_source: str) -> bool:
+    """Whether llama.cpp reads the template with its auto-parser (no parser of its own)."""
+    return detect_chat_format(template_source).name not in _SPECIALIZED and not all(
+        s in template_source for s in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]"))
+
+
 def continuation_tags(template_source: str) -> tuple[str, str] | None:
     """The thinking tags llama.cpp writes a continued message's reasoning in, where its
     auto-parser reads the template (the tags as its analysis found them, whitespace included);

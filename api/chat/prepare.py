@@ -24,6 +24,7 @@ from api.chat.chat_formats import (
     call_frame,
     continuation_tags,
     detect_chat_format,
+    llama_auto_parsed,
     preserved_tokens,
 )
 from api.chat.delimiters import chat_delimiters
@@ -216,7 +217,8 @@ def prepare_chat(settings: ApiSettings, meta: ModelMeta | None,
               family)
     frame = call_frame(template.source)
     if frame is None and tools and choice.mode == "required":
-        frame = auto_call_frame(template.source, tools, choice)
+        frame = auto_call_frame(template.source, tools, choice,
+                                tagged=llama_auto_parsed(template.source))
     tool_frame: list[str] | None = None
     schema: str | None
     if frame is not None and tools and choice.mode == "required":

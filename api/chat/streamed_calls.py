@@ -1,9 +1,10 @@
 """The call blocks whose calls are streamed while they are written (as llama-server streams
 them: the call's id and name once known, then its arguments in pieces), and how a block still
 open is read: JSON `{"name", "arguments"}` or Qwen3-Coder's XML in `<tool_call>` (and
-Seed-OSS's), LFM2's pythonic calls, Command-R7B's / Cohere2-MoE's JSON actions, Kimi-K2's
-calls. Each reader gives (name, the arguments certain so far, the arguments guessed whole, the
-call's id where the format writes one), or None while the name is not complete."""
+Seed-OSS's), LFM2's pythonic calls (pythonic_calls.py), Command-R7B's / Cohere2-MoE's JSON
+actions, Kimi-K2's calls. Each reader gives (name, the arguments certain so far, the arguments
+guessed whole, the call's id where the format writes one), or None while the name is not
+complete."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from api.chat.partial_calls import (
     partial_tool_call,
     partial_xml_call,
 )
+from api.chat.pythonic_calls import pythonic_calls
 from api.chat.tagged_calls import (
     _GLM_ARG,
     _KIMI_ID,
@@ -78,7 +80,6 @@ def _kept(started: list[Partial], closed: bool) -> list[ParsedCall]:
     *done, (name, certain, guess, ident) = started
     return [ParsedCall(c[0], c[2], c[3]) for c in done] + \
         [ParsedCall(name, guess if closed else certain, ident)]
-_PYTHONIC_NAME = re.compile(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(")
 
 
 def _generic(inner: str, types: ParamTypes) -> Partial | None:
@@ -101,12 +102,6 @@ def _generic_calls(inner: str, types: ParamTypes) -> list[Partial]:
             break
         found.append((*call, None))
     return found
-
-
-def _pythonic(inner: str, _types: ParamTypes) -> Partial | None:
-    """LFM2 `[name(a=1, …)`: the name once its `(` is written; the arguments when it ends."""
-    found = _PYTHONIC_NAME.match(inner)
-    return (found.group(1), "", "", None) if found else None
 
 
 def _r7b(inner: str, _types: ParamTypes) -> Partial | None:
@@ -284,7 +279,7 @@ def _muse(inner: str, types: ParamTypes) -> Partial | None:
 
 STREAMED: dict[object, BlockPartials] = {
     parse_tool_call_block: _generic_calls, parse_xml_calls: _generic_calls,
-    parse_pythonic_calls: _pythonic, parse_command_r_action: _r7b_calls,
+    parse_pythonic_calls: pythonic_calls, parse_command_r_action: _r7b_calls,
     parse_kimi_section: _kimi_calls, parse_glm_tool_call: _glm,
     parse_kimi_call: lambda inner, types: _kimi_calls(inner, types, opened=True),
     parse_dsml_calls: _dsml_calls, parse_minicpm5_call: _minicpm5, parse_muse_call: _muse,

@@ -19,6 +19,10 @@ from typing import Any
 
 from api.chat.request_tools import ToolChoice, validate_tool_choice
 
+TAGGED_ARGUMENTS = "x-llamaq-tagged-arguments"
+"""The key of a function's schema whose arguments the forced call writes as tagged pairs
+(its value: the pairs' markers; the worker's worker/engine/tagged_grammar.py `TAGGED`)."""
+
 GENERIC_TOOL_HINT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
     "reply to the user's request"
@@ -79,6 +83,9 @@ class CallFrame:
     listed: bool = False
     separator: str = ""
     after_name: str = ""
+    tagged: tuple[str, str, str] | None = None
+    """Shape `arguments` written as tagged pairs, not JSON: (the key's prefix, what is between
+    the key and its value, the value's closing marker)."""
 
 
 def _shaped_call(tool: Mapping[str, Any], shape: str) -> dict[str, Any]:
@@ -108,13 +115,16 @@ def native_tool_call(tools: Sequence[Mapping[str, Any]], choice: ToolChoice,
     if choice.name is not None:
         tools = [tool for tool in tools if _function(tool).get("name") == choice.name]
     calls = [_shaped_call(tool, frame.shape) for tool in tools]
+    if frame.tagged is not None:  # the worker writes these pairs (worker/engine/tagged_grammar)
+        calls = [{**call, TAGGED_ARGUMENTS: list(frame.tagged)} for call in calls]
     one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     if frame.shape == "arguments":
         named = [str(_function(tool)["name"]) + frame.after_name for tool in tools]
-        if len(named) == 1:
+        if len(named) == 1 and frame.tagged is None:
             return json.dumps(one, ensure_ascii=False), [frame.prefix + named[0], frame.suffix,
                                                          ""]
-        return json.dumps(one, ensure_ascii=False), [frame.prefix, frame.suffix, "", *named]
+        return json.dumps({"anyOf": calls}, ensure_ascii=False), [frame.prefix, frame.suffix, "",
+                                                                  *named]
     if frame.listed:
         one = {"type": "array", "items": one, "minItems": 1,
                **({} if parallel_tool_calls else {"maxItems": 1})}

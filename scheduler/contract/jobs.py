@@ -167,7 +167,9 @@ class CompletionJob(BaseModel):
     </tool_call>`), repeated after the separator when it is not empty. [prefix, suffix,
     separator, *named]: `json_schema` is an `anyOf` of as many schemas as `named`, the i-th
     written after prefix and named[i] (a function's name in the template's markers, one
-    alternative per function: worker/engine/framed_grammar.py)."""
+    alternative per function: worker/engine/framed_grammar.py); an alternative with the key
+    `x-llamaq-tagged-arguments` (its value: [key prefix, between key and value, value's closing
+    marker]) has its arguments written as those tagged pairs (worker/engine/tagged_grammar.py)."""
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None

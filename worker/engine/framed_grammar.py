@@ -5,7 +5,8 @@ has one. With entries past the third, the schema is an `anyOf` with one alternat
 function, and each is written after its own markers (the function's name in them, as
 llama.cpp's grammar for an auto-parsed template offers each function: common/
 chat-auto-parser-generator.cpp `build_tool_parser_tag_json`): each alternative's grammar is
-converted on its own, its rules renamed apart (`f0-…`, `f1-…`)."""
+converted on its own, its rules renamed apart (`f0-…`, `f1-…`); an alternative whose
+arguments are tagged pairs, not JSON, is written so (tagged_grammar.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,11 @@ import re
 
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+from worker.engine.tagged_grammar import TAGGED, gbnf_literal, tagged_arguments
+
 _RULE = re.compile(r"(?m)^([A-Za-z][A-Za-z0-9-]*)\s*::=")
 _TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z][A-Za-z0-9-]*|.', re.S)
 """A GBNF text in pieces: string literals, character classes, names, any other character."""
-
-
-def gbnf_literal(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
 
 
 def _renamed(grammar: str, prefix: str) -> str:
@@ -56,8 +54,11 @@ def framed_alternatives(schema: str, prefix: str, suffix: str, separator: str,
         raise ValueError(f"a frame of {len(named)} functions needs an anyOf of as many schemas")
     rules, choices = [], []
     for i, (alternative, markers) in enumerate(zip(alternatives, named, strict=True)):
-        grammar = str(json_schema_to_gbnf(json.dumps(alternative, ensure_ascii=False)))
-        rules.append(_renamed(grammar, f"f{i}-"))
+        if isinstance(alternative, dict) and TAGGED in alternative:  # tagged KEY/VALUE pairs
+            rules.extend(tagged_arguments(alternative, f"f{i}-", _renamed))
+        else:
+            grammar = str(json_schema_to_gbnf(json.dumps(alternative, ensure_ascii=False)))
+            rules.append(_renamed(grammar, f"f{i}-"))
         choices.append(" ".join(p for p in (gbnf_literal(markers) if markers else "",
                                             f"f{i}-root") if p))
     block = " ".join(part for part in (gbnf_literal(prefix) if prefix else "",

@@ -470,11 +470,14 @@ def test_required_call_is_framed_in_the_templates_own_markers() -> None:
     assert set(schema["items"]["properties"]) == {"tool_call_id", "tool_name", "parameters"}
 
 
-def test_required_call_without_json_markers_stays_generic() -> None:
-    glm = prepared(GLM, tool_choice="required")
-    assert glm.tool_frame is None
-    assert "Respond in JSON format" in glm.prompt
-    assert "tool_calls" in json.loads(glm.tool_schema or "")["properties"]  # parallel: a list
+def test_required_call_of_a_family_llama_cpp_parses_itself_stays_generic() -> None:
+    """DeepSeek V3.2's DSML (tagged pairs with a `string` attribute, llama.cpp's own parser
+    and grammar): the generic JSON call is forced. GLM's tagged pairs, which llama.cpp's
+    auto-parser reads, are forced in their markers (test_chat_auto_format.py)."""
+    dsml = prepared("deepseek-ai-DeepSeek-V3.2.jinja", tool_choice="required")
+    assert dsml.tool_frame is None
+    assert "Respond in JSON format" in dsml.prompt
+    assert "tool_calls" in json.loads(dsml.tool_schema or "")["properties"]  # parallel: a list
 
 
 def test_a_forced_call_in_a_thinking_block_the_prompt_opened_is_a_call() -> None:

@@ -125,8 +125,8 @@ SPECIAL: dict[str, object] = {"type": "function", "function": {
 
 
 def _forced(tools: list[dict[str, object]], choice: object,
-            parallel: bool = False) -> PreparedChat:
-    source = _source(SOLAR)
+            parallel: bool = False, template: str = SOLAR) -> PreparedChat:
+    source = _source(template)
     meta = ModelMeta(vocab_type=2, n_vocab=1000, n_ctx_train=4096, n_embd=64, n_params=1,
                      size=1, chat_template=source, bos_token="<s>", eos_token="</s>")
     request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=tools,
@@ -180,3 +180,49 @@ def test_a_forced_call_among_several_tools_offers_each_in_its_own_markers(parall
         for message in _both(chat, common + chat.tool_frame[named] + arguments + end):
             assert message.content == ""
             assert _calls(message) == [call]
+
+
+def test_a_forced_call_with_tagged_arguments_is_written_in_its_own_markers() -> None:
+    """Hy3 (a tagged name, tagged `<arg_key>`/`<arg_value>` pairs): tool_choice "required"
+    forces the call in the template's markers, as llama.cpp's grammar does
+    (`build_tool_parser_tag_tagged`): the function's schema carries the pairs' markers, the
+    worker writes its arguments as those pairs (worker/engine/tagged_grammar.py), and a call so
+    written is read back. Before, the generic {"tool_call": …} JSON was forced."""
+    chat = _forced(TOOLS, "required", template=HY3)
+    assert chat.tool_frame == ["<tool_calls:opensource>\n<tool_call:opensource>",
+                               "</tool_call:opensource>\n</tool_calls:opensource>", "",
+                               "get_weather<tool_sep:opensource>"]
+    assert chat.tool_schema is not None
+    assert json.loads(chat.tool_schema) == {"anyOf": [{
+        **TOOLS[0]["function"]["parameters"],  # type: ignore[index]
+        "x-llamaq-tagged-arguments": ["<arg_key:opensource>",
+                                      "</arg_key:opensource>\n<arg_value:opensource>",
+                                      "</arg_value:opensource>\n"]}]}
+    assert "Respond in JSON format" not in chat.prompt
+    written = (chat.tool_frame[0] + chat.tool_frame[3] + "\n<arg_key:opensource>city"
+               "</arg_key:opensource>\n<arg_value:opensource>Rome</arg_value:opensource>\n"
+               "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>2"
+               "</arg_value:opensource>\n" + chat.tool_frame[1])
+    for message in _both(chat, written):
+        assert message.content == ""
+        assert _calls(message) == [("get_weather", {"city": "Rome", "days": 2})]
+
+
+@pytest.mark.parametrize("template", [
+    "GLM-4.6", "GLM-4.7-Flash", "ByteDance-Seed-OSS", "MiniMax-M2", "Spark2.5",
+    "poolside-Laguna-S-2.1", "poolside-Laguna-XS.2", HY3])
+def test_tagged_pairs_are_forced_in_their_markers_where_llama_cpp_auto_parses(
+        template: str) -> None:
+    """Every template llama.cpp's auto-parser reads whose arguments are tagged pairs (GLM 4.x,
+    Seed-OSS, MiniMax-M2, …: no parser of llama.cpp's own) is forced in its markers, and a
+    call as the grammar writes it (the markers, required pairs, closing markers) is read back
+    by the template's parser. Before, the generic JSON call was forced."""
+    chat = _forced(TOOLS, "required", template=template)
+    assert chat.tool_frame is not None and "Respond in JSON format" not in chat.prompt
+    key, between, end = json.loads(chat.tool_schema or "")["anyOf"][0][
+        "x-llamaq-tagged-arguments"]
+    written = (chat.tool_frame[0] + chat.tool_frame[3] + "\n" + key + "city" + between
+               + "Paris, FR" + end + key + "days" + between + "3" + end + chat.tool_frame[1])
+    for message in _both(chat, written):
+        assert message.content.strip() == ""
+        assert _calls(message) == [("get_weather", {"city": "Paris, FR", "days": 3})]

@@ -1,8 +1,8 @@
 """Tool calls streamed while they are written, for the families whose calls are not JSON in
 `<tool_call>`: LFM2's pythonic calls, Command-R7B's / Cohere2-MoE's actions, Kimi-K2's,
 GLM's (GLM 4.x, Spark, Ling 3), DeepSeek V3.2/V4's DSML and MiniCPM 5's calls send their id
-(where the model writes one) and name before the call ends, and the arguments of all but
-LFM2's in pieces; the stream adds up to the whole answer."""
+(where the model writes one) and name before the call ends, and their arguments in pieces;
+the stream adds up to the whole answer."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _deltas(template: str, text: str) -> tuple[list[list[ChatDelta]], Any]:
 
 
 @pytest.mark.parametrize(("template", "text", "end", "ident", "pieces"), [
-    ("LFM2-8B-A1B", LFM2_CALL, "<|tool_call_end|>", None, 1),
+    ("LFM2-8B-A1B", LFM2_CALL, "<|tool_call_end|>", None, 2),  # `{` with the name, `"arg1":1}`
     ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", R7B_ACTION, "<|END_ACTION|>", "0", 2),
     ("Cohere2MoE", R7B_ACTION, "<|END_ACTION|>", "0", 2),
     ("Kimi-K2-Instruct", KIMI_CALL, "<|tool_call_end|>", "functions.special_function:0", 2),
