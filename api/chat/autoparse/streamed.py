@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 
 from api.chat.autoparse.diff import WHITESPACE, trim
-from api.chat.autoparse.syntax import _NAME, _after, _call_id, _has_call_id
+from api.chat.autoparse.syntax import _after, _call_id, _has_call_id, call_name
 from api.chat.autoparse.tool_analysis import ToolAnalysis
 from api.chat.partial_calls import partial_arguments, partial_call
 from api.chat.tagged_calls import ParamTypes, typed_value
@@ -122,22 +122,10 @@ def _json_arguments(t: ToolAnalysis, body: str) -> tuple[str, str] | None:
 
 def _one_call(t: ToolAnalysis, text: str, types: ParamTypes) -> Partial | None:
     """The call `text` begins with (from its name's prefix on), as far as it is written."""
-    rest = _after(text, t.name_prefix) if trim(t.name_prefix) else text.lstrip(WHITESPACE)
-    if rest is None:
+    named = call_name(t, text, written=False)
+    if named is None:
         return None
-    suffix = trim(t.name_suffix)
-    if suffix:
-        name, sep, rest = rest.partition(suffix)
-        if not sep:
-            return None
-    else:
-        found = _NAME.match(rest)
-        if found is None or found.end() == len(rest):  # the name may still grow
-            return None
-        name, rest = found.group(0), rest[found.end():]
-    name = name.strip(WHITESPACE)
-    if not _NAME.fullmatch(name):
-        return None
+    name, rest = named
     if t.args_separator:
         if _waiting(rest, (trim(t.args_separator),)):
             return None

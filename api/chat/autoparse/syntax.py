@@ -154,7 +154,10 @@ def _tagged_arguments(t: ToolAnalysis, body: str, known: dict[str, Any]) -> str 
     return dump_arguments(arguments) if not rest.strip(WHITESPACE) else None
 
 
-def _one_tagged_call(t: ToolAnalysis, text: str, types: ParamTypes) -> ParsedCall | None:
+def call_name(t: ToolAnalysis, text: str, written: bool) -> tuple[str, str] | None:
+    """(the name of the call `text` begins with, from its name's prefix on; what follows it),
+    or None where no name is there. `written`: `text` is the whole answer; otherwise it is
+    still being written, and a name that runs to its end may still grow."""
     rest = _after(text, t.name_prefix) if trim(t.name_prefix) else text.lstrip(WHITESPACE)
     if rest is None:
         return None
@@ -165,12 +168,20 @@ def _one_tagged_call(t: ToolAnalysis, text: str, types: ParamTypes) -> ParsedCal
             return None
     else:
         found = _NAME.match(rest)
-        if found is None:
+        if found is None or (not written and found.end() == len(rest)):
             return None
         name, rest = found.group(0), rest[found.end():]
     name = name.strip(WHITESPACE)
-    if not name or not _NAME.fullmatch(name):
+    if not _NAME.fullmatch(name):
         return None
+    return name, rest
+
+
+def _one_tagged_call(t: ToolAnalysis, text: str, types: ParamTypes) -> ParsedCall | None:
+    named = call_name(t, text, written=True)
+    if named is None:
+        return None
+    name, rest = named
     if t.args_separator:
         rest = _skip(rest, t.args_separator)
     ident = None
