@@ -6,15 +6,17 @@ A worker whose poll of a queue leaves it room (it took fewer jobs than it could:
 no more) adds its own wake channel to the queue's waiters (`keys.queue_waiters`, the most room
 first) in the claim script itself (`WAIT_FOR_JOBS`, scheduler/leases.py
 CLAIM_JOBS), so that a job queued after that claim cannot miss it; a poll that fills it takes it
-out. Queuing a job (scheduler/client.py ENQUEUE; `wake_queue` after a job is moved to a queue)
-pops the waiter with the most room and publishes to its channel; a channel nobody listens to
-any more (its worker died, or its connection is down) is dropped and the next one tried. When
+out. Queuing a job (scheduler/enqueue.py ENQUEUE; `wake_queue` after a job is moved to a queue
+or handed back) pops the waiter with the most room and publishes to its channel; a channel
+nobody listens to any more (its worker died, or its connection is down) is dropped and the next
+one tried. When
 no worker waits, every worker of the queue is full: the queue's shared wake channel
 (`keys.wake_channel`) tells them, as before, which costs a full worker no Redis command (its
 poll finds no room) unless it may preempt (worker/process/preempt.py). A woken worker that
 cannot take the job (it filled up meanwhile, or drains) passes the wake on (`WAKE`); a worker
 that took as many jobs as it had room for looks at the queue again when one of its jobs ends.
-Polling every --poll-delay stays the safety net (a wake lost with its connection)."""
+Polling stays the safety net (a wake lost with its connection): every --poll-delay, or every
+--idle-poll-delay while the worker waits among the waiters and its listener is subscribed."""
 
 from __future__ import annotations
 
