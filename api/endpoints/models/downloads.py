@@ -18,13 +18,14 @@ from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
 from api.routing import Routes
 from api.services import pod_services, services
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
 from scheduler.registry import WorkerInfo
@@ -50,7 +51,7 @@ DOWNLOADS_RETRY_AFTER_S = 30
 """How long a DELETE of a running model waits for its workers to stop (they drain first)."""
 
 
-class DownloadRequest(BaseModel):
+class DownloadRequest(DeferredModel):
     """The body of POST /models."""
 
     model_config = ConfigDict(extra="forbid")
