@@ -16,8 +16,6 @@ import time
 import uuid
 from pathlib import Path
 
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 from pydantic import ConfigDict, Field
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
@@ -169,6 +167,11 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool,
             raise FilesInUse(", ".join(busy))
         files.delete_keys([pushed])
         return [pushed]
+    # imported here, not at the top: huggingface_hub (and the httpx it loads) costs an api pod
+    # ~25 ms of CPU at start, and only a DELETE /models of a Hub name needs it
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     try:
         validate_repo_id(split_repo_tag(name)[0])
     except HFValidationError:
