@@ -49,10 +49,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ValidationError
+from pydantic import Field, ValidationError
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.jobs import CompletionJob, PromptPiece
 from scheduler.queue_index import move_to_shared
 from scheduler.redis_clock import recent
@@ -112,7 +113,7 @@ def lora_key(job: CompletionJob) -> str:
     return ",".join(f"{e.id}:{e.scale!r}" for e in sorted(job.lora, key=lambda e: e.id))
 
 
-class PrefixSummary(BaseModel):
+class PrefixSummary(DeferredModel):
     """What a worker publishes for routing (`keys.worker_prefixes`)."""
 
     block_chars: int = BLOCK_CHARS
@@ -120,7 +121,7 @@ class PrefixSummary(BaseModel):
     """Slots free for a new request: slots minus running and waiting requests."""
     blocks: str = ""
     """Base64 of the concatenated DIGEST_BYTES hashes of every block its slots hold."""
-    lora_sets: list[str] = []
+    lora_sets: list[str] = Field(default=[])
     """The LoRA sets (lora_key) of the requests it runs now: its step groups."""
 
     @classmethod

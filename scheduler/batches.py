@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import NotFound
 
 BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "completed",
@@ -46,7 +47,7 @@ def now() -> int:
     return int(time.time())
 
 
-class BatchError(BaseModel):
+class BatchError(DeferredModel):
     """One reason a batch failed validation (OpenAI's BatchError)."""
 
     code: str
@@ -55,18 +56,18 @@ class BatchError(BaseModel):
     line: int | None = None
 
 
-class BatchErrors(BaseModel):
+class BatchErrors(DeferredModel):
     object: Literal["list"] = "list"
     data: list[BatchError]
 
 
-class RequestCounts(BaseModel):
+class RequestCounts(DeferredModel):
     total: int = 0
     completed: int = 0
     failed: int = 0
 
 
-class BatchPlan(BaseModel):
+class BatchPlan(DeferredModel):
     """How a batch is cut into chunks (ours; not on the wire)."""
 
     lines: int = 0
@@ -80,7 +81,7 @@ class BatchPlan(BaseModel):
         return range(index * self.chunk_size, min(self.lines, (index + 1) * self.chunk_size))
 
 
-class BatchRecord(BaseModel):
+class BatchRecord(DeferredModel):
     """The OpenAI Batch object, and the plan of its chunks."""
 
     id: str = Field(default_factory=new_batch_id)
@@ -136,7 +137,7 @@ def retry_delay_s(failed_runs: int) -> float:
     return min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** max(0, failed_runs - 1))
 
 
-class Progress(BaseModel):
+class Progress(DeferredModel):
     """The finished chunks of a batch and their line counts."""
 
     chunks: dict[int, tuple[int, int]]

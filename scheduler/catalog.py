@@ -25,8 +25,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.decision_meta import metadata_output_modalities
 from scheduler.gguf_meta import GgufError, read_metadata
 from storage import ObjectStore, StorageError
@@ -54,12 +55,12 @@ class CatalogError(ValueError):
     """A model source that cannot be read (a missing --models-dir, a bad preset file)."""
 
 
-class Architecture(BaseModel):
+class Architecture(DeferredModel):
     input_modalities: list[str] = Field(default_factory=lambda: ["text"])
     output_modalities: list[str] = Field(default_factory=lambda: ["text"])
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(DeferredModel):
     """One model the router can load, with what a worker needs to load it."""
 
     name: str

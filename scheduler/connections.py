@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from arq.connections import ArqRedis, RedisSettings
-from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.queueing import deserialize_job, serialize_job
 
@@ -43,7 +43,7 @@ DEFAULT_SENTINEL_PORT = 26379
 AnyRedis = TypeVar("AnyRedis", bound=Redis)
 
 
-class SentinelTarget(BaseModel):
+class SentinelTarget(DeferredModel):
     sentinels: list[tuple[str, int]]
     master: str
     db: int = 0

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from scheduler.contract.deferred import DeferredModel
 
 
-class FamilyRules(BaseModel):
+class FamilyRules(DeferredModel):
     """What the spec (and llama.cpp) says of one family."""
 
     model_config = ConfigDict(frozen=True)

@@ -27,8 +27,9 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.decision_families import FAMILIES, REFUSED_FAMILIES, FamilyRules
 from scheduler.gguf_meta import GgufError, read_metadata
 
@@ -49,7 +50,7 @@ class DecisionMetaError(ValueError):
     """A llamaq decision key with a value that cannot be used (the model does not start)."""
 
 
-class DecisionCaps(BaseModel):
+class DecisionCaps(DeferredModel):
     """How a worker serves /v1/systemone (published with its model's metadata)."""
 
     mode: Literal["native", "prompted"]

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from storage.errors import DownloadCancelled, StorageError
 from storage.progress import DownloadListener
 
@@ -26,12 +27,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class FileProgress(BaseModel):
+class FileProgress(DeferredModel):
     done: int = 0
     total: int = 0
 
 
-class DownloadRecord(BaseModel):
+class DownloadRecord(DeferredModel):
     """An unfinished download: what was asked for and how far each file got."""
 
     model: str
@@ -41,7 +42,7 @@ class DownloadRecord(BaseModel):
     updated_at: float = Field(default_factory=time.time)
 
 
-class ModelEvent(BaseModel):
+class ModelEvent(DeferredModel):
     """One event of the spec's `GET /models/sse` (`{"model", "event", "data"?}`)."""
 
     model: str
@@ -52,7 +53,7 @@ class ModelEvent(BaseModel):
         return self.model_dump_json(exclude_none=True)
 
 
-class DownloadStatus(BaseModel):
+class DownloadStatus(DeferredModel):
     """The `status` object GET /models shows for a model being (or left half) downloaded."""
 
     value: Literal["downloading", "incomplete"]

@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 from redis.asyncio import Redis
 
 from scheduler.catalog import ModelEntry
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import Unavailable
 from scheduler.downloads import DownloadBoard, DownloadStatus
 from scheduler.placement import HostState, HostView, LoadPlan, Placement
@@ -38,7 +39,7 @@ return 0
 """
 
 
-class HostInfo(BaseModel):
+class HostInfo(DeferredModel):
     """A host worker as it reports itself (router mode)."""
 
     host_id: str
@@ -50,13 +51,13 @@ class HostInfo(BaseModel):
     """Loading stages (the spec's `progress`), or per-file download progress."""
 
 
-class HostCommand(BaseModel):
+class HostCommand(DeferredModel):
     op: Literal["load", "unload"]
     entry: ModelEntry | None = None
     """The model to load (`load` only)."""
 
 
-class ModelFailure(BaseModel):
+class ModelFailure(DeferredModel):
     """The last failed load of a model: its exit code and command line."""
 
     exit_code: int
@@ -64,7 +65,7 @@ class ModelFailure(BaseModel):
     message: str = ""
 
 
-class ModelStatus(BaseModel):
+class ModelStatus(DeferredModel):
     """`status` of a /models item, exactly as the spec shows each value."""
 
     value: str
@@ -77,7 +78,7 @@ class ModelStatus(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-class Claim(BaseModel):
+class Claim(DeferredModel):
     model: str | None
     """The model the host was given; None: it was told to unload."""
 

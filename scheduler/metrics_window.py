@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.registry import WorkerMetrics
 
 SWAP = """
@@ -29,7 +29,7 @@ return old
 totals of those workers; workers gone since leave the window."""
 
 
-class Throughput(BaseModel):
+class Throughput(DeferredModel):
     """Work done in one window: tokens and the seconds spent on them."""
 
     prompt_tokens: int = 0

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.results import GenerationSettings
 from scheduler.decision_meta import DecisionCaps
 from scheduler.redis_clock import stamp
 
 
-class ModelMeta(BaseModel):
+class ModelMeta(DeferredModel):
     """What the api needs to know of a model without its weights (published by its workers)."""
 
     vocab_type: int
@@ -26,10 +27,10 @@ class ModelMeta(BaseModel):
     eos_token: str = ""
     model_ftype: str = ""
     """The weights' type as llama.cpp names it (`Q4_K - Medium`), `/props` `model_ftype`."""
-    output_modalities: list[str] = ["text"]
+    output_modalities: list[str] = Field(default=["text"])
     decisions: DecisionCaps | None = None
     """How this worker serves /v1/systemone (None: it does not; scheduler/decision_meta.py)."""
-    modalities: dict[str, bool] = {"vision": False, "audio": False, "video": False}
+    modalities: dict[str, bool] = Field(default={"vision": False, "audio": False, "video": False})
     """What its multimodal projector takes (-mm/--mmproj; none: all False)."""
     media_marker: str = ""
     """The marker a prompt holds where each media item goes (/props media_marker)."""
@@ -38,7 +39,7 @@ class ModelMeta(BaseModel):
         return bool(self.modalities.get("vision") or self.modalities.get("audio"))
 
 
-class LoraAdapterInfo(BaseModel):
+class LoraAdapterInfo(DeferredModel):
     """One LoRA adapter a worker loaded (--lora, --lora-scaled), as `GET /lora-adapters` lists
     it: its id is its place in the list; `scale` the global one (POST /lora-adapters)."""
 
@@ -56,14 +57,14 @@ class LoraAdapterInfo(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-class NextToken(BaseModel):
+class NextToken(DeferredModel):
     has_next_token: bool
     has_new_line: bool
     n_remain: int
     n_decoded: int
 
 
-class SlotState(BaseModel):
+class SlotState(DeferredModel):
     """One slot as `/slots` shows it; `id` is the worker-local slot id."""
 
     id: int
@@ -82,7 +83,7 @@ class SlotState(BaseModel):
     """True on a simulated worker's slots (ours; absent on a real worker's)."""
 
 
-class WorkerMetrics(BaseModel):
+class WorkerMetrics(DeferredModel):
     """A worker's counters since it started (summed over the fleet by /metrics)."""
 
     prompt_tokens_total: int = 0
@@ -110,7 +111,7 @@ class WorkerMetrics(BaseModel):
     """The worker's engine is the simulator (`llamaq worker --simulate`)."""
 
 
-class FitMemory(BaseModel):
+class FitMemory(DeferredModel):
     """What the fitted model and context take on one device (or the host), in MiB."""
 
     device: str
@@ -123,7 +124,7 @@ class FitMemory(BaseModel):
     compute_mib: int
 
 
-class FitReport(BaseModel):
+class FitReport(DeferredModel):
     """What `--fit` decided for a worker (worker/runtime/fit.py), as its registry entry, /props and
     the fleet page show it."""
 
@@ -134,10 +135,10 @@ class FitReport(BaseModel):
     n_gpu_layers: int | None = None
     """The layers it offloads when the fit chose them (None: as configured)."""
     note: str
-    memory: list[FitMemory] = []
+    memory: list[FitMemory] = Field(default=[])
 
 
-class WorkerInfo(BaseModel):
+class WorkerInfo(DeferredModel):
     worker_id: str
     model_id: str
     model_path: str
@@ -153,7 +154,7 @@ class WorkerInfo(BaseModel):
     """Its pooling (none, mean, cls, last, rank) when `embedding`."""
     sleeping: bool = False
     """Idle sleep (--sleep-idle-seconds): the model is unloaded until the next job."""
-    lora: list[LoraAdapterInfo] = []
+    lora: list[LoraAdapterInfo] = Field(default=[])
     """Its LoRA adapters with their global scales (the same list on every worker of a model)."""
     build_info: str = "unknown"
     """The llama.cpp it runs, as llama-server's `build_info` (scheduler/llama_build.py)."""
@@ -290,4 +291,4 @@ def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int
     return chosen
 
 
-_SLOTS = TypeAdapter(list[SlotState])
+_SLOTS = TypeAdapter(list[SlotState], config=ConfigDict(defer_build=True))  # on first use

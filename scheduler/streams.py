@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import uuid
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import NotFound
 
 
-class StreamRecord(BaseModel):
+class StreamRecord(DeferredModel):
     record_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:20])
     route: str
     job_ids: list[str] = Field(default_factory=list)
@@ -27,7 +28,7 @@ class StreamRecord(BaseModel):
     """The web UI's `X-Conversation-Id` of the request, if any (DELETE /v1/stream stops it)."""
 
 
-class EventId(BaseModel):
+class EventId(DeferredModel):
     """`<record id>-<n0>.<n1>…<tail>`: how many SSE events of each job (and of the tail
     after all jobs ended) the client has."""
 

@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from scheduler.contract.deferred import DeferredModel
 from storage.base import ObjectStore
 from storage.errors import InvalidKey, ObjectNotFound, StorageError
 
@@ -32,7 +33,7 @@ def check_id(object_id: str) -> str:
     return object_id
 
 
-class StoredFile(BaseModel):
+class StoredFile(DeferredModel):
     """A file as the Files API describes it."""
 
     id: str
@@ -103,7 +104,7 @@ class FileStore:
         return files
 
 
-class ChunkResult(BaseModel):
+class ChunkResult(DeferredModel):
     """One chunk's result lines, already rendered (JSON text, one line each)."""
 
     output: list[str]

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported, ServerError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -49,7 +50,7 @@ class MediaInput:
             or (kind == "video" and self.video)
 
 
-class Wire(BaseModel):
+class Wire(DeferredModel):
     """A wire model of chat input: fields it does not know are ignored."""
 
     model_config = ConfigDict(extra="ignore")

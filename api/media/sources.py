@@ -20,10 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from api.net.policy import AddressRefused, FetchPolicy
-from api.net.transport import guarded_client
 from api.settings import ApiSettings
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.media import MAX_MEDIA_BYTES, MAX_MEDIA_DOWNLOAD_BYTES
@@ -65,6 +62,10 @@ class _DownloadFailed(Exception):
 async def download(url: str, policy: FetchPolicy) -> bytes:
     """The body of `url` (2xx, at most MAX_MEDIA_DOWNLOAD_BYTES, within the policy's
     deadline), or the one ServerError of every failure."""
+    # imported here, not at the top: httpx (with the click, pygments and rich its CLI loads)
+    # costs an api pod ~30 ms of CPU at start, and only a fetch needs it
+    import httpx
+
     try:
         async with asyncio.timeout(policy.deadline_s):
             return await _fetch(url, policy)
@@ -75,6 +76,8 @@ async def download(url: str, policy: FetchPolicy) -> bytes:
 
 
 async def _fetch(url: str, policy: FetchPolicy) -> bytes:
+    from api.net.transport import guarded_client  # imports httpx: see download()
+
     async with guarded_client(policy, policy.deadline_s) as client, \
             client.stream("GET", url) as response:
         if not 200 <= response.status_code < 300:

@@ -21,8 +21,9 @@ import json
 import re
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.limits import HARD_LIMITS
 from storage.objects import read_object_url
 
@@ -31,7 +32,7 @@ PRIORITY_LOW, PRIORITY_HIGH = HARD_LIMITS["priority"]
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class Tenant(BaseModel):
+class Tenant(DeferredModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
@@ -102,7 +103,7 @@ UNLIMITED = Tenant.model_construct(name=DEFAULT_TENANT, keys=("-",), admin=False
 """The default tenant: --api-key's keys, or everyone when no key is set."""
 
 
-class TenantsFile(BaseModel):
+class TenantsFile(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     tenants: list[Tenant]

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
-
 from api.net.policy import FetchPolicy
-from api.net.transport import guarded_client
+
+if TYPE_CHECKING:
+    import httpx
 
 PROXY_HEADER_PREFIX = "x-llama-server-proxy-header-"
 LOOP_HEADER = "x-llamaq-cors-proxy"
@@ -103,4 +104,8 @@ async def forward(method: str, url: str, headers: dict[str, str], body: bytes,
 
 
 def new_client(policy: FetchPolicy) -> httpx.AsyncClient:
+    # imported here, not at the top: httpx (with the click, pygments and rich its CLI loads)
+    # costs an api pod ~30 ms of CPU at start, and only a fetch needs it
+    from api.net.transport import guarded_client
+
     return guarded_client(policy, TIMEOUT_S)

@@ -10,14 +10,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
+
+from scheduler.contract.deferred import DeferredModel
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 30000
 
 
-class McpServerConfig(BaseModel):
+class McpServerConfig(DeferredModel):
     name: str
     command: str
     args: list[str] = Field(default_factory=list)

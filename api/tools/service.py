@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from api.tools.builtin.catalog import select
 from api.tools.errors import UnknownToolError
 from api.tools.mcp_config import McpServerConfig, load_mcp_configs
 from api.tools.mcp_tool import McpTool
@@ -47,6 +46,10 @@ class ToolsConfig:
                    mcp_config_file: str | None, mcp_json: str | None,
                    runtime_allow: list[str] | None = None,
                    ssh_config: str | None = None) -> ToolsConfig:
+        # imported here, not at the top: the built-in tools (editing, search, shell: ~7 ms of
+        # import CPU) are needed only where --tools is on, and this runs only then
+        from api.tools.builtin.catalog import select
+
         select(enabled)  # an unknown tool name
         if runtime:
             check_runtime_flag(runtime)
@@ -80,6 +83,8 @@ class ToolsService:
     def __init__(self, config: ToolsConfig) -> None:
         self.config = config
         self.confinement = Confinement(config.root)
+        from api.tools.builtin.catalog import select  # only where --tools is on: from_flags()
+
         self.tools: list[ServerTool] = select(config.enabled)
         self.mcp: McpManager | None = None
         if config.mcp_servers:  # the SDK is imported only then: it adds ~1.3 s to a start

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from scheduler.config.model_presets import MODEL_PRESETS
 from scheduler.config.options import Option, declared_with_flag, group_model
@@ -31,6 +31,7 @@ from scheduler.config.spec_flags import (
     refusal,
     refused_envs,
 )
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.flag_fields import flag, flag_group
 
 __all__ = [
@@ -118,7 +119,7 @@ class _ExactParser(argparse.ArgumentParser):
         return []
 
 
-class ProcessSettings(BaseModel):
+class ProcessSettings(DeferredModel):
     """Base of every process's settings: flag over env over default."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from scheduler.contract.deferred import DeferredModel
 
 
-class ErrorInfo(BaseModel):
+class ErrorInfo(DeferredModel):
     """An error as it crosses Redis and as the spec renders it (`{"error": {...}}`)."""
 
     code: int

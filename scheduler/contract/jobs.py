@@ -12,8 +12,9 @@ import uuid
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.media import MediaRef
 from scheduler.contract.message_delimiters import MessageDelimiter
@@ -59,7 +60,7 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
-class LoraScale(BaseModel):
+class LoraScale(DeferredModel):
     """One adapter's scale, by its id (its place in the worker's --lora list)."""
 
     id: int
@@ -90,12 +91,12 @@ def scales_of(n_adapters: int, given: list[LoraScale]) -> list[float]:
     return [by_id.get(i, 0.0) for i in range(n_adapters)]
 
 
-class ExtraContext(BaseModel):
+class ExtraContext(DeferredModel):
     text: str
     filename: str = "tmp"
 
 
-class InfillParts(BaseModel):
+class InfillParts(DeferredModel):
     """/infill: the prompt goes between prefix and suffix, in the model's FIM format."""
 
     input_prefix: str | list[PromptPiece]
@@ -103,7 +104,7 @@ class InfillParts(BaseModel):
     input_extra: list[ExtraContext] = Field(default_factory=list)
 
 
-class ReasoningSpec(BaseModel):
+class ReasoningSpec(DeferredModel):
     """The thinking block of a chat completion, for the reasoning budget and early end."""
 
     start: str = "<think>"
@@ -116,7 +117,7 @@ class ReasoningSpec(BaseModel):
     """The prompt ends inside the block (the template opened it)."""
 
 
-class DraftLimits(BaseModel):
+class DraftLimits(DeferredModel):
     """A request's `speculative.n_max`, `speculative.n_min`, `speculative.p_min` (the spec's
     fields; compiled out of the vendored llama-server, honoured by llamaq): the longest draft,
     the shortest one worth verifying, and the least probability of a draft model's token
@@ -135,7 +136,7 @@ class DraftLimits(BaseModel):
         return DraftLimits(n_max=n_max, n_min=n_min, p_min=self.p_min)
 
 
-class CompletionJob(BaseModel):
+class CompletionJob(DeferredModel):
     kind: Literal[JobKind.COMPLETION] = JobKind.COMPLETION
     job_id: str = Field(default_factory=new_job_id)
     model: str
@@ -226,7 +227,7 @@ class CompletionJob(BaseModel):
     the api's job client)."""
 
 
-class TokenizeJob(BaseModel):
+class TokenizeJob(DeferredModel):
     kind: Literal[JobKind.TOKENIZE] = JobKind.TOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
@@ -236,14 +237,14 @@ class TokenizeJob(BaseModel):
     with_pieces: bool = False
 
 
-class DetokenizeJob(BaseModel):
+class DetokenizeJob(DeferredModel):
     kind: Literal[JobKind.DETOKENIZE] = JobKind.DETOKENIZE
     job_id: str = Field(default_factory=new_job_id)
     model: str
     tokens: list[int]
 
 
-class SlotActionJob(BaseModel):
+class SlotActionJob(DeferredModel):
     """POST /slots/{id}?action=save|restore|erase, on the worker that holds the slot."""
 
     kind: Literal[JobKind.SLOT_ACTION] = JobKind.SLOT_ACTION
@@ -261,7 +262,7 @@ class SlotActionJob(BaseModel):
     """The caller's cache group (CompletionJob.cache_salt): a restored slot serves it."""
 
 
-class MediaPromptInput(BaseModel):
+class MediaPromptInput(DeferredModel):
     """An embedding input with media (llama-server's `{"prompt_string", "multimodal_data"}`, or
     an OpenAI `content` array with image or audio parts): `prompt` holds `marker` where each
     item of `media` goes, in order. The worker's projector reads the media
@@ -279,7 +280,7 @@ prompt of /completion: the first string gets the model's special tokens), or a p
 media."""
 
 
-class EmbeddingJob(BaseModel):
+class EmbeddingJob(DeferredModel):
     """Embed many inputs (`/embedding`, `/embeddings`, `/v1/embeddings`, a chunk of a batch).
 
     Runs on a worker started with `--embedding` (queue: scheduler/contract/kinds.py queue_for). The
@@ -304,7 +305,7 @@ class EmbeddingJob(BaseModel):
     only after every waiting online input."""
 
 
-class RerankJob(BaseModel):
+class RerankJob(DeferredModel):
     """Score `documents` against `query` (`/rerank` and its aliases, a chunk of a batch).
 
     Runs on a worker started with `--rerank`; each (query, document) pair is one sequence,
@@ -324,7 +325,7 @@ class RerankJob(BaseModel):
 
 
 
-class DecisionQuestion(BaseModel):
+class DecisionQuestion(DeferredModel):
     """One question of a decision job, rendered by the api: the text that follows the shared
     prefix, and the candidate labels whose continuation probabilities answer it."""
 
@@ -335,12 +336,12 @@ class DecisionQuestion(BaseModel):
     """The text of each candidate answer, in the order the answer reports them."""
 
 
-class SystemOneOption(BaseModel):
+class SystemOneOption(DeferredModel):
     key: str
     description: Any = None
 
 
-class SystemOneQuestion(BaseModel):
+class SystemOneQuestion(DeferredModel):
     """A question as a decision family's systemone template reads it: its options are the
     choice's criteria in their order, the score's levels ("0" … "K-1", with their
     descriptions), or noul's "false" and "true" (with their descriptions, or null)."""
@@ -351,7 +352,7 @@ class SystemOneQuestion(BaseModel):
     options: list[SystemOneOption]
 
 
-class SystemOneInput(BaseModel):
+class SystemOneInput(DeferredModel):
     """The request as a decision family of the spec reads it (llama.cpp's server-decision.cpp):
     the state without its media parts, and the questions."""
 
@@ -359,7 +360,7 @@ class SystemOneInput(BaseModel):
     questions: list[SystemOneQuestion]
 
 
-class DecisionJob(BaseModel):
+class DecisionJob(DeferredModel):
     """POST /v1/systemone: the state's prompt (`prefix`, prefilled once) and the questions,
     each read from the logits over its labels; nothing is sampled (worker/decisions/run.py).
     `systemone`: the request itself, for a model of a label-logit family, whose worker renders
@@ -383,7 +384,8 @@ class DecisionJob(BaseModel):
 
 Job = Annotated[CompletionJob | TokenizeJob | DetokenizeJob | SlotActionJob | EmbeddingJob
                 | RerankJob | DecisionJob, Field(discriminator="kind")]
-JOB: TypeAdapter[Job] = TypeAdapter(Job)
+# built on first use, as the models are (scheduler/contract/deferred.py)
+JOB: TypeAdapter[Job] = TypeAdapter(Job, config=ConfigDict(defer_build=True))
 
 
 def parse_job(payload: Any, kind: JobKind) -> Job:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from pydantic import BaseModel
+from scheduler.contract.deferred import DeferredModel
 
 MEDIA_INLINE_MAX = 256 << 10
 """A job's media travel inside it up to this many bytes in all; the others through the object
@@ -24,7 +24,7 @@ MAX_MEDIA_ITEMS = 32
 """Media items in one request (llamaq's limit)."""
 
 
-class MediaRef(BaseModel):
+class MediaRef(DeferredModel):
     """One media file of a job, in the order of the prompt's markers."""
 
     sha256: str

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from scheduler.contract.deferred import DeferredModel
 
 
-class MessageDelimiter(BaseModel):
+class MessageDelimiter(DeferredModel):
     """Text that starts a message of `role` in a rendered chat prompt (llama-server's
     `message_delimiters`, from its chat template analysis): the worker finds where user
     messages start in the prompt's tokens and cuts and checkpoints the prefill there."""

@@ -8,19 +8,20 @@ from array import array
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
-    BaseModel,
+    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     model_serializer,
 )
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import ErrorInfo, ServerError
 from scheduler.contract.jobs import LoraScale
 from scheduler.contract.sampling import SamplingSettings
 
 
-class Timings(BaseModel):
+class Timings(DeferredModel):
     cache_n: int = 0
     prompt_n: int = 0
     prompt_ms: float = 0.0
@@ -44,7 +45,7 @@ class Timings(BaseModel):
         return data
 
 
-class TokenBias(BaseModel):
+class TokenBias(DeferredModel):
     bias: float | None
     """None: -inf, a ban (llama-server's JSON writes -inf as null)."""
     token: int
@@ -110,14 +111,14 @@ class GenerationSettings(SamplingSettings):
                 if key in data and (full or key not in METRICS_ONLY_LEAVES)}
 
 
-class Candidate(BaseModel):
+class Candidate(DeferredModel):
     id: int
     token: str
     bytes: list[int]
     p: float
 
 
-class TokenProbs(BaseModel):
+class TokenProbs(DeferredModel):
     """One generated token with its probability and the most probable candidates; rendered
     as logprob/top_logprobs, or prob/top_probs with post_sampling_probs."""
 
@@ -128,7 +129,7 @@ class TokenProbs(BaseModel):
     top: list[Candidate]
 
 
-class CompletionResult(BaseModel):
+class CompletionResult(DeferredModel):
     result_kind: Literal["completion"] = "completion"
     index: int = 0
     worker_id: str
@@ -150,12 +151,12 @@ class CompletionResult(BaseModel):
     post_sampling_probs: bool = False
 
 
-class TokenPiece(BaseModel):
+class TokenPiece(DeferredModel):
     id: int
     piece: str | list[int]
 
 
-class Continuation(BaseModel):
+class Continuation(DeferredModel):
     """What a completion whose worker died had streamed, read back from its event log
     (scheduler/migration.py): the worker that continues it starts from here."""
 
@@ -175,17 +176,17 @@ class Continuation(BaseModel):
     """When its last event before the death went out (Redis time, ms; 0: unknown)."""
 
 
-class TokenizeResult(BaseModel):
+class TokenizeResult(DeferredModel):
     result_kind: Literal["tokenize"] = "tokenize"
     tokens: list[int] | list[TokenPiece]
 
 
-class DetokenizeResult(BaseModel):
+class DetokenizeResult(DeferredModel):
     result_kind: Literal["detokenize"] = "detokenize"
     content: str
 
 
-class SlotActionResult(BaseModel):
+class SlotActionResult(DeferredModel):
     """What a slot action did: tokens and bytes saved, restored or erased, and how long."""
 
     result_kind: Literal["slot_action"] = "slot_action"
@@ -223,7 +224,7 @@ def unpack_floats(data: str) -> list[float]:
     return values.tolist()
 
 
-class EmbeddingItem(BaseModel):
+class EmbeddingItem(DeferredModel):
     """The embedding of one input of an EmbeddingJob."""
 
     index: int
@@ -247,7 +248,7 @@ class EmbeddingItem(BaseModel):
         return unpack_floats(self.data)[:self.n_embd]
 
 
-class EmbeddingResult(BaseModel):
+class EmbeddingResult(DeferredModel):
     result_kind: Literal["embedding"] = "embedding"
     pooling: Literal["none", "mean", "cls", "last", "rank"]
     """The worker's pooling: with "none" each item holds one row per token, unnormalized."""
@@ -259,7 +260,7 @@ class EmbeddingResult(BaseModel):
         return sum(item.n_tokens for item in self.items)
 
 
-class RerankItem(BaseModel):
+class RerankItem(DeferredModel):
     """The score of one document of a RerankJob."""
 
     index: int
@@ -271,7 +272,7 @@ class RerankItem(BaseModel):
     """Set (score meaningless) when this document failed in a job with per_input_errors."""
 
 
-class RerankResult(BaseModel):
+class RerankResult(DeferredModel):
     result_kind: Literal["rerank"] = "rerank"
     items: list[RerankItem]
     """One per document, in document order (not sorted)."""
@@ -281,7 +282,7 @@ class RerankResult(BaseModel):
         return sum(item.n_tokens for item in self.items)
 
 
-class DecisionAnswer(BaseModel):
+class DecisionAnswer(DeferredModel):
     id: str
     probabilities: list[float]
     """Of each label of the question, in its order (restricted softmax, sum 1)."""
@@ -289,7 +290,7 @@ class DecisionAnswer(BaseModel):
     """The question's prompt: the shared prefix plus its own suffix."""
 
 
-class DecisionResult(BaseModel):
+class DecisionResult(DeferredModel):
     """The answers of a decision job, and what the worker decoded for them."""
 
     result_kind: Literal["decision"] = "decision"
@@ -311,7 +312,8 @@ Result = Annotated[
     | RerankResult | DecisionResult,
     Field(discriminator="result_kind"),
 ]
-RESULT: TypeAdapter[Result] = TypeAdapter(Result)
+# built on first use, as the models are (scheduler/contract/deferred.py)
+RESULT: TypeAdapter[Result] = TypeAdapter(Result, config=ConfigDict(defer_build=True))
 
 
 AnyResult = TypeVar("AnyResult", CompletionResult, TokenizeResult, DetokenizeResult,
@@ -327,7 +329,7 @@ def expect_result(result: Result, kind: type[AnyResult]) -> AnyResult:
     return result
 
 
-class PromptProgress(BaseModel):
+class PromptProgress(DeferredModel):
     total: int
     cache: int
     processed: int
@@ -335,7 +337,7 @@ class PromptProgress(BaseModel):
     """Whole milliseconds, as llama-server's (an integer in its JSON)."""
 
 
-class TokenEvent(BaseModel):
+class TokenEvent(DeferredModel):
     """Text that became final during one decode step (may be empty while a stop word is open)."""
 
     kind: Literal["token"] = "token"
@@ -352,12 +354,12 @@ class TokenEvent(BaseModel):
     prob/top_probs), not logprobs. A renderer needs nothing but the event."""
 
 
-class FinalEvent(BaseModel):
+class FinalEvent(DeferredModel):
     kind: Literal["final"] = "final"
     result: Result
 
 
-class StoredFinalEvent(BaseModel):
+class StoredFinalEvent(DeferredModel):
     """A final event whose result's JSON is over keys.RESULT_INLINE_MAX_BYTES: the result is in
     the object store at `key` (storage/results.py). The api reads it and hands on the
     FinalEvent (scheduler/job_events.py); nothing past that sees this kind."""
@@ -367,13 +369,13 @@ class StoredFinalEvent(BaseModel):
     size: int
 
 
-class StartedEvent(BaseModel):
+class StartedEvent(DeferredModel):
     """A slot took the job: from here a stream's headers go out (and its pings)."""
 
     kind: Literal["started"] = "started"
 
 
-class ErrorEvent(BaseModel):
+class ErrorEvent(DeferredModel):
     kind: Literal["error"] = "error"
     error: ErrorInfo
 
@@ -382,7 +384,7 @@ Event = Annotated[TokenEvent | FinalEvent | StoredFinalEvent | ErrorEvent | Star
                   Field(discriminator="kind")]
 
 
-class EventEnvelope(BaseModel):
+class EventEnvelope(DeferredModel):
     """One message on a job's channel; `seq` counts from 0 per job so gaps are detectable."""
 
     job_id: str

@@ -8,8 +8,9 @@ the settings a job ran with (scheduler/contract/results.py GenerationSettings).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.flag_fields import flag
 
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
@@ -21,7 +22,7 @@ def samplers_from_letters(letters: str) -> list[str]:
     return [SAMPLER_LETTERS[c] for c in letters if c in SAMPLER_LETTERS]
 
 
-class LogitBias(BaseModel):
+class LogitBias(DeferredModel):
     """A bias for a token id, or for every token of a string; `bias` None bans the token."""
 
     token: int | str
@@ -35,7 +36,7 @@ DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
 DEFAULT_DRY_BREAKERS = ["\n", ":", '"', "*"]
 
 
-class SamplingSettings(BaseModel):
+class SamplingSettings(DeferredModel):
     """The sampling parameters, with llama.cpp's defaults (common_params_sampling): the one
     declaration of what a sampler chain is built from. Its fields are the worker's sampling
     flags too (worker/runtime/settings.py `sampling`, a flag_group: names, environment variables and
@@ -105,7 +106,7 @@ class SamplingSettings(BaseModel):
                                help="samplers used for generation in order, separated by ';'")
 
 
-class SamplingParams(BaseModel):
+class SamplingParams(DeferredModel):
     """A request's overrides of SamplingSettings: the same fields, each `None` (the worker's
     default) unless given. tests/unit/scheduler/test_sampling_settings.py keeps the two field lists
     equal; the wire models inherit these fields rather than declaring them again."""

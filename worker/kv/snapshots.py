@@ -13,14 +13,15 @@ from array import array
 from typing import Any
 
 import llama_cpp as lc
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, ServerError
 from worker.kv.slots import SlotCache
 from worker.runtime.model import LoadedModel
 
 
-class SnapshotMeta(BaseModel):
+class SnapshotMeta(DeferredModel):
     """What is stored beside a snapshot's bytes."""
 
     model: str

@@ -4,9 +4,10 @@ worker/runtime/cpu_pools.py turns them into ggml thread pools and llama_numa_ini
 
 from __future__ import annotations
 
-from pydantic import BaseModel, field_validator
+from pydantic import field_validator
 
 from scheduler.config.settings import flag
+from scheduler.contract.deferred import DeferredModel
 
 NUMA_STRATEGIES = {"distribute": 1, "": 1, "isolate": 2, "numactl": 3}
 """--numa's values as llama.cpp's argument parser reads them (enum ggml_numa_strategy)."""
@@ -47,7 +48,7 @@ def parse_cpu_range(text: str) -> list[bool]:
     return [start <= cpu <= end for cpu in range(MAX_CPUS)]
 
 
-class CpuSettings(BaseModel):
+class CpuSettings(DeferredModel):
     cpu_mask: str | None = flag(None, "-C", "--cpu-mask",
                                 help="CPU affinity mask: arbitrarily long hex. Complements "
                                 "cpu-range")

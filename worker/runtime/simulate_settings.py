@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, field_validator
+from pydantic import field_validator
 
 from scheduler.config.settings import flag
+from scheduler.contract.deferred import DeferredModel
 
 
-class SimulateSettings(BaseModel):
+class SimulateSettings(DeferredModel):
     simulate: bool = flag(False, "--simulate", env="LLAMAQ_SIMULATE",
                           help="no model: a simulated engine with a timing model serves the "
                           "jobs (fleet tests and load measurements; the registry, /props, "

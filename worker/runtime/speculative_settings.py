@@ -4,14 +4,13 @@ the drafters' SpecConfig (worker/speculative/config.py)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from scheduler.config.settings import flag
+from scheduler.contract.deferred import DeferredModel
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
-class SpeculativeSettings(BaseModel):
+class SpeculativeSettings(DeferredModel):
     spec_type: list[str] = flag([], "--spec-type", env="LLAMA_ARG_SPEC_TYPE", sep=None,
                                 help="comma-separated list of types of speculative decoding "
                                 "to use (default: none; llamaq drafts with none, draft-simple, "

@@ -7,7 +7,9 @@ propose (common_speculative_n_max).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from scheduler.contract.deferred import DeferredModel
 
 TYPE_NAMES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
               "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
@@ -56,7 +58,7 @@ def refusal(types: list[str]) -> str | None:
     return None
 
 
-class NgramModParams(BaseModel):
+class NgramModParams(DeferredModel):
     """--spec-ngram-mod-*: common_params_speculative_ngram_mod."""
 
     n_match: int = 24
@@ -64,7 +66,7 @@ class NgramModParams(BaseModel):
     n_min: int = 48
 
 
-class NgramMapParams(BaseModel):
+class NgramMapParams(DeferredModel):
     """--spec-ngram-simple-*, --spec-ngram-map-k-*, --spec-ngram-map-k4v-*:
     common_params_speculative_ngram_map."""
 
@@ -73,7 +75,7 @@ class NgramMapParams(BaseModel):
     min_hits: int = 1
 
 
-class DraftParams(BaseModel):
+class DraftParams(DeferredModel):
     """--spec-draft-*: common_params_speculative_draft (draft-simple's part)."""
 
     n_max: int = 3
@@ -83,7 +85,7 @@ class DraftParams(BaseModel):
     """Kept as llama-server keeps it: draft-simple does not read it (nor does llama.cpp's)."""
 
 
-class SpecConfig(BaseModel):
+class SpecConfig(DeferredModel):
     """A worker's speculative decoding (its flags, resolved)."""
 
     types: list[str] = Field(default_factory=lambda: ["none"])

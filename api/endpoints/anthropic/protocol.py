@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from api.body import drop_nulls
 from api.chat.messages import media_not_supported
 from api.chat.request_tools import ToolChoice as OpenAIToolChoice
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.jobs import CompletionJob, parse_lora_request
 from scheduler.contract.limits import ping_seconds
 from scheduler.contract.sampling import SamplingParams
@@ -26,7 +27,7 @@ DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 10000
 
 
-class _Block(BaseModel):
+class _Block(DeferredModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ConfigDict, ValidationError, field_validator
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
@@ -24,13 +24,14 @@ from scheduler.batches import (
     BatchRecord,
     now,
 )
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 
 routes = Routes("batches")
 routes.blueprint.on_request(refuse_on_a_router)
 
 
-class CreateBatch(BaseModel):
+class CreateBatch(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str

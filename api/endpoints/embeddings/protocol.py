@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -19,6 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from api.media.embeddings import PendingMedia, content_media, has_media, prompt_media
 from scheduler.contract import limits
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, ServerError
 from scheduler.contract.jobs import EmbeddingInput, EmbeddingJob, RerankJob
 
@@ -89,7 +89,7 @@ def _read_body(body: dict[str, Any]) -> list[EmbeddingInput | PendingMedia]:
     return inputs
 
 
-class ContentPart(BaseModel):
+class ContentPart(DeferredModel):
     """A part of OpenAI's `content` array: `{"type": "text", "text": …}`, or with a
     multimodal projector `{"type": "image_url", "image_url": {"url": …}}`, `{"type":
     "input_audio", "input_audio": {"data": …}}` (`input_video` / `video_url`: refused, video is
@@ -104,7 +104,7 @@ class ContentPart(BaseModel):
     input_audio: Any = None
 
 
-class ContentInput(BaseModel):
+class ContentInput(DeferredModel):
     """OpenAI's `{"content": [...]}`: its texts joined, each media part where it stands."""
 
     model_config = ConfigDict(extra="allow")
@@ -112,7 +112,7 @@ class ContentInput(BaseModel):
     content: list[ContentPart]
 
 
-class PromptInput(BaseModel):
+class PromptInput(DeferredModel):
     """llama-server's `{"prompt_string": ..., "multimodal_data": ["<base64>", ...]}` (one
     media marker of /props in the prompt for each item; a model without a projector: 500)."""
 
@@ -132,7 +132,7 @@ EmbeddingPrompt = Annotated[
                       "one input of token ids)")]
 
 
-class EmbeddingsRequest(BaseModel):
+class EmbeddingsRequest(DeferredModel):
     """The body of /embedding, /embeddings and /v1/embeddings, read once, as llama-server
     reads it (its checks, its messages: `_read_body`). The fields are the body as sent, which
     /openapi.json describes; `inputs` are what the reading made of `input` (or `content`)."""
@@ -230,7 +230,7 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-class RerankRequest(BaseModel):
+class RerankRequest(DeferredModel):
     """The body of /rerank (and /reranking, /v1/rerank, /v1/reranking): Jina's shape, or TEI's
     (`texts` for the documents: the answer is a bare array of {index, score[, text]}). Read as
     llama-server reads it (`_read_rerank`: its checks, its messages)."""

@@ -16,15 +16,14 @@ import time
 import uuid
 from pathlib import Path
 
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sanic import Request, Sanic
 from sanic.response import HTTPResponse, json
 
 from api.body import parse_body
 from api.routing import Routes
 from api.services import pod_services, services
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, NotFound, Unavailable
 from scheduler.downloads import DownloadBoard, DownloadReporter, ModelEvent
 from scheduler.registry import WorkerInfo
@@ -50,7 +49,7 @@ DOWNLOADS_RETRY_AFTER_S = 30
 """How long a DELETE of a running model waits for its workers to stop (they drain first)."""
 
 
-class DownloadRequest(BaseModel):
+class DownloadRequest(DeferredModel):
     """The body of POST /models."""
 
     model_config = ConfigDict(extra="forbid")
@@ -168,6 +167,11 @@ def _delete(files: ModelFiles, name: str, sidecar: str | None, partials: bool,
             raise FilesInUse(", ".join(busy))
         files.delete_keys([pushed])
         return [pushed]
+    # imported here, not at the top: huggingface_hub (and the httpx it loads) costs an api pod
+    # ~25 ms of CPU at start, and only a DELETE /models of a Hub name needs it
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     try:
         validate_repo_id(split_repo_tag(name)[0])
     except HFValidationError:

@@ -7,7 +7,6 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     field_validator,
@@ -16,6 +15,7 @@ from pydantic import (
 
 from api.body import drop_nulls
 from scheduler.contract import limits
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import (
     CompletionJob,
@@ -33,7 +33,7 @@ from scheduler.contract.sampling import LogitBias, SamplingParams, samplers_from
 SAMPLING_FIELDS = tuple(SamplingParams.model_fields)
 
 
-class PromptObject(BaseModel):
+class PromptObject(DeferredModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt_string: str
@@ -254,7 +254,7 @@ def _media(prompt: Any) -> list[str]:
     return list(prompt.multimodal_data or []) if isinstance(prompt, PromptObject) else []
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(DeferredModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     @model_validator(mode="before")
@@ -272,7 +272,7 @@ class TokenizeRequest(BaseModel):
                            parse_special=self.parse_special, with_pieces=self.with_pieces)
 
 
-class DetokenizeRequest(BaseModel):
+class DetokenizeRequest(DeferredModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     @model_validator(mode="before")

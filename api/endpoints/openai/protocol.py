@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from api.body import drop_nulls
 from api.chat.template_messages import continuation_mode
 from api.endpoints.native.protocol import CompletionRequest
 from scheduler.contract import limits
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.jobs import CompletionJob, PromptPiece
 
@@ -26,7 +27,7 @@ SCHEMA_NOT_OBJECT = ("JSON schema conversion failed:\n"
 """llama-server's 400 for a `response_format` schema that is not a JSON object (its message)."""
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(DeferredModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     include_usage: bool = False
@@ -199,7 +200,7 @@ class ChatCompletionRequest(OpenAIOptions):
         return jobs
 
 
-class ControlRequest(BaseModel):
+class ControlRequest(DeferredModel):
     """POST /v1/chat/completions/control: {"id": …, "action": "reasoning_end"}; the form
     {"id": …, "reasoning_end": true} is accepted too."""
 

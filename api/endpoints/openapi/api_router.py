@@ -15,18 +15,19 @@ from sanic.response import HTTPResponse, json
 
 from api.routing import Routes, body_model
 from api.services import services
+from scheduler.contract.deferred import DeferredModel
 
 routes = Routes("openapi")
 PATH_PARAM = re.compile(r"<([^:>]+)(?::[^>]*)?>")
 
 
-class ErrorInfoWire(BaseModel):
+class ErrorInfoWire(DeferredModel):
     code: int
     message: str
     type: str
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(DeferredModel):
     """Every error, in the spec's format."""
 
     error: ErrorInfoWire

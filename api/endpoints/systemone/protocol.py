@@ -15,8 +15,9 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.limits import (
     MAX_DECISION_OPTIONS,
     MAX_DECISION_QUESTIONS,
@@ -30,7 +31,7 @@ DATA_URL = re.compile(r"data:[A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+(?:;[^;,]+)*;base64,
 MEDIA_PARTS = ("image_url", "input_audio")
 
 
-class Question(BaseModel):
+class Question(DeferredModel):
     """A typed question: `choice` (criteria: option → description or null), `score` (criteria:
     2 to 10 level descriptions, lowest first) or `noul` (criteria: optional descriptions of
     true and false)."""
@@ -65,7 +66,7 @@ class Question(BaseModel):
         return self
 
 
-class SystemOneRequest(BaseModel):
+class SystemOneRequest(DeferredModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     state: str | dict[str, Any] | list[Any] | None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
@@ -15,13 +14,14 @@ from api.chat.templates import ChatTemplate, template_kwargs
 from api.media.sources import MediaAccess, media_access, media_bytes
 from api.routing import Routes
 from api.services import request_model, request_settings, services
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.registry import ModelMeta
 
 routes = Routes("templates")
 
 
-class ApplyTemplateRequest(BaseModel):
+class ApplyTemplateRequest(DeferredModel):
     """The chat part of a /v1/chat/completions body (other fields are ignored, as there)."""
 
     messages: list[Any]

@@ -11,7 +11,6 @@ import hashlib
 import logging
 from urllib.parse import urlsplit
 
-import httpx
 from sanic import Request
 from sanic.response import HTTPResponse, json
 
@@ -160,6 +159,10 @@ async def cors_proxy_post(request: Request) -> HTTPResponse | None:
 
 
 async def _proxy(request: Request, method: str) -> HTTPResponse | None:
+    # imported here, not at the top: httpx (with the click, pygments and rich its CLI loads)
+    # costs an api pod ~30 ms of CPU at start, and only a fetch needs it
+    import httpx
+
     settings = services(request).settings
     if not settings.cors_proxy_on():
         return feature_disabled()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from api.tools.errors import ToolArgumentError, json_type_name, missing_key, wrong_type
+from scheduler.contract.deferred import DeferredModel
 
 
-class ToolCallRequest(BaseModel):
+class ToolCallRequest(DeferredModel):
     """POST /tools: run one tool."""
 
     tool: str = Field(description="the tool's name, as GET /tools lists it")

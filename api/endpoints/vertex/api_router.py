@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
 from sanic import Request, Sanic
 from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse
@@ -20,13 +19,14 @@ from sanic.response import json as json_response
 
 from api.errors import as_llamaq_error, error_body
 from api.routing import Routes
+from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest, LlamaqError
 
 MAX_INSTANCES = 128
 FORMAT_KEY = "@requestFormat"
 
 
-class VertexSettings(BaseModel):
+class VertexSettings(DeferredModel):
     """The AIP_* environment of a Vertex AI prediction container."""
 
     enabled: bool = False
