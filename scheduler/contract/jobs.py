@@ -3,8 +3,7 @@
 Fields left `None` take the worker's server-wide default (its flags), so the api never needs to
 know them; the worker reports the values it used in `generation_settings`. Sampling (the
 settings, a request's overrides, logit bias) is scheduler/contract/sampling.py's; this module
-re-exports its names, so a job's field types are all importable from here.
-"""
+re-exports its names, so a job's field types are all importable from here."""
 
 from __future__ import annotations
 
@@ -163,14 +162,13 @@ class CompletionJob(DeferredModel):
     """GBNF text; `json_schema` (JSON text of a schema) is converted to GBNF by the worker."""
     json_schema: str | None = None
     json_schema_frame: list[str] | None = None
-    """[prefix, suffix, separator]: the output is `json_schema`'s value written between prefix
+    """[prefix, suffix, separator, *named]: the output is `json_schema`'s value between prefix
     and suffix (a forced tool call in the template's own format: `<tool_call>\n` … `\n
-    </tool_call>`), repeated after the separator when it is not empty. [prefix, suffix,
-    separator, *named]: `json_schema` is an `anyOf` of as many schemas as `named`, the i-th
-    written after prefix and named[i] (a function's name in the template's markers, one
-    alternative per function: worker/engine/framed_grammar.py); an alternative with the key
-    `x-llamaq-tagged-arguments` (its value: [key prefix, between key and value, value's closing
-    marker]) has its arguments written as those tagged pairs (worker/engine/tagged_grammar.py)."""
+    </tool_call>`), repeated after a non-empty separator. With `named`, `json_schema` is an
+    `anyOf` of one schema a function, the i-th written after prefix and named[i] (the name in
+    the template's markers: worker/engine/framed_grammar.py); one with the key
+    `x-llamaq-tagged-arguments` ([key prefix, between key and value, value's closing marker])
+    has its arguments written as tagged pairs (worker/engine/tagged_grammar.py)."""
     logit_bias: list[LogitBias] = Field(default_factory=list)
     infill: InfillParts | None = None
     reasoning: ReasoningSpec | None = None
