@@ -56,7 +56,7 @@ from scheduler.leases import (
     forget_queued,
     lapsed_run,
 )
-from scheduler.wake import wake_queue
+from scheduler.wake import Rewake, wake_queue
 from scheduler.worker_presence import GoneWatch, WorkerPresence
 from storage.errors import ObjectNotFound, StorageError
 from storage.results import ResultStore
@@ -93,11 +93,11 @@ class JobEvents:
         self._movable = movable(job.kind, self._pinned_worker,
                                 job.id_slot if isinstance(job, CompletionJob) else -1)
         self._placed_moved = False
-        """A placed job (an n_cmpl group's) went from its dead worker's queue to the shared
-        one."""
+        """A placed job (an n_cmpl group's) left its dead worker's queue for the shared one."""
         self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
         self._shared_queue = queue_for(job)
         """The queue whose workers take the job again when its worker died."""
+        self._rewake = Rewake(redis, self._shared_queue, job.job_id)
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -306,12 +306,9 @@ class JobEvents:
         decision = died_after(lapse.tries, max(lapse.sent, self._shown), self._movable,
                               self._migration_limit)
         if decision in (Decision.RUN, Decision.MIGRATE):
-            if decision is Decision.RUN:
-                log.warning("job %s: its worker died before it sent anything; it runs again "
-                            "on another worker", self.job_id)
-            else:
-                log.warning("job %s: its worker died after %d events; it continues on "
-                            "another worker", self.job_id, self._shown)
+            log.warning("job %s: its worker died after %d events; it %s on another worker",
+                        self.job_id, self._shown,
+                        "runs again" if decision is Decision.RUN else "continues")
             self._rerun_of = lapse.tries
             self._running = False
             await self._unstick()
@@ -352,6 +349,8 @@ class JobEvents:
         if self._routed is not None and await self._routed.unstick():
             log.warning("job %s: not taken by worker %s; moved to the shared queue",
                         self.job_id, self._routed.worker_id)
+        if not self._running:
+            await self._rewake.look()
 
     async def result(self) -> Result:
         async for event in self:

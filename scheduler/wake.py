@@ -20,6 +20,9 @@ Polling stays the safety net (a wake lost with its connection): every --poll-del
 
 from __future__ import annotations
 
+import time
+
+from arq.constants import in_progress_key_prefix
 from redis.asyncio import Redis
 
 from scheduler.contract import keys
@@ -85,3 +88,36 @@ async def wake_queue(redis: Redis, queue_name: str) -> bool:
     woken = await redis.eval(  # type: ignore[misc]
         WAKE, 1, keys.queue_waiters(queue_name), keys.wake_channel(queue_name))
     return bool(woken)
+
+
+REWAKE = WAKE_ONE + """
+-- KEYS: a queue, its waiters, a job's arq in-progress key; ARGV[1]: the job's id. A job still
+-- queued there and held by nobody wakes one more waiting worker (none waits: nothing).
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+return wake_one(KEYS[2], nil)
+"""
+
+REWAKE_EVERY_S = 1.0
+"""How long a queued job waits unclaimed before its api wakes one more waiting worker."""
+
+
+class Rewake:
+    """Wakes one more waiting worker, every REWAKE_EVERY_S, for a job that waits unclaimed in
+    its queue while a worker waits for jobs. A wake popped a waiter whose channel Redis still
+    counted as heard, but its worker may not be listening: frozen (SIGSTOP, swapped out), or
+    its connection half-open. That waiter left the set with the pop, so the next wake goes to
+    another; without this the job would wait for an idle worker's safety poll
+    (--idle-poll-delay, 30 s)."""
+
+    def __init__(self, redis: Redis, queue_name: str, job_id: str) -> None:
+        self._redis, self._queue, self._job_id = redis, queue_name, job_id
+        self._next = time.monotonic() + REWAKE_EVERY_S
+
+    async def look(self) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + REWAKE_EVERY_S
+        await self._redis.eval(  # type: ignore[misc]
+            REWAKE, 3, self._queue, keys.queue_waiters(self._queue),
+            in_progress_key_prefix + self._job_id, self._job_id)
