@@ -70,6 +70,7 @@ local function indexed_waiting(index, counted, prefix, ttl)
     end
     if #gone > 0 then redis.call('ZREM', index, unpack(gone)) end
     offset = offset + #page - #gone
+    if #page < 500 then break end  -- the last page: no read of the empty one after it
   end
   return waiting
 end

@@ -294,3 +294,50 @@ async def test_a_finished_job_leaves_its_queue_in_two_commands(
     assert await redis.zscore(queue, job.job_id) is None
     assert not await redis.exists(in_progress_key_prefix + job.job_id,
                                   retry_key_prefix + job.job_id, job_key_prefix + job.job_id)
+
+
+async def calls_by_name(redis: Redis) -> dict[str, int]:
+    """Commands Redis ran so far by name (`zrange`, `zcard`...), those inside scripts
+    included."""
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+async def spent_by_name(redis: Redis, before: dict[str, int]) -> dict[str, int]:
+    after = await calls_by_name(redis)
+    return {name: n - before.get(name, 0) for name, n in after.items()
+            if n - before.get(name, 0) and name != "info"}
+
+
+async def test_a_walk_of_the_order_or_the_index_stops_at_its_last_page(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A page shorter than a whole one is the last (issue 44, sixth pass): the claim reads no
+    empty page after it nor the order set's size (ZCARD: it counted the set as it walked), a
+    claim that got all it wanted no size at all, and the bound's count of the index no empty
+    page either."""
+    redis, pool, _ = pod
+    model = f"pages-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    jobs = [CompletionJob(model=model, prompt="p", priority=2) for _ in range(4)]
+    for job in jobs[:3]:
+        await client._enqueue(job, queue, room)
+    await claim(redis, queue, 0)  # the script loaded: EVALSHA from here on
+
+    before = await calls_by_name(redis)
+    assert await claim(redis, queue, 1) == [jobs[0].job_id]  # got all it wanted
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrange") == 2 and "zcard" not in spent, spent  # priorities, one page
+
+    before = await calls_by_name(redis)
+    assert await claim(redis, queue, 5) == [j.job_id for j in jobs[1:3]]  # the queue ran dry
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrange") == 2, spent  # before: 3 (the empty page after the short one)
+    assert spent.get("zcard") == 1, spent  # the queue's own; before: the order set's too
+
+    before = await calls_by_name(redis)
+    await client._enqueue(jobs[3], queue, room)
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrangebyscore") == 1, spent  # before: 2 (the empty page)
+    assert await claim(redis, queue, 5) == [jobs[3].job_id]
