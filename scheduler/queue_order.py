@@ -25,14 +25,18 @@ from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.redis_clock import LUA_NOW_MS
 
 ORDER_ADD = """
--- order_add(index, priority, job id, order score, ttl ms): the job in its priority's order
--- set; both sets live a job's TTL past the last job added.
-local function order_add(index, priority, id, score, ttl)
+-- order_add(index, priority, job id, order score, ttl ms, due): the job in its priority's
+-- order set; both sets' expiry set (a job's TTL) when `due` (scheduler/fair_share.py
+-- fair_tag: at most once a KEY_REFRESH_MS) or when the priority is new to the index (its set
+-- begins: a claim takes a priority out of the index when its set empties, in the same step).
+local function order_add(index, priority, id, score, ttl, due)
   local ordered = index .. ':' .. priority
-  redis.call('ZADD', index, priority, priority)
+  local new = redis.call('ZADD', index, priority, priority) == 1
   redis.call('ZADD', ordered, score, id)
-  redis.call('PEXPIRE', index, ttl)
-  redis.call('PEXPIRE', ordered, ttl)
+  if due or new then
+    redis.call('PEXPIRE', index, ttl)
+    redis.call('PEXPIRE', ordered, ttl)
+  end
 end
 """
 

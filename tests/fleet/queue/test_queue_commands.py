@@ -25,6 +25,7 @@ from scheduler.connections import arq_settings
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.jobs import CompletionJob
+from scheduler.fair_share import KEY_REFRESH_MS
 from scheduler.hub import EventHub
 from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
 from scheduler.queue_index import index_key, move_to_shared
@@ -341,3 +342,53 @@ async def test_a_walk_of_the_order_or_the_index_stops_at_its_last_page(
     spent = await spent_by_name(redis, before)
     assert spent.get("zrangebyscore") == 1, spent  # before: 2 (the empty page)
     assert await claim(redis, queue, 5) == [jobs[3].job_id]
+
+
+async def test_an_enqueue_sets_its_keys_expiry_once_a_minute_or_when_they_begin(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The queue's order sets, the model's fair state and index live a job's TTL: the enqueue
+    sets their expiry when a key begins (a new priority, an empty index) and at most once a
+    KEY_REFRESH_MS otherwise, not with every job (issue 44, sixth pass: 4 PEXPIREs a job);
+    a worker's own queue sets them with every job."""
+    redis, pool, _ = pod
+    model = f"expiry-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    order, fair, index = keys.queue_order(queue), keys.fair_state(model), index_key(model)
+
+    async def pexpires(job: CompletionJob, where: str = queue) -> int:
+        before = await calls_by_name(redis)
+        await client._enqueue(job, where, room)
+        return (await spent_by_name(redis, before)).get("pexpire", 0)
+
+    async def all_expire() -> None:
+        for key in (order, f"{order}:2", fair, index):
+            assert 0 < await redis.pttl(key) <= keys.JOB_TTL_S * 1000, key
+
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 4
+    await all_expire()
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 0  # before: 4
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=1)) == 2  # new order
+    assert 0 < await redis.pttl(f"{order}:1") <= keys.JOB_TTL_S * 1000
+    a_minute_ago = str(int(time.time() * 1000) - KEY_REFRESH_MS - 1000)
+    await redis.hset(fair, f"x:{queue}", a_minute_ago)  # type: ignore[misc]
+    await redis.pexpire(order, 5_000)
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 4  # a minute on
+    await all_expire()
+    assert await redis.pttl(order) > 5_000
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 0
+
+    taken = await claim(redis, queue, 10)  # they all end: the index empties
+    assert len(taken) == 5
+    for job_id in taken:
+        await redis.zrem(queue, job_id)
+        await redis.delete(in_progress_key_prefix + job_id)
+    # the index begins again (the order sets still hold the ended jobs, dropped by the next
+    # claim, and their expiry)
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 1
+    await all_expire()
+
+    own = keys.worker_queue(model, "w1")
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2), own) == 4
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2), own) == 4
