@@ -42,7 +42,7 @@ from scheduler.contract.errors import LlamaqError
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.results import FinalEvent, StartedEvent, TokenEvent
 from scheduler.job_events import ChoiceEvent, JobEvents, merge_events
-from scheduler.streams import EventId, StreamRecord, StreamRecords
+from scheduler.streams import EventId, StreamRecord, StreamRecords, event_id_text
 
 PING = ": ping\n\n"
 PING_EARLY_S = 0.005
@@ -310,7 +310,6 @@ class _Writer:
             self._sent[index] += 1
             if self._sent[index] <= self._have[index]:
                 continue
-            event_id = EventId(record_id=self._record_id, counts=self._sent).text()
-            out.append(f"id: {event_id}\n{text}")
+            out.append(f"id: {event_id_text(self._record_id, self._sent)}\n{text}")
         if out:
             await self._response.send("".join(out))
