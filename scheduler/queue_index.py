@@ -36,11 +36,21 @@ INDEXED_WAITING = """
 -- job left its queue. Needs now_ms and now_score (scheduler/redis_clock.py) and leases_of
 -- (scheduler/lua_leases.py).
 local function indexed_waiting(index, counted, prefix, ttl)
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. (now_ms - tonumber(ttl)))
+  local cutoff = now_ms - tonumber(ttl)
   local waiting, offset, kept = 0, 0, 0
   while true do
-    local page = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'LIMIT', offset, 500)
-    if #page == 0 then break end
+    local scored = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'WITHSCORES',
+                              'LIMIT', offset, 500)
+    if offset == 0 and #scored > 0 and tonumber(scored[2]) < cutoff then
+      -- the oldest member is older than a job's TTL (its job expired): those go, and the
+      -- page is read again (issue 44: a ZREMRANGEBYSCORE with every enqueue)
+      redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. cutoff)
+      scored = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'WITHSCORES',
+                          'LIMIT', 0, 500)
+    end
+    if #scored == 0 then break end
+    local page = {}
+    for i = 1, #scored, 2 do page[#page + 1] = scored[i] end
     local ids, queues = {}, {}
     for i, member in ipairs(page) do
       local cut = string.find(member, '\\n', 1, true) or 0

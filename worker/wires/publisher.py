@@ -296,7 +296,9 @@ class EventPublisher:
                             FencedJob(job_id, written, self._shown.get(job_id, 0),
                                       keep_from[job_id, last[job_id]], job_id in ttls,
                                       job_id in states, self._reply_to.get(job_id, ""),
-                                      release=job_id in released)
+                                      release=job_id in released,
+                                      state_ttl=job_id in self._ttls_at
+                                      or self._ends(envelopes, job_id))
                             for job_id, written in fenced.items()], at_ms)
                     if self._leases is not None:  # those of fenced jobs went with their events
                         self._leases.release_on(pipe, [j for j in released if j not in fenced])

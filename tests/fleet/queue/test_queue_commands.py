@@ -413,3 +413,29 @@ async def test_a_job_waiting_while_no_worker_waits_costs_its_rewake_two_commands
     rewake._next = 0.0
     await rewake.look()
     assert await redis.zcard(keys.queue_waiters(queue)) == 0  # popped (nobody heard it)
+
+
+async def test_the_bound_drops_index_members_past_a_jobs_ttl_only_when_there_are_some(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The index's members older than a job's TTL (their jobs expired) go when the bound's
+    first page shows one (its oldest member), not with a ZREMRANGEBYSCORE every enqueue
+    (issue 44, sixth pass); such a member is not counted as waiting."""
+    redis, pool, _ = pod
+    model = f"index-ttl-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), queue, room)
+    before = await calls_by_name(redis)
+    await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), queue, room)
+    assert "zremrangebyscore" not in await spent_by_name(redis, before)  # before: 1
+    old = (time.time() - keys.JOB_TTL_S) * 1000 - 5_000
+    await redis.zadd(queue, {"expired": old})  # an expired job arq never took out
+    await redis.zadd(index_key(model), {f"{queue}\nexpired": old})
+    limited = bounded_client(redis, pool, 2, [queue])
+    before = await calls_by_name(redis)
+    with pytest.raises(Unavailable, match=r"\(2 requests wait\)"):  # not 3
+        await limited._enqueue(CompletionJob(model=model, prompt="x", priority=2), queue,
+                               QueueRoom(2, (queue,)))
+    assert (await spent_by_name(redis, before)).get("zremrangebyscore") == 1
+    assert await redis.zscore(index_key(model), f"{queue}\nexpired") is None
