@@ -55,6 +55,51 @@ RESYNC = Resync()
 HubItem = EventEnvelope | EventPointer | Resync | LlamaqError
 
 
+class EventQueue(asyncio.Queue[HubItem]):
+    """A job's queue of hub items, whose one reader may wait for the next with a deadline
+    (`next_within`) at the cost of a future and a timer, not of an asyncio.timeout context per
+    wait (issue 44: ~4 us of the api's CPU per streamed token)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: HubItem) -> None:
+        super().put_nowait(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def get_within(self, timeout_s: float) -> HubItem | None:
+        """The next item; None when none came within `timeout_s`."""
+        if self.empty():
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                timer.cancel()
+            if self.empty():
+                return None
+        return self.get_nowait()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def next_within(queue: asyncio.Queue[HubItem], timeout_s: float) -> HubItem | None:
+    """The queue's next item; None when none came within `timeout_s`."""
+    if isinstance(queue, EventQueue):
+        return await queue.get_within(timeout_s)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            return await queue.get()
+    return None
+
+
 class EventHub:
     """Subscribes per job on a shared connection and waits for Redis to confirm each subscription,
     so that an enqueue that follows can never publish into the void."""
@@ -112,7 +157,7 @@ class EventHub:
         back from its log."""
         assert self._pubsub is not None, "EventHub.start() was not awaited"
         channel = keys.job_events(job_id)
-        queue: asyncio.Queue[HubItem] = asyncio.Queue()
+        queue: asyncio.Queue[HubItem] = EventQueue()
         confirmed = asyncio.get_running_loop().create_future()
         self._queues[channel] = queue
         self._confirmations[channel] = confirmed

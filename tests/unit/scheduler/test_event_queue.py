@@ -1,0 +1,57 @@
+"""A job's queue of hub items and its reader's wait with a deadline (scheduler/hub.py
+EventQueue, next_within): what asyncio.timeout around Queue.get gave, cheaper (issue 44)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from scheduler.hub import RESYNC, EventPointer, EventQueue, HubItem, next_within
+
+
+async def test_an_item_already_queued_comes_at_once() -> None:
+    queue = EventQueue()
+    queue.put_nowait(EventPointer(3))
+    assert await queue.get_within(10) == EventPointer(3)
+    assert queue.empty()
+
+
+async def test_an_item_put_while_waiting_wakes_the_reader() -> None:
+    queue = EventQueue()
+    asyncio.get_running_loop().call_later(0.05, queue.put_nowait, RESYNC)
+    start = time.monotonic()
+    assert await queue.get_within(10) is RESYNC
+    assert time.monotonic() - start < 5
+
+
+async def test_nothing_within_the_deadline_is_none_and_leaves_no_waiter() -> None:
+    queue = EventQueue()
+    start = time.monotonic()
+    assert await queue.get_within(0.05) is None
+    assert time.monotonic() - start >= 0.04
+    queue.put_nowait(EventPointer(1))  # nobody waits: it stays queued
+    assert queue.get_nowait() == EventPointer(1)
+
+
+async def test_a_cancelled_reader_takes_nothing() -> None:
+    queue = EventQueue()
+    reader = asyncio.ensure_future(queue.get_within(10))
+    await asyncio.sleep(0.01)
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+    queue.put_nowait(EventPointer(2))
+    assert queue.get_nowait() == EventPointer(2)
+
+
+async def test_items_keep_their_order_and_a_plain_queue_still_works() -> None:
+    queue = EventQueue()
+    for seq in range(3):
+        queue.put_nowait(EventPointer(seq))
+    assert [await queue.get_within(1) for _ in range(3)] == [EventPointer(s) for s in range(3)]
+    plain: asyncio.Queue[HubItem] = asyncio.Queue()
+    assert await next_within(plain, 0.01) is None
+    plain.put_nowait(RESYNC)
+    assert await next_within(plain, 1) is RESYNC
+    assert await next_within(EventQueue(), 0.01) is None
