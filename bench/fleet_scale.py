@@ -83,6 +83,7 @@ class GenConfig:
     output_tokens: str
     shared_prefix: int
     seed: int
+    ramp_s: float = 0.0
 
 
 def prompt_of(config: GenConfig, rng: random.Random) -> str:
@@ -138,11 +139,12 @@ async def generate(config: GenConfig) -> list[Shot]:
     shots: list[Shot] = []
     until = time.perf_counter() + config.seconds
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=config.seconds + 120)
+    timeout = aiohttp.ClientTimeout(total=config.seconds + config.ramp_s + 120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         if config.users:
             async def user(n: int) -> None:
                 own = random.Random(config.seed * 1000 + n)
+                await asyncio.sleep(config.ramp_s * n / config.users)
                 while time.perf_counter() < until:
                     shots.append(await shoot(session, config, own))
 
@@ -326,7 +328,8 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
                            rate=args.rate / args.gen_procs,
                            users=args.users // args.gen_procs, seconds=args.seconds,
                            prompt_words=args.prompt_words, output_tokens=args.output_tokens,
-                           shared_prefix=args.shared_prefix, seed=args.seed + g)
+                           shared_prefix=args.shared_prefix, seed=args.seed + g,
+                           ramp_s=args.ramp)
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=generator_process, args=(config, send))
         procs.append(proc)
@@ -408,6 +411,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=0.0, help="open loop: requests a second")
     p.add_argument("--users", type=int, default=0, help="closed loop: concurrent clients")
     p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--ramp", type=float, default=0.0,
+                   help="closed loop: the users start evenly over this many seconds")
     p.add_argument("--no-stream", action="store_true")
     p.add_argument("--prompt-words", default="20")
     p.add_argument("--output-tokens", default="200")

@@ -42,12 +42,13 @@ from scheduler.contract.results import (
     TokenizeResult,
     expect_result,
 )
-from scheduler.enqueue import ENQUEUE
+from scheduler.enqueue import ENQUEUE, refresh_stamp
 from scheduler.fair_share import DEFAULT_TENANT, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
 from scheduler.queue_index import index_key, indexed
 from scheduler.queue_order import job_priority
+from scheduler.silent_jobs import SilentJobs
 from scheduler.streams import StreamRecords
 from scheduler.worker_presence import WorkerPresence
 from storage.results import ResultStore
@@ -93,6 +94,8 @@ class JobClient:
         """Where workers put final results too big for Redis (the pod's object store)."""
         self.presence = WorkerPresence(redis)
         """Which workers hold Redis connections (a dead one's jobs go on at once)."""
+        self.silent = SilentJobs(redis, self.presence)
+        """The pod's looks at its silent jobs, all in one round trip."""
         self.fair_share = True
         """False: every job counts as the default tenant's in the fair tags (first come, first
         served within a priority; --no-fair-share)."""
@@ -129,7 +132,8 @@ class JobClient:
                   "1" if self._queue_limit is not None and indexed(job.model, queue_name)
                   else "0",
                   "1" if isinstance(job, CompletionJob)
-                  and queue_name == keys.slot_queue(job.model) else "0"])
+                  and queue_name == keys.slot_queue(job.model) else "0",
+                  refresh_stamp(job.model, queue_name)])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)
@@ -181,7 +185,7 @@ class JobClient:
                     self._open.pop(job.job_id, None)
                     raise
                 events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub, routed,
-                                   self.results, self.presence)
+                                   self.results, self.silent)
                 async with self._watched(events):
                     yield events
         finally:
@@ -201,7 +205,7 @@ class JobClient:
             if logged and logged[0].seq != 0:
                 raise NotFound("the events of this response expired")
             events = JobEvents(job, queue, self._timeout_s, self._redis, self._hub,
-                               results=self.results, presence=self.presence)
+                               results=self.results, silent=self.silent)
             events.prefill(logged)
             self._open[job.job_id] = queue
             async with self._watched(events):

@@ -48,15 +48,9 @@ from scheduler.contract.results import (
 )
 from scheduler.hub import EventHub, EventPointer, HubItem, Resync, next_within
 from scheduler.job_hold import Hold
-from scheduler.leases import (
-    Decision,
-    count_failure,
-    died_after,
-    forget_queued,
-    lapsed_run,
-)
+from scheduler.leases import Decision, count_failure, died_after, forget_queued
+from scheduler.silent_jobs import Look, SilentJobs
 from scheduler.wake import Rewake, wake_queue
-from scheduler.worker_presence import GoneWatch, WorkerPresence
 from storage.errors import ObjectNotFound, StorageError
 from storage.results import ResultStore
 
@@ -78,12 +72,12 @@ class JobEvents:
     def __init__(self, job: AnyJob, queue: asyncio.Queue[HubItem], timeout_s: float,
                  redis: Redis, hub: EventHub, routed: RoutedJob | None = None,
                  results: ResultStore | None = None,
-                 presence: WorkerPresence | None = None) -> None:
-        """`results`: where a worker puts final results too big for Redis; `presence`: the
-        pod's view of which workers hold Redis connections (a dead one is seen at once)."""
+                 silent: SilentJobs | None = None) -> None:
+        """`results`: where a worker puts final results too big for Redis; `silent`: the
+        pod's looks at its silent jobs (one round trip for all; a dead worker seen at once)."""
         self.job_id = job.job_id
         self._results = results
-        self._gone_watch = GoneWatch(presence, job.job_id) if presence is not None else None
+        self._silent = silent if silent is not None else SilentJobs(redis)
         self._routed = routed
         """Set when cache-aware routing sent the job to a worker's own queue."""
         self._model_id = job.model
@@ -257,10 +251,15 @@ class JobEvents:
             try:
                 if self.hold is not None:
                     await self._check_hold(self.hold)
-                missed = await self._read_missed()
+                looked = await self._silent.look(
+                    self.job_id, self._next_seq,
+                    None if self._placed_moved else self._pinned_worker, self._queue)
+                if not isinstance(looked, Look):
+                    return looked  # it came while the look was on its way
+                missed = await self._read_missed() if looked.logged else None
                 if missed is not None:
                     return missed
-                await self._check_worker()
+                await self._check_worker(looked)
             except RedisError:
                 continue  # Redis away: the hub decides when the outage ends the wait
 
@@ -288,15 +287,12 @@ class JobEvents:
         self._ready.extend(logged[1:])
         return logged[0]
 
-    async def _check_worker(self) -> None:
+    async def _check_worker(self, look: Look) -> None:
         """Raise if the job's worker died and the job may not run again. A job that cache-aware
         routing sent to a worker's own queue moves to the shared queue when that worker did
         not take it in time, or when it may run again after its worker died (nobody polls a
         dead worker's queue)."""
-        if self._gone_watch is not None:
-            await self._gone_watch.look()  # a dead worker's lease ends now, not in 3 s
-        lapse = await lapsed_run(self._redis, self.job_id,
-                                 None if self._placed_moved else self._pinned_worker)
+        lapse = look.lapse()
         if lapse is None or lapse.tries == self._rerun_of:
             await self._unstick()
             if self._rerun_of:

@@ -287,26 +287,6 @@ class Lapse:
     sent: int
 
 
-async def lapsed_run(redis: Redis, job_id: str, pinned_worker: str | None) -> Lapse | None:
-    """The api's check on a silent job: its worker died (the lease of a started run lapsed),
-    or the one worker it is pinned to is gone. None while it runs or waits in a queue."""
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.exists(keys.job_owner(job_id))
-        pipe.hmget(keys.job_state(job_id), ["tries", "sent", "handed"])
-        if pinned_worker:
-            pipe.exists(keys.worker_info(pinned_worker))
-        answers = await pipe.execute()
-    held, (tries, sent, handed) = answers[0], answers[1]
-    if handed:  # preempted: it waits in its queue again
-        return None
-    tries, sent = int(tries or 0), int(sent or 0)
-    if pinned_worker and not answers[2]:
-        return Lapse(tries=max(tries, 1), sent=sent)
-    if held or tries == 0:
-        return None
-    return Lapse(tries=tries, sent=sent)
-
-
 async def forget_queued(redis: Redis, queue_name: str, job_id: str) -> None:
     """Take a job out of a queue nobody will poll again (the own queue of a dead worker)."""
     async with redis.pipeline(transaction=True) as pipe:

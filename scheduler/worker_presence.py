@@ -1,13 +1,13 @@
 """A dead worker seen at once: every worker names its Redis connections (client_name)
 and holds one open for good (its pub/sub listener), so a worker whose process ended (SIGKILL, an
 OOM kill, a crash: the kernel closes its sockets) has no connection in Redis's CLIENT LIST within
-milliseconds, seconds before its 3 s leases lapse. An api pod that waits on a silent job asks
-whether the job's owner still has a connection; one missing at two looks keys.GONE_FOR_S apart
-has died, and the job's lease is taken from it (`take_lease`: its owner key and arq's
-in-progress key, only while that worker still holds them), so the job runs again or continues
-on another worker now. A machine that vanishes (no FIN) keeps its connections until TCP
-keepalive ends them: its leases lapse as before. Where CLIENT LIST is refused (a managed Redis
-may forbid it), only the leases tell.
+milliseconds, seconds before its 3 s leases lapse. An api pod that waits on silent jobs asks
+whether their owners still have a connection (scheduler/silent_jobs.py); one missing at two
+looks keys.GONE_FOR_S apart has died, and its jobs' leases are taken from it (`take_lease`:
+a job's owner key and arq's in-progress key, only while that worker still holds them), so
+they run again or continue on another worker now. A machine that vanishes (no FIN) keeps its
+connections until TCP keepalive ends them: its leases lapse as before. Where CLIENT LIST is
+refused (a managed Redis may forbid it), only the leases tell.
 
 Owns: the pod's view of which workers hold a connection (one CLIENT LIST per REFRESH_S for all
 of a pod's silent jobs), and the taking of a dead worker's lease."""
@@ -69,51 +69,8 @@ class WorkerPresence:
                 self._listed_at = time.monotonic()
         return client_name(worker_id) in self._names
 
-    async def owner(self, job_id: str) -> str | None:
-        """The worker holding the job's lease, if that worker names its connections (it
-        wrote `conn` in the job's state when it took the job: a worker of an older build
-        does not, and is judged by its lease alone)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(keys.job_owner(job_id))
-            pipe.hget(keys.job_state(job_id), "conn")
-            owner, conn = await pipe.execute()
-        if not owner or not conn:
-            return None
-        worker_id = owner.decode() if isinstance(owner, bytes) else str(owner)
-        return worker_id if _text(conn) == client_name(worker_id) else None
-
     async def take_lease(self, job_id: str, worker_id: str) -> bool:
         """End the lease `worker_id` holds on the job (it died); False if it holds none."""
         taken = await self._take(keys=[keys.job_owner(job_id), in_progress_key_prefix + job_id],
                                  args=[worker_id])
         return bool(taken)
-
-
-class GoneWatch:
-    """One job's looks at its owner: the lease is taken once the owner had no connection at
-    two looks keys.GONE_FOR_S apart."""
-
-    def __init__(self, presence: WorkerPresence, job_id: str) -> None:
-        self._presence = presence
-        self._job_id = job_id
-        self._gone: tuple[str, float] | None = None
-
-    async def look(self) -> None:
-        worker_id = await self._presence.owner(self._job_id)
-        if worker_id is None or await self._presence.connected(worker_id) is not False:
-            self._gone = None
-            return
-        now = time.monotonic()
-        if self._gone is None or self._gone[0] != worker_id:
-            self._gone = (worker_id, now)
-            return
-        if now - self._gone[1] < keys.GONE_FOR_S:
-            return
-        self._gone = None
-        if await self._presence.take_lease(self._job_id, worker_id):
-            log.warning("job %s: worker %s has no Redis connection (its process ended); "
-                        "its lease is taken now", self._job_id, worker_id)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -27,7 +27,9 @@ FENCED_WRITE = """
 -- ARGV: worker id, log ttl (s), state ttl (s), log maxlen, then per job: its number of
 -- events n, sent, next seq, at (ms), the last event's MINID ('' = trim to maxlen), whether
 -- to set the log's and state's expiry ('1'/'0'), whether to write the state ('1'/'0'), the
--- channel of the api pod that waits for it ('' = none), its id, then n times: entry id,
+-- channel of the api pod that waits for it ('' = none), its id, whether its lease goes after
+-- its events ('1': its last event; the owner read already says it is this worker's, issue 44:
+-- a script of its own read it again), then n times: entry id,
 -- data, announcement. The last event's entry carries `a`, the time (ms): the log says when
 -- its job last wrote, the state only now and then (FencedJob.state).
 -- A job's announcements go to its own channel when it has no pod's channel or when another
@@ -55,8 +57,8 @@ for j = 0, jobs - 1 do
   local sent, next_seq, at_ms, minid, ttls = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3],
                                              ARGV[at + 4], ARGV[at + 5] == '1'
   local state_too = ARGV[at + 6] == '1'
-  local pod, id = ARGV[at + 7], ARGV[at + 8]
-  at = at + 9
+  local pod, id, release = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9] == '1'
+  at = at + 10
   if found[2 * j + 1] ~= ARGV[1] then
     written[#written + 1] = 0
   else
@@ -93,6 +95,7 @@ for j = 0, jobs - 1 do
     if ttls then redis.call('EXPIRE', log, ARGV[2]) end
     if state_too then redis.call('HSET', state, 'sent', sent, 'seq', next_seq, 'at', at_ms) end
     if ttls then redis.call('EXPIRE', state, ARGV[3]) end
+    if release then redis.call('DEL', KEYS[5 * j + 1]) end
     written[#written + 1] = 1
   end
   at = at + 3 * n
@@ -128,6 +131,9 @@ class FencedJob:
     """The channel of the api pod that waits for the job (scheduler/hub.py EventHub.channel):
     its announcements go there, one message a flush for all its jobs (issue 44: a PUBLISH an
     event was one command a token); "": the job's own channel."""
+    release: bool = False
+    """Its lease goes after its events (their last: scheduler/leases.py `let_go`), in the
+    same script, only while it is this worker's (as scheduler/lua_leases.py RELEASE)."""
 
 
 def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int) -> None:
@@ -145,7 +151,7 @@ def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int
         args += [len(job.events), job.sent, job.events[-1][0].seq + 1, at_ms,
                  "" if job.keep_from is None else f"0-{job.keep_from + 1}",
                  "1" if job.ttls else "0", "1" if job.state else "0", job.reply_to,
-                 job.job_id]
+                 job.job_id, "1" if job.release else "0"]
         for envelope, data, announced in job.events:
             args += [f"0-{envelope.seq + 1}", data, announced]
     pipe.eval(FENCED_WRITE, len(names), *names,

@@ -1,7 +1,7 @@
 """A job that is silent until its result (an embedding, a rerank) ends while the api checks on
-its worker: the worker logs the final event, counts it as sent and lets the lease go, between
-the api's look at the log and its look at the lease. The api must read that result, not call
-the worker dead (real Redis, the api's own JobEvents)."""
+its worker: the worker logs the final event, counts it as sent and lets the lease go after
+the api's look (scheduler/silent_jobs.py) found its log empty. The api must read that result,
+not call the worker dead (real Redis, the api's own JobEvents)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from scheduler.contract.results import (
 )
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import JobEvents
+from scheduler.silent_jobs import Look
 
 
 async def test_a_result_logged_as_the_lease_ends_is_read_not_a_dead_worker(
@@ -39,7 +40,9 @@ async def test_a_result_logged_as_the_lease_ends_is_read_not_a_dead_worker(
                          id="0-1")
         await redis.hset(keys.job_state(job.job_id),  # type: ignore[misc]
                          mapping={"tries": "1", "sent": "1", "seq": "1"})
-        await events._check_worker()  # the check that follows an empty look at the log
+        # the check that follows a look which found the log empty and the lease gone
+        await events._check_worker(Look(held=False, tries=1, sent=1, handed=False,
+                                        pinned_alive=True, logged=False))
         assert await asyncio.wait_for(events.result(), 10) == result
     finally:
         await hub.close()
