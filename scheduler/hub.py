@@ -30,6 +30,10 @@ from scheduler.pubsub_watch import WatchedPubSub, connected
 
 log = logging.getLogger(__name__)
 
+DROPPED_MEANWHILE = (AttributeError,)
+"""What redis-py raises when the reader drops the shared connection while a (un)subscribe is
+on its way (its writer is None then: `'NoneType' object has no attribute 'writelines'`): a
+lost Redis, not a bug of the request (it was a 500 in test_sentinel_failover_under_load)."""
 RECONNECT_DELAY_S = 0.5
 CONNECTED_POLL_S = 0.05
 """How often a subscription that waits for the reader to reconnect looks again."""
@@ -163,7 +167,10 @@ class EventHub:
         self._confirmations[channel] = confirmed
         try:
             await self._until_connected()
-            await self._pubsub.subscribe(channel)
+            try:
+                await self._pubsub.subscribe(channel)
+            except DROPPED_MEANWHILE:
+                raise RedisUnreachable() from None
             if confirm:
                 await confirmed
             yield queue
@@ -175,7 +182,7 @@ class EventHub:
                     await self._pubsub.unsubscribe(channel)
                 else:
                     self._stale.add(channel)
-            except RedisError:
+            except (RedisError, *DROPPED_MEANWHILE):
                 self._stale.add(channel)
 
     async def _until_connected(self) -> None:
