@@ -86,17 +86,25 @@ def pick_slot(slots: list[SlotCache], prompt: list[int], id_slot: int,
         return beside_busy and any(0 <= i < len(slots) and slots[i].busy
                                    for i in (slot.slot_id - 1, slot.slot_id + 1))
 
-    return max(idle, key=lambda s: (match(s), held_elsewhere(s, slots), beside(s),
-                                    -s.last_used))
+    held = held_elsewhere(slots)
+    return max(idle, key=lambda s: (match(s), s.slot_id in held, beside(s), -s.last_used))
 
 
-def held_elsewhere(slot: SlotCache, slots: list[SlotCache]) -> bool:
-    """Another slot's cache begins with at least 3/4 of this one's (same system prompt)."""
-    if not slot.tokens:
-        return False
-    n = (3 * len(slot.tokens) + 3) // 4
-    head = slot.tokens[:n]
-    return any(o is not slot and o.tokens[:n] == head for o in slots)
+def held_elsewhere(slots: list[SlotCache]) -> set[int]:
+    """The slots whose cache another slot's begins with at least 3/4 of (same system
+    prompt). In the caches' sorted order the caches that begin with a given head are
+    consecutive, so another holds a slot's head when a neighbour in that order does: one
+    sort, not a comparison of every pair (issue 44: 3.2 ms a job at 128 slots)."""
+    ordered = sorted(slots, key=lambda s: s.tokens)
+    held = set()
+    for i, slot in enumerate(ordered):
+        if not slot.tokens:
+            continue
+        n = (3 * len(slot.tokens) + 3) // 4
+        head = slot.tokens[:n]
+        if any(0 <= j < len(ordered) and ordered[j].tokens[:n] == head for j in (i - 1, i + 1)):
+            held.add(slot.slot_id)
+    return held
 
 
 def reusable_prefix(cached: list[int], prompt: list[int], cache_prompt: bool) -> int:

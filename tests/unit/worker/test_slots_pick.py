@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from worker.kv.slots import SlotCache, common_prefix, pick_slot, reusable_prefix
+from worker.kv.slots import SlotCache, common_prefix, held_elsewhere, pick_slot, reusable_prefix
 
 
 @pytest.mark.parametrize(
@@ -169,3 +171,27 @@ def test_slot_prompt_similarity_sets_how_much_must_match() -> None:
     assert pick_slot(pool, prompt, id_slot=-1) is pool[0]  # 4 of 10 > 0.1
     assert pick_slot(pool, prompt, id_slot=-1, similarity=0.5) is pool[1]  # 4 of 10 < 0.5
     assert pick_slot(pool, prompt, id_slot=-1, similarity=0.0) is pool[1]
+
+
+def test_held_elsewhere_is_what_comparing_every_pair_says() -> None:
+    """One sort instead of every pair (issue 44): the same slots, whatever the caches (shared
+    heads, copies, prefixes of one another, empty ones)."""
+    def every_pair(slots: list[SlotCache]) -> set[int]:
+        held = set()
+        for slot in slots:
+            n = (3 * len(slot.tokens) + 3) // 4
+            if slot.tokens and any(o is not slot and o.tokens[:n] == slot.tokens[:n]
+                                   for o in slots):
+                held.add(slot.slot_id)
+        return held
+
+    rnd = random.Random(44)
+    heads = [[1, 7, 7, 7], [1, 7, 7, 8], [1, 9], []]
+    for _ in range(300):
+        slots = [SlotCache(i, rnd.choice(heads) + [rnd.randrange(3) for _ in
+                                                   range(rnd.randrange(0, 12))])
+                 for i in range(rnd.randrange(1, 12))]
+        assert held_elsewhere(slots) == every_pair(slots)
+    assert held_elsewhere([SlotCache(0, [1, 2, 3, 4]), SlotCache(1, [1, 2, 3, 5])]) == {0, 1}
+    assert held_elsewhere([SlotCache(0, [1, 2, 3, 4]), SlotCache(1, [1, 2, 5, 5])]) == set()
+    assert held_elsewhere([SlotCache(0, [1, 2]), SlotCache(1, [1, 2, 3, 4, 5, 6, 7, 8])]) == {0}
