@@ -11,9 +11,13 @@ from sanic.response import HTTPResponse
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+"""json.dumps(ensure_ascii=False, separators=(",", ":")), the same bytes, with one encoder for
+every event (json.dumps with arguments builds one a call: ~4 of its ~6 µs; issue 44)."""
+
+
 def sse_data(payload: dict[str, Any] | str) -> str:
-    body = payload if isinstance(payload, str) else json.dumps(
-        payload, ensure_ascii=False, separators=(",", ":"))
+    body = payload if isinstance(payload, str) else _JSON.encode(payload)
     return f"data: {body}\n\n"
 
 

@@ -406,7 +406,12 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         "errored": len([s for s in shots if s.error and s.status not in (429, 503)]),
         "refused": len(refused),
         "refused_with_retry_after": len([s for s in refused if s.retry_after]),
+        "refused_p50_ms": pct([s.total_s * 1000 for s in refused], 0.5),
         "refused_p99_ms": pct([s.total_s * 1000 for s in refused], 0.99),
+        "errored_after_start": len([s for s in shots if s.status == 200 and s.error]),
+        "offered_tokens_per_s": args.rate * statistics.fmean(
+            [draw(args.output_tokens, random.Random(i)) for i in range(200)])
+        if args.rate else 0.0,
         "tokens": tokens, "tokens_per_s": tokens / window,
         "tokens_per_event": tokens / max(1, sum(s.events for s in ok)) if not args.no_stream
         else 0.0,
@@ -493,7 +498,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else logs.with_suffix(".json")
     out.write_text(json.dumps(report, indent=1))
     brief = {k: report[k] for k in ("load_average", "window_s", "requests", "ok", "errored",
-                                    "refused", "tokens_per_s", "tokens_per_event",
+                                    "refused", "refused_with_retry_after", "refused_p50_ms",
+                                    "refused_p99_ms", "errored_after_start",
+                                    "offered_tokens_per_s", "tokens_per_s", "tokens_per_event",
                                     "requests_per_s", "ttft_ms",
                                     "itl_ms", "added_itl_ms", "cpu_us_per_token",
                                     "fleet_cpu_us_per_token", "stream_s",

@@ -39,10 +39,13 @@ LIFETIMES: dict[str, str] = {
     "worker_prefixes": HEARTBEAT,
     "queue_order": f"`<queue>:order` (the priorities that have waiting jobs) and "
                    "`<queue>:order:<priority>` (those jobs) expire "
-                   f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL); an "
+                   f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL; set again "
+                   "when a set begins and at most once a minute otherwise, so at least a "
+                   "minute less after the last: scheduler/fair_share.py KEY_REFRESH_MS); an "
                    "entry whose job left the queue is dropped by the next claim that meets it, "
                    "a set that empties too",
-    "fair_state": f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL)",
+    "fair_state": f"{keys.JOB_TTL_S} s after the last job queued (a job's TTL; at least a "
+                  "minute less: set again at most once a minute)",
     "kv_tier_blocks": "no TTL: entries leave when --kv-store-max evicts their state (least "
                       "recently used first, by the worker that adds one)",
     "kv_tier_lru": "as kv_tier_blocks",
@@ -69,7 +72,9 @@ LIFETIMES: dict[str, str] = {
                  f"{keys.LEASE_RENEW_EVERY_S:g} s); deleted when the job ends",
     "job_state": f"{keys.JOB_STATE_TTL_S} s after the last write",
     "job_watched": f"{keys.JOB_STATE_TTL_S} s after a pod attached to the job",
-    "model_queued": f"{keys.JOB_TTL_S} s after the last enqueue; a member leaves when an "
+    "model_queued": f"{keys.JOB_TTL_S} s after the last enqueue (at least a minute less: "
+                    "set again when it begins and at most once a minute); a member leaves "
+                    "when an "
                     "enqueue's bound finds its job gone from its queue, or "
                     f"{keys.JOB_TTL_S} s after its enqueue",
     "job_cancel": f"{keys.CANCEL_TTL_S} s",

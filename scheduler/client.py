@@ -42,7 +42,7 @@ from scheduler.contract.results import (
     TokenizeResult,
     expect_result,
 )
-from scheduler.enqueue import ENQUEUE
+from scheduler.enqueue import ENQUEUE, refresh_stamp
 from scheduler.fair_share import DEFAULT_TENANT, fair_args
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import AnyJob, JobEvents
@@ -132,7 +132,8 @@ class JobClient:
                   "1" if self._queue_limit is not None and indexed(job.model, queue_name)
                   else "0",
                   "1" if isinstance(job, CompletionJob)
-                  and queue_name == keys.slot_queue(job.model) else "0"])
+                  and queue_name == keys.slot_queue(job.model) else "0",
+                  refresh_stamp(job.model, queue_name)])
         if int(status) < 0:
             raise Unavailable(f"the queue is full ({int(waiting)} requests wait); retry later",
                               retry_after_s=RETRY_AFTER_S)

@@ -9,6 +9,7 @@ scheduler/queue_index.py)."""
 
 from __future__ import annotations
 
+from scheduler.contract import keys
 from scheduler.fair_share import FAIR_TAG
 from scheduler.lua_leases import LEASES_OF
 from scheduler.preempt_call import CALL_PREEMPTOR
@@ -28,7 +29,9 @@ ENQUEUE = (LUA_NOW_MS + LEASES_OF + INDEXED_WAITING + ORDER_ADD + FAIR_TAG + WAK
 -- arq's in-progress prefix, its tenant, its cost / weight, the queue's shared wake channel,
 -- whether the job goes in the model's index ('1': the queue is one the model's bound counts;
 -- the bound is then counted from the index, else queue by queue), whether a full worker may
--- be called to preempt for it ('1': a completion in the model's slot queue).
+-- be called to preempt for it ('1': a completion in the model's slot queue), the field of
+-- the fair state that says when the queue's keys last had their expiry set ('': none, set it
+-- with every job: scheduler/fair_share.py fair_tag).
 -- The job's score is Redis's now (TIME), not the pod's clock; its order score its start tag
 -- in its tenant's fair share.
 -- The room check and arq's enqueue_job in one step, so requests that arrive together cannot
@@ -43,10 +46,11 @@ ENQUEUE = (LUA_NOW_MS + LEASES_OF + INDEXED_WAITING + ORDER_ADD + FAIR_TAG + WAK
 local bound = tonumber(ARGV[6])
 local in_index = ARGV[12] == '1'
 local waiting = 0
+local index_new = true  -- the model's index may begin with this job: set its expiry
 if bound >= 0 and in_index then
   local counted = {}
   for q = 8, #KEYS do counted[KEYS[q]] = true end
-  waiting = indexed_waiting(KEYS[6], counted, ARGV[8], ARGV[3])
+  waiting, index_new = indexed_waiting(KEYS[6], counted, ARGV[8], ARGV[3])
 elseif bound >= 0 then
   for q = 8, #KEYS do
     local offset = 0
@@ -65,12 +69,14 @@ local fresh = redis.call('EXISTS', KEYS[1], KEYS[2]) == 0
 if fresh then
   redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[4])
   redis.call('ZADD', KEYS[3], now_score, ARGV[1])
+  local stamp = nil
+  if ARGV[14] ~= '' then stamp = ARGV[14] end
+  local tag, due = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3], stamp)
   if in_index then
     redis.call('ZADD', KEYS[6], now_score, KEYS[3] .. '\\n' .. ARGV[1])
-    redis.call('PEXPIRE', KEYS[6], ARGV[3])
+    if due or index_new then redis.call('PEXPIRE', KEYS[6], ARGV[3]) end
   end
-  local tag = fair_tag(KEYS[5], ARGV[9], tonumber(ARGV[10]), ARGV[3])
-  order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3])
+  order_add(KEYS[4], ARGV[7], ARGV[1], tag, ARGV[3], due)
 end
 if wake_one(ARGV[5], nil) == 0
     and not (ARGV[13] == '1' and call_preemptor(KEYS[7], ARGV[7]) == 1) then
@@ -79,3 +85,12 @@ end
 if fresh then return {1, waiting} end
 return {0, waiting}
 """)
+
+
+def refresh_stamp(model_id: str, queue_name: str) -> str:
+    """The field of the model's fair state that says when the keys of `queue_name` last had
+    their expiry set (scheduler/fair_share.py fair_tag); "" for a worker's own queue, which
+    sets it with every job: its workers come and go, and a field of each would stay."""
+    if queue_name.startswith(keys.worker_queue(model_id, "")):
+        return ""
+    return f"x:{queue_name}"

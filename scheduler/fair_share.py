@@ -31,20 +31,35 @@ DEFAULT_PREDICT_ESTIMATE = 256
 """The generated tokens a completion that names no `n_predict` is expected to take."""
 CHARS_PER_TOKEN = 4
 DEFAULT_TENANT = "default"
+KEY_REFRESH_MS = 60_000
+"""How often at most an enqueue sets again the expiry of its queue's order sets, its model's
+fair state and index (a job's TTL): they live at least that TTL less this after the last job
+queued, as every queued job's payload does its TTL."""
 
 FAIR_TAG = """
--- fair_tag(state, tenant, cost / weight, ttl ms): the start tag of a job the tenant queues now
--- (scheduler/fair_share.py); the tenant's finish tag moves past it.
-local function fair_tag(state, tenant, cost, ttl)
-  local found = redis.call('HMGET', state, 'v', 'f:' .. tenant, 's:' .. tenant)
+-- fair_tag(state, tenant, cost / weight, ttl ms, stamp): the start tag of a job the tenant
+-- queues now (scheduler/fair_share.py); the tenant's finish tag moves past it. Returns also
+-- whether the keys of the job's queue are due to have their expiry set again: `stamp` (a
+-- field of the state, one a queue: KEY_REFRESH_MS) says when that was last done, read and
+-- written with the tag (issue 44: four PEXPIREs with every enqueue); nil: always. Needs
+-- now_ms (scheduler/redis_clock.py).
+local function fair_tag(state, tenant, cost, ttl, stamp)
+  local found = redis.call('HMGET', state, 'v', 'f:' .. tenant, 's:' .. tenant, stamp or 'v')
   local start = math.max(tonumber(found[1] or '0'), tonumber(found[2] or '0'),
                          tonumber(found[3] or '0'))
-  redis.call('HSET', state, 'f:' .. tenant, tostring(start + cost), 's:' .. tenant,
-             tostring(start))
-  redis.call('PEXPIRE', state, ttl)
-  return start
+  local due = stamp == nil or not found[4]
+              or now_ms - tonumber(found[4]) >= KEY_REFRESH_MS
+  if due and stamp then
+    redis.call('HSET', state, 'f:' .. tenant, tostring(start + cost), 's:' .. tenant,
+               tostring(start), stamp, tostring(now_ms))
+  else
+    redis.call('HSET', state, 'f:' .. tenant, tostring(start + cost), 's:' .. tenant,
+               tostring(start))
+  end
+  if due then redis.call('PEXPIRE', state, ttl) end
+  return start, due
 end
-"""
+""".replace("KEY_REFRESH_MS", str(KEY_REFRESH_MS))
 
 FAIR_ADVANCE = """
 -- fair_advance(state, tag): a job of start tag `tag` was taken: the virtual time is at least it.

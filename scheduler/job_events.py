@@ -7,7 +7,6 @@ Owns: JobEvents (one job), merge_events (the jobs of one request, `n` > 1), AnyJ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -47,7 +46,7 @@ from scheduler.contract.results import (
     StoredFinalEvent,
     TokenEvent,
 )
-from scheduler.hub import EventHub, EventPointer, HubItem, Resync
+from scheduler.hub import EventHub, EventPointer, HubItem, Resync, next_within
 from scheduler.job_hold import Hold
 from scheduler.leases import Decision, count_failure, died_after, forget_queued
 from scheduler.silent_jobs import Look, SilentJobs
@@ -241,9 +240,9 @@ class JobEvents:
             if not self._queue.empty():  # no task per event, nor wait_for's (issue 47)
                 return self._queue.get_nowait()
             wait = min(keys.OWNER_CHECK_EVERY_S, deadline - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(wait, 0.0)):
-                    return await self._queue.get()
+            item = await next_within(self._queue, max(wait, 0.0))
+            if item is not None:
+                return item
             if time.monotonic() >= deadline:
                 if not self._running:
                     raise Unavailable(f"no worker took this request within "

@@ -31,15 +31,26 @@ from scheduler.wake import wake_queue
 INDEXED_WAITING = """
 -- indexed_waiting(index, counted, prefix, ttl ms): how many jobs of the index wait: due, held
 -- by no worker (no `prefix`..job key), still in their queue, and that queue in `counted` (a
--- set: queue name -> true). Drops members older than `ttl` and those whose job left its
--- queue. Needs now_ms and now_score (scheduler/redis_clock.py) and leases_of
+-- set: queue name -> true); and whether the index held none (then the next member added
+-- begins a new key: its expiry is to be set). Drops members older than `ttl` and those whose
+-- job left its queue. Needs now_ms and now_score (scheduler/redis_clock.py) and leases_of
 -- (scheduler/lua_leases.py).
 local function indexed_waiting(index, counted, prefix, ttl)
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. (now_ms - tonumber(ttl)))
-  local waiting, offset = 0, 0
+  local cutoff = now_ms - tonumber(ttl)
+  local waiting, offset, kept = 0, 0, 0
   while true do
-    local page = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'LIMIT', offset, 500)
-    if #page == 0 then break end
+    local scored = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'WITHSCORES',
+                              'LIMIT', offset, 500)
+    if offset == 0 and #scored > 0 and tonumber(scored[2]) < cutoff then
+      -- the oldest member is older than a job's TTL (its job expired): those go, and the
+      -- page is read again (issue 44: a ZREMRANGEBYSCORE with every enqueue)
+      redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. cutoff)
+      scored = redis.call('ZRANGEBYSCORE', index, '-inf', now_score, 'WITHSCORES',
+                          'LIMIT', 0, 500)
+    end
+    if #scored == 0 then break end
+    local page = {}
+    for i = 1, #scored, 2 do page[#page + 1] = scored[i] end
     local ids, queues = {}, {}
     for i, member in ipairs(page) do
       local cut = string.find(member, '\\n', 1, true) or 0
@@ -70,8 +81,10 @@ local function indexed_waiting(index, counted, prefix, ttl)
     end
     if #gone > 0 then redis.call('ZREM', index, unpack(gone)) end
     offset = offset + #page - #gone
+    kept = kept + #page - #gone
+    if #page < 500 then break end  -- the last page: no read of the empty one after it
   end
-  return waiting
+  return waiting, kept == 0
 end
 """
 

@@ -25,14 +25,18 @@ from scheduler.fair_share import FAIR_ADVANCE
 from scheduler.redis_clock import LUA_NOW_MS
 
 ORDER_ADD = """
--- order_add(index, priority, job id, order score, ttl ms): the job in its priority's order
--- set; both sets live a job's TTL past the last job added.
-local function order_add(index, priority, id, score, ttl)
+-- order_add(index, priority, job id, order score, ttl ms, due): the job in its priority's
+-- order set; both sets' expiry set (a job's TTL) when `due` (scheduler/fair_share.py
+-- fair_tag: at most once a KEY_REFRESH_MS) or when the priority is new to the index (its set
+-- begins: a claim takes a priority out of the index when its set empties, in the same step).
+local function order_add(index, priority, id, score, ttl, due)
   local ordered = index .. ':' .. priority
-  redis.call('ZADD', index, priority, priority)
+  local new = redis.call('ZADD', index, priority, priority) == 1
   redis.call('ZADD', ordered, score, id)
-  redis.call('PEXPIRE', index, ttl)
-  redis.call('PEXPIRE', ordered, ttl)
+  if due or new then
+    redis.call('PEXPIRE', index, ttl)
+    redis.call('PEXPIRE', ordered, ttl)
+  end
 end
 """
 
@@ -42,7 +46,9 @@ ORDER_CLAIM = """
 -- score; drops order entries whose job left the queue. Reads the order by pages of 200, each
 -- page's queue scores and leases in two commands (ZMSCORE, MGET). Returns how many it took, whether
 -- the order sets hold fewer jobs than the queue (some job is in none: look at the queue too),
--- and the largest order score it took (nil: none).
+-- and the largest order score it took (nil: none). A page shorter than 200 entries is the
+-- set's last: no read of the empty one after it, and the set's size is then known (issue 44:
+-- the empty page and a ZCARD were 2 of a claim's ~12 commands).
 local function order_claim(queue, index, wanted, prefix, take)
   local n = 0
   local ordered_jobs = 0
@@ -52,9 +58,13 @@ local function order_claim(queue, index, wanted, prefix, take)
     if n >= wanted then return n, false, top end
     local ordered = index .. ':' .. priority
     local offset = 0
+    local left = nil
     while n < wanted do
       local page = redis.call('ZRANGE', ordered, offset, offset + 199, 'WITHSCORES')
-      if #page == 0 then break end
+      if #page == 0 then
+        left = offset
+        break
+      end
       -- a page's queue scores and leases in one ZMSCORE and one MGET (issue 44: a ZSCORE
       -- and an EXISTS an entry, running jobs included, were most of a job's commands)
       local ids, held = {}, {}
@@ -79,10 +89,15 @@ local function order_claim(queue, index, wanted, prefix, take)
       end
       if #gone > 0 then redis.call('ZREM', ordered, unpack(gone)) end
       offset = offset + #page / 2 - #gone
+      if #page < 400 and n < wanted then
+        left = offset
+        break
+      end
     end
-    local left = redis.call('ZCARD', ordered)
+    -- left nil: it stopped with all it wanted, so the set holds a job it took (not empty),
+    -- and the size is not needed (the next priority returns at once)
     if left == 0 then redis.call('ZREM', index, priority) end
-    ordered_jobs = ordered_jobs + left
+    ordered_jobs = ordered_jobs + (left or 0)
   end
   return n, n < wanted and redis.call('ZCARD', queue) > ordered_jobs, top
 end

@@ -36,7 +36,7 @@ class EventId(DeferredModel):
     counts: list[int]
 
     def text(self) -> str:
-        return f"{self.record_id}-{'.'.join(str(n) for n in self.counts)}"
+        return event_id_text(self.record_id, self.counts)
 
     @classmethod
     def parse(cls, text: str) -> EventId:
@@ -48,6 +48,11 @@ class EventId(DeferredModel):
         if not record_id or not numbers or min(numbers) < 0:
             raise NotFound(f"unknown or expired Last-Event-ID {text!r}")
         return cls(record_id=record_id, counts=numbers)
+
+
+def event_id_text(record_id: str, counts: list[int]) -> str:
+    """An `EventId`'s text, without building one (a streamed event's id: issue 44)."""
+    return f"{record_id}-{'.'.join(map(str, counts))}"
 
 
 class StreamRecords:

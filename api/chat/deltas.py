@@ -4,7 +4,7 @@ content is held until more content follows it; a tool call drops what was held."
 
 from __future__ import annotations
 
-from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta, push_text
 from api.chat.tool_formats import WHITESPACE, ParsedCall, random_string
 
 Partial = tuple[str, str, str, "str | None"]
@@ -42,12 +42,7 @@ class Deltas:
         )
 
     def _push(self, *, content: str = "", reasoning: str = "") -> None:
-        last = self._out[-1] if self._out else None
-        if last is not None and not last.tool_calls and not (reasoning and last.content):
-            last.content += content
-            last.reasoning_content += reasoning
-        else:
-            self._out.append(ChatDelta(content=content, reasoning_content=reasoning))
+        push_text(self._out, content=content, reasoning=reasoning)
 
     def content(self, text: str) -> None:
         if text:

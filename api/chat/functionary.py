@@ -17,7 +17,7 @@ import enum
 import re
 from collections.abc import Collection
 
-from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta, push_text
 from api.chat.partial_calls import partial_arguments
 from api.chat.tool_formats import (
     WHITESPACE,
@@ -84,11 +84,7 @@ class FunctionaryParser:
         if not text:
             return
         self._content.append(text)
-        last = self._out[-1] if self._out else None
-        if last is not None and not last.tool_calls:
-            last.content += text
-        else:
-            self._out.append(ChatDelta(content=text))
+        push_text(self._out, content=text)
 
     def _step(self, *, final: bool) -> bool:
         if self._phase is _Phase.RECIPIENT:

@@ -30,7 +30,7 @@ import enum
 import re
 from collections.abc import Collection
 
-from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta
+from api.chat.message import ChatDelta, ChatMessage, ToolCall, ToolCallDelta, push_text
 from api.chat.partial_calls import partial_arguments
 from api.chat.reasoning_tags import check_reasoning_format
 from api.chat.tool_formats import (
@@ -161,12 +161,7 @@ class HarmonyParser:
         return out
 
     def _push(self, *, content: str = "", reasoning: str = "") -> None:
-        last = self._out[-1] if self._out else None
-        if last is not None and not last.tool_calls and not (reasoning and last.content):
-            last.content += content
-            last.reasoning_content += reasoning
-        else:
-            self._out.append(ChatDelta(content=content, reasoning_content=reasoning))
+        push_text(self._out, content=content, reasoning=reasoning)
 
     def _emit_content(self, text: str) -> None:
         if text:

@@ -39,6 +39,17 @@ class ChatDelta:
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
 
 
+def push_text(out: list[ChatDelta], *, content: str = "", reasoning: str = "") -> None:
+    """Adds text to the last delta of `out` when it carries no tool call (and reasoning does not
+    follow content in it), else opens a new one: one chunk per kind of text."""
+    last = out[-1] if out else None
+    if last is not None and not last.tool_calls and not (reasoning and last.content):
+        last.content += content
+        last.reasoning_content += reasoning
+    else:
+        out.append(ChatDelta(content=content, reasoning_content=reasoning))
+
+
 class OutputParser(Protocol):
     """What every output parser offers (parsing.py's ChatOutputParser, harmony.py's
     HarmonyParser): `feed` pieces of generated text and get the deltas that are certain,

@@ -26,10 +26,13 @@ FENCED_WRITE = """
 -- KEYS: per job its owner key, event log, state, pub/sub channel, watched flag.
 -- ARGV: worker id, log ttl (s), state ttl (s), log maxlen, then per job: its number of
 -- events n, sent, next seq, at (ms), the last event's MINID ('' = trim to maxlen), whether
--- to set the log's and state's expiry ('1'/'0'), whether to write the state ('1'/'0'), the
--- channel of the api pod that waits for it ('' = none), its id, then n times: entry id,
--- data, announcement. The last event's entry carries `a`, the time (ms): the log says when
--- its job last wrote, the state only now and then (FencedJob.state).
+-- to set the log's and state's expiry ('1': both, '2': the log's only, '0': neither),
+-- whether to write the state ('1'/'0'), the channel of the api pod that waits for it
+-- ('' = none), its id, whether its lease goes after its events ('1': its last event; the
+-- owner read already says it is this worker's, issue 44: a script of its own read it
+-- again), then n times: entry id, data, announcement. The last event's entry carries `a`,
+-- the time (ms): the log says when its job last wrote, the state only now and then
+-- (FencedJob.state).
 -- A job's announcements go to its own channel when it has no pod's channel or when another
 -- pod watches it (scheduler/client.py attach); to its pod's channel, all of a flush's jobs
 -- of one pod in one message ('B' then, per event, "<job id> <length> <announcement>").
@@ -53,10 +56,10 @@ for j = 0, jobs - 1 do
   local log, state, channel = KEYS[5 * j + 2], KEYS[5 * j + 3], KEYS[5 * j + 4]
   local n = tonumber(ARGV[at])
   local sent, next_seq, at_ms, minid, ttls = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3],
-                                             ARGV[at + 4], ARGV[at + 5] == '1'
+                                             ARGV[at + 4], ARGV[at + 5]
   local state_too = ARGV[at + 6] == '1'
-  local pod, id = ARGV[at + 7], ARGV[at + 8]
-  at = at + 9
+  local pod, id, release = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9] == '1'
+  at = at + 10
   if found[2 * j + 1] ~= ARGV[1] then
     written[#written + 1] = 0
   else
@@ -90,9 +93,10 @@ for j = 0, jobs - 1 do
       if own then redis.call('PUBLISH', channel, ARGV[e + 2]) end
       if mine then mine[#mine + 1] = id .. ' ' .. #ARGV[e + 2] .. ' ' .. ARGV[e + 2] end
     end
-    if ttls then redis.call('EXPIRE', log, ARGV[2]) end
+    if ttls ~= '0' then redis.call('EXPIRE', log, ARGV[2]) end
     if state_too then redis.call('HSET', state, 'sent', sent, 'seq', next_seq, 'at', at_ms) end
-    if ttls then redis.call('EXPIRE', state, ARGV[3]) end
+    if ttls == '1' then redis.call('EXPIRE', state, ARGV[3]) end
+    if release then redis.call('DEL', KEYS[5 * j + 1]) end
     written[#written + 1] = 1
   end
   at = at + 3 * n
@@ -128,6 +132,12 @@ class FencedJob:
     """The channel of the api pod that waits for the job (scheduler/hub.py EventHub.channel):
     its announcements go there, one message a flush for all its jobs (issue 44: a PUBLISH an
     event was one command a token); "": the job's own channel."""
+    state_ttl: bool = True
+    """With `ttls`, the state's too: not with a run's first flush, whose lease start set it a
+    moment ago (scheduler/leases.py `Leases.start`; issue 44: a command a job)."""
+    release: bool = False
+    """Its lease goes after its events (their last: scheduler/leases.py `let_go`), in the
+    same script, only while it is this worker's (as scheduler/lua_leases.py RELEASE)."""
 
 
 def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int) -> None:
@@ -144,8 +154,9 @@ def add_fenced(pipe: Pipeline, worker_id: str, jobs: list[FencedJob], at_ms: int
                   event_keys.job_watched(job.job_id)]
         args += [len(job.events), job.sent, job.events[-1][0].seq + 1, at_ms,
                  "" if job.keep_from is None else f"0-{job.keep_from + 1}",
-                 "1" if job.ttls else "0", "1" if job.state else "0", job.reply_to,
-                 job.job_id]
+                 ("1" if job.state_ttl else "2") if job.ttls else "0",
+                 "1" if job.state else "0", job.reply_to,
+                 job.job_id, "1" if job.release else "0"]
         for envelope, data, announced in job.events:
             args += [f"0-{envelope.seq + 1}", data, announced]
     pipe.eval(FENCED_WRITE, len(names), *names,

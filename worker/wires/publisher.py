@@ -295,10 +295,13 @@ class EventPublisher:
                         add_fenced(pipe, self._worker_id(), [
                             FencedJob(job_id, written, self._shown.get(job_id, 0),
                                       keep_from[job_id, last[job_id]], job_id in ttls,
-                                      job_id in states, self._reply_to.get(job_id, ""))
+                                      job_id in states, self._reply_to.get(job_id, ""),
+                                      release=job_id in released,
+                                      state_ttl=job_id in self._ttls_at
+                                      or self._ends(envelopes, job_id))
                             for job_id, written in fenced.items()], at_ms)
-                    if self._leases is not None:
-                        self._leases.release_on(pipe, released)
+                    if self._leases is not None:  # those of fenced jobs went with their events
+                        self._leases.release_on(pipe, [j for j in released if j not in fenced])
                     results = await pipe.execute(raise_on_error=False)
                 _check(results)
                 self._ttls_at.update(dict.fromkeys(ttls, now))

@@ -15,15 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import make_fleet
+from tests.fleet.openai.template_fleet import parsed_and_raw_apis
 from tests.fleet.openai.test_openai_completions import sse_payloads
-from tests.paths import DATA
-from tests.processes import Fleet
-from tests.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.process
 
-TEMPLATE = (DATA / "templates" / "upstage-Solar-Open-100B.jinja").read_text("utf-8")
 TOOLS: Any = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "The weather in a city",
@@ -41,16 +37,8 @@ CLOSE = "<|tool_call:end|><|calls|>"
 @pytest.fixture(scope="module")
 def apis(redis_url: str, workdir: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    model = write_tiny_llama(tmp_path_factory.mktemp("solar") / "solar.gguf",
-                             chat_template=TEMPLATE, n_ctx=8192)
-    fleet: Fleet = make_fleet(redis_url, workdir, model, "tiny-solar")
-    fleet.add_worker("-c", "8192", "-np", "1", "-t", "1")
-    parsed = fleet.add_api("--jinja")
-    raw = fleet.add_api("--jinja", "--skip-chat-parsing")
-    fleet.wait_healthy(parsed)
-    fleet.wait_healthy(raw)
-    yield parsed, raw
-    fleet.stop()
+    yield from parsed_and_raw_apis(redis_url, workdir, tmp_path_factory.mktemp("solar"),
+                                   "upstage-Solar-Open-100B.jinja", "tiny-solar")
 
 
 def _body(**extra: Any) -> dict[str, Any]:

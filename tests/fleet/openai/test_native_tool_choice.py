@@ -14,16 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import make_fleet
+from tests.fleet.openai.template_fleet import parsed_and_raw_apis
 from tests.fleet.openai.test_openai_completions import sse_payloads
-from tests.paths import DATA
-from tests.processes import Fleet
-from tests.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.process
 
-TEMPLATE = (DATA / "templates" /
-            "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").read_text("utf-8")
 TOOL: Any = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
@@ -33,17 +28,10 @@ TOOL: Any = {"type": "function", "function": {
 @pytest.fixture(scope="module")
 def apis(redis_url: str, workdir: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    model = write_tiny_llama(tmp_path_factory.mktemp("hermes") / "hermes.gguf",
-                             control=("<tool_call>", "</tool_call>"), chat_template=TEMPLATE,
-                             n_ctx=16384)
-    fleet: Fleet = make_fleet(redis_url, workdir, model, "tiny-hermes")
-    fleet.add_worker("-c", "16384", "-np", "1", "-t", "1")
-    parsed = fleet.add_api("--jinja")
-    raw = fleet.add_api("--jinja", "--skip-chat-parsing")
-    fleet.wait_healthy(parsed)
-    fleet.wait_healthy(raw)
-    yield parsed, raw
-    fleet.stop()
+    yield from parsed_and_raw_apis(redis_url, workdir, tmp_path_factory.mktemp("hermes"),
+                                   "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+                                   "tiny-hermes", n_ctx=16384,
+                                   control=("<tool_call>", "</tool_call>"))
 
 
 def ask(api: str, **extra: Any) -> dict[str, Any]:

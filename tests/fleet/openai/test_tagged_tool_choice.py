@@ -16,14 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import make_fleet
-from tests.paths import DATA
-from tests.processes import Fleet
-from tests.tiny_gguf import write_tiny_llama
+from tests.fleet.openai.template_fleet import parsed_and_raw_apis
 
 pytestmark = pytest.mark.process
 
-TEMPLATE = (DATA / "templates" / "tencent-Hy3.jinja").read_text("utf-8")
 TOOLS: Any = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "The weather in a city",
@@ -41,16 +37,8 @@ CLOSE = "</tool_call:opensource>\n</tool_calls:opensource>"
 @pytest.fixture(scope="module")
 def apis(redis_url: str, workdir: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    model = write_tiny_llama(tmp_path_factory.mktemp("hy3") / "hy3.gguf",
-                             chat_template=TEMPLATE, n_ctx=8192)
-    fleet: Fleet = make_fleet(redis_url, workdir, model, "tiny-hy3")
-    fleet.add_worker("-c", "8192", "-np", "1", "-t", "1")
-    parsed = fleet.add_api("--jinja")
-    raw = fleet.add_api("--jinja", "--skip-chat-parsing")
-    fleet.wait_healthy(parsed)
-    fleet.wait_healthy(raw)
-    yield parsed, raw
-    fleet.stop()
+    yield from parsed_and_raw_apis(redis_url, workdir, tmp_path_factory.mktemp("hy3"),
+                                   "tencent-Hy3.jinja", "tiny-hy3")
 
 
 def ask(api: str, seed: int) -> dict[str, Any]:

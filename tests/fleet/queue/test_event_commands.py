@@ -15,7 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from scheduler.connections import open_redis
-from scheduler.contract import event_keys
+from scheduler.contract import event_keys, keys
+from scheduler.contract.errors import Unavailable
 from scheduler.contract.results import EventEnvelope, FinalEvent, TokenEvent, TokenizeResult
 from scheduler.hub import EventHub
 from scheduler.leases import Leases
@@ -132,3 +133,36 @@ async def test_junk_on_a_pods_channel_harms_no_job(redis: Redis, hub: EventHub) 
         item = await asyncio.wait_for(queue.get(), 10)
         assert item == envelope
         assert hub.reader.done() is False
+
+
+async def test_a_last_flush_lets_its_jobs_leases_go_in_its_own_script(redis: Redis,
+                                                                      hub: EventHub) -> None:
+    """The leases of the jobs whose last event a flush carries go in the flush's script, which
+    read their owners already (issue 44, sixth pass: a script of its own read each again, an
+    EVAL and a GET a job), only those this worker holds."""
+    leases = Leases(redis, "w1")
+    publisher = EventPublisher(redis, leases=leases)
+    task = asyncio.create_task(publisher.run())
+    jobs = [uuid.uuid4().hex for _ in range(3)]
+    try:
+        for job_id in jobs:
+            await leases.start(job_id)
+        await redis.set(keys.job_owner(jobs[2]), "w2")  # another worker's now
+        done = [publisher.expect(job_id, reply_to=hub.channel) for job_id in jobs]
+        before = await calls(redis)
+        publisher.publish([(job_id, FinalEvent(result=TokenizeResult(tokens=[1])))
+                           for job_id in jobs])
+        await asyncio.wait_for(asyncio.gather(*done[:2]), 10)
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(done[2], 10)
+        after = await calls(redis)
+        spent = {name: after[name] - before.get(name, 0) for name in after
+                 if name != "info" and after[name] != before.get(name, 0)}
+        assert {name: spent.get(name, 0) for name in ("eval", "mget", "get", "del")} == {
+            "eval": 1, "mget": 1, "get": 0, "del": 2}, spent  # before: 2 EVALs, 3 GETs
+        assert not await redis.exists(keys.job_owner(jobs[0]), keys.job_owner(jobs[1]))
+        assert await redis.get(keys.job_owner(jobs[2])) == b"w2"
+        assert not leases.held and not leases.releasing
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -25,12 +25,13 @@ from scheduler.connections import arq_settings
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.contract.jobs import CompletionJob
+from scheduler.fair_share import KEY_REFRESH_MS
 from scheduler.hub import EventHub
 from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
 from scheduler.queue_index import index_key, move_to_shared
 from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
-from scheduler.wake import WAITERS_TTL_MS
+from scheduler.wake import WAITERS_TTL_MS, Rewake
 from tests.processes import start_redis
 from worker.process.arq_worker import WakeableWorker
 
@@ -294,3 +295,147 @@ async def test_a_finished_job_leaves_its_queue_in_two_commands(
     assert await redis.zscore(queue, job.job_id) is None
     assert not await redis.exists(in_progress_key_prefix + job.job_id,
                                   retry_key_prefix + job.job_id, job_key_prefix + job.job_id)
+
+
+async def calls_by_name(redis: Redis) -> dict[str, int]:
+    """Commands Redis ran so far by name (`zrange`, `zcard`...), those inside scripts
+    included."""
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+async def spent_by_name(redis: Redis, before: dict[str, int]) -> dict[str, int]:
+    after = await calls_by_name(redis)
+    return {name: n - before.get(name, 0) for name, n in after.items()
+            if n - before.get(name, 0) and name != "info"}
+
+
+async def test_a_walk_of_the_order_or_the_index_stops_at_its_last_page(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """A page shorter than a whole one is the last (issue 44, sixth pass): the claim reads no
+    empty page after it nor the order set's size (ZCARD: it counted the set as it walked), a
+    claim that got all it wanted no size at all, and the bound's count of the index no empty
+    page either."""
+    redis, pool, _ = pod
+    model = f"pages-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    jobs = [CompletionJob(model=model, prompt="p", priority=2) for _ in range(4)]
+    for job in jobs[:3]:
+        await client._enqueue(job, queue, room)
+    await claim(redis, queue, 0)  # the script loaded: EVALSHA from here on
+
+    before = await calls_by_name(redis)
+    assert await claim(redis, queue, 1) == [jobs[0].job_id]  # got all it wanted
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrange") == 2 and "zcard" not in spent, spent  # priorities, one page
+
+    before = await calls_by_name(redis)
+    assert await claim(redis, queue, 5) == [j.job_id for j in jobs[1:3]]  # the queue ran dry
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrange") == 2, spent  # before: 3 (the empty page after the short one)
+    assert spent.get("zcard") == 1, spent  # the queue's own; before: the order set's too
+
+    before = await calls_by_name(redis)
+    await client._enqueue(jobs[3], queue, room)
+    spent = await spent_by_name(redis, before)
+    assert spent.get("zrangebyscore") == 1, spent  # before: 2 (the empty page)
+    assert await claim(redis, queue, 5) == [jobs[3].job_id]
+
+
+async def test_an_enqueue_sets_its_keys_expiry_once_a_minute_or_when_they_begin(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The queue's order sets, the model's fair state and index live a job's TTL: the enqueue
+    sets their expiry when a key begins (a new priority, an empty index) and at most once a
+    KEY_REFRESH_MS otherwise, not with every job (issue 44, sixth pass: 4 PEXPIREs a job);
+    a worker's own queue sets them with every job."""
+    redis, pool, _ = pod
+    model = f"expiry-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    order, fair, index = keys.queue_order(queue), keys.fair_state(model), index_key(model)
+
+    async def pexpires(job: CompletionJob, where: str = queue) -> int:
+        before = await calls_by_name(redis)
+        await client._enqueue(job, where, room)
+        return (await spent_by_name(redis, before)).get("pexpire", 0)
+
+    async def all_expire() -> None:
+        for key in (order, f"{order}:2", fair, index):
+            assert 0 < await redis.pttl(key) <= keys.JOB_TTL_S * 1000, key
+
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 4
+    await all_expire()
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 0  # before: 4
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=1)) == 2  # new order
+    assert 0 < await redis.pttl(f"{order}:1") <= keys.JOB_TTL_S * 1000
+    a_minute_ago = str(int(time.time() * 1000) - KEY_REFRESH_MS - 1000)
+    await redis.hset(fair, f"x:{queue}", a_minute_ago)  # type: ignore[misc]
+    await redis.pexpire(order, 5_000)
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 4  # a minute on
+    await all_expire()
+    assert await redis.pttl(order) > 5_000
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 0
+
+    taken = await claim(redis, queue, 10)  # they all end: the index empties
+    assert len(taken) == 5
+    for job_id in taken:
+        await redis.zrem(queue, job_id)
+        await redis.delete(in_progress_key_prefix + job_id)
+    # the index begins again (the order sets still hold the ended jobs, dropped by the next
+    # claim, and their expiry)
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2)) == 1
+    await all_expire()
+
+    own = keys.worker_queue(model, "w1")
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2), own) == 4
+    assert await pexpires(CompletionJob(model=model, prompt="p", priority=2), own) == 4
+
+
+async def test_a_job_waiting_while_no_worker_waits_costs_its_rewake_two_commands(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """scheduler/wake.py Rewake, once a second for a job that waits unclaimed: with no worker
+    waiting (all full, the usual reason a job waits) it looks at the waiters first and stops
+    (issue 44, sixth pass: the job's queue score and lease were read first, 4 commands); with
+    one waiting it still wakes it."""
+    redis, _, client = pod
+    model = f"rewake-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    [job] = await queued(client, model, 1)
+    rewake = Rewake(redis, queue, job.job_id)
+    rewake._next = 0.0
+    before = await calls(redis)
+    await rewake.look()
+    assert await calls(redis) - before <= 2  # EVAL, ZCARD
+    await redis.zadd(keys.queue_waiters(queue), {"wake:gone": 1.0})
+    rewake._next = 0.0
+    await rewake.look()
+    assert await redis.zcard(keys.queue_waiters(queue)) == 0  # popped (nobody heard it)
+
+
+async def test_the_bound_drops_index_members_past_a_jobs_ttl_only_when_there_are_some(
+        pod: tuple[Redis, ArqRedis, JobClient]) -> None:
+    """The index's members older than a job's TTL (their jobs expired) go when the bound's
+    first page shows one (its oldest member), not with a ZREMRANGEBYSCORE every enqueue
+    (issue 44, sixth pass); such a member is not counted as waiting."""
+    redis, pool, _ = pod
+    model = f"index-ttl-{time.monotonic_ns()}"
+    queue = keys.slot_queue(model)
+    client = bounded_client(redis, pool, 100, [queue])
+    room = QueueRoom(100, (queue,))
+    await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), queue, room)
+    before = await calls_by_name(redis)
+    await client._enqueue(CompletionJob(model=model, prompt="p", priority=2), queue, room)
+    assert "zremrangebyscore" not in await spent_by_name(redis, before)  # before: 1
+    old = (time.time() - keys.JOB_TTL_S) * 1000 - 5_000
+    await redis.zadd(queue, {"expired": old})  # an expired job arq never took out
+    await redis.zadd(index_key(model), {f"{queue}\nexpired": old})
+    limited = bounded_client(redis, pool, 2, [queue])
+    before = await calls_by_name(redis)
+    with pytest.raises(Unavailable, match=r"\(2 requests wait\)"):  # not 3
+        await limited._enqueue(CompletionJob(model=model, prompt="x", priority=2), queue,
+                               QueueRoom(2, (queue,)))
+    assert (await spent_by_name(redis, before)).get("zremrangebyscore") == 1
+    assert await redis.zscore(index_key(model), f"{queue}\nexpired") is None
