@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from scheduler.contract.deferred import DeferredModel
 from scheduler.contract.errors import InvalidRequest
 from scheduler.queueing import deserialize_job, serialize_job
+from scheduler.quick_send import quick_send
 
 CONNECT_TIMEOUT_S = 5.0
 """How long a connection to Redis may take to open (a partition: no answer at all)."""
@@ -113,7 +114,9 @@ def open_sync_redis(url: str) -> sync_redis.Redis:
 def _client(url: str, redis_class: type[AnyRedis]) -> AnyRedis:
     target = parse_sentinel_url(url)
     if target is None:
-        return redis_class.from_url(url, **CONNECTION_OPTIONS)
+        plain = redis_class.from_url(url, **CONNECTION_OPTIONS)
+        quick_send(plain)
+        return plain
     sentinel = Sentinel(target.sentinels, ssl=target.ssl,
                         sentinel_kwargs={"ssl": target.ssl,
                                          "socket_connect_timeout": CONNECT_TIMEOUT_S,
@@ -121,6 +124,7 @@ def _client(url: str, redis_class: type[AnyRedis]) -> AnyRedis:
     client: AnyRedis = sentinel.master_for(
         target.master, redis_class=redis_class, db=target.db, username=target.username,
         password=target.password, **CONNECTION_OPTIONS)
+    quick_send(client)
     return client
 
 

@@ -276,10 +276,21 @@ def write_heartbeat(pipe: Pipeline, info: WorkerInfo) -> None:
     stamp(pipe, keys.model_workers(info.model_id), info.worker_id)
 
 
-def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState]) -> None:
-    """Queue the write of a worker's slot states on `pipe` (for /slots)."""
-    body = "[" + ",".join(slot.model_dump_json() for slot in slots) + "]"
-    pipe.set(keys.worker_slots(worker_id), body, ex=keys.HEARTBEAT_TTL_S)
+def write_slots(pipe: Pipeline, worker_id: str, slots: list[SlotState],
+                bodies: dict[int, tuple[SlotState, str]] | None = None) -> None:
+    """Queue the write of a worker's slot states on `pipe` (for /slots). `bodies`, kept by
+    the caller between writes, holds each slot's last state and its JSON: a state object
+    written before (the engine hands the same one back while the slot is unchanged) is not
+    encoded again."""
+    memo: dict[int, tuple[SlotState, str]] = {} if bodies is None else bodies
+    parts = []
+    for slot in slots:
+        known = memo.get(slot.id)
+        if known is None or known[0] is not slot:
+            known = memo[slot.id] = (slot, slot.model_dump_json())
+        parts.append(known[1])
+    pipe.set(keys.worker_slots(worker_id), "[" + ",".join(parts) + "]",
+             ex=keys.HEARTBEAT_TTL_S)
 
 
 def least_loaded(workers: list[WorkerInfo], loads: dict[str, float], n_jobs: int) -> WorkerInfo:

@@ -8,7 +8,7 @@ functions: no llama.cpp call but the prompt's detokenization; the engine decides
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.contract.jobs import CompletionJob, SamplingSettings
@@ -28,6 +28,13 @@ class RunReports:
     defaults: EngineDefaults
     vocab: Vocab
     n_ctx_slot: int
+    simulated: bool | None = None
+    """True on a simulated engine (its slots say so in /slots; ours)."""
+    _idle: dict[int, tuple[bool, SlotRun | None, int, SlotState]] = field(
+        default_factory=dict, compare=False, repr=False)
+    """Per slot not processing: (busy, its last run, its cached tokens, the state made
+    from them). Such a state reads only those, so it is made again only when one of them
+    changed (issue 44: every job start and end reports all the slots)."""
 
     def result(self, active: SlotRun, stop_type: StopType, now: float) -> CompletionResult:
         request = active.request
@@ -91,15 +98,25 @@ class RunReports:
                     previous: dict[int, SlotRun]) -> list[SlotState]:
         """A snapshot for /slots (read from another thread: only plain attribute reads).
         A slot that ended its request reads as llama-server's after release: its counters
-        reset (n_remain -1, n_decoded 0), its last task's id and parameters kept."""
+        reset (n_remain -1, n_decoded 0), its last task's id and parameters kept. A slot not
+        processing gets the same state object as last time when nothing it reads changed:
+        the states are read-only to callers."""
         states = []
         for slot in slots:
             active = active_runs.get(slot.slot_id)
             processing = active is not None
+            if not processing:
+                last = previous.get(slot.slot_id)
+                known = self._idle.get(slot.slot_id)
+                if (known is not None and known[0] == slot.busy and known[1] is last
+                        and known[2] == len(slot.tokens)):
+                    states.append(known[3])
+                    continue
             active = active or previous.get(slot.slot_id)
             state = SlotState(id=slot.slot_id, n_ctx=self.n_ctx_slot,
                               speculative=self.defaults.spec.enabled,
-                              is_processing=processing or slot.busy)  # busy: decisions
+                              is_processing=processing or slot.busy,  # busy: decisions
+                              simulated=self.simulated)
             if active is not None:
                 n_predict = active.request.n_predict
                 state.id_task = active.task_no
@@ -115,6 +132,8 @@ class RunReports:
                     n_remain=-1 if n_predict < 0 or not processing
                     else n_predict - len(active.generated),
                     n_decoded=len(active.generated) if processing else 0)]
+            if not processing:
+                self._idle[slot.slot_id] = (slot.busy, active, len(slot.tokens), state)
             states.append(state)
         return states
 

@@ -22,7 +22,7 @@ from scheduler.affinity import PrefixIndex
 from scheduler.contract import keys
 from scheduler.contract.errors import Unavailable
 from scheduler.pubsub_watch import WatchedPubSub
-from scheduler.registry import Registry, WorkerInfo, write_heartbeat, write_slots
+from scheduler.registry import Registry, SlotState, WorkerInfo, write_heartbeat, write_slots
 from worker.jobs.parts import WorkerParts
 from worker.process.arq_worker import WakeableWorker
 
@@ -79,6 +79,8 @@ class Reporter:
         """`_changes` when the last complete report (slots included) was queued: a flush
         that starts or ends a job writes one ahead of its events, after the change that the
         slot-change loop would report again (issue 44: three SETs a job start and end)."""
+        self._slot_bodies: dict[int, tuple[SlotState, str]] = {}
+        """Each slot's last written state and its JSON (scheduler/registry.write_slots)."""
         self._written: tuple[float, str] = (-REPORT_REFRESH_S, "")
         """When the last complete report was queued, and the metrics it wrote."""
 
@@ -92,7 +94,7 @@ class Reporter:
         body = metrics.model_dump_json()
         pipe.set(keys.worker_metrics(parts.worker_id), body, ex=keys.HEARTBEAT_TTL_S)
         if embedder is None or report:
-            write_slots(pipe, parts.worker_id, engine.slot_states())
+            write_slots(pipe, parts.worker_id, engine.slot_states(), self._slot_bodies)
             self._reported = self._changes
             self._written = (time.monotonic(), body)
         if embedder is None:  # cache-aware routing: only completion workers take part

@@ -25,7 +25,7 @@ from scheduler.contract.errors import InvalidRequest, LlamaqError, NotSupported
 from scheduler.contract.jobs import CompletionJob
 from scheduler.contract.limits import check_completion
 from scheduler.contract.results import Continuation, StartedEvent
-from scheduler.registry import SlotState, WorkerMetrics
+from scheduler.registry import WorkerMetrics
 from worker.adapters.adapter_sets import AdapterSets
 from worker.decisions.plan import DecisionRequest
 from worker.engine import slots_report
@@ -111,7 +111,8 @@ class SimEngine(Engine):
         self._admission: Admission[Request] = Admission()
         self._admission_lock = threading.Lock()
         self._sets = AdapterSets(model.adapters)
-        self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot)
+        self.reports = slots_report.RunReports(defaults, model.vocab, model.n_ctx_slot,
+                                               simulated=True)
         self._tokens = TokenRules(model.vocab, defaults.special, False, model.n_ctx_slot,
                                   lambda active: False)
         self._spec = None
@@ -198,9 +199,6 @@ class SimEngine(Engine):
 
     def lookup_cache(self) -> NgramCache | None:
         return None
-
-    def slot_states(self) -> list[SlotState]:
-        return [s.model_copy(update={"simulated": True}) for s in super().slot_states()]
 
     def metrics_snapshot(self) -> WorkerMetrics:
         return self.metrics.model_copy(update={

@@ -88,6 +88,38 @@ def test_slots_show_the_running_and_the_last_run() -> None:
     assert slot_jobs(slots, {0: running}, {1: ended})[1] is None
 
 
+def test_an_idle_slot_state_is_made_again_only_when_what_it_reads_changed() -> None:
+    """Each job start and end reports all the slots (issue 44): a slot not processing hands
+    back its last state while its busy flag, last run and cached tokens are the same."""
+    reports = RunReports(DEFAULTS, cast(Vocab, FakeVocab()), n_ctx_slot=512)
+    slots = [SlotCache(0, [5, 6, 7]), SlotCache(1, [5, 6])]
+    ended = run(slots[1], CompletionJob(model="m", prompt="b"))
+    first = reports.slot_states(slots, {}, {1: ended})
+    again = reports.slot_states(slots, {}, {1: ended})
+    assert again[0] is first[0] and again[1] is first[1]
+    slots[1].tokens.append(9)  # its cache grew
+    grown = reports.slot_states(slots, {}, {1: ended})
+    assert grown[1] is not first[1] and grown[1].n_prompt_tokens == 3
+    assert grown[0] is first[0]
+    slots[0].busy = True  # a decision holds it
+    assert reports.slot_states(slots, {}, {1: ended})[0].is_processing
+    slots[0].busy = False
+    other = run(slots[1], CompletionJob(model="m", prompt="c", tenant="t2"))
+    replaced = reports.slot_states(slots, {}, {1: other})[1]  # another request ended there
+    assert replaced.tenant == "t2" and replaced is not grown[1]
+    running = run(slots[0], CompletionJob(model="m", prompt="a"))
+    busy = reports.slot_states(slots, {0: running}, {1: other})
+    assert busy[0].is_processing and busy[0].next_token is not None
+    running.generated.append(13)  # a processing slot is made afresh every time
+    assert reports.slot_states(slots, {0: running}, {1: other})[0] is not busy[0]
+    after = reports.slot_states(slots, {}, {0: running, 1: other})[0]
+    assert not after.is_processing and after.id_task == 4
+    assert after.next_token is not None and after.next_token[0].n_decoded == 0
+    fresh = RunReports(DEFAULTS, cast(Vocab, FakeVocab()), n_ctx_slot=512)
+    assert [s.model_dump() for s in fresh.slot_states(slots, {}, {0: running, 1: other})] == [
+        s.model_dump() for s in reports.slot_states(slots, {}, {0: running, 1: other})]
+
+
 def test_counters_add_up() -> None:
     metrics = WorkerMetrics()
     timings = Timings(cache_n=0, prompt_n=3, prompt_ms=30.0, prompt_per_token_ms=10.0,
