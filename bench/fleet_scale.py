@@ -260,6 +260,31 @@ class ScriptSplit:
             self._log.close()
 
 
+def most_open(shots: list[Shot]) -> tuple[int, float, float]:
+    """The most streams open at once, and for how long (seconds) at least 99 % of that many
+    were open, and at least 99 % of that many were generating (past their first token)."""
+    opened = [(s.started, s.started + s.total_s) for s in shots]
+    generating = [(s.started + s.ttft_s, s.started + s.total_s) for s in shots
+                  if s.ttft_s and s.events]
+
+    def stretch(spans: list[tuple[float, float]], floor: float) -> tuple[int, float]:
+        edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+        count, peak, held, since = 0, 0, 0.0, None
+        for at, step in edges:
+            count += step
+            peak = max(peak, count)
+            if count >= floor and since is None:
+                since = at
+            elif count < floor and since is not None:
+                held, since = max(held, at - since), None
+        return peak, held
+
+    peak, _ = stretch(opened, 0)
+    _, held_open = stretch(opened, 0.99 * peak)
+    _, held_generating = stretch(generating, 0.99 * peak)
+    return peak, held_open, held_generating
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -370,6 +395,9 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
     refused = [s for s in shots if s.status in (429, 503)]
     per_token = {role: (seconds / tokens * 1e6 if tokens else 0.0)
                  for role, seconds in cpu.items()}
+    stream_s = sum(s.total_s for s in shots) if not args.no_stream else 0.0
+    """Seconds that streams were open, all of them: what a slow stream costs goes by it."""
+    peak, held_open, held_generating = most_open(shots)
     return {
         "config": {k: v for k, v in vars(args).items()},
         "load_average": os.getloadavg(),
@@ -378,7 +406,12 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         "errored": len([s for s in shots if s.error and s.status not in (429, 503)]),
         "refused": len(refused),
         "refused_with_retry_after": len([s for s in refused if s.retry_after]),
+        "refused_p50_ms": pct([s.total_s * 1000 for s in refused], 0.5),
         "refused_p99_ms": pct([s.total_s * 1000 for s in refused], 0.99),
+        "errored_after_start": len([s for s in shots if s.status == 200 and s.error]),
+        "offered_tokens_per_s": args.rate * statistics.fmean(
+            [draw(args.output_tokens, random.Random(i)) for i in range(200)])
+        if args.rate else 0.0,
         "tokens": tokens, "tokens_per_s": tokens / window,
         "tokens_per_event": tokens / max(1, sum(s.events for s in ok)) if not args.no_stream
         else 0.0,
@@ -391,6 +424,11 @@ def measure(args: argparse.Namespace, urls: list[str], redis_url: str,
         "cpu_s": cpu, "cpu_us_per_token": per_token,
         "fleet_cpu_us_per_token": per_token.get("api", 0) + per_token.get("worker", 0)
         + per_token.get("redis", 0),
+        "stream_s": stream_s, "open_streams_max": peak,
+        "open_streams_held_s": {"open": held_open, "generating": held_generating},
+        "cpu_us_per_stream_s": {role: seconds / stream_s * 1e6 if stream_s else 0.0
+                                for role, seconds in cpu.items()},
+        "redis_commands_per_stream_s": calls / stream_s if stream_s else 0.0,
         "redis_commands": calls, "redis_commands_per_token": calls / tokens if tokens else 0,
         "redis_commands_per_request": calls / len(ok) if ok else 0,
         "redis_commands_split_per_token": {} if split is None or not tokens else {
@@ -460,10 +498,15 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else logs.with_suffix(".json")
     out.write_text(json.dumps(report, indent=1))
     brief = {k: report[k] for k in ("load_average", "window_s", "requests", "ok", "errored",
-                                    "refused", "tokens_per_s", "tokens_per_event",
+                                    "refused", "refused_with_retry_after", "refused_p50_ms",
+                                    "refused_p99_ms", "errored_after_start",
+                                    "offered_tokens_per_s", "tokens_per_s", "tokens_per_event",
                                     "requests_per_s", "ttft_ms",
                                     "itl_ms", "added_itl_ms", "cpu_us_per_token",
-                                    "fleet_cpu_us_per_token", "redis_commands_per_token",
+                                    "fleet_cpu_us_per_token", "stream_s",
+                                    "open_streams_max", "open_streams_held_s",
+                                    "cpu_us_per_stream_s", "redis_commands_per_stream_s",
+                                    "redis_commands_per_token",
                                     "redis_commands_per_request",
                                     "redis_commands_split_per_token",
                                     "redis_commands_split_per_request",

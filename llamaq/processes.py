@@ -21,6 +21,13 @@ from scheduler.common_settings import CommonSettings, redis_url_of
 
 log = logging.getLogger(__name__)
 
+LISTEN_BACKLOG = 2048
+"""Connections the kernel queues for an api pod before it accepts them (Sanic's default is
+100; uvicorn and gunicorn use 2048; the kernel caps it at net.core.somaxconn). A pod that
+holds thousands of streams takes new ones in bursts, and its loop may be a moment late:
+past the queue a connection is reset or waits out a SYN retry (issue 44: 29 of 2,000 slow
+streams reset at connect during a 60 s ramp with 100)."""
+
 def run_api(argv: list[str]) -> None:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
@@ -58,6 +65,7 @@ def run_api(argv: list[str]) -> None:
             {"sock": shared_port_socket(host, port)} if settings.reuse_port
             else {"host": host, "port": port})
         app.prepare(**where, workers=max(1, settings.workers), ssl=ssl, protocol=ApiProtocol,
+                    backlog=LISTEN_BACKLOG,
                     access_log=settings.verbosity() >= 4, motd=False,
                     single_process=settings.workers <= 1)
     if settings.workers <= 1:
@@ -92,7 +100,7 @@ def shared_port_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sys.exit(f"llamaq api: cannot listen on {host}:{port}: {exc}")
-    sock.listen(100)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
 

@@ -16,6 +16,8 @@ import socket
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+import redis as sync_redis
+import redis.sentinel as sync_sentinel
 from arq.connections import ArqRedis, RedisSettings
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
@@ -91,6 +93,22 @@ def open_redis(url: str) -> Redis:
     """A redis-py client for the URL (through Sentinel when it names sentinels) with
     CONNECTION_OPTIONS."""
     return _client(url, Redis)
+
+
+def open_sync_redis(url: str) -> sync_redis.Redis:
+    """A blocking redis-py client for the URL, for a thread that must not wait on an event
+    loop (worker/process/lease_keeper.py), with CONNECTION_OPTIONS."""
+    target = parse_sentinel_url(url)
+    if target is None:
+        return sync_redis.Redis.from_url(url, **CONNECTION_OPTIONS)
+    sentinel = sync_sentinel.Sentinel(
+        target.sentinels, ssl=target.ssl,
+        sentinel_kwargs={"ssl": target.ssl, "socket_connect_timeout": CONNECT_TIMEOUT_S,
+                         "socket_timeout": CONNECT_TIMEOUT_S})
+    client: sync_redis.Redis = sentinel.master_for(
+        target.master, db=target.db, username=target.username, password=target.password,
+        **CONNECTION_OPTIONS)
+    return client
 
 
 def _client(url: str, redis_class: type[AnyRedis]) -> AnyRedis:

@@ -178,6 +178,9 @@ class Leases:
         never reported lost."""
         self.gone: set[str] = set()
         """Jobs whose lease this worker lost while running them (see `forget_gone`)."""
+        self.claimed: set[str] = set()
+        """Jobs a poll of this worker claimed (set their in-progress keys) whose runs have
+        not ended: until `start` takes the lease, only the in-progress key is renewed."""
 
     @property
     def worker_id(self) -> str:
@@ -203,7 +206,9 @@ class Leases:
         return False
 
     async def start(self, job_id: str) -> Start:
-        self.held.add(job_id)
+        """Take the job's lease (its owner key). The job counts as held only once the owner
+        key is written: a renewal (worker/process/lease_keeper.py, another thread) that
+        took its list before would find no owner and call the job lost."""
         state = keys.job_state(job_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.exists(keys.job_cancel(job_id))
@@ -217,6 +222,7 @@ class Leases:
             pipe.set(keys.job_owner(job_id), self._worker_id, px=lease_ms())
             cancelled, tries, (sent, seq, worker, at, handed, preempted), last, *_ = \
                 await pipe.execute()
+        self.held.add(job_id)
         logged = int(_text(last[0][0]).split("-")[1]) if last else 0  # entry 0-<seq + 1>
         return Start(tries=int(tries), sent=int(sent or 0), cancelled=bool(cancelled),
                      next_seq=max(int(seq or sent or 0), logged),
@@ -266,17 +272,29 @@ class Leases:
             pipe.eval(RELEASE, len(job_ids), *(keys.job_owner(j) for j in job_ids),
                       self._worker_id)
 
-    async def renew(self) -> list[str]:
-        """Renew the leases this worker holds; the ids of those it lost (not those let go
-        meanwhile: a job that ended is not lost)."""
-        if not self.held and not self.releasing:
+    def to_renew(self) -> list[str | int]:
+        """A renewal's arguments (scheduler/lua_leases.py RENEW): the claimed jobs not started,
+        then those started. Safe from another thread (the lease keeper's): set operations,
+        which the GIL does not split; [] when there is nothing to renew."""
+        started = self.held | self.releasing
+        claimed = list(self.claimed - started)
+        if not started and not claimed:
             return []
-        lost = [_text(j) for j in await self._renew(
-            args=[self._worker_id, lease_ms(), *self.held, *self.releasing])]
-        lost = [job_id for job_id in lost if job_id in self.held]
-        self.held.difference_update(lost)
-        self.gone.update(lost)
-        return lost
+        return [self._worker_id, lease_ms(), len(claimed), *claimed, *started]
+
+    def renewed(self, lost: Iterable[bytes | str]) -> list[str]:
+        """A renewal's answer (the ids it found lost), on the event loop: the jobs this
+        worker lost (not those let go meanwhile: a job that ended is not lost)."""
+        ids = [job_id for job_id in map(_text, lost) if job_id in self.held]
+        self.held.difference_update(ids)
+        self.gone.update(ids)
+        return ids
+
+    async def renew(self) -> list[str]:
+        """Renew the leases this worker holds on the event loop (the lease keeper's thread
+        does it in a worker); the ids of those it lost."""
+        args = self.to_renew()
+        return self.renewed(await self._renew(args=args)) if args else []
 
 
 @dataclass(frozen=True)

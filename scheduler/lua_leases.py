@@ -24,12 +24,17 @@ end
 """
 
 RENEW = """
--- ARGV: worker id, lease (ms), then job ids. Renews the leases this worker still holds and
--- returns the ids whose lease it lost (it lapsed, and maybe another worker took the job).
--- The owners of all the jobs in one MGET (issue 44: a GET a job a renewal), by chunks that
--- Lua's unpack takes.
+-- ARGV: worker id, lease (ms), how many claimed jobs follow, those job ids, then the ids of
+-- the jobs this worker started. A claimed job (a poll set its in-progress key, its run has
+-- not taken the lease yet) has its in-progress key renewed, no more: a loop that lags may
+-- take seconds from a claim to the start of its run. Renews the leases this worker still
+-- holds and returns the ids of the started jobs whose lease it lost (it lapsed, and maybe
+-- another worker took the job). The owners of all the jobs in one MGET (issue 44: a GET a
+-- job a renewal), by chunks that Lua's unpack takes.
 local lost = {}
-for first = 3, #ARGV, 500 do
+local started = 4 + tonumber(ARGV[3])
+for i = 4, started - 1 do redis.call('PEXPIRE', 'IN_PROGRESS' .. ARGV[i], ARGV[2]) end
+for first = started, #ARGV, 500 do
   local last, names = math.min(first + 499, #ARGV), {}
   for i = first, last do names[#names + 1] = 'OWNER_PREFIX' .. ARGV[i] .. 'OWNER_SUFFIX' end
   local owners = redis.call('MGET', unpack(names))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -125,8 +126,9 @@ class SilentJobs:
                    queue: asyncio.Queue[HubItem]) -> Look | HubItem:
         """The job's look, or the event its queue got first. An error the queue got (the
         hub gave up on Redis: a pod frozen past its grace, say) waits up to ERROR_WAIT_S for
-        the look, which may find the job's end in its log, and goes back in the queue
-        behind it."""
+        the look and goes back in the queue behind it; the look then says to read the log,
+        which may hold the job's end (as the job's own read of its log found it before the
+        looks were batched)."""
         ticket = _Ticket(job_id, next_seq, pinned_worker)
         self._waiting[ticket] = None
         if self._task is None:
@@ -151,8 +153,9 @@ class SilentJobs:
                 return item
             assert ticket.error is not None
             raise ticket.error
-        if item is not None:
-            queue.put_nowait(item)
+        if item is not None:  # its log is read first even while a run holds it: the run
+            queue.put_nowait(item)  # may have logged its end and not yet let the lease go
+            return dataclasses.replace(ticket.look, logged=True)
         return ticket.look
 
     async def _looks(self) -> None:
@@ -201,9 +204,7 @@ class SilentJobs:
                 if _text(conn) == client_name(worker_id):  # else an older build: leases only
                     owners[i] = worker_id
         for i in await self._dead(owners, tickets):
-            looks[i] = Look(held=False, tries=looks[i].tries, sent=looks[i].sent,
-                            handed=looks[i].handed, pinned_alive=looks[i].pinned_alive,
-                            logged=True)
+            looks[i] = dataclasses.replace(looks[i], held=False, logged=True)
         return looks
 
     async def _dead(self, owners: dict[int, str], tickets: list[_Ticket]) -> list[int]:

@@ -52,6 +52,9 @@ class WakeableWorker(Worker):
         self.room: Callable[[], int] | None = None
         """How many more jobs this queue may start now (None: max_jobs bounds it alone). The
         batch queue's worker gets one: batch lines take only what online jobs leave."""
+        self.admission: Callable[[int], int | None] | None = None
+        """How many more jobs this worker's loop lets it start, given those it runs (None: no
+        bound): a loop that lags takes no more (worker/process/loop_health.py)."""
         self.on_full: Callable[[], Awaitable[None]] | None = None
         """Called at a poll (a wake: a job was queued) that finds no room: preemption's look
         at the queue (worker/process/preempt.py)."""
@@ -59,6 +62,9 @@ class WakeableWorker(Worker):
         """The model whose fair share its claims move (scheduler/fair_share.py; "": none)."""
         self.also_wake: list[WakeableWorker] = []
         """Workers to wake when one of this worker's jobs ends (its room freed theirs)."""
+        self.claims: set[str] = set()
+        """Jobs claimed whose runs have not ended (scheduler/leases.py `Leases.claimed`: their
+        in-progress keys are renewed from the claim on)."""
         self.lease_gone: Callable[[str], bool] = lambda _: False
         """Whether this worker lost the job's lease while running it (scheduler/leases.py
         `Leases.forget_gone`): the job went on, or goes on, as another run (another worker
@@ -134,6 +140,9 @@ class WakeableWorker(Worker):
         free = self.max_jobs - self.job_counter
         if self.room is not None:
             free = min(free, self.room())
+        if free > 0 and self.admission is not None and \
+                (admitted := self.admission(self.job_counter)) is not None:
+            free = min(free, admitted)
         called, self._called = self._called, False
         if free <= 0 or not self.taking:
             self._drained = False  # jobs may be waiting: look when one of ours ends
@@ -169,9 +178,8 @@ class WakeableWorker(Worker):
                 await self._unclaim([j for j, _ in jobs[i:]])
                 return
             self.job_counter = self.job_counter + 1
-            task = self.loop.create_task(self.run_job(job_id, score))
+            task = self._run(job_id, score)
             task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
-            self.tasks[job_id] = task
 
     async def start_in_seat(self, job_id: str, score: int) -> None:
         """Start a job that a preemption's look claimed (worker/process/preempt.py) at once,
@@ -183,9 +191,16 @@ class WakeableWorker(Worker):
             await self._unclaim([job_id])
             return
         self.job_counter = self.job_counter + 1
-        task = self.loop.create_task(self.run_job(job_id, score))
+        task = self._run(job_id, score)
         task.add_done_callback(lambda _: self._ended(release=False))
+
+    def _run(self, job_id: str, score: int) -> asyncio.Task[None]:
+        """arq's run of a claimed job, its claim kept (renewed) until the run ends."""
+        self.claims.add(job_id)
+        task = self.loop.create_task(self.run_job(job_id, score))
+        task.add_done_callback(lambda _: self.claims.discard(job_id))
         self.tasks[job_id] = task
+        return task
 
     async def _unclaim(self, job_ids: list[str]) -> None:
         """Give back jobs claimed and not started: a waiting worker takes them now."""

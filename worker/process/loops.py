@@ -1,5 +1,6 @@
-"""A worker's background loops, each for the worker's life: lease renewal, reports (metrics,
-slots, prefixes, heartbeats) and the listener (wake-ups, cancellations, reasoning ends).
+"""A worker's background loops, each for the worker's life: reports (metrics, slots, prefixes,
+heartbeats) and the listener (wake-ups, cancellations, reasoning ends); what a lost lease stops
+(the renewal is a thread's: worker/process/lease_keeper.py).
 
 Redis going away never ends a loop: each retries until Redis answers again.
 """
@@ -50,22 +51,17 @@ class RegistryEntry:
     info: WorkerInfo
 
 
-async def renew_leases(parts: WorkerParts) -> None:
-    """Keep the leases of running jobs; a job whose lease lapsed anyway (this loop was
-    starved) may run elsewhere now: this worker stops it and sends nothing more for it."""
-    while True:
-        try:
-            lost = await parts.leases.renew()
-        except RedisError as error:  # Redis away: keep trying, the worker lives on
-            log.warning("cannot renew leases (%s); retrying", error)
-            await asyncio.sleep(REDIS_RETRY_S)
-            continue
-        for job_id in lost:
+def on_lost_leases(parts: WorkerParts) -> Callable[[list[str]], None]:
+    """What a lost lease stops (worker/process/lease_keeper.py tells it on the loop): a job
+    whose lease lapsed anyway (the process was frozen, or its loop stuck) may run elsewhere
+    now: this worker stops it and sends nothing more for it."""
+    def lost(job_ids: list[str]) -> None:
+        for job_id in job_ids:
             log.error("job %s: lease lost (worker %s was too slow to renew it); "
                       "stopping it here", job_id, parts.worker_id)
             parts.publisher.abandon(job_id, Unavailable("lease lost"))
             parts.engine.cancel(job_id)
-        await asyncio.sleep(keys.LEASE_RENEW_EVERY_S)
+    return lost
 
 
 class Reporter:

@@ -48,16 +48,17 @@ from worker.kv.tier import KvTier, file_sha256, fingerprint
 from worker.process.arq_worker import WakeableWorker
 from worker.process.decision_parts import family_prompter, worker_decision_caps
 from worker.process.jobrun import CTX_KEY, MAX_TRIES, JobRunner, functions
-from worker.process.loops import RegistryEntry, Reporter, listen, renew_leases
+from worker.process.lease_keeper import LeaseKeeper
+from worker.process.loop_health import LoopHealth
+from worker.process.loops import RegistryEntry, Reporter, listen, on_lost_leases
 from worker.process.lora_control import LoraControl
 from worker.process.preempt import PreemptMode
 from worker.process.preempt_call import PreemptCalls, channels, preemption
 from worker.process.side_models import load_stages
 from worker.process.sleep import Sleeper
-from worker.process.startup import embedding_mode, load_model, new_engine
+from worker.process.startup import embedding_mode, fleet_media_marker, load_model, new_engine
 from worker.runtime import flags
 from worker.runtime.compute_threads import wait_policy_by_hand
-from worker.runtime.media import media_marker
 from worker.runtime.model import LoadedModel, ModelLoadError
 from worker.runtime.settings import WorkerSettings
 from worker.speculative.lookup_share import LookupShare
@@ -116,25 +117,15 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                                             adapter_files, marker, caps is not None)
             try:
                 share = await lookup_share(settings, redis, model)
-                await WorkerRuntime(settings, redis, model, caps, share).run(pool, stop)
+                async with LeaseKeeper(redis_url, LoopHealth()) as keeper:
+                    await WorkerRuntime(settings, redis, model, caps, keeper,
+                                        share).run(pool, stop)
             finally:
                 model.close()
         finally:
             await pool.aclose()
     finally:
         await redis.aclose()
-
-
-async def fleet_media_marker(redis: Redis, model_id: str) -> str:
-    """LLAMA_MEDIA_MARKER, else the marker the model's first worker chose (random, as
-    llama-server's): every worker and so every api pod of the model agree on one."""
-    pinned = os.environ.get("LLAMA_MEDIA_MARKER", "")
-    if pinned:
-        return pinned
-    key = keys.media_marker(model_id)
-    await redis.set(key, media_marker({}), nx=True)
-    chosen = await redis.get(key)
-    return chosen.decode() if isinstance(chosen, bytes) else str(chosen)
 
 
 async def lookup_share(settings: WorkerSettings, redis: Redis,
@@ -180,12 +171,14 @@ class WorkerRuntime:
     the arq workers of its queues, the background loops, draining."""
 
     def __init__(self, settings: WorkerSettings, redis: Redis, model: LoadedModel,
-                 caps: DecisionCaps | None, lookup: LookupShare | None = None,
+                 caps: DecisionCaps | None, keeper: LeaseKeeper,
+                 lookup: LookupShare | None = None,
                  make_engine: EngineMaker = new_engine) -> None:
-        """Needs the running event loop (the publisher hands events over to it). `lookup`:
-        the dynamic lookup cache shared through the store (-lcd); `make_engine`: the engine
-        (the simulator's under --simulate)."""
+        """Needs the running event loop (the publisher hands events over to it). `keeper`:
+        the process's lease renewal and loop lag; `lookup`: the -lcd cache shared through the
+        store; `make_engine`: the engine (the simulator's under --simulate)."""
         self.settings = settings
+        self.keeper = keeper
         self.lookup = lookup
         model_id = settings.model_id()
         worker_id = settings.worker_id or f"{uuid.uuid4().hex[:12]}"
@@ -242,11 +235,11 @@ class WorkerRuntime:
         runner = JobRunner(parts, sleeper)
         self._arq_workers = self._queues(pool, runner)
         calls = self._preempt_calls = self._preempt(runner)
+        self.keeper.keep(parts.leases, on_lost_leases(parts))
         tasks = [
             asyncio.create_task(parts.publisher.run()),
             asyncio.create_task(listen(parts, *self._arq_workers, on_lora=lora.notice,
                                        more=channels(calls))),
-            asyncio.create_task(renew_leases(parts)),
             asyncio.create_task(self.offload.sweep_forever()),
             asyncio.create_task(self.reporter.run(registry, entry)),
             *(asyncio.create_task(w.main()) for w in self._arq_workers),
@@ -277,6 +270,7 @@ class WorkerRuntime:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.keeper.forget(parts.leases)
             if self.lookup is not None:
                 self.lookup.close()
             log.info("worker %s: tasks stopped", parts.worker_id)
@@ -347,6 +341,8 @@ class WorkerRuntime:
         worker.wake_me = keys.worker_wake_channel(queue, self.parts.worker_id)
         worker.idle_poll_delay_s = self.settings.idle_poll_delay
         worker.lease_gone = self.parts.leases.forget_gone
+        worker.claims = self.parts.leases.claimed
+        worker.admission = self.keeper.health.room
         return worker
 
     def _write_metrics(self, pipe: Pipeline) -> None:

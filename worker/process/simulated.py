@@ -17,6 +17,8 @@ import uuid
 from scheduler.connections import open_arq, open_redis
 from scheduler.contract.errors import NotSupported
 from worker.engine.loop import Engine
+from worker.process.lease_keeper import LeaseKeeper
+from worker.process.loop_health import LoopHealth
 from worker.process.serve import WorkerRuntime
 from worker.process.startup import embedding_mode, engine_defaults
 from worker.runtime.model import LoadedModel
@@ -75,16 +77,17 @@ async def serve_simulated(settings: WorkerSettings, redis_url: str,
     pool = await open_arq(redis_url)
     clients = []
     try:
-        runs = []
-        for worker_id in worker_ids(settings):
-            mine = settings.model_copy(update={"worker_id": worker_id})
-            redis = open_redis(redis_url)
-            clients.append(redis)
-            runtime = WorkerRuntime(mine, redis, SimModel(mine, vocab), None,
-                                    make_engine=sim_engine)
-            runs.append(runtime.run(pool, stop))
-        log.info("%d simulated workers serve %s", len(runs), settings.model_id())
-        await asyncio.gather(*runs)
+        async with LeaseKeeper(redis_url, LoopHealth()) as keeper:  # one thread for them all
+            runs = []
+            for worker_id in worker_ids(settings):
+                mine = settings.model_copy(update={"worker_id": worker_id})
+                redis = open_redis(redis_url)
+                clients.append(redis)
+                runtime = WorkerRuntime(mine, redis, SimModel(mine, vocab), None, keeper,
+                                        make_engine=sim_engine)
+                runs.append(runtime.run(pool, stop))
+            log.info("%d simulated workers serve %s", len(runs), settings.model_id())
+            await asyncio.gather(*runs)
     finally:
         for redis in clients:
             await redis.aclose()

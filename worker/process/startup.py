@@ -4,8 +4,8 @@ worker/wires/model_source.py) and the engine's defaults (the sampling flags reso
 SamplingSettings).
 
 Owns: settings → ContextPlan and the loaded model, settings → EngineDefaults, the embedding
-context settings. Plain functions of the settings: worker/process/serve.py calls them once
-and builds the worker whole.
+context settings, the fleet's media marker. Plain functions of the settings:
+worker/process/serve.py calls them once and builds the worker whole.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 
 import llama_cpp as lc
 from llama_cpp.llama_grammar import json_schema_to_gbnf
+from redis.asyncio import Redis
 
+from scheduler.contract import keys
 from scheduler.registry import FitMemory, FitReport
 from worker.adapters.control_vectors import (
     ControlVectorError,
@@ -39,7 +41,7 @@ from worker.runtime.cpu_pools import cpu_plan
 from worker.runtime.devices import DeviceError, offload_devices
 from worker.runtime.fit import ALL_CONTEXT, FitRequest, FitResult, MiB, fit
 from worker.runtime.lora import LoraAdapters, LoraLoadError, adapter_specs
-from worker.runtime.media import ProjectorLoadError
+from worker.runtime.media import ProjectorLoadError, media_marker
 from worker.runtime.memory_probe import MemoryProbe, load_probe
 from worker.runtime.model import (
     ContextPlan,
@@ -335,3 +337,15 @@ def engine_defaults(s: WorkerSettings, model_id: str, worker_id: str) -> EngineD
                           checkpoint_min_step=s.checkpoint_min_step,
                           cache_ram_mib=0 if s.decisions else s.cache_ram,
                           cache_idle_slots=s.cache_idle_slots)
+
+
+async def fleet_media_marker(redis: Redis, model_id: str) -> str:
+    """LLAMA_MEDIA_MARKER, else the marker the model's first worker chose (random, as
+    llama-server's): every worker and so every api pod of the model agree on one."""
+    pinned = os.environ.get("LLAMA_MEDIA_MARKER", "")
+    if pinned:
+        return pinned
+    key = keys.media_marker(model_id)
+    await redis.set(key, media_marker({}), nx=True)
+    chosen = await redis.get(key)
+    return chosen.decode() if isinstance(chosen, bytes) else str(chosen)

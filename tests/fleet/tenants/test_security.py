@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -225,3 +226,30 @@ def test_a_body_that_never_comes_is_ended_whoever_sends_it(pods: Fleet) -> None:
               "Content-Type": "multipart/form-data; boundary=x"}
     elapsed, answer = slow_request(url, "/v1/files", upload)
     assert answer.startswith(b"HTTP/1.1 408") and 1.5 < elapsed < 10, (elapsed, answer)
+
+
+def test_a_pod_queues_a_burst_of_connections_while_its_loop_is_busy(pods: Fleet) -> None:
+    """The listen queue (llamaq/processes.py LISTEN_BACKLOG) holds a burst of 500 connections
+    while the pod accepts none (stopped here): with Sanic's 100, the 102nd on waited out a SYN
+    retry or was reset; all 500 complete their handshake and are served once it resumes."""
+    if int(Path("/proc/sys/net/core/somaxconn").read_text()) < 500:
+        pytest.skip("the kernel caps every listen queue under 500 (net.core.somaxconn)")
+    url = pods.add_api()
+    host, port = url.removeprefix("http://").split(":")
+    pod = pods.processes[-1]
+    pod.send_signal(signal.SIGSTOP)
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(500):
+            sock = socket.socket()
+            sock.settimeout(0.5)  # under a SYN retry (1 s): a full queue shows as a timeout
+            sock.connect((host, int(port)))
+            sockets.append(sock)
+    finally:
+        pod.send_signal(signal.SIGCONT)
+    for sock in sockets[::50]:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        sock.settimeout(30)
+        assert sock.recv(20).startswith(b"HTTP/1.1 "), "a queued connection was not served"
+    for sock in sockets:
+        sock.close()
