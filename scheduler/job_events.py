@@ -50,7 +50,7 @@ from scheduler.hub import EventHub, EventPointer, HubItem, Resync, next_within
 from scheduler.job_hold import Hold
 from scheduler.leases import Decision, count_failure, died_after, forget_queued
 from scheduler.silent_jobs import Look, SilentJobs
-from scheduler.wake import Rewake, wake_queue
+from scheduler.wake import REWAKE_EVERY_S, wake_queue
 from storage.errors import ObjectNotFound, StorageError
 from storage.results import ResultStore
 
@@ -90,7 +90,8 @@ class JobEvents:
         self._migration_limit = job.migration_limit if isinstance(job, CompletionJob) else 0
         self._shared_queue = queue_for(job)
         """The queue whose workers take the job again when its worker died."""
-        self._rewake = Rewake(redis, self._shared_queue, job.job_id)
+        self._rewake_from = time.monotonic() + REWAKE_EVERY_S
+        """While it waits unclaimed, from then on it asks the pod to wake one more worker."""
         self._queue = queue
         self._timeout_s = timeout_s
         self._redis = redis
@@ -344,8 +345,8 @@ class JobEvents:
         if self._routed is not None and await self._routed.unstick():
             log.warning("job %s: not taken by worker %s; moved to the shared queue",
                         self.job_id, self._routed.worker_id)
-        if not self._running:
-            await self._rewake.look()
+        if not self._running and time.monotonic() >= self._rewake_from:
+            self._silent.rewakes.ask(self._shared_queue, self.job_id)
 
     async def result(self) -> Result:
         async for event in self:

@@ -13,7 +13,8 @@ then) or by the lease's end. A dead worker process is seen by its connections
 (scheduler/worker_presence.py), once for all of its jobs: gone at two looks keys.GONE_FOR_S
 apart, its silent jobs' leases are taken at once.
 
-Owns: SilentJobs (one a pod), Look (what one look found)."""
+Owns: SilentJobs (one a pod; it holds the pod's scheduler/wake.py Rewakes), Look (what one
+look found)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from scheduler.contract import keys
 from scheduler.contract.errors import LlamaqError
 from scheduler.hub import HubItem
 from scheduler.leases import Lapse
+from scheduler.wake import Rewakes
 from scheduler.worker_presence import WorkerPresence, client_name
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,8 @@ class SilentJobs:
     def __init__(self, redis: Redis, presence: WorkerPresence | None = None) -> None:
         self._redis = redis
         self._presence = presence
+        self.rewakes = Rewakes(redis)
+        """The pod's rewakes of its jobs that wait unclaimed (one round trip a tick too)."""
         self._script = redis.register_script(LOOK)
         self._waiting: dict[_Ticket, None] = {}
         self._task: asyncio.Task[None] | None = None

@@ -31,7 +31,7 @@ from scheduler.leases import CLAIM_JOBS, Leases, lease_ms, waiting_jobs
 from scheduler.queue_index import index_key, move_to_shared
 from scheduler.queue_order import claim_keys
 from scheduler.queueing import deserialize_job, serialize_job
-from scheduler.wake import WAITERS_TTL_MS, Rewake
+from scheduler.wake import WAITERS_TTL_MS, Rewakes
 from tests.processes import start_redis
 from worker.process.arq_worker import WakeableWorker
 
@@ -396,22 +396,28 @@ async def test_an_enqueue_sets_its_keys_expiry_once_a_minute_or_when_they_begin(
 
 async def test_a_job_waiting_while_no_worker_waits_costs_its_rewake_two_commands(
         pod: tuple[Redis, ArqRedis, JobClient]) -> None:
-    """scheduler/wake.py Rewake, once a second for a job that waits unclaimed: with no worker
-    waiting (all full, the usual reason a job waits) it looks at the waiters first and stops
-    (issue 44, sixth pass: the job's queue score and lease were read first, 4 commands); with
-    one waiting it still wakes it."""
+    """scheduler/wake.py Rewakes, once a second for the jobs that wait unclaimed: with no
+    worker waiting (all full, the usual reason a job waits) it looks at the waiters first and
+    stops (issue 44, sixth pass: the job's queue score and lease were read first, 4 commands);
+    with one waiting it still wakes it."""
     redis, _, client = pod
     model = f"rewake-{time.monotonic_ns()}"
     queue = keys.slot_queue(model)
     [job] = await queued(client, model, 1)
-    rewake = Rewake(redis, queue, job.job_id)
-    rewake._next = 0.0
+    rewakes = Rewakes(redis)
+
+    async def rewake() -> None:
+        rewakes._last = 0.0
+        rewakes.ask(queue, job.job_id)
+        assert rewakes._task is not None
+        await rewakes._task
+
+    await rewake()  # its script loaded
     before = await calls(redis)
-    await rewake.look()
-    assert await calls(redis) - before <= 2  # EVAL, ZCARD
+    await rewake()
+    assert await calls(redis) - before <= 2  # EVALSHA, ZCARD
     await redis.zadd(keys.queue_waiters(queue), {"wake:gone": 1.0})
-    rewake._next = 0.0
-    await rewake.look()
+    await rewake()
     assert await redis.zcard(keys.queue_waiters(queue)) == 0  # popped (nobody heard it)
 
 

@@ -23,6 +23,7 @@ from scheduler.connections import arq_settings
 from scheduler.contract import keys
 from scheduler.contract.errors import RedisUnreachable, Unavailable
 from scheduler.contract.jobs import CompletionJob
+from scheduler.contract.kinds import queue_for
 from scheduler.contract.results import EventEnvelope, StartedEvent, TokenEvent
 from scheduler.hub import EventHub, HubItem
 from scheduler.job_events import JobEvents
@@ -181,3 +182,57 @@ async def test_an_error_from_the_hub_waits_for_the_look_under_way(
     # a look without an error: a held run's log is not read
     looked = await asyncio.wait_for(client.silent.look(job.job_id, 0, None, asyncio.Queue()), 5)
     assert isinstance(looked, Look) and looked.held and not looked.logged
+
+
+async def test_queued_jobs_wake_one_more_waiting_worker_a_second_for_all(
+        pod: tuple[Redis, JobClient]) -> None:
+    """Jobs that wait unclaimed in a queue while a worker waits for jobs (its wake may have
+    gone to a frozen worker: docs/faults.md) wake one more waiting worker about once a second,
+    one script a tick for all of the pod's jobs (scheduler/wake.py Rewakes), not one script
+    each a second (issue 44: ~9 % of the api during a 2,000-stream ramp)."""
+    redis, client = pod
+    model = f"rewake-{time.monotonic_ns()}"
+    jobs = [CompletionJob(model=model, prompt="p", priority=2) for _ in range(STREAMS)]
+    queue = queue_for(jobs[0])
+    waiters = keys.queue_waiters(queue)
+    wakes: list[float] = []
+    listener = redis.pubsub()
+    await listener.subscribe("wake:test")
+
+    async def waiting_worker() -> None:
+        """Waits among the waiters; back among them after each wake (its poll found the
+        queue's jobs gone to another worker, as a frozen one's would be)."""
+        await redis.zadd(waiters, {"wake:test": 1.0})
+        async for message in listener.listen():
+            if message["type"] == "message":
+                wakes.append(time.monotonic())
+                await redis.zadd(waiters, {"wake:test": 1.0})
+
+    worker = asyncio.create_task(waiting_worker())
+    try:
+        for job in jobs:
+            await client._enqueue(job, queue, None)
+        async with AsyncExitStack() as stack:
+            tasks = []
+            for job in jobs:
+                events: JobEvents = await stack.enter_async_context(client.attach(job))
+                tasks.append(asyncio.create_task(anext(events)))
+            await asyncio.sleep(1.5)  # a job is first rewoken after a second unclaimed
+            woken = len(wakes)
+            before = await calls(redis)
+            await asyncio.sleep(WINDOW_S)
+            after = await calls(redis)
+            assert not any(task.done() for task in tasks)
+            for task in tasks:
+                task.cancel()
+        spent = {name: after[name] - before.get(name, 0) for name in after
+                 if name not in ("info", "ping") and after[name] != before.get(name, 0)}
+        assert 1 <= len(wakes) - woken <= WINDOW_S + 1, (wakes, spent)  # about once a second
+        # the waiters are looked at once a tick for the queue, not once a job a second
+        assert spent.get("zcard", 0) <= WINDOW_S + 1, spent  # before: STREAMS a second
+        assert spent.get("eval", 0) == 0, spent  # before: STREAMS a second
+        assert spent.get("evalsha", 0) <= WINDOW_S / 0.1 + WINDOW_S + 3, spent  # looks + wakes
+    finally:
+        worker.cancel()
+        await listener.aclose()
+        await redis.delete(waiters)
