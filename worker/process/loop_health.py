@@ -19,8 +19,10 @@ from scheduler.loop_lag import LoopLag
 log = logging.getLogger(__name__)
 
 ADMIT_LAG_S = 0.1
-"""A loop whose lag (smoothed) is past this takes no more jobs while it runs some: two
-inter-token gaps of a 50 ms stream (docs/scale.md "Overload, second pass")."""
+"""The lag (smoothed) past which a loop took no more jobs while it ran some in the overload
+measurements: two inter-token gaps of a 50 ms stream (docs/scale.md "Overload, second pass").
+Workers use --admit-lag-ms (0, off, by default: on a box short of CPU a real engine's loop
+lags too, and the rule then started a worker's jobs one by one, not batched together)."""
 REFUSAL_LOG_EVERY_S = 10.0
 
 
@@ -28,8 +30,10 @@ class LoopHealth(LoopLag):
     """The lag of the worker process's loop (one per process: --sim-workers share it) and
     the admission rule."""
 
-    def __init__(self) -> None:
+    def __init__(self, admit_lag_s: float = ADMIT_LAG_S) -> None:
+        """`admit_lag_s`: the lag past which no more jobs start (0: no bound)."""
         super().__init__()
+        self.admit_lag_s = admit_lag_s
         self.refused = 0
         """Polls that took fewer jobs than they had room for because of the lag."""
         self._logged = (-REFUSAL_LOG_EVERY_S, 0)
@@ -38,7 +42,7 @@ class LoopHealth(LoopLag):
         """How many more jobs a queue of this process that runs `running` may start now (None:
         no bound from the loop): none while the loop lags, except a first one (a worker that
         runs nothing always makes progress, however loaded its box)."""
-        if self.lag_s <= ADMIT_LAG_S:
+        if self.admit_lag_s <= 0 or self.lag_s <= self.admit_lag_s:
             return None
         self.refused += 1
         now = time.monotonic()

@@ -117,7 +117,8 @@ async def serve(settings: WorkerSettings, redis_url: str, stop: asyncio.Event | 
                                             adapter_files, marker, caps is not None)
             try:
                 share = await lookup_share(settings, redis, model)
-                async with LeaseKeeper(redis_url, LoopHealth()) as keeper:
+                health = LoopHealth(settings.admit_lag_ms / 1000)
+                async with LeaseKeeper(redis_url, health) as keeper:
                     await WorkerRuntime(settings, redis, model, caps, keeper,
                                         share).run(pool, stop)
             finally:

@@ -77,7 +77,8 @@ async def serve_simulated(settings: WorkerSettings, redis_url: str,
     pool = await open_arq(redis_url)
     clients = []
     try:
-        async with LeaseKeeper(redis_url, LoopHealth()) as keeper:  # one thread for them all
+        health = LoopHealth(settings.admit_lag_ms / 1000)
+        async with LeaseKeeper(redis_url, health) as keeper:  # one thread for them all
             runs = []
             for worker_id in worker_ids(settings):
                 mine = settings.model_copy(update={"worker_id": worker_id})

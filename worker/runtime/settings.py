@@ -310,6 +310,11 @@ class WorkerSettings(CpuSettings, SimulateSettings, SpeculativeSettings, RoleSet
                                   "that waits for its jobs there and hears its wake channel "
                                   "(a queued job wakes it: the poll is only the safety net "
                                   "of a lost wake-up; never below --poll-delay)")
+    admit_lag_ms: float = flag(0.0, "--admit-lag-ms", env="LLAMAQ_ADMIT_LAG_MS",
+                               help="a worker whose event loop lags more than this many ms "
+                               "(smoothed) starts no new job while it runs some (admission "
+                               "under overload, docs/scale.md); 0 = off: its slots alone "
+                               "bound what it takes")
     stream_interval: float = flag(0.0, "--stream-interval", env="LLAMAQ_STREAM_INTERVAL",
                                   help="ms between two sends of a running job's later tokens: "
                                   "the tokens of one job in between go as one event (fewer "

@@ -22,6 +22,7 @@ from scheduler.leases import Leases, lease_ms
 from tests.fleet.queue.test_arq_seam import enqueue, make_worker, pool, running, until
 from worker.process.lease_keeper import LeaseKeeper
 from worker.process.loop_health import ADMIT_LAG_S, LoopHealth
+from worker.runtime.settings import WorkerSettings
 
 __all__ = ["pool"]  # the fixture
 
@@ -126,3 +127,16 @@ def test_the_lag_follows_a_late_tick_at_once_and_an_early_one_slowly() -> None:
     for _ in range(20):
         health.observe(0.0)
     assert health.lag_s < ADMIT_LAG_S and health.room(5) is None
+
+
+def test_a_workers_admission_by_lag_is_off_unless_asked() -> None:
+    """--admit-lag-ms is 0 by default: a real engine's loop lags too on a box short of CPU,
+    and the rule then started a worker's jobs one by one (test_exhausted_kv_pool_ends_requests
+    _with_500 saw its 4 requests run in turn under load); 0 bounds nothing."""
+    assert WorkerSettings.model_validate({}).admit_lag_ms == 0
+    health = LoopHealth(0)
+    health.observe(5.0)
+    assert health.room(3) is None
+    asked = LoopHealth(WorkerSettings.model_validate({"admit_lag_ms": 100}).admit_lag_ms / 1000)
+    asked.observe(5.0)
+    assert asked.room(3) == 0
