@@ -12,7 +12,7 @@ from api.body import json_body
 from api.endpoints.openai.chat import plan_chat, validate_as
 from api.endpoints.openai.context import OpenAIContext
 from api.endpoints.openai.protocol import ChatCompletionRequest, responses_to_chat
-from api.endpoints.openai.render import ResponseEvents, response_json, sse_event
+from api.endpoints.openai.render import ResponseEvents, response_json, sse_event, timings_json
 from api.streaming import early_stream_errors
 from scheduler.contract.errors import InvalidRequest
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent, expect_result
@@ -44,8 +44,11 @@ async def responses(request: Request) -> HTTPResponse | None:
             out.extend(events.start())
         if isinstance(event, FinalEvent):
             result = expect_result(event.result, CompletionResult)
+            held = len(out)
             for delta in parser.feed(result.content) + parser.flush():
                 out.extend(events.delta(delta))
+            if len(out) > held and body.timings_per_token:  # text the parser held till the
+                out[-1][1]["timings"] = timings_json(result)  # end: its chunk's last event
             out.extend(events.finish(parser.finish(), [result]))
             return [sse_event(item) for item in out]
         if event.progress is not None and len(out) == 0:
