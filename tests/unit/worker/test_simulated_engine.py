@@ -12,6 +12,8 @@ import random
 import statistics
 from typing import Any
 
+import pytest
+
 from scheduler.contract.jobs import CompletionJob, SamplingParams
 from scheduler.contract.results import CompletionResult, FinalEvent, TokenEvent
 from worker.engine.runs import JobEvent
@@ -134,6 +136,7 @@ def test_batch_slowdown_and_jitter_keep_their_mean() -> None:
         produced_matches_asked(built, sink, one)
 
 
+@pytest.mark.serial  # the per-slot hand-overs come apart only on time: alone (tests/lanes.py)
 def test_a_batched_step_gives_every_generating_slot_its_token_at_once() -> None:
     """--sim-step batched (the default): as the real engine decodes all its active slots in
     one step, every generating slot's token comes in the step's one hand-over (the publisher
